@@ -1,0 +1,5 @@
+#include <cstdio>
+int main() {
+  std::puts("gpu-agent: not yet");
+  return 0;
+}

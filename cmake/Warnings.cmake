@@ -1,0 +1,13 @@
+# Project-wide compile flags: warnings (as errors in CI) and optional sanitizers.
+add_library(cozy_flags INTERFACE)
+target_compile_options(cozy_flags INTERFACE
+  -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wsign-conversion -Wnon-virtual-dtor
+  -Wold-style-cast -Wcast-align -Wunused -Woverloaded-virtual -Wnull-dereference
+  -Wdouble-promotion -Wformat=2 -Wimplicit-fallthrough)
+if(COZY_WERROR)
+  target_compile_options(cozy_flags INTERFACE -Werror)
+endif()
+if(COZY_SANITIZE)
+  target_compile_options(cozy_flags INTERFACE -fsanitize=${COZY_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
+  target_link_options(cozy_flags INTERFACE -fsanitize=${COZY_SANITIZE})
+endif()

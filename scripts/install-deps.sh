@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs the Debian (bookworm) packages cozy-gpu builds and tests with.
+# Everything comes from Debian: nothing is vendored or downloaded at build time.
+# Run as root (CI does); with sudo otherwise.
+set -euo pipefail
+
+packages=(
+  # toolchain
+  build-essential cmake ninja-build pkg-config git
+  clang clang-tidy clang-format libclang-rt-14-dev
+  # discovery: libpci + Debian's pci.ids; lspci is the test oracle
+  libpci-dev pciutils pci.ids
+  # device events (libudev) and systemd integration
+  libudev-dev libsystemd-dev
+  # kubelet pod-resources (gRPC over a unix socket)
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  # JSON / YAML / CLI / logging
+  nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
+  # Kubernetes client
+  libcurl4-openssl-dev
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev
+  # real captured hosts and replayed device events
+  umockdev libumockdev-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,71 @@
+#include "sysfs/pci_address.h"
+
+#include <array>
+#include <cstdio>
+
+namespace cozy::sysfs {
+namespace {
+
+std::optional<uint32_t> ParseHexDigits(std::string_view text, size_t minDigits, size_t maxDigits) {
+  if (text.size() < minDigits || text.size() > maxDigits) {
+    return std::nullopt;
+  }
+  uint32_t value = 0;
+  for (char c : text) {
+    uint32_t digit = 0;
+    if (c >= '0' && c <= '9') {
+      digit = static_cast<uint32_t>(c - '0');
+    } else if (c >= 'a' && c <= 'f') {
+      digit = static_cast<uint32_t>(c - 'a' + 10);
+    } else if (c >= 'A' && c <= 'F') {
+      digit = static_cast<uint32_t>(c - 'A' + 10);
+    } else {
+      return std::nullopt;
+    }
+    value = value * 16 + digit;
+  }
+  return value;
+}
+
+}  // namespace
+
+std::string PciAddress::ToString() const {
+  std::array<char, 32> buffer{};
+  std::snprintf(buffer.data(), buffer.size(), "%04x:%02x:%02x.%x", domain, bus, device, function);
+  return buffer.data();
+}
+
+std::optional<PciAddress> ParsePciAddress(std::string_view text) {
+  // Split from the right: "<domain>:"? "<bus>:<device>.<function>"
+  const size_t dot = text.rfind('.');
+  if (dot == std::string_view::npos || dot + 2 != text.size()) {
+    return std::nullopt;
+  }
+  const size_t lastColon = text.rfind(':', dot);
+  if (lastColon == std::string_view::npos) {
+    return std::nullopt;
+  }
+  const size_t firstColon = text.rfind(':', lastColon == 0 ? 0 : lastColon - 1);
+  std::string_view domainText;
+  std::string_view busText;
+  if (firstColon == std::string_view::npos || lastColon == 0) {
+    busText = text.substr(0, lastColon);
+  } else {
+    domainText = text.substr(0, firstColon);
+    busText = text.substr(firstColon + 1, lastColon - firstColon - 1);
+    if (domainText.empty()) {
+      return std::nullopt;
+    }
+  }
+  const auto domain = domainText.empty() ? std::optional<uint32_t>(0) : ParseHexDigits(domainText, 4, 8);
+  const auto bus = ParseHexDigits(busText, 2, 2);
+  const auto device = ParseHexDigits(text.substr(lastColon + 1, dot - lastColon - 1), 2, 2);
+  const auto function = ParseHexDigits(text.substr(dot + 1), 1, 1);
+  if (!domain || !bus || !device || !function || *device > 31 || *function > 7 || *domain > 0x7fffffff) {
+    return std::nullopt;
+  }
+  return PciAddress{*domain, static_cast<uint8_t>(*bus), static_cast<uint8_t>(*device),
+                    static_cast<uint8_t>(*function)};
+}
+
+}  // namespace cozy::sysfs
