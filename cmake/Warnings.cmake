@@ -2,7 +2,7 @@
 add_library(cozy_flags INTERFACE)
 target_compile_options(cozy_flags INTERFACE
   -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wsign-conversion -Wnon-virtual-dtor
-  -Wold-style-cast -Wcast-align -Wunused -Woverloaded-virtual -Wnull-dereference
+  -Wold-style-cast -Wcast-align -Wunused -Woverloaded-virtual
   -Wdouble-promotion -Wformat=2 -Wimplicit-fallthrough)
 if(COZY_WERROR)
   target_compile_options(cozy_flags INTERFACE -Werror)

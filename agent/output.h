@@ -1,0 +1,16 @@
+// How `gpu-agent scan` prints a GPUNode: JSON, YAML, or a table for people.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace cozy::agent {
+
+std::string RenderJson(const nlohmann::json& object);
+// YAML as kubectl prints it: strings that would read back as another type are quoted.
+std::string RenderYaml(const nlohmann::json& object);
+// One line per GPU function: address, IDs, model, driver, IOMMU group, NUMA, SR-IOV, mdev/vGPU.
+std::string RenderTable(const nlohmann::json& gpuNode);
+
+}  // namespace cozy::agent

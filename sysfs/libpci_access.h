@@ -1,0 +1,60 @@
+// libpci behind a guard: its error callback must not return and by default exits the process,
+// so every call into it runs under a jump point that turns such an error into a message.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sysfs/pci_address.h"
+
+struct pci_access;
+struct pci_dev;
+
+namespace cozy::sysfs {
+
+struct LibpciFunction {
+  PciAddress address;
+  pci_dev* device = nullptr;  // owned by the session
+};
+
+struct LibpciFill {
+  uint16_t vendorId = 0;
+  uint16_t deviceId = 0;
+  uint32_t classCode = 0;
+  std::optional<uint16_t> subsystemVendorId;
+  std::optional<uint16_t> subsystemDeviceId;
+};
+
+class LibpciSession {
+ public:
+  // `busPciPath` is what libpci's sysfs.path names: "<root>/sys/bus/pci".
+  LibpciSession(const std::string& busPciPath, const std::string& pciIdsPath);
+  ~LibpciSession();
+  LibpciSession(const LibpciSession&) = delete;
+  LibpciSession& operator=(const LibpciSession&) = delete;
+
+  // Initialises libpci and lists the functions; false (with error()) when libpci gave up.
+  bool Scan(std::vector<LibpciFunction>& functions);
+  // Identity, class and subsystem. nullopt (with error()) when libpci gave up on it.
+  std::optional<LibpciFill> Fill(pci_dev* device);
+  // pci.ids names; empty when the ID is not listed (never a guess, never a number).
+  std::string VendorName(uint16_t vendorId);
+  std::string DeviceName(uint16_t vendorId, uint16_t deviceId);
+
+  const std::string& error() const { return error_; }
+  // Warnings libpci printed during the last call (not fatal).
+  std::vector<std::string> TakeWarnings();
+
+ private:
+  pci_access* access_ = nullptr;
+  bool initialised_ = false;
+  std::string busPciPath_;
+  std::string pciIdsPath_;
+  std::string error_;
+  std::vector<std::string> warnings_;
+};
+
+}  // namespace cozy::sysfs

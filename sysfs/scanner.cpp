@@ -1,0 +1,571 @@
+#include "sysfs/scanner.h"
+
+#include <stdlib.h>  // mkdtemp, realpath
+
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <map>
+#include <filesystem>
+#include <set>
+
+#include "sysfs/attributes.h"
+#include "sysfs/libpci_access.h"
+#include "sysfs/sysfs_io.h"
+
+namespace cozy::sysfs {
+namespace {
+
+constexpr std::string_view kBusPciDevices = "sys/bus/pci/devices";
+constexpr std::string_view kBusMdevDevices = "sys/bus/mdev/devices";
+
+// What the pre-libpci pass learned of one `sys/bus/pci/devices` entry.
+struct Candidate {
+  PciAddress address;
+  std::string entry;  // the entry's name
+  std::string path;   // the function's real directory
+  uint16_t vendorId = 0;
+  uint16_t deviceId = 0;
+  uint32_t classCode = 0;
+  bool valid = false;
+};
+
+// Removes a temporary directory tree when the scan ends.
+class TemporaryTree {
+ public:
+  TemporaryTree() = default;
+  ~TemporaryTree() {
+    if (!path_.empty()) {
+      std::error_code ignored;
+      std::filesystem::remove_all(path_, ignored);
+    }
+  }
+  TemporaryTree(const TemporaryTree&) = delete;
+  TemporaryTree& operator=(const TemporaryTree&) = delete;
+  bool Create() {
+    std::string pattern = std::filesystem::temp_directory_path().string() + "/gpu-agent-pci.XXXXXX";
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      return false;
+    }
+    path_ = pattern;
+    return true;
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+class Scanner {
+ public:
+  explicit Scanner(const ScanOptions& options) : options_(options) {
+    root_ = options.root.empty() ? std::string("/") : options.root;
+    while (root_.size() > 1 && root_.back() == '/') {
+      root_.pop_back();
+    }
+  }
+
+  HostScan Run() {
+    CheckRoot();
+    scan_.root = root_;
+    std::vector<Candidate> candidates = ReadCandidates();
+    ReadWithLibpci(candidates);
+    std::sort(scan_.functions.begin(), scan_.functions.end(),
+              [](const PciFunction& a, const PciFunction& b) { return a.address < b.address; });
+    ClassifyGpus();
+    ReadMdevs();
+    IndexIommuGroups();
+    return std::move(scan_);
+  }
+
+ private:
+  std::string Path(std::string_view relative) const { return JoinPath(root_, relative); }
+
+  void AddProblem(std::string relativePath, std::string message) {
+    scan_.problems.push_back({std::move(relativePath), std::move(message)});
+  }
+
+  // A function's directory relative to the root, for messages ("sys/devices/.../0000:3b:00.0").
+  std::string Relative(const std::string& absolute) const {
+    if (root_ == "/") {
+      return absolute.substr(1);
+    }
+    if (absolute.compare(0, root_.size() + 1, root_ + "/") == 0) {
+      return absolute.substr(root_.size() + 1);
+    }
+    return absolute;
+  }
+
+  void CheckRoot() {
+    if (!IsDirectory(root_)) {
+      throw RootError("sysfs root " + root_ + " does not exist or is not a directory");
+    }
+    if (!IsDirectory(Path(kBusPciDevices))) {
+      throw RootError("sysfs root " + root_ + " holds no sys/bus/pci/devices");
+    }
+  }
+
+  // The real directory behind `sys/bus/pci/devices/<entry>`: the link's target resolved
+  // lexically (one readlink instead of a realpath walk), realpath when that does not work.
+  std::optional<std::string> FunctionDirectory(const std::string& entry) {
+    const std::string entryPath = Path(std::string(kBusPciDevices) + "/" + entry);
+    const LinkTarget link = ReadLinkTarget(entryPath);
+    if (link.status == IoStatus::kOk && !link.target.empty() && link.target.front() != '/') {
+      const auto normalized =
+          NormalizeLexically(std::string(kBusPciDevices) + "/" + link.target);
+      if (normalized) {
+        const std::string path = Path(*normalized);
+        if (IsDirectory(path)) {
+          return path;
+        }
+        return std::nullopt;
+      }
+    }
+    std::array<char, PATH_MAX> resolved{};
+    if (::realpath(entryPath.c_str(), resolved.data()) == nullptr || !IsDirectory(resolved.data())) {
+      return std::nullopt;
+    }
+    return std::string(resolved.data());
+  }
+
+  // Reads what libpci would choke on (entry names, vendor, device, class), so that a malformed
+  // tree never reaches libpci's error callback and is reported instead.
+  std::vector<Candidate> ReadCandidates() {
+    const DirectoryListing listing = ListDirectory(Path(kBusPciDevices));
+    if (listing.status != IoStatus::kOk) {
+      throw RootError("cannot list " + Path(kBusPciDevices) + ": " + listing.error);
+    }
+    std::vector<Candidate> candidates;
+    candidates.reserve(listing.names.size());
+    for (const std::string& name : listing.names) {
+      const std::string relative = std::string(kBusPciDevices) + "/" + name;
+      Candidate candidate;
+      candidate.entry = name;
+      const auto address = ParsePciAddress(name);
+      // sysfs always prints the domain; a short or odd name is not the kernel's.
+      if (!address || address->ToString() != ToLower(name) || name.find(':') == 2) {
+        AddProblem(relative, "entry is not a PCI address; skipped");
+        unparsableEntries_ = true;
+        continue;
+      }
+      candidate.address = *address;
+      const auto directory = FunctionDirectory(name);
+      if (!directory) {
+        AddProblem(relative, "function vanished or its link dangles; skipped");
+        candidates.push_back(candidate);
+        continue;
+      }
+      candidate.path = *directory;
+      const auto vendor = ReadId(candidate, "vendor", relative);
+      const auto device = ReadId(candidate, "device", relative);
+      const auto classCode = ReadClass(candidate, relative);
+      if (vendor && device && classCode) {
+        candidate.vendorId = *vendor;
+        candidate.deviceId = *device;
+        candidate.classCode = *classCode;
+        candidate.valid = true;
+      }
+      candidates.push_back(std::move(candidate));
+    }
+    return candidates;
+  }
+
+  std::optional<uint16_t> ReadId(const Candidate& candidate, const char* attribute,
+                                 const std::string& relative) {
+    const FileText file = ReadAttributeFile(candidate.path + "/" + attribute);
+    if (file.status != IoStatus::kOk) {
+      AddProblem(relative + "/" + attribute,
+                 std::string("cannot read: ") + (file.status == IoStatus::kMissing
+                                                     ? "missing" : file.error) + "; skipped");
+      return std::nullopt;
+    }
+    const auto parsed = ParseHexId(file.text);
+    if (!parsed) {
+      AddProblem(relative + "/" + attribute, parsed.error() + "; skipped");
+      return std::nullopt;
+    }
+    return *parsed;
+  }
+
+  std::optional<uint32_t> ReadClass(const Candidate& candidate, const std::string& relative) {
+    const FileText file = ReadAttributeFile(candidate.path + "/class");
+    if (file.status != IoStatus::kOk) {
+      AddProblem(relative + "/class",
+                 std::string("cannot read: ") + (file.status == IoStatus::kMissing
+                                                     ? "missing" : file.error) + "; skipped");
+      return std::nullopt;
+    }
+    const auto parsed = ParseClassCode(file.text);
+    if (!parsed) {
+      AddProblem(relative + "/class", parsed.error() + "; skipped");
+      return std::nullopt;
+    }
+    return *parsed;
+  }
+
+  // libpci reads `<sysfs.path>/devices` and gives up on the whole scan at one entry it cannot
+  // parse. When there is one, it is shown a copy of `devices/` holding only the good entries.
+  std::string BusPciPathForLibpci(const std::vector<Candidate>& candidates, TemporaryTree& shadow) {
+    const std::string busPci = Path("sys/bus/pci");
+    if (!unparsableEntries_) {
+      return busPci;
+    }
+    if (!shadow.Create()) {
+      return {};
+    }
+    std::error_code error;
+    std::filesystem::create_directory(shadow.path() + "/devices", error);
+    for (const Candidate& candidate : candidates) {
+      if (candidate.path.empty()) {
+        continue;
+      }
+      std::filesystem::create_directory_symlink(candidate.path,
+                                                shadow.path() + "/devices/" + candidate.entry, error);
+    }
+    if (IsDirectory(busPci + "/slots")) {
+      std::filesystem::create_directory_symlink(busPci + "/slots", shadow.path() + "/slots", error);
+    }
+    return shadow.path();
+  }
+
+  void ReadWithLibpci(std::vector<Candidate>& candidates) {
+    TemporaryTree shadow;
+    const std::string busPciPath = BusPciPathForLibpci(candidates, shadow);
+    if (busPciPath.empty()) {
+      AddProblem("sys/bus/pci/devices", "cannot prepare a clean view for libpci; scan skipped");
+      return;
+    }
+    LibpciSession libpci(busPciPath, options_.pciIdsPath);
+    std::vector<LibpciFunction> listed;
+    if (!libpci.Scan(listed)) {
+      AddProblem("sys/bus/pci/devices", libpci.error());
+      return;
+    }
+    std::map<PciAddress, Candidate*> byAddress;
+    for (Candidate& candidate : candidates) {
+      byAddress[candidate.address] = &candidate;
+    }
+    for (const LibpciFunction& entry : listed) {
+      const auto it = byAddress.find(entry.address);
+      if (it == byAddress.end() || !it->second->valid) {
+        continue;  // reported by ReadCandidates, or appeared since: the next scan takes it
+      }
+      Candidate& candidate = *it->second;
+      const std::string relative = std::string(kBusPciDevices) + "/" + candidate.entry;
+      const auto fill = libpci.Fill(entry.device);
+      for (const std::string& warning : libpci.TakeWarnings()) {
+        AddProblem(relative, "libpci: " + InRoot(warning, busPciPath));
+      }
+      if (!fill) {
+        // The function went away between our read and libpci's (or changed under it).
+        AddProblem(relative, "libpci gave up on this function (" + libpci.error() +
+                                 "); it may have vanished mid-scan; skipped");
+        continue;
+      }
+      PciFunction function;
+      function.address = candidate.address;
+      function.sysfsPath = candidate.path;
+      function.vendorId = candidate.vendorId;
+      function.deviceId = candidate.deviceId;
+      function.classCode = candidate.classCode;
+      if (fill->vendorId != candidate.vendorId || fill->deviceId != candidate.deviceId ||
+          fill->classCode != candidate.classCode) {
+        AddProblem(relative, "identity changed during the scan; skipped");
+        continue;
+      }
+      function.subsystemVendorId = fill->subsystemVendorId;
+      function.subsystemDeviceId = fill->subsystemDeviceId;
+      ReadNumaNode(function);
+      function.vendorName = libpci.VendorName(function.vendorId);
+      function.deviceName = libpci.DeviceName(function.vendorId, function.deviceId);
+      ReadLinks(function);
+      scan_.functions.push_back(std::move(function));
+    }
+    for (const std::string& warning : libpci.TakeWarnings()) {
+      AddProblem("sys/bus/pci", "libpci: " + InRoot(warning, busPciPath));
+    }
+  }
+
+  // Link targets are taken by their basename, also when the target is missing (captured trees
+  // such as umockdev dumps lack them); a dangling `driver` link is still worth a report.
+  void ReadLinks(PciFunction& function) {
+    const LinkTarget driver = ReadLinkTarget(function.sysfsPath + "/driver");
+    if (driver.status == IoStatus::kOk) {
+      function.driver = std::string(LinkBasename(driver.target));
+      if (!PathExists(function.sysfsPath + "/driver")) {
+        function.problems.push_back(Relative(function.sysfsPath) + "/driver: link target " +
+                                    driver.target + " is missing");
+      }
+    } else if (driver.status == IoStatus::kError) {
+      function.problems.push_back(Relative(function.sysfsPath) + "/driver: " + driver.error);
+    }
+    const LinkTarget group = ReadLinkTarget(function.sysfsPath + "/iommu_group");
+    if (group.status == IoStatus::kOk) {
+      const auto number = ParseUnsigned(LinkBasename(group.target));
+      if (number) {
+        function.iommuGroup = *number;
+      } else {
+        function.problems.push_back(Relative(function.sysfsPath) + "/iommu_group: " +
+                                    number.error());
+      }
+    } else if (group.status == IoStatus::kError) {
+      function.problems.push_back(Relative(function.sysfsPath) + "/iommu_group: " + group.error);
+    }
+  }
+
+  void ClassifyGpus() {
+    std::set<uint16_t> vendors = {kVendorNvidia, kVendorAmd, kVendorIntel};
+    vendors.insert(options_.extraGpuVendors.begin(), options_.extraGpuVendors.end());
+    for (PciFunction& function : scan_.functions) {
+      function.isGpu = IsGpuFunction(function.vendorId, function.classCode, options_.extraGpuVendors);
+      if (vendors.count(function.vendorId) == 0) {
+        continue;
+      }
+      const LinkTarget physfn = ReadLinkTarget(function.sysfsPath + "/physfn");
+      if (physfn.status == IoStatus::kOk) {
+        const auto parent = ParsePciAddress(LinkBasename(physfn.target));
+        if (parent) {
+          function.physicalFunction = *parent;
+        } else {
+          function.problems.push_back(Relative(function.sysfsPath) + "/physfn: target " +
+                                      physfn.target + " is not a PCI address");
+        }
+      }
+    }
+    for (PciFunction& function : scan_.functions) {
+      if (!function.isGpu && function.physicalFunction) {
+        const PciFunction* pf = scan_.Find(*function.physicalFunction);
+        function.isGpu = pf != nullptr && pf->isGpu;
+      }
+    }
+    for (PciFunction& function : scan_.functions) {
+      if (function.isGpu) {
+        ReadGpuDetails(function);
+      }
+    }
+  }
+
+  // Reads an optional attribute; a present but unreadable or malformed one is a problem.
+  template <typename T, typename Parser>
+  std::optional<T> ReadOptional(PciFunction& function, const std::string& relativeFile,
+                                Parser parse) {
+    const FileText file = ReadAttributeFile(function.sysfsPath + "/" + relativeFile);
+    if (file.status == IoStatus::kMissing) {
+      return std::nullopt;
+    }
+    const std::string where = Relative(function.sysfsPath) + "/" + relativeFile;
+    if (file.status == IoStatus::kError) {
+      function.problems.push_back(where + ": " + file.error);
+      return std::nullopt;
+    }
+    auto parsed = parse(file.text);
+    if (!parsed) {
+      function.problems.push_back(where + ": " + parsed.error());
+      return std::nullopt;
+    }
+    return T(*parsed);
+  }
+
+  // libpci reads numa_node with strtol, which takes garbage for node 0: read it strictly.
+  void ReadNumaNode(PciFunction& function) {
+    const auto numa = ReadOptional<std::optional<int32_t>>(function, "numa_node", ParseNumaNode);
+    if (numa) {
+      function.numaNode = *numa;
+    }
+  }
+
+  // libpci names files by its sysfs.path (a temporary view, sometimes): say them from the root.
+  std::string InRoot(const std::string& message, const std::string& busPciPath) const {
+    std::string out = message;
+    const size_t at = out.find(busPciPath);
+    if (at != std::string::npos) {
+      out.replace(at, busPciPath.size(), "sys/bus/pci");
+    }
+    return out;
+  }
+
+  void ReadGpuDetails(PciFunction& function) {
+    const auto totalVfs = ReadOptional<uint32_t>(function, "sriov_totalvfs", ParseUnsigned);
+    if (totalVfs) {
+      SriovInfo sriov;
+      sriov.totalVfs = *totalVfs;
+      sriov.numVfs = ReadOptional<uint32_t>(function, "sriov_numvfs", ParseUnsigned).value_or(0);
+      function.sriov = sriov;
+    }
+    ReadMdevTypes(function);
+    ReadNvidiaVgpu(function);
+  }
+
+  void ReadMdevTypes(PciFunction& function) {
+    const std::string typesPath = function.sysfsPath + "/mdev_supported_types";
+    const DirectoryListing types = ListDirectory(typesPath);
+    if (types.status == IoStatus::kMissing) {
+      return;
+    }
+    if (types.status == IoStatus::kError) {
+      function.problems.push_back(Relative(typesPath) + ": " + types.error);
+      return;
+    }
+    for (const std::string& typeName : types.names) {
+      MdevType type;
+      type.type = typeName;
+      const std::string base = "mdev_supported_types/" + typeName + "/";
+      const FileText name = ReadAttributeFile(function.sysfsPath + "/" + base + "name");
+      if (name.status == IoStatus::kOk) {
+        type.name = std::string(TrimAttribute(name.text));
+      } else if (name.status == IoStatus::kError) {
+        function.problems.push_back(Relative(function.sysfsPath) + "/" + base + "name: " +
+                                    name.error);
+      }
+      const auto available =
+          ReadOptional<uint32_t>(function, base + "available_instances", ParseUnsigned);
+      if (available) {
+        type.availableInstances = *available;
+      }
+      const FileText description =
+          ReadAttributeFile(function.sysfsPath + "/" + base + "description");
+      if (description.status == IoStatus::kOk) {
+        type.maxInstances = MaxInstancesFromDescription(description.text);
+      }
+      const FileText deviceApi = ReadAttributeFile(function.sysfsPath + "/" + base + "device_api");
+      if (deviceApi.status == IoStatus::kOk) {
+        type.deviceApi = std::string(TrimAttribute(deviceApi.text));
+      }
+      function.mdevTypes.push_back(std::move(type));
+    }
+    std::sort(function.mdevTypes.begin(), function.mdevTypes.end(),
+              [](const MdevType& a, const MdevType& b) { return a.type < b.type; });
+  }
+
+  void ReadNvidiaVgpu(PciFunction& function) {
+    const auto creatable = ReadOptional<std::vector<VgpuTypeEntry>>(
+        function, "nvidia/creatable_vgpu_types", ParseCreatableVgpuTypes);
+    const auto current =
+        ReadOptional<uint32_t>(function, "nvidia/current_vgpu_type", ParseUnsigned);
+    if (!creatable && !current && !IsDirectory(function.sysfsPath + "/nvidia")) {
+      return;
+    }
+    NvidiaVgpu vgpu;
+    if (creatable) {
+      vgpu.creatableTypes = *creatable;
+    }
+    if (current && *current != 0) {
+      vgpu.currentType = std::to_string(*current);
+    }
+    function.vgpu = std::move(vgpu);
+  }
+
+  // Mediated devices are found through `sys/bus/mdev/devices`, which lists them even when a
+  // parent has no `mdev_supported_types` (captured trees) and before their type link exists.
+  void ReadMdevs() {
+    const std::string busPath = Path(kBusMdevDevices);
+    const DirectoryListing listing = ListDirectory(busPath);
+    if (listing.status == IoStatus::kMissing) {
+      return;
+    }
+    if (listing.status == IoStatus::kError) {
+      AddProblem(std::string(kBusMdevDevices), listing.error);
+      return;
+    }
+    for (const std::string& name : listing.names) {
+      const std::string relative = std::string(kBusMdevDevices) + "/" + name;
+      if (!IsMdevUuid(name)) {
+        AddProblem(relative, "entry is not an mdev UUID; skipped");
+        continue;
+      }
+      const LinkTarget link = ReadLinkTarget(busPath + "/" + name);
+      if (link.status != IoStatus::kOk) {
+        AddProblem(relative, "cannot read link: " + link.error);
+        continue;
+      }
+      const auto parent = ParsePciAddress(LinkParentName(link.target));
+      if (!parent) {
+        AddProblem(relative, "link target " + link.target + " names no PCI parent; skipped");
+        continue;
+      }
+      Mdev mdev;
+      mdev.uuid = ToLower(name);
+      const std::string mdevPath = busPath + "/" + name;
+      const LinkTarget type = ReadLinkTarget(mdevPath + "/mdev_type");
+      if (type.status == IoStatus::kOk) {
+        mdev.type = std::string(LinkBasename(type.target));
+      } else {
+        scan_.mdevLinksPending = true;
+      }
+      const LinkTarget group = ReadLinkTarget(mdevPath + "/iommu_group");
+      if (group.status == IoStatus::kOk) {
+        const auto number = ParseUnsigned(LinkBasename(group.target));
+        if (number) {
+          mdev.iommuGroup = *number;
+        }
+      }
+      const LinkTarget driver = ReadLinkTarget(mdevPath + "/driver");
+      if (driver.status == IoStatus::kOk) {
+        mdev.driver = std::string(LinkBasename(driver.target));
+      }
+      scan_.mdevParents[mdev.uuid] = *parent;
+      auto it = std::lower_bound(
+          scan_.functions.begin(), scan_.functions.end(), *parent,
+          [](const PciFunction& f, const PciAddress& a) { return f.address < a; });
+      if (it != scan_.functions.end() && it->address == *parent) {
+        it->mdevs.push_back(std::move(mdev));
+      } else {
+        AddProblem(relative, "parent " + parent->ToString() + " is not a scanned PCI function");
+      }
+    }
+    for (PciFunction& function : scan_.functions) {
+      std::sort(function.mdevs.begin(), function.mdevs.end(),
+                [](const Mdev& a, const Mdev& b) { return a.uuid < b.uuid; });
+    }
+  }
+
+  static bool HandsOverToVm(const PciFunction& member) {
+    if (member.IsBridge() || !member.driver) {
+      return true;
+    }
+    const std::string& driver = *member.driver;
+    return driver == "pci-stub" || driver.find("vfio") != std::string::npos;
+  }
+
+  void IndexIommuGroups() {
+    for (const PciFunction& function : scan_.functions) {
+      if (function.iommuGroup) {
+        scan_.iommuGroups[*function.iommuGroup].push_back(function.address);
+      }
+    }
+    for (PciFunction& function : scan_.functions) {
+      if (!function.isGpu || !function.iommuGroup) {
+        continue;
+      }
+      bool viable = true;
+      for (const PciAddress& memberAddress : scan_.iommuGroups[*function.iommuGroup]) {
+        const PciFunction* member = scan_.Find(memberAddress);
+        if (member != nullptr && member != &function && !HandsOverToVm(*member)) {
+          viable = false;
+        }
+      }
+      function.iommuGroupViable = viable;
+    }
+  }
+
+  const ScanOptions& options_;
+  std::string root_;
+  HostScan scan_;
+  bool unparsableEntries_ = false;
+};
+
+}  // namespace
+
+bool IsGpuFunction(uint16_t vendorId, uint32_t classCode, const std::vector<uint16_t>& extraVendors) {
+  const uint32_t baseClass = classCode >> 16;
+  if (baseClass == 0x03) {
+    return vendorId == kVendorNvidia || vendorId == kVendorAmd || vendorId == kVendorIntel ||
+           std::find(extraVendors.begin(), extraVendors.end(), vendorId) != extraVendors.end();
+  }
+  // AMD Instinct MI300 parts (and their VFs) are processing accelerators, class 0x1200.
+  return baseClass == 0x12 && (classCode >> 8) == 0x1200 && vendorId == kVendorAmd;
+}
+
+HostScan ScanHost(const ScanOptions& options) { return Scanner(options).Run(); }
+
+}  // namespace cozy::sysfs

@@ -1,0 +1,145 @@
+#include "sysfs/sysfs_io.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+
+namespace cozy::sysfs {
+namespace {
+
+constexpr size_t kMaxAttributeBytes = 64 * 1024;
+
+std::string ErrnoText(int error) { return std::strerror(error); }
+
+}  // namespace
+
+FileText ReadAttributeFile(const std::string& path) {
+  FileText result;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) {
+    result.status = (errno == ENOENT || errno == ENOTDIR) ? IoStatus::kMissing : IoStatus::kError;
+    result.error = ErrnoText(errno);
+    return result;
+  }
+  std::array<char, 4096> buffer{};
+  while (true) {
+    const ssize_t n = ::read(fd, buffer.data(), buffer.size());
+    if (n < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      result.status = IoStatus::kError;
+      result.error = ErrnoText(errno);
+      break;
+    }
+    if (n == 0) {
+      break;
+    }
+    result.text.append(buffer.data(), static_cast<size_t>(n));
+    if (result.text.size() > kMaxAttributeBytes) {
+      result.status = IoStatus::kError;
+      result.error = "longer than " + std::to_string(kMaxAttributeBytes) + " bytes";
+      break;
+    }
+  }
+  ::close(fd);
+  if (result.status != IoStatus::kOk) {
+    result.text.clear();
+  }
+  return result;
+}
+
+LinkTarget ReadLinkTarget(const std::string& path) {
+  LinkTarget result;
+  std::array<char, 4096> buffer{};
+  const ssize_t n = ::readlink(path.c_str(), buffer.data(), buffer.size());
+  if (n < 0) {
+    result.status = (errno == ENOENT || errno == ENOTDIR) ? IoStatus::kMissing : IoStatus::kError;
+    result.error = errno == EINVAL ? "not a symbolic link" : ErrnoText(errno);
+    return result;
+  }
+  if (static_cast<size_t>(n) >= buffer.size()) {
+    result.status = IoStatus::kError;
+    result.error = "link target too long";
+    return result;
+  }
+  result.target.assign(buffer.data(), static_cast<size_t>(n));
+  return result;
+}
+
+DirectoryListing ListDirectory(const std::string& path) {
+  DirectoryListing result;
+  DIR* dir = ::opendir(path.c_str());
+  if (dir == nullptr) {
+    result.status = (errno == ENOENT || errno == ENOTDIR) ? IoStatus::kMissing : IoStatus::kError;
+    result.error = ErrnoText(errno);
+    return result;
+  }
+  while (const dirent* entry = ::readdir(dir)) {
+    if (entry->d_name[0] == '.') {
+      continue;
+    }
+    result.names.emplace_back(entry->d_name);
+  }
+  ::closedir(dir);
+  return result;
+}
+
+bool PathExists(const std::string& path) {
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0;
+}
+
+bool IsDirectory(const std::string& path) {
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
+}
+
+std::string JoinPath(std::string_view base, std::string_view relative) {
+  std::string out(base);
+  while (!relative.empty() && relative.front() == '/') {
+    relative.remove_prefix(1);
+  }
+  if (out.empty() || out.back() != '/') {
+    out += '/';
+  }
+  out += relative;
+  return out;
+}
+
+std::optional<std::string> NormalizeLexically(std::string_view path) {
+  const bool absolute = !path.empty() && path.front() == '/';
+  std::vector<std::string_view> parts;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string_view::npos) {
+      end = path.size();
+    }
+    const std::string_view part = path.substr(start, end - start);
+    if (part == "..") {
+      if (parts.empty()) {
+        return std::nullopt;
+      }
+      parts.pop_back();
+    } else if (!part.empty() && part != ".") {
+      parts.push_back(part);
+    }
+    start = end + 1;
+  }
+  std::string out = absolute ? "/" : "";
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i > 0) {
+      out += '/';
+    }
+    out += parts[i];
+  }
+  return out;
+}
+
+}  // namespace cozy::sysfs

@@ -1,0 +1,45 @@
+// Small, bounded reads of sysfs files, links and directories, reporting what failed on what.
+// Every call takes a full path: umockdev redirects only absolute paths under /sys.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cozy::sysfs {
+
+enum class IoStatus { kOk, kMissing, kError };
+
+struct FileText {
+  IoStatus status = IoStatus::kOk;
+  std::string text;   // the contents when kOk
+  std::string error;  // strerror-style reason when kError
+};
+
+// Reads a text attribute (sysfs pages are at most 4 KiB; 64 KiB is the hard limit here).
+FileText ReadAttributeFile(const std::string& path);
+
+struct LinkTarget {
+  IoStatus status = IoStatus::kOk;
+  std::string target;  // the link's text, not resolved
+  std::string error;
+};
+LinkTarget ReadLinkTarget(const std::string& path);
+
+struct DirectoryListing {
+  IoStatus status = IoStatus::kOk;
+  std::vector<std::string> names;  // without "." entries, unsorted
+  std::string error;
+};
+DirectoryListing ListDirectory(const std::string& path);
+
+bool PathExists(const std::string& path);
+bool IsDirectory(const std::string& path);
+
+// "a/b" + "c" -> "a/b/c"; keeps a root of "/" from doubling the slash.
+std::string JoinPath(std::string_view base, std::string_view relative);
+// Resolves "." and ".." lexically. Returns nullopt when ".." would climb above `path`'s start.
+std::optional<std::string> NormalizeLexically(std::string_view path);
+
+}  // namespace cozy::sysfs
