@@ -4,8 +4,12 @@
 #  - always, as NAME_replay: a plain program (any compiler, sanitizers as configured) that runs
 #    every file of CORPUS_DIR through the target; registered as a ctest, so the seeds and every
 #    crash once found and added to the corpus stay tested;
-#  - with COZY_FUZZ=ON (clang), as NAME with -fsanitize=fuzzer for real fuzzing:
-#      build-fuzz/test/fuzz/NAME CORPUS_DIR -max_total_time=60
+#  - with COZY_FUZZ=ON (clang), as NAME with -fsanitize=fuzzer in <build>/fuzz/bin, part of the
+#    `fuzz_targets` target: scripts/test.sh --fuzz SECONDS runs each on its corpus.
+if(COZY_FUZZ AND NOT TARGET fuzz_targets)
+  add_custom_target(fuzz_targets)
+endif()
+
 function(cozy_add_fuzz_target name source corpus)
   set(libs ${ARGN})
   add_executable(${name}_replay ${source} ${PROJECT_SOURCE_DIR}/test/fuzz/replay_main.cpp)
@@ -13,8 +17,9 @@ function(cozy_add_fuzz_target name source corpus)
   add_test(NAME ${name}_corpus COMMAND ${name}_replay ${corpus})
   if(COZY_FUZZ)
     add_executable(${name} ${source})
-    target_compile_options(${name} PRIVATE -fsanitize=fuzzer,address,undefined)
-    target_link_options(${name} PRIVATE -fsanitize=fuzzer,address,undefined)
+    target_link_options(${name} PRIVATE -fsanitize=fuzzer)
     target_link_libraries(${name} PRIVATE cozy_flags ${libs})
+    set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/fuzz/bin)
+    add_dependencies(fuzz_targets ${name})
   endif()
 endfunction()

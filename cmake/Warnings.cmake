@@ -11,3 +11,9 @@ if(COZY_SANITIZE)
   target_compile_options(cozy_flags INTERFACE -fsanitize=${COZY_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
   target_link_options(cozy_flags INTERFACE -fsanitize=${COZY_SANITIZE})
 endif()
+if(COZY_FUZZ)
+  # Everything a fuzz target links is instrumented for coverage, with ASan and UBSan.
+  target_compile_options(cozy_flags INTERFACE -fsanitize=fuzzer-no-link,address,undefined
+                         -fno-omit-frame-pointer)
+  target_link_options(cozy_flags INTERFACE -fsanitize=address,undefined)
+endif()

@@ -130,29 +130,6 @@ bool LibpciSession::Scan(std::vector<LibpciFunction>& functions) {
   return true;
 }
 
-std::optional<LibpciFill> LibpciSession::Fill(pci_dev* device) {
-  error_.clear();
-  // NUMA nodes are read by the scanner: libpci's strtol would take a malformed one for node 0.
-  constexpr unsigned int kFlags =
-      PCI_FILL_IDENT | PCI_FILL_CLASS | PCI_FILL_CLASS_EXT | PCI_FILL_SUBSYS;
-  unsigned int known = 0;
-  const bool filled = Guarded(error_, warnings_, [device, &known] {
-    known = static_cast<unsigned int>(pci_fill_info(device, kFlags));
-  });
-  if (!filled) {
-    return std::nullopt;
-  }
-  LibpciFill fill;
-  fill.vendorId = device->vendor_id;
-  fill.deviceId = device->device_id;
-  fill.classCode = (static_cast<uint32_t>(device->device_class) << 8) | device->prog_if;
-  if ((known & PCI_FILL_SUBSYS) != 0) {
-    fill.subsystemVendorId = device->subsys_vendor_id;
-    fill.subsystemDeviceId = device->subsys_id;
-  }
-  return fill;
-}
-
 std::string LibpciSession::VendorName(uint16_t vendorId) {
   if (!initialised_) {
     return {};

@@ -1,4 +1,4 @@
-// libpci behind a guard: its error callback must not return and by default exits the process,
+// libpci, for enumeration and names, behind a guard: its error callback must not return and by default exits the process,
 // so every call into it runs under a jump point that turns such an error into a message.
 #pragma once
 
@@ -20,14 +20,6 @@ struct LibpciFunction {
   pci_dev* device = nullptr;  // owned by the session
 };
 
-struct LibpciFill {
-  uint16_t vendorId = 0;
-  uint16_t deviceId = 0;
-  uint32_t classCode = 0;
-  std::optional<uint16_t> subsystemVendorId;
-  std::optional<uint16_t> subsystemDeviceId;
-};
-
 class LibpciSession {
  public:
   // `busPciPath` is what libpci's sysfs.path names: "<root>/sys/bus/pci".
@@ -38,8 +30,6 @@ class LibpciSession {
 
   // Initialises libpci and lists the functions; false (with error()) when libpci gave up.
   bool Scan(std::vector<LibpciFunction>& functions);
-  // Identity, class and subsystem. nullopt (with error()) when libpci gave up on it.
-  std::optional<LibpciFill> Fill(pci_dev* device);
   // pci.ids names; empty when the ID is not listed (never a guess, never a number).
   std::string VendorName(uint16_t vendorId);
   std::string DeviceName(uint16_t vendorId, uint16_t deviceId);

@@ -19,14 +19,10 @@ namespace {
 constexpr std::string_view kBusPciDevices = "sys/bus/pci/devices";
 constexpr std::string_view kBusMdevDevices = "sys/bus/mdev/devices";
 
-// What the pre-libpci pass learned of one `sys/bus/pci/devices` entry.
+// What the pass before libpci learned of one `sys/bus/pci/devices` entry.
 struct Candidate {
-  PciAddress address;
   std::string entry;  // the entry's name
-  std::string path;   // the function's real directory
-  uint16_t vendorId = 0;
-  uint16_t deviceId = 0;
-  uint32_t classCode = 0;
+  PciFunction function;  // address and sysfsPath always; the rest when `valid`
   bool valid = false;
 };
 
@@ -114,11 +110,7 @@ class Scanner {
       const auto normalized =
           NormalizeLexically(std::string(kBusPciDevices) + "/" + link.target);
       if (normalized) {
-        const std::string path = Path(*normalized);
-        if (IsDirectory(path)) {
-          return path;
-        }
-        return std::nullopt;
+        return Path(*normalized);  // a vanished target shows when its files are read
       }
     }
     std::array<char, PATH_MAX> resolved{};
@@ -128,8 +120,9 @@ class Scanner {
     return std::string(resolved.data());
   }
 
-  // Reads what libpci would choke on (entry names, vendor, device, class), so that a malformed
-  // tree never reaches libpci's error callback and is reported instead.
+  // Reads every function's identity before libpci sees the tree: what libpci would choke on
+  // (entry names, vendor, device, class) is reported here instead, and what libpci reads with
+  // strtol (which takes garbage for 0) is read strictly. One directory handle per function.
   std::vector<Candidate> ReadCandidates() {
     const DirectoryListing listing = ListDirectory(Path(kBusPciDevices));
     if (listing.status != IoStatus::kOk) {
@@ -148,56 +141,68 @@ class Scanner {
         unparsableEntries_ = true;
         continue;
       }
-      candidate.address = *address;
-      const auto directory = FunctionDirectory(name);
-      if (!directory) {
+      candidate.function.address = *address;
+      const auto directoryPath = FunctionDirectory(name);
+      if (!directoryPath) {
         AddProblem(relative, "function vanished or its link dangles; skipped");
-        candidates.push_back(candidate);
+        candidates.push_back(std::move(candidate));
         continue;
       }
-      candidate.path = *directory;
-      const auto vendor = ReadId(candidate, "vendor", relative);
-      const auto device = ReadId(candidate, "device", relative);
-      const auto classCode = ReadClass(candidate, relative);
-      if (vendor && device && classCode) {
-        candidate.vendorId = *vendor;
-        candidate.deviceId = *device;
-        candidate.classCode = *classCode;
-        candidate.valid = true;
+      candidate.function.sysfsPath = *directoryPath;
+      const Directory directory(*directoryPath);
+      if (!directory.ok()) {
+        AddProblem(relative, "function vanished or its link dangles; skipped");
+        candidates.push_back(std::move(candidate));
+        continue;
+      }
+      candidate.valid = ReadIdentity(directory, relative, candidate.function);
+      if (candidate.valid) {
+        PciFunction& function = candidate.function;
+        ReadSubsystem(directory, function);
+        ReadNumaNode(directory, function);
+        ReadLinks(directory, function);
+        // A GPU, or a VF that may be one (its PF decides later): read the rest through the
+        // handle already open.
+        if (IsGpuFunction(function.vendorId, function.classCode, options_.extraGpuVendors) ||
+            function.physicalFunction) {
+          ReadGpuDetails(directory, function);
+        }
       }
       candidates.push_back(std::move(candidate));
     }
     return candidates;
   }
 
-  std::optional<uint16_t> ReadId(const Candidate& candidate, const char* attribute,
-                                 const std::string& relative) {
-    const FileText file = ReadAttributeFile(candidate.path + "/" + attribute);
-    if (file.status != IoStatus::kOk) {
-      AddProblem(relative + "/" + attribute,
-                 std::string("cannot read: ") + (file.status == IoStatus::kMissing
-                                                     ? "missing" : file.error) + "; skipped");
-      return std::nullopt;
+  // vendor, device and class: mandatory for libpci and for the GPU filter.
+  bool ReadIdentity(const Directory& directory, const std::string& relative, PciFunction& function) {
+    const auto vendor = ReadMandatory(directory, relative, "vendor", ParseHexId);
+    const auto device = vendor ? ReadMandatory(directory, relative, "device", ParseHexId)
+                               : std::nullopt;
+    const auto classCode = device ? ReadMandatory(directory, relative, "class", ParseClassCode)
+                                  : std::nullopt;
+    if (!vendor || !device || !classCode) {
+      return false;
     }
-    const auto parsed = ParseHexId(file.text);
-    if (!parsed) {
-      AddProblem(relative + "/" + attribute, parsed.error() + "; skipped");
-      return std::nullopt;
-    }
-    return *parsed;
+    function.vendorId = *vendor;
+    function.deviceId = *device;
+    function.classCode = *classCode;
+    return true;
   }
 
-  std::optional<uint32_t> ReadClass(const Candidate& candidate, const std::string& relative) {
-    const FileText file = ReadAttributeFile(candidate.path + "/class");
+  template <typename Parser>
+  auto ReadMandatory(const Directory& directory, const std::string& relative,
+                     const std::string& attribute, Parser parse)
+      -> std::optional<std::decay_t<decltype(*parse(std::string_view()))>> {
+    const FileText file = directory.Read(attribute);
     if (file.status != IoStatus::kOk) {
-      AddProblem(relative + "/class",
-                 std::string("cannot read: ") + (file.status == IoStatus::kMissing
-                                                     ? "missing" : file.error) + "; skipped");
+      AddProblem(relative + "/" + attribute,
+                 std::string("cannot read: ") +
+                     (file.status == IoStatus::kMissing ? "missing" : file.error) + "; skipped");
       return std::nullopt;
     }
-    const auto parsed = ParseClassCode(file.text);
+    const auto parsed = parse(file.text);
     if (!parsed) {
-      AddProblem(relative + "/class", parsed.error() + "; skipped");
+      AddProblem(relative + "/" + attribute, parsed.error() + "; skipped");
       return std::nullopt;
     }
     return *parsed;
@@ -216,10 +221,10 @@ class Scanner {
     std::error_code error;
     std::filesystem::create_directory(shadow.path() + "/devices", error);
     for (const Candidate& candidate : candidates) {
-      if (candidate.path.empty()) {
+      if (candidate.function.sysfsPath.empty()) {
         continue;
       }
-      std::filesystem::create_directory_symlink(candidate.path,
+      std::filesystem::create_directory_symlink(candidate.function.sysfsPath,
                                                 shadow.path() + "/devices/" + candidate.entry, error);
     }
     if (IsDirectory(busPci + "/slots")) {
@@ -243,42 +248,19 @@ class Scanner {
     }
     std::map<PciAddress, Candidate*> byAddress;
     for (Candidate& candidate : candidates) {
-      byAddress[candidate.address] = &candidate;
+      if (candidate.valid) {
+        byAddress[candidate.function.address] = &candidate;
+      }
     }
+    // libpci is the enumerator: a function it does not list (gone since) is not reported.
     for (const LibpciFunction& entry : listed) {
       const auto it = byAddress.find(entry.address);
-      if (it == byAddress.end() || !it->second->valid) {
+      if (it == byAddress.end()) {
         continue;  // reported by ReadCandidates, or appeared since: the next scan takes it
       }
-      Candidate& candidate = *it->second;
-      const std::string relative = std::string(kBusPciDevices) + "/" + candidate.entry;
-      const auto fill = libpci.Fill(entry.device);
-      for (const std::string& warning : libpci.TakeWarnings()) {
-        AddProblem(relative, "libpci: " + InRoot(warning, busPciPath));
-      }
-      if (!fill) {
-        // The function went away between our read and libpci's (or changed under it).
-        AddProblem(relative, "libpci gave up on this function (" + libpci.error() +
-                                 "); it may have vanished mid-scan; skipped");
-        continue;
-      }
-      PciFunction function;
-      function.address = candidate.address;
-      function.sysfsPath = candidate.path;
-      function.vendorId = candidate.vendorId;
-      function.deviceId = candidate.deviceId;
-      function.classCode = candidate.classCode;
-      if (fill->vendorId != candidate.vendorId || fill->deviceId != candidate.deviceId ||
-          fill->classCode != candidate.classCode) {
-        AddProblem(relative, "identity changed during the scan; skipped");
-        continue;
-      }
-      function.subsystemVendorId = fill->subsystemVendorId;
-      function.subsystemDeviceId = fill->subsystemDeviceId;
-      ReadNumaNode(function);
+      PciFunction function = std::move(it->second->function);
       function.vendorName = libpci.VendorName(function.vendorId);
       function.deviceName = libpci.DeviceName(function.vendorId, function.deviceId);
-      ReadLinks(function);
       scan_.functions.push_back(std::move(function));
     }
     for (const std::string& warning : libpci.TakeWarnings()) {
@@ -288,18 +270,18 @@ class Scanner {
 
   // Link targets are taken by their basename, also when the target is missing (captured trees
   // such as umockdev dumps lack them); a dangling `driver` link is still worth a report.
-  void ReadLinks(PciFunction& function) {
-    const LinkTarget driver = ReadLinkTarget(function.sysfsPath + "/driver");
+  void ReadLinks(const Directory& directory, PciFunction& function) {
+    const LinkTarget driver = directory.ReadLink("driver");
     if (driver.status == IoStatus::kOk) {
       function.driver = std::string(LinkBasename(driver.target));
-      if (!PathExists(function.sysfsPath + "/driver")) {
+      if (!DriverRegistered(*function.driver)) {
         function.problems.push_back(Relative(function.sysfsPath) + "/driver: link target " +
                                     driver.target + " is missing");
       }
     } else if (driver.status == IoStatus::kError) {
       function.problems.push_back(Relative(function.sysfsPath) + "/driver: " + driver.error);
     }
-    const LinkTarget group = ReadLinkTarget(function.sysfsPath + "/iommu_group");
+    const LinkTarget group = directory.ReadLink("iommu_group");
     if (group.status == IoStatus::kOk) {
       const auto number = ParseUnsigned(LinkBasename(group.target));
       if (number) {
@@ -311,26 +293,42 @@ class Scanner {
     } else if (group.status == IoStatus::kError) {
       function.problems.push_back(Relative(function.sysfsPath) + "/iommu_group: " + group.error);
     }
+    // Only a GPU vendor's function can be a GPU's VF (its physfn decides).
+    if (!IsGpuVendor(function.vendorId)) {
+      return;
+    }
+    const LinkTarget physfn = directory.ReadLink("physfn");
+    if (physfn.status == IoStatus::kOk) {
+      const auto parent = ParsePciAddress(LinkBasename(physfn.target));
+      if (parent) {
+        function.physicalFunction = *parent;
+      } else {
+        function.problems.push_back(Relative(function.sysfsPath) + "/physfn: target " +
+                                    physfn.target + " is not a PCI address");
+      }
+    }
+  }
+
+  bool IsGpuVendor(uint16_t vendor) const {
+    return vendor == kVendorNvidia || vendor == kVendorAmd || vendor == kVendorIntel ||
+           std::find(options_.extraGpuVendors.begin(), options_.extraGpuVendors.end(), vendor) !=
+               options_.extraGpuVendors.end();
+  }
+
+  // Whether sys/bus/pci/drivers/<name> exists, asked once per driver and scan.
+  bool DriverRegistered(const std::string& name) {
+    const auto known = registeredDrivers_.find(name);
+    if (known != registeredDrivers_.end()) {
+      return known->second;
+    }
+    const bool registered = IsDirectory(Path("sys/bus/pci/drivers/" + name));
+    registeredDrivers_[name] = registered;
+    return registered;
   }
 
   void ClassifyGpus() {
-    std::set<uint16_t> vendors = {kVendorNvidia, kVendorAmd, kVendorIntel};
-    vendors.insert(options_.extraGpuVendors.begin(), options_.extraGpuVendors.end());
     for (PciFunction& function : scan_.functions) {
       function.isGpu = IsGpuFunction(function.vendorId, function.classCode, options_.extraGpuVendors);
-      if (vendors.count(function.vendorId) == 0) {
-        continue;
-      }
-      const LinkTarget physfn = ReadLinkTarget(function.sysfsPath + "/physfn");
-      if (physfn.status == IoStatus::kOk) {
-        const auto parent = ParsePciAddress(LinkBasename(physfn.target));
-        if (parent) {
-          function.physicalFunction = *parent;
-        } else {
-          function.problems.push_back(Relative(function.sysfsPath) + "/physfn: target " +
-                                      physfn.target + " is not a PCI address");
-        }
-      }
     }
     for (PciFunction& function : scan_.functions) {
       if (!function.isGpu && function.physicalFunction) {
@@ -338,18 +336,13 @@ class Scanner {
         function.isGpu = pf != nullptr && pf->isGpu;
       }
     }
-    for (PciFunction& function : scan_.functions) {
-      if (function.isGpu) {
-        ReadGpuDetails(function);
-      }
-    }
   }
 
   // Reads an optional attribute; a present but unreadable or malformed one is a problem.
   template <typename T, typename Parser>
-  std::optional<T> ReadOptional(PciFunction& function, const std::string& relativeFile,
-                                Parser parse) {
-    const FileText file = ReadAttributeFile(function.sysfsPath + "/" + relativeFile);
+  std::optional<T> ReadOptional(const Directory& directory, PciFunction& function,
+                                const std::string& relativeFile, Parser parse) {
+    const FileText file = directory.Read(relativeFile);
     if (file.status == IoStatus::kMissing) {
       return std::nullopt;
     }
@@ -366,9 +359,19 @@ class Scanner {
     return T(*parsed);
   }
 
+  void ReadSubsystem(const Directory& directory, PciFunction& function) {
+    const auto vendor = ReadOptional<uint16_t>(directory, function, "subsystem_vendor", ParseHexId);
+    const auto device = ReadOptional<uint16_t>(directory, function, "subsystem_device", ParseHexId);
+    if (vendor && device) {
+      function.subsystemVendorId = *vendor;
+      function.subsystemDeviceId = *device;
+    }
+  }
+
   // libpci reads numa_node with strtol, which takes garbage for node 0: read it strictly.
-  void ReadNumaNode(PciFunction& function) {
-    const auto numa = ReadOptional<std::optional<int32_t>>(function, "numa_node", ParseNumaNode);
+  void ReadNumaNode(const Directory& directory, PciFunction& function) {
+    const auto numa =
+        ReadOptional<std::optional<int32_t>>(directory, function, "numa_node", ParseNumaNode);
     if (numa) {
       function.numaNode = *numa;
     }
@@ -384,21 +387,26 @@ class Scanner {
     return out;
   }
 
-  void ReadGpuDetails(PciFunction& function) {
-    const auto totalVfs = ReadOptional<uint32_t>(function, "sriov_totalvfs", ParseUnsigned);
+  void ReadGpuDetails(const Directory& directory, PciFunction& function) {
+    // A VF has no sriov_* files.
+    const auto totalVfs = function.physicalFunction
+                              ? std::nullopt
+                              : ReadOptional<uint32_t>(directory, function, "sriov_totalvfs",
+                                                         ParseUnsigned);
     if (totalVfs) {
       SriovInfo sriov;
       sriov.totalVfs = *totalVfs;
-      sriov.numVfs = ReadOptional<uint32_t>(function, "sriov_numvfs", ParseUnsigned).value_or(0);
+      sriov.numVfs =
+          ReadOptional<uint32_t>(directory, function, "sriov_numvfs", ParseUnsigned).value_or(0);
       function.sriov = sriov;
     }
-    ReadMdevTypes(function);
-    ReadNvidiaVgpu(function);
+    ReadMdevTypes(directory, function);
+    ReadNvidiaVgpu(directory, function);
   }
 
-  void ReadMdevTypes(PciFunction& function) {
+  void ReadMdevTypes(const Directory& directory, PciFunction& function) {
     const std::string typesPath = function.sysfsPath + "/mdev_supported_types";
-    const DirectoryListing types = ListDirectory(typesPath);
+    const DirectoryListing types = directory.List("mdev_supported_types");
     if (types.status == IoStatus::kMissing) {
       return;
     }
@@ -410,41 +418,57 @@ class Scanner {
       MdevType type;
       type.type = typeName;
       const std::string base = "mdev_supported_types/" + typeName + "/";
-      const FileText name = ReadAttributeFile(function.sysfsPath + "/" + base + "name");
-      if (name.status == IoStatus::kOk) {
-        type.name = std::string(TrimAttribute(name.text));
-      } else if (name.status == IoStatus::kError) {
-        function.problems.push_back(Relative(function.sysfsPath) + "/" + base + "name: " +
-                                    name.error);
-      }
       const auto available =
-          ReadOptional<uint32_t>(function, base + "available_instances", ParseUnsigned);
+          ReadOptional<uint32_t>(directory, function, base + "available_instances", ParseUnsigned);
       if (available) {
         type.availableInstances = *available;
       }
-      const FileText description =
-          ReadAttributeFile(function.sysfsPath + "/" + base + "description");
-      if (description.status == IoStatus::kOk) {
-        type.maxInstances = MaxInstancesFromDescription(description.text);
-      }
-      const FileText deviceApi = ReadAttributeFile(function.sysfsPath + "/" + base + "device_api");
-      if (deviceApi.status == IoStatus::kOk) {
-        type.deviceApi = std::string(TrimAttribute(deviceApi.text));
-      }
+      // A type's name, description and device API are the driver's, the same on every parent
+      // (a VF of each of 16 GPUs offers the same nvidia-1145): read once per scan.
+      const MdevType& shared = MdevTypeDescription(directory, function, typeName);
+      type.name = shared.name;
+      type.maxInstances = shared.maxInstances;
+      type.deviceApi = shared.deviceApi;
       function.mdevTypes.push_back(std::move(type));
     }
     std::sort(function.mdevTypes.begin(), function.mdevTypes.end(),
               [](const MdevType& a, const MdevType& b) { return a.type < b.type; });
   }
 
-  void ReadNvidiaVgpu(PciFunction& function) {
-    const auto creatable = ReadOptional<std::vector<VgpuTypeEntry>>(
-        function, "nvidia/creatable_vgpu_types", ParseCreatableVgpuTypes);
-    const auto current =
-        ReadOptional<uint32_t>(function, "nvidia/current_vgpu_type", ParseUnsigned);
-    if (!creatable && !current && !IsDirectory(function.sysfsPath + "/nvidia")) {
+  const MdevType& MdevTypeDescription(const Directory& directory, PciFunction& function,
+                                      const std::string& typeName) {
+    const auto known = mdevTypeDescriptions_.find(typeName);
+    if (known != mdevTypeDescriptions_.end()) {
+      return known->second;
+    }
+    MdevType type;
+    const std::string base = "mdev_supported_types/" + typeName + "/";
+    const FileText name = directory.Read(base + "name");
+    if (name.status == IoStatus::kOk) {
+      type.name = std::string(TrimAttribute(name.text));
+    } else if (name.status == IoStatus::kError) {
+      function.problems.push_back(Relative(function.sysfsPath) + "/" + base + "name: " +
+                                  name.error);
+    }
+    const FileText description = directory.Read(base + "description");
+    if (description.status == IoStatus::kOk) {
+      type.maxInstances = MaxInstancesFromDescription(description.text);
+    }
+    const FileText deviceApi = directory.Read(base + "device_api");
+    if (deviceApi.status == IoStatus::kOk) {
+      type.deviceApi = std::string(TrimAttribute(deviceApi.text));
+    }
+    return mdevTypeDescriptions_.emplace(typeName, std::move(type)).first->second;
+  }
+
+  void ReadNvidiaVgpu(const Directory& directory, PciFunction& function) {
+    if (!directory.IsSubdirectory("nvidia")) {
       return;
     }
+    const auto creatable = ReadOptional<std::vector<VgpuTypeEntry>>(
+        directory, function, "nvidia/creatable_vgpu_types", ParseCreatableVgpuTypes);
+    const auto current =
+        ReadOptional<uint32_t>(directory, function, "nvidia/current_vgpu_type", ParseUnsigned);
     NvidiaVgpu vgpu;
     if (creatable) {
       vgpu.creatableTypes = *creatable;
@@ -485,21 +509,28 @@ class Scanner {
       }
       Mdev mdev;
       mdev.uuid = ToLower(name);
-      const std::string mdevPath = busPath + "/" + name;
-      const LinkTarget type = ReadLinkTarget(mdevPath + "/mdev_type");
+      // Read through the device's own directory (the link's target, resolved lexically).
+      const auto normalized =
+          NormalizeLexically(std::string(kBusMdevDevices) + "/" + link.target);
+      const Directory directory(normalized ? Path(*normalized) : busPath + "/" + name);
+      if (!directory.ok()) {
+        AddProblem(relative, "mdev vanished or its link dangles: " + directory.error());
+        continue;
+      }
+      const LinkTarget type = directory.ReadLink("mdev_type");
       if (type.status == IoStatus::kOk) {
         mdev.type = std::string(LinkBasename(type.target));
       } else {
         scan_.mdevLinksPending = true;
       }
-      const LinkTarget group = ReadLinkTarget(mdevPath + "/iommu_group");
+      const LinkTarget group = directory.ReadLink("iommu_group");
       if (group.status == IoStatus::kOk) {
         const auto number = ParseUnsigned(LinkBasename(group.target));
         if (number) {
           mdev.iommuGroup = *number;
         }
       }
-      const LinkTarget driver = ReadLinkTarget(mdevPath + "/driver");
+      const LinkTarget driver = directory.ReadLink("driver");
       if (driver.status == IoStatus::kOk) {
         mdev.driver = std::string(LinkBasename(driver.target));
       }
@@ -552,6 +583,8 @@ class Scanner {
   std::string root_;
   HostScan scan_;
   bool unparsableEntries_ = false;
+  std::map<std::string, bool> registeredDrivers_;
+  std::map<std::string, MdevType> mdevTypeDescriptions_;
 };
 
 }  // namespace

@@ -18,14 +18,21 @@ std::string ErrnoText(int error) { return std::strerror(error); }
 
 }  // namespace
 
+FileText ReadOpenedFile(int fd);
+
 FileText ReadAttributeFile(const std::string& path) {
+  return ReadOpenedFile(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
+}
+
+FileText ReadOpenedFile(int fd) {
   FileText result;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (fd < 0) {
     result.status = (errno == ENOENT || errno == ENOTDIR) ? IoStatus::kMissing : IoStatus::kError;
     result.error = ErrnoText(errno);
     return result;
   }
+  // sysfs hands a text attribute over in one read; a short read is the end of it. Only a full
+  // buffer needs another read (regular files in fixture trees behave the same).
   std::array<char, 4096> buffer{};
   while (true) {
     const ssize_t n = ::read(fd, buffer.data(), buffer.size());
@@ -37,10 +44,10 @@ FileText ReadAttributeFile(const std::string& path) {
       result.error = ErrnoText(errno);
       break;
     }
-    if (n == 0) {
+    result.text.append(buffer.data(), static_cast<size_t>(n));
+    if (static_cast<size_t>(n) < buffer.size()) {
       break;
     }
-    result.text.append(buffer.data(), static_cast<size_t>(n));
     if (result.text.size() > kMaxAttributeBytes) {
       result.status = IoStatus::kError;
       result.error = "longer than " + std::to_string(kMaxAttributeBytes) + " bytes";
@@ -54,10 +61,10 @@ FileText ReadAttributeFile(const std::string& path) {
   return result;
 }
 
-LinkTarget ReadLinkTarget(const std::string& path) {
+LinkTarget ReadLinkTargetAt(int directoryFd, const char* path) {
   LinkTarget result;
   std::array<char, 4096> buffer{};
-  const ssize_t n = ::readlink(path.c_str(), buffer.data(), buffer.size());
+  const ssize_t n = ::readlinkat(directoryFd, path, buffer.data(), buffer.size());
   if (n < 0) {
     result.status = (errno == ENOENT || errno == ENOTDIR) ? IoStatus::kMissing : IoStatus::kError;
     result.error = errno == EINVAL ? "not a symbolic link" : ErrnoText(errno);
@@ -72,9 +79,12 @@ LinkTarget ReadLinkTarget(const std::string& path) {
   return result;
 }
 
-DirectoryListing ListDirectory(const std::string& path) {
+LinkTarget ReadLinkTarget(const std::string& path) {
+  return ReadLinkTargetAt(AT_FDCWD, path.c_str());
+}
+
+DirectoryListing ListOpenedDirectory(DIR* dir) {
   DirectoryListing result;
-  DIR* dir = ::opendir(path.c_str());
   if (dir == nullptr) {
     result.status = (errno == ENOENT || errno == ENOTDIR) ? IoStatus::kMissing : IoStatus::kError;
     result.error = ErrnoText(errno);
@@ -88,6 +98,10 @@ DirectoryListing ListDirectory(const std::string& path) {
   }
   ::closedir(dir);
   return result;
+}
+
+DirectoryListing ListDirectory(const std::string& path) {
+  return ListOpenedDirectory(::opendir(path.c_str()));
 }
 
 bool PathExists(const std::string& path) {
@@ -140,6 +154,45 @@ std::optional<std::string> NormalizeLexically(std::string_view path) {
     out += parts[i];
   }
   return out;
+}
+
+Directory::Directory(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (fd_ < 0) {
+    status_ = (errno == ENOENT || errno == ENOTDIR) ? IoStatus::kMissing : IoStatus::kError;
+    error_ = ErrnoText(errno);
+  }
+}
+
+Directory::~Directory() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+  }
+}
+
+FileText Directory::Read(const std::string& relative) const {
+  return ReadOpenedFile(::openat(fd_, relative.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
+}
+
+LinkTarget Directory::ReadLink(const std::string& relative) const {
+  return ReadLinkTargetAt(fd_, relative.c_str());
+}
+
+DirectoryListing Directory::List(const std::string& relative) const {
+  const int fd = ::openat(fd_, relative.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    return ListOpenedDirectory(nullptr);
+  }
+  DIR* dir = ::fdopendir(fd);
+  if (dir == nullptr) {
+    ::close(fd);
+  }
+  return ListOpenedDirectory(dir);
+}
+
+bool Directory::IsSubdirectory(const std::string& relative) const {
+  struct stat info {};
+  return ::fstatat(fd_, relative.c_str(), &info, 0) == 0 && S_ISDIR(info.st_mode);
 }
 
 }  // namespace cozy::sysfs

@@ -43,3 +43,34 @@ std::string JoinPath(std::string_view base, std::string_view relative);
 std::optional<std::string> NormalizeLexically(std::string_view path);
 
 }  // namespace cozy::sysfs
+
+namespace cozy::sysfs {
+
+// An open directory (O_PATH) whose entries are read relative to it: one path walk per
+// function instead of one per attribute. Opened by absolute path, so umockdev's redirection of
+// /sys applies to the directory and thereby to everything read through it.
+class Directory {
+ public:
+  explicit Directory(const std::string& path);
+  ~Directory();
+  Directory(const Directory&) = delete;
+  Directory& operator=(const Directory&) = delete;
+
+  bool ok() const { return fd_ >= 0; }
+  IoStatus status() const { return status_; }
+  const std::string& error() const { return error_; }
+  const std::string& path() const { return path_; }
+
+  FileText Read(const std::string& relative) const;
+  LinkTarget ReadLink(const std::string& relative) const;
+  DirectoryListing List(const std::string& relative) const;
+  bool IsSubdirectory(const std::string& relative) const;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  IoStatus status_ = IoStatus::kOk;
+  std::string error_;
+};
+
+}  // namespace cozy::sysfs
