@@ -109,6 +109,17 @@ DeviceId ParseNvml(std::string_view id) {
   return DeviceId{};
 }
 
+// Whether a group member is one a VM can be given, which is what a group-number ID means:
+// bound to a VFIO driver, or an NVIDIA SR-IOV VF with a vGPU type set, which on kernel 6.8+
+// is a VFIO device served by the nvidia driver itself (KubeVirt's PCI plugin takes exactly
+// these two). A GPU on the nvidia or amdgpu driver is not: its group number is no device ID.
+bool HandsGroupToVm(const sysfs::PciFunction& function) {
+  if (function.driver && IsVfioDriver(*function.driver)) {
+    return true;
+  }
+  return function.physicalFunction && function.vgpu && function.vgpu->currentType;
+}
+
 }  // namespace
 
 std::string_view ToString(DeviceIdShape shape) {
@@ -204,7 +215,7 @@ Resolution Resolver::Resolve(const DeviceId& id) const {
       if (const auto it = host_.iommuGroups.find(id.iommuGroup); it != host_.iommuGroups.end()) {
         for (const auto& member : it->second) {
           const sysfs::PciFunction* function = host_.Find(member);
-          if (function != nullptr && function->driver && IsVfioDriver(*function->driver)) {
+          if (function != nullptr && HandsGroupToVm(*function)) {
             place(member);
           }
         }

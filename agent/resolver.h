@@ -72,9 +72,10 @@ class Resolver {
 
   // - PCI address: the function, if it exists.
   // - mdev UUID: its parent function (HostScan::mdevParents).
-  // - decimal N: IOMMU group N counted only through members bound to a vfio driver, so plain
-  //   indexes ("0", "1") do not read as groups; or, for an mdev's own group (KubeVirt's mdev
-  //   plugin uses it as the ID), the mdev's parent.
+  // - decimal N: IOMMU group N counted only through members bound to a vfio driver (or
+  //   NVIDIA VFs with a vGPU type set, VFIO devices of the nvidia driver), so plain indexes
+  //   ("0", "1") do not read as groups; or, for an mdev's own group (KubeVirt's mdev plugin
+  //   uses it as the ID), the mdev's parent.
   // - NVML: the function of the GPU UUID (or of a legacy MIG ID's parent GPU) when known.
   Resolution Resolve(std::string_view id) const;
   Resolution Resolve(const DeviceId& id) const;
