@@ -47,7 +47,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       Check(std::to_string(parsed.iommuGroup) == id);
       break;
     case DeviceIdShape::kMdevUuid:
-      Check(parsed.uuid.size() == 36 && cozy::agent::ParseDeviceId(parsed.uuid).uuid == parsed.uuid);
+      Check(parsed.uuid.size() == 36);
+      Check(cozy::agent::ParseDeviceId(parsed.uuid).uuid == parsed.uuid);
       break;
     case DeviceIdShape::kNvmlGpu:
       Check(parsed.uuid.starts_with("GPU-"));

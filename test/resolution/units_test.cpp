@@ -276,7 +276,8 @@ TEST(CountUnits, A4_HgxContainerPluginUuidsAreUnplaced) {
                                                     std::to_string(replica)});
   }
   Advertise(allocation, "nvidia.com/mig-1g.10gb",
-            {"MIG-5c0a6f0e-0a1b-5c2d-9e3f-4a5b6c7d8e90", "MIG-5c0a6f0e-0a1b-5c2d-9e3f-4a5b6c7d8e91"});
+            {"MIG-5c0a6f0e-0a1b-5c2d-9e3f-4a5b6c7d8e90",
+             "MIG-5c0a6f0e-0a1b-5c2d-9e3f-4a5b6c7d8e91"});
   allocation.pods.push_back(Pod("ml", "trainer-0", "nvidia.com/gpu",
                                 {HgxGpuUuid(0), HgxGpuUuid(1)}));
   allocation.pods.push_back(Pod("ml", "notebook", "nvidia.com/gpu.shared",

@@ -123,9 +123,9 @@ inline std::string SyntheticMdevUuid(int gpu, int vf) {
   return uuid;
 }
 
-// 16 GPUs x 32 SR-IOV VFs (~600 functions with bridges, NICs and NVMe), for benchmarks. Even
-// GPUs have their VFs on vfio-pci (KubeVirt passthrough: group IDs); odd GPUs have them on
-// nvidia with one mdev each in its own group (vGPU: UUID or mdev-group IDs).
+// 16 GPUs x 32 SR-IOV VFs (~600 functions with audio, bridges, NICs and NVMe), for
+// benchmarks. Even GPUs have their VFs on vfio-pci (KubeVirt passthrough: group IDs); odd
+// GPUs have them on nvidia with one mdev each in its own group (vGPU: UUID or group IDs).
 inline sysfs::HostScan LargeSyntheticHost() {
   HostBuilder builder;
   uint32_t group = 0;
@@ -135,9 +135,13 @@ inline sysfs::HostScan LargeSyntheticHost() {
     char address[32];
     std::snprintf(address, sizeof(address), "0000:%02x:01.0", bus - 1);
     builder.Add({address, kIntel, 0x347a, kClassPciBridge, "pcieport", group++, false, {}});
+    std::snprintf(address, sizeof(address), "0000:%02x:02.0", bus - 2);
+    builder.Add({address, kIntel, 0x347b, kClassPciBridge, "pcieport", group++, false, {}});
     char pf[32];
     std::snprintf(pf, sizeof(pf), "0000:%02x:00.0", bus);
     builder.Add({pf, kNvidia, 0x26b9, kClass3d, "nvidia", group++, true, {}});
+    std::snprintf(address, sizeof(address), "0000:%02x:00.1", bus);
+    builder.Add({address, kNvidia, 0x22ba, kClassAudio, "snd_hda_intel", group - 1, false, {}});
     const bool passthrough = gpu % 2 == 0;
     for (int vf = 0; vf < 32; ++vf) {
       std::snprintf(address, sizeof(address), "0000:%02x:%02x.%d", bus, 1 + vf / 8, vf % 8);
