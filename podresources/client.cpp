@@ -146,29 +146,29 @@ FetchResult Client::Fetch() {
     channel_ = std::make_unique<Channel>(Channel{std::move(channel), std::move(stub)});
   }
 
-  auto call = [this](std::string_view name, auto method, const auto& request, auto& response) {
+  // Every call gets its own deadline and fails fast while the socket refuses, instead of
+  // waiting out the deadline for a connection.
+  auto call = [this](auto method, const auto& request, auto& response) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + options_.callTimeout);
-    // Fail fast while the socket refuses instead of waiting out the deadline for a connection.
     context.set_wait_for_ready(false);
-    const grpc::Status status = (channel_->stub.get()->*method)(&context, request, &response);
-    if (status.ok()) {
-      return Failure(FetchState::kOk, {});
+    return (channel_->stub.get()->*method)(&context, request, &response);
+  };
+  auto fail = [this](const grpc::Status& status, std::string_view name) {
+    FetchResult result = FromStatus(status, name, options_);
+    if (DropsChannel(result.state)) {
+      channel_.reset();
     }
-    return FromStatus(status, name, options_);
+    return result;
   };
 
   Allocation allocation;
   {
     v1::AllocatableResourcesResponse response;
-    FetchResult result = call("GetAllocatableResources",
-                              &v1::PodResourcesLister::Stub::GetAllocatableResources,
-                              v1::AllocatableResourcesRequest{}, response);
-    if (result.state != FetchState::kOk) {
-      if (DropsChannel(result.state)) {
-        channel_.reset();
-      }
-      return result;
+    const grpc::Status status = call(&v1::PodResourcesLister::Stub::GetAllocatableResources,
+                                     v1::AllocatableResourcesRequest{}, response);
+    if (!status.ok()) {
+      return fail(status, "GetAllocatableResources");
     }
     for (const auto& devices : response.devices()) {
       auto& list = allocation.allocatable[devices.resource_name()];
@@ -180,13 +180,10 @@ FetchResult Client::Fetch() {
   }
   {
     v1::ListPodResourcesResponse response;
-    FetchResult result = call("List", &v1::PodResourcesLister::Stub::List,
-                              v1::ListPodResourcesRequest{}, response);
-    if (result.state != FetchState::kOk) {
-      if (DropsChannel(result.state)) {
-        channel_.reset();
-      }
-      return result;
+    const grpc::Status status =
+        call(&v1::PodResourcesLister::Stub::List, v1::ListPodResourcesRequest{}, response);
+    if (!status.ok()) {
+      return fail(status, "List");
     }
     allocation.pods.reserve(static_cast<size_t>(response.pod_resources_size()));
     for (const auto& pod : response.pod_resources()) {
