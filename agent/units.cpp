@@ -27,6 +27,18 @@ std::string_view ToString(Health health) {
   return "Unadvertised";
 }
 
+std::string_view ToString(IgnoredReason reason) {
+  switch (reason) {
+    case IgnoredReason::kUnknownShape:
+      return "unknownShape";
+    case IgnoredReason::kNoMatch:
+      return "noMatch";
+    case IgnoredReason::kNotGpu:
+      return "notGpu";
+  }
+  return "unknownShape";
+}
+
 bool IsFinalPodPhase(std::string_view phase) {
   return phase == "Succeeded" || phase == "Failed";
 }
@@ -94,7 +106,7 @@ UnitReport CountUnits(const sysfs::HostScan& host, const podresources::Allocatio
           resourceNames.insert(resource);
         } else {
           ++report.ignored.notGpu;
-          report.ignoredIds.push_back({resource, id, resolution.kind});
+          report.ignoredIds.push_back({resource, id, IgnoredReason::kNotGpu});
         }
         break;
       }
@@ -106,11 +118,11 @@ UnitReport CountUnits(const sysfs::HostScan& host, const podresources::Allocatio
       }
       case ResolutionKind::kNoMatch:
         ++report.ignored.noMatch;
-        report.ignoredIds.push_back({resource, id, resolution.kind});
+        report.ignoredIds.push_back({resource, id, IgnoredReason::kNoMatch});
         break;
       case ResolutionKind::kUnknownShape:
         ++report.ignored.unknownShape;
-        report.ignoredIds.push_back({resource, id, resolution.kind});
+        report.ignoredIds.push_back({resource, id, IgnoredReason::kUnknownShape});
         break;
     }
   }

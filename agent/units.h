@@ -48,12 +48,21 @@ struct UnplacedUnits {
   bool operator==(const UnplacedUnits&) const = default;
 };
 
+enum class IgnoredReason {
+  kUnknownShape,  // fits no shape ("kvm0", "card0-1")
+  kNoMatch,       // a shape naming nothing here ("0" over a non-vfio group, a gone mdev)
+  kNotGpu,        // names only non-GPU functions (a NIC VF's resource)
+};
+
+// "unknownShape" | "noMatch" | "notGpu": for metric labels and logs.
+std::string_view ToString(IgnoredReason reason);
+
 // An ID that counted nowhere, with why: for a metric and one debug log line each.
 struct IgnoredId {
   std::string resourceName;
   std::string id;
-  ResolutionKind kind = ResolutionKind::kUnknownShape;  // kUnknownShape, kNoMatch or kFunctions
-                                                        // (then: names only non-GPU functions)
+  IgnoredReason reason = IgnoredReason::kUnknownShape;
+
   auto operator<=>(const IgnoredId&) const = default;
 };
 

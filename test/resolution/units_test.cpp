@@ -357,6 +357,9 @@ TEST(CountUnits, NicVfResourceDoesNotJoinResourceNames) {
   EXPECT_EQ(report.resourceNames, std::vector<std::string>{kA100});
   EXPECT_EQ(report.functions.size(), 1u);
   EXPECT_EQ(report.ignored.notGpu, 2);
+  ASSERT_EQ(report.ignoredIds.size(), 2u);
+  EXPECT_EQ(report.ignoredIds[0].reason, IgnoredReason::kNotGpu);
+  EXPECT_EQ(ToString(report.ignoredIds[0].reason), "notGpu");
   EXPECT_TRUE(report.unplaced.empty());
 }
 
@@ -377,8 +380,8 @@ TEST(CountUnits, A3_PlainIndexesOverNonVfioGroupsDoNotResolve) {
   EXPECT_EQ(UnitsOf(report, "0000:01:00.0").health, Health::kUnadvertised);
   EXPECT_EQ(report.ignored.noMatch, 2);
   EXPECT_EQ(report.ignoredIds,
-            (std::vector<IgnoredId>{{"example.com/gpu", "0", ResolutionKind::kNoMatch},
-                                    {"example.com/gpu", "1", ResolutionKind::kNoMatch}}));
+            (std::vector<IgnoredId>{{"example.com/gpu", "0", IgnoredReason::kNoMatch},
+                                    {"example.com/gpu", "1", IgnoredReason::kNoMatch}}));
 }
 
 // KubeVirt's generic plugins (kvm, tun, ...) share the node with GPU plugins.
