@@ -87,6 +87,8 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // Whoever reads our stdout may go away first; a status line is not worth dying for.
+  ::signal(SIGPIPE, SIG_IGN);
   // Block the signals before gRPC starts its threads, so only the loop below sees them.
   sigset_t signals;
   sigemptyset(&signals);

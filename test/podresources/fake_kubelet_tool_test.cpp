@@ -1,6 +1,7 @@
 // The fake_kubelet tool as the README demo and out-of-process tests use it: a scenario file
 // served on a socket, changed answers picked up from the file, misbehaviour switched by file.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -81,6 +82,9 @@ class FakeKubeletTool : public ::testing::Test {
       ::kill(pid_, SIGKILL);
       ::waitpid(pid_, nullptr, 0);
     }
+    if (output_ >= 0) {
+      ::close(output_);
+    }
     std::filesystem::remove_all(dir_);
   }
 
@@ -91,12 +95,19 @@ class FakeKubeletTool : public ::testing::Test {
     std::filesystem::rename(temporary, scenario_);
   }
 
+  // Starts the tool and waits for its first stdout line, which it prints once it listens:
+  // the socket file alone appears at bind(), a moment before listen().
   void Launch(const std::vector<std::string>& extra = {}) {
     std::vector<std::string> args = {FAKE_KUBELET_PATH, "--socket", socket_, "--poll-ms", "20"};
     args.insert(args.end(), extra.begin(), extra.end());
+    int out[2];
+    ASSERT_EQ(::pipe(out), 0);
     pid_ = ::fork();
     ASSERT_GE(pid_, 0);
     if (pid_ == 0) {
+      ::dup2(out[1], STDOUT_FILENO);
+      ::close(out[0]);
+      ::close(out[1]);
       std::vector<char*> argv;
       for (auto& arg : args) {
         argv.push_back(arg.data());
@@ -105,10 +116,20 @@ class FakeKubeletTool : public ::testing::Test {
       ::execv(argv[0], argv.data());
       ::_exit(127);
     }
-    for (int i = 0; i < 200 && !std::filesystem::exists(socket_); ++i) {
-      std::this_thread::sleep_for(milliseconds(25));
+    ::close(out[1]);
+    std::string line;
+    pollfd ready{out[0], POLLIN, 0};
+    while (line.find('\n') == std::string::npos && ::poll(&ready, 1, 5000) == 1) {
+      char buffer[256];
+      const ssize_t got = ::read(out[0], buffer, sizeof(buffer));
+      if (got <= 0) {
+        break;
+      }
+      line.append(buffer, static_cast<size_t>(got));
     }
-    ASSERT_TRUE(std::filesystem::exists(socket_)) << "fake_kubelet did not create " << socket_;
+    output_ = out[0];  // kept open to the end: the tool's later lines must not meet EPIPE
+    ASSERT_NE(line.find("fake_kubelet: "), std::string::npos)
+        << "fake_kubelet printed no ready line: \"" << line << '"';
   }
 
   // Fetches until `done` holds or ~5 s pass: the tool notices file changes by polling.
@@ -129,6 +150,7 @@ class FakeKubeletTool : public ::testing::Test {
   std::string socket_;
   std::string scenario_;
   pid_t pid_ = -1;
+  int output_ = -1;
 };
 
 TEST_F(FakeKubeletTool, ServesTheFileAndFollowsItsChanges) {
