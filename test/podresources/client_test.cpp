@@ -3,13 +3,16 @@
 #include "podresources/client.h"
 
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <string_view>
 #include <thread>
 
 #include "agent/units.h"
@@ -275,6 +278,42 @@ TEST_F(PodResourcesClient, KubeletRestartIsPickedUpOnTheNextFetch) {
   const FetchResult result = client.Fetch();
   ASSERT_EQ(result.state, FetchState::kOk) << result.message;
   EXPECT_TRUE(result.allocation->pods.empty());
+}
+
+// Something that is not kubelet listens on the path and answers junk, then hangs up.
+TEST_F(PodResourcesClient, NonGrpcPeerIsAStateNotACrash) {
+  const int listener = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, socket_.c_str(), socket_.size() + 1);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<const sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(::listen(listener, 8), 0);
+  std::atomic<bool> stop{false};
+  std::thread peer([&] {
+    while (!stop) {
+      pollfd ready{listener, POLLIN, 0};
+      if (::poll(&ready, 1, 20) != 1) {
+        continue;
+      }
+      const int connection = ::accept(listener, nullptr, nullptr);
+      if (connection >= 0) {
+        constexpr std::string_view kJunk = "HTTP/1.1 400 Bad Request\r\n\r\n";
+        (void)!::write(connection, kJunk.data(), kJunk.size());
+        ::close(connection);
+      }
+    }
+  });
+  Client client(Options(milliseconds(1000)));
+  const auto start = Clock::now();
+  const FetchResult result = client.Fetch();
+  stop = true;
+  peer.join();
+  ::close(listener);
+  EXPECT_TRUE(result.state == FetchState::kUnavailable || result.state == FetchState::kOther)
+      << ToString(result.state) << ": " << result.message;
+  EXPECT_FALSE(result.allocation);
+  EXPECT_LT(Clock::now() - start, milliseconds(1500));
 }
 
 TEST(UnixSocketPath, AbsoluteRelativeAndOtherSchemes) {
