@@ -6,6 +6,10 @@
 #    crash once found and added to the corpus stay tested;
 #  - with COZY_FUZZ=ON (clang), as NAME with -fsanitize=fuzzer in <build>/fuzz/bin, part of the
 #    `fuzz_targets` target: scripts/test.sh --fuzz SECONDS runs each on its corpus.
+if(COZY_FUZZ AND NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+  message(FATAL_ERROR "COZY_FUZZ=ON needs clang (libFuzzer): configure with "
+                      "-DCMAKE_CXX_COMPILER=clang++")
+endif()
 if(COZY_FUZZ AND NOT TARGET fuzz_targets)
   add_custom_target(fuzz_targets)
 endif()
@@ -14,7 +18,9 @@ function(cozy_add_fuzz_target name source corpus)
   set(libs ${ARGN})
   add_executable(${name}_replay ${source} ${PROJECT_SOURCE_DIR}/test/fuzz/replay_main.cpp)
   target_link_libraries(${name}_replay PRIVATE cozy_flags ${libs})
-  add_test(NAME ${name}_corpus COMMAND ${name}_replay ${corpus})
+  if(BUILD_TESTING)
+    add_test(NAME ${name}_corpus COMMAND ${name}_replay ${corpus})
+  endif()
   if(COZY_FUZZ)
     add_executable(${name} ${source})
     target_link_options(${name} PRIVATE -fsanitize=fuzzer)
