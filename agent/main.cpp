@@ -5,13 +5,20 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <chrono>
 #include <fstream>
+#include <iterator>
+#include <optional>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "agent/nvidia_procfs.h"
 #include "agent/output.h"
+#include "agent/pod_phases.h"
 #include "agent/status_builder.h"
+#include "agent/units_tracker.h"
+#include "podresources/client.h"
 #include "sysfs/attributes.h"
 #include "sysfs/scanner.h"
 
@@ -31,7 +38,35 @@ struct ScanCommand {
   std::string output = "json";
   std::string pciIds;
   std::vector<std::string> gpuVendors;
+  std::string podResources{cozy::podresources::kDefaultEndpoint};
+  std::string podResourcesTimeout = "5s";
+  std::string podPhases;
 };
+
+// "5s", "300ms", "1m", or plain seconds.
+std::optional<std::chrono::milliseconds> ParseDuration(const std::string& text) {
+  size_t end = 0;
+  long long value = 0;
+  try {
+    value = std::stoll(text, &end);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  const std::string unit = text.substr(end);
+  if (value < 0) {
+    return std::nullopt;
+  }
+  if (unit == "ms") {
+    return std::chrono::milliseconds(value);
+  }
+  if (unit == "s" || unit.empty()) {
+    return std::chrono::milliseconds(value * 1000);
+  }
+  if (unit == "m") {
+    return std::chrono::milliseconds(value * 60 * 1000);
+  }
+  return std::nullopt;
+}
 
 std::string DefaultNodeName() {
   if (const char* fromEnvironment = std::getenv("NODE_NAME"); fromEnvironment && *fromEnvironment) {
@@ -66,12 +101,50 @@ int RunScan(const ScanCommand& command) {
     }
     options.extraGpuVendors.push_back(static_cast<uint16_t>(*parsed));
   }
+  const auto timeout = ParseDuration(command.podResourcesTimeout);
+  if (!timeout || timeout->count() == 0) {
+    return BadInput("--pod-resources-timeout " + command.podResourcesTimeout +
+                    ": not a duration such as 5s or 500ms");
+  }
+  if (!cozy::podresources::UnixSocketPath(command.podResources)) {
+    return BadInput("--pod-resources " + command.podResources +
+                    ": not a unix:// endpoint or socket path");
+  }
+  cozy::agent::PodPhases podPhases;
+  if (!command.podPhases.empty()) {
+    std::ifstream in(command.podPhases);
+    if (!in) {
+      return BadInput("--pod-phases " + command.podPhases + ": cannot read the file");
+    }
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    try {
+      podPhases = cozy::agent::ParsePodPhases(text);
+    } catch (const std::exception& error) {
+      return BadInput("--pod-phases " + command.podPhases + ": " + error.what());
+    }
+  }
   cozy::sysfs::HostScan scan;
   try {
     scan = cozy::sysfs::ScanHost(options);
   } catch (const cozy::sysfs::RootError& error) {
     return BadInput(error.what());
   }
+  const cozy::agent::NvidiaGpuUuids nvidia = cozy::agent::ReadNvidiaGpuUuids(command.sysfsRoot);
+  for (const std::string& problem : nvidia.problems) {
+    std::fprintf(stderr, "gpu-agent: warning: %s\n", problem.c_str());
+  }
+  cozy::podresources::ClientOptions clientOptions;
+  clientOptions.endpoint = command.podResources;
+  clientOptions.callTimeout = *timeout;
+  cozy::podresources::Client client(clientOptions);
+  cozy::agent::UnitsTracker tracker;
+  tracker.Update(client.Fetch());
+  if (!tracker.known()) {
+    std::fprintf(stderr, "gpu-agent: warning: pod-resources %s: %s; units unknown\n",
+                 std::string(cozy::podresources::ToString(tracker.lastState())).c_str(),
+                 tracker.lastMessage().c_str());
+  }
+  const auto units = tracker.Count(scan, podPhases, nvidia.gpus);
   // Each problem once, on stderr, so the output stays a clean document.
   for (const auto& problem : scan.problems) {
     std::fprintf(stderr, "gpu-agent: warning: %s: %s\n", problem.path.c_str(),
@@ -84,7 +157,7 @@ int RunScan(const ScanCommand& command) {
   }
   const nlohmann::json object = cozy::agent::BuildGpuNode(
       command.nodeName.empty() ? DefaultNodeName() : command.nodeName,
-      cozy::agent::BuildStatus(scan));
+      cozy::agent::BuildStatus(scan, units ? &*units : nullptr));
   std::string rendered;
   if (command.output == "json") {
     rendered = cozy::agent::RenderJson(object);
@@ -121,6 +194,16 @@ int main(int argc, char** argv) {
   scanCommand->add_option("--gpu-vendor", scan.gpuVendors,
                           "Also treat class 0x03 functions of this PCI vendor (hex) as GPUs")
       ->take_all();
+  scanCommand->add_option("--pod-resources", scan.podResources,
+                          "kubelet's pod-resources endpoint; when nobody answers there, units "
+                          "are reported as unknown")
+      ->capture_default_str();
+  scanCommand->add_option("--pod-resources-timeout", scan.podResourcesTimeout,
+                          "Deadline of each pod-resources call")
+      ->capture_default_str();
+  scanCommand->add_option("--pod-phases", scan.podPhases,
+                          "Pod phases as JSON ({\"ns/name\": \"Running\"} or a kubectl PodList); "
+                          "without it every pod kubelet lists counts as active");
 
   try {
     app.parse(argc, argv);

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cstdio>
+#include <map>
 
 #include "api/gpunode.h"
 
@@ -16,7 +17,7 @@ std::string Hex(uint32_t value, int digits) {
 
 }  // namespace
 
-nlohmann::json BuildDeviceStatus(const sysfs::PciFunction& function) {
+nlohmann::json BuildDeviceStatus(const sysfs::PciFunction& function, const FunctionUnits* units) {
   nlohmann::json device;
   device["pciAddress"] = function.address.ToString();
   device["vendorID"] = Hex(function.vendorId, 4);
@@ -90,15 +91,48 @@ nlohmann::json BuildDeviceStatus(const sysfs::PciFunction& function) {
     vgpu["creatableTypes"] = std::move(creatable);
     device["vgpu"] = std::move(vgpu);
   }
+  if (units != nullptr) {
+    nlohmann::json resources = nlohmann::json::array();
+    for (const ResourceUnits& resource : units->resources) {
+      resources.push_back({{"name", resource.name},
+                           {"allocatable", resource.allocatable},
+                           {"allocated", resource.allocated}});
+    }
+    if (!resources.empty()) {
+      device["resources"] = std::move(resources);
+    }
+    device["allocatable"] = units->allocatable;
+    device["allocated"] = units->allocated;
+    device["health"] = ToString(units->health);
+  }
   return device;
 }
 
-nlohmann::json BuildStatus(const sysfs::HostScan& scan) {
+nlohmann::json BuildStatus(const sysfs::HostScan& scan, const UnitReport* units) {
+  std::map<sysfs::PciAddress, const FunctionUnits*> unitsByAddress;
+  if (units != nullptr) {
+    for (const FunctionUnits& function : units->functions) {
+      unitsByAddress[function.address] = &function;
+    }
+  }
   nlohmann::json devices = nlohmann::json::array();
   for (const sysfs::PciFunction* function : scan.Gpus()) {
-    devices.push_back(BuildDeviceStatus(*function));
+    const auto found = unitsByAddress.find(function->address);
+    devices.push_back(
+        BuildDeviceStatus(*function, found == unitsByAddress.end() ? nullptr : found->second));
   }
-  return {{"devices", std::move(devices)}};
+  nlohmann::json status = {{"devices", std::move(devices)}};
+  if (units != nullptr) {
+    status["resourceNames"] = units->resourceNames;
+    nlohmann::json unplaced = nlohmann::json::array();
+    for (const UnplacedUnits& entry : units->unplaced) {
+      unplaced.push_back({{"resourceName", entry.resourceName},
+                          {"allocatable", entry.allocatable},
+                          {"allocated", entry.allocated}});
+    }
+    status["unplaced"] = std::move(unplaced);
+  }
+  return status;
 }
 
 nlohmann::json BuildGpuNode(const std::string& nodeName, const nlohmann::json& status) {

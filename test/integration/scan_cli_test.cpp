@@ -21,14 +21,19 @@ std::string Scan(const std::string& arguments) {
 
 std::string OnFixture(const FixtureHost& host) {
   return "--sysfs-root " + ShellQuote(host.root().string()) + " --pci-ids " +
-         ShellQuote(testing::FixturePciIds().string()) + " --node-name gpu-node-1";
+         ShellQuote(testing::FixturePciIds().string()) + " --node-name gpu-node-1" +
+         " --pod-resources unix:///nonexistent/kubelet.sock";
 }
+
+// The one warning a scan without kubelet prints (units unknown, not zero).
+constexpr char kNoKubelet[] = "gpu-agent: warning: pod-resources socketAbsent: ";
 
 TEST(ScanCli, JsonIsTheWholeGpuNodeObject) {
   const FixtureHost host("a100-vfio");
   const auto result = RunCommand(Scan(OnFixture(host) + " -o json"));
   ASSERT_EQ(result.exitCode, 0) << result.err;
-  EXPECT_EQ(result.err, "");
+  EXPECT_EQ(result.err.rfind(kNoKubelet, 0), 0U) << result.err;
+  EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1);
   const auto object = nlohmann::json::parse(result.out);
   EXPECT_EQ(object["apiVersion"], "gpu.cozystack.io/v1alpha1");
   EXPECT_EQ(object["kind"], "GPUNode");
@@ -166,14 +171,16 @@ TEST(ScanCli, BrokenHostWarnsOnStderrAndStillPrintsTheGoodGpus) {
         "/0000:64:00.0/sriov_totalvfs: not an unsigned number: \"sixteen\""}) {
     EXPECT_NE(result.err.find(expected), std::string::npos) << expected << "\n" << result.err;
   }
-  // Each problem once.
-  EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 6);
+  // Each problem once, and the absent kubelet.
+  EXPECT_NE(result.err.find(kNoKubelet), std::string::npos);
+  EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 7);
 }
 
 TEST(ScanCli, DebianPciIdsLeavesUnknownModelsEmpty) {
   // Debian bookworm's pci.ids (2023) lacks the H200; the default names come from it.
   const FixtureHost host("h200-vfio");
-  const auto result = RunCommand(Scan("--sysfs-root " + ShellQuote(host.root().string())));
+  const auto result = RunCommand(Scan("--sysfs-root " + ShellQuote(host.root().string()) +
+                                      " --pod-resources unix:///nonexistent/kubelet.sock"));
   ASSERT_EQ(result.exitCode, 0) << result.err;
   const auto device = nlohmann::json::parse(result.out)["status"]["devices"][0];
   EXPECT_EQ(device["deviceID"], "2335");
