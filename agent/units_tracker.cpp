@@ -1,5 +1,7 @@
 #include "agent/units_tracker.h"
 
+#include <algorithm>
+
 namespace cozy::agent {
 
 void UnitsTracker::Update(const podresources::FetchResult& fetch) {
@@ -8,10 +10,26 @@ void UnitsTracker::Update(const podresources::FetchResult& fetch) {
   if (fetch.state == podresources::FetchState::kOk && fetch.allocation) {
     allocation_ = *fetch.allocation;
     stale_ = false;
+    consecutiveFailures_ = 0;
     return;
   }
+  ++consecutiveFailures_;
   // Zeros would tell the cluster the GPUs are gone; the last answer is closer to the truth.
   stale_ = allocation_.has_value();
+}
+
+std::chrono::milliseconds UnitsTracker::NextFetchDelay(double random01) const {
+  std::chrono::milliseconds delay = schedule_.interval;
+  if (consecutiveFailures_ > 0) {
+    delay = schedule_.firstBackoff;
+    for (int i = 1; i < consecutiveFailures_ && delay < schedule_.maxBackoff; ++i) {
+      delay *= 2;
+    }
+    delay = std::min(delay, schedule_.maxBackoff);
+  }
+  const double factor = 1.0 + schedule_.jitter * (2.0 * random01 - 1.0);
+  return std::chrono::milliseconds(
+      static_cast<int64_t>(static_cast<double>(delay.count()) * factor));
 }
 
 std::optional<UnitReport> UnitsTracker::Count(const sysfs::HostScan& host,

@@ -2,6 +2,7 @@
 // while kubelet cannot answer, marked stale, never replaced by zeros (DESIGN §4.4, issue 3).
 #pragma once
 
+#include <chrono>
 #include <optional>
 #include <set>
 #include <string>
@@ -13,8 +14,20 @@
 
 namespace cozy::agent {
 
+// When to ask kubelet again: the regular interval after an answer; after a failure an
+// exponential backoff (kubelet's rate limit answers RESOURCE_EXHAUSTED; a restarting kubelet
+// has no socket for a while), with jitter so the nodes of a cluster do not ask in step.
+struct FetchSchedule {
+  std::chrono::milliseconds interval{10000};
+  std::chrono::milliseconds firstBackoff{1000};
+  std::chrono::milliseconds maxBackoff{60000};
+  double jitter = 0.2;  // the delay varies by up to ±20 %
+};
+
 class UnitsTracker {
  public:
+  explicit UnitsTracker(FetchSchedule schedule = {}) : schedule_(schedule) {}
+
   // Takes one fetch result. kOk replaces the kept allocation; any failure keeps it and marks
   // it stale.
   void Update(const podresources::FetchResult& fetch);
@@ -23,6 +36,10 @@ class UnitsTracker {
   // (units unknown). "Previously advertised" (for Unhealthy) is remembered across calls.
   std::optional<UnitReport> Count(const sysfs::HostScan& host, const PodPhases& podPhases,
                                   const NvmlGpuAddresses& nvmlGpus);
+
+  // The delay before the next fetch; `random01` is a uniform draw in [0, 1) for the jitter.
+  std::chrono::milliseconds NextFetchDelay(double random01) const;
+  int consecutiveFailures() const { return consecutiveFailures_; }
 
   bool known() const { return allocation_.has_value(); }
   bool stale() const { return stale_; }
@@ -35,6 +52,8 @@ class UnitsTracker {
   podresources::FetchState lastState_ = podresources::FetchState::kSocketAbsent;
   std::string lastMessage_ = "pod-resources not asked yet";
   std::set<sysfs::PciAddress> advertised_;
+  FetchSchedule schedule_;
+  int consecutiveFailures_ = 0;
 };
 
 }  // namespace cozy::agent

@@ -77,5 +77,26 @@ TEST(UnitsTracker, A5_RemembersAdvertisedFunctionsAcrossAnswers) {
   EXPECT_EQ(tracker.Count(host, {}, {})->functions[0].health, Health::kUnhealthy);
 }
 
+TEST(UnitsTracker, BacksOffExponentiallyAfterFailuresWithJitter) {
+  UnitsTracker tracker;
+  using std::chrono::milliseconds;
+  EXPECT_EQ(tracker.NextFetchDelay(0.5), milliseconds(10000));  // the regular interval
+  tracker.Update(Failure(podresources::FetchState::kResourceExhausted));
+  EXPECT_EQ(tracker.NextFetchDelay(0.5), milliseconds(1000));
+  tracker.Update(Failure(podresources::FetchState::kResourceExhausted));
+  EXPECT_EQ(tracker.NextFetchDelay(0.5), milliseconds(2000));
+  tracker.Update(Failure(podresources::FetchState::kSocketAbsent));
+  EXPECT_EQ(tracker.NextFetchDelay(0.5), milliseconds(4000));
+  EXPECT_EQ(tracker.NextFetchDelay(0.0), milliseconds(3200));  // -20 %
+  EXPECT_EQ(tracker.NextFetchDelay(1.0), milliseconds(4800));  // +20 %
+  for (int i = 0; i < 20; ++i) {
+    tracker.Update(Failure(podresources::FetchState::kResourceExhausted));
+  }
+  EXPECT_EQ(tracker.NextFetchDelay(0.5), milliseconds(60000));  // capped
+  tracker.Update(Answer(false));
+  EXPECT_EQ(tracker.NextFetchDelay(0.5), milliseconds(10000));
+  EXPECT_EQ(tracker.consecutiveFailures(), 0);
+}
+
 }  // namespace
 }  // namespace cozy::agent
