@@ -3,16 +3,19 @@
 
 #include <CLI/CLI.hpp>
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <chrono>
+#include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <iterator>
 #include <optional>
-#include <iostream>
 #include <string>
 #include <vector>
 
+#include "agent/daemon.h"
+#include "agent/log.h"
 #include "agent/nvidia_procfs.h"
 #include "agent/output.h"
 #include "agent/pod_phases.h"
@@ -32,10 +35,10 @@ constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr int kExitBadInput = 2;
 
-struct ScanCommand {
+// Options `scan` and `run` share: where to read the node from.
+struct SourceFlags {
   std::string sysfsRoot = "/";
   std::string nodeName;
-  std::string output = "json";
   std::string pciIds;
   std::vector<std::string> gpuVendors;
   std::string podResources{cozy::podresources::kDefaultEndpoint};
@@ -43,7 +46,35 @@ struct ScanCommand {
   std::string podPhases;
 };
 
-// "5s", "300ms", "1m", or plain seconds.
+struct ScanFlags {
+  SourceFlags source;
+  std::string output = "json";
+};
+
+struct RunFlags {
+  SourceFlags source;
+  std::string kubeconfig;
+  std::string resyncInterval = "10m";
+  std::string podResourcesInterval = "10s";
+  std::string debounce = "100ms";
+  std::string udevSource = "auto";
+  std::string logFormat = "text";
+  int verbosity = 0;
+};
+
+// What the shared flags make once checked.
+struct Sources {
+  cozy::sysfs::ScanOptions scan;
+  cozy::podresources::ClientOptions podResources;
+  std::optional<cozy::agent::PodPhases> podPhases;
+  std::string nodeName;
+};
+
+struct BadInputError {
+  std::string reason;
+};
+
+// "5s", "300ms", "10m", "1h", or plain seconds.
 std::optional<std::chrono::milliseconds> ParseDuration(const std::string& text) {
   size_t end = 0;
   long long value = 0;
@@ -65,7 +96,18 @@ std::optional<std::chrono::milliseconds> ParseDuration(const std::string& text) 
   if (unit == "m") {
     return std::chrono::milliseconds(value * 60 * 1000);
   }
+  if (unit == "h") {
+    return std::chrono::milliseconds(value * 3600 * 1000);
+  }
   return std::nullopt;
+}
+
+std::chrono::milliseconds RequireDuration(const std::string& flag, const std::string& text) {
+  const auto duration = ParseDuration(text);
+  if (!duration || duration->count() == 0) {
+    throw BadInputError{flag + " " + text + ": not a duration such as 5s, 500ms or 10m"};
+  }
+  return *duration;
 }
 
 std::string DefaultNodeName() {
@@ -79,72 +121,77 @@ std::string DefaultNodeName() {
   return "localhost";
 }
 
-int BadInput(const std::string& reason) {
-  std::fprintf(stderr, "gpu-agent: %s\n", reason.c_str());
-  return kExitBadInput;
+void AddSourceFlags(CLI::App* command, SourceFlags& flags) {
+  command->add_option("--sysfs-root", flags.sysfsRoot,
+                      "Directory that holds sys/ (a fixture tree stands in for the host)")
+      ->capture_default_str();
+  command->add_option("--node-name", flags.nodeName,
+                      "metadata.name of the GPUNode (default: $NODE_NAME, else the hostname)");
+  command->add_option("--pci-ids", flags.pciIds,
+                      "pci.ids file for names (default: libpci's, Debian's pci.ids)");
+  command->add_option("--gpu-vendor", flags.gpuVendors,
+                      "Also treat class 0x03 functions of this PCI vendor (hex) as GPUs")
+      ->take_all();
+  command->add_option("--pod-resources", flags.podResources,
+                      "kubelet's pod-resources endpoint; when nobody answers there, units are "
+                      "reported as unknown")
+      ->capture_default_str();
+  command->add_option("--pod-resources-timeout", flags.podResourcesTimeout,
+                      "Deadline of each pod-resources call")
+      ->capture_default_str();
+  command->add_option("--pod-phases", flags.podPhases,
+                      "Pod phases as JSON ({\"ns/name\": \"Running\"} or a kubectl PodList), for "
+                      "tests; without it `scan` counts every pod kubelet lists as active");
 }
 
-int RunScan(const ScanCommand& command) {
-  cozy::sysfs::ScanOptions options;
-  options.root = command.sysfsRoot;
-  if (!command.pciIds.empty()) {
-    if (!std::ifstream(command.pciIds).good()) {
-      return BadInput("--pci-ids " + command.pciIds + ": cannot read the file");
+Sources CheckSources(const SourceFlags& flags) {
+  Sources sources;
+  sources.scan.root = flags.sysfsRoot;
+  if (!flags.pciIds.empty()) {
+    if (!std::ifstream(flags.pciIds).good()) {
+      throw BadInputError{"--pci-ids " + flags.pciIds + ": cannot read the file"};
     }
-    options.pciIdsPath = command.pciIds;
+    sources.scan.pciIdsPath = flags.pciIds;
   }
-  for (const std::string& vendor : command.gpuVendors) {
-    const auto parsed = cozy::sysfs::ParseHexAttribute(
-        vendor.rfind("0x", 0) == 0 ? vendor : "0x" + vendor, 4);
+  for (const std::string& vendor : flags.gpuVendors) {
+    const auto parsed =
+        cozy::sysfs::ParseHexAttribute(vendor.rfind("0x", 0) == 0 ? vendor : "0x" + vendor, 4);
     if (!parsed) {
-      return BadInput("--gpu-vendor " + vendor + ": not a 4-digit hex PCI vendor ID");
+      throw BadInputError{"--gpu-vendor " + vendor + ": not a 4-digit hex PCI vendor ID"};
     }
-    options.extraGpuVendors.push_back(static_cast<uint16_t>(*parsed));
+    sources.scan.extraGpuVendors.push_back(static_cast<uint16_t>(*parsed));
   }
-  const auto timeout = ParseDuration(command.podResourcesTimeout);
-  if (!timeout || timeout->count() == 0) {
-    return BadInput("--pod-resources-timeout " + command.podResourcesTimeout +
-                    ": not a duration such as 5s or 500ms");
+  sources.podResources.callTimeout =
+      RequireDuration("--pod-resources-timeout", flags.podResourcesTimeout);
+  if (!cozy::podresources::UnixSocketPath(flags.podResources)) {
+    throw BadInputError{"--pod-resources " + flags.podResources +
+                        ": not a unix:// endpoint or socket path"};
   }
-  if (!cozy::podresources::UnixSocketPath(command.podResources)) {
-    return BadInput("--pod-resources " + command.podResources +
-                    ": not a unix:// endpoint or socket path");
-  }
-  cozy::agent::PodPhases podPhases;
-  if (!command.podPhases.empty()) {
-    std::ifstream in(command.podPhases);
+  sources.podResources.endpoint = flags.podResources;
+  if (!flags.podPhases.empty()) {
+    std::ifstream in(flags.podPhases);
     if (!in) {
-      return BadInput("--pod-phases " + command.podPhases + ": cannot read the file");
+      throw BadInputError{"--pod-phases " + flags.podPhases + ": cannot read the file"};
     }
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     try {
-      podPhases = cozy::agent::ParsePodPhases(text);
+      sources.podPhases = cozy::agent::ParsePodPhases(text);
     } catch (const std::exception& error) {
-      return BadInput("--pod-phases " + command.podPhases + ": " + error.what());
+      throw BadInputError{"--pod-phases " + flags.podPhases + ": " + error.what()};
     }
   }
+  sources.nodeName = flags.nodeName.empty() ? DefaultNodeName() : flags.nodeName;
+  return sources;
+}
+
+int RunScan(const ScanFlags& flags) {
+  const Sources sources = CheckSources(flags.source);
   cozy::sysfs::HostScan scan;
   try {
-    scan = cozy::sysfs::ScanHost(options);
+    scan = cozy::sysfs::ScanHost(sources.scan);
   } catch (const cozy::sysfs::RootError& error) {
-    return BadInput(error.what());
+    throw BadInputError{error.what()};
   }
-  const cozy::agent::NvidiaGpuUuids nvidia = cozy::agent::ReadNvidiaGpuUuids(command.sysfsRoot);
-  for (const std::string& problem : nvidia.problems) {
-    std::fprintf(stderr, "gpu-agent: warning: %s\n", problem.c_str());
-  }
-  cozy::podresources::ClientOptions clientOptions;
-  clientOptions.endpoint = command.podResources;
-  clientOptions.callTimeout = *timeout;
-  cozy::podresources::Client client(clientOptions);
-  cozy::agent::UnitsTracker tracker;
-  tracker.Update(client.Fetch());
-  if (!tracker.known()) {
-    std::fprintf(stderr, "gpu-agent: warning: pod-resources %s: %s; units unknown\n",
-                 std::string(cozy::podresources::ToString(tracker.lastState())).c_str(),
-                 tracker.lastMessage().c_str());
-  }
-  const auto units = tracker.Count(scan, podPhases, nvidia.gpus);
   // Each problem once, on stderr, so the output stays a clean document.
   for (const auto& problem : scan.problems) {
     std::fprintf(stderr, "gpu-agent: warning: %s: %s\n", problem.path.c_str(),
@@ -155,19 +202,61 @@ int RunScan(const ScanCommand& command) {
       std::fprintf(stderr, "gpu-agent: warning: %s\n", problem.c_str());
     }
   }
-  const nlohmann::json object = cozy::agent::BuildGpuNode(
-      command.nodeName.empty() ? DefaultNodeName() : command.nodeName,
-      cozy::agent::BuildStatus(scan, units ? &*units : nullptr));
+  const cozy::agent::NvidiaGpuUuids nvidia = cozy::agent::ReadNvidiaGpuUuids(sources.scan.root);
+  for (const std::string& problem : nvidia.problems) {
+    std::fprintf(stderr, "gpu-agent: warning: %s\n", problem.c_str());
+  }
+  cozy::podresources::Client client(sources.podResources);
+  cozy::agent::UnitsTracker tracker;
+  tracker.Update(client.Fetch());
+  if (!tracker.known()) {
+    std::fprintf(stderr, "gpu-agent: warning: pod-resources %s: %s; units unknown\n",
+                 std::string(cozy::podresources::ToString(tracker.lastState())).c_str(),
+                 tracker.lastMessage().c_str());
+  }
+  const auto units = tracker.Count(scan, sources.podPhases.value_or(cozy::agent::PodPhases{}),
+                                   nvidia.gpus);
+  const nlohmann::json object =
+      cozy::agent::BuildGpuNode(sources.nodeName,
+                                cozy::agent::BuildStatus(scan, units ? &*units : nullptr));
   std::string rendered;
-  if (command.output == "json") {
+  if (flags.output == "json") {
     rendered = cozy::agent::RenderJson(object);
-  } else if (command.output == "yaml") {
+  } else if (flags.output == "yaml") {
     rendered = cozy::agent::RenderYaml(object);
   } else {
     rendered = cozy::agent::RenderTable(object);
   }
   std::fwrite(rendered.data(), 1, rendered.size(), stdout);
   return std::fflush(stdout) == 0 ? kExitOk : kExitFailure;
+}
+
+int RunDaemon(const RunFlags& flags) {
+  const Sources sources = CheckSources(flags.source);
+  if (flags.source.nodeName.empty() && std::getenv("NODE_NAME") == nullptr) {
+    throw BadInputError{"--node-name (or NODE_NAME) is required: the agent writes only its own "
+                        "node's GPUNode"};
+  }
+  // Checked once here so a typo fails at start; later the daemon rides out a vanished root.
+  std::error_code ignored;
+  if (!std::filesystem::is_directory(sources.scan.root + "/sys/bus/pci/devices", ignored)) {
+    throw BadInputError{"sysfs root " + sources.scan.root + " holds no sys/bus/pci/devices"};
+  }
+  cozy::agent::Logger::Get().Configure(
+      flags.logFormat == "json" ? cozy::agent::LogFormat::kJson : cozy::agent::LogFormat::kText,
+      flags.verbosity);
+  cozy::agent::DaemonOptions options;
+  options.nodeName = sources.nodeName;
+  options.scan = sources.scan;
+  options.podResources = sources.podResources;
+  options.podResourcesSchedule.interval =
+      RequireDuration("--pod-resources-interval", flags.podResourcesInterval);
+  options.resync = RequireDuration("--resync-interval", flags.resyncInterval);
+  options.debounce = RequireDuration("--debounce", flags.debounce);
+  options.udevSource = flags.udevSource;
+  options.fixedPodPhases = sources.podPhases;
+  cozy::agent::Daemon daemon(std::move(options), nullptr);
+  return daemon.Run();
 }
 
 }  // namespace
@@ -178,32 +267,38 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("gpu-agent ") + COZY_VERSION);
   app.require_subcommand(1);
 
-  ScanCommand scan;
+  ScanFlags scan;
   CLI::App* scanCommand = app.add_subcommand(
       "scan", "One discovery pass: print the GPUNode this node would publish (no API writes)");
-  scanCommand->add_option("--sysfs-root", scan.sysfsRoot,
-                          "Directory that holds sys/ (a fixture tree stands in for the host)")
-      ->capture_default_str();
-  scanCommand->add_option("--node-name", scan.nodeName,
-                          "metadata.name of the GPUNode (default: $NODE_NAME, else the hostname)");
+  AddSourceFlags(scanCommand, scan.source);
   scanCommand->add_option("-o,--output", scan.output, "Output format")
       ->check(CLI::IsMember({"json", "yaml", "table"}))
       ->capture_default_str();
-  scanCommand->add_option("--pci-ids", scan.pciIds,
-                          "pci.ids file for names (default: libpci's, Debian's pci.ids)");
-  scanCommand->add_option("--gpu-vendor", scan.gpuVendors,
-                          "Also treat class 0x03 functions of this PCI vendor (hex) as GPUs")
-      ->take_all();
-  scanCommand->add_option("--pod-resources", scan.podResources,
-                          "kubelet's pod-resources endpoint; when nobody answers there, units "
-                          "are reported as unknown")
+
+  RunFlags run;
+  CLI::App* runCommand = app.add_subcommand(
+      "run", "The daemon: keep this node's GPUNode true, reacting to device events");
+  AddSourceFlags(runCommand, run.source);
+  runCommand->add_option("--kubeconfig", run.kubeconfig,
+                         "kubeconfig for a bare-metal host (default: in-cluster config)");
+  runCommand->add_option("--resync-interval", run.resyncInterval,
+                         "Full rescan and pod-resources read however quiet the node is")
       ->capture_default_str();
-  scanCommand->add_option("--pod-resources-timeout", scan.podResourcesTimeout,
-                          "Deadline of each pod-resources call")
+  runCommand->add_option("--pod-resources-interval", run.podResourcesInterval,
+                         "How often kubelet's pod-resources is read (it has no watch)")
       ->capture_default_str();
-  scanCommand->add_option("--pod-phases", scan.podPhases,
-                          "Pod phases as JSON ({\"ns/name\": \"Running\"} or a kubectl PodList); "
-                          "without it every pod kubelet lists counts as active");
+  runCommand->add_option("--debounce", run.debounce,
+                         "Device events within this window make one rescan")
+      ->capture_default_str();
+  runCommand->add_option("--udev-source", run.udevSource,
+                         "auto: udev when /run/udev/control exists, else kernel; off: none")
+      ->check(CLI::IsMember({"auto", "udev", "kernel", "off"}))
+      ->capture_default_str();
+  runCommand->add_option("--log-format", run.logFormat, "Log lines as text or JSON")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  runCommand->add_option("-v", run.verbosity, "Verbosity: 1 logs every device event")
+      ->capture_default_str();
 
   try {
     app.parse(argc, argv);
@@ -211,10 +306,19 @@ int main(int argc, char** argv) {
     if (error.get_exit_code() == 0) {
       return app.exit(error);  // --help, --version
     }
-    return BadInput(error.what());
+    std::fprintf(stderr, "gpu-agent: %s\n", error.what());
+    return kExitBadInput;
   }
-  if (scanCommand->parsed()) {
-    return RunScan(scan);
+  try {
+    if (scanCommand->parsed()) {
+      return RunScan(scan);
+    }
+    if (runCommand->parsed()) {
+      return RunDaemon(run);
+    }
+  } catch (const BadInputError& error) {
+    std::fprintf(stderr, "gpu-agent: %s\n", error.reason.c_str());
+    return kExitBadInput;
   }
   return kExitBadInput;
 }

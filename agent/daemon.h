@@ -1,0 +1,128 @@
+// The gpu-agent daemon: one sd-event loop whose sources are the udev monitor, timers (debounce,
+// pod-resources re-read, slow resync, publish retry), signals (SIGTERM stops, SIGHUP rescans)
+// and work posted by other threads. Each pass scans sysfs, counts units from the last
+// pod-resources answer, builds the GPUNode status and hands it to the publisher when it changed.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/units.h"
+#include "agent/units_tracker.h"
+#include "podresources/client.h"
+#include "sysfs/scanner.h"
+
+struct sd_event;
+struct sd_event_source;
+struct signalfd_siginfo;
+struct udev;
+struct udev_monitor;
+
+namespace cozy::agent {
+
+// Where the desired status goes (the API server's GPUNode, in `run`). Called on the loop.
+class StatusPublisher {
+ public:
+  virtual ~StatusPublisher() = default;
+  // Publishes the agent-owned status fields. nullopt: done (written, or nothing to write);
+  // a delay: a transient failure, call again with the then-current status after it.
+  virtual std::optional<std::chrono::milliseconds> Publish(const nlohmann::json& status) = 0;
+};
+
+struct DaemonOptions {
+  std::string nodeName;
+  sysfs::ScanOptions scan;
+  podresources::ClientOptions podResources;
+  FetchSchedule podResourcesSchedule;
+  std::chrono::milliseconds debounce{100};
+  std::chrono::milliseconds resync{std::chrono::minutes(10)};
+  std::chrono::milliseconds mdevLinkRetry{250};
+  int mdevLinkRetries = 8;
+  std::string udevSource = "auto";  // auto (udev if /run/udev/control exists), udev, kernel, off
+  std::optional<PodPhases> fixedPodPhases;  // test-only --pod-phases; else from PostPodPhases
+};
+
+struct DaemonCounters {
+  int64_t scans = 0;
+  int64_t deviceEvents = 0;
+  int64_t debouncedRescans = 0;  // rescans that device events asked for
+  int64_t podResourcesFetches = 0;
+  int64_t publishes = 0;
+  int64_t publishFailures = 0;
+};
+
+class Daemon {
+ public:
+  Daemon(DaemonOptions options, std::unique_ptr<StatusPublisher> publisher);
+  ~Daemon();
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  // Runs until SIGTERM/SIGINT or Stop(); returns the process exit code.
+  int Run();
+
+  // Thread-safe: runs `work` on the loop thread soon (how threaded libraries reach the loop).
+  void Post(std::function<void()> work);
+  // Thread-safe: the node's pod phases changed (pod watch): re-read pod-resources.
+  void PostPodPhases(PodPhases phases);
+  void Stop();
+
+  // Loop-thread state, for the D-Bus and HTTP views.
+  const nlohmann::json& status() const { return status_; }
+  const DaemonCounters& counters() const { return counters_; }
+  bool ready() const { return ready_; }
+
+ private:
+  static int OnSignal(sd_event_source* source, const ::signalfd_siginfo* info, void* self);
+  static int OnUdev(sd_event_source* source, int fd, uint32_t events, void* self);
+  static int OnTimer(sd_event_source* source, uint64_t usec, void* self);
+  static int OnPosted(sd_event_source* source, int fd, uint32_t events, void* self);
+
+  bool SetUp();
+  void OpenUdevMonitor();
+  void ArmTimer(sd_event_source*& source, std::chrono::milliseconds delay);
+  void RequestRescan(const std::string& reason);
+  void Rescan();
+  void FetchPodResources();
+  void PublishCurrent();
+  void NotifyStatus();
+
+  DaemonOptions options_;
+  std::unique_ptr<StatusPublisher> publisher_;
+  podresources::Client podResources_;
+  UnitsTracker units_;
+  PodPhases podPhases_;
+
+  sd_event* event_ = nullptr;
+  udev* udev_ = nullptr;
+  udev_monitor* monitor_ = nullptr;
+  sd_event_source* udevSource_ = nullptr;
+  sd_event_source* debounceTimer_ = nullptr;
+  sd_event_source* fetchTimer_ = nullptr;
+  sd_event_source* resyncTimer_ = nullptr;
+  sd_event_source* publishTimer_ = nullptr;
+  sd_event_source* mdevTimer_ = nullptr;
+  sd_event_source* postedSource_ = nullptr;
+  int postedFd_ = -1;
+  std::mutex postedMutex_;
+  std::vector<std::function<void()>> posted_;
+
+  nlohmann::json status_;
+  std::optional<nlohmann::json> publishedStatus_;
+  bool publishPending_ = false;
+  bool ready_ = false;
+  int mdevRetriesLeft_ = 0;
+  std::vector<std::string> loggedProblems_;
+  std::string lastPodResourcesState_;
+  DaemonCounters counters_;
+};
+
+}  // namespace cozy::agent

@@ -1,0 +1,268 @@
+// The daemon's loop, in process: a fixture host, the fake kubelet over a real socket, the
+// kernel's own uevents, and a recording publisher in place of the API server.
+#include "agent/daemon.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include "agent/log.h"
+#include "test/fakes/fake_kubelet.h"
+#include "test/support/fixture_host.h"
+
+namespace cozy::agent {
+namespace {
+
+using namespace std::chrono_literals;
+
+class RecordingPublisher : public StatusPublisher {
+ public:
+  struct Shared {
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::vector<nlohmann::json> published;
+    int failuresToGo = 0;
+    int failures = 0;
+  };
+  explicit RecordingPublisher(std::shared_ptr<Shared> shared) : shared_(std::move(shared)) {}
+  std::optional<std::chrono::milliseconds> Publish(const nlohmann::json& status) override {
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    if (shared_->failuresToGo > 0) {
+      --shared_->failuresToGo;
+      ++shared_->failures;
+      return 50ms;
+    }
+    shared_->published.push_back(status);
+    shared_->changed.notify_all();
+    return std::nullopt;
+  }
+
+ private:
+  std::shared_ptr<Shared> shared_;
+};
+
+// A real device whose uevent file takes "change": the kernel then emits a real uevent.
+std::optional<std::string> WritableUevent() {
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator("/sys/bus/pci/devices", error)) {
+    const std::string path = entry.path().string() + "/uevent";
+    if (::access(path.c_str(), W_OK) == 0) {
+      return path;
+    }
+  }
+  return std::nullopt;
+}
+
+bool EmitUevent(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return false;
+  }
+  const bool written = ::write(fd, "change", 6) == 6;
+  ::close(fd);
+  return written;
+}
+
+class DaemonTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Logger::Get().SetSinkForTesting(&logLines_); }
+  void TearDown() override {
+    Stop();
+    Logger::Get().SetSinkForTesting(nullptr);
+  }
+
+  // With udevSource set, pod-resources is read only at start, so every later rescan is the
+  // device events' doing.
+  void Start(const testing::FixtureHost& host, const std::string& udevSource = "off") {
+    DaemonOptions options;
+    options.nodeName = "gpu-node-1";
+    options.scan.root = host.root().string();
+    options.scan.pciIdsPath = testing::FixturePciIds().string();
+    options.podResources.endpoint = "unix://" + (socketDir_.path() / "kubelet.sock").string();
+    options.podResources.callTimeout = 300ms;
+    options.podResourcesSchedule.interval = 100ms;
+    options.podResourcesSchedule.firstBackoff = 100ms;
+    options.podResourcesSchedule.maxBackoff = 200ms;
+    options.debounce = 100ms;
+    options.udevSource = udevSource;
+    if (udevSource != "off") {
+      options.podResourcesSchedule.interval = 1h;
+      options.podResourcesSchedule.firstBackoff = 1h;
+      options.podResourcesSchedule.maxBackoff = 1h;
+    }
+    daemon_ = std::make_unique<Daemon>(std::move(options),
+                                       std::make_unique<RecordingPublisher>(shared_));
+    thread_ = std::thread([this] { exitCode_ = daemon_->Run(); });
+  }
+
+  void Stop() {
+    if (thread_.joinable()) {
+      daemon_->Stop();
+      thread_.join();
+    }
+  }
+
+  // Waits (bounded) until at least `count` statuses were published; returns them.
+  std::vector<nlohmann::json> WaitForPublishes(size_t count, std::chrono::milliseconds limit = 10s) {
+    std::unique_lock<std::mutex> lock(shared_->mutex);
+    shared_->changed.wait_for(lock, limit, [&] { return shared_->published.size() >= count; });
+    return shared_->published;
+  }
+  size_t PublishCount() {
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    return shared_->published.size();
+  }
+
+  static nlohmann::json Device(const nlohmann::json& status, const std::string& address) {
+    for (const auto& device : status["devices"]) {
+      if (device["pciAddress"] == address) {
+        return device;
+      }
+    }
+    return {};
+  }
+
+  testing::TempDir socketDir_;
+  fakes::FakeKubelet kubelet_;
+  std::shared_ptr<RecordingPublisher::Shared> shared_ = std::make_shared<RecordingPublisher::Shared>();
+  std::unique_ptr<Daemon> daemon_;
+  std::thread thread_;
+  int exitCode_ = -1;
+  std::vector<std::string> logLines_;
+};
+
+fakes::Scenario A100Scenario(bool held) {
+  fakes::Scenario scenario;
+  scenario.allocatable = {{"nvidia.com/A100", {"40"}, std::vector<int64_t>{0}},
+                          {"nvidia.com/A100", {"90"}, std::vector<int64_t>{1}}};
+  if (held) {
+    scenario.pods = {{"tenant-a", "virt-launcher-vm1", {{"compute", {{"nvidia.com/A100", {"40"},
+                                                                      std::nullopt}}}}}};
+  }
+  return scenario;
+}
+
+TEST_F(DaemonTest, FirstPassPublishesOnceAndASteadyStateWritesNothing) {
+  const testing::FixtureHost host("a100-vfio");
+  kubelet_.Start((socketDir_.path() / "kubelet.sock").string(), A100Scenario(false));
+  Start(host);
+  const auto published = WaitForPublishes(1);
+  ASSERT_EQ(published.size(), 1U);
+  EXPECT_EQ(published[0]["resourceNames"], nlohmann::json::array({"nvidia.com/A100"}));
+  EXPECT_FALSE(published[0].contains("conditions"));
+  // pod-resources is read every 100 ms meanwhile; nothing changes, nothing is published.
+  std::this_thread::sleep_for(1s);
+  EXPECT_EQ(PublishCount(), 1U);
+  EXPECT_GE(kubelet_.Calls().list, 3);
+  Stop();
+  EXPECT_EQ(exitCode_, 0);
+}
+
+TEST_F(DaemonTest, KubeletAnswerChangesArePublishedOnce) {
+  const testing::FixtureHost host("a100-vfio");
+  kubelet_.Start((socketDir_.path() / "kubelet.sock").string(), A100Scenario(false));
+  Start(host);
+  ASSERT_EQ(WaitForPublishes(1).size(), 1U);
+  kubelet_.SetScenario(A100Scenario(true));  // a VM starts on 3b:00.0
+  const auto published = WaitForPublishes(2);
+  ASSERT_EQ(published.size(), 2U);
+  EXPECT_EQ(Device(published[1], "0000:3b:00.0")["allocated"], 1);
+  std::this_thread::sleep_for(500ms);
+  EXPECT_EQ(PublishCount(), 2U);
+}
+
+TEST_F(DaemonTest, KubeletGoneKeepsTheLastCountsInsteadOfZeros) {
+  const testing::FixtureHost host("a100-vfio");
+  kubelet_.Start((socketDir_.path() / "kubelet.sock").string(), A100Scenario(true));
+  Start(host);
+  ASSERT_EQ(WaitForPublishes(1).size(), 1U);
+  kubelet_.Stop();  // kubelet restarts: no socket for a while
+  std::this_thread::sleep_for(1s);
+  EXPECT_EQ(PublishCount(), 1U);  // stale counts equal the last ones: nothing to write
+  bool warned = false;
+  for (const auto& line : logLines_) {
+    warned = warned || line.find("keeping the last counts, stale") != std::string::npos;
+  }
+  EXPECT_TRUE(warned);
+}
+
+TEST_F(DaemonTest, PodPhaseChangeReReadsPodResources) {
+  const testing::FixtureHost host("a100-vfio");
+  kubelet_.Start((socketDir_.path() / "kubelet.sock").string(), A100Scenario(true));
+  Start(host);
+  const auto first = WaitForPublishes(1);
+  ASSERT_EQ(Device(first[0], "0000:3b:00.0")["allocated"], 1);
+  // The pod watch reports the VM's pod Succeeded; kubelet 1.32/1.33 still lists it (A7).
+  daemon_->PostPodPhases({{"tenant-a/virt-launcher-vm1", "Succeeded"}});
+  const auto published = WaitForPublishes(2);
+  ASSERT_EQ(published.size(), 2U);
+  EXPECT_EQ(Device(published[1], "0000:3b:00.0")["allocated"], 0);
+}
+
+TEST_F(DaemonTest, TransientPublishFailuresAreRetriedUntilWritten) {
+  const testing::FixtureHost host("a100-vfio");
+  shared_->failuresToGo = 3;
+  Start(host);
+  const auto published = WaitForPublishes(1);
+  ASSERT_EQ(published.size(), 1U);
+  EXPECT_EQ(shared_->failures, 3);
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(PublishCount(), 1U);
+}
+
+TEST_F(DaemonTest, RealKernelUeventRescansAFixtureChangeWithinTheDebounceWindow) {
+  const auto uevent = WritableUevent();
+  if (!uevent || !EmitUevent(*uevent)) {
+    GTEST_SKIP() << "no writable /sys/bus/pci/devices/*/uevent here (not root, or a read-only "
+                    "sysfs): the kernel cannot be asked for a real uevent";
+  }
+  testing::FixtureHost host("a100-vfio");
+  Start(host, "kernel");
+  ASSERT_EQ(WaitForPublishes(1).size(), 1U);
+  // Rebind 3b:00.0 from vfio-pci to nvidia in the fixture, then let the kernel announce a change.
+  const auto device = host.root() / "sys/devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0";
+  std::filesystem::remove(device / "driver");
+  std::filesystem::create_directories(host.root() / "sys/bus/pci/drivers/nvidia");
+  std::filesystem::create_symlink("../../../../bus/pci/drivers/nvidia", device / "driver");
+  ASSERT_TRUE(EmitUevent(*uevent));
+  const auto published = WaitForPublishes(2, 5s);
+  ASSERT_EQ(published.size(), 2U) << "no rescan after a real uevent";
+  EXPECT_EQ(Device(published[1], "0000:3b:00.0")["driver"], "nvidia");
+  Stop();
+  EXPECT_GE(daemon_->counters().deviceEvents, 1);
+  EXPECT_GE(daemon_->counters().debouncedRescans, 1);
+}
+
+TEST_F(DaemonTest, ABurstOfRealUeventsCollapsesIntoFewRescans) {
+  const auto uevent = WritableUevent();
+  if (!uevent || !EmitUevent(*uevent)) {
+    GTEST_SKIP() << "no writable /sys/bus/pci/devices/*/uevent here (not root, or a read-only "
+                    "sysfs): the kernel cannot be asked for a real uevent";
+  }
+  const testing::FixtureHost host("a100-vfio");
+  Start(host, "kernel");
+  ASSERT_EQ(WaitForPublishes(1).size(), 1U);
+  std::this_thread::sleep_for(300ms);
+  const auto before = std::chrono::steady_clock::now();
+  for (int i = 0; i < 200; ++i) {
+    EmitUevent(*uevent);
+  }
+  const auto burst = std::chrono::steady_clock::now() - before;
+  std::this_thread::sleep_for(400ms);
+  Stop();
+  const DaemonCounters& counters = daemon_->counters();
+  EXPECT_GE(counters.deviceEvents, 200);
+  // One rescan per debounce window the burst touched, at most.
+  const auto windows = static_cast<int64_t>(burst / 100ms) + 2;
+  EXPECT_LE(counters.debouncedRescans, windows) << "burst took " << (burst / 1ms) << " ms";
+  EXPECT_GE(counters.debouncedRescans, 1);
+}
+
+}  // namespace
+}  // namespace cozy::agent
