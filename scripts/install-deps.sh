@@ -11,7 +11,7 @@ packages=(
   # discovery: libpci + Debian's pci.ids; lspci is the test oracle
   libpci-dev pciutils pci.ids
   # device events (libudev) and systemd integration
-  libudev-dev libsystemd-dev
+  libudev-dev libsystemd-dev systemd
   # kubelet pod-resources (gRPC over a unix socket)
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   # JSON / YAML / CLI / logging
