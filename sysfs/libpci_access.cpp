@@ -19,13 +19,16 @@ thread_local sigjmp_buf* activeJump = nullptr;
 thread_local std::string* activeError = nullptr;
 thread_local std::vector<std::string>* activeWarnings = nullptr;
 
-std::string FormatMessage(const char* format, va_list arguments) {
+__attribute__((format(printf, 1, 0))) std::string FormatMessage(const char* format,
+                                                               va_list arguments) {
   std::array<char, 512> buffer{};
   std::vsnprintf(buffer.data(), buffer.size(), format, arguments);
   return buffer.data();
 }
 
-extern "C" [[noreturn]] void OnLibpciError(char* format, ...) {
+// GNU noreturn rather than [[noreturn]]: clang makes it part of the function type, as libpci's
+// declaration of the callback field does.
+extern "C" __attribute__((noreturn, format(printf, 1, 2))) void OnLibpciError(char* format, ...) {
   va_list arguments;
   va_start(arguments, format);
   const std::string message = FormatMessage(format, arguments);
@@ -41,7 +44,7 @@ extern "C" [[noreturn]] void OnLibpciError(char* format, ...) {
   siglongjmp(*activeJump, 1);
 }
 
-extern "C" void OnLibpciWarning(char* format, ...) {
+extern "C" __attribute__((format(printf, 1, 2))) void OnLibpciWarning(char* format, ...) {
   va_list arguments;
   va_start(arguments, format);
   const std::string message = FormatMessage(format, arguments);
