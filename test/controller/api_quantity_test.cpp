@@ -11,6 +11,9 @@ struct QuantityCase {
   std::optional<int64_t> expected;  // nullopt: an error
 };
 
+// Names the case by its text in test output and in CTest's test names.
+void PrintTo(const QuantityCase& c, std::ostream* out) { *out << '"' << c.text << '"'; }
+
 class WholeQuantityTest : public testing::TestWithParam<QuantityCase> {};
 
 TEST_P(WholeQuantityTest, RoundsUpToWholeUnits) {

@@ -13,15 +13,15 @@ namespace {
 using namespace cozy::model::testing;
 using api::DevicePhase;
 
-const Decision& DecisionFor(const std::vector<Decision>& decisions, const std::string& device) {
+// A copy, so a decision of a temporary pass outlives it.
+Decision DecisionFor(const std::vector<Decision>& decisions, const std::string& device) {
   for (const Decision& decision : decisions) {
     if (decision.deviceNamespace + "/" + decision.deviceName == device) {
       return decision;
     }
   }
-  static const Decision kMissing{"", "<no decision>", Action::kKeep, "", ""};
   ADD_FAILURE() << "no decision for " << device;
-  return kMissing;
+  return Decision{"", "<no decision>", Action::kKeep, "", ""};
 }
 
 // A cluster with one passthrough class on kA100 and tenants root > a > a-b, plus b.
@@ -251,10 +251,10 @@ TEST(BudgetsInPassC3C4, OrdersOverABudgetAreRefused) {
   snapshot.devices[2].metadata.creationTimestamp = "2025-01-01T00:00:01Z";
   const std::vector<Decision> decisions = Model(snapshot).PlanPass();
   EXPECT_EQ(DecisionFor(decisions, "tenant-a-b/first").action, Action::kBind);
-  const Decision& second = DecisionFor(decisions, "tenant-a-b/second");
+  const Decision second = DecisionFor(decisions, "tenant-a-b/second");
   EXPECT_EQ(second.action, Action::kRefuse);
   EXPECT_NE(second.reason.find("tenant-root"), std::string::npos) << second.reason;
-  const Decision& blocked = DecisionFor(decisions, "tenant-b/blocked");
+  const Decision blocked = DecisionFor(decisions, "tenant-b/blocked");
   EXPECT_EQ(blocked.action, Action::kRefuse);
   EXPECT_NE(blocked.reason.find("requests.nvidia.com/GA100"), std::string::npos) << blocked.reason;
 }
@@ -371,7 +371,7 @@ void RunSetCases(const std::vector<SetCase>& cases,
     }
     const std::vector<Decision> decisions = Model(snapshot).PlanPass();
     for (const auto& [device, outcome] : c.expected) {
-      const Decision& decision = DecisionFor(decisions, "tenant-a/" + device);
+      const Decision decision = DecisionFor(decisions, "tenant-a/" + device);
       EXPECT_EQ(decision.action, outcome.first)
           << c.what << ": " << device << " got " << ToString(decision.action) << " ("
           << decision.reason << ")";
@@ -480,7 +480,7 @@ TEST(PlacementD10, HeldSetsLeaveOnlyNodesThatCannotKeepThem) {
     AddNode(snapshot, "n2", c.otherNodeGpus);
     snapshot.devices = held;
     c.adjust(snapshot);
-    const Decision& decision = DecisionFor(Model(snapshot).PlanPass(), "tenant-a/g");
+    const Decision decision = DecisionFor(Model(snapshot).PlanPass(), "tenant-a/g");
     EXPECT_EQ(decision.action, c.action) << c.what << ": " << decision.reason;
     EXPECT_EQ(decision.node, c.node) << c.what;
   }
@@ -523,7 +523,7 @@ TEST(PlacementE1, NewOrdersAgainstTheirClass) {
     AddNode(snapshot, "n1", 4);
     snapshot.devices = {c.order};
     c.adjust(snapshot);
-    const Decision& decision = DecisionFor(Model(snapshot).PlanPass(), "tenant-a/o");
+    const Decision decision = DecisionFor(Model(snapshot).PlanPass(), "tenant-a/o");
     EXPECT_EQ(decision.action, c.action) << c.what << ": " << decision.reason;
   }
 }
