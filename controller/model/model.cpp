@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <memory>
+#include <unordered_map>
 
 #include "api/json_field.h"
 #include "api/keys.h"
@@ -590,6 +591,16 @@ class PassPlanner {
     for (const auto& [ns, pending] : ix.pendingUsage) {
       passUsage_[ns].Add(pending, -1);
     }
+    classesByResource_.resize(ix.resources.size());
+    byFree_.resize(ix.classes.size());
+    for (size_t c = 0; c < ix.classes.size(); ++c) {
+      classesByResource_[ix.classes[c].resource].push_back(c);
+      for (size_t node : ix.classes[c].nodes) {
+        if (ix.eligibility[node].eligible) {
+          byFree_[c].emplace(FreeAt(node, ix.classes[c].resource), node);
+        }
+      }
+    }
     GroupSets();
   }
 
@@ -637,7 +648,8 @@ class PassPlanner {
   }
 
   void GroupSets() {
-    std::map<std::string, size_t> byKey;
+    std::unordered_map<std::string, size_t> byKey;
+    byKey.reserve(ix_.snapshot.devices.size());
     for (size_t d = 0; d < ix_.snapshot.devices.size(); ++d) {
       const api::GpuDevice& device = Device(d);
       const std::string& ns = device.metadata.namespaceName;
@@ -680,11 +692,14 @@ class PassPlanner {
 
   State Classify(const DeviceSet& set) const {
     size_t placed = 0, lostCount = 0, pending = 0;
-    std::set<std::string> nodes;
+    bool oneNode = true;
+    const std::string* firstNode = nullptr;
     for (size_t d : set.members) {
       if (IsPlaced(d)) {
         ++placed;
-        nodes.insert(*Device(d).status.nodeName);
+        const std::string& node = *Device(d).status.nodeName;
+        oneNode = oneNode && (firstNode == nullptr || *firstNode == node);
+        firstNode = &node;
       } else if (Device(d).Phase() == api::DevicePhase::kPending) {
         ++pending;
       } else {
@@ -692,7 +707,7 @@ class PassPlanner {
       }
     }
     const size_t size = set.members.size();
-    if (placed == size && nodes.size() == 1) {
+    if (placed == size && oneNode) {
       return State::kHeld;
     }
     if (lostCount == size) {
@@ -712,11 +727,25 @@ class PassPlanner {
     }
   }
 
-  int64_t& FreeAt(size_t node, size_t resource) { return free_[ix_.At(node, resource)]; }
+  int64_t FreeAt(size_t node, size_t resource) const { return free_[ix_.At(node, resource)]; }
+
+  // Every change of free units goes through here, keeping byFree_ in step.
+  void AdjustFree(size_t node, size_t resource, int64_t delta) {
+    int64_t& free = free_[ix_.At(node, resource)];
+    if (ix_.eligibility[node].eligible) {
+      for (size_t c : classesByResource_[resource]) {
+        if (ix_.classes[c].servesNode[node]) {
+          byFree_[c].erase({free, node});
+          byFree_[c].emplace(free + delta, node);
+        }
+      }
+    }
+    free += delta;
+  }
 
   void Take(size_t node, const Needs& needs, int64_t sign) {
     for (const auto& [resource, count] : needs.byResource) {
-      FreeAt(node, resource) -= sign * count;
+      AdjustFree(node, resource, -sign * count);
     }
   }
 
@@ -727,7 +756,7 @@ class PassPlanner {
         continue;
       }
       if (const auto n = ix_.nodeIds.find(*Device(d).status.nodeName); n != ix_.nodeIds.end()) {
-        FreeAt(n->second, ix_.classes[ix_.deviceClass[d]].resource) += Device(d).spec.count;
+        AdjustFree(n->second, ix_.classes[ix_.deviceClass[d]].resource, Device(d).spec.count);
       }
     }
   }
@@ -761,10 +790,20 @@ class PassPlanner {
     return slack;
   }
 
-  // The fullest eligible node with room for the whole set.
+  // The fullest eligible node with room for the whole set; ties go to the first by name.
   size_t FindTarget(const DeviceSet& set, size_t exclude) {
     if (set.needs.byClass.empty()) {
       return kNone;
+    }
+    // The common shape, one class and no tolerations of its own: the first node of the class's
+    // free-units order with enough room. Other sets look at every node of their first class.
+    if (set.needs.byClass.size() == 1 && (!set.vmi || set.vmi->tolerations.empty())) {
+      const std::set<std::pair<int64_t, size_t>>& order = byFree_[set.needs.byClass.begin()->first];
+      auto it = order.lower_bound({set.needs.byResource.begin()->second, 0});
+      while (it != order.end() && it->second == exclude) {
+        ++it;
+      }
+      return it == order.end() ? kNone : it->second;
     }
     size_t best = kNone;
     int64_t bestSlack = 0;
@@ -871,13 +910,10 @@ class PassPlanner {
       }
       if (problem.empty()) {
         // Taints the set does not tolerate; the cordon is judged on its own below.
-        Node uncordoned = node;
-        uncordoned.unschedulable = false;
-        const std::vector<Toleration> none;
-        const NodeEligibility eligibility =
-            CheckNodeEligibility(uncordoned, set->vmi ? set->vmi->tolerations : none);
-        if (!eligibility.eligible) {
-          problem = "node " + nodeName + ": " + eligibility.reasons.front();
+        static const std::vector<Toleration> kNone;
+        if (std::optional<std::string> taint =
+                UntoleratedTaint(node, set->vmi ? set->vmi->tolerations : kNone)) {
+          problem = "node " + nodeName + ": " + *taint;
         }
       }
       if (!problem.empty()) {
@@ -1049,7 +1085,11 @@ class PassPlanner {
   }
 
   const Model::Index& ix_;
-  std::vector<int64_t> free_;
+  std::vector<int64_t> free_;  // by node and resource, as Index::At
+  // Per class, the nodes it selects that take binds, ordered by free units of its resource name
+  // then by name: the fullest node with room is a lookup rather than a scan.
+  std::vector<std::set<std::pair<int64_t, size_t>>> byFree_;
+  std::vector<std::vector<size_t>> classesByResource_;
   std::map<std::string, Usage, std::less<>> passUsage_;
   std::vector<DeviceSet> sets_;
   std::vector<Decision> decisions_;

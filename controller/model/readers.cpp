@@ -173,6 +173,40 @@ bool Tolerates(const Toleration& toleration, const Taint& taint) {
   return false;  // Gt, Lt and anything unknown
 }
 
+namespace {
+
+// Whether the taint is one the model leaves to the cordon and the Ready condition, or one no
+// scheduling decision depends on.
+bool IsSchedulingTaint(const Taint& taint) {
+  if (taint.effect != "NoSchedule" && taint.effect != "NoExecute") {
+    return false;
+  }
+  return taint.key != api::kTaintUnschedulable && taint.key != api::kTaintNotReady &&
+         taint.key != api::kTaintUnreachable;
+}
+
+std::string Describe(const Taint& taint) {
+  return "taint " + taint.key + (taint.value.empty() ? "" : "=") + taint.value + ":" +
+         taint.effect + " not tolerated";
+}
+
+bool Tolerated(const Taint& taint, const std::vector<Toleration>& tolerations) {
+  return std::any_of(tolerations.begin(), tolerations.end(),
+                     [&taint](const Toleration& toleration) { return Tolerates(toleration, taint); });
+}
+
+}  // namespace
+
+std::optional<std::string> UntoleratedTaint(const Node& node,
+                                            const std::vector<Toleration>& tolerations) {
+  for (const Taint& taint : node.taints) {
+    if (IsSchedulingTaint(taint) && !Tolerated(taint, tolerations)) {
+      return Describe(taint);
+    }
+  }
+  return std::nullopt;
+}
+
 NodeEligibility CheckNodeEligibility(const Node& node, const std::vector<Toleration>& tolerations) {
   NodeEligibility result;
   result.cordoned = node.unschedulable;
@@ -183,19 +217,8 @@ NodeEligibility CheckNodeEligibility(const Node& node, const std::vector<Tolerat
     result.reasons.emplace_back("not Ready");
   }
   for (const Taint& taint : node.taints) {
-    if (taint.effect != "NoSchedule" && taint.effect != "NoExecute") {
-      continue;
-    }
-    if (taint.key == api::kTaintUnschedulable || taint.key == api::kTaintNotReady ||
-        taint.key == api::kTaintUnreachable) {
-      continue;
-    }
-    const bool tolerated =
-        std::any_of(tolerations.begin(), tolerations.end(),
-                    [&taint](const Toleration& toleration) { return Tolerates(toleration, taint); });
-    if (!tolerated) {
-      result.reasons.push_back("taint " + taint.key + (taint.value.empty() ? "" : "=") +
-                               taint.value + ":" + taint.effect + " not tolerated");
+    if (IsSchedulingTaint(taint) && !Tolerated(taint, tolerations)) {
+      result.reasons.push_back(Describe(taint));
     }
   }
   result.eligible = result.reasons.empty();

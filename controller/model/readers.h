@@ -72,6 +72,11 @@ struct NodeEligibility {
 // are left to the first two checks, so a stale taint neither blocks nor counts as a cordon.
 NodeEligibility CheckNodeEligibility(const Node& node, const std::vector<Toleration>& tolerations);
 
+// The taint check of CheckNodeEligibility alone: the first NoSchedule or NoExecute taint the
+// tolerations do not tolerate, described for people, or nullopt.
+std::optional<std::string> UntoleratedTaint(const Node& node,
+                                            const std::vector<Toleration>& tolerations);
+
 // The effective GPU resource-name set: the hoster's list, every GPUNode's resourceNames, and the
 // NVIDIA (vendor 10de) and mediated entries of KubeVirt's permittedHostDevices. A PCI entry of
 // another vendor, such as a ConnectX VF, stays out.
