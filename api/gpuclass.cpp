@@ -6,9 +6,7 @@
 
 namespace cozy::api {
 
-std::string_view ToString(GpuMode mode) {
-  return mode == GpuMode::kVgpu ? "vgpu" : "passthrough";
-}
+std::string_view ToString(GpuMode mode) { return mode == GpuMode::kVgpu ? "vgpu" : "passthrough"; }
 
 std::string_view ToString(OnCordon onCordon) {
   return onCordon == OnCordon::kStay ? "Stay" : "Move";

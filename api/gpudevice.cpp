@@ -76,27 +76,24 @@ GpuDevice GpuDeviceFromJson(const nlohmann::json& object) {
   }
   out.nodeName = status->OptionalString("nodeName");
   if (std::optional<JsonField> attachment = status->Find("attachment")) {
-    out.attachment = Attachment{attachment->Require("vmiName").AsString(),
-                                attachment->StringOr("vmiUID", "")};
+    out.attachment =
+        Attachment{attachment->Require("vmiName").AsString(), attachment->StringOr("vmiUID", "")};
   }
   if (std::optional<JsonField> request = status->Find("bindRequest")) {
     out.bindRequest =
         BindRequest{request->Require("id").AsString(), request->StringOr("requestedAt", "")};
   }
   if (std::optional<JsonField> response = status->Find("bindResponse")) {
-    out.bindResponse = BindResponse{response->Require("id").AsString(),
-                                    ResultFromJson(response->Require("result")),
-                                    response->StringOr("reason", ""),
-                                    response->StringOr("message", "")};
+    out.bindResponse = BindResponse{
+        response->Require("id").AsString(), ResultFromJson(response->Require("result")),
+        response->StringOr("reason", ""), response->StringOr("message", "")};
   }
   if (std::optional<JsonField> conditions = status->Find("conditions")) {
     for (const JsonField& item : conditions->AsArray()) {
-      out.conditions.push_back(Condition{item.Require("type").AsString(),
-                                         item.Require("status").AsString(),
-                                         item.StringOr("reason", ""),
-                                         item.StringOr("message", ""),
-                                         item.StringOr("lastTransitionTime", ""),
-                                         item.OptionalInt("observedGeneration")});
+      out.conditions.push_back(Condition{
+          item.Require("type").AsString(), item.Require("status").AsString(),
+          item.StringOr("reason", ""), item.StringOr("message", ""),
+          item.StringOr("lastTransitionTime", ""), item.OptionalInt("observedGeneration")});
     }
   }
   return device;

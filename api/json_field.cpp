@@ -12,8 +12,8 @@ DecodeError::DecodeError(std::string field, std::string problem)
 std::string JoinPath(std::string_view path, std::string_view key) {
   bool plain = !key.empty();
   for (char c : key) {
-    const bool identifier = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                            (c >= '0' && c <= '9') || c == '_';
+    const bool identifier =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
     plain = plain && identifier;
   }
   std::string joined(path);

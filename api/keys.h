@@ -30,8 +30,7 @@ inline constexpr std::string_view kTemplateDeviceLabelValue = "true";
 // label, which the webhooks select on, and the annotation, which lists the references.
 inline constexpr std::string_view kDeviceReferenceLabel = "gpu.cozystack.io/device-references";
 inline constexpr std::string_view kDeviceReferenceLabelValue = "true";
-inline constexpr std::string_view kDeviceReferenceAnnotation =
-    "gpu.cozystack.io/device-references";
+inline constexpr std::string_view kDeviceReferenceAnnotation = "gpu.cozystack.io/device-references";
 
 // The reserved key the GPU usage records' WorkloadMonitor selects on; no tenant object may
 // carry it, so the monitor matches nothing and tenant labels cannot shape usage records.

@@ -68,9 +68,8 @@ bool LabelSelector::Matches(const Labels& labels) const {
   for (const LabelSelectorRequirement& requirement : matchExpressions) {
     const auto it = labels.find(requirement.key);
     const bool present = it != labels.end();
-    const bool listed =
-        present && std::find(requirement.values.begin(), requirement.values.end(), it->second) !=
-                       requirement.values.end();
+    const bool listed = present && std::find(requirement.values.begin(), requirement.values.end(),
+                                             it->second) != requirement.values.end();
     bool holds = false;
     if (requirement.op == "In") {
       holds = listed;

@@ -1,8 +1,7 @@
 // gpu-controller: the GPU catalog's controller. Today it offers `simulate`, the shared model run
 // offline on a snapshot file; the binder and the webhooks join it in later issues.
-#include <iostream>
-
 #include <CLI/CLI.hpp>
+#include <iostream>
 
 #include "controller/simulate.h"
 

@@ -66,8 +66,8 @@ json SimulationToJson(const model::ClusterView& view,
                       const std::vector<model::Decision>& decisions) {
   json classes = json::object();
   for (const model::ClassView& c : view.classes) {
-    classes[c.name] = {{"maxCount", OptionalNumber(c.maxCount)}, {"units", c.units},
-                       {"free", c.free}};
+    classes[c.name] = {
+        {"maxCount", OptionalNumber(c.maxCount)}, {"units", c.units}, {"free", c.free}};
   }
   json nodes = json::object();
   for (const model::NodeView& node : view.nodes) {
@@ -75,7 +75,8 @@ json SimulationToJson(const model::ClusterView& view,
     for (const auto& [name, units] : node.classes) {
       nodeClasses[name] = {{"units", units.units}, {"used", units.used}, {"free", units.free}};
     }
-    nodes[node.name] = {{"eligible", node.eligible}, {"reasons", node.reasons},
+    nodes[node.name] = {{"eligible", node.eligible},
+                        {"reasons", node.reasons},
                         {"classes", std::move(nodeClasses)}};
   }
   json tenants = json::object();
@@ -124,8 +125,8 @@ std::string SimulationToTable(const model::ClusterView& view,
       nodes.Add({node.name, eligible, "-", "-", "-", "-", reasons});
     }
     for (const auto& [name, units] : node.classes) {
-      nodes.Add({node.name, eligible, name, std::to_string(units.units),
-                 std::to_string(units.used), std::to_string(units.free), reasons});
+      nodes.Add({node.name, eligible, name, std::to_string(units.units), std::to_string(units.used),
+                 std::to_string(units.free), reasons});
     }
   }
   nodes.Print(out);
@@ -134,13 +135,12 @@ std::string SimulationToTable(const model::ClusterView& view,
   for (const model::TenantView& tenant : view.tenants) {
     for (const auto& [name, budget] : tenant.classes) {
       const model::RemainingBudget& remaining = budget.budget;
-      tenants.Add({tenant.name, name, std::to_string(budget.used),
-                   Number(remaining.remaining, "unlimited"),
-                   remaining.limitedBy.empty()
-                       ? "-"
-                       : remaining.limitedBy + " (" + remaining.key +
-                             (remaining.blockedByRawKey ? ", a raw key without a GPU key" : "") +
-                             ")"});
+      tenants.Add(
+          {tenant.name, name, std::to_string(budget.used), Number(remaining.remaining, "unlimited"),
+           remaining.limitedBy.empty()
+               ? "-"
+               : remaining.limitedBy + " (" + remaining.key +
+                     (remaining.blockedByRawKey ? ", a raw key without a GPU key" : "") + ")"});
     }
   }
   tenants.Print(out);

@@ -20,7 +20,9 @@ model::ResourceList QuantityMap(const JsonField& object, std::string_view key) {
   return list;
 }
 
-api::ObjectMeta Meta(const JsonField& item) { return api::ObjectMetaFromJson(item.Require("metadata")); }
+api::ObjectMeta Meta(const JsonField& item) {
+  return api::ObjectMetaFromJson(item.Require("metadata"));
+}
 
 model::Namespace DecodeNamespace(const JsonField& item) {
   api::ObjectMeta meta = Meta(item);
@@ -107,9 +109,9 @@ model::VirtualMachineInstance DecodeVmi(const JsonField& item) {
   if (std::optional<JsonField> spec = item.Find("spec")) {
     if (std::optional<JsonField> tolerations = spec->Find("tolerations")) {
       for (const JsonField& toleration : tolerations->AsArray()) {
-        vmi.tolerations.push_back(model::Toleration{
-            toleration.StringOr("key", ""), toleration.StringOr("operator", ""),
-            toleration.StringOr("value", ""), toleration.StringOr("effect", "")});
+        vmi.tolerations.push_back(
+            model::Toleration{toleration.StringOr("key", ""), toleration.StringOr("operator", ""),
+                              toleration.StringOr("value", ""), toleration.StringOr("effect", "")});
       }
     }
   }

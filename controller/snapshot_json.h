@@ -3,10 +3,9 @@
 // ConfigMap) into the model's snapshot. Items of other kinds are skipped.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "controller/model/snapshot.h"
 

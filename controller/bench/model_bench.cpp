@@ -81,9 +81,11 @@ Snapshot BuildSnapshot(size_t nodes, size_t tenants) {
     levelStart = levelEnd;
     levelEnd = chains.size();
   }
-  snapshot.quotas.push_back({"tenant-root", "gpu", {{std::string(api::kTotalBudgetKey), std::to_string(nodes * 8)}}});
+  snapshot.quotas.push_back(
+      {"tenant-root", "gpu", {{std::string(api::kTotalBudgetKey), std::to_string(nodes * 8)}}});
   for (size_t t = 1; t < chains.size(); t += 3) {
-    snapshot.quotas.push_back({snapshot.namespaces[t].name, "gpu",
+    snapshot.quotas.push_back({snapshot.namespaces[t].name,
+                               "gpu",
                                {{api::ClassBudgetKey("a100"), "64"},
                                 {api::ClassBudgetKey("l40s"), "64"},
                                 {"requests.cpu", "100"}}});

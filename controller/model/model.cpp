@@ -130,8 +130,7 @@ struct Model::Index {
   std::map<std::pair<std::string, std::string>, std::vector<size_t>> attached;  // (ns, VMI)
   std::map<std::pair<std::string, std::string>, const VirtualMachineInstance*> vmis;
 
-  explicit Index(const Snapshot& s)
-      : snapshot(s), tenants(s.namespaces), launchers(s.vmis) {}
+  explicit Index(const Snapshot& s) : snapshot(s), tenants(s.namespaces), launchers(s.vmis) {}
 
   size_t At(size_t node, size_t resource) const { return node * resources.size() + resource; }
   int64_t Free(size_t node, size_t resource) const {
@@ -342,7 +341,8 @@ void Model::Index::ReadBudgets() {
       const bool gpuKey = key.starts_with(api::kBudgetKeyPrefix);
       std::optional<size_t> rawResource;
       if (!gpuKey && key.starts_with(api::kRawQuotaKeyPrefix)) {
-        const auto r = resourceIds.find(std::string_view(key).substr(api::kRawQuotaKeyPrefix.size()));
+        const auto r =
+            resourceIds.find(std::string_view(key).substr(api::kRawQuotaKeyPrefix.size()));
         if (r != resourceIds.end()) {
           rawResource = r->second;
         }
@@ -422,17 +422,16 @@ RemainingBudget Model::Index::Remaining(
     if (budget == budgets.end()) {
       continue;
     }
-    ForEachConstraint(budget->second, UsageOf(usageBy, ns), classId, classes[classId].resource,
-                      [&](const Constraint& constraint) {
-                        const int64_t left = constraint.blocked
-                                                 ? 0
-                                                 : std::max<int64_t>(0, constraint.limit->value -
-                                                                            constraint.used);
-                        if (!result.remaining || left < *result.remaining) {
-                          result = RemainingBudget{left, ns, constraint.limit->key,
-                                                   constraint.blocked};
-                        }
-                      });
+    ForEachConstraint(
+        budget->second, UsageOf(usageBy, ns), classId, classes[classId].resource,
+        [&](const Constraint& constraint) {
+          const int64_t left =
+              constraint.blocked ? 0
+                                 : std::max<int64_t>(0, constraint.limit->value - constraint.used);
+          if (!result.remaining || left < *result.remaining) {
+            result = RemainingBudget{left, ns, constraint.limit->key, constraint.blocked};
+          }
+        });
   }
   return result;
 }
@@ -449,32 +448,32 @@ std::optional<std::string> Model::Index::CheckBudgets(
     for (const auto& [classId, count] : needs.byClass) {
       const size_t resource = classes[classId].resource;
       const std::string& className = classes[classId].gpuClass->metadata.name;
-      ForEachConstraint(
-          budget->second, UsageOf(usageBy, ns), classId, resource,
-          [&](const Constraint& constraint) {
-            if (refusal) {
-              return;
-            }
-            if (constraint.blocked) {
-              refusal = "the raw quota key " + constraint.limit->key + " of " + ns +
-                        " blocks class " + className + " until " + ns + " also declares " +
-                        api::ClassBudgetKey(className) + " or " + std::string(api::kTotalBudgetKey);
-              return;
-            }
-            const std::string& key = constraint.limit->key;
-            int64_t need = count;
-            if (constraint.kind == Constraint::Kind::kTotal) {
-              need = needs.total;
-            } else if (constraint.kind == Constraint::Kind::kRaw) {
-              need = needs.byResource.at(resource);
-            }
-            if (constraint.used + need > constraint.limit->value) {
-              refusal = "the budget " + key + " of " + ns + " is " +
-                        std::to_string(constraint.limit->value) + " with " +
-                        std::to_string(constraint.used) + " used; the order needs " +
-                        std::to_string(need);
-            }
-          });
+      ForEachConstraint(budget->second, UsageOf(usageBy, ns), classId, resource,
+                        [&](const Constraint& constraint) {
+                          if (refusal) {
+                            return;
+                          }
+                          if (constraint.blocked) {
+                            refusal = "the raw quota key " + constraint.limit->key + " of " + ns +
+                                      " blocks class " + className + " until " + ns +
+                                      " also declares " + api::ClassBudgetKey(className) + " or " +
+                                      std::string(api::kTotalBudgetKey);
+                            return;
+                          }
+                          const std::string& key = constraint.limit->key;
+                          int64_t need = count;
+                          if (constraint.kind == Constraint::Kind::kTotal) {
+                            need = needs.total;
+                          } else if (constraint.kind == Constraint::Kind::kRaw) {
+                            need = needs.byResource.at(resource);
+                          }
+                          if (constraint.used + need > constraint.limit->value) {
+                            refusal = "the budget " + key + " of " + ns + " is " +
+                                      std::to_string(constraint.limit->value) + " with " +
+                                      std::to_string(constraint.used) + " used; the order needs " +
+                                      std::to_string(need);
+                          }
+                        });
       if (refusal) {
         return refusal;
       }
@@ -502,7 +501,8 @@ std::optional<NodeClassView> Model::NodeClass(std::string_view node,
   const Index& ix = *index_;
   const auto n = ix.nodeIds.find(node);
   const auto c = ix.classIds.find(className);
-  if (n == ix.nodeIds.end() || c == ix.classIds.end() || !ix.classes[c->second].servesNode[n->second]) {
+  if (n == ix.nodeIds.end() || c == ix.classIds.end() ||
+      !ix.classes[c->second].servesNode[n->second]) {
     return std::nullopt;
   }
   const size_t at = ix.At(n->second, ix.classes[c->second].resource);
@@ -671,7 +671,8 @@ class PassPlanner {
       }
       auto [it, inserted] = byKey.try_emplace(key, sets_.size());
       if (inserted) {
-        sets_.push_back(DeviceSet{key, ns, description, vmi, {}, device.metadata.creationTimestamp, {}});
+        sets_.push_back(
+            DeviceSet{key, ns, description, vmi, {}, device.metadata.creationTimestamp, {}});
       }
       DeviceSet& set = sets_[it->second];
       set.members.push_back(d);
@@ -994,9 +995,9 @@ class PassPlanner {
         }
         const size_t at = ix_.At(node, r);
         const std::string reason = "node " + ix_.nodes[node]->name + " serves " +
-                                   std::to_string(ix_.units[at]) + " units of " +
-                                   ix_.resources[r] + " but " +
-                                   std::to_string(ix_.bound[at] + ix_.raw[at]) + " are held";
+                                   std::to_string(ix_.units[at]) + " units of " + ix_.resources[r] +
+                                   " but " + std::to_string(ix_.bound[at] + ix_.raw[at]) +
+                                   " are held";
         for (const auto& [set, isCordoned] : sets) {
           if (FreeAt(node, r) >= 0) {
             break;
@@ -1043,8 +1044,8 @@ class PassPlanner {
       const api::GpuDevice& device = Device(d);
       const ClassInfo& info = ix_.classes[ix_.deviceClass[d]];
       if (info.gpuClass->metadata.deletionTimestamp) {
-        Decide(set, Action::kRefuse, "", "class " + info.gpuClass->metadata.name +
-                                             " is being deleted");
+        Decide(set, Action::kRefuse, "",
+               "class " + info.gpuClass->metadata.name + " is being deleted");
         return;
       }
       if (info.maxCount && device.spec.count > *info.maxCount) {

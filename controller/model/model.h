@@ -20,8 +20,8 @@ namespace cozy::model {
 struct ClassView {
   std::string name;
   std::optional<int64_t> maxCount;  // nullopt: no limit
-  int64_t units = 0;  // served by the nodes its nodeSelector selects
-  int64_t free = 0;   // of those, free on nodes that take binds now
+  int64_t units = 0;                // served by the nodes its nodeSelector selects
+  int64_t free = 0;                 // of those, free on nodes that take binds now
 };
 
 struct NodeClassView {

@@ -119,8 +119,8 @@ std::map<std::string, int64_t> PodResourceRequests(const Pod& pod,
   Units initPeak;
   for (size_t i = 0; i < pod.initContainers.size(); ++i) {
     const Container& container = pod.initContainers[i];
-    Units own = ContainerRequests(pod, container,
-                                  "spec.initContainers[" + std::to_string(i) + "]", resourceNames);
+    Units own = ContainerRequests(pod, container, "spec.initContainers[" + std::to_string(i) + "]",
+                                  resourceNames);
     if (container.restartAlways) {
       Add(requests, own);
       Add(sidecars, own);
@@ -191,8 +191,9 @@ std::string Describe(const Taint& taint) {
 }
 
 bool Tolerated(const Taint& taint, const std::vector<Toleration>& tolerations) {
-  return std::any_of(tolerations.begin(), tolerations.end(),
-                     [&taint](const Toleration& toleration) { return Tolerates(toleration, taint); });
+  return std::any_of(
+      tolerations.begin(), tolerations.end(),
+      [&taint](const Toleration& toleration) { return Tolerates(toleration, taint); });
 }
 
 }  // namespace

@@ -34,10 +34,10 @@ struct Taint {
 };
 
 struct Toleration {
-  std::string key;       // empty with Exists: every key
-  std::string op;        // Equal (the default when empty) | Exists | Gt | Lt
+  std::string key;  // empty with Exists: every key
+  std::string op;   // Equal (the default when empty) | Exists | Gt | Lt
   std::string value;
-  std::string effect;    // empty: every effect
+  std::string effect;  // empty: every effect
 };
 
 struct Node {

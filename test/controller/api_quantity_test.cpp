@@ -1,7 +1,7 @@
 // Quantities as budgets, pod requests and class memory are read (api/quantity.h).
-#include "api/quantity.h"
-
 #include <gtest/gtest.h>
+
+#include "api/quantity.h"
 
 namespace cozy::api {
 namespace {

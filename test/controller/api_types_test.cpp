@@ -63,11 +63,14 @@ TEST(GpuClass, RefusesMalformedNamingTheField) {
   const std::vector<BadClassCase> cases = {
       {"B4 total", [](json& o) { o["metadata"]["name"] = "total"; }, "metadata.name"},
       {"B5 dra reserved",
-       [](json& o) { o["spec"]["source"] = {{"dra", json::object()}}; }, "spec.source.dra"},
-      {"B5 two members",
-       [](json& o) { o["spec"]["source"]["dra"] = json::object(); }, "spec.source.dra"},
-      {"B5 unknown member",
-       [](json& o) { o["spec"]["source"]["other"] = json::object(); }, "spec.source.other"},
+       [](json& o) {
+         o["spec"]["source"] = {{"dra", json::object()}};
+       },
+       "spec.source.dra"},
+      {"B5 two members", [](json& o) { o["spec"]["source"]["dra"] = json::object(); },
+       "spec.source.dra"},
+      {"B5 unknown member", [](json& o) { o["spec"]["source"]["other"] = json::object(); },
+       "spec.source.other"},
       {"B5 no member", [](json& o) { o["spec"]["source"] = json::object(); },
        "spec.source.devicePlugin"},
       {"B8 own group",
@@ -82,8 +85,7 @@ TEST(GpuClass, RefusesMalformedNamingTheField) {
       {"selector operator",
        [](json& o) { o["spec"]["nodeSelector"]["matchExpressions"][0]["operator"] = "Gt"; },
        "spec.nodeSelector.matchExpressions[0].operator"},
-      {"label value type",
-       [](json& o) { o["metadata"]["labels"]["tenant.cozystack.io/a"] = 1; },
+      {"label value type", [](json& o) { o["metadata"]["labels"]["tenant.cozystack.io/a"] = 1; },
        "metadata.labels[\"tenant.cozystack.io/a\"]"},
   };
   for (const BadClassCase& c : cases) {
@@ -137,8 +139,7 @@ TEST(GpuDeviceB6, RefusesCountBelowOneAndBadEnums) {
       {[](json& o) { o["spec"]["count"] = 1.5; }, "spec.count"},
       {[](json& o) { o["spec"].erase("className"); }, "spec.className"},
       {[](json& o) { o["status"]["phase"] = "Running"; }, "status.phase"},
-      {[](json& o) { o["status"]["bindResponse"]["result"] = "OK"; },
-       "status.bindResponse.result"},
+      {[](json& o) { o["status"]["bindResponse"]["result"] = "OK"; }, "status.bindResponse.result"},
       {[](json& o) { o["status"]["attachment"].erase("vmiName"); }, "status.attachment.vmiName"},
   };
   for (const auto& [mutate, field] : cases) {
@@ -167,7 +168,8 @@ TEST(GpuNodeInventory, ReadsUnitsPerResource) {
   EXPECT_EQ(inventory.devices[0].resources[0].allocatable, 4);
   EXPECT_THROW(GpuNodeInventoryFromJson(json::parse(R"({"metadata": {"name": "n1"},
     "status": {"devices": [{"pciAddress": "x", "resources": [{"name": "r", "allocatable": -1}]}]}
-  })")), DecodeError);
+  })")),
+               DecodeError);
 }
 
 // B1: the quota keys are spelled once; these are the strings quotas and policies carry.

@@ -1,9 +1,8 @@
 // Name rules of api/validation.h. The CRD test checks that the CRDs judge the same tables the
 // same way, so the API server and the offline model agree.
-#include "api/validation.h"
-
 #include <gtest/gtest.h>
 
+#include "api/validation.h"
 #include "test/controller/name_cases.h"
 
 namespace cozy::api {

@@ -1,12 +1,11 @@
 // The GPUClass and GPUDevice CRDs (charts/gpu/crds/): the structural facts the API server
 // enforces for us, and agreement with api/validation.h on the same name tables.
+#include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
 #include <functional>
 #include <regex>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "api/validation.h"
 #include "test/controller/name_cases.h"
@@ -69,7 +68,8 @@ bool EvaluateConjunction(const std::string& rule, const std::string& self) {
   size_t start = 0;
   while (start <= rule.size()) {
     size_t end = rule.find(" && ", start);
-    std::string term = rule.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    std::string term =
+        rule.substr(start, end == std::string::npos ? std::string::npos : end - start);
     term = std::regex_replace(term, std::regex(R"(^\s+|\s+$)"), "");
     // size(self) <= N
     std::smatch match;
@@ -100,7 +100,8 @@ TEST(GpuClassCrd, Shape) {
 
 // H5: "The CRDs are kept on chart uninstall"
 TEST(CrdsH5, KeptOnUninstall) {
-  for (const char* file : {"gpu.cozystack.io_gpuclasses.yaml", "gpu.cozystack.io_gpudevices.yaml"}) {
+  for (const char* file :
+       {"gpu.cozystack.io_gpuclasses.yaml", "gpu.cozystack.io_gpudevices.yaml"}) {
     const YAML::Node crd = LoadCrd(file);
     EXPECT_EQ(crd["metadata"]["annotations"]["helm.sh/resource-policy"].as<std::string>(), "keep")
         << file;
@@ -109,8 +110,8 @@ TEST(CrdsH5, KeptOnUninstall) {
 
 // B4 through the CRD's root rules on metadata.name.
 TEST(GpuClassCrdB4, NameRulesAgreeWithValidator) {
-  const YAML::Node rules = Schema(LoadCrd("gpu.cozystack.io_gpuclasses.yaml"))
-                               ["x-kubernetes-validations"];
+  const YAML::Node rules =
+      Schema(LoadCrd("gpu.cozystack.io_gpuclasses.yaml"))["x-kubernetes-validations"];
   ASSERT_TRUE(rules.IsSequence());
   for (const NameCase& c : ClassNameCases()) {
     bool accepted = true;
@@ -126,9 +127,10 @@ TEST(GpuClassCrdB4, NameRulesAgreeWithValidator) {
 
 // B8 through the CRD's pattern and rules on resourceName.
 TEST(GpuClassCrdB8, ResourceNameRulesAgreeWithValidator) {
-  const YAML::Node field = Schema(LoadCrd("gpu.cozystack.io_gpuclasses.yaml"))
-      ["properties"]["spec"]["properties"]["source"]["properties"]["devicePlugin"]["properties"]
-      ["resourceName"];
+  const YAML::Node field =
+      Schema(LoadCrd("gpu.cozystack.io_gpuclasses.yaml"))["properties"]["spec"]["properties"]
+                                                         ["source"]["properties"]["devicePlugin"]
+                                                         ["properties"]["resourceName"];
   const std::regex pattern(field["pattern"].as<std::string>());
   const size_t maxLength = field["maxLength"].as<size_t>();
   for (const NameCase& c : ResourceNameCases()) {
@@ -142,8 +144,7 @@ TEST(GpuClassCrdB8, ResourceNameRulesAgreeWithValidator) {
 }
 
 TEST(GpuClassCrd, SpecFields) {
-  const YAML::Node spec =
-      Schema(LoadCrd("gpu.cozystack.io_gpuclasses.yaml"))["properties"]["spec"];
+  const YAML::Node spec = Schema(LoadCrd("gpu.cozystack.io_gpuclasses.yaml"))["properties"]["spec"];
   const YAML::Node properties = spec["properties"];
   for (const char* field : {"vendor", "model", "mode", "profile", "memory", "maxCount", "source",
                             "nodeSelector", "onCordon"}) {
@@ -158,16 +159,15 @@ TEST(GpuClassCrd, SpecFields) {
             (std::vector<std::string>{"Move", "Stay"}));
   EXPECT_EQ(properties["onCordon"]["default"].as<std::string>(), "Move");
   EXPECT_TRUE(properties["memory"]["x-kubernetes-int-or-string"].as<bool>());
-  const YAML::Node expressionOperator =
-      properties["nodeSelector"]["properties"]["matchExpressions"]["items"]["properties"]
-                ["operator"];
+  const YAML::Node expressionOperator = properties["nodeSelector"]["properties"]["matchExpressions"]
+                                                  ["items"]["properties"]["operator"];
   EXPECT_EQ(expressionOperator["enum"].size(), 4U);
 }
 
 // B5: "the source is a union with dra reserved for a later member"
 TEST(GpuClassCrdB5, SourceIsAUnionWithDraRefused) {
-  const YAML::Node source = Schema(LoadCrd("gpu.cozystack.io_gpuclasses.yaml"))
-      ["properties"]["spec"]["properties"]["source"];
+  const YAML::Node source = Schema(
+      LoadCrd("gpu.cozystack.io_gpuclasses.yaml"))["properties"]["spec"]["properties"]["source"];
   EXPECT_EQ(source["maxProperties"].as<int>(), 1);
   EXPECT_EQ(source["minProperties"].as<int>(), 1);
   std::vector<std::string> rules;
@@ -175,8 +175,7 @@ TEST(GpuClassCrdB5, SourceIsAUnionWithDraRefused) {
     rules.push_back(rule["rule"].as<std::string>());
   }
   EXPECT_NE(std::find(rules.begin(), rules.end(), "!has(self.dra)"), rules.end());
-  EXPECT_EQ(source["properties"]["devicePlugin"]["required"][0].as<std::string>(),
-            "resourceName");
+  EXPECT_EQ(source["properties"]["devicePlugin"]["required"][0].as<std::string>(), "resourceName");
 }
 
 TEST(GpuDeviceCrd, Shape) {
@@ -198,8 +197,7 @@ TEST(GpuDeviceCrd, Shape) {
 
 // B6: "a device's spec is immutable and orders at least one GPU"
 TEST(GpuDeviceCrdB6, SpecImmutableCountAtLeastOne) {
-  const YAML::Node spec =
-      Schema(LoadCrd("gpu.cozystack.io_gpudevices.yaml"))["properties"]["spec"];
+  const YAML::Node spec = Schema(LoadCrd("gpu.cozystack.io_gpudevices.yaml"))["properties"]["spec"];
   EXPECT_EQ(spec["x-kubernetes-validations"][0]["rule"].as<std::string>(), "self == oldSelf");
   EXPECT_EQ(spec["properties"]["count"]["minimum"].as<int>(), 1);
   EXPECT_EQ(spec["required"].as<std::vector<std::string>>(),

@@ -1,11 +1,10 @@
 // The model's single-rule readers (controller/model/readers.h), one table each. Each test
 // quotes the design-note sentence it implements and names its catalog ID.
-#include "controller/model/readers.h"
-
 #include <gtest/gtest.h>
 
 #include "api/validation.h"
 #include "controller/model/errors.h"
+#include "controller/model/readers.h"
 #include "test/controller/model_fixtures.h"
 
 namespace cozy::model {
@@ -16,8 +15,7 @@ using namespace cozy::model::testing;
 // C3: "GPU budgets cap the whole subtree of the tenant that declares them, walked over the
 // namespace ancestry"
 TEST(TenantTreeC3, AncestorsFromTenantLabelsNearestFirst) {
-  const TenantTree tree({MakeTenant("tenant-root", {}),
-                         MakeTenant("tenant-a", {"tenant-root"}),
+  const TenantTree tree({MakeTenant("tenant-root", {}), MakeTenant("tenant-a", {"tenant-root"}),
                          MakeTenant("tenant-a-b", {"tenant-root", "tenant-a"}),
                          MakeTenant("tenant-a-b-c", {"tenant-a", "tenant-a-b", "tenant-root"}),
                          Namespace{"kube-system", {}}});
@@ -66,11 +64,20 @@ TEST(PodResourceRequestsC5, SchedulerArithmetic) {
       {"init larger than apps", {MakeContainer(2)}, {MakeContainer(1)}, {}, 2},
       {"init smaller than apps", {MakeContainer(1)}, {MakeContainer(3)}, {}, 3},
       {"catalog: sidecar 1 before init 2, app 1",
-       {MakeContainer(1, true), MakeContainer(2)}, {MakeContainer(1)}, {}, 3},
+       {MakeContainer(1, true), MakeContainer(2)},
+       {MakeContainer(1)},
+       {},
+       3},
       {"sidecar after init: init alone, then sidecar with apps",
-       {MakeContainer(2), MakeContainer(1, true)}, {MakeContainer(1)}, {}, 2},
+       {MakeContainer(2), MakeContainer(1, true)},
+       {MakeContainer(1)},
+       {},
+       2},
       {"two sidecars run with the apps",
-       {MakeContainer(1, true), MakeContainer(1, true)}, {MakeContainer(1)}, {}, 3},
+       {MakeContainer(1, true), MakeContainer(1, true)},
+       {MakeContainer(1)},
+       {},
+       3},
       {"request defaults to limit", {}, {MakeContainer(2, false, true)}, {}, 2},
       {"overhead is added", {}, {MakeContainer(1)}, 1, 2},
       {"no GPU", {}, {MakeContainer(std::nullopt)}, {}, 0},
@@ -103,9 +110,11 @@ TEST(PodResourceRequestsC2, UnreadableRequestFails) {
 }
 
 TEST(PodHoldsDevicesA7, FinalPhasesHoldNothing) {
-  for (const auto& [phase, holds] : std::vector<std::pair<std::string, bool>>{
-           {"Running", true}, {"Pending", true}, {"Unknown", true}, {"Succeeded", false},
-           {"Failed", false}}) {
+  for (const auto& [phase, holds] : std::vector<std::pair<std::string, bool>>{{"Running", true},
+                                                                              {"Pending", true},
+                                                                              {"Unknown", true},
+                                                                              {"Succeeded", false},
+                                                                              {"Failed", false}}) {
     Pod pod;
     pod.phase = phase;
     EXPECT_EQ(PodHoldsDevices(pod), holds) << phase;
@@ -157,30 +166,90 @@ TEST(NodeEligibilityC7C8C9, Table) {
       {"C7 plain node", false, true, {}, {}, true, false},
       {"C7 cordoned", true, true, {}, {}, false, true},
       {"C7 NotReady", false, false, {}, {}, false, false},
-      {"C7 untolerated NoExecute", false, true, {{"maintenance", "", "NoExecute"}}, {}, false,
+      {"C7 untolerated NoExecute",
+       false,
+       true,
+       {{"maintenance", "", "NoExecute"}},
+       {},
+       false,
        false},
-      {"C7 PreferNoSchedule binds", false, true, {{"gpu", "busy", "PreferNoSchedule"}}, {}, true,
+      {"C7 PreferNoSchedule binds",
+       false,
+       true,
+       {{"gpu", "busy", "PreferNoSchedule"}},
+       {},
+       true,
        false},
-      {"C7 tolerated NoSchedule (Equal)", false, true, {{"gpu", "a100", "NoSchedule"}},
-       {{"gpu", "Equal", "a100", "NoSchedule"}}, true, false},
-      {"C7 toleration with another value", false, true, {{"gpu", "a100", "NoSchedule"}},
-       {{"gpu", "Equal", "l40", "NoSchedule"}}, false, false},
-      {"C7 Exists without key tolerates all", false, true, {{"gpu", "a100", "NoExecute"}},
-       {{"", "Exists", "", ""}}, true, false},
-      {"C7 toleration for another effect", false, true, {{"gpu", "a100", "NoExecute"}},
-       {{"gpu", "Exists", "", "NoSchedule"}}, false, false},
-      {"C8 stale unreachable taint on a Ready node", false, true,
-       {{"node.kubernetes.io/unreachable", "", "NoExecute"}}, {}, true, false},
-      {"C8 stale not-ready taint", false, true,
-       {{"node.kubernetes.io/not-ready", "", "NoSchedule"}}, {}, true, false},
-      {"C8 unschedulable taint is no cordon", false, true,
-       {{"node.kubernetes.io/unschedulable", "", "NoSchedule"}}, {}, true, false},
-      {"C8 custom NoSchedule: ineligible, not cordoned", false, true,
-       {{"dedicated", "ml", "NoSchedule"}}, {}, false, false},
-      {"C9 Gt toleration tolerates nothing", false, true, {{"gpu", "5", "NoSchedule"}},
-       {{"gpu", "Gt", "1", "NoSchedule"}}, false, false},
-      {"C9 Lt toleration tolerates nothing", false, true, {{"gpu", "5", "NoSchedule"}},
-       {{"gpu", "Lt", "9", ""}}, false, false},
+      {"C7 tolerated NoSchedule (Equal)",
+       false,
+       true,
+       {{"gpu", "a100", "NoSchedule"}},
+       {{"gpu", "Equal", "a100", "NoSchedule"}},
+       true,
+       false},
+      {"C7 toleration with another value",
+       false,
+       true,
+       {{"gpu", "a100", "NoSchedule"}},
+       {{"gpu", "Equal", "l40", "NoSchedule"}},
+       false,
+       false},
+      {"C7 Exists without key tolerates all",
+       false,
+       true,
+       {{"gpu", "a100", "NoExecute"}},
+       {{"", "Exists", "", ""}},
+       true,
+       false},
+      {"C7 toleration for another effect",
+       false,
+       true,
+       {{"gpu", "a100", "NoExecute"}},
+       {{"gpu", "Exists", "", "NoSchedule"}},
+       false,
+       false},
+      {"C8 stale unreachable taint on a Ready node",
+       false,
+       true,
+       {{"node.kubernetes.io/unreachable", "", "NoExecute"}},
+       {},
+       true,
+       false},
+      {"C8 stale not-ready taint",
+       false,
+       true,
+       {{"node.kubernetes.io/not-ready", "", "NoSchedule"}},
+       {},
+       true,
+       false},
+      {"C8 unschedulable taint is no cordon",
+       false,
+       true,
+       {{"node.kubernetes.io/unschedulable", "", "NoSchedule"}},
+       {},
+       true,
+       false},
+      {"C8 custom NoSchedule: ineligible, not cordoned",
+       false,
+       true,
+       {{"dedicated", "ml", "NoSchedule"}},
+       {},
+       false,
+       false},
+      {"C9 Gt toleration tolerates nothing",
+       false,
+       true,
+       {{"gpu", "5", "NoSchedule"}},
+       {{"gpu", "Gt", "1", "NoSchedule"}},
+       false,
+       false},
+      {"C9 Lt toleration tolerates nothing",
+       false,
+       true,
+       {{"gpu", "5", "NoSchedule"}},
+       {{"gpu", "Lt", "9", ""}},
+       false,
+       false},
   };
   for (const EligibilityCase& c : cases) {
     Node node = MakeNode("n1");
@@ -198,9 +267,8 @@ TEST(NodeEligibilityC7C8C9, Table) {
 // resource names besides the hoster's gpu.resourceNames list, whether the hoster sets one or
 // not. ... A PCI entry of another vendor, such as a ConnectX VF, stays out."
 TEST(EffectiveGpuResourceNamesC16, TableEntriesJoinTheHostersList) {
-  const PermittedHostDevices table{
-      {{"10DE:20B5", "nvidia.com/X"}, {"15b3:101e", "mellanox.com/Z"}},
-      {{"NVIDIA A2-4Q", "nvidia.com/Y"}}};
+  const PermittedHostDevices table{{{"10DE:20B5", "nvidia.com/X"}, {"15b3:101e", "mellanox.com/Z"}},
+                                   {{"NVIDIA A2-4Q", "nvidia.com/Y"}}};
   struct Case {
     const char* what;
     std::vector<std::string> hosterList;
@@ -210,7 +278,9 @@ TEST(EffectiveGpuResourceNamesC16, TableEntriesJoinTheHostersList) {
   const std::vector<Case> cases = {
       {"catalog: no hoster list, nothing else", {}, {}, {"nvidia.com/X", "nvidia.com/Y"}},
       {"hoster list joins", {"amd.com/gpu"}, {}, {"amd.com/gpu", "nvidia.com/X", "nvidia.com/Y"}},
-      {"GPUNode names join", {}, {"nvidia.com/gpu"},
+      {"GPUNode names join",
+       {},
+       {"nvidia.com/gpu"},
        {"nvidia.com/X", "nvidia.com/Y", "nvidia.com/gpu"}},
   };
   for (const Case& c : cases) {

@@ -110,13 +110,13 @@ TEST(NodeCapacityA7, PodsInAFinalPhaseHoldNothing) {
 Snapshot VmiSnapshot(DevicePhase devicePhase, bool podListedInActivePods) {
   Snapshot snapshot = BaseSnapshot();
   AddNode(snapshot, "n1", 4);
-  snapshot.quotas = {MakeQuota("tenant-a", {{"requests.gpu.cozystack.io/a100", "10"},
-                                            {"requests.nvidia.com/GA100", "3"}})};
+  snapshot.quotas = {MakeQuota(
+      "tenant-a", {{"requests.gpu.cozystack.io/a100", "10"}, {"requests.nvidia.com/GA100", "3"}})};
   snapshot.devices = {MakeDevice("tenant-a", "held", "a100", 1, devicePhase,
                                  devicePhase == DevicePhase::kBound ? "n1" : "", "vm1")};
   snapshot.pods = {MakePod("tenant-a", "virt-launcher-vm1", "n1", kA100, 1)};
-  snapshot.vmis = {MakeVmi("tenant-a", "vm1",
-                           {podListedInActivePods ? "virt-launcher-vm1-uid" : "other-uid"})};
+  snapshot.vmis = {
+      MakeVmi("tenant-a", "vm1", {podListedInActivePods ? "virt-launcher-vm1-uid" : "other-uid"})};
   return snapshot;
 }
 
@@ -188,41 +188,97 @@ TEST(RemainingBudgetC3C4, Table) {
       {"C3 catalog: root declares 2, two children hold 1 each",
        {MakeQuota("tenant-root", {{classKey, "2"}})},
        {Bound("tenant-a", "g1", "a100", 1, "n1"), Bound("tenant-b", "g2", "a100", 1, "n1")},
-       {}, "tenant-a-b", 0, "tenant-root"},
+       {},
+       "tenant-a-b",
+       0,
+       "tenant-root"},
       {"C3 a grandchild's device counts against the root",
        {MakeQuota("tenant-root", {{classKey, "3"}})},
-       {Bound("tenant-a-b", "g1", "a100", 2, "n1")}, {}, "tenant-b", 1, "tenant-root"},
-      {"C3 a sibling's budget does not cap", {MakeQuota("tenant-b", {{classKey, "0"}})}, {}, {},
-       "tenant-a", std::nullopt, ""},
+       {Bound("tenant-a-b", "g1", "a100", 2, "n1")},
+       {},
+       "tenant-b",
+       1,
+       "tenant-root"},
+      {"C3 a sibling's budget does not cap",
+       {MakeQuota("tenant-b", {{classKey, "0"}})},
+       {},
+       {},
+       "tenant-a",
+       std::nullopt,
+       ""},
       {"E3 parent budget full, child has room",
        {MakeQuota("tenant-a", {{classKey, "1"}}), MakeQuota("tenant-a-b", {{classKey, "5"}})},
-       {Bound("tenant-a", "g1", "a100", 1, "n1")}, {}, "tenant-a-b", 0, "tenant-a"},
+       {Bound("tenant-a", "g1", "a100", 1, "n1")},
+       {},
+       "tenant-a-b",
+       0,
+       "tenant-a"},
       {"the nearest of equal limits is named",
        {MakeQuota("tenant-a", {{classKey, "2"}}), MakeQuota("tenant-a-b", {{classKey, "2"}})},
-       {}, {}, "tenant-a-b", 2, "tenant-a-b"},
-      {"total key caps every class", {MakeQuota("tenant-a", {{"requests.gpu.cozystack.io/total", "3"}})},
-       {Bound("tenant-a", "g1", "a100", 2, "n1")}, {}, "tenant-a", 1, "tenant-a"},
+       {},
+       {},
+       "tenant-a-b",
+       2,
+       "tenant-a-b"},
+      {"total key caps every class",
+       {MakeQuota("tenant-a", {{"requests.gpu.cozystack.io/total", "3"}})},
+       {Bound("tenant-a", "g1", "a100", 2, "n1")},
+       {},
+       "tenant-a",
+       1,
+       "tenant-a"},
       {"two quotas in one namespace: the smaller",
-       {MakeQuota("tenant-a", {{classKey, "4"}}), ResourceQuota{"tenant-a", "other", {{classKey, "1"}}}},
-       {}, {}, "tenant-a", 1, "tenant-a"},
-      {"C4 catalog: only a raw key = 2: blocked", {MakeQuota("tenant-a", {{rawKey, "2"}})}, {}, {},
-       "tenant-a", 0, "tenant-a", true},
+       {MakeQuota("tenant-a", {{classKey, "4"}}),
+        ResourceQuota{"tenant-a", "other", {{classKey, "1"}}}},
+       {},
+       {},
+       "tenant-a",
+       1,
+       "tenant-a"},
+      {"C4 catalog: only a raw key = 2: blocked",
+       {MakeQuota("tenant-a", {{rawKey, "2"}})},
+       {},
+       {},
+       "tenant-a",
+       0,
+       "tenant-a",
+       true},
       {"C4 a GPU key in an ancestor does not unblock",
-       {MakeQuota("tenant-a", {{rawKey, "2"}}), MakeQuota("tenant-root", {{classKey, "9"}})}, {},
-       {}, "tenant-a", 0, "tenant-a", true},
+       {MakeQuota("tenant-a", {{rawKey, "2"}}), MakeQuota("tenant-root", {{classKey, "9"}})},
+       {},
+       {},
+       "tenant-a",
+       0,
+       "tenant-a",
+       true},
       {"C4 catalog: with a class key, 1 device + 1-GPU raw pod fill a raw key of 2",
        {MakeQuota("tenant-a", {{rawKey, "2"}, {classKey, "10"}})},
        {Bound("tenant-a", "g1", "a100", 1, "n1")},
-       {MakePod("tenant-a", "raw", "n1", kA100, 1)}, "tenant-a", 0, "tenant-a"},
+       {MakePod("tenant-a", "raw", "n1", kA100, 1)},
+       "tenant-a",
+       0,
+       "tenant-a"},
       {"C4 the total key also unblocks",
        {MakeQuota("tenant-a", {{rawKey, "2"}, {"requests.gpu.cozystack.io/total", "10"}})},
-       {}, {MakePod("tenant-a", "raw", "n1", kA100, 1)}, "tenant-a", 1, "tenant-a"},
+       {},
+       {MakePod("tenant-a", "raw", "n1", kA100, 1)},
+       "tenant-a",
+       1,
+       "tenant-a"},
       {"C4 a sub-tenant's raw pod counts under the ancestor's raw key",
-       {MakeQuota("tenant-a", {{rawKey, "2"}, {classKey, "10"}})}, {},
-       {MakePod("tenant-a-b", "raw", "n1", kA100, 2)}, "tenant-a-b", 0, "tenant-a"},
+       {MakeQuota("tenant-a", {{rawKey, "2"}, {classKey, "10"}})},
+       {},
+       {MakePod("tenant-a-b", "raw", "n1", kA100, 2)},
+       "tenant-a-b",
+       0,
+       "tenant-a"},
       {"raw keys of other resources do not matter",
-       {MakeQuota("tenant-a", {{"requests.amd.com/gpu", "0"}, {"requests.cpu", "1"}})}, {}, {},
-       "tenant-a", std::nullopt, ""},
+       {MakeQuota("tenant-a", {{"requests.amd.com/gpu", "0"}, {"requests.cpu", "1"}})},
+       {},
+       {},
+       "tenant-a",
+       std::nullopt,
+       ""},
   };
   for (const BudgetCase& c : cases) {
     Snapshot snapshot = BaseSnapshot();
@@ -243,10 +299,9 @@ TEST(BudgetsInPassC3C4, OrdersOverABudgetAreRefused) {
   AddNode(snapshot, "n1", 8);
   snapshot.quotas = {MakeQuota("tenant-root", {{"requests.gpu.cozystack.io/a100", "2"}}),
                      MakeQuota("tenant-b", {{"requests.nvidia.com/GA100", "4"}})};
-  snapshot.devices = {Bound("tenant-a", "held", "a100", 1, "n1"),
-                      Pending("tenant-a-b", "first", "a100", 1),
-                      Pending("tenant-a-b", "second", "a100", 1),
-                      Pending("tenant-b", "blocked", "a100", 1)};
+  snapshot.devices = {
+      Bound("tenant-a", "held", "a100", 1, "n1"), Pending("tenant-a-b", "first", "a100", 1),
+      Pending("tenant-a-b", "second", "a100", 1), Pending("tenant-b", "blocked", "a100", 1)};
   snapshot.devices[1].metadata.creationTimestamp = "2025-01-01T00:00:00Z";
   snapshot.devices[2].metadata.creationTimestamp = "2025-01-01T00:00:01Z";
   const std::vector<Decision> decisions = Model(snapshot).PlanPass();
@@ -401,7 +456,8 @@ TEST(PlacementD7D8D9, SetsStayTogether) {
        {{"m1", {Action::kLost, ""}}, {"m2", {Action::kLost, ""}}}},
       {"D8 split over two nodes: gathered where most members are",
        {{"A", 3}, {"B", 3}},
-       {Bound("tenant-a", "m1", "a100", 1, "A", "vm"), Bound("tenant-a", "m2", "a100", 1, "B", "vm"),
+       {Bound("tenant-a", "m1", "a100", 1, "A", "vm"),
+        Bound("tenant-a", "m2", "a100", 1, "B", "vm"),
         Bound("tenant-a", "m3", "a100", 1, "B", "vm")},
        {{"m1", {Action::kMove, "B"}}, {"m2", {Action::kKeep, "B"}}, {"m3", {Action::kKeep, "B"}}}},
       {"D9 new set whose members fit only on different nodes: refused",
@@ -414,11 +470,13 @@ TEST(PlacementD7D8D9, SetsStayTogether) {
        {{"m1", {Action::kBind, "B"}}, {"m2", {Action::kBind, "B"}}}},
       {"D7 catalog: one of a VM's 2 devices loses its function: both move",
        {{"A", 1}, {"B", 2}},
-       {Bound("tenant-a", "m1", "a100", 1, "A", "vm"), Bound("tenant-a", "m2", "a100", 1, "A", "vm")},
+       {Bound("tenant-a", "m1", "a100", 1, "A", "vm"),
+        Bound("tenant-a", "m2", "a100", 1, "A", "vm")},
        {{"m1", {Action::kMove, "B"}}, {"m2", {Action::kMove, "B"}}}},
       {"D7 ... and both go Lost when no node has room",
        {{"A", 1}, {"B", 1}},
-       {Bound("tenant-a", "m1", "a100", 1, "A", "vm"), Bound("tenant-a", "m2", "a100", 1, "A", "vm")},
+       {Bound("tenant-a", "m1", "a100", 1, "A", "vm"),
+        Bound("tenant-a", "m2", "a100", 1, "A", "vm")},
        {{"m1", {Action::kLost, ""}}, {"m2", {Action::kLost, ""}}}},
   };
   RunSetCases(cases);
@@ -450,8 +508,8 @@ TEST(PlacementD10, HeldSetsLeaveOnlyNodesThatCannotKeepThem) {
        4, Action::kKeep, "n1"},
       {"NotReady, room elsewhere: move", [](Snapshot& s) { s.nodes[0].ready = false; }, 4,
        Action::kMove, "n2"},
-      {"NotReady, no room: Lost", [](Snapshot& s) { s.nodes[0].ready = false; }, 0,
-       Action::kLost, ""},
+      {"NotReady, no room: Lost", [](Snapshot& s) { s.nodes[0].ready = false; }, 0, Action::kLost,
+       ""},
       {"node gone: Lost",
        [](Snapshot& s) {
          s.nodes.erase(s.nodes.begin());
@@ -459,10 +517,14 @@ TEST(PlacementD10, HeldSetsLeaveOnlyNodesThatCannotKeepThem) {
        },
        0, Action::kLost, ""},
       {"C8 untolerated NoExecute taint: move (it is no cordon)",
-       [](Snapshot& s) { s.nodes[0].taints = {{"maintenance", "", "NoExecute"}}; }, 4,
-       Action::kMove, "n2"},
+       [](Snapshot& s) {
+         s.nodes[0].taints = {{"maintenance", "", "NoExecute"}};
+       },
+       4, Action::kMove, "n2"},
       {"C8 stale unreachable taint on a Ready node: keep",
-       [](Snapshot& s) { s.nodes[0].taints = {{"node.kubernetes.io/unreachable", "", "NoExecute"}}; },
+       [](Snapshot& s) {
+         s.nodes[0].taints = {{"node.kubernetes.io/unreachable", "", "NoExecute"}};
+       },
        4, Action::kKeep, "n1"},
       {"F3 nodeSelector moved the offer: move",
        [](Snapshot& s) {
@@ -471,8 +533,8 @@ TEST(PlacementD10, HeldSetsLeaveOnlyNodesThatCannotKeepThem) {
        },
        4, Action::kMove, "n2"},
       {"C13 the function failed: its unit is gone, move",
-       [](Snapshot& s) { s.gpuNodes[0].devices[0].resources[0].allocatable = 0; }, 4,
-       Action::kMove, "n2"},
+       [](Snapshot& s) { s.gpuNodes[0].devices[0].resources[0].allocatable = 0; }, 4, Action::kMove,
+       "n2"},
   };
   for (const Case& c : cases) {
     Snapshot snapshot = BaseSnapshot();

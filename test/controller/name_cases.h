@@ -14,12 +14,18 @@ struct NameCase {
 
 inline std::vector<NameCase> ClassNameCases() {
   return {
-      {"a100-80g", true},         {"l40s", true},
-      {"a", true},                {std::string(63, 'a'), true},
-      {"total", false},           {"A100", false},
-      {std::string(64, 'a'), false}, {"-a100", false},
-      {"a100-", false},           {"a100.80g", false},
-      {"a100_80g", false},        {"", false},
+      {"a100-80g", true},
+      {"l40s", true},
+      {"a", true},
+      {std::string(63, 'a'), true},
+      {"total", false},
+      {"A100", false},
+      {std::string(64, 'a'), false},
+      {"-a100", false},
+      {"a100-", false},
+      {"a100.80g", false},
+      {"a100_80g", false},
+      {"", false},
       {"totals", true},
   };
 }

@@ -1,16 +1,15 @@
 // `gpu-controller simulate` run as a program on controller/testdata/cluster.json, and on
 // malformed copies of it: the output a hoster reads, and the exit code 2 with one line naming
 // the object and the field that are wrong.
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
 #include <fstream>
 #include <functional>
-#include <sstream>
-
-#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 namespace cozy::controller {
 namespace {
@@ -59,8 +58,8 @@ TEST(Simulate, JsonViewOfTheSampleCluster) {
   const json view = json::parse(result.out);
 
   // C16: the hoster's list, GPUNode names, NVIDIA and mediated table entries; not the ConnectX VF.
-  EXPECT_EQ(view["resourceNames"], json({"amd.com/gpu", "nvidia.com/GA100_A100_PCIE_80GB",
-                                         "nvidia.com/NVIDIA_A2-4Q"}));
+  EXPECT_EQ(view["resourceNames"],
+            json({"amd.com/gpu", "nvidia.com/GA100_A100_PCIE_80GB", "nvidia.com/NVIDIA_A2-4Q"}));
 
   // gpu-1: 4 units, train (2, bound, covers its launcher) + cuda-job (1, raw) used. gpu-2 is
   // cordoned, so its free unit is not the class's. B9: a2-4q is vgpu without maxCount: 1.
@@ -75,9 +74,10 @@ TEST(Simulate, JsonViewOfTheSampleCluster) {
   EXPECT_FALSE(view["nodes"].contains("cpu-1")) << "no GPUNode, no GPU view";
 
   // C3: the root's class budget (6) caps the subtree, which holds 4 of a100.
-  EXPECT_EQ(view["tenants"]["tenant-a"]["a100"],
-            json({{"used", 4}, {"remaining", 2}, {"limitedBy", "tenant-root"},
-                  {"key", "requests.gpu.cozystack.io/a100"}}));
+  EXPECT_EQ(view["tenants"]["tenant-a"]["a100"], json({{"used", 4},
+                                                       {"remaining", 2},
+                                                       {"limitedBy", "tenant-root"},
+                                                       {"key", "requests.gpu.cozystack.io/a100"}}));
   // C4: tenant-a-b's raw key without a GPU key blocks a100 there.
   EXPECT_EQ(view["tenants"]["tenant-a-b"]["a100"]["remaining"], 0);
   EXPECT_EQ(view["tenants"]["tenant-a-b"]["a100"]["limitedBy"], "tenant-a-b");
@@ -88,12 +88,12 @@ TEST(Simulate, JsonViewOfTheSampleCluster) {
     EXPECT_FALSE(decision["reason"].get<std::string>().empty());
   }
   const std::map<std::string, std::pair<std::string, json>> expected = {
-      {"tenant-a/spare", {"move", "gpu-1"}},          // D10: cordoned, room elsewhere
+      {"tenant-a/spare", {"move", "gpu-1"}},  // D10: cordoned, room elsewhere
       {"tenant-a/train", {"keep", "gpu-1"}},
-      {"tenant-a-b/desk", {"bind", "gpu-3"}},         // D5: the Lost set first
-      {"tenant-a/new-a2", {"bind", "gpu-3"}},         // D6
-      {"tenant-a/too-many", {"refuse", nullptr}},     // B9: vgpu allows 1
-      {"tenant-a-b/blocked", {"refuse", nullptr}},    // C4
+      {"tenant-a-b/desk", {"bind", "gpu-3"}},       // D5: the Lost set first
+      {"tenant-a/new-a2", {"bind", "gpu-3"}},       // D6
+      {"tenant-a/too-many", {"refuse", nullptr}},   // B9: vgpu allows 1
+      {"tenant-a-b/blocked", {"refuse", nullptr}},  // C4
   };
   EXPECT_EQ(decisions, expected);
 }
@@ -128,9 +128,11 @@ TEST(Simulate, MalformedInputIsExitCode2NamingObjectAndField) {
       {"GPUClass maxCount type",
        [](json& l) { Item(l, "GPUClass", "a100")["spec"]["maxCount"] = "4"; },
        {"GPUClass a100", "spec.maxCount", "expected an integer"}},
-      {"GPUDevice count 0", [](json& l) { Item(l, "GPUDevice", "spare")["spec"]["count"] = 0; },
+      {"GPUDevice count 0",
+       [](json& l) { Item(l, "GPUDevice", "spare")["spec"]["count"] = 0; },
        {"GPUDevice tenant-a/spare", "spec.count"}},
-      {"GPUDevice phase", [](json& l) { Item(l, "GPUDevice", "spare")["status"]["phase"] = "Up"; },
+      {"GPUDevice phase",
+       [](json& l) { Item(l, "GPUDevice", "spare")["status"]["phase"] = "Up"; },
        {"GPUDevice tenant-a/spare", "status.phase", "Pending, Bound, Lost"}},
       {"C2 budget not a quantity",
        [](json& l) {
@@ -142,7 +144,7 @@ TEST(Simulate, MalformedInputIsExitCode2NamingObjectAndField) {
       {"pod GPU request not a quantity",
        [](json& l) {
          Item(l, "Pod", "cuda-job")["spec"]["containers"][0]["resources"]["requests"]
-             ["nvidia.com/GA100_A100_PCIE_80GB"] = "1x";
+                                   ["nvidia.com/GA100_A100_PCIE_80GB"] = "1x";
        },
        {"Pod tenant-a/cuda-job", "spec.containers[0].resources.requests"}},
       {"node taint without effect",
@@ -165,10 +167,12 @@ TEST(Simulate, MalformedInputIsExitCode2NamingObjectAndField) {
     EXPECT_EQ(result.exitCode, 2) << c.what;
     EXPECT_EQ(result.out, "") << c.what;
     ASSERT_FALSE(result.err.empty()) << c.what;
-    EXPECT_EQ(result.err.find('\n'), result.err.size() - 1) << c.what << ": one line\n" << result.err;
+    EXPECT_EQ(result.err.find('\n'), result.err.size() - 1) << c.what << ": one line\n"
+                                                            << result.err;
     for (const std::string& mention : c.mentions) {
       EXPECT_NE(result.err.find(mention), std::string::npos)
-          << c.what << ": stderr does not name " << mention << ":\n" << result.err;
+          << c.what << ": stderr does not name " << mention << ":\n"
+          << result.err;
     }
   }
 }
