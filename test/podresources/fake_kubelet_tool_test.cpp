@@ -158,7 +158,7 @@ TEST_F(FakeKubeletTool, ServesTheFileAndFollowsItsChanges) {
   Launch({"--scenario", scenario_});
   ClientOptions options;
   options.endpoint = "unix://" + socket_;
-  options.callTimeout = milliseconds(300);
+  options.callTimeout = milliseconds(1000);  // generous: CI machines are loaded
   Client client(options);
   FetchResult result = client.Fetch();
   ASSERT_EQ(result.state, FetchState::kOk) << result.message;

@@ -1,0 +1,61 @@
+// GPUClass (cluster-scoped): one offer of the hoster's catalog. Field names are the contract
+// the CRD, the webhooks and the binder share.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "api/meta.h"
+
+namespace cozy::api {
+
+enum class GpuMode { kPassthrough, kVgpu };
+// What a held device does when its node is cordoned: move if another node has room (Move), or
+// keep its node (Stay).
+enum class OnCordon { kMove, kStay };
+
+std::string_view ToString(GpuMode mode);
+std::string_view ToString(OnCordon onCordon);
+
+struct DevicePluginSource {
+  std::string resourceName;  // e.g. nvidia.com/GA100_A100_PCIE_80GB
+  bool operator==(const DevicePluginSource&) const = default;
+};
+
+// A union with one member today; `dra` is reserved for a later member and refused.
+struct GpuClassSource {
+  DevicePluginSource devicePlugin;
+  bool operator==(const GpuClassSource&) const = default;
+};
+
+struct GpuClassSpec {
+  std::string vendor;
+  std::string model;
+  GpuMode mode = GpuMode::kPassthrough;
+  std::optional<std::string> profile;  // vGPU profile, e.g. "A100-40C"
+  std::optional<std::string> memory;   // a quantity, e.g. "80Gi"
+  // Unset is resolved by the model (ResolveMaxCount): the CRD has no default because the
+  // default depends on the mode.
+  std::optional<int64_t> maxCount;
+  GpuClassSource source;
+  std::optional<LabelSelector> nodeSelector;
+  OnCordon onCordon = OnCordon::kMove;  // the CRD's default
+  bool operator==(const GpuClassSpec&) const = default;
+};
+
+struct GpuClass {
+  ObjectMeta metadata;
+  GpuClassSpec spec;
+
+  const std::string& ResourceName() const { return spec.source.devicePlugin.resourceName; }
+  bool operator==(const GpuClass&) const = default;
+};
+
+// Decodes and checks what the CRD checks (name, enums, the source union, the resource name,
+// maxCount >= 1, memory a quantity). Throws DecodeError naming the field.
+GpuClass GpuClassFromJson(const nlohmann::json& object);
+nlohmann::json ToJson(const GpuClass& gpuClass);
+
+}  // namespace cozy::api

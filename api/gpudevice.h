@@ -1,0 +1,83 @@
+// GPUDevice (namespaced): a tenant's order of GPUs of one class. The spec is immutable; the
+// status carries placement (written by the binder only) and the webhook-binder exchange, which
+// lives in status because no tenant role can write it.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "api/meta.h"
+
+namespace cozy::api {
+
+enum class DevicePhase { kPending, kBound, kLost };
+enum class BindResult { kSucceeded, kFailed };
+
+std::string_view ToString(DevicePhase phase);
+std::string_view ToString(BindResult result);
+
+struct GpuDeviceSpec {
+  std::string className;
+  int64_t count = 1;  // >= 1
+  bool operator==(const GpuDeviceSpec&) const = default;
+};
+
+// The VMI a device is attached to; the UID tells a recreated VMI of the same name apart.
+struct Attachment {
+  std::string vmiName;
+  std::string vmiUid;  // JSON: vmiUID
+  bool operator==(const Attachment&) const = default;
+};
+
+struct BindRequest {
+  std::string id;
+  std::string requestedAt;  // RFC 3339
+  bool operator==(const BindRequest&) const = default;
+};
+
+struct BindResponse {
+  std::string id;  // the request it answers
+  BindResult result = BindResult::kSucceeded;
+  std::string reason;
+  std::string message;
+  bool operator==(const BindResponse&) const = default;
+};
+
+// metav1.Condition.
+struct Condition {
+  std::string type;
+  std::string status;  // True, False, Unknown
+  std::string reason;
+  std::string message;
+  std::string lastTransitionTime;
+  std::optional<int64_t> observedGeneration;
+  bool operator==(const Condition&) const = default;
+};
+
+struct GpuDeviceStatus {
+  std::optional<DevicePhase> phase;  // absent on a new order: read as Pending
+  std::optional<std::string> nodeName;
+  std::optional<Attachment> attachment;
+  std::optional<BindRequest> bindRequest;
+  std::optional<BindResponse> bindResponse;
+  std::vector<Condition> conditions;
+  bool operator==(const GpuDeviceStatus&) const = default;
+};
+
+struct GpuDevice {
+  ObjectMeta metadata;
+  GpuDeviceSpec spec;
+  GpuDeviceStatus status;
+
+  DevicePhase Phase() const { return status.phase.value_or(DevicePhase::kPending); }
+  bool operator==(const GpuDevice&) const = default;
+};
+
+// Decodes and checks what the CRD checks (count >= 1, the enums). Throws DecodeError.
+GpuDevice GpuDeviceFromJson(const nlohmann::json& object);
+nlohmann::json ToJson(const GpuDevice& device);
+
+}  // namespace cozy::api

@@ -1,0 +1,72 @@
+// The names every component must spell the same way: API group, kinds, labels, annotations,
+// finalizers, quota keys and the settings ConfigMap. Defined here once; the binder, the
+// webhooks, the chart's policies and the tests read them from here.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace cozy::api {
+
+inline constexpr std::string_view kGroup = "gpu.cozystack.io";
+inline constexpr std::string_view kVersion = "v1alpha1";
+inline constexpr std::string_view kApiVersion = "gpu.cozystack.io/v1alpha1";
+inline constexpr std::string_view kGpuClassKind = "GPUClass";
+inline constexpr std::string_view kGpuDeviceKind = "GPUDevice";
+inline constexpr std::string_view kGpuNodeKind = "GPUNode";
+
+// Finalizers. The device finalizer keeps a released device, its binding and its usage record
+// until no VMI uses it; the class finalizer protects what a class sells while devices hold it.
+inline constexpr std::string_view kDeviceFinalizer = "gpu.cozystack.io/device-protection";
+inline constexpr std::string_view kClassFinalizer = "gpu.cozystack.io/class-protection";
+
+// The mark the VMI webhook sets on devices it creates from a deviceTemplate; the controller
+// deletes devices so marked together with their VMI. Its value is constant and never the VMI
+// name, since a VMI name can exceed the 63 characters a label value allows.
+inline constexpr std::string_view kTemplateDeviceLabel = "gpu.cozystack.io/template-device";
+inline constexpr std::string_view kTemplateDeviceLabelValue = "true";
+
+// A VMI (and the launcher pod KubeVirt renders from it) that references GPUDevices carries the
+// label, which the webhooks select on, and the annotation, which lists the references.
+inline constexpr std::string_view kDeviceReferenceLabel = "gpu.cozystack.io/device-references";
+inline constexpr std::string_view kDeviceReferenceLabelValue = "true";
+inline constexpr std::string_view kDeviceReferenceAnnotation = "gpu.cozystack.io/device-references";
+
+// The reserved key the GPU usage records' WorkloadMonitor selects on; no tenant object may
+// carry it, so the monitor matches nothing and tenant labels cannot shape usage records.
+inline constexpr std::string_view kUsageMonitorLabel = "gpu.cozystack.io/usage-monitor";
+
+// A tenant namespace carries one `tenant.cozystack.io/<ancestor>` label per ancestor tenant
+// namespace (tenant-root, tenant-a, ...); the key's suffix names the ancestor.
+inline constexpr std::string_view kTenantLabelPrefix = "tenant.cozystack.io/";
+
+// GPU budgets, as they appear in a tenant's ResourceQuota `spec.hard`.
+inline constexpr std::string_view kBudgetKeyPrefix = "requests.gpu.cozystack.io/";
+// The class name reserved for the budget over all classes; no GPUClass may take it.
+inline constexpr std::string_view kTotalBudgetName = "total";
+inline constexpr std::string_view kTotalBudgetKey = "requests.gpu.cozystack.io/total";
+// A raw key caps a GPU resource name directly: `requests.<resource name>`.
+inline constexpr std::string_view kRawQuotaKeyPrefix = "requests.";
+
+// `requests.gpu.cozystack.io/<class>`.
+std::string ClassBudgetKey(std::string_view className);
+// `requests.<resourceName>`, e.g. `requests.nvidia.com/GA100`.
+std::string RawQuotaKey(std::string_view resourceName);
+
+// The settings ConfigMap the controller publishes and the admission policies take as their
+// parameter. `resourceNames` holds the effective GPU resource-name set, comma separated and
+// sorted; `rawResourceNames` is the hoster's raw-name policy.
+inline constexpr std::string_view kSettingsNamespace = "cozy-system";
+inline constexpr std::string_view kSettingsConfigMapName = "cozy-gpu-settings";
+inline constexpr std::string_view kSettingsResourceNamesKey = "resourceNames";
+inline constexpr std::string_view kSettingsRawNamePolicyKey = "rawResourceNames";
+inline constexpr std::string_view kRawNamePolicyAllowed = "allowed";
+inline constexpr std::string_view kRawNamePolicyForbidden = "forbidden";
+
+// Kubernetes' own node taints for a cordon and for node health. The model leaves them to the
+// node's `spec.unschedulable` and Ready condition, so a stale taint never decides alone.
+inline constexpr std::string_view kTaintUnschedulable = "node.kubernetes.io/unschedulable";
+inline constexpr std::string_view kTaintNotReady = "node.kubernetes.io/not-ready";
+inline constexpr std::string_view kTaintUnreachable = "node.kubernetes.io/unreachable";
+
+}  // namespace cozy::api

@@ -1,0 +1,25 @@
+// Name rules the API server enforces through the CRDs, repeated here so that a snapshot or a
+// hand-written object is judged the same way offline. Each returns an empty string when the
+// name is valid, else why not.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace cozy::api {
+
+// RFC 1123 label: at most 63 characters of [a-z0-9-], starting and ending alphanumeric.
+std::string CheckDnsLabel(std::string_view name);
+// RFC 1123 subdomain: at most 253 characters, dot-separated labels.
+std::string CheckDnsSubdomain(std::string_view name);
+
+// A GPUClass name becomes part of a quota key (`requests.gpu.cozystack.io/<class>`), so it is a
+// DNS label and never `total`, the key of the budget over all classes.
+std::string CheckClassName(std::string_view name);
+
+// A class's device-plugin resource name: a valid extended resource name (`domain/name`, the
+// domain a DNS subdomain outside kubernetes.io, the name a qualified-name part), and outside
+// gpu.cozystack.io, where it would read as a GPU budget key.
+std::string CheckClassResourceName(std::string_view resourceName);
+
+}  // namespace cozy::api

@@ -1,0 +1,235 @@
+// Benchmark of the shared model at cluster scale: 5,000 nodes x 8 GPUs, 40,000 devices, 2,000
+// tenants nested three deep (by default), then the same cluster doubled. Prints the time of
+// snapshot building, one full capacity and budget evaluation (indexing plus the whole view),
+// one placement pass, and the growth ratios. A program, not a timed test: numbers depend on the
+// machine, the ratios much less.
+//
+//   gpu-controller-model-bench [nodes] [tenants]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+
+#include "api/keys.h"
+#include "controller/model/model.h"
+
+namespace {
+
+using cozy::model::Snapshot;
+namespace api = cozy::api;
+namespace model = cozy::model;
+
+constexpr int kGpusPerNode = 8;
+const std::string kA100 = "nvidia.com/GA100_A100_PCIE_80GB";
+const std::string kL40 = "nvidia.com/AD102GL_L40S";
+
+// Deterministic, so every run measures the same cluster.
+class Random {
+ public:
+  uint64_t Next() {
+    state_ = state_ * 6364136223846793005ULL + 1442695040888963407ULL;
+    return state_ >> 33;
+  }
+  size_t Below(size_t bound) { return static_cast<size_t>(Next() % bound); }
+
+ private:
+  uint64_t state_ = 42;
+};
+
+std::string NodeName(size_t n) { return "node-" + std::to_string(n); }
+
+// A cluster of `nodes` GPU nodes, two classes on half the nodes each, `tenants` tenants under
+// one root (a third at each of depths 1, 2 and 3), one device per GPU: 80% bound in sets of up
+// to two per VMI, 5% Lost, 15% new orders; launcher pods for running VMIs and a raw-name pod on
+// every tenth node; a few nodes cordoned, NotReady or tainted.
+Snapshot BuildSnapshot(size_t nodes, size_t tenants) {
+  Random random;
+  Snapshot snapshot;
+  api::GpuClass a100;
+  a100.metadata.name = "a100";
+  a100.spec.vendor = "NVIDIA";
+  a100.spec.model = "A100";
+  a100.spec.source.devicePlugin.resourceName = kA100;
+  a100.spec.nodeSelector = api::LabelSelector{{{"gpu", "a100"}}, {}};
+  api::GpuClass l40 = a100;
+  l40.metadata.name = "l40s";
+  l40.spec.source.devicePlugin.resourceName = kL40;
+  l40.spec.nodeSelector = api::LabelSelector{{{"gpu", "l40s"}}, {}};
+  snapshot.classes = {a100, l40};
+
+  // Tenants: tenant-root, then depth 1, 2, 3, each child under a tenant one level up.
+  std::vector<std::vector<std::string>> chains = {{"tenant-root"}};
+  snapshot.namespaces.push_back({"tenant-root", {}});
+  const size_t perLevel = std::max<size_t>(1, tenants / 3);
+  size_t levelStart = 0;
+  size_t levelEnd = 1;
+  for (int depth = 1; depth <= 3; ++depth) {
+    for (size_t i = 0; i < perLevel; ++i) {
+      const size_t parent = levelStart + random.Below(levelEnd - levelStart);
+      std::vector<std::string> chain = chains[parent];
+      const std::string name = "tenant-" + std::to_string(depth) + "-" + std::to_string(i);
+      model::Namespace ns{name, {}};
+      for (const std::string& ancestor : chain) {
+        ns.labels[std::string(api::kTenantLabelPrefix) + ancestor] = "";
+      }
+      chain.push_back(name);
+      chains.push_back(std::move(chain));
+      snapshot.namespaces.push_back(std::move(ns));
+    }
+    levelStart = levelEnd;
+    levelEnd = chains.size();
+  }
+  snapshot.quotas.push_back(
+      {"tenant-root", "gpu", {{std::string(api::kTotalBudgetKey), std::to_string(nodes * 8)}}});
+  for (size_t t = 1; t < chains.size(); t += 3) {
+    snapshot.quotas.push_back({snapshot.namespaces[t].name,
+                               "gpu",
+                               {{api::ClassBudgetKey("a100"), "64"},
+                                {api::ClassBudgetKey("l40s"), "64"},
+                                {"requests.cpu", "100"}}});
+  }
+
+  for (size_t n = 0; n < nodes; ++n) {
+    model::Node node;
+    node.name = NodeName(n);
+    node.ready = n % 200 != 7;
+    node.unschedulable = n % 100 == 3;
+    node.labels["gpu"] = n % 2 == 0 ? "a100" : "l40s";
+    node.labels["kubernetes.io/hostname"] = node.name;
+    if (n % 250 == 11) {
+      node.taints.push_back({"maintenance", "", "NoExecute"});
+    }
+    snapshot.nodes.push_back(std::move(node));
+    api::GpuNodeInventory inventory;
+    inventory.nodeName = NodeName(n);
+    const std::string& resource = n % 2 == 0 ? kA100 : kL40;
+    inventory.resourceNames = {resource};
+    for (int g = 0; g < kGpusPerNode; ++g) {
+      api::InventoryDevice device;
+      device.pciAddress = "0000:" + std::to_string(16 + g) + ":00.0";
+      device.resources.push_back({resource, 1, 0});
+      device.allocatable = 1;
+      device.health = "Healthy";
+      inventory.devices.push_back(std::move(device));
+    }
+    snapshot.gpuNodes.push_back(std::move(inventory));
+  }
+
+  const size_t devices = nodes * kGpusPerNode;
+  size_t vmiCount = 0;
+  for (size_t d = 0; d < devices; ++d) {
+    const size_t node = d / kGpusPerNode;
+    const std::string& tenant = chains[1 + random.Below(chains.size() - 1)].back();
+    api::GpuDevice device;
+    device.metadata.namespaceName = tenant;
+    device.metadata.name = "gpu-" + std::to_string(d);
+    device.metadata.creationTimestamp = "2025-01-01T00:00:00Z";
+    device.spec.className = node % 2 == 0 ? "a100" : "l40s";
+    device.spec.count = 1;
+    const size_t roll = random.Below(100);
+    if (roll < 80 && d % kGpusPerNode < 7) {
+      device.status.phase = api::DevicePhase::kBound;
+      device.status.nodeName = NodeName(node);
+      // Pairs on one node form one VM's set, half of them running with a launcher pod.
+      if (d % 2 == 0 && random.Below(2) == 0) {
+        const std::string vmi = "vm-" + std::to_string(vmiCount++);
+        device.status.attachment = api::Attachment{vmi, vmi + "-uid"};
+        snapshot.vmis.push_back({tenant, vmi, vmi + "-uid", NodeName(node), {vmi + "-pod"}, {}});
+        model::Pod pod;
+        pod.namespaceName = tenant;
+        pod.name = "virt-launcher-" + vmi;
+        pod.uid = vmi + "-pod";
+        pod.nodeName = NodeName(node);
+        pod.phase = "Running";
+        model::Container container;
+        container.requests[device.spec.className == "a100" ? kA100 : kL40] = "1";
+        container.requests["cpu"] = "4";
+        pod.containers.push_back(std::move(container));
+        snapshot.pods.push_back(std::move(pod));
+      }
+    } else if (roll < 85) {
+      device.status.phase = api::DevicePhase::kLost;
+    }
+    snapshot.devices.push_back(std::move(device));
+  }
+  for (size_t n = 0; n < nodes; n += 10) {
+    model::Pod pod;
+    pod.namespaceName = chains[1 + random.Below(chains.size() - 1)].back();
+    pod.name = "cuda-job-" + std::to_string(n);
+    pod.uid = pod.name + "-uid";
+    pod.nodeName = NodeName(n);
+    pod.phase = "Running";
+    model::Container container;
+    container.limits[n % 2 == 0 ? kA100 : kL40] = "1";
+    pod.containers.push_back(std::move(container));
+    snapshot.pods.push_back(std::move(pod));
+  }
+  return snapshot;
+}
+
+// The best of `runs` timings in milliseconds: the least disturbed by other work on the machine.
+double BestMs(int runs, const std::function<void()>& work) {
+  double best = 1e18;
+  for (int i = 0; i < runs; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    work();
+    const auto end = std::chrono::steady_clock::now();
+    best = std::min(best, std::chrono::duration<double, std::milli>(end - start).count());
+  }
+  return best;
+}
+
+struct Timings {
+  double build = 0;
+  double evaluate = 0;
+  double place = 0;
+};
+
+Timings Measure(size_t nodes, size_t tenants) {
+  constexpr int kRuns = 3;
+  Timings timings;
+  Snapshot snapshot;
+  timings.build = BestMs(kRuns, [&] { snapshot = BuildSnapshot(nodes, tenants); });
+  size_t decisions = 0;
+  size_t binds = 0;
+  int64_t freeUnits = 0;
+  timings.evaluate = BestMs(kRuns, [&] {
+    const model::Model evaluated(snapshot);
+    const model::ClusterView view = evaluated.View();
+    freeUnits = view.classes[0].free + view.classes[1].free;
+  });
+  const model::Model placed(snapshot);
+  timings.place = BestMs(kRuns, [&] {
+    const std::vector<model::Decision> result = placed.PlanPass();
+    decisions = result.size();
+    binds = static_cast<size_t>(std::count_if(result.begin(), result.end(), [](const auto& d) {
+      return d.action == model::Action::kBind || d.action == model::Action::kMove;
+    }));
+  });
+  std::printf(
+      "%zu nodes x %d GPUs, %zu devices, %zu tenants, %zu VMIs, %zu pods: "
+      "free units %lld, decisions %zu (bind/move %zu)\n",
+      nodes, kGpusPerNode, snapshot.devices.size(), snapshot.namespaces.size(),
+      snapshot.vmis.size(), snapshot.pods.size(), static_cast<long long>(freeUnits), decisions,
+      binds);
+  std::printf("  snapshot building:               %9.1f ms\n", timings.build);
+  std::printf("  capacity + budget evaluation:    %9.1f ms\n", timings.evaluate);
+  std::printf("  one placement pass:              %9.1f ms\n", timings.place);
+  return timings;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const size_t nodes = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 5000;
+  const size_t tenants = argc > 2 ? std::strtoul(argv[2], nullptr, 10) : 2000;
+  const Timings base = Measure(nodes, tenants);
+  const Timings doubled = Measure(nodes * 2, tenants * 2);
+  std::printf("growth when the cluster doubles (2.0 is linear):\n");
+  std::printf("  snapshot building:               %9.2fx\n", doubled.build / base.build);
+  std::printf("  capacity + budget evaluation:    %9.2fx\n", doubled.evaluate / base.evaluate);
+  std::printf("  one placement pass:              %9.2fx\n", doubled.place / base.place);
+  return 0;
+}

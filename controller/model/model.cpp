@@ -1,0 +1,1101 @@
+#include "controller/model/model.h"
+
+#include <algorithm>
+#include <limits>
+#include <memory>
+#include <unordered_map>
+
+#include "api/json_field.h"
+#include "api/keys.h"
+#include "api/quantity.h"
+#include "controller/model/errors.h"
+
+namespace cozy::model {
+namespace {
+
+constexpr size_t kNone = std::numeric_limits<size_t>::max();
+
+struct ClassInfo {
+  const api::GpuClass* gpuClass = nullptr;
+  size_t resource = kNone;
+  std::optional<int64_t> maxCount;
+  std::vector<char> servesNode;  // by node index: its nodeSelector selects the node
+  std::vector<size_t> nodes;     // the node indices it selects, by name
+};
+
+// Usage a namespace's budgets are checked against: its own and its sub-tenants'.
+struct Usage {
+  std::vector<int64_t> byClass;            // GPUs ordered, any phase
+  std::vector<int64_t> devicesByResource;  // GPUs ordered of classes on each resource name
+  std::vector<int64_t> rawPodsByResource;  // pod units no attached device covers
+  int64_t total = 0;
+
+  void Add(const Usage& other, int64_t sign) {
+    auto addAll = [sign](std::vector<int64_t>& into, const std::vector<int64_t>& from) {
+      into.resize(std::max(into.size(), from.size()), 0);
+      for (size_t i = 0; i < from.size(); ++i) {
+        into[i] += sign * from[i];
+      }
+    };
+    addAll(byClass, other.byClass);
+    addAll(devicesByResource, other.devicesByResource);
+    addAll(rawPodsByResource, other.rawPodsByResource);
+    total += sign * other.total;
+  }
+};
+
+int64_t Get(const std::vector<int64_t>& values, size_t index) {
+  return index < values.size() ? values[index] : 0;
+}
+
+void AddAt(std::vector<int64_t>& values, size_t index, int64_t amount) {
+  if (values.size() <= index) {
+    values.resize(index + 1, 0);
+  }
+  values[index] += amount;
+}
+
+struct Limit {
+  int64_t value = 0;
+  std::string key;
+};
+
+// The GPU budgets one namespace declares: the smallest over its ResourceQuotas, since each
+// quota caps on its own.
+struct Budget {
+  std::map<size_t, Limit> byClass;
+  std::optional<Limit> total;
+  std::map<size_t, Limit> raw;  // by resource
+};
+
+void Lower(std::optional<Limit>& slot, Limit limit) {
+  if (!slot || limit.value < slot->value) {
+    slot = std::move(limit);
+  }
+}
+
+void Lower(std::map<size_t, Limit>& slots, size_t index, Limit limit) {
+  const auto it = slots.find(index);
+  if (it == slots.end() || limit.value < it->second.value) {
+    slots[index] = std::move(limit);
+  }
+}
+
+// What a set of devices needs on one node.
+struct Needs {
+  std::map<size_t, int64_t> byResource;
+  std::map<size_t, int64_t> byClass;
+  int64_t total = 0;
+  std::string unknownClass;  // set when a member names no existing class
+};
+
+}  // namespace
+
+std::string_view ToString(Action action) {
+  switch (action) {
+    case Action::kBind:
+      return "bind";
+    case Action::kMove:
+      return "move";
+    case Action::kLost:
+      return "lost";
+    case Action::kRefuse:
+      return "refuse";
+    case Action::kKeep:
+      break;
+  }
+  return "keep";
+}
+
+struct Model::Index {
+  const Snapshot& snapshot;
+  std::vector<std::string> resources;
+  std::map<std::string, size_t, std::less<>> resourceIds;
+  std::vector<ClassInfo> classes;  // by name
+  std::map<std::string, size_t, std::less<>> classIds;
+  std::vector<const Node*> nodes;  // by name
+  std::map<std::string, size_t, std::less<>> nodeIds;
+  std::vector<NodeEligibility> eligibility;  // without tolerations
+  std::vector<char> hasGpuNode;
+  // By node * resources.size() + resource.
+  std::vector<int64_t> units;  // served: allocatable of the GPUNode's devices
+  std::vector<int64_t> bound;  // held by Bound devices
+  std::vector<int64_t> raw;    // held by pods no device holding units covers
+  TenantTree tenants;
+  LauncherIndex launchers;
+  std::map<std::string, Budget, std::less<>> budgets;
+  std::map<std::string, Usage, std::less<>> usage;         // every device
+  std::map<std::string, Usage, std::less<>> pendingUsage;  // Pending devices only
+  std::vector<size_t> deviceClass;                         // by device; kNone: unknown class
+  std::map<std::pair<std::string, std::string>, std::vector<size_t>> attached;  // (ns, VMI)
+  std::map<std::pair<std::string, std::string>, const VirtualMachineInstance*> vmis;
+
+  explicit Index(const Snapshot& s) : snapshot(s), tenants(s.namespaces), launchers(s.vmis) {}
+
+  size_t At(size_t node, size_t resource) const { return node * resources.size() + resource; }
+  int64_t Free(size_t node, size_t resource) const {
+    const size_t at = At(node, resource);
+    return units[at] - bound[at] - raw[at];
+  }
+  const api::GpuDevice& Device(size_t index) const { return snapshot.devices[index]; }
+
+  // Devices attached to the VMI; a device naming another UID was attached to an earlier VMI of
+  // the same name.
+  std::vector<size_t> AttachedTo(const VirtualMachineInstance& vmi) const {
+    std::vector<size_t> result;
+    const auto it = attached.find({vmi.namespaceName, vmi.name});
+    if (it == attached.end()) {
+      return result;
+    }
+    for (size_t device : it->second) {
+      const std::string& uid = Device(device).status.attachment->vmiUid;
+      if (uid.empty() || uid == vmi.uid) {
+        result.push_back(device);
+      }
+    }
+    return result;
+  }
+
+  // Budget coverage: every attached device covers its launcher pod, a Lost one included, since
+  // a Lost device still counts itself against the budget.
+  std::vector<int64_t> BudgetCoverage(const VirtualMachineInstance& vmi) const {
+    std::vector<int64_t> covered(resources.size(), 0);
+    for (size_t device : AttachedTo(vmi)) {
+      if (deviceClass[device] != kNone) {
+        covered[classes[deviceClass[device]].resource] += Device(device).spec.count;
+      }
+    }
+    return covered;
+  }
+
+  // Capacity coverage: only a device holding units on the pod's node covers it; a Lost device
+  // holds none, so its launcher's GPU is counted on the node.
+  std::vector<int64_t> CapacityCoverage(const VirtualMachineInstance& vmi,
+                                        const std::string& nodeName) const {
+    std::vector<int64_t> covered(resources.size(), 0);
+    for (size_t device : AttachedTo(vmi)) {
+      const api::GpuDevice& d = Device(device);
+      if (deviceClass[device] != kNone && d.Phase() == api::DevicePhase::kBound &&
+          d.status.nodeName == nodeName) {
+        covered[classes[deviceClass[device]].resource] += d.spec.count;
+      }
+    }
+    return covered;
+  }
+
+  void Build();
+  void ReadBudgets();
+  RemainingBudget Remaining(const std::string& tenant, size_t classId,
+                            const std::map<std::string, Usage, std::less<>>& usageBy) const;
+  std::optional<std::string> CheckBudgets(
+      const std::string& tenant, const Needs& needs,
+      const std::map<std::string, Usage, std::less<>>& usageBy) const;
+};
+
+void Model::Index::Build() {
+  // Classes and the resource names they sell, by name.
+  std::vector<const api::GpuClass*> sortedClasses;
+  for (const api::GpuClass& gpuClass : snapshot.classes) {
+    sortedClasses.push_back(&gpuClass);
+  }
+  std::sort(sortedClasses.begin(), sortedClasses.end(),
+            [](const api::GpuClass* a, const api::GpuClass* b) {
+              return a->metadata.name < b->metadata.name;
+            });
+  for (const api::GpuClass* gpuClass : sortedClasses) {
+    const std::string& resourceName = gpuClass->ResourceName();
+    auto [it, inserted] = resourceIds.try_emplace(resourceName, resources.size());
+    if (inserted) {
+      resources.push_back(resourceName);
+    }
+    classIds[gpuClass->metadata.name] = classes.size();
+    classes.push_back(ClassInfo{gpuClass, it->second, ResolveMaxCount(gpuClass->spec), {}, {}});
+  }
+
+  for (const Node& node : snapshot.nodes) {
+    nodes.push_back(&node);
+  }
+  std::sort(nodes.begin(), nodes.end(),
+            [](const Node* a, const Node* b) { return a->name < b->name; });
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    nodeIds[nodes[n]->name] = n;
+    eligibility.push_back(CheckNodeEligibility(*nodes[n], {}));
+  }
+  for (ClassInfo& info : classes) {
+    info.servesNode.resize(nodes.size(), 0);
+    for (size_t n = 0; n < nodes.size(); ++n) {
+      const std::optional<api::LabelSelector>& selector = info.gpuClass->spec.nodeSelector;
+      if (!selector || selector->Matches(nodes[n]->labels)) {
+        info.servesNode[n] = 1;
+        info.nodes.push_back(n);
+      }
+    }
+  }
+
+  // Units a node serves: its GPU functions' allocatable per resource, so an mdev parent serves
+  // as many as kubelet lists; counted here once for every caller.
+  const size_t cells = nodes.size() * resources.size();
+  units.assign(cells, 0);
+  bound.assign(cells, 0);
+  raw.assign(cells, 0);
+  hasGpuNode.assign(nodes.size(), 0);
+  for (const api::GpuNodeInventory& gpuNode : snapshot.gpuNodes) {
+    const auto node = nodeIds.find(gpuNode.nodeName);
+    if (node == nodeIds.end()) {
+      continue;  // its Node is gone; the GPUNode goes with it
+    }
+    hasGpuNode[node->second] = 1;
+    for (const api::InventoryDevice& device : gpuNode.devices) {
+      for (const api::InventoryResource& resource : device.resources) {
+        if (const auto r = resourceIds.find(resource.name); r != resourceIds.end()) {
+          units[At(node->second, r->second)] += resource.allocatable;
+        }
+      }
+    }
+  }
+
+  // Devices: class, the units Bound ones hold, attachments, and budget usage.
+  std::map<std::string, Usage, std::less<>> ownUsage;
+  std::map<std::string, Usage, std::less<>> ownPending;
+  deviceClass.assign(snapshot.devices.size(), kNone);
+  for (size_t d = 0; d < snapshot.devices.size(); ++d) {
+    const api::GpuDevice& device = snapshot.devices[d];
+    const std::string& ns = device.metadata.namespaceName;
+    Usage& own = ownUsage[ns];
+    own.total += device.spec.count;
+    const bool pending = device.Phase() == api::DevicePhase::kPending;
+    if (pending) {
+      ownPending[ns].total += device.spec.count;
+    }
+    if (device.status.attachment) {
+      attached[{ns, device.status.attachment->vmiName}].push_back(d);
+    }
+    const auto c = classIds.find(device.spec.className);
+    if (c == classIds.end()) {
+      continue;
+    }
+    deviceClass[d] = c->second;
+    const size_t resource = classes[c->second].resource;
+    AddAt(own.byClass, c->second, device.spec.count);
+    AddAt(own.devicesByResource, resource, device.spec.count);
+    if (pending) {
+      AddAt(ownPending[ns].byClass, c->second, device.spec.count);
+      AddAt(ownPending[ns].devicesByResource, resource, device.spec.count);
+    }
+    if (device.Phase() == api::DevicePhase::kBound && device.status.nodeName) {
+      if (const auto n = nodeIds.find(*device.status.nodeName); n != nodeIds.end()) {
+        bound[At(n->second, resource)] += device.spec.count;
+      }
+    }
+  }
+  for (const VirtualMachineInstance& vmi : snapshot.vmis) {
+    vmis[{vmi.namespaceName, vmi.name}] = &vmi;
+  }
+
+  // Pods: what no attached device covers is raw-name usage, for budgets (every pod still
+  // holding devices) and for the node it runs on.
+  const std::set<std::string> resourceNames(resources.begin(), resources.end());
+  for (const Pod& pod : snapshot.pods) {
+    if (!PodHoldsDevices(pod)) {
+      continue;
+    }
+    const std::map<std::string, int64_t> requests = PodResourceRequests(pod, resourceNames);
+    if (requests.empty()) {
+      continue;
+    }
+    const VirtualMachineInstance* launcherOf = launchers.LauncherOf(pod);
+    const std::vector<int64_t> budgetCovered =
+        launcherOf ? BudgetCoverage(*launcherOf) : std::vector<int64_t>(resources.size(), 0);
+    const std::vector<int64_t> capacityCovered = launcherOf
+                                                     ? CapacityCoverage(*launcherOf, pod.nodeName)
+                                                     : std::vector<int64_t>(resources.size(), 0);
+    const auto node = nodeIds.find(pod.nodeName);
+    for (const auto& [name, requested] : requests) {
+      const size_t r = resourceIds.find(name)->second;
+      AddAt(ownUsage[pod.namespaceName].rawPodsByResource, r,
+            std::max<int64_t>(0, requested - budgetCovered[r]));
+      if (node != nodeIds.end()) {
+        raw[At(node->second, r)] += std::max<int64_t>(0, requested - capacityCovered[r]);
+      }
+    }
+  }
+
+  // A budget caps the declaring tenant's whole subtree: add each namespace's own usage to
+  // itself and to every ancestor.
+  for (const auto& [ns, own] : ownUsage) {
+    for (const std::string& member : tenants.BudgetChain(ns)) {
+      usage[member].Add(own, 1);
+    }
+  }
+  for (const auto& [ns, own] : ownPending) {
+    for (const std::string& member : tenants.BudgetChain(ns)) {
+      pendingUsage[member].Add(own, 1);
+    }
+  }
+  ReadBudgets();
+}
+
+void Model::Index::ReadBudgets() {
+  for (const ResourceQuota& quota : snapshot.quotas) {
+    for (const auto& [key, text] : quota.hard) {
+      const bool gpuKey = key.starts_with(api::kBudgetKeyPrefix);
+      std::optional<size_t> rawResource;
+      if (!gpuKey && key.starts_with(api::kRawQuotaKeyPrefix)) {
+        const auto r =
+            resourceIds.find(std::string_view(key).substr(api::kRawQuotaKeyPrefix.size()));
+        if (r != resourceIds.end()) {
+          rawResource = r->second;
+        }
+      }
+      if (!gpuKey && !rawResource) {
+        continue;
+      }
+      // A budget that cannot be read fails every caller; none may skip it and pass.
+      const api::QuantityResult parsed = api::ParseWholeQuantity(text);
+      if (!parsed.value) {
+        throw InvalidSnapshot("ResourceQuota " + quota.namespaceName + "/" + quota.name,
+                              api::JoinPath("spec.hard", key), parsed.error);
+      }
+      Budget& budget = budgets[quota.namespaceName];
+      Limit limit{*parsed.value, key};
+      if (rawResource) {
+        Lower(budget.raw, *rawResource, std::move(limit));
+        continue;
+      }
+      const std::string_view className = std::string_view(key).substr(api::kBudgetKeyPrefix.size());
+      if (className == api::kTotalBudgetName) {
+        Lower(budget.total, std::move(limit));
+      } else if (const auto c = classIds.find(className); c != classIds.end()) {
+        Lower(budget.byClass, c->second, std::move(limit));
+      }
+    }
+  }
+}
+
+namespace {
+
+// One budget that caps class `classId` in a namespace of the chain.
+struct Constraint {
+  enum class Kind { kClass, kTotal, kRaw };
+  Kind kind;
+  const Limit* limit;
+  int64_t used;
+  bool blocked;  // a raw key with no GPU key beside it: blocks the class outright
+};
+
+template <typename Visit>
+void ForEachConstraint(const Budget& budget, const Usage& used, size_t classId, size_t resource,
+                       Visit visit) {
+  const auto classLimit = budget.byClass.find(classId);
+  if (classLimit != budget.byClass.end()) {
+    visit(Constraint{Constraint::Kind::kClass, &classLimit->second, Get(used.byClass, classId),
+                     false});
+  }
+  if (budget.total) {
+    visit(Constraint{Constraint::Kind::kTotal, &*budget.total, used.total, false});
+  }
+  // A raw key blocks a class until the same tenant also declares a GPU key covering it; then
+  // it caps devices and raw-name pods together.
+  if (const auto rawLimit = budget.raw.find(resource); rawLimit != budget.raw.end()) {
+    const bool gpuKey = classLimit != budget.byClass.end() || budget.total.has_value();
+    visit(Constraint{Constraint::Kind::kRaw, &rawLimit->second,
+                     Get(used.devicesByResource, resource) + Get(used.rawPodsByResource, resource),
+                     !gpuKey});
+  }
+}
+
+const Usage& UsageOf(const std::map<std::string, Usage, std::less<>>& usageBy,
+                     const std::string& ns) {
+  static const Usage kNoUsage;
+  const auto it = usageBy.find(ns);
+  return it == usageBy.end() ? kNoUsage : it->second;
+}
+
+}  // namespace
+
+RemainingBudget Model::Index::Remaining(
+    const std::string& tenant, size_t classId,
+    const std::map<std::string, Usage, std::less<>>& usageBy) const {
+  RemainingBudget result;
+  for (const std::string& ns : tenants.BudgetChain(tenant)) {
+    const auto budget = budgets.find(ns);
+    if (budget == budgets.end()) {
+      continue;
+    }
+    ForEachConstraint(
+        budget->second, UsageOf(usageBy, ns), classId, classes[classId].resource,
+        [&](const Constraint& constraint) {
+          const int64_t left =
+              constraint.blocked ? 0
+                                 : std::max<int64_t>(0, constraint.limit->value - constraint.used);
+          if (!result.remaining || left < *result.remaining) {
+            result = RemainingBudget{left, ns, constraint.limit->key, constraint.blocked};
+          }
+        });
+  }
+  return result;
+}
+
+std::optional<std::string> Model::Index::CheckBudgets(
+    const std::string& tenant, const Needs& needs,
+    const std::map<std::string, Usage, std::less<>>& usageBy) const {
+  for (const std::string& ns : tenants.BudgetChain(tenant)) {
+    const auto budget = budgets.find(ns);
+    if (budget == budgets.end()) {
+      continue;
+    }
+    std::optional<std::string> refusal;
+    for (const auto& [classId, count] : needs.byClass) {
+      const size_t resource = classes[classId].resource;
+      const std::string& className = classes[classId].gpuClass->metadata.name;
+      ForEachConstraint(budget->second, UsageOf(usageBy, ns), classId, resource,
+                        [&](const Constraint& constraint) {
+                          if (refusal) {
+                            return;
+                          }
+                          if (constraint.blocked) {
+                            refusal = "the raw quota key " + constraint.limit->key + " of " + ns +
+                                      " blocks class " + className + " until " + ns +
+                                      " also declares " + api::ClassBudgetKey(className) + " or " +
+                                      std::string(api::kTotalBudgetKey);
+                            return;
+                          }
+                          const std::string& key = constraint.limit->key;
+                          int64_t need = count;
+                          if (constraint.kind == Constraint::Kind::kTotal) {
+                            need = needs.total;
+                          } else if (constraint.kind == Constraint::Kind::kRaw) {
+                            need = needs.byResource.at(resource);
+                          }
+                          if (constraint.used + need > constraint.limit->value) {
+                            refusal = "the budget " + key + " of " + ns + " is " +
+                                      std::to_string(constraint.limit->value) + " with " +
+                                      std::to_string(constraint.used) + " used; the order needs " +
+                                      std::to_string(need);
+                          }
+                        });
+      if (refusal) {
+        return refusal;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+Model::Model(const Snapshot& snapshot) : index_(std::make_unique<Index>(snapshot)) {
+  index_->Build();
+}
+
+Model::~Model() = default;
+
+RemainingBudget Model::Remaining(std::string_view tenant, std::string_view className) const {
+  const auto c = index_->classIds.find(className);
+  if (c == index_->classIds.end()) {
+    return {};
+  }
+  return index_->Remaining(std::string(tenant), c->second, index_->usage);
+}
+
+std::optional<NodeClassView> Model::NodeClass(std::string_view node,
+                                              std::string_view className) const {
+  const Index& ix = *index_;
+  const auto n = ix.nodeIds.find(node);
+  const auto c = ix.classIds.find(className);
+  if (n == ix.nodeIds.end() || c == ix.classIds.end() ||
+      !ix.classes[c->second].servesNode[n->second]) {
+    return std::nullopt;
+  }
+  const size_t at = ix.At(n->second, ix.classes[c->second].resource);
+  const int64_t used = ix.bound[at] + ix.raw[at];
+  return NodeClassView{ix.units[at], used, std::max<int64_t>(0, ix.units[at] - used)};
+}
+
+ClusterView Model::View() const {
+  const Index& ix = *index_;
+  ClusterView view;
+  view.gpuResourceNames = EffectiveGpuResourceNames(ix.snapshot.settings, ix.snapshot.gpuNodes,
+                                                    ix.snapshot.permittedHostDevices);
+  for (const ClassInfo& info : ix.classes) {
+    ClassView classView{info.gpuClass->metadata.name, info.maxCount, 0, 0};
+    for (size_t n : info.nodes) {
+      classView.units += ix.units[ix.At(n, info.resource)];
+      if (ix.eligibility[n].eligible) {
+        classView.free += std::max<int64_t>(0, ix.Free(n, info.resource));
+      }
+    }
+    view.classes.push_back(std::move(classView));
+  }
+  for (size_t n = 0; n < ix.nodes.size(); ++n) {
+    if (!ix.hasGpuNode[n]) {
+      continue;
+    }
+    NodeView nodeView{ix.nodes[n]->name, ix.eligibility[n].eligible, ix.eligibility[n].reasons, {}};
+    for (const ClassInfo& info : ix.classes) {
+      const size_t at = ix.At(n, info.resource);
+      const int64_t used = ix.bound[at] + ix.raw[at];
+      if (info.servesNode[n] && (ix.units[at] > 0 || used > 0)) {
+        nodeView.classes[info.gpuClass->metadata.name] =
+            NodeClassView{ix.units[at], used, std::max<int64_t>(0, ix.units[at] - used)};
+      }
+    }
+    view.nodes.push_back(std::move(nodeView));
+  }
+  for (const std::string& tenant : ix.tenants.Tenants()) {
+    TenantView tenantView{tenant, {}};
+    const Usage& used = UsageOf(ix.usage, tenant);
+    for (size_t c = 0; c < ix.classes.size(); ++c) {
+      tenantView.classes[ix.classes[c].gpuClass->metadata.name] =
+          TenantClassView{Get(used.byClass, c), ix.Remaining(tenant, c, ix.usage)};
+    }
+    view.tenants.push_back(std::move(tenantView));
+  }
+  return view;
+}
+
+// ---- the binder pass ----
+
+namespace {
+
+// The devices one VM names (or one unattached order) move, go Lost and are rebound together.
+struct DeviceSet {
+  std::string key;  // "ns/vmi <name>" or "ns/<device>", for order and messages
+  std::string namespaceName;
+  std::string description;  // "the set of VMI vm1" or "order gpu-1"
+  const VirtualMachineInstance* vmi = nullptr;
+  std::vector<size_t> members;
+  std::string created;  // the earliest member's creationTimestamp
+  Needs needs;
+};
+
+std::string DescribeNeeds(const Needs& needs, const std::vector<std::string>& resources) {
+  std::string text;
+  for (const auto& [resource, count] : needs.byResource) {
+    text += (text.empty() ? "" : " and ") + std::to_string(count) + " unit" +
+            (count == 1 ? "" : "s") + " of " + resources[resource];
+  }
+  return text;
+}
+
+}  // namespace
+
+class PassPlanner {
+ public:
+  explicit PassPlanner(const Model::Index& ix) : ix_(ix) {
+    free_.resize(ix.units.size());
+    for (size_t i = 0; i < free_.size(); ++i) {
+      free_[i] = ix.units[i] - ix.bound[i] - ix.raw[i];
+    }
+    // Budgets of new orders are checked against what exists besides new orders, plus the
+    // orders this pass accepts, in order.
+    passUsage_ = ix.usage;
+    for (const auto& [ns, pending] : ix.pendingUsage) {
+      passUsage_[ns].Add(pending, -1);
+    }
+    classesByResource_.resize(ix.resources.size());
+    byFree_.resize(ix.classes.size());
+    for (size_t c = 0; c < ix.classes.size(); ++c) {
+      classesByResource_[ix.classes[c].resource].push_back(c);
+      for (size_t node : ix.classes[c].nodes) {
+        if (ix.eligibility[node].eligible) {
+          byFree_[c].emplace(FreeAt(node, ix.classes[c].resource), node);
+        }
+      }
+    }
+    GroupSets();
+  }
+
+  std::vector<Decision> Run() {
+    std::vector<DeviceSet*> mixed, held, lost, fresh;
+    for (DeviceSet& set : sets_) {
+      switch (Classify(set)) {
+        case State::kHeld:
+          held.push_back(&set);
+          break;
+        case State::kLost:
+          lost.push_back(&set);
+          break;
+        case State::kNew:
+          fresh.push_back(&set);
+          break;
+        case State::kMixed:
+          mixed.push_back(&set);
+          break;
+      }
+    }
+    for (DeviceSet* set : mixed) {
+      Gather(*set);
+    }
+    MoveHeld(held);
+    for (DeviceSet* set : lost) {
+      Rebind(*set);
+    }
+    std::stable_sort(fresh.begin(), fresh.end(), [](const DeviceSet* a, const DeviceSet* b) {
+      return a->created < b->created;
+    });
+    for (DeviceSet* set : fresh) {
+      BindNew(*set);
+    }
+    return std::move(decisions_);
+  }
+
+ private:
+  enum class State { kHeld, kLost, kNew, kMixed };
+
+  const api::GpuDevice& Device(size_t d) const { return ix_.Device(d); }
+  bool IsPlaced(size_t d) const {
+    return Device(d).Phase() == api::DevicePhase::kBound && Device(d).status.nodeName &&
+           !Device(d).status.nodeName->empty();
+  }
+
+  void GroupSets() {
+    std::unordered_map<std::string, size_t> byKey;
+    byKey.reserve(ix_.snapshot.devices.size());
+    for (size_t d = 0; d < ix_.snapshot.devices.size(); ++d) {
+      const api::GpuDevice& device = Device(d);
+      const std::string& ns = device.metadata.namespaceName;
+      std::string key = ns + "/";
+      std::string description;
+      const VirtualMachineInstance* vmi = nullptr;
+      if (device.status.attachment) {
+        const api::Attachment& attachment = *device.status.attachment;
+        key += "vmi " + attachment.vmiName + " " + attachment.vmiUid;
+        description = "the set of VMI " + attachment.vmiName;
+        const auto it = ix_.vmis.find({ns, attachment.vmiName});
+        if (it != ix_.vmis.end() &&
+            (attachment.vmiUid.empty() || attachment.vmiUid == it->second->uid)) {
+          vmi = it->second;
+        }
+      } else {
+        key += device.metadata.name;
+        description = "order " + device.metadata.name;
+      }
+      auto [it, inserted] = byKey.try_emplace(key, sets_.size());
+      if (inserted) {
+        sets_.push_back(
+            DeviceSet{key, ns, description, vmi, {}, device.metadata.creationTimestamp, {}});
+      }
+      DeviceSet& set = sets_[it->second];
+      set.members.push_back(d);
+      set.created = std::min(set.created, device.metadata.creationTimestamp);
+      Needs& needs = set.needs;
+      needs.total += device.spec.count;
+      const size_t c = ix_.deviceClass[d];
+      if (c == kNone) {
+        needs.unknownClass = device.spec.className;
+      } else {
+        needs.byClass[c] += device.spec.count;
+        needs.byResource[ix_.classes[c].resource] += device.spec.count;
+      }
+    }
+    std::sort(sets_.begin(), sets_.end(),
+              [](const DeviceSet& a, const DeviceSet& b) { return a.key < b.key; });
+  }
+
+  State Classify(const DeviceSet& set) const {
+    size_t placed = 0, lostCount = 0, pending = 0;
+    bool oneNode = true;
+    const std::string* firstNode = nullptr;
+    for (size_t d : set.members) {
+      if (IsPlaced(d)) {
+        ++placed;
+        const std::string& node = *Device(d).status.nodeName;
+        oneNode = oneNode && (firstNode == nullptr || *firstNode == node);
+        firstNode = &node;
+      } else if (Device(d).Phase() == api::DevicePhase::kPending) {
+        ++pending;
+      } else {
+        ++lostCount;  // Lost, or Bound without a node
+      }
+    }
+    const size_t size = set.members.size();
+    if (placed == size && oneNode) {
+      return State::kHeld;
+    }
+    if (lostCount == size) {
+      return State::kLost;
+    }
+    if (pending == size) {
+      return State::kNew;
+    }
+    return State::kMixed;
+  }
+
+  void Decide(const DeviceSet& set, Action action, const std::string& node,
+              const std::string& reason) {
+    for (size_t d : set.members) {
+      decisions_.push_back(Decision{Device(d).metadata.namespaceName, Device(d).metadata.name,
+                                    action, node, reason});
+    }
+  }
+
+  int64_t FreeAt(size_t node, size_t resource) const { return free_[ix_.At(node, resource)]; }
+
+  // Every change of free units goes through here, keeping byFree_ in step.
+  void AdjustFree(size_t node, size_t resource, int64_t delta) {
+    int64_t& free = free_[ix_.At(node, resource)];
+    if (ix_.eligibility[node].eligible) {
+      for (size_t c : classesByResource_[resource]) {
+        if (ix_.classes[c].servesNode[node]) {
+          byFree_[c].erase({free, node});
+          byFree_[c].emplace(free + delta, node);
+        }
+      }
+    }
+    free += delta;
+  }
+
+  void Take(size_t node, const Needs& needs, int64_t sign) {
+    for (const auto& [resource, count] : needs.byResource) {
+      AdjustFree(node, resource, -sign * count);
+    }
+  }
+
+  // Gives back what the set's Bound members hold on their nodes.
+  void ReleasePlaced(const DeviceSet& set) {
+    for (size_t d : set.members) {
+      if (!IsPlaced(d) || ix_.deviceClass[d] == kNone) {
+        continue;
+      }
+      if (const auto n = ix_.nodeIds.find(*Device(d).status.nodeName); n != ix_.nodeIds.end()) {
+        AdjustFree(n->second, ix_.classes[ix_.deviceClass[d]].resource, Device(d).spec.count);
+      }
+    }
+  }
+
+  bool Eligible(const DeviceSet& set, size_t node) const {
+    if (set.vmi && !set.vmi->tolerations.empty()) {
+      return CheckNodeEligibility(*ix_.nodes[node], set.vmi->tolerations).eligible;
+    }
+    return ix_.eligibility[node].eligible;
+  }
+
+  // How many units would be left free on the node after placing the set, or nullopt when it
+  // does not fit: the smaller, the fuller the node.
+  std::optional<int64_t> Slack(const DeviceSet& set, size_t node) {
+    if (!Eligible(set, node)) {
+      return std::nullopt;
+    }
+    for (const auto& [classId, count] : set.needs.byClass) {
+      if (!ix_.classes[classId].servesNode[node]) {
+        return std::nullopt;
+      }
+    }
+    int64_t slack = 0;
+    for (const auto& [resource, count] : set.needs.byResource) {
+      const int64_t left = FreeAt(node, resource) - count;
+      if (left < 0) {
+        return std::nullopt;
+      }
+      slack += left;
+    }
+    return slack;
+  }
+
+  // The fullest eligible node with room for the whole set; ties go to the first by name.
+  size_t FindTarget(const DeviceSet& set, size_t exclude) {
+    if (set.needs.byClass.empty()) {
+      return kNone;
+    }
+    // The common shape, one class and no tolerations of its own: the first node of the class's
+    // free-units order with enough room. Other sets look at every node of their first class.
+    if (set.needs.byClass.size() == 1 && (!set.vmi || set.vmi->tolerations.empty())) {
+      const std::set<std::pair<int64_t, size_t>>& order = byFree_[set.needs.byClass.begin()->first];
+      auto it = order.lower_bound({set.needs.byResource.begin()->second, 0});
+      while (it != order.end() && it->second == exclude) {
+        ++it;
+      }
+      return it == order.end() ? kNone : it->second;
+    }
+    size_t best = kNone;
+    int64_t bestSlack = 0;
+    for (size_t node : ix_.classes[set.needs.byClass.begin()->first].nodes) {
+      if (node == exclude) {
+        continue;
+      }
+      const std::optional<int64_t> slack = Slack(set, node);
+      if (slack && (best == kNone || *slack < bestSlack)) {
+        best = node;
+        bestSlack = *slack;
+      }
+    }
+    return best;
+  }
+
+  std::string NoRoom(const DeviceSet& set) const {
+    return "no eligible node has room for " + DescribeNeeds(set.needs, ix_.resources);
+  }
+
+  // Step 1: a set left partly Lost or split over nodes is gathered onto one node, preferring
+  // the node that already holds most of it, or sent whole to Lost.
+  void Gather(const DeviceSet& set) {
+    if (!set.needs.unknownClass.empty()) {
+      Decide(set, Action::kKeep, "", "class " + set.needs.unknownClass + " does not exist");
+      return;
+    }
+    ReleasePlaced(set);
+    std::map<std::string, size_t> holding;
+    for (size_t d : set.members) {
+      if (IsPlaced(d)) {
+        ++holding[*Device(d).status.nodeName];
+      }
+    }
+    std::vector<std::pair<size_t, std::string>> preferred;
+    for (const auto& [node, count] : holding) {
+      preferred.emplace_back(count, node);
+    }
+    std::stable_sort(preferred.begin(), preferred.end(),
+                     [](const auto& a, const auto& b) { return a.first > b.first; });
+    size_t target = kNone;
+    for (const auto& [count, name] : preferred) {
+      const auto n = ix_.nodeIds.find(name);
+      if (n != ix_.nodeIds.end() && Slack(set, n->second)) {
+        target = n->second;
+        break;
+      }
+    }
+    if (target == kNone) {
+      target = FindTarget(set, kNone);
+    }
+    if (target == kNone) {
+      Decide(set, Action::kLost, "",
+             set.description + " cannot be gathered onto one node: " + NoRoom(set));
+      return;
+    }
+    Take(target, set.needs, 1);
+    const std::string& name = ix_.nodes[target]->name;
+    for (size_t d : set.members) {
+      const api::GpuDevice& device = Device(d);
+      Action action = Action::kBind;
+      if (IsPlaced(d)) {
+        action = *device.status.nodeName == name ? Action::kKeep : Action::kMove;
+      }
+      decisions_.push_back(Decision{device.metadata.namespaceName, device.metadata.name, action,
+                                    name, "gathering " + set.description + " onto " + name});
+    }
+  }
+
+  struct Leaving {
+    DeviceSet* set;
+    size_t node;  // kNone when the node is gone
+    std::string reason;
+  };
+
+  // Step 2: held sets stay unless their node cannot keep them.
+  void MoveHeld(const std::vector<DeviceSet*>& held) {
+    std::vector<Leaving> mustLeave;
+    std::vector<Leaving> cordoned;
+    std::map<size_t, std::vector<DeviceSet*>> staying;  // by node
+    for (DeviceSet* set : held) {
+      const std::string& nodeName = *Device(set->members.front()).status.nodeName;
+      if (!set->needs.unknownClass.empty()) {
+        Decide(*set, Action::kKeep, nodeName,
+               "class " + set->needs.unknownClass + " does not exist; left in place");
+        continue;
+      }
+      const auto it = ix_.nodeIds.find(nodeName);
+      if (it == ix_.nodeIds.end()) {
+        mustLeave.push_back({set, kNone, "node " + nodeName + " is gone"});
+        continue;
+      }
+      const size_t n = it->second;
+      const Node& node = *ix_.nodes[n];
+      std::string problem;
+      if (!node.ready) {
+        problem = "node " + nodeName + " is not Ready";
+      }
+      for (const auto& [classId, count] : set->needs.byClass) {
+        if (problem.empty() && !ix_.classes[classId].servesNode[n]) {
+          problem = "node " + nodeName + " no longer matches the nodeSelector of class " +
+                    ix_.classes[classId].gpuClass->metadata.name;
+        }
+      }
+      if (problem.empty()) {
+        // Taints the set does not tolerate; the cordon is judged on its own below.
+        static const std::vector<Toleration> kNone;
+        if (std::optional<std::string> taint =
+                UntoleratedTaint(node, set->vmi ? set->vmi->tolerations : kNone)) {
+          problem = "node " + nodeName + ": " + *taint;
+        }
+      }
+      if (!problem.empty()) {
+        mustLeave.push_back({set, n, problem});
+      } else if (node.unschedulable) {
+        cordoned.push_back({set, n, ""});
+      } else {
+        staying[n].push_back(set);
+      }
+    }
+    for (const Leaving& leaving : mustLeave) {
+      ReleasePlaced(*leaving.set);
+    }
+    EvictOverCapacity(staying, cordoned, mustLeave);
+
+    for (const Leaving& leaving : mustLeave) {
+      const size_t target = FindTarget(*leaving.set, leaving.node);
+      if (target == kNone) {
+        Decide(*leaving.set, Action::kLost, "", leaving.reason + "; " + NoRoom(*leaving.set));
+        continue;
+      }
+      Take(target, leaving.set->needs, 1);
+      Decide(*leaving.set, Action::kMove, ix_.nodes[target]->name, leaving.reason);
+    }
+    for (const Leaving& leaving : cordoned) {
+      DeviceSet& set = *leaving.set;
+      const std::string& nodeName = ix_.nodes[leaving.node]->name;
+      std::string stayingClass;
+      for (const auto& [classId, count] : set.needs.byClass) {
+        if (ix_.classes[classId].gpuClass->spec.onCordon == api::OnCordon::kStay) {
+          stayingClass = ix_.classes[classId].gpuClass->metadata.name;
+        }
+      }
+      if (!stayingClass.empty()) {
+        Decide(set, Action::kKeep, nodeName,
+               "node " + nodeName + " is cordoned; class " + stayingClass + " has onCordon Stay");
+        continue;
+      }
+      Take(leaving.node, set.needs, -1);
+      const size_t target = FindTarget(set, leaving.node);
+      if (target == kNone) {
+        Take(leaving.node, set.needs, 1);
+        Decide(set, Action::kKeep, nodeName,
+               "node " + nodeName + " is cordoned, but no other eligible node has room");
+        continue;
+      }
+      Take(target, set.needs, 1);
+      Decide(set, Action::kMove, ix_.nodes[target]->name, "node " + nodeName + " is cordoned");
+    }
+    for (const auto& [node, sets] : staying) {
+      for (const DeviceSet* set : sets) {
+        Decide(*set, Action::kKeep, ix_.nodes[node]->name, "held");
+      }
+    }
+  }
+
+  // A node that serves fewer units than its bound devices and pods hold (a function failed, an
+  // mdev parent lost slots) cannot keep every set: sets leave, last by name first, until the
+  // rest fit. Which function a device sits on is not recorded, so no set is preferred.
+  void EvictOverCapacity(std::map<size_t, std::vector<DeviceSet*>>& staying,
+                         std::vector<Leaving>& cordoned, std::vector<Leaving>& mustLeave) {
+    std::map<size_t, std::vector<std::pair<DeviceSet*, bool>>> onNode;  // set, is cordoned
+    for (auto& [node, sets] : staying) {
+      for (DeviceSet* set : sets) {
+        onNode[node].emplace_back(set, false);
+      }
+    }
+    for (const Leaving& leaving : cordoned) {
+      onNode[leaving.node].emplace_back(leaving.set, true);
+    }
+    std::set<const DeviceSet*> evicted;
+    for (auto& [node, sets] : onNode) {
+      std::sort(sets.begin(), sets.end(),
+                [](const auto& a, const auto& b) { return a.first->key > b.first->key; });
+      for (size_t r = 0; r < ix_.resources.size(); ++r) {
+        if (FreeAt(node, r) >= 0) {
+          continue;
+        }
+        const size_t at = ix_.At(node, r);
+        const std::string reason = "node " + ix_.nodes[node]->name + " serves " +
+                                   std::to_string(ix_.units[at]) + " units of " + ix_.resources[r] +
+                                   " but " + std::to_string(ix_.bound[at] + ix_.raw[at]) +
+                                   " are held";
+        for (const auto& [set, isCordoned] : sets) {
+          if (FreeAt(node, r) >= 0) {
+            break;
+          }
+          if (evicted.contains(set) || !set->needs.byResource.contains(r)) {
+            continue;
+          }
+          evicted.insert(set);
+          ReleasePlaced(*set);
+          mustLeave.push_back({set, node, reason});
+        }
+      }
+    }
+    for (auto& [node, sets] : staying) {
+      std::erase_if(sets, [&evicted](const DeviceSet* set) { return evicted.contains(set); });
+    }
+    std::erase_if(cordoned,
+                  [&evicted](const Leaving& leaving) { return evicted.contains(leaving.set); });
+  }
+
+  // Step 3: Lost sets are rebound before new orders take the room.
+  void Rebind(const DeviceSet& set) {
+    if (!set.needs.unknownClass.empty()) {
+      Decide(set, Action::kLost, "", "class " + set.needs.unknownClass + " does not exist");
+      return;
+    }
+    const size_t target = FindTarget(set, kNone);
+    if (target == kNone) {
+      Decide(set, Action::kLost, "", NoRoom(set));
+      return;
+    }
+    Take(target, set.needs, 1);
+    Decide(set, Action::kBind, ix_.nodes[target]->name,
+           "rebinding " + set.description + " onto the fullest node with room");
+  }
+
+  // Step 4: new orders, oldest first, onto the fullest node with room.
+  void BindNew(const DeviceSet& set) {
+    if (!set.needs.unknownClass.empty()) {
+      Decide(set, Action::kRefuse, "", "class " + set.needs.unknownClass + " does not exist");
+      return;
+    }
+    for (size_t d : set.members) {
+      const api::GpuDevice& device = Device(d);
+      const ClassInfo& info = ix_.classes[ix_.deviceClass[d]];
+      if (info.gpuClass->metadata.deletionTimestamp) {
+        Decide(set, Action::kRefuse, "",
+               "class " + info.gpuClass->metadata.name + " is being deleted");
+        return;
+      }
+      if (info.maxCount && device.spec.count > *info.maxCount) {
+        Decide(set, Action::kRefuse, "",
+               device.metadata.name + " orders " + std::to_string(device.spec.count) +
+                   " GPUs; class " + info.gpuClass->metadata.name + " allows at most " +
+                   std::to_string(*info.maxCount));
+        return;
+      }
+      if (device.metadata.deletionTimestamp) {
+        Decide(set, Action::kRefuse, "", device.metadata.name + " is being deleted");
+        return;
+      }
+    }
+    if (std::optional<std::string> refusal =
+            ix_.CheckBudgets(set.namespaceName, set.needs, passUsage_)) {
+      Decide(set, Action::kRefuse, "", *refusal);
+      return;
+    }
+    const size_t target = FindTarget(set, kNone);
+    if (target == kNone) {
+      Decide(set, Action::kRefuse, "", NoRoom(set));
+      return;
+    }
+    Take(target, set.needs, 1);
+    Usage booked;
+    for (const auto& [classId, count] : set.needs.byClass) {
+      AddAt(booked.byClass, classId, count);
+    }
+    for (const auto& [resource, count] : set.needs.byResource) {
+      AddAt(booked.devicesByResource, resource, count);
+    }
+    booked.total = set.needs.total;
+    for (const std::string& ns : ix_.tenants.BudgetChain(set.namespaceName)) {
+      passUsage_[ns].Add(booked, 1);
+    }
+    Decide(set, Action::kBind, ix_.nodes[target]->name, "the fullest eligible node with room");
+  }
+
+  const Model::Index& ix_;
+  std::vector<int64_t> free_;  // by node and resource, as Index::At
+  // Per class, the nodes it selects that take binds, ordered by free units of its resource name
+  // then by name: the fullest node with room is a lookup rather than a scan.
+  std::vector<std::set<std::pair<int64_t, size_t>>> byFree_;
+  std::vector<std::vector<size_t>> classesByResource_;
+  std::map<std::string, Usage, std::less<>> passUsage_;
+  std::vector<DeviceSet> sets_;
+  std::vector<Decision> decisions_;
+};
+
+std::vector<Decision> Model::PlanPass() const { return PassPlanner(*index_).Run(); }
+
+}  // namespace cozy::model

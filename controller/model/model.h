@@ -1,0 +1,100 @@
+// The shared model: capacity, budgets and placement computed one way for every caller (the
+// binder, the webhooks, what shows a tenant its remaining budget, `simulate`). A snapshot value
+// goes in, plain values come out; no I/O and no clock.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "controller/model/readers.h"
+#include "controller/model/snapshot.h"
+
+namespace cozy::model {
+
+struct ClassView {
+  std::string name;
+  std::optional<int64_t> maxCount;  // nullopt: no limit
+  int64_t units = 0;                // served by the nodes its nodeSelector selects
+  int64_t free = 0;                 // of those, free on nodes that take binds now
+};
+
+struct NodeClassView {
+  int64_t units = 0;  // served for the class's resource name
+  int64_t used = 0;   // held by bound devices and by pods no bound device covers
+  int64_t free = 0;
+};
+
+struct NodeView {
+  std::string name;
+  bool eligible = false;
+  std::vector<std::string> reasons;  // why not eligible
+  std::map<std::string, NodeClassView> classes;
+};
+
+// What a later order of a class in a tenant is checked against.
+struct RemainingBudget {
+  std::optional<int64_t> remaining;  // nullopt: no budget applies
+  std::string limitedBy;             // the namespace whose budget leaves the least
+  std::string key;                   // its quota key
+  bool blockedByRawKey = false;      // a raw key without a GPU key in limitedBy
+};
+
+struct TenantClassView {
+  int64_t used = 0;  // GPUs of the class ordered in the tenant and its sub-tenants
+  RemainingBudget budget;
+};
+
+struct TenantView {
+  std::string name;
+  std::map<std::string, TenantClassView> classes;
+};
+
+struct ClusterView {
+  std::set<std::string> gpuResourceNames;  // the effective set
+  std::vector<ClassView> classes;          // by name
+  std::vector<NodeView> nodes;             // nodes with a GPUNode, by name
+  std::vector<TenantView> tenants;         // by name
+};
+
+enum class Action { kBind, kMove, kLost, kKeep, kRefuse };
+std::string_view ToString(Action action);
+
+// One device's outcome in a binder pass.
+struct Decision {
+  std::string deviceNamespace;
+  std::string deviceName;
+  Action action = Action::kKeep;
+  std::string node;    // bind, move, keep: the node; lost, refuse: empty
+  std::string reason;  // for a person
+};
+
+class Model {
+ public:
+  // Reads and indexes the snapshot, which must outlive the model. Throws InvalidSnapshot on a
+  // budget or GPU request it cannot read: every caller fails rather than skipping it.
+  explicit Model(const Snapshot& snapshot);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  ClusterView View() const;
+  RemainingBudget Remaining(std::string_view tenant, std::string_view className) const;
+  // Free units of a class on one node, or nullopt when the node does not serve the class.
+  std::optional<NodeClassView> NodeClass(std::string_view node, std::string_view className) const;
+  // The decisions of one binder pass, in the order the binder takes them: restore the set
+  // invariant, move held sets off nodes that cannot keep them, rebind Lost sets, bind new orders.
+  std::vector<Decision> PlanPass() const;
+
+ private:
+  friend class PassPlanner;
+  struct Index;
+  std::unique_ptr<Index> index_;
+};
+
+}  // namespace cozy::model

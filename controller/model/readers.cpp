@@ -1,0 +1,320 @@
+#include "controller/model/readers.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+
+#include "api/json_field.h"
+#include "api/keys.h"
+#include "api/quantity.h"
+#include "api/validation.h"
+#include "controller/model/errors.h"
+
+namespace cozy::model {
+
+// ---- tenants ----
+
+TenantTree::TenantTree(const std::vector<Namespace>& namespaces) {
+  std::set<std::string> tenants;
+  for (const Namespace& ns : namespaces) {
+    std::vector<std::string> ancestors;
+    for (const auto& [key, value] : ns.labels) {
+      if (key.starts_with(api::kTenantLabelPrefix)) {
+        std::string ancestor = key.substr(api::kTenantLabelPrefix.size());
+        if (!ancestor.empty() && ancestor != ns.name) {
+          ancestors.push_back(ancestor);
+        }
+        tenants.insert(ns.name);
+      }
+    }
+    for (const std::string& ancestor : ancestors) {
+      tenants.insert(ancestor);
+    }
+    ancestors_[ns.name] = std::move(ancestors);
+  }
+  // Nearest first: an ancestor with more ancestors of its own sits deeper, nearer the tenant.
+  // One missing from the snapshot sorts as the root.
+  auto depth = [this](const std::string& name) -> size_t {
+    const auto it = ancestors_.find(name);
+    return it == ancestors_.end() ? 0 : it->second.size();
+  };
+  std::map<std::string, size_t> depths;
+  for (const auto& [name, ancestors] : ancestors_) {
+    depths[name] = depth(name);
+  }
+  for (auto& [name, ancestors] : ancestors_) {
+    std::sort(ancestors.begin(), ancestors.end(),
+              [&depths](const std::string& a, const std::string& b) {
+                const size_t depthA = depths.contains(a) ? depths.at(a) : 0;
+                const size_t depthB = depths.contains(b) ? depths.at(b) : 0;
+                return depthA != depthB ? depthA > depthB : a < b;
+              });
+  }
+  tenants_.assign(tenants.begin(), tenants.end());
+}
+
+bool TenantTree::IsTenant(std::string_view name) const {
+  return std::binary_search(tenants_.begin(), tenants_.end(), name);
+}
+
+std::vector<std::string> TenantTree::BudgetChain(std::string_view name) const {
+  std::vector<std::string> chain{std::string(name)};
+  if (const auto it = ancestors_.find(name); it != ancestors_.end()) {
+    chain.insert(chain.end(), it->second.begin(), it->second.end());
+  }
+  return chain;
+}
+
+// ---- pods ----
+
+namespace {
+
+using Units = std::map<std::string, int64_t>;
+
+int64_t ReadUnits(const Pod& pod, const std::string& field, const std::string& text) {
+  const api::QuantityResult parsed = api::ParseWholeQuantity(text);
+  if (!parsed.value) {
+    throw InvalidSnapshot("Pod " + pod.namespaceName + "/" + pod.name, field, parsed.error);
+  }
+  return *parsed.value;
+}
+
+Units ContainerRequests(const Pod& pod, const Container& container, const std::string& path,
+                        const std::set<std::string>& names) {
+  Units units;
+  for (const std::string& name : names) {
+    if (const auto it = container.requests.find(name); it != container.requests.end()) {
+      units[name] = ReadUnits(pod, api::JoinPath(path + ".resources.requests", name), it->second);
+    } else if (const auto limit = container.limits.find(name); limit != container.limits.end()) {
+      units[name] = ReadUnits(pod, api::JoinPath(path + ".resources.limits", name), limit->second);
+    }
+  }
+  return units;
+}
+
+void Add(Units& into, const Units& from) {
+  for (const auto& [name, value] : from) {
+    into[name] += value;
+  }
+}
+
+void Max(Units& into, const Units& from) {
+  for (const auto& [name, value] : from) {
+    into[name] = std::max(into[name], value);
+  }
+}
+
+}  // namespace
+
+std::map<std::string, int64_t> PodResourceRequests(const Pod& pod,
+                                                   const std::set<std::string>& resourceNames) {
+  Units requests;
+  for (size_t i = 0; i < pod.containers.size(); ++i) {
+    Add(requests, ContainerRequests(pod, pod.containers[i],
+                                    "spec.containers[" + std::to_string(i) + "]", resourceNames));
+  }
+  // Init containers run one at a time, each next to the sidecars started before it; sidecars
+  // then keep running next to the app containers.
+  Units sidecars;
+  Units initPeak;
+  for (size_t i = 0; i < pod.initContainers.size(); ++i) {
+    const Container& container = pod.initContainers[i];
+    Units own = ContainerRequests(pod, container, "spec.initContainers[" + std::to_string(i) + "]",
+                                  resourceNames);
+    if (container.restartAlways) {
+      Add(requests, own);
+      Add(sidecars, own);
+      Max(initPeak, sidecars);
+    } else {
+      Add(own, sidecars);
+      Max(initPeak, own);
+    }
+  }
+  Max(requests, initPeak);
+  for (const auto& [name, text] : pod.overhead) {
+    if (resourceNames.contains(name)) {
+      requests[name] += ReadUnits(pod, api::JoinPath("spec.overhead", name), text);
+    }
+  }
+  std::erase_if(requests, [](const auto& entry) { return entry.second == 0; });
+  return requests;
+}
+
+bool PodHoldsDevices(const Pod& pod) { return pod.phase != "Succeeded" && pod.phase != "Failed"; }
+
+LauncherIndex::LauncherIndex(const std::vector<VirtualMachineInstance>& vmis) {
+  for (const VirtualMachineInstance& vmi : vmis) {
+    for (const std::string& uid : vmi.activePodUids) {
+      byPod_[{vmi.namespaceName, uid}] = &vmi;
+    }
+  }
+}
+
+const VirtualMachineInstance* LauncherIndex::LauncherOf(const Pod& pod) const {
+  if (pod.uid.empty()) {
+    return nullptr;
+  }
+  const auto it = byPod_.find({pod.namespaceName, pod.uid});
+  return it == byPod_.end() ? nullptr : it->second;
+}
+
+// ---- nodes ----
+
+bool Tolerates(const Toleration& toleration, const Taint& taint) {
+  if (!toleration.effect.empty() && toleration.effect != taint.effect) {
+    return false;
+  }
+  if (toleration.op == "Exists") {
+    return toleration.key.empty() || toleration.key == taint.key;
+  }
+  if (toleration.op.empty() || toleration.op == "Equal") {
+    return toleration.key == taint.key && toleration.value == taint.value;
+  }
+  return false;  // Gt, Lt and anything unknown
+}
+
+namespace {
+
+// Whether the taint is one the model leaves to the cordon and the Ready condition, or one no
+// scheduling decision depends on.
+bool IsSchedulingTaint(const Taint& taint) {
+  if (taint.effect != "NoSchedule" && taint.effect != "NoExecute") {
+    return false;
+  }
+  return taint.key != api::kTaintUnschedulable && taint.key != api::kTaintNotReady &&
+         taint.key != api::kTaintUnreachable;
+}
+
+std::string Describe(const Taint& taint) {
+  return "taint " + taint.key + (taint.value.empty() ? "" : "=") + taint.value + ":" +
+         taint.effect + " not tolerated";
+}
+
+bool Tolerated(const Taint& taint, const std::vector<Toleration>& tolerations) {
+  return std::any_of(
+      tolerations.begin(), tolerations.end(),
+      [&taint](const Toleration& toleration) { return Tolerates(toleration, taint); });
+}
+
+}  // namespace
+
+std::optional<std::string> UntoleratedTaint(const Node& node,
+                                            const std::vector<Toleration>& tolerations) {
+  for (const Taint& taint : node.taints) {
+    if (IsSchedulingTaint(taint) && !Tolerated(taint, tolerations)) {
+      return Describe(taint);
+    }
+  }
+  return std::nullopt;
+}
+
+NodeEligibility CheckNodeEligibility(const Node& node, const std::vector<Toleration>& tolerations) {
+  NodeEligibility result;
+  result.cordoned = node.unschedulable;
+  if (node.unschedulable) {
+    result.reasons.emplace_back("cordoned");
+  }
+  if (!node.ready) {
+    result.reasons.emplace_back("not Ready");
+  }
+  for (const Taint& taint : node.taints) {
+    if (IsSchedulingTaint(taint) && !Tolerated(taint, tolerations)) {
+      result.reasons.push_back(Describe(taint));
+    }
+  }
+  result.eligible = result.reasons.empty();
+  return result;
+}
+
+// ---- names ----
+
+namespace {
+
+bool IsNvidiaSelector(std::string_view selector) {
+  const std::string_view vendor = selector.substr(0, selector.find(':'));
+  if (vendor.size() != 4) {
+    return false;
+  }
+  std::string lower;
+  for (char c : vendor) {
+    lower += static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  }
+  return lower == "10de";
+}
+
+}  // namespace
+
+std::set<std::string> EffectiveGpuResourceNames(const Settings& settings,
+                                                const std::vector<api::GpuNodeInventory>& gpuNodes,
+                                                const PermittedHostDevices& permitted) {
+  std::set<std::string> names(settings.resourceNames.begin(), settings.resourceNames.end());
+  for (const api::GpuNodeInventory& gpuNode : gpuNodes) {
+    names.insert(gpuNode.resourceNames.begin(), gpuNode.resourceNames.end());
+  }
+  for (const PciHostDevice& device : permitted.pciHostDevices) {
+    if (IsNvidiaSelector(device.pciVendorSelector)) {
+      names.insert(device.resourceName);
+    }
+  }
+  for (const MediatedHostDevice& device : permitted.mediatedDevices) {
+    names.insert(device.resourceName);
+  }
+  names.erase("");
+  return names;
+}
+
+bool IsPermittedHostDevice(const PermittedHostDevices& permitted, std::string_view resourceName) {
+  return std::any_of(permitted.pciHostDevices.begin(), permitted.pciHostDevices.end(),
+                     [&](const PciHostDevice& d) { return d.resourceName == resourceName; }) ||
+         std::any_of(permitted.mediatedDevices.begin(), permitted.mediatedDevices.end(),
+                     [&](const MediatedHostDevice& d) { return d.resourceName == resourceName; });
+}
+
+std::string TemplateDeviceName(std::string_view vmiName, std::string_view templateName) {
+  constexpr size_t kMaxName = 253;
+  constexpr size_t kMaxLabel = 63;
+  constexpr size_t kHashDigits = 16;
+  std::string name = std::string(vmiName) + "-" + std::string(templateName);
+  // The template name joins the VMI name's last label, which may leave no room for it.
+  if (api::CheckDnsSubdomain(name).empty()) {
+    return name;
+  }
+  // FNV-1a over both names with a separator, so ("a-b", "c") and ("a", "b-c") differ.
+  uint64_t hash = 14695981039346656037ULL;
+  auto mix = [&hash](std::string_view text) {
+    for (char c : text) {
+      hash ^= static_cast<unsigned char>(c);
+      hash *= 1099511628211ULL;
+    }
+  };
+  mix(vmiName);
+  mix(std::string_view("\0", 1));
+  mix(templateName);
+  std::array<char, kHashDigits + 1> digits{};
+  std::snprintf(digits.data(), digits.size(), "%016llx", static_cast<unsigned long long>(hash));
+  // A cut may leave a label ending in '-' or '.', which a subdomain does not allow.
+  auto trim = [&name] {
+    while (!name.empty() && (name.back() == '-' || name.back() == '.')) {
+      name.pop_back();
+    }
+  };
+  name.resize(std::min(name.size(), kMaxName - kHashDigits - 1));
+  trim();
+  // The hash joins the last label, which must stay within 63 characters too.
+  const size_t lastLabel = name.rfind('.') == std::string::npos ? 0 : name.rfind('.') + 1;
+  name.resize(std::min(name.size(), lastLabel + kMaxLabel - kHashDigits - 1));
+  trim();
+  return name + "-" + digits.data();
+}
+
+std::optional<int64_t> ResolveMaxCount(const api::GpuClassSpec& spec) {
+  if (spec.maxCount) {
+    return spec.maxCount;
+  }
+  if (spec.mode == api::GpuMode::kVgpu) {
+    return 1;
+  }
+  return std::nullopt;
+}
+
+}  // namespace cozy::model

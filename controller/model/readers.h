@@ -1,0 +1,100 @@
+// The model's small pure readers, each one rule of the design notes: tenant ancestry, a pod's
+// GPU usage, which pod is a VMI's launcher, node eligibility, the GPU resource-name set,
+// template device names and a class's maxCount. The Model composes them; tests hit each alone.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "api/gpuclass.h"
+#include "api/gpunode_types.h"
+#include "controller/model/snapshot.h"
+
+namespace cozy::model {
+
+// Tenant ancestry: a tenant namespace's ancestors are the namespaces its
+// `tenant.cozystack.io/<ancestor>` labels name.
+class TenantTree {
+ public:
+  explicit TenantTree(const std::vector<Namespace>& namespaces);
+
+  // Every namespace that carries a tenant label or is named by one, sorted.
+  const std::vector<std::string>& Tenants() const { return tenants_; }
+  bool IsTenant(std::string_view name) const;
+  // The namespace, then its ancestors nearest first (parent, ..., root): whose budgets cap an
+  // order made in it.
+  std::vector<std::string> BudgetChain(std::string_view name) const;
+
+ private:
+  std::map<std::string, std::vector<std::string>, std::less<>> ancestors_;  // nearest first
+  std::vector<std::string> tenants_;
+};
+
+// Units of each listed resource a pod requests, by the scheduler's arithmetic: the larger of
+// the app containers plus sidecars (restartable init containers) and the largest init container
+// (plus the sidecars started before it), plus the pod overhead. A request defaults to the
+// limit, as for extended resources. Throws InvalidSnapshot on a quantity it cannot read.
+std::map<std::string, int64_t> PodResourceRequests(const Pod& pod,
+                                                   const std::set<std::string>& resourceNames);
+
+// Whether kubelet still holds the pod's devices: every phase but Succeeded and Failed.
+bool PodHoldsDevices(const Pod& pod);
+
+// A pod is a VMI's launcher only when that VMI lists the pod's UID in status.activePods;
+// owner references and labels are written by whoever creates the pod and prove nothing.
+class LauncherIndex {
+ public:
+  explicit LauncherIndex(const std::vector<VirtualMachineInstance>& vmis);
+  // The VMI the pod launches, or nullptr: the pod's GPUs are then raw-name usage.
+  const VirtualMachineInstance* LauncherOf(const Pod& pod) const;
+
+ private:
+  std::map<std::pair<std::string, std::string>, const VirtualMachineInstance*> byPod_;
+};
+
+// Gt and Lt tolerations tolerate nothing: the scheduler ignores them where their feature gate
+// is off.
+bool Tolerates(const Toleration& toleration, const Taint& taint);
+
+struct NodeEligibility {
+  bool eligible = false;
+  bool cordoned = false;             // spec.unschedulable, never a taint
+  std::vector<std::string> reasons;  // why not eligible, for people
+};
+
+// A node takes binds only when it is schedulable, Ready and carries no NoSchedule or NoExecute
+// taint the tolerations do not tolerate. The unschedulable, not-ready and unreachable taints
+// are left to the first two checks, so a stale taint neither blocks nor counts as a cordon.
+NodeEligibility CheckNodeEligibility(const Node& node, const std::vector<Toleration>& tolerations);
+
+// The taint check of CheckNodeEligibility alone: the first NoSchedule or NoExecute taint the
+// tolerations do not tolerate, described for people, or nullopt.
+std::optional<std::string> UntoleratedTaint(const Node& node,
+                                            const std::vector<Toleration>& tolerations);
+
+// The effective GPU resource-name set: the hoster's list, every GPUNode's resourceNames, and the
+// NVIDIA (vendor 10de) and mediated entries of KubeVirt's permittedHostDevices. A PCI entry of
+// another vendor, such as a ConnectX VF, stays out.
+std::set<std::string> EffectiveGpuResourceNames(const Settings& settings,
+                                                const std::vector<api::GpuNodeInventory>& gpuNodes,
+                                                const PermittedHostDevices& permitted);
+
+// Whether KubeVirt permits the resource name at all: every PCI and mediated entry counts here,
+// whatever its vendor.
+bool IsPermittedHostDevice(const PermittedHostDevices& permitted, std::string_view resourceName);
+
+// The name of the device a VMI's deviceTemplate creates: "<vmi>-<template>", or, when that
+// leaves the 253 characters of a DNS subdomain, its prefix and a hash of both names. Stable and
+// distinct per (VMI, template).
+std::string TemplateDeviceName(std::string_view vmiName, std::string_view templateName);
+
+// maxCount as a reader must apply it: the class's own, else 1 for vgpu and no limit
+// (nullopt) for passthrough. The CRD carries no default because it depends on the mode.
+std::optional<int64_t> ResolveMaxCount(const api::GpuClassSpec& spec);
+
+}  // namespace cozy::model

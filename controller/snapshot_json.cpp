@@ -1,0 +1,241 @@
+#include "controller/snapshot_json.h"
+
+#include <sstream>
+
+#include "api/json_field.h"
+#include "api/keys.h"
+
+namespace cozy::controller {
+namespace {
+
+using api::JsonField;
+
+model::ResourceList QuantityMap(const JsonField& object, std::string_view key) {
+  model::ResourceList list;
+  if (std::optional<JsonField> map = object.Find(key)) {
+    for (const auto& [name, value] : map->AsObjectMembers()) {
+      list[name] = value.AsQuantityText();
+    }
+  }
+  return list;
+}
+
+api::ObjectMeta Meta(const JsonField& item) {
+  return api::ObjectMetaFromJson(item.Require("metadata"));
+}
+
+model::Namespace DecodeNamespace(const JsonField& item) {
+  api::ObjectMeta meta = Meta(item);
+  return model::Namespace{meta.name, std::move(meta.labels)};
+}
+
+model::ResourceQuota DecodeQuota(const JsonField& item) {
+  const api::ObjectMeta meta = Meta(item);
+  model::ResourceQuota quota{meta.namespaceName, meta.name, {}};
+  if (std::optional<JsonField> spec = item.Find("spec")) {
+    quota.hard = QuantityMap(*spec, "hard");
+  }
+  return quota;
+}
+
+model::Node DecodeNode(const JsonField& item) {
+  api::ObjectMeta meta = Meta(item);
+  model::Node node;
+  node.name = meta.name;
+  node.labels = std::move(meta.labels);
+  if (std::optional<JsonField> spec = item.Find("spec")) {
+    node.unschedulable = spec->BoolOr("unschedulable", false);
+    if (std::optional<JsonField> taints = spec->Find("taints")) {
+      for (const JsonField& taint : taints->AsArray()) {
+        node.taints.push_back(model::Taint{taint.Require("key").AsString(),
+                                           taint.StringOr("value", ""),
+                                           taint.Require("effect").AsString()});
+      }
+    }
+  }
+  if (std::optional<JsonField> status = item.Find("status")) {
+    if (std::optional<JsonField> conditions = status->Find("conditions")) {
+      for (const JsonField& condition : conditions->AsArray()) {
+        if (condition.Require("type").AsString() == "Ready") {
+          node.ready = condition.Require("status").AsString() == "True";
+        }
+      }
+    }
+  }
+  return node;
+}
+
+std::vector<model::Container> DecodeContainers(const JsonField& spec, std::string_view key) {
+  std::vector<model::Container> containers;
+  if (std::optional<JsonField> list = spec.Find(key)) {
+    for (const JsonField& item : list->AsArray()) {
+      model::Container container;
+      container.name = item.StringOr("name", "");
+      if (std::optional<JsonField> resources = item.Find("resources")) {
+        container.requests = QuantityMap(*resources, "requests");
+        container.limits = QuantityMap(*resources, "limits");
+      }
+      container.restartAlways = item.StringOr("restartPolicy", "") == "Always";
+      containers.push_back(std::move(container));
+    }
+  }
+  return containers;
+}
+
+model::Pod DecodePod(const JsonField& item) {
+  const api::ObjectMeta meta = Meta(item);
+  model::Pod pod;
+  pod.namespaceName = meta.namespaceName;
+  pod.name = meta.name;
+  pod.uid = meta.uid;
+  if (std::optional<JsonField> spec = item.Find("spec")) {
+    pod.nodeName = spec->StringOr("nodeName", "");
+    pod.containers = DecodeContainers(*spec, "containers");
+    pod.initContainers = DecodeContainers(*spec, "initContainers");
+    pod.overhead = QuantityMap(*spec, "overhead");
+  }
+  if (std::optional<JsonField> status = item.Find("status")) {
+    pod.phase = status->StringOr("phase", "");
+  }
+  return pod;
+}
+
+model::VirtualMachineInstance DecodeVmi(const JsonField& item) {
+  const api::ObjectMeta meta = Meta(item);
+  model::VirtualMachineInstance vmi;
+  vmi.namespaceName = meta.namespaceName;
+  vmi.name = meta.name;
+  vmi.uid = meta.uid;
+  if (std::optional<JsonField> spec = item.Find("spec")) {
+    if (std::optional<JsonField> tolerations = spec->Find("tolerations")) {
+      for (const JsonField& toleration : tolerations->AsArray()) {
+        vmi.tolerations.push_back(
+            model::Toleration{toleration.StringOr("key", ""), toleration.StringOr("operator", ""),
+                              toleration.StringOr("value", ""), toleration.StringOr("effect", "")});
+      }
+    }
+  }
+  if (std::optional<JsonField> status = item.Find("status")) {
+    vmi.nodeName = status->StringOr("nodeName", "");
+    // activePods maps each active pod's UID to its node.
+    if (std::optional<JsonField> activePods = status->Find("activePods")) {
+      for (const auto& [uid, node] : activePods->AsObjectMembers()) {
+        node.AsString();
+        vmi.activePodUids.push_back(uid);
+      }
+    }
+  }
+  return vmi;
+}
+
+model::PermittedHostDevices DecodeKubeVirt(const JsonField& item) {
+  model::PermittedHostDevices permitted;
+  const std::optional<JsonField> spec = item.Find("spec");
+  const std::optional<JsonField> configuration = spec ? spec->Find("configuration") : std::nullopt;
+  const std::optional<JsonField> table =
+      configuration ? configuration->Find("permittedHostDevices") : std::nullopt;
+  if (!table) {
+    return permitted;
+  }
+  if (std::optional<JsonField> pci = table->Find("pciHostDevices")) {
+    for (const JsonField& entry : pci->AsArray()) {
+      permitted.pciHostDevices.push_back(model::PciHostDevice{
+          entry.Require("pciVendorSelector").AsString(), entry.Require("resourceName").AsString()});
+    }
+  }
+  if (std::optional<JsonField> mediated = table->Find("mediatedDevices")) {
+    for (const JsonField& entry : mediated->AsArray()) {
+      permitted.mediatedDevices.push_back(model::MediatedHostDevice{
+          entry.Require("mdevNameSelector").AsString(), entry.Require("resourceName").AsString()});
+    }
+  }
+  return permitted;
+}
+
+std::vector<std::string> SplitList(const std::string& text) {
+  std::vector<std::string> items;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    const size_t start = item.find_first_not_of(" \n\t");
+    const size_t end = item.find_last_not_of(" \n\t");
+    if (start != std::string::npos) {
+      items.push_back(item.substr(start, end - start + 1));
+    }
+  }
+  return items;
+}
+
+// "GPUClass a100", "Pod tenant-a/p": how a message names the item, as far as it can be read.
+std::string Describe(const nlohmann::json& item, const std::string& kind) {
+  std::string name;
+  if (item.is_object() && item.contains("metadata") && item["metadata"].is_object()) {
+    const nlohmann::json& meta = item["metadata"];
+    if (meta.contains("namespace") && meta["namespace"].is_string()) {
+      name = meta["namespace"].get<std::string>() + "/";
+    }
+    if (meta.contains("name") && meta["name"].is_string()) {
+      name += meta["name"].get<std::string>();
+    }
+  }
+  return name.empty() ? kind : kind + " " + name;
+}
+
+}  // namespace
+
+model::Snapshot DecodeSnapshotList(const nlohmann::json& list) {
+  model::Snapshot snapshot;
+  const JsonField root(list, "");
+  std::vector<JsonField> items;
+  try {
+    const std::string kind = root.Require("kind").AsString();
+    if (!kind.ends_with("List")) {
+      root.Require("kind").Fail("\"" + kind + "\" is not a List");
+    }
+    items = root.Require("items").AsArray();
+  } catch (const api::DecodeError& error) {
+    throw SnapshotError(std::string("the snapshot is no Kubernetes List: ") + error.what());
+  }
+  for (size_t index = 0; index < items.size(); ++index) {
+    // Fields are named from the item's own root, as `kubectl explain` names them.
+    const JsonField item(items[index].json(), "");
+    std::string kind = "item";
+    try {
+      kind = item.Require("kind").AsString();
+      if (kind == "Namespace") {
+        snapshot.namespaces.push_back(DecodeNamespace(item));
+      } else if (kind == "ResourceQuota") {
+        snapshot.quotas.push_back(DecodeQuota(item));
+      } else if (kind == "Node") {
+        snapshot.nodes.push_back(DecodeNode(item));
+      } else if (kind == "Pod") {
+        snapshot.pods.push_back(DecodePod(item));
+      } else if (kind == "VirtualMachineInstance") {
+        snapshot.vmis.push_back(DecodeVmi(item));
+      } else if (kind == api::kGpuNodeKind) {
+        snapshot.gpuNodes.push_back(api::GpuNodeInventoryFromJson(item.json()));
+      } else if (kind == api::kGpuClassKind) {
+        snapshot.classes.push_back(api::GpuClassFromJson(item.json()));
+      } else if (kind == api::kGpuDeviceKind) {
+        snapshot.devices.push_back(api::GpuDeviceFromJson(item.json()));
+      } else if (kind == "KubeVirt") {
+        snapshot.permittedHostDevices = DecodeKubeVirt(item);
+      } else if (kind == "ConfigMap") {
+        const api::ObjectMeta meta = Meta(item);
+        if (meta.name == api::kSettingsConfigMapName) {
+          const std::map<std::string, std::string> data = item.StringMapOr("data");
+          if (const auto it = data.find(std::string(api::kSettingsResourceNamesKey));
+              it != data.end()) {
+            snapshot.settings.resourceNames = SplitList(it->second);
+          }
+        }
+      }
+    } catch (const api::DecodeError& error) {
+      throw SnapshotError("items[" + std::to_string(index) + "] (" + Describe(item.json(), kind) +
+                          "): " + error.what());
+    }
+  }
+  return snapshot;
+}
+
+}  // namespace cozy::controller

@@ -1,0 +1,23 @@
+// Reads a Kubernetes List (what `kubectl get ns,resourcequotas,nodes,pods,gpunodes,gpuclasses,
+// gpudevices,vmi -A -o json` prints, optionally with the KubeVirt object and the settings
+// ConfigMap) into the model's snapshot. Items of other kinds are skipped.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+
+#include "controller/model/snapshot.h"
+
+namespace cozy::controller {
+
+// A malformed item: the message names the item, the object and the field, e.g.
+// `items[3] (GPUClass a100): spec.maxCount: must be at least 1`.
+class SnapshotError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+model::Snapshot DecodeSnapshotList(const nlohmann::json& list);
+
+}  // namespace cozy::controller

@@ -1,0 +1,594 @@
+// The Model: capacity, budgets and the binder pass over whole snapshots. Each test quotes the
+// design-note sentence it implements and names its catalog ID.
+#include "controller/model/model.h"
+
+#include <gtest/gtest.h>
+
+#include "controller/model/errors.h"
+#include "test/controller/model_fixtures.h"
+
+namespace cozy::model {
+namespace {
+
+using namespace cozy::model::testing;
+using api::DevicePhase;
+
+// A copy, so a decision of a temporary pass outlives it.
+Decision DecisionFor(const std::vector<Decision>& decisions, const std::string& device) {
+  for (const Decision& decision : decisions) {
+    if (decision.deviceNamespace + "/" + decision.deviceName == device) {
+      return decision;
+    }
+  }
+  ADD_FAILURE() << "no decision for " << device;
+  return Decision{"", "<no decision>", Action::kKeep, "", ""};
+}
+
+// A cluster with one passthrough class on kA100 and tenants root > a > a-b, plus b.
+Snapshot BaseSnapshot() {
+  Snapshot snapshot;
+  snapshot.classes = {MakeClass("a100", kA100)};
+  snapshot.namespaces = {MakeTenant("tenant-root", {}), MakeTenant("tenant-a", {"tenant-root"}),
+                         MakeTenant("tenant-a-b", {"tenant-root", "tenant-a"}),
+                         MakeTenant("tenant-b", {"tenant-root"})};
+  return snapshot;
+}
+
+void AddNode(Snapshot& snapshot, const std::string& name, int gpus,
+             const std::string& resource = kA100, int64_t perFunction = 1) {
+  snapshot.nodes.push_back(MakeNode(name));
+  snapshot.gpuNodes.push_back(MakeGpuNode(name, resource, gpus, perFunction));
+}
+
+int64_t FreeOn(const Model& model, const std::string& node, const std::string& className) {
+  const std::optional<NodeClassView> view = model.NodeClass(node, className);
+  EXPECT_TRUE(view.has_value()) << node << " does not serve " << className;
+  return view ? view->free : -1;
+}
+
+// C13: "the units a node serves are now counted once, for both" — from each function's
+// allocatable for the class's resource name, so an mdev parent serves several.
+TEST(NodeUnitsC13, MdevParentServesItsAllocatableSlots) {
+  struct Case {
+    const char* what;
+    int functions;
+    int64_t perFunction;
+    int64_t units;
+  };
+  const std::vector<Case> cases = {
+      {"one mdev parent with 4 slots", 1, 4, 4},
+      {"mdev parent with lost capacity, 2 slots left", 1, 2, 2},
+      {"eight passthrough functions", 8, 1, 8},
+      {"unhealthy function serves nothing", 1, 0, 0},
+  };
+  for (const Case& c : cases) {
+    Snapshot snapshot = BaseSnapshot();
+    snapshot.classes = {MakeClass("a2-4q", kA2Vgpu, api::GpuMode::kVgpu, 4)};
+    AddNode(snapshot, "n1", c.functions, kA2Vgpu, c.perFunction);
+    const Model model(snapshot);
+    EXPECT_EQ(model.NodeClass("n1", "a2-4q")->units, c.units) << c.what;
+  }
+}
+
+// C13 catalog: "mdev parent with lost capacity, 2 slots left: a 2-GPU VM admitted and kept"
+TEST(NodeUnitsC13, TwoSlotsLeftKeepATwoDeviceSet) {
+  Snapshot snapshot = BaseSnapshot();
+  snapshot.classes = {MakeClass("a2-4q", kA2Vgpu, api::GpuMode::kVgpu, 4)};
+  AddNode(snapshot, "n1", 1, kA2Vgpu, 2);
+  snapshot.devices = {Bound("tenant-a", "g1", "a2-4q", 1, "n1", "vm1"),
+                      Bound("tenant-a", "g2", "a2-4q", 1, "n1", "vm1")};
+  const std::vector<Decision> decisions = Model(snapshot).PlanPass();
+  EXPECT_EQ(DecisionFor(decisions, "tenant-a/g1").action, Action::kKeep);
+  EXPECT_EQ(DecisionFor(decisions, "tenant-a/g2").action, Action::kKeep);
+}
+
+// C6: "so the binder never books a unit a raw-name pod holds" — catalog: 2-unit node, raw pod
+// holding 1: a 2-unit order fails there.
+TEST(NodeCapacityC6, RawNamePodHoldsUnits) {
+  Snapshot snapshot = BaseSnapshot();
+  AddNode(snapshot, "n1", 2);
+  snapshot.pods = {MakePod("tenant-a", "raw", "n1", kA100, 1)};
+  snapshot.devices = {Pending("tenant-a", "two", "a100", 2), Pending("tenant-a", "one", "a100", 1)};
+  snapshot.devices[0].metadata.creationTimestamp = "2025-01-01T00:00:00Z";
+  snapshot.devices[1].metadata.creationTimestamp = "2025-01-01T00:00:01Z";
+  const Model model(snapshot);
+  EXPECT_EQ(FreeOn(model, "n1", "a100"), 1);
+  const std::vector<Decision> decisions = model.PlanPass();
+  EXPECT_EQ(DecisionFor(decisions, "tenant-a/two").action, Action::kRefuse);
+  EXPECT_EQ(DecisionFor(decisions, "tenant-a/one").action, Action::kBind);
+}
+
+TEST(NodeCapacityA7, PodsInAFinalPhaseHoldNothing) {
+  Snapshot snapshot = BaseSnapshot();
+  AddNode(snapshot, "n1", 2);
+  snapshot.pods = {MakePod("tenant-a", "done", "n1", kA100, 1)};
+  snapshot.pods[0].phase = "Succeeded";
+  EXPECT_EQ(FreeOn(Model(snapshot), "n1", "a100"), 2);
+}
+
+// A running VMI with one attached device and a launcher pod requesting its GPU.
+Snapshot VmiSnapshot(DevicePhase devicePhase, bool podListedInActivePods) {
+  Snapshot snapshot = BaseSnapshot();
+  AddNode(snapshot, "n1", 4);
+  snapshot.quotas = {MakeQuota(
+      "tenant-a", {{"requests.gpu.cozystack.io/a100", "10"}, {"requests.nvidia.com/GA100", "3"}})};
+  snapshot.devices = {MakeDevice("tenant-a", "held", "a100", 1, devicePhase,
+                                 devicePhase == DevicePhase::kBound ? "n1" : "", "vm1")};
+  snapshot.pods = {MakePod("tenant-a", "virt-launcher-vm1", "n1", kA100, 1)};
+  snapshot.vmis = {
+      MakeVmi("tenant-a", "vm1", {podListedInActivePods ? "virt-launcher-vm1-uid" : "other-uid"})};
+  return snapshot;
+}
+
+// C11: "A pod now counts as a VMI's launcher only when that VMI lists the pod's UID in
+// status.activePods; any other pod's GPUs count as raw-name usage." C14: "for budgets every
+// attached device covers its pod, since a Lost device still counts itself"; C15: "for node
+// capacity only a device holding units does"; D11: "A Lost device already counts against its
+// tenant's budgets, so the pod of its still running VMI is not counted again under a raw GPU
+// key; for node capacity it is, since the device itself holds no units."
+TEST(CoverageC11C14C15, TwoNamedReaders) {
+  struct Case {
+    const char* what;
+    DevicePhase phase;
+    bool listed;
+    int64_t nodeFree;      // of 4
+    int64_t rawRemaining;  // raw key 3: devices + uncovered pods
+  };
+  const std::vector<Case> cases = {
+      {"bound device covers its launcher in both", DevicePhase::kBound, true, 3, 2},
+      {"C14/C15 Lost device: covered for budgets, not for capacity", DevicePhase::kLost, true, 3,
+       2},
+      {"C11 pod not in activePods: raw usage in both", DevicePhase::kBound, false, 2, 1},
+      {"C11 Lost device, pod not listed", DevicePhase::kLost, false, 3, 1},
+  };
+  for (const Case& c : cases) {
+    const Model model(VmiSnapshot(c.phase, c.listed));
+    EXPECT_EQ(FreeOn(model, "n1", "a100"), c.nodeFree) << c.what;
+    const RemainingBudget remaining = model.Remaining("tenant-a", "a100");
+    EXPECT_EQ(remaining.remaining, c.rawRemaining) << c.what;
+    EXPECT_EQ(remaining.key, "requests.nvidia.com/GA100") << c.what;
+  }
+}
+
+// D11 catalog: "device goes Lost: budget unchanged, node free units rise"
+TEST(LostDeviceD11, BudgetUnchangedNodeFreeRises) {
+  Snapshot snapshot = BaseSnapshot();
+  AddNode(snapshot, "n1", 2);
+  snapshot.quotas = {MakeQuota("tenant-a", {{"requests.gpu.cozystack.io/a100", "2"}})};
+  snapshot.devices = {Bound("tenant-a", "g", "a100", 1, "n1")};
+  const Model bound(snapshot);
+  snapshot.devices = {Lost("tenant-a", "g", "a100", 1)};
+  const Model lost(snapshot);
+  EXPECT_EQ(bound.Remaining("tenant-a", "a100").remaining, 1);
+  EXPECT_EQ(lost.Remaining("tenant-a", "a100").remaining, 1);
+  EXPECT_EQ(FreeOn(bound, "n1", "a100"), 1);
+  EXPECT_EQ(FreeOn(lost, "n1", "a100"), 2);
+}
+
+struct BudgetCase {
+  const char* what;
+  std::vector<ResourceQuota> quotas;
+  std::vector<api::GpuDevice> devices;
+  std::vector<Pod> pods;
+  std::string tenant;
+  std::optional<int64_t> remaining;
+  std::string limitedBy;
+  bool blocked = false;
+};
+
+// C3: "GPU budgets cap the whole subtree of the tenant that declares them, walked over the
+// namespace ancestry and independent of the tenant quota pools." C4: "A raw GPU key blocks a
+// class until the same tenant also declares a GPU key, and then caps devices and raw-name pods
+// together." E3: "a budget of the tenant or an ancestor".
+TEST(RemainingBudgetC3C4, Table) {
+  const std::string classKey = "requests.gpu.cozystack.io/a100";
+  const std::string rawKey = "requests.nvidia.com/GA100";
+  const std::vector<BudgetCase> cases = {
+      {"no budget anywhere: unlimited", {}, {}, {}, "tenant-a-b", std::nullopt, ""},
+      {"C3 catalog: root declares 2, two children hold 1 each",
+       {MakeQuota("tenant-root", {{classKey, "2"}})},
+       {Bound("tenant-a", "g1", "a100", 1, "n1"), Bound("tenant-b", "g2", "a100", 1, "n1")},
+       {},
+       "tenant-a-b",
+       0,
+       "tenant-root"},
+      {"C3 a grandchild's device counts against the root",
+       {MakeQuota("tenant-root", {{classKey, "3"}})},
+       {Bound("tenant-a-b", "g1", "a100", 2, "n1")},
+       {},
+       "tenant-b",
+       1,
+       "tenant-root"},
+      {"C3 a sibling's budget does not cap",
+       {MakeQuota("tenant-b", {{classKey, "0"}})},
+       {},
+       {},
+       "tenant-a",
+       std::nullopt,
+       ""},
+      {"E3 parent budget full, child has room",
+       {MakeQuota("tenant-a", {{classKey, "1"}}), MakeQuota("tenant-a-b", {{classKey, "5"}})},
+       {Bound("tenant-a", "g1", "a100", 1, "n1")},
+       {},
+       "tenant-a-b",
+       0,
+       "tenant-a"},
+      {"the nearest of equal limits is named",
+       {MakeQuota("tenant-a", {{classKey, "2"}}), MakeQuota("tenant-a-b", {{classKey, "2"}})},
+       {},
+       {},
+       "tenant-a-b",
+       2,
+       "tenant-a-b"},
+      {"total key caps every class",
+       {MakeQuota("tenant-a", {{"requests.gpu.cozystack.io/total", "3"}})},
+       {Bound("tenant-a", "g1", "a100", 2, "n1")},
+       {},
+       "tenant-a",
+       1,
+       "tenant-a"},
+      {"two quotas in one namespace: the smaller",
+       {MakeQuota("tenant-a", {{classKey, "4"}}),
+        ResourceQuota{"tenant-a", "other", {{classKey, "1"}}}},
+       {},
+       {},
+       "tenant-a",
+       1,
+       "tenant-a"},
+      {"C4 catalog: only a raw key = 2: blocked",
+       {MakeQuota("tenant-a", {{rawKey, "2"}})},
+       {},
+       {},
+       "tenant-a",
+       0,
+       "tenant-a",
+       true},
+      {"C4 a GPU key in an ancestor does not unblock",
+       {MakeQuota("tenant-a", {{rawKey, "2"}}), MakeQuota("tenant-root", {{classKey, "9"}})},
+       {},
+       {},
+       "tenant-a",
+       0,
+       "tenant-a",
+       true},
+      {"C4 catalog: with a class key, 1 device + 1-GPU raw pod fill a raw key of 2",
+       {MakeQuota("tenant-a", {{rawKey, "2"}, {classKey, "10"}})},
+       {Bound("tenant-a", "g1", "a100", 1, "n1")},
+       {MakePod("tenant-a", "raw", "n1", kA100, 1)},
+       "tenant-a",
+       0,
+       "tenant-a"},
+      {"C4 the total key also unblocks",
+       {MakeQuota("tenant-a", {{rawKey, "2"}, {"requests.gpu.cozystack.io/total", "10"}})},
+       {},
+       {MakePod("tenant-a", "raw", "n1", kA100, 1)},
+       "tenant-a",
+       1,
+       "tenant-a"},
+      {"C4 a sub-tenant's raw pod counts under the ancestor's raw key",
+       {MakeQuota("tenant-a", {{rawKey, "2"}, {classKey, "10"}})},
+       {},
+       {MakePod("tenant-a-b", "raw", "n1", kA100, 2)},
+       "tenant-a-b",
+       0,
+       "tenant-a"},
+      {"raw keys of other resources do not matter",
+       {MakeQuota("tenant-a", {{"requests.amd.com/gpu", "0"}, {"requests.cpu", "1"}})},
+       {},
+       {},
+       "tenant-a",
+       std::nullopt,
+       ""},
+  };
+  for (const BudgetCase& c : cases) {
+    Snapshot snapshot = BaseSnapshot();
+    AddNode(snapshot, "n1", 8);
+    snapshot.quotas = c.quotas;
+    snapshot.devices = c.devices;
+    snapshot.pods = c.pods;
+    const RemainingBudget remaining = Model(snapshot).Remaining(c.tenant, "a100");
+    EXPECT_EQ(remaining.remaining, c.remaining) << c.what;
+    EXPECT_EQ(remaining.limitedBy, c.limitedBy) << c.what;
+    EXPECT_EQ(remaining.blockedByRawKey, c.blocked) << c.what;
+  }
+}
+
+// C3 and C4 through the binder pass: the orders the budgets leave no room for are refused.
+TEST(BudgetsInPassC3C4, OrdersOverABudgetAreRefused) {
+  Snapshot snapshot = BaseSnapshot();
+  AddNode(snapshot, "n1", 8);
+  snapshot.quotas = {MakeQuota("tenant-root", {{"requests.gpu.cozystack.io/a100", "2"}}),
+                     MakeQuota("tenant-b", {{"requests.nvidia.com/GA100", "4"}})};
+  snapshot.devices = {
+      Bound("tenant-a", "held", "a100", 1, "n1"), Pending("tenant-a-b", "first", "a100", 1),
+      Pending("tenant-a-b", "second", "a100", 1), Pending("tenant-b", "blocked", "a100", 1)};
+  snapshot.devices[1].metadata.creationTimestamp = "2025-01-01T00:00:00Z";
+  snapshot.devices[2].metadata.creationTimestamp = "2025-01-01T00:00:01Z";
+  const std::vector<Decision> decisions = Model(snapshot).PlanPass();
+  EXPECT_EQ(DecisionFor(decisions, "tenant-a-b/first").action, Action::kBind);
+  const Decision second = DecisionFor(decisions, "tenant-a-b/second");
+  EXPECT_EQ(second.action, Action::kRefuse);
+  EXPECT_NE(second.reason.find("tenant-root"), std::string::npos) << second.reason;
+  const Decision blocked = DecisionFor(decisions, "tenant-b/blocked");
+  EXPECT_EQ(blocked.action, Action::kRefuse);
+  EXPECT_NE(blocked.reason.find("requests.nvidia.com/GA100"), std::string::npos) << blocked.reason;
+}
+
+// C2: "the catalog skipped a budget it could not read, where the others failed" — a malformed
+// budget fails every caller, never passes.
+TEST(BudgetsC2, UnreadableBudgetFailsTheModel) {
+  Snapshot snapshot = BaseSnapshot();
+  snapshot.quotas = {MakeQuota("tenant-root", {{"requests.gpu.cozystack.io/a100", "two"}})};
+  try {
+    const Model model(snapshot);
+    FAIL() << "accepted";
+  } catch (const InvalidSnapshot& error) {
+    EXPECT_EQ(error.object(), "ResourceQuota tenant-root/gpu");
+    EXPECT_EQ(error.field(), "spec.hard[\"requests.gpu.cozystack.io/a100\"]");
+  }
+  // Keys the model does not read are not its to judge.
+  snapshot.quotas = {MakeQuota("tenant-root", {{"requests.memory", "lots"}})};
+  EXPECT_NO_THROW(Model{snapshot});
+}
+
+// C1: "The model is pure, so each caller builds a snapshot from its own cache." One snapshot,
+// every reader: the view, the single-tenant reader and the node reader agree.
+TEST(SharedModelC1, ReadersAgree) {
+  Snapshot snapshot = BaseSnapshot();
+  AddNode(snapshot, "n1", 4);
+  AddNode(snapshot, "n2", 2);
+  snapshot.quotas = {MakeQuota("tenant-a", {{"requests.gpu.cozystack.io/a100", "3"}})};
+  snapshot.devices = {Bound("tenant-a", "g1", "a100", 2, "n1"),
+                      Bound("tenant-a-b", "g2", "a100", 1, "n2")};
+  snapshot.pods = {MakePod("tenant-b", "raw", "n1", kA100, 1)};
+  const Model model(snapshot);
+  const ClusterView view = model.View();
+  for (const TenantView& tenant : view.tenants) {
+    const RemainingBudget direct = model.Remaining(tenant.name, "a100");
+    EXPECT_EQ(tenant.classes.at("a100").budget.remaining, direct.remaining) << tenant.name;
+    EXPECT_EQ(tenant.classes.at("a100").budget.limitedBy, direct.limitedBy) << tenant.name;
+  }
+  for (const NodeView& node : view.nodes) {
+    EXPECT_EQ(node.classes.at("a100").free, model.NodeClass(node.name, "a100")->free);
+  }
+  ASSERT_EQ(view.classes.size(), 1U);
+  EXPECT_EQ(view.classes[0].units, 6);
+  EXPECT_EQ(view.classes[0].free, 2) << "6 units - 3 bound - 1 raw";
+  EXPECT_EQ(view.tenants[0].name, "tenant-a");
+  EXPECT_EQ(view.tenants[0].classes.at("a100").used, 3) << "its own and tenant-a-b's";
+  EXPECT_EQ(view.tenants[0].classes.at("a100").budget.remaining, 0);
+}
+
+TEST(ClassView, NodeSelectorAndEligibilityShapeUnitsAndFree) {
+  Snapshot snapshot = BaseSnapshot();
+  snapshot.classes[0].spec.nodeSelector = api::LabelSelector{{{"gpu", "a100"}}, {}};
+  AddNode(snapshot, "n1", 4);
+  AddNode(snapshot, "n2", 4);
+  AddNode(snapshot, "n3", 4);
+  snapshot.nodes[0].labels["gpu"] = "a100";
+  snapshot.nodes[1].labels["gpu"] = "a100";
+  snapshot.nodes[1].unschedulable = true;
+  const ClusterView view = Model(snapshot).View();
+  EXPECT_EQ(view.classes[0].units, 8) << "n3 is not selected";
+  EXPECT_EQ(view.classes[0].free, 4) << "cordoned n2 takes no binds";
+  EXPECT_EQ(view.classes[0].maxCount, std::nullopt) << "B9: passthrough without maxCount";
+  EXPECT_TRUE(view.nodes[2].classes.empty());
+  EXPECT_FALSE(view.nodes[1].eligible);
+  EXPECT_EQ(view.nodes[1].reasons, std::vector<std::string>{"cordoned"});
+}
+
+// D6: "binds new orders onto the fullest node with room" — catalog: A 3/4 used, B 0/4: an order
+// of 1 goes to A, an order of 2 to B.
+TEST(PlacementD6, FullestNodeWithRoom) {
+  Snapshot snapshot = BaseSnapshot();
+  AddNode(snapshot, "a", 4);
+  AddNode(snapshot, "b", 4);
+  snapshot.devices = {Bound("tenant-a", "held", "a100", 3, "a"),
+                      Pending("tenant-a", "one", "a100", 1), Pending("tenant-a", "two", "a100", 2)};
+  snapshot.devices[1].metadata.creationTimestamp = "2025-01-01T00:00:00Z";
+  snapshot.devices[2].metadata.creationTimestamp = "2025-01-01T00:00:01Z";
+  const std::vector<Decision> decisions = Model(snapshot).PlanPass();
+  EXPECT_EQ(DecisionFor(decisions, "tenant-a/held").action, Action::kKeep);
+  EXPECT_EQ(DecisionFor(decisions, "tenant-a/one").node, "a");
+  EXPECT_EQ(DecisionFor(decisions, "tenant-a/two").node, "b");
+}
+
+// D5: "rebinds Lost sets before new orders" — catalog: one free unit, a Lost set and a new
+// order: the Lost set wins.
+TEST(PlacementD5, LostSetsBeforeNewOrders) {
+  Snapshot snapshot = BaseSnapshot();
+  AddNode(snapshot, "n1", 1);
+  snapshot.devices = {Pending("tenant-a", "aaa-new", "a100", 1),
+                      Lost("tenant-a", "zzz-lost", "a100", 1)};
+  const std::vector<Decision> decisions = Model(snapshot).PlanPass();
+  EXPECT_EQ(DecisionFor(decisions, "tenant-a/zzz-lost").action, Action::kBind);
+  EXPECT_EQ(DecisionFor(decisions, "tenant-a/aaa-new").action, Action::kRefuse);
+  EXPECT_EQ(decisions.front().deviceName, "zzz-lost") << "taken in pass order";
+}
+
+struct SetCase {
+  const char* what;
+  std::vector<std::pair<std::string, int>> nodes;  // name, GPUs
+  std::vector<api::GpuDevice> devices;
+  std::map<std::string, std::pair<Action, std::string>> expected;  // device -> action, node
+};
+
+void RunSetCases(const std::vector<SetCase>& cases,
+                 const std::function<void(Snapshot&)>& adjust = nullptr) {
+  for (const SetCase& c : cases) {
+    Snapshot snapshot = BaseSnapshot();
+    for (const auto& [name, gpus] : c.nodes) {
+      AddNode(snapshot, name, gpus);
+    }
+    snapshot.devices = c.devices;
+    if (adjust) {
+      adjust(snapshot);
+    }
+    const std::vector<Decision> decisions = Model(snapshot).PlanPass();
+    for (const auto& [device, outcome] : c.expected) {
+      const Decision decision = DecisionFor(decisions, "tenant-a/" + device);
+      EXPECT_EQ(decision.action, outcome.first)
+          << c.what << ": " << device << " got " << ToString(decision.action) << " ("
+          << decision.reason << ")";
+      EXPECT_EQ(decision.node, outcome.second) << c.what << ": " << device;
+      EXPECT_FALSE(decision.reason.empty()) << c.what << ": a decision says why";
+    }
+  }
+}
+
+// D7: "The devices one VM names move, go Lost and are rebound as a set." D8: "Every pass
+// restores that invariant before it places anything, gathering a set left partly Lost ...
+// onto one node or sending all of it to Lost". D9: the binder "either gathers a set onto one
+// eligible node or refuses it".
+TEST(PlacementD7D8D9, SetsStayTogether) {
+  const std::vector<SetCase> cases = {
+      {"D8 one member on A, one Lost, room on A: gathered on A",
+       {{"A", 2}, {"B", 4}},
+       {Bound("tenant-a", "m1", "a100", 1, "A", "vm"), Lost("tenant-a", "m2", "a100", 1, "vm")},
+       {{"m1", {Action::kKeep, "A"}}, {"m2", {Action::kBind, "A"}}}},
+      {"D8 no room on A: the set moves whole to B",
+       {{"A", 1}, {"B", 4}},
+       {Bound("tenant-a", "m1", "a100", 1, "A", "vm"), Lost("tenant-a", "m2", "a100", 1, "vm")},
+       {{"m1", {Action::kMove, "B"}}, {"m2", {Action::kBind, "B"}}}},
+      {"D8 no node has room for both: all of it goes Lost",
+       {{"A", 1}, {"B", 1}},
+       {Bound("tenant-a", "m1", "a100", 1, "A", "vm"), Lost("tenant-a", "m2", "a100", 1, "vm")},
+       {{"m1", {Action::kLost, ""}}, {"m2", {Action::kLost, ""}}}},
+      {"D8 split over two nodes: gathered where most members are",
+       {{"A", 3}, {"B", 3}},
+       {Bound("tenant-a", "m1", "a100", 1, "A", "vm"),
+        Bound("tenant-a", "m2", "a100", 1, "B", "vm"),
+        Bound("tenant-a", "m3", "a100", 1, "B", "vm")},
+       {{"m1", {Action::kMove, "B"}}, {"m2", {Action::kKeep, "B"}}, {"m3", {Action::kKeep, "B"}}}},
+      {"D9 new set whose members fit only on different nodes: refused",
+       {{"A", 1}, {"B", 1}},
+       {Pending("tenant-a", "m1", "a100", 1, "vm"), Pending("tenant-a", "m2", "a100", 1, "vm")},
+       {{"m1", {Action::kRefuse, ""}}, {"m2", {Action::kRefuse, ""}}}},
+      {"D7 a Lost set is rebound as a set",
+       {{"A", 1}, {"B", 2}},
+       {Lost("tenant-a", "m1", "a100", 1, "vm"), Lost("tenant-a", "m2", "a100", 1, "vm")},
+       {{"m1", {Action::kBind, "B"}}, {"m2", {Action::kBind, "B"}}}},
+      {"D7 catalog: one of a VM's 2 devices loses its function: both move",
+       {{"A", 1}, {"B", 2}},
+       {Bound("tenant-a", "m1", "a100", 1, "A", "vm"),
+        Bound("tenant-a", "m2", "a100", 1, "A", "vm")},
+       {{"m1", {Action::kMove, "B"}}, {"m2", {Action::kMove, "B"}}}},
+      {"D7 ... and both go Lost when no node has room",
+       {{"A", 1}, {"B", 1}},
+       {Bound("tenant-a", "m1", "a100", 1, "A", "vm"),
+        Bound("tenant-a", "m2", "a100", 1, "A", "vm")},
+       {{"m1", {Action::kLost, ""}}, {"m2", {Action::kLost, ""}}}},
+  };
+  RunSetCases(cases);
+}
+
+// D10: "a cordon alone does not move a set with no room elsewhere, and a device of a class with
+// onCordon Stay keeps its node". Nodes that cannot keep a set at all (gone, NotReady, an
+// untolerated taint, no longer selected) move it or send it to Lost.
+TEST(PlacementD10, HeldSetsLeaveOnlyNodesThatCannotKeepThem) {
+  const std::vector<api::GpuDevice> held = {Bound("tenant-a", "g", "a100", 1, "n1")};
+  struct Case {
+    const char* what;
+    std::function<void(Snapshot&)> adjust;
+    int otherNodeGpus;
+    Action action;
+    std::string node;
+  };
+  const std::vector<Case> cases = {
+      {"healthy node keeps", [](Snapshot&) {}, 4, Action::kKeep, "n1"},
+      {"D10 cordoned, room elsewhere: move", [](Snapshot& s) { s.nodes[0].unschedulable = true; },
+       4, Action::kMove, "n2"},
+      {"D10 cordoned, no room elsewhere: keep",
+       [](Snapshot& s) { s.nodes[0].unschedulable = true; }, 0, Action::kKeep, "n1"},
+      {"D10 cordoned, class Stay: keep",
+       [](Snapshot& s) {
+         s.nodes[0].unschedulable = true;
+         s.classes[0].spec.onCordon = api::OnCordon::kStay;
+       },
+       4, Action::kKeep, "n1"},
+      {"NotReady, room elsewhere: move", [](Snapshot& s) { s.nodes[0].ready = false; }, 4,
+       Action::kMove, "n2"},
+      {"NotReady, no room: Lost", [](Snapshot& s) { s.nodes[0].ready = false; }, 0, Action::kLost,
+       ""},
+      {"node gone: Lost",
+       [](Snapshot& s) {
+         s.nodes.erase(s.nodes.begin());
+         s.gpuNodes.erase(s.gpuNodes.begin());
+       },
+       0, Action::kLost, ""},
+      {"C8 untolerated NoExecute taint: move (it is no cordon)",
+       [](Snapshot& s) {
+         s.nodes[0].taints = {{"maintenance", "", "NoExecute"}};
+       },
+       4, Action::kMove, "n2"},
+      {"C8 stale unreachable taint on a Ready node: keep",
+       [](Snapshot& s) {
+         s.nodes[0].taints = {{"node.kubernetes.io/unreachable", "", "NoExecute"}};
+       },
+       4, Action::kKeep, "n1"},
+      {"F3 nodeSelector moved the offer: move",
+       [](Snapshot& s) {
+         s.classes[0].spec.nodeSelector = api::LabelSelector{{{"pool", "new"}}, {}};
+         s.nodes[1].labels["pool"] = "new";
+       },
+       4, Action::kMove, "n2"},
+      {"C13 the function failed: its unit is gone, move",
+       [](Snapshot& s) { s.gpuNodes[0].devices[0].resources[0].allocatable = 0; }, 4, Action::kMove,
+       "n2"},
+  };
+  for (const Case& c : cases) {
+    Snapshot snapshot = BaseSnapshot();
+    AddNode(snapshot, "n1", 1);
+    AddNode(snapshot, "n2", c.otherNodeGpus);
+    snapshot.devices = held;
+    c.adjust(snapshot);
+    const Decision decision = DecisionFor(Model(snapshot).PlanPass(), "tenant-a/g");
+    EXPECT_EQ(decision.action, c.action) << c.what << ": " << decision.reason;
+    EXPECT_EQ(decision.node, c.node) << c.what;
+  }
+}
+
+TEST(PlacementD10, VmiTolerationsLetASetStayOnATaintedNode) {
+  Snapshot snapshot = BaseSnapshot();
+  AddNode(snapshot, "n1", 2);
+  AddNode(snapshot, "n2", 2);
+  snapshot.nodes[0].taints = {{"gpu", "a100", "NoSchedule"}};
+  snapshot.devices = {Bound("tenant-a", "g", "a100", 1, "n1", "vm1")};
+  snapshot.vmis = {MakeVmi("tenant-a", "vm1", {})};
+  snapshot.vmis[0].tolerations = {{"gpu", "Exists", "", ""}};
+  EXPECT_EQ(DecisionFor(Model(snapshot).PlanPass(), "tenant-a/g").action, Action::kKeep);
+}
+
+// E1: "an unknown or deleted class, maxCount" — the binder re-checks what admission checked.
+TEST(PlacementE1, NewOrdersAgainstTheirClass) {
+  struct Case {
+    const char* what;
+    std::function<void(Snapshot&)> adjust;
+    api::GpuDevice order;
+    Action action;
+  };
+  const std::vector<Case> cases = {
+      {"fits", [](Snapshot&) {}, Pending("tenant-a", "o", "a100", 2), Action::kBind},
+      {"unknown class", [](Snapshot&) {}, Pending("tenant-a", "o", "h100", 1), Action::kRefuse},
+      {"over maxCount", [](Snapshot& s) { s.classes[0].spec.maxCount = 1; },
+       Pending("tenant-a", "o", "a100", 2), Action::kRefuse},
+      {"B9 vgpu class without maxCount allows 1",
+       [](Snapshot& s) { s.classes[0].spec.mode = api::GpuMode::kVgpu; },
+       Pending("tenant-a", "o", "a100", 2), Action::kRefuse},
+      {"class being deleted",
+       [](Snapshot& s) { s.classes[0].metadata.deletionTimestamp = "2025-01-01T00:00:00Z"; },
+       Pending("tenant-a", "o", "a100", 1), Action::kRefuse},
+      {"no room", [](Snapshot&) {}, Pending("tenant-a", "o", "a100", 5), Action::kRefuse},
+  };
+  for (const Case& c : cases) {
+    Snapshot snapshot = BaseSnapshot();
+    AddNode(snapshot, "n1", 4);
+    snapshot.devices = {c.order};
+    c.adjust(snapshot);
+    const Decision decision = DecisionFor(Model(snapshot).PlanPass(), "tenant-a/o");
+    EXPECT_EQ(decision.action, c.action) << c.what << ": " << decision.reason;
+  }
+}
+
+}  // namespace
+}  // namespace cozy::model
