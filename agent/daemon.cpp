@@ -135,9 +135,10 @@ void Daemon::OpenUdevMonitor() {
     udev_monitor_filter_add_match_subsystem_devtype(monitor_, subsystem, nullptr);
   }
   if (udev_monitor_enable_receiving(monitor_) < 0) {
-    LogWarning("cannot receive udev events (kernel events need the host network namespace); "
-               "rescans on timers and SIGHUP only",
-               {{"source", source}});
+    LogWarning(
+        "cannot receive udev events (kernel events need the host network namespace); "
+        "rescans on timers and SIGHUP only",
+        {{"source", source}});
     udev_monitor_unref(monitor_);
     monitor_ = nullptr;
     return;
@@ -158,7 +159,8 @@ int Daemon::Run() {
   if (!SetUp()) {
     return 1;
   }
-  LogInfo("gpu-agent starting", {{"node", options_.nodeName}, {"sysfsRoot", options_.scan.root},
+  LogInfo("gpu-agent starting", {{"node", options_.nodeName},
+                                 {"sysfsRoot", options_.scan.root},
                                  {"podResources", options_.podResources.endpoint}});
   FetchPodResources();  // also scans and publishes
   ArmTimer(resyncTimer_, options_.resync);
@@ -209,8 +211,7 @@ int Daemon::OnPosted(sd_event_source* /*source*/, int fd, uint32_t /*events*/, v
   return 0;
 }
 
-int Daemon::OnSignal(sd_event_source* /*source*/, const ::signalfd_siginfo* info,
-                     void* self) {
+int Daemon::OnSignal(sd_event_source* /*source*/, const ::signalfd_siginfo* info, void* self) {
   auto* daemon = static_cast<Daemon*>(self);
   if (info->ssi_signo == SIGHUP) {
     LogInfo("SIGHUP: rescanning");

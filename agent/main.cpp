@@ -122,22 +122,26 @@ std::string DefaultNodeName() {
 }
 
 void AddSourceFlags(CLI::App* command, SourceFlags& flags) {
-  command->add_option("--sysfs-root", flags.sysfsRoot,
-                      "Directory that holds sys/ (a fixture tree stands in for the host)")
+  command
+      ->add_option("--sysfs-root", flags.sysfsRoot,
+                   "Directory that holds sys/ (a fixture tree stands in for the host)")
       ->capture_default_str();
   command->add_option("--node-name", flags.nodeName,
                       "metadata.name of the GPUNode (default: $NODE_NAME, else the hostname)");
   command->add_option("--pci-ids", flags.pciIds,
                       "pci.ids file for names (default: libpci's, Debian's pci.ids)");
-  command->add_option("--gpu-vendor", flags.gpuVendors,
-                      "Also treat class 0x03 functions of this PCI vendor (hex) as GPUs")
+  command
+      ->add_option("--gpu-vendor", flags.gpuVendors,
+                   "Also treat class 0x03 functions of this PCI vendor (hex) as GPUs")
       ->take_all();
-  command->add_option("--pod-resources", flags.podResources,
-                      "kubelet's pod-resources endpoint; when nobody answers there, units are "
-                      "reported as unknown")
+  command
+      ->add_option("--pod-resources", flags.podResources,
+                   "kubelet's pod-resources endpoint; when nobody answers there, units are "
+                   "reported as unknown")
       ->capture_default_str();
-  command->add_option("--pod-resources-timeout", flags.podResourcesTimeout,
-                      "Deadline of each pod-resources call")
+  command
+      ->add_option("--pod-resources-timeout", flags.podResourcesTimeout,
+                   "Deadline of each pod-resources call")
       ->capture_default_str();
   command->add_option("--pod-phases", flags.podPhases,
                       "Pod phases as JSON ({\"ns/name\": \"Running\"} or a kubectl PodList), for "
@@ -214,11 +218,10 @@ int RunScan(const ScanFlags& flags) {
                  std::string(cozy::podresources::ToString(tracker.lastState())).c_str(),
                  tracker.lastMessage().c_str());
   }
-  const auto units = tracker.Count(scan, sources.podPhases.value_or(cozy::agent::PodPhases{}),
-                                   nvidia.gpus);
-  const nlohmann::json object =
-      cozy::agent::BuildGpuNode(sources.nodeName,
-                                cozy::agent::BuildStatus(scan, units ? &*units : nullptr));
+  const auto units =
+      tracker.Count(scan, sources.podPhases.value_or(cozy::agent::PodPhases{}), nvidia.gpus);
+  const nlohmann::json object = cozy::agent::BuildGpuNode(
+      sources.nodeName, cozy::agent::BuildStatus(scan, units ? &*units : nullptr));
   std::string rendered;
   if (flags.output == "json") {
     rendered = cozy::agent::RenderJson(object);
@@ -234,8 +237,9 @@ int RunScan(const ScanFlags& flags) {
 int RunDaemon(const RunFlags& flags) {
   const Sources sources = CheckSources(flags.source);
   if (flags.source.nodeName.empty() && std::getenv("NODE_NAME") == nullptr) {
-    throw BadInputError{"--node-name (or NODE_NAME) is required: the agent writes only its own "
-                        "node's GPUNode"};
+    throw BadInputError{
+        "--node-name (or NODE_NAME) is required: the agent writes only its own "
+        "node's GPUNode"};
   }
   // Checked once here so a typo fails at start; later the daemon rides out a vanished root.
   std::error_code ignored;
@@ -262,8 +266,9 @@ int RunDaemon(const RunFlags& flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"gpu-agent: publishes a node's GPU functions and their device-plugin units as a "
-               "GPUNode"};
+  CLI::App app{
+      "gpu-agent: publishes a node's GPU functions and their device-plugin units as a "
+      "GPUNode"};
   app.set_version_flag("--version", std::string("gpu-agent ") + COZY_VERSION);
   app.require_subcommand(1);
 
@@ -281,17 +286,20 @@ int main(int argc, char** argv) {
   AddSourceFlags(runCommand, run.source);
   runCommand->add_option("--kubeconfig", run.kubeconfig,
                          "kubeconfig for a bare-metal host (default: in-cluster config)");
-  runCommand->add_option("--resync-interval", run.resyncInterval,
-                         "Full rescan and pod-resources read however quiet the node is")
+  runCommand
+      ->add_option("--resync-interval", run.resyncInterval,
+                   "Full rescan and pod-resources read however quiet the node is")
       ->capture_default_str();
-  runCommand->add_option("--pod-resources-interval", run.podResourcesInterval,
-                         "How often kubelet's pod-resources is read (it has no watch)")
+  runCommand
+      ->add_option("--pod-resources-interval", run.podResourcesInterval,
+                   "How often kubelet's pod-resources is read (it has no watch)")
       ->capture_default_str();
-  runCommand->add_option("--debounce", run.debounce,
-                         "Device events within this window make one rescan")
+  runCommand
+      ->add_option("--debounce", run.debounce, "Device events within this window make one rescan")
       ->capture_default_str();
-  runCommand->add_option("--udev-source", run.udevSource,
-                         "auto: udev when /run/udev/control exists, else kernel; off: none")
+  runCommand
+      ->add_option("--udev-source", run.udevSource,
+                   "auto: udev when /run/udev/control exists, else kernel; off: none")
       ->check(CLI::IsMember({"auto", "udev", "kernel", "off"}))
       ->capture_default_str();
   runCommand->add_option("--log-format", run.logFormat, "Log lines as text or JSON")

@@ -88,12 +88,13 @@ std::string RenderYaml(const nlohmann::json& object) {
 }
 
 std::string RenderTable(const nlohmann::json& gpuNode) {
-  const std::vector<std::string> header = {"ADDRESS", "ID", "MODEL", "DRIVER", "GROUP",
-                                           "VIABLE", "NUMA", "SR-IOV", "MDEV/VGPU"};
+  const std::vector<std::string> header = {"ADDRESS", "ID",   "MODEL",  "DRIVER",   "GROUP",
+                                           "VIABLE",  "NUMA", "SR-IOV", "MDEV/VGPU"};
   std::vector<std::vector<std::string>> rows;
   const nlohmann::json empty = nlohmann::json::array();
   const auto& devices = gpuNode.contains("status") && gpuNode["status"].contains("devices")
-                            ? gpuNode["status"]["devices"] : empty;
+                            ? gpuNode["status"]["devices"]
+                            : empty;
   for (const auto& device : devices) {
     std::string sriov = "-";
     if (device.contains("sriov")) {

@@ -10,9 +10,7 @@ bool IsHex(char c) {
   return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
 
-char Lower(char c) {
-  return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
-}
+char Lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
 
 std::string LowerCopy(std::string_view text) {
   std::string out(text);
@@ -171,9 +169,7 @@ std::string NormalizeNvmlGpuUuid(std::string_view uuid) {
   return parsed.uuid;
 }
 
-bool IsVfioDriver(std::string_view driver) {
-  return driver.find("vfio") != std::string_view::npos;
-}
+bool IsVfioDriver(std::string_view driver) { return driver.find("vfio") != std::string_view::npos; }
 
 Resolver::Resolver(const sysfs::HostScan& host, NvmlGpuAddresses nvmlGpus)
     : host_(host), nvmlGpus_(std::move(nvmlGpus)) {
@@ -188,9 +184,7 @@ Resolver::Resolver(const sysfs::HostScan& host, NvmlGpuAddresses nvmlGpus)
   }
 }
 
-Resolution Resolver::Resolve(std::string_view id) const {
-  return Resolve(ParseDeviceId(id));
-}
+Resolution Resolver::Resolve(std::string_view id) const { return Resolve(ParseDeviceId(id)); }
 
 Resolution Resolver::Resolve(const DeviceId& id) const {
   Resolution resolution;

@@ -39,9 +39,7 @@ std::string_view ToString(IgnoredReason reason) {
   return "unknownShape";
 }
 
-bool IsFinalPodPhase(std::string_view phase) {
-  return phase == "Succeeded" || phase == "Failed";
-}
+bool IsFinalPodPhase(std::string_view phase) { return phase == "Succeeded" || phase == "Failed"; }
 
 UnitReport CountUnits(const sysfs::HostScan& host, const podresources::Allocation& allocation,
                       const PodPhases& podPhases,
@@ -83,8 +81,8 @@ UnitReport CountUnits(const sysfs::HostScan& host, const podresources::Allocatio
     const Resolution resolution = resolver.Resolve(id);
     const int64_t allocatable = allocatableIds.contains(key) ? 1 : 0;
     const int64_t allocated = allocatedIds.contains(key) ? 1 : 0;
-    const bool nvmlShaped = resolution.shape == DeviceIdShape::kNvmlGpu ||
-                            resolution.shape == DeviceIdShape::kNvmlMig;
+    const bool nvmlShaped =
+        resolution.shape == DeviceIdShape::kNvmlGpu || resolution.shape == DeviceIdShape::kNvmlMig;
     if (nvmlShaped) {
       // Pods request GPUs by this name whether or not the IDs can be placed.
       resourceNames.insert(resource);

@@ -14,8 +14,8 @@ inline constexpr std::string_view kGpuNodeKind = "GPUNode";
 inline constexpr std::string_view kGpuNodePlural = "gpunodes";
 
 // The status fields the agent owns; a merge patch from the agent carries these keys only.
-inline constexpr std::array<std::string_view, 3> kAgentOwnedStatusFields = {
-    "resourceNames", "devices", "unplaced"};
+inline constexpr std::array<std::string_view, 3> kAgentOwnedStatusFields = {"resourceNames",
+                                                                            "devices", "unplaced"};
 
 // Health of a GPUNode device (DESIGN §4.4).
 inline constexpr std::string_view kHealthHealthy = "Healthy";

@@ -140,8 +140,8 @@ FetchResult Client::Fetch() {
   if (!channel_) {
     grpc::ChannelArguments arguments;
     arguments.SetMaxReceiveMessageSize(options_.maxReceiveBytes);
-    auto channel = grpc::CreateCustomChannel(options_.endpoint,
-                                             grpc::InsecureChannelCredentials(), arguments);
+    auto channel =
+        grpc::CreateCustomChannel(options_.endpoint, grpc::InsecureChannelCredentials(), arguments);
     auto stub = v1::PodResourcesLister::NewStub(channel);
     channel_ = std::make_unique<Channel>(Channel{std::move(channel), std::move(stub)});
   }

@@ -127,7 +127,7 @@ Parsed<std::map<std::string, std::string>> ParseMdevDescription(std::string_view
   }
   if (pairs.empty()) {
     return Parsed<std::map<std::string, std::string>>::Error("no key=value pairs: " +
-                                                              Quote(TrimAttribute(text)));
+                                                             Quote(TrimAttribute(text)));
   }
   return pairs;
 }
@@ -162,8 +162,8 @@ Parsed<std::vector<VgpuTypeEntry>> ParseCreatableVgpuTypes(std::string_view text
     }
     const size_t colon = line.find(':');
     if (colon == std::string_view::npos) {
-      return Parsed<std::vector<VgpuTypeEntry>>::Error(
-          "line " + std::to_string(lineNumber) + ": no ':' in " + Quote(line));
+      return Parsed<std::vector<VgpuTypeEntry>>::Error("line " + std::to_string(lineNumber) +
+                                                       ": no ':' in " + Quote(line));
     }
     const std::string_view id = Trim(line.substr(0, colon));
     const std::string_view name = Trim(line.substr(colon + 1));
@@ -172,8 +172,8 @@ Parsed<std::vector<VgpuTypeEntry>> ParseCreatableVgpuTypes(std::string_view text
     }
     const auto numeric = ParseDecimal<uint32_t>(id, "a vGPU type id");
     if (!numeric || name.empty()) {
-      return Parsed<std::vector<VgpuTypeEntry>>::Error(
-          "line " + std::to_string(lineNumber) + ": not \"<id> : <name>\": " + Quote(line));
+      return Parsed<std::vector<VgpuTypeEntry>>::Error("line " + std::to_string(lineNumber) +
+                                                       ": not \"<id> : <name>\": " + Quote(line));
     }
     entries.push_back({std::string(id), std::string(name)});
   }

@@ -5,8 +5,9 @@
 namespace cozy::sysfs {
 
 const PciFunction* HostScan::Find(const PciAddress& address) const {
-  auto it = std::lower_bound(functions.begin(), functions.end(), address,
-                             [](const PciFunction& f, const PciAddress& a) { return f.address < a; });
+  auto it =
+      std::lower_bound(functions.begin(), functions.end(), address,
+                       [](const PciFunction& f, const PciAddress& a) { return f.address < a; });
   if (it == functions.end() || it->address != address) {
     return nullptr;
   }

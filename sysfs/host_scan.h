@@ -53,9 +53,9 @@ struct PciFunction {
   uint32_t classCode = 0;  // 24 bits: base class, subclass, prog-if
   std::string vendorName;  // from pci.ids; empty when unknown (never guessed)
   std::string deviceName;
-  std::optional<std::string> driver;   // basename of the `driver` link
-  std::optional<uint32_t> iommuGroup;  // basename of the `iommu_group` link
-  std::optional<int32_t> numaNode;     // absent when the kernel says -1 or has no NUMA
+  std::optional<std::string> driver;           // basename of the `driver` link
+  std::optional<uint32_t> iommuGroup;          // basename of the `iommu_group` link
+  std::optional<int32_t> numaNode;             // absent when the kernel says -1 or has no NUMA
   std::optional<PciAddress> physicalFunction;  // VFs only
   std::optional<SriovInfo> sriov;              // SR-IOV capable PFs only
   std::vector<MdevType> mdevTypes;             // sorted by type
@@ -65,7 +65,7 @@ struct PciFunction {
   // Whether every other function of the IOMMU group is on a vfio driver, pci-stub or no driver
   // (bridges aside). Absent without a group. Computed for GPU functions.
   std::optional<bool> iommuGroupViable;
-  std::string sysfsPath;  // the function's directory under the root (real path)
+  std::string sysfsPath;              // the function's directory under the root (real path)
   std::vector<std::string> problems;  // what could not be read, each naming file and reason
 
   bool IsBridge() const { return (classCode >> 8) == 0x0604; }

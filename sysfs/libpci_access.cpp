@@ -20,7 +20,7 @@ thread_local std::string* activeError = nullptr;
 thread_local std::vector<std::string>* activeWarnings = nullptr;
 
 __attribute__((format(printf, 1, 0))) std::string FormatMessage(const char* format,
-                                                               va_list arguments) {
+                                                                va_list arguments) {
   std::array<char, 512> buffer{};
   std::vsnprintf(buffer.data(), buffer.size(), format, arguments);
   return buffer.data();
@@ -156,9 +156,10 @@ std::string LibpciSession::DeviceName(uint16_t vendorId, uint16_t deviceId) {
   const char* name = nullptr;
   pci_access* access = access_;
   Guarded(error_, warnings_, [&] {
-    name = pci_lookup_name(access, buffer.data(), static_cast<int>(buffer.size()),
-                           PCI_LOOKUP_DEVICE | PCI_LOOKUP_NO_NUMBERS | PCI_LOOKUP_NO_HWDB,
-                           static_cast<unsigned int>(vendorId), static_cast<unsigned int>(deviceId));
+    name =
+        pci_lookup_name(access, buffer.data(), static_cast<int>(buffer.size()),
+                        PCI_LOOKUP_DEVICE | PCI_LOOKUP_NO_NUMBERS | PCI_LOOKUP_NO_HWDB,
+                        static_cast<unsigned int>(vendorId), static_cast<unsigned int>(deviceId));
   });
   return name == nullptr ? std::string() : std::string(name);
 }

@@ -1,5 +1,6 @@
-// libpci, for enumeration and names, behind a guard: its error callback must not return and by default exits the process,
-// so every call into it runs under a jump point that turns such an error into a message.
+// libpci, for enumeration and names, behind a guard: its error callback must not return and by
+// default exits the process, so every call into it runs under a jump point that turns such an error
+// into a message.
 #pragma once
 
 #include <cstdint>

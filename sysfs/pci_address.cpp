@@ -57,11 +57,13 @@ std::optional<PciAddress> ParsePciAddress(std::string_view text) {
       return std::nullopt;
     }
   }
-  const auto domain = domainText.empty() ? std::optional<uint32_t>(0) : ParseHexDigits(domainText, 4, 8);
+  const auto domain =
+      domainText.empty() ? std::optional<uint32_t>(0) : ParseHexDigits(domainText, 4, 8);
   const auto bus = ParseHexDigits(busText, 2, 2);
   const auto device = ParseHexDigits(text.substr(lastColon + 1, dot - lastColon - 1), 2, 2);
   const auto function = ParseHexDigits(text.substr(dot + 1), 1, 1);
-  if (!domain || !bus || !device || !function || *device > 31 || *function > 7 || *domain > 0x7fffffff) {
+  if (!domain || !bus || !device || !function || *device > 31 || *function > 7 ||
+      *domain > 0x7fffffff) {
     return std::nullopt;
   }
   return PciAddress{*domain, static_cast<uint8_t>(*bus), static_cast<uint8_t>(*device),

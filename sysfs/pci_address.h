@@ -12,7 +12,7 @@ namespace cozy::sysfs {
 struct PciAddress {
   uint32_t domain = 0;
   uint8_t bus = 0;
-  uint8_t device = 0;  // 0..31
+  uint8_t device = 0;    // 0..31
   uint8_t function = 0;  // 0..7
 
   // "0000:3b:00.0": four-digit domain, lower case, as sysfs prints it.

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <array>
 #include <climits>
-#include <map>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "sysfs/attributes.h"
@@ -21,7 +21,7 @@ constexpr std::string_view kBusMdevDevices = "sys/bus/mdev/devices";
 
 // What the pass before libpci learned of one `sys/bus/pci/devices` entry.
 struct Candidate {
-  std::string entry;  // the entry's name
+  std::string entry;     // the entry's name
   PciFunction function;  // address and sysfsPath always; the rest when `valid`
   bool valid = false;
 };
@@ -107,14 +107,14 @@ class Scanner {
     const std::string entryPath = Path(std::string(kBusPciDevices) + "/" + entry);
     const LinkTarget link = ReadLinkTarget(entryPath);
     if (link.status == IoStatus::kOk && !link.target.empty() && link.target.front() != '/') {
-      const auto normalized =
-          NormalizeLexically(std::string(kBusPciDevices) + "/" + link.target);
+      const auto normalized = NormalizeLexically(std::string(kBusPciDevices) + "/" + link.target);
       if (normalized) {
         return Path(*normalized);  // a vanished target shows when its files are read
       }
     }
     std::array<char, PATH_MAX> resolved{};
-    if (::realpath(entryPath.c_str(), resolved.data()) == nullptr || !IsDirectory(resolved.data())) {
+    if (::realpath(entryPath.c_str(), resolved.data()) == nullptr ||
+        !IsDirectory(resolved.data())) {
       return std::nullopt;
     }
     return std::string(resolved.data());
@@ -174,12 +174,13 @@ class Scanner {
   }
 
   // vendor, device and class: mandatory for libpci and for the GPU filter.
-  bool ReadIdentity(const Directory& directory, const std::string& relative, PciFunction& function) {
+  bool ReadIdentity(const Directory& directory, const std::string& relative,
+                    PciFunction& function) {
     const auto vendor = ReadMandatory(directory, relative, "vendor", ParseHexId);
-    const auto device = vendor ? ReadMandatory(directory, relative, "device", ParseHexId)
-                               : std::nullopt;
-    const auto classCode = device ? ReadMandatory(directory, relative, "class", ParseClassCode)
-                                  : std::nullopt;
+    const auto device =
+        vendor ? ReadMandatory(directory, relative, "device", ParseHexId) : std::nullopt;
+    const auto classCode =
+        device ? ReadMandatory(directory, relative, "class", ParseClassCode) : std::nullopt;
     if (!vendor || !device || !classCode) {
       return false;
     }
@@ -224,8 +225,8 @@ class Scanner {
       if (candidate.function.sysfsPath.empty()) {
         continue;
       }
-      std::filesystem::create_directory_symlink(candidate.function.sysfsPath,
-                                                shadow.path() + "/devices/" + candidate.entry, error);
+      std::filesystem::create_directory_symlink(
+          candidate.function.sysfsPath, shadow.path() + "/devices/" + candidate.entry, error);
     }
     if (IsDirectory(busPci + "/slots")) {
       std::filesystem::create_directory_symlink(busPci + "/slots", shadow.path() + "/slots", error);
@@ -287,8 +288,8 @@ class Scanner {
       if (number) {
         function.iommuGroup = *number;
       } else {
-        function.problems.push_back(Relative(function.sysfsPath) + "/iommu_group: " +
-                                    number.error());
+        function.problems.push_back(Relative(function.sysfsPath) +
+                                    "/iommu_group: " + number.error());
       }
     } else if (group.status == IoStatus::kError) {
       function.problems.push_back(Relative(function.sysfsPath) + "/iommu_group: " + group.error);
@@ -328,7 +329,8 @@ class Scanner {
 
   void ClassifyGpus() {
     for (PciFunction& function : scan_.functions) {
-      function.isGpu = IsGpuFunction(function.vendorId, function.classCode, options_.extraGpuVendors);
+      function.isGpu =
+          IsGpuFunction(function.vendorId, function.classCode, options_.extraGpuVendors);
     }
     for (PciFunction& function : scan_.functions) {
       if (!function.isGpu && function.physicalFunction) {
@@ -389,10 +391,10 @@ class Scanner {
 
   void ReadGpuDetails(const Directory& directory, PciFunction& function) {
     // A VF has no sriov_* files.
-    const auto totalVfs = function.physicalFunction
-                              ? std::nullopt
-                              : ReadOptional<uint32_t>(directory, function, "sriov_totalvfs",
-                                                         ParseUnsigned);
+    const auto totalVfs =
+        function.physicalFunction
+            ? std::nullopt
+            : ReadOptional<uint32_t>(directory, function, "sriov_totalvfs", ParseUnsigned);
     if (totalVfs) {
       SriovInfo sriov;
       sriov.totalVfs = *totalVfs;
@@ -447,8 +449,8 @@ class Scanner {
     if (name.status == IoStatus::kOk) {
       type.name = std::string(TrimAttribute(name.text));
     } else if (name.status == IoStatus::kError) {
-      function.problems.push_back(Relative(function.sysfsPath) + "/" + base + "name: " +
-                                  name.error);
+      function.problems.push_back(Relative(function.sysfsPath) + "/" + base +
+                                  "name: " + name.error);
     }
     const FileText description = directory.Read(base + "description");
     if (description.status == IoStatus::kOk) {
@@ -510,8 +512,7 @@ class Scanner {
       Mdev mdev;
       mdev.uuid = ToLower(name);
       // Read through the device's own directory (the link's target, resolved lexically).
-      const auto normalized =
-          NormalizeLexically(std::string(kBusMdevDevices) + "/" + link.target);
+      const auto normalized = NormalizeLexically(std::string(kBusMdevDevices) + "/" + link.target);
       const Directory directory(normalized ? Path(*normalized) : busPath + "/" + name);
       if (!directory.ok()) {
         AddProblem(relative, "mdev vanished or its link dangles: " + directory.error());
@@ -535,9 +536,9 @@ class Scanner {
         mdev.driver = std::string(LinkBasename(driver.target));
       }
       scan_.mdevParents[mdev.uuid] = *parent;
-      auto it = std::lower_bound(
-          scan_.functions.begin(), scan_.functions.end(), *parent,
-          [](const PciFunction& f, const PciAddress& a) { return f.address < a; });
+      auto it =
+          std::lower_bound(scan_.functions.begin(), scan_.functions.end(), *parent,
+                           [](const PciFunction& f, const PciAddress& a) { return f.address < a; });
       if (it != scan_.functions.end() && it->address == *parent) {
         it->mdevs.push_back(std::move(mdev));
       } else {
@@ -589,7 +590,8 @@ class Scanner {
 
 }  // namespace
 
-bool IsGpuFunction(uint16_t vendorId, uint32_t classCode, const std::vector<uint16_t>& extraVendors) {
+bool IsGpuFunction(uint16_t vendorId, uint32_t classCode,
+                   const std::vector<uint16_t>& extraVendors) {
   const uint32_t baseClass = classCode >> 16;
   if (baseClass == 0x03) {
     return vendorId == kVendorNvidia || vendorId == kVendorAmd || vendorId == kVendorIntel ||

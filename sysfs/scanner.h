@@ -12,8 +12,8 @@
 namespace cozy::sysfs {
 
 struct ScanOptions {
-  std::string root = "/";   // the directory that holds sys/
-  std::string pciIdsPath;   // empty: libpci's default (Debian's /usr/share/misc/pci.ids)
+  std::string root = "/";  // the directory that holds sys/
+  std::string pciIdsPath;  // empty: libpci's default (Debian's /usr/share/misc/pci.ids)
   std::vector<uint16_t> extraGpuVendors;  // PCI vendors whose class 0x03 functions are GPUs too
 };
 
@@ -28,7 +28,8 @@ class RootError : public std::runtime_error {
 HostScan ScanHost(const ScanOptions& options);
 
 // The GPU filter of DESIGN §4.2 for one function, VFs aside (a VF is a GPU when its PF is).
-bool IsGpuFunction(uint16_t vendorId, uint32_t classCode, const std::vector<uint16_t>& extraVendors);
+bool IsGpuFunction(uint16_t vendorId, uint32_t classCode,
+                   const std::vector<uint16_t>& extraVendors);
 
 constexpr uint16_t kVendorNvidia = 0x10de;
 constexpr uint16_t kVendorAmd = 0x1002;

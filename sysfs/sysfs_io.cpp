@@ -171,7 +171,8 @@ Directory::~Directory() {
 }
 
 FileText Directory::Read(const std::string& relative) const {
-  return ReadOpenedFile(::openat(fd_, relative.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
+  return ReadOpenedFile(
+      ::openat(fd_, relative.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
 }
 
 LinkTarget Directory::ReadLink(const std::string& relative) const {

@@ -96,8 +96,8 @@ class DaemonTest : public ::testing::Test {
       options.podResourcesSchedule.firstBackoff = 1h;
       options.podResourcesSchedule.maxBackoff = 1h;
     }
-    daemon_ = std::make_unique<Daemon>(std::move(options),
-                                       std::make_unique<RecordingPublisher>(shared_));
+    daemon_ =
+        std::make_unique<Daemon>(std::move(options), std::make_unique<RecordingPublisher>(shared_));
     thread_ = std::thread([this] { exitCode_ = daemon_->Run(); });
   }
 
@@ -109,7 +109,8 @@ class DaemonTest : public ::testing::Test {
   }
 
   // Waits (bounded) until at least `count` statuses were published; returns them.
-  std::vector<nlohmann::json> WaitForPublishes(size_t count, std::chrono::milliseconds limit = 10s) {
+  std::vector<nlohmann::json> WaitForPublishes(size_t count,
+                                               std::chrono::milliseconds limit = 10s) {
     std::unique_lock<std::mutex> lock(shared_->mutex);
     shared_->changed.wait_for(lock, limit, [&] { return shared_->published.size() >= count; });
     return shared_->published;
@@ -130,7 +131,8 @@ class DaemonTest : public ::testing::Test {
 
   testing::TempDir socketDir_;
   fakes::FakeKubelet kubelet_;
-  std::shared_ptr<RecordingPublisher::Shared> shared_ = std::make_shared<RecordingPublisher::Shared>();
+  std::shared_ptr<RecordingPublisher::Shared> shared_ =
+      std::make_shared<RecordingPublisher::Shared>();
   std::unique_ptr<Daemon> daemon_;
   std::thread thread_;
   int exitCode_ = -1;
@@ -142,8 +144,9 @@ fakes::Scenario A100Scenario(bool held) {
   scenario.allocatable = {{"nvidia.com/A100", {"40"}, std::vector<int64_t>{0}},
                           {"nvidia.com/A100", {"90"}, std::vector<int64_t>{1}}};
   if (held) {
-    scenario.pods = {{"tenant-a", "virt-launcher-vm1", {{"compute", {{"nvidia.com/A100", {"40"},
-                                                                      std::nullopt}}}}}};
+    scenario.pods = {{"tenant-a",
+                      "virt-launcher-vm1",
+                      {{"compute", {{"nvidia.com/A100", {"40"}, std::nullopt}}}}}};
   }
   return scenario;
 }

@@ -155,9 +155,8 @@ int main() {
   });
   std::printf("host: %zu PCI functions (%zu GPU), %zu mdevs\n", host.functions.size(),
               host.Gpus().size(), host.mdevParents.size());
-  std::printf("resolve %zu mixed IDs (%zu placements): %.1f us total, %.0f ns per ID\n",
-              ids.size(), placed, resolveSeconds * 1e6,
-              resolveSeconds * 1e9 / static_cast<double>(ids.size()));
+  std::printf("resolve %zu mixed IDs (%zu placements): %.1f us total, %.0f ns per ID\n", ids.size(),
+              placed, resolveSeconds * 1e6, resolveSeconds * 1e9 / static_cast<double>(ids.size()));
   std::printf("count units over the same IDs (%lld units): %.1f us total, %.0f ns per ID\n",
               static_cast<long long>(units), countSeconds * 1e6,
               countSeconds * 1e9 / static_cast<double>(ids.size()));
@@ -205,11 +204,11 @@ int main() {
     std::fprintf(stderr, "bench: a call failed\n");
     return 1;
   }
-  std::printf("fetch (GetAllocatableResources + List, %zu pods, %zu allocatable): %.0f us "
-              "median of %d\n",
-              pods, allocatable, fetchSeconds * 1e6, runs);
-  std::printf("bare Get RPC on the same socket: %.0f us median of %d\n", bareSeconds * 1e6,
-              runs);
+  std::printf(
+      "fetch (GetAllocatableResources + List, %zu pods, %zu allocatable): %.0f us "
+      "median of %d\n",
+      pods, allocatable, fetchSeconds * 1e6, runs);
+  std::printf("bare Get RPC on the same socket: %.0f us median of %d\n", bareSeconds * 1e6, runs);
   std::printf("ratio fetch / bare RPC: %.1f\n", fetchSeconds / bareSeconds);
   return 0;
 }

@@ -2,10 +2,10 @@
 // tree in the same run, and gpu-agent's peak RSS. Prints figures and ratios; asserts nothing.
 //
 //   build/test/bench/bench_scan [runs]
+#include <fcntl.h>
 #include <spawn.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -68,7 +68,8 @@ int main(int argc, char** argv) {
   const int runs = argc > 1 ? std::atoi(argv[1]) : 15;
   char pattern[] = "/tmp/bench-scan.XXXXXX";
   const std::string root = ::mkdtemp(pattern);
-  const auto spec = cozy::fixtures::LoadSpec(COZY_SOURCE_DIR "/fixtures/sysfs/specs/large-synthetic.json");
+  const auto spec =
+      cozy::fixtures::LoadSpec(COZY_SOURCE_DIR "/fixtures/sysfs/specs/large-synthetic.json");
   cozy::fixtures::BuildTree(spec, root);
   const std::string busPci = root + "/sys/bus/pci";
 
@@ -87,10 +88,10 @@ int main(int argc, char** argv) {
     const double scanSeconds = std::chrono::duration<double>(Clock::now() - start).count();
     functions = scan.functions.size();
     gpus = scan.Gpus().size();
-    const ProcessRun agent = RunProcess({COZY_GPU_AGENT_BINARY, "scan", "--sysfs-root", root,
-                                         "-o", "json"});
-    const ProcessRun lspci = RunProcess({"lspci", "-A", "linux-sysfs", "-O",
-                                         "sysfs.path=" + busPci, "-D", "-k", "-vmm"});
+    const ProcessRun agent =
+        RunProcess({COZY_GPU_AGENT_BINARY, "scan", "--sysfs-root", root, "-o", "json"});
+    const ProcessRun lspci = RunProcess(
+        {"lspci", "-A", "linux-sysfs", "-O", "sysfs.path=" + busPci, "-D", "-k", "-vmm"});
     if (agent.status != 0 || lspci.status != 0) {
       std::fprintf(stderr, "bench_scan: a run failed (agent %d, lspci %d)\n", agent.status,
                    lspci.status);

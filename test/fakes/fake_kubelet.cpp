@@ -217,7 +217,7 @@ struct FakeKubelet::Impl final : v1::PodResourcesLister::Service {
   // Waits out the delay and any hang; returns the scenario to answer from, or null when the
   // call was abandoned.
   std::shared_ptr<const Scenario> Enter(grpc::ServerContext* context, Behaviour Scenario::*method,
-                                int64_t CallCounts::*counter) {
+                                        int64_t CallCounts::*counter) {
     std::unique_lock lock(mutex);
     ++(calls.*counter);
     const auto deadline = std::chrono::steady_clock::now() + scenario->delay;
@@ -238,9 +238,9 @@ struct FakeKubelet::Impl final : v1::PodResourcesLister::Service {
       case Behaviour::kHang:
         return std::nullopt;
       case Behaviour::kUnimplemented:
-        return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                            "unknown method " + std::string(rpc) +
-                                " for service v1.PodResourcesLister");
+        return grpc::Status(
+            grpc::StatusCode::UNIMPLEMENTED,
+            "unknown method " + std::string(rpc) + " for service v1.PodResourcesLister");
       case Behaviour::kDisabled:
         return grpc::Status(grpc::StatusCode::UNKNOWN,
                             "Pod Resources API " + std::string(rpc) + " disabled");
@@ -257,8 +257,8 @@ struct FakeKubelet::Impl final : v1::PodResourcesLister::Service {
   grpc::Status GetAllocatableResources(grpc::ServerContext* context,
                                        const v1::AllocatableResourcesRequest* /*request*/,
                                        v1::AllocatableResourcesResponse* response) override {
-    const auto current = Enter(context, &Scenario::getAllocatableResources,
-                               &CallCounts::getAllocatableResources);
+    const auto current =
+        Enter(context, &Scenario::getAllocatableResources, &CallCounts::getAllocatableResources);
     if (!current) {
       return grpc::Status(grpc::StatusCode::CANCELLED, "fake kubelet: call abandoned");
     }
@@ -302,17 +302,14 @@ struct FakeKubelet::Impl final : v1::PodResourcesLister::Service {
       }
     }
     // kubelet answers a plain Go error for a pod it does not know.
-    return grpc::Status(grpc::StatusCode::UNKNOWN, "pod " + request->pod_name() +
-                                                       " not found in " +
-                                                       request->pod_namespace());
+    return grpc::Status(grpc::StatusCode::UNKNOWN,
+                        "pod " + request->pod_name() + " not found in " + request->pod_namespace());
   }
 };
 
 FakeKubelet::FakeKubelet() : impl_(std::make_unique<Impl>()) {}
 
-FakeKubelet::~FakeKubelet() {
-  Stop();
-}
+FakeKubelet::~FakeKubelet() { Stop(); }
 
 void FakeKubelet::Start(const std::string& socketPath, Scenario scenario) {
   Stop();
@@ -324,8 +321,7 @@ void FakeKubelet::Start(const std::string& socketPath, Scenario scenario) {
   }
   grpc::ServerBuilder builder;
   int selectedPort = 0;
-  builder.AddListeningPort("unix:" + socketPath, grpc::InsecureServerCredentials(),
-                           &selectedPort);
+  builder.AddListeningPort("unix:" + socketPath, grpc::InsecureServerCredentials(), &selectedPort);
   builder.RegisterService(impl_.get());
   // As kubelet: answers may be large (many pods).
   builder.SetMaxSendMessageSize(64 * 1024 * 1024);

@@ -60,9 +60,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case DeviceIdShape::kUnknown:
       break;
   }
-  static const cozy::agent::Resolver resolver(
-      Host(), {{"GPU-3b6c5f0e-8a2f-11ee-b9d1-0242ac120002",
-                cozy::testing::Address("0000:af:00.0")}});
+  static const cozy::agent::Resolver resolver(Host(), {{"GPU-3b6c5f0e-8a2f-11ee-b9d1-0242ac120002",
+                                                        cozy::testing::Address("0000:af:00.0")}});
   const cozy::agent::Resolution resolution = resolver.Resolve(parsed);
   for (const auto& address : resolution.functions) {
     Check(Host().Find(address) != nullptr);

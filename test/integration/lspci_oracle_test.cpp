@@ -51,8 +51,8 @@ std::string Hex(uint32_t value, int digits) {
 // Checks every function of `scan` against lspci run on the same tree.
 void ExpectAgreesWithLspci(const HostScan& scan, const std::string& sysfsRoot) {
   const std::string busPci = (sysfsRoot == "/" ? std::string() : sysfsRoot) + "/sys/bus/pci";
-  const auto result = RunCommand("lspci -A linux-sysfs -O sysfs.path=" + ShellQuote(busPci) +
-                                 " -D -n -k -vmm");
+  const auto result =
+      RunCommand("lspci -A linux-sysfs -O sysfs.path=" + ShellQuote(busPci) + " -D -n -k -vmm");
   ASSERT_EQ(result.exitCode, 0) << result.err;
   const auto records = ParseLspciMachineReadable(result.out);
   ASSERT_EQ(records.size(), scan.functions.size()) << result.out;
@@ -64,7 +64,8 @@ void ExpectAgreesWithLspci(const HostScan& scan, const std::string& sysfsRoot) {
     EXPECT_EQ(record.at("Vendor"), Hex(function.vendorId, 4));
     EXPECT_EQ(record.at("Device"), Hex(function.deviceId, 4));
     EXPECT_EQ(record.at("Class"), Hex(function.classCode >> 8, 4));
-    EXPECT_EQ(record.count("ProgIf") ? record.at("ProgIf") : "00", Hex(function.classCode & 0xff, 2));
+    EXPECT_EQ(record.count("ProgIf") ? record.at("ProgIf") : "00",
+              Hex(function.classCode & 0xff, 2));
     EXPECT_EQ(record.count("Driver") ? record.at("Driver") : "", function.driver.value_or(""));
     EXPECT_EQ(record.count("IOMMUGroup") ? record.at("IOMMUGroup") : "",
               function.iommuGroup ? std::to_string(*function.iommuGroup) : "");
@@ -72,8 +73,10 @@ void ExpectAgreesWithLspci(const HostScan& scan, const std::string& sysfsRoot) {
               function.numaNode ? std::to_string(*function.numaNode) : "");
     // The GPU set is the filter applied to lspci's vendor and class (a VF follows its PF).
     if (!function.physicalFunction) {
-      const uint32_t lspciClass = static_cast<uint32_t>(std::stoul(record.at("Class"), nullptr, 16));
-      const uint16_t lspciVendor = static_cast<uint16_t>(std::stoul(record.at("Vendor"), nullptr, 16));
+      const uint32_t lspciClass =
+          static_cast<uint32_t>(std::stoul(record.at("Class"), nullptr, 16));
+      const uint16_t lspciVendor =
+          static_cast<uint16_t>(std::stoul(record.at("Vendor"), nullptr, 16));
       EXPECT_EQ(function.isGpu, IsGpuFunction(lspciVendor, lspciClass << 8, {}));
     }
     if (function.subsystemVendorId && *function.subsystemVendorId != 0) {
@@ -94,10 +97,9 @@ TEST_P(LspciOracle, AgentAgreesWithLspciOnEveryFunction) {
 
 INSTANTIATE_TEST_SUITE_P(GoodFixtures, LspciOracle,
                          ::testing::Values("a100-vfio", "t4-mdev", "l40s-sriov-mdev",
-                                           "l40s-vendor-vfio", "rtx3090-vfio",
-                                           "rtx3090-audio-snd", "mi210-vfio", "hgx-h100",
-                                           "no-iommu", "no-gpu", "h200-vfio", "mi300x-sriov",
-                                           "large-synthetic"),
+                                           "l40s-vendor-vfio", "rtx3090-vfio", "rtx3090-audio-snd",
+                                           "mi210-vfio", "hgx-h100", "no-iommu", "no-gpu",
+                                           "h200-vfio", "mi300x-sriov", "large-synthetic"),
                          [](const ::testing::TestParamInfo<std::string>& parameter) {
                            std::string name = parameter.param;
                            for (char& c : name) {

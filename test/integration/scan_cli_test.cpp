@@ -40,12 +40,19 @@ TEST(ScanCli, JsonIsTheWholeGpuNodeObject) {
   EXPECT_EQ(object["metadata"]["name"], "gpu-node-1");
   const auto& devices = object["status"]["devices"];
   ASSERT_EQ(devices.size(), 2U);
-  const nlohmann::json expected = {
-      {"pciAddress", "0000:3b:00.0"}, {"vendorID", "10de"}, {"deviceID", "20f1"},
-      {"subsystemVendorID", "10de"}, {"subsystemDeviceID", "145f"}, {"classCode", "030200"},
-      {"vendor", "NVIDIA Corporation"}, {"model", "GA100 [A100 PCIe 40GB]"},
-      {"driver", "vfio-pci"}, {"iommuGroup", 40}, {"iommuGroupViable", true}, {"numaNode", 0},
-      {"sriov", {{"totalVFs", 16}, {"numVFs", 0}}}};
+  const nlohmann::json expected = {{"pciAddress", "0000:3b:00.0"},
+                                   {"vendorID", "10de"},
+                                   {"deviceID", "20f1"},
+                                   {"subsystemVendorID", "10de"},
+                                   {"subsystemDeviceID", "145f"},
+                                   {"classCode", "030200"},
+                                   {"vendor", "NVIDIA Corporation"},
+                                   {"model", "GA100 [A100 PCIe 40GB]"},
+                                   {"driver", "vfio-pci"},
+                                   {"iommuGroup", 40},
+                                   {"iommuGroupViable", true},
+                                   {"numaNode", 0},
+                                   {"sriov", {{"totalVFs", 16}, {"numVFs", 0}}}};
   EXPECT_EQ(devices[0], expected);
   EXPECT_EQ(devices[1]["pciAddress"], "0000:af:00.0");
   EXPECT_EQ(devices[1]["numaNode"], 1);
@@ -64,9 +71,10 @@ TEST(ScanCli, WithoutPodResourcesUnitsAreLeftOutNotZero) {
     }
   }
   const auto& t4 = object["status"]["devices"][0];
-  EXPECT_EQ(t4["mdevTypes"][1],
-            (nlohmann::json{{"type", "nvidia-231"}, {"name", "GRID T4-2Q"},
-                            {"availableInstances", 6}, {"maxInstances", 8}}));
+  EXPECT_EQ(t4["mdevTypes"][1], (nlohmann::json{{"type", "nvidia-231"},
+                                                {"name", "GRID T4-2Q"},
+                                                {"availableInstances", 6},
+                                                {"maxInstances", 8}}));
   EXPECT_EQ(t4["mdevs"][0], (nlohmann::json{{"uuid", "aaaaaaaa-0000-4000-8000-000000000001"},
                                             {"type", "nvidia-231"}}));
 }
@@ -81,9 +89,9 @@ TEST(ScanCli, VendorSpecificVgpuAndVfFields) {
   EXPECT_FALSE(devices[0].contains("vgpu"));
   EXPECT_EQ(devices[1]["physicalFunction"], "0000:41:00.0");
   EXPECT_FALSE(devices[1]["vgpu"].contains("currentType"));  // reads 0
-  EXPECT_EQ(devices[2]["vgpu"], (nlohmann::json{{"currentType", "1150"},
-                                                {"creatableTypes",
-                                                 {{{"id", "1150"}, {"name", "NVIDIA L40S-4Q"}}}}}));
+  EXPECT_EQ(devices[2]["vgpu"],
+            (nlohmann::json{{"currentType", "1150"},
+                            {"creatableTypes", {{{"id", "1150"}, {"name", "NVIDIA L40S-4Q"}}}}}));
 }
 
 TEST(ScanCli, YamlReadsBackAsTheSameObject) {
@@ -131,8 +139,9 @@ TEST(ScanCli, MissingRootIsExitTwoWithOneLine) {
   const auto result = RunCommand(Scan("--sysfs-root /nonexistent/root"));
   EXPECT_EQ(result.exitCode, 2);
   EXPECT_EQ(result.out, "");
-  EXPECT_EQ(result.err, "gpu-agent: sysfs root /nonexistent/root does not exist or is not a "
-                        "directory\n");
+  EXPECT_EQ(result.err,
+            "gpu-agent: sysfs root /nonexistent/root does not exist or is not a "
+            "directory\n");
 }
 
 TEST(ScanCli, RootWithoutBusPciIsExitTwo) {

@@ -31,8 +31,8 @@ class ScanWithKubelet : public ::testing::Test {
     return RunCommand(ShellQuote(testing::GpuAgentBinary().string()) + " scan --sysfs-root " +
                       ShellQuote(host.root().string()) + " --pci-ids " +
                       ShellQuote(testing::FixturePciIds().string()) + " --pod-resources " +
-                      ShellQuote("unix://" + (socketDir_.path() / "kubelet.sock").string()) +
-                      " " + extra);
+                      ShellQuote("unix://" + (socketDir_.path() / "kubelet.sock").string()) + " " +
+                      extra);
   }
   static nlohmann::json Device(const nlohmann::json& object, const std::string& address) {
     for (const auto& device : object["status"]["devices"]) {
@@ -59,9 +59,10 @@ TEST_F(ScanWithKubelet, A2_A100PassthroughThroughKubeVirtGroupIds) {
             nlohmann::json::array({"nvidia.com/GA100_A100_PCIE_40GB"}));  // kvm is not a GPU
   EXPECT_EQ(object["status"]["unplaced"], nlohmann::json::array());
   const auto held = Device(object, "0000:3b:00.0");
-  EXPECT_EQ(held["resources"], (nlohmann::json::array({{{"name", "nvidia.com/GA100_A100_PCIE_40GB"},
-                                                        {"allocatable", 1},
-                                                        {"allocated", 1}}})));
+  EXPECT_EQ(
+      held["resources"],
+      (nlohmann::json::array(
+          {{{"name", "nvidia.com/GA100_A100_PCIE_40GB"}, {"allocatable", 1}, {"allocated", 1}}})));
   EXPECT_EQ(held["allocatable"], 1);
   EXPECT_EQ(held["allocated"], 1);
   EXPECT_EQ(held["health"], "Healthy");
@@ -111,7 +112,8 @@ TEST_F(ScanWithKubelet, L40sVendorSpecificVfAdvertisedByPciAddress) {
   EXPECT_EQ(vf["health"], "Healthy");
   EXPECT_EQ(Device(object, "0000:41:00.4")["health"], "Unadvertised");
   EXPECT_EQ(Device(object, "0000:41:00.0")["health"], "Unadvertised");
-  EXPECT_EQ(object["status"]["resourceNames"], nlohmann::json::array({"nvidia.com/NVIDIA_L40S-4Q"}));
+  EXPECT_EQ(object["status"]["resourceNames"],
+            nlohmann::json::array({"nvidia.com/NVIDIA_L40S-4Q"}));
 }
 
 TEST_F(ScanWithKubelet, A4_HgxContainerPluginUuidsAreUnplacedWithoutProcfs) {

@@ -152,8 +152,7 @@ TEST(ScanFixture, Rtx3090GroupViableOnlyWhenTheAudioIsOnVfio) {
 
   const FixtureHost blockedHost("rtx3090-audio-snd");
   const HostScan blocked = blockedHost.Scan();
-  EXPECT_EQ(Function(blocked, "0000:0a:00.1").driver,
-            "snd_hda_intel");
+  EXPECT_EQ(Function(blocked, "0000:0a:00.1").driver, "snd_hda_intel");
   EXPECT_EQ(Function(blocked, "0000:0a:00.0").iommuGroupViable, false);
 }
 
@@ -306,8 +305,9 @@ TEST(ScanBroken, VanishedFunctionIsReportedNotFatal) {
 TEST(ScanBroken, MissingMdevTypeLinkIsPendingNotAnError) {
   FixtureHost host("t4-mdev");
   // Right after `bind` the mdev exists but its mdev_type link does not yet (research §6).
-  std::filesystem::remove(host.root() / "sys/devices/pci0000:5d/0000:5d:00.0/0000:5e:00.0/"
-                                        "aaaaaaaa-0000-4000-8000-000000000002/mdev_type");
+  std::filesystem::remove(host.root() /
+                          "sys/devices/pci0000:5d/0000:5d:00.0/0000:5e:00.0/"
+                          "aaaaaaaa-0000-4000-8000-000000000002/mdev_type");
   const HostScan scan = host.Scan();
   EXPECT_TRUE(scan.mdevLinksPending);
   const PciFunction& t4 = Function(scan, "0000:5e:00.0");

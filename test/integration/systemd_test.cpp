@@ -1,12 +1,12 @@
 // gpu-agent under systemd: the shipped unit passes systemd-analyze, and the daemon speaks the
 // notify protocol (READY, STATUS, WATCHDOG, STOPPING) into a socket this test owns.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,9 +34,8 @@ std::filesystem::path UnitForTest(const testing::TempDir& directory) {
   std::ifstream in(testing::SourceDir() / "systemd/gpu-agent.service");
   std::stringstream text;
   text << in.rdbuf();
-  const std::string unit =
-      std::regex_replace(text.str(), std::regex("/usr/bin/gpu-agent"),
-                         testing::GpuAgentBinary().string());
+  const std::string unit = std::regex_replace(text.str(), std::regex("/usr/bin/gpu-agent"),
+                                              testing::GpuAgentBinary().string());
   const auto path = directory.path() / "gpu-agent.service";
   std::ofstream(path) << unit;
   return path;
@@ -51,10 +50,10 @@ TEST(SystemdUnit, VerifiesWithoutAWarning) {
   std::ifstream in(unit);
   std::stringstream text;
   text << in.rdbuf();
-  for (const char* required : {"Type=notify", "WatchdogSec=", "Restart=on-failure",
-                               "EnvironmentFile=-/etc/default/gpu-agent", "NoNewPrivileges=yes",
-                               "ReadOnlyPaths=/sys", "RestrictAddressFamilies=",
-                               "CapabilityBoundingSet="}) {
+  for (const char* required :
+       {"Type=notify", "WatchdogSec=", "Restart=on-failure",
+        "EnvironmentFile=-/etc/default/gpu-agent", "NoNewPrivileges=yes", "ReadOnlyPaths=/sys",
+        "RestrictAddressFamilies=", "CapabilityBoundingSet="}) {
     EXPECT_NE(text.str().find(required), std::string::npos) << required;
   }
 }
@@ -103,10 +102,18 @@ TEST(SdNotify, ReadyStatusWatchdogAndStopping) {
       "NOTIFY_SOCKET=" + (directory.path() / "notify.sock").string(),
       "WATCHDOG_USEC=200000",  // WATCHDOG=1 expected every 100 ms
       "PATH=/usr/bin:/bin"};
-  std::vector<std::string> arguments = {
-      testing::GpuAgentBinary().string(), "run", "--node-name", "gpu-node-1", "--sysfs-root",
-      host.root().string(), "--pci-ids", testing::FixturePciIds().string(), "--pod-resources",
-      "unix://" + (directory.path() / "kubelet.sock").string(), "--udev-source", "off"};
+  std::vector<std::string> arguments = {testing::GpuAgentBinary().string(),
+                                        "run",
+                                        "--node-name",
+                                        "gpu-node-1",
+                                        "--sysfs-root",
+                                        host.root().string(),
+                                        "--pci-ids",
+                                        testing::FixturePciIds().string(),
+                                        "--pod-resources",
+                                        "unix://" + (directory.path() / "kubelet.sock").string(),
+                                        "--udev-source",
+                                        "off"};
   std::vector<char*> argv;
   for (auto& argument : arguments) {
     argv.push_back(argument.data());
@@ -150,8 +157,9 @@ TEST(SdNotify, ReadyStatusWatchdogAndStopping) {
   EXPECT_NE(std::find(messages.begin(), messages.end(), "STOPPING=1"), messages.end());
   bool summary = false;
   for (const auto& message : messages) {
-    summary = summary || message == "STATUS=2 GPU functions, units unknown (pod-resources "
-                                    "socketAbsent)";
+    summary = summary || message ==
+                             "STATUS=2 GPU functions, units unknown (pod-resources "
+                             "socketAbsent)";
   }
   EXPECT_TRUE(summary);
   std::ifstream log(directory.path() / "log");

@@ -58,8 +58,7 @@ class PodResourcesClient : public ::testing::Test {
                             {"devices.kubevirt.io/kvm", {"kvm0", "kvm1"}, std::nullopt}};
     scenario.pods = {{"tenant-a",
                       "virt-launcher-vm1-x7k2p",
-                      {{"compute", {{kA100, {"43"}, std::vector<int64_t>{1}}}},
-                       {"sidecar", {}}}}};
+                      {{"compute", {{kA100, {"43"}, std::vector<int64_t>{1}}}}, {"sidecar", {}}}}};
     return scenario;
   }
 
@@ -120,8 +119,8 @@ TEST_F(PodResourcesClient, DeviceOnTwoNumaNodesListedTwiceCountsOnce) {
   EXPECT_EQ(result.allocation->allocatable.at(kA100).size(), 2u);  // as kubelet sent it
 
   testing::HostBuilder builder;
-  builder.Add({"0000:3b:00.0", testing::kNvidia, 0x20b5, testing::kClass3d, "vfio-pci", 42u,
-               true, {}});
+  builder.Add(
+      {"0000:3b:00.0", testing::kNvidia, 0x20b5, testing::kClass3d, "vfio-pci", 42u, true, {}});
   const agent::UnitReport report =
       agent::CountUnits(builder.Build(), *result.allocation, {}, {}, {});
   ASSERT_EQ(report.functions.size(), 1u);
@@ -146,8 +145,7 @@ TEST_F(PodResourcesClient, RefusedConnectionIsUnavailableAndFast) {
   const auto start = Clock::now();
   const FetchResult result = client.Fetch();
   EXPECT_EQ(result.state, FetchState::kUnavailable) << result.message;
-  EXPECT_NE(result.message.find("GetAllocatableResources on unix://" + socket_),
-            std::string::npos)
+  EXPECT_NE(result.message.find("GetAllocatableResources on unix://" + socket_), std::string::npos)
       << result.message;
   // Not waiting out the deadline for a connection that will not come.
   EXPECT_LT(Clock::now() - start, milliseconds(2000));
@@ -162,8 +160,8 @@ TEST_F(PodResourcesClient, HungGetAllocatableReturnsWithinTheDeadline) {
   const FetchResult result = client.Fetch();
   const auto elapsed = Clock::now() - start;
   EXPECT_EQ(result.state, FetchState::kDeadlineExceeded);
-  EXPECT_EQ(result.message, "GetAllocatableResources on unix://" + socket_ +
-                                ": deadline of 300 ms exceeded");
+  EXPECT_EQ(result.message,
+            "GetAllocatableResources on unix://" + socket_ + ": deadline of 300 ms exceeded");
   EXPECT_GE(elapsed, milliseconds(250));
   EXPECT_LT(elapsed, milliseconds(1500));
   EXPECT_EQ(kubelet_.Calls().list, 0);  // no second call after the first failed

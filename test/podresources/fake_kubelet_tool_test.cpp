@@ -58,9 +58,9 @@ TEST(ParseScenario, ErrorsNameTheKey) {
     return std::string("no error");
   };
   EXPECT_NE(message("{").find("not JSON"), std::string::npos);
-  EXPECT_NE(message(R"({"allocatable": [{"ids": []}]})").find(
-                "allocatable[0]: missing \"resource\""),
-            std::string::npos);
+  EXPECT_NE(
+      message(R"({"allocatable": [{"ids": []}]})").find("allocatable[0]: missing \"resource\""),
+      std::string::npos);
   EXPECT_NE(message(R"({"pods": [{"namespace": "n", "name": "p", "containers": [{}]}]})")
                 .find("pods[0].containers[0]: missing \"name\""),
             std::string::npos);
@@ -174,9 +174,8 @@ TEST_F(FakeKubeletTool, ServesTheFileAndFollowsItsChanges) {
 
   // Misbehaviour by file: a kubelet that starts hanging.
   WriteScenario(R"({"behaviour": {"getAllocatableResources": "hang"}})");
-  result = FetchUntil(client, [](const FetchResult& r) {
-    return r.state == FetchState::kDeadlineExceeded;
-  });
+  result = FetchUntil(
+      client, [](const FetchResult& r) { return r.state == FetchState::kDeadlineExceeded; });
   EXPECT_EQ(result.state, FetchState::kDeadlineExceeded);
 
   // A broken file keeps the previous answers rather than killing the server.
@@ -201,9 +200,8 @@ TEST_F(FakeKubeletTool, SighupRereadsTheFile) {
   ASSERT_EQ(client.Fetch().state, FetchState::kOk);
   WriteScenario(R"({"behaviour": {"list": "unimplemented"}})");
   ASSERT_EQ(::kill(pid_, SIGHUP), 0);
-  const FetchResult result = FetchUntil(client, [](const FetchResult& r) {
-    return r.state == FetchState::kUnimplemented;
-  });
+  const FetchResult result = FetchUntil(
+      client, [](const FetchResult& r) { return r.state == FetchState::kUnimplemented; });
   EXPECT_EQ(result.state, FetchState::kUnimplemented) << result.message;
 }
 

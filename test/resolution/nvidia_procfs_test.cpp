@@ -55,11 +55,10 @@ TEST_F(NvidiaProcfs, MapsUuidsToTheirDirectorysAddress) {
   Write("0000:28:00.0", "GPU UUID: \t GPU-aaaaaaaa-0000-0000-0000-000000000001\n");
   const NvidiaGpuUuids uuids = ReadNvidiaGpuUuids(root_);
   EXPECT_TRUE(uuids.problems.empty());
-  EXPECT_EQ(uuids.gpus, (NvmlGpuAddresses{
-                            {"GPU-3b6c5f0e-8a2f-11ee-b9d1-0242ac120000",
-                             testing::Address("0000:18:00.0")},
-                            {"GPU-aaaaaaaa-0000-0000-0000-000000000001",
-                             testing::Address("0000:28:00.0")}}));
+  EXPECT_EQ(uuids.gpus,
+            (NvmlGpuAddresses{
+                {"GPU-3b6c5f0e-8a2f-11ee-b9d1-0242ac120000", testing::Address("0000:18:00.0")},
+                {"GPU-aaaaaaaa-0000-0000-0000-000000000001", testing::Address("0000:28:00.0")}}));
 }
 
 TEST_F(NvidiaProcfs, NoDriverIsNoProblem) {

@@ -14,8 +14,8 @@ using testing::HostBuilder;
 // --- ParseDeviceId: shapes only, no host ---
 
 TEST(ParseDeviceId, PciAddressInAnyCaseAndDomainForm) {
-  for (const char* id : {"0000:3b:00.0", "0000:3B:00.0", "3b:00.0", "3B:00.0",
-                         "00000000:3B:00.0"}) {
+  for (const char* id :
+       {"0000:3b:00.0", "0000:3B:00.0", "3b:00.0", "3B:00.0", "00000000:3B:00.0"}) {
     const DeviceId parsed = ParseDeviceId(id);
     EXPECT_EQ(parsed.shape, DeviceIdShape::kPciAddress) << id;
     EXPECT_EQ(parsed.address, Address("0000:3b:00.0")) << id;
@@ -51,8 +51,8 @@ TEST(ParseDeviceId, NvmlGpuWithAndWithoutReplica) {
   EXPECT_EQ(replica.uuid, gpu.uuid);
   EXPECT_EQ(replica.replica, 3u);
 
-  for (const char* id : {"GPU-", "GPU-xyz", "GPU-3b6c::", "GPU-3b6c::x", "GPU-3b6c::1::2",
-                         "gpu-3b6c5f0e"}) {
+  for (const char* id :
+       {"GPU-", "GPU-xyz", "GPU-3b6c::", "GPU-3b6c::x", "GPU-3b6c::1::2", "gpu-3b6c5f0e"}) {
     EXPECT_EQ(ParseDeviceId(id).shape, DeviceIdShape::kUnknown) << id;
   }
 }
@@ -75,9 +75,9 @@ TEST(ParseDeviceId, NvmlMigCurrentAndLegacyForms) {
 
 TEST(ParseDeviceId, OtherPluginsShapesAreUnknown) {
   // KubeVirt generic/iommufd/USB plugins, Intel's GPU plugin, AMD partitions, garbage.
-  for (const char* id : {"kvm0", "iommufd1", "devices.kubevirt.io-ab12-0", "card0-1",
-                         "amdgpu_xcp_3", "", "all", "0000:3b:00", "0000:3b:20.0",
-                         "0000:3b:00.8", "a1b2c3d4-0000-4000-8000-00000000000"}) {
+  for (const char* id :
+       {"kvm0", "iommufd1", "devices.kubevirt.io-ab12-0", "card0-1", "amdgpu_xcp_3", "", "all",
+        "0000:3b:00", "0000:3b:20.0", "0000:3b:00.8", "a1b2c3d4-0000-4000-8000-00000000000"}) {
     EXPECT_EQ(ParseDeviceId(id).shape, DeviceIdShape::kUnknown) << '"' << id << '"';
   }
 }
@@ -107,17 +107,29 @@ sysfs::HostScan MixedHost() {
   using testing::kClass3d;
   using testing::kNvidia;
   HostBuilder builder;
-  builder.Add({"0000:00:00.0", testing::kIntel, 0x09a2, testing::kClassHostBridge, {}, 0u,
-               false, {}})
-      .Add({"0000:00:01.0", testing::kIntel, 0x347a, testing::kClassPciBridge, "pcieport", 1u,
-            false, {}})
+  builder
+      .Add({"0000:00:00.0", testing::kIntel, 0x09a2, testing::kClassHostBridge, {}, 0u, false, {}})
+      .Add({"0000:00:01.0",
+            testing::kIntel,
+            0x347a,
+            testing::kClassPciBridge,
+            "pcieport",
+            1u,
+            false,
+            {}})
       .Add({"0000:3b:00.0", kNvidia, 0x20b5, kClass3d, "vfio-pci", 42u, true, {}})
       .Add({"0000:86:00.0", kNvidia, 0x20b5, kClass3d, "vfio-pci", 43u, true, {}})
       .Add({"0000:86:00.1", kNvidia, 0x1aef, testing::kClassAudio, "vfio-pci", 43u, false, {}})
       .Add({"0000:af:00.0", kNvidia, 0x1eb8, kClass3d, "nvidia", 80u, true, {}})
       .Add({"0000:d8:00.0", kNvidia, 0x2331, kClass3d, "nvidia", 90u, true, {}})
-      .Add({"0000:e1:00.2", testing::kMellanox, 0x101e, testing::kClassEthernet, "vfio-pci",
-            95u, false, {}})
+      .Add({"0000:e1:00.2",
+            testing::kMellanox,
+            0x101e,
+            testing::kClassEthernet,
+            "vfio-pci",
+            95u,
+            false,
+            {}})
       .AddMdev("0000:af:00.0", "a1b2c3d4-0000-4000-8000-000000000001", "nvidia-222", 120u)
       .AddMdev("0000:af:00.0", "a1b2c3d4-0000-4000-8000-000000000002", "nvidia-222", 121u)
       .AddMdev("0000:af:00.0", "a1b2c3d4-0000-4000-8000-000000000003", "nvidia-222", 122u,
@@ -186,8 +198,8 @@ TEST(Resolver, A2_MdevGroupNumberNamesTheMdevParent) {
 // plugin still takes one with a vGPU type set, and advertises its group.
 TEST(Resolver, NvidiaVfWithVgpuTypeCountsThroughItsGroup) {
   HostBuilder builder;
-  builder.Add({"0000:01:00.0", testing::kNvidia, 0x26b9, testing::kClass3d, "nvidia", 10u, true,
-               {}})
+  builder
+      .Add({"0000:01:00.0", testing::kNvidia, 0x26b9, testing::kClass3d, "nvidia", 10u, true, {}})
       .Add({"0000:01:00.4", testing::kNvidia, 0x26b9, testing::kClass3d, "nvidia", 11u, true,
             "0000:01:00.0"})
       .Add({"0000:01:00.5", testing::kNvidia, 0x26b9, testing::kClass3d, "nvidia", 12u, true,

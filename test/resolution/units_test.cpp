@@ -9,8 +9,8 @@
 namespace cozy::agent {
 namespace {
 
-using podresources::Allocation;
 using podresources::AllocatableDevice;
+using podresources::Allocation;
 using podresources::PodAllocation;
 using testing::Address;
 using testing::HostBuilder;
@@ -66,9 +66,7 @@ sysfs::HostScan T4Host() {
   return builder.Build();
 }
 
-std::string T4Mdev(int i) {
-  return "a1b2c3d4-0000-4000-8000-00000000000" + std::to_string(i);
-}
+std::string T4Mdev(int i) { return "a1b2c3d4-0000-4000-8000-00000000000" + std::to_string(i); }
 
 // A1, A2, A3: KubeVirt's PCI plugin advertises IOMMU group numbers.
 TEST(CountUnits, A1_A100PassthroughThroughKubeVirtGroupIds) {
@@ -167,8 +165,8 @@ TEST(CountUnits, A5_UnhealthyDeviceStillHeldByAPodIsUnhealthy) {
   // Group 43 is gone from the allocatable list but its pod keeps it; nothing is known from
   // earlier runs (a fresh agent), so only the holding pod says it exists.
   allocation.pods.push_back(Pod("tenant-a", "virt-launcher-vm1", kA100, {"43"}));
-  const UnitReport report = Count(A100Host(), allocation, {{"tenant-a/virt-launcher-vm1",
-                                                            "Running"}});
+  const UnitReport report =
+      Count(A100Host(), allocation, {{"tenant-a/virt-launcher-vm1", "Running"}});
   const FunctionUnits& held = UnitsOf(report, "0000:86:00.0");
   EXPECT_EQ(held.allocatable, 0);
   EXPECT_EQ(held.allocated, 1);
@@ -203,9 +201,10 @@ TEST(CountUnits, DeduplicatesByResourceAndId) {
   Allocation allocation;
   Advertise(allocation, kA100, {"0000:3b:00.0"}, std::vector<int64_t>{0});
   Advertise(allocation, kA100, {"0000:3b:00.0"}, std::vector<int64_t>{1});
-  allocation.pods.push_back(PodAllocation{
-      "ns", "pod", {{"compute", {{kA100, {"0000:3b:00.0", "0000:3b:00.0"}}}},
-                    {"sidecar", {{kA100, {"0000:3b:00.0"}}}}}});
+  allocation.pods.push_back(PodAllocation{"ns",
+                                          "pod",
+                                          {{"compute", {{kA100, {"0000:3b:00.0", "0000:3b:00.0"}}}},
+                                           {"sidecar", {{kA100, {"0000:3b:00.0"}}}}}});
   // A stale listing of the same device under a second active pod still counts once.
   allocation.pods.push_back(Pod("ns", "other", kA100, {"0000:3b:00.0"}));
   const UnitReport report = Count(A100Host(), allocation);
@@ -234,8 +233,8 @@ TEST(CountUnits, L40sVendorSpecificVfsByPciAddress) {
   builder.Add({"0000:01:00.0", kNvidia, 0x26b9, kClass3d, "nvidia", 10u, true, {}});
   for (int vf = 4; vf <= 7; ++vf) {
     const std::string address = "0000:01:00." + std::to_string(vf);
-    builder.Add({address, kNvidia, 0x26b9, kClass3d, "nvidia", 7u + static_cast<uint32_t>(vf),
-                 true, "0000:01:00.0"});
+    builder.Add({address, kNvidia, 0x26b9, kClass3d, "nvidia", 7u + static_cast<uint32_t>(vf), true,
+                 "0000:01:00.0"});
     builder.SetCurrentVgpuType(address, "1561");
   }
   Allocation allocation;
@@ -255,8 +254,8 @@ sysfs::HostScan HgxHost() {
   for (int i = 0; i < 8; ++i) {
     char address[16];
     std::snprintf(address, sizeof(address), "0000:%02x:00.0", 0x18 + i * 0x10);
-    builder.Add({address, kNvidia, 0x2330, kClass3d, "nvidia", 30u + static_cast<uint32_t>(i),
-                 true, {}});
+    builder.Add(
+        {address, kNvidia, 0x2330, kClass3d, "nvidia", 30u + static_cast<uint32_t>(i), true, {}});
   }
   return builder.Build();
 }
@@ -272,23 +271,23 @@ TEST(CountUnits, A4_HgxContainerPluginUuidsAreUnplaced) {
     Advertise(allocation, "nvidia.com/gpu", {HgxGpuUuid(i)}, std::vector<int64_t>{i / 4});
   }
   for (int replica = 0; replica < 4; ++replica) {  // GPU 6 time-sliced four ways
-    Advertise(allocation, "nvidia.com/gpu.shared", {HgxGpuUuid(6) + "::" +
-                                                    std::to_string(replica)});
+    Advertise(allocation, "nvidia.com/gpu.shared",
+              {HgxGpuUuid(6) + "::" + std::to_string(replica)});
   }
-  Advertise(allocation, "nvidia.com/mig-1g.10gb",
-            {"MIG-5c0a6f0e-0a1b-5c2d-9e3f-4a5b6c7d8e90",
-             "MIG-5c0a6f0e-0a1b-5c2d-9e3f-4a5b6c7d8e91"});
-  allocation.pods.push_back(Pod("ml", "trainer-0", "nvidia.com/gpu",
-                                {HgxGpuUuid(0), HgxGpuUuid(1)}));
-  allocation.pods.push_back(Pod("ml", "notebook", "nvidia.com/gpu.shared",
-                                {HgxGpuUuid(6) + "::2"}));
+  Advertise(
+      allocation, "nvidia.com/mig-1g.10gb",
+      {"MIG-5c0a6f0e-0a1b-5c2d-9e3f-4a5b6c7d8e90", "MIG-5c0a6f0e-0a1b-5c2d-9e3f-4a5b6c7d8e91"});
+  allocation.pods.push_back(
+      Pod("ml", "trainer-0", "nvidia.com/gpu", {HgxGpuUuid(0), HgxGpuUuid(1)}));
+  allocation.pods.push_back(
+      Pod("ml", "notebook", "nvidia.com/gpu.shared", {HgxGpuUuid(6) + "::2"}));
   const UnitReport report = Count(HgxHost(), allocation);
   for (const auto& function : report.functions) {
     EXPECT_EQ(function.allocatable, 0);
     EXPECT_EQ(function.health, Health::kUnadvertised);
   }
-  EXPECT_EQ(report.resourceNames, (std::vector<std::string>{
-                                      "nvidia.com/gpu", "nvidia.com/gpu.shared",
+  EXPECT_EQ(report.resourceNames,
+            (std::vector<std::string>{"nvidia.com/gpu", "nvidia.com/gpu.shared",
                                       "nvidia.com/mig-1g.10gb"}));
   EXPECT_EQ(report.unplaced, (std::vector<UnplacedUnits>{{"nvidia.com/gpu", 6, 2},
                                                          {"nvidia.com/gpu.shared", 4, 1},
@@ -306,8 +305,8 @@ TEST(CountUnits, A4_HgxContainerPluginUuidsPlacedThroughProcfs) {
   Allocation allocation;
   Advertise(allocation, "nvidia.com/gpu", {HgxGpuUuid(0), HgxGpuUuid(1)});
   for (int replica = 0; replica < 4; ++replica) {
-    Advertise(allocation, "nvidia.com/gpu.shared", {HgxGpuUuid(6) + "::" +
-                                                    std::to_string(replica)});
+    Advertise(allocation, "nvidia.com/gpu.shared",
+              {HgxGpuUuid(6) + "::" + std::to_string(replica)});
   }
   Advertise(allocation, "nvidia.com/mig-1g.10gb", {"MIG-5c0a6f0e-0a1b-5c2d-9e3f-4a5b6c7d8e90"});
   allocation.pods.push_back(Pod("ml", "trainer-0", "nvidia.com/gpu", {HgxGpuUuid(1)}));
@@ -324,13 +323,11 @@ TEST(CountUnits, A4_HgxContainerPluginUuidsPlacedThroughProcfs) {
 // AMD's plugin: PCI addresses (MI300X, class 0x12); its partitions are platform devices.
 TEST(CountUnits, AmdPluginPciAddressesPartitionsIgnored) {
   HostBuilder builder;
-  builder.Add({"0000:19:00.0", testing::kAmd, 0x74a1, testing::kClassAccel, "amdgpu", 20u,
-               true, {}})
-      .Add({"0000:3a:00.0", testing::kAmd, 0x74a1, testing::kClassAccel, "amdgpu", 21u, true,
-            {}});
+  builder
+      .Add({"0000:19:00.0", testing::kAmd, 0x74a1, testing::kClassAccel, "amdgpu", 20u, true, {}})
+      .Add({"0000:3a:00.0", testing::kAmd, 0x74a1, testing::kClassAccel, "amdgpu", 21u, true, {}});
   Allocation allocation;
-  Advertise(allocation, "amd.com/gpu", {"0000:19:00.0", "0000:3a:00.0"},
-            std::vector<int64_t>{0});
+  Advertise(allocation, "amd.com/gpu", {"0000:19:00.0", "0000:3a:00.0"}, std::vector<int64_t>{0});
   Advertise(allocation, "amd.com/cpx_nps4", {"amdgpu_xcp_1", "amdgpu_xcp_2"});
   const UnitReport report = Count(builder.Build(), allocation);
   EXPECT_EQ(UnitsOf(report, "0000:19:00.0").allocatable, 1);
@@ -343,12 +340,18 @@ TEST(CountUnits, AmdPluginPciAddressesPartitionsIgnored) {
 TEST(CountUnits, NicVfResourceDoesNotJoinResourceNames) {
   HostBuilder builder;
   builder.Add({"0000:3b:00.0", kNvidia, 0x20b5, kClass3d, "vfio-pci", 42u, true, {}})
-      .Add({"0000:e1:00.0", testing::kMellanox, 0x101d, testing::kClassEthernet, "mlx5_core",
-            60u, false, {}})
-      .Add({"0000:e1:00.2", testing::kMellanox, 0x101e, testing::kClassEthernet, "vfio-pci",
-            61u, false, "0000:e1:00.0"})
-      .Add({"0000:e1:00.3", testing::kMellanox, 0x101e, testing::kClassEthernet, "vfio-pci",
-            62u, false, "0000:e1:00.0"});
+      .Add({"0000:e1:00.0",
+            testing::kMellanox,
+            0x101d,
+            testing::kClassEthernet,
+            "mlx5_core",
+            60u,
+            false,
+            {}})
+      .Add({"0000:e1:00.2", testing::kMellanox, 0x101e, testing::kClassEthernet, "vfio-pci", 61u,
+            false, "0000:e1:00.0"})
+      .Add({"0000:e1:00.3", testing::kMellanox, 0x101e, testing::kClassEthernet, "vfio-pci", 62u,
+            false, "0000:e1:00.0"});
   Allocation allocation;
   Advertise(allocation, kA100, {"42"});
   Advertise(allocation, "mellanox.com/cx7_vf", {"0000:e1:00.2", "62"});
@@ -366,8 +369,8 @@ TEST(CountUnits, NicVfResourceDoesNotJoinResourceNames) {
 // A3: plain indexes over groups 0 and 1 holding non-vfio functions resolve to nothing.
 TEST(CountUnits, A3_PlainIndexesOverNonVfioGroupsDoNotResolve) {
   HostBuilder builder;
-  builder.Add({"0000:00:00.0", testing::kIntel, 0x09a2, testing::kClassHostBridge, {}, 0u,
-               false, {}})
+  builder
+      .Add({"0000:00:00.0", testing::kIntel, 0x09a2, testing::kClassHostBridge, {}, 0u, false, {}})
       .Add({"0000:01:00.0", kNvidia, 0x2236, kClass3d, "nvidia", 1u, true, {}})
       .Add({"0000:41:00.0", kNvidia, 0x2236, kClass3d, "vfio-pci", 42u, true, {}});
   Allocation allocation;

@@ -13,8 +13,13 @@ using cozy::testing::HostBuilder;
 
 sysfs::HostScan OneVfioGpu() {
   return HostBuilder()
-      .Add({.address = "0000:3b:00.0", .vendor = 0x10de, .device = 0x20f1,
-            .classCode = 0x030200, .driver = "vfio-pci", .iommuGroup = 40, .isGpu = true,
+      .Add({.address = "0000:3b:00.0",
+            .vendor = 0x10de,
+            .device = 0x20f1,
+            .classCode = 0x030200,
+            .driver = "vfio-pci",
+            .iommuGroup = 40,
+            .isGpu = true,
             .physicalFunction = std::nullopt})
       .Build();
 }
@@ -47,10 +52,9 @@ TEST(UnitsTracker, KeepsTheLastGoodCountsMarkedStaleNeverZeros) {
   const auto host = OneVfioGpu();
   tracker.Update(Answer(/*held=*/true));
   ASSERT_TRUE(tracker.Count(host, {}, {}));
-  for (const auto state : {podresources::FetchState::kDeadlineExceeded,
-                           podresources::FetchState::kSocketAbsent,
-                           podresources::FetchState::kResourceExhausted,
-                           podresources::FetchState::kUnimplemented}) {
+  for (const auto state :
+       {podresources::FetchState::kDeadlineExceeded, podresources::FetchState::kSocketAbsent,
+        podresources::FetchState::kResourceExhausted, podresources::FetchState::kUnimplemented}) {
     tracker.Update(Failure(state));
     EXPECT_TRUE(tracker.stale());
     EXPECT_EQ(tracker.lastState(), state);

@@ -8,11 +8,11 @@
 
 namespace cozy::testing {
 
-std::filesystem::path SourceDir();     // the repository root
+std::filesystem::path SourceDir();                        // the repository root
 std::filesystem::path SpecPath(const std::string& name);  // fixtures/sysfs/specs/<name>.json
-std::filesystem::path FixturePciIds();  // fixtures/pci.ids
+std::filesystem::path FixturePciIds();                    // fixtures/pci.ids
 std::filesystem::path GpuAgentBinary();
-std::filesystem::path SharedDir();     // ../shared beside the checkout (may be absent)
+std::filesystem::path SharedDir();  // ../shared beside the checkout (may be absent)
 
 // A fresh temporary directory, removed with everything under it when the object goes.
 class TempDir {

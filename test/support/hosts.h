@@ -102,9 +102,9 @@ class HostBuilder {
 };
 
 // PCI class codes and IDs used by the hosts below.
-inline constexpr uint32_t kClass3d = 0x030200;       // 3D controller (NVIDIA datacenter GPUs)
+inline constexpr uint32_t kClass3d = 0x030200;  // 3D controller (NVIDIA datacenter GPUs)
 inline constexpr uint32_t kClassVga = 0x030000;
-inline constexpr uint32_t kClassAccel = 0x120000;    // processing accelerator (AMD MI300)
+inline constexpr uint32_t kClassAccel = 0x120000;  // processing accelerator (AMD MI300)
 inline constexpr uint32_t kClassAudio = 0x040300;
 inline constexpr uint32_t kClassEthernet = 0x020000;
 inline constexpr uint32_t kClassNvme = 0x010802;
@@ -145,8 +145,8 @@ inline sysfs::HostScan LargeSyntheticHost() {
     const bool passthrough = gpu % 2 == 0;
     for (int vf = 0; vf < 32; ++vf) {
       std::snprintf(address, sizeof(address), "0000:%02x:%02x.%d", bus, 1 + vf / 8, vf % 8);
-      builder.Add({address, kNvidia, 0x26b9, kClass3d,
-                   passthrough ? "vfio-pci" : "nvidia", group++, true, std::string(pf)});
+      builder.Add({address, kNvidia, 0x26b9, kClass3d, passthrough ? "vfio-pci" : "nvidia", group++,
+                   true, std::string(pf)});
       if (!passthrough) {
         builder.AddMdev(address, SyntheticMdevUuid(gpu, vf), "nvidia-1155", mdevGroup++);
       }

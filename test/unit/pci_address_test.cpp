@@ -15,15 +15,15 @@ TEST(PciAddress, SysfsFormRoundTrips) {
 
 TEST(PciAddress, AnyCaseShortAndNvmlForms) {
   EXPECT_EQ(ParsePciAddress("0000:3B:00.0")->ToString(), "0000:3b:00.0");
-  EXPECT_EQ(ParsePciAddress("3b:00.0")->ToString(), "0000:3b:00.0");        // domain 0000
+  EXPECT_EQ(ParsePciAddress("3b:00.0")->ToString(), "0000:3b:00.0");           // domain 0000
   EXPECT_EQ(ParsePciAddress("00000000:3B:00.0")->ToString(), "0000:3b:00.0");  // NVML
-  EXPECT_EQ(ParsePciAddress("10000:e0:00.0")->ToString(), "10000:e0:00.0");  // VMD domains
+  EXPECT_EQ(ParsePciAddress("10000:e0:00.0")->ToString(), "10000:e0:00.0");    // VMD domains
 }
 
 TEST(PciAddress, RefusesWhatIsNotAnAddress) {
-  for (const char* bad : {"", "garbage", "0000:3b:00", "0000:3b:20.0", "0000:3b:00.8",
-                          "0000:3b:0.0", "0000:3bb:00.0", ":3b:00.0", "0000:3b:00.0x",
-                          "000:3b:00.0", "0000:3b:00.0.1", "42", "GPU-1234"}) {
+  for (const char* bad :
+       {"", "garbage", "0000:3b:00", "0000:3b:20.0", "0000:3b:00.8", "0000:3b:0.0", "0000:3bb:00.0",
+        ":3b:00.0", "0000:3b:00.0x", "000:3b:00.0", "0000:3b:00.0.1", "42", "GPU-1234"}) {
     EXPECT_FALSE(ParsePciAddress(bad)) << "accepted \"" << bad << "\"";
   }
 }
