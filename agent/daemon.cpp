@@ -64,8 +64,9 @@ Daemon::Daemon(DaemonOptions options, std::unique_ptr<StatusPublisher> publisher
 }
 
 Daemon::~Daemon() {
+  health_.Stop();
   for (sd_event_source* source : {udevSource_, debounceTimer_, fetchTimer_, resyncTimer_,
-                                  publishTimer_, mdevTimer_, postedSource_}) {
+                                  publishTimer_, mdevTimer_, heartbeatTimer_, postedSource_}) {
     sd_event_source_disable_unref(source);
   }
   if (monitor_ != nullptr) {
@@ -96,8 +97,8 @@ bool Daemon::SetUp() {
     sd_event_add_signal(event_, nullptr, signal, &Daemon::OnSignal, this);
   }
   // Timers exist from the start, disabled; ArmTimer sets them off once.
-  for (sd_event_source** timer :
-       {&debounceTimer_, &fetchTimer_, &resyncTimer_, &publishTimer_, &mdevTimer_}) {
+  for (sd_event_source** timer : {&debounceTimer_, &fetchTimer_, &resyncTimer_, &publishTimer_,
+                                  &mdevTimer_, &heartbeatTimer_}) {
     // USEC_INFINITY (UINT64_MAX) as an absolute time: created, never due until armed.
     if (sd_event_add_time(event_, timer, CLOCK_MONOTONIC, UINT64_MAX, 0, &Daemon::OnTimer, this) <
         0) {
@@ -111,6 +112,14 @@ bool Daemon::SetUp() {
   // WATCHDOG=1 at half of WatchdogSec when systemd asks for it (WATCHDOG_USEC).
   sd_event_set_watchdog(event_, 1);
   OpenUdevMonitor();
+  if (!health_.Start(options_.healthAddress)) {
+    LogError("cannot serve health and metrics", {{"reason", health_.error()}});
+    return false;
+  }
+  if (options_.healthAddress != "off") {
+    LogInfo("serving /healthz, /readyz, /metrics", {{"address", options_.healthAddress}});
+  }
+  metrics_.version = options_.version;
   return true;
 }
 
@@ -164,7 +173,10 @@ int Daemon::Run() {
                                  {"podResources", options_.podResources.endpoint}});
   FetchPodResources();  // also scans and publishes
   ArmTimer(resyncTimer_, options_.resync);
+  ArmTimer(heartbeatTimer_, std::chrono::seconds(1));
+  health_.Heartbeat();
   ready_ = true;
+  health_.SetReady(true);
   sd_notify(0, "READY=1");
   NotifyStatus();
   const int result = sd_event_loop(event_);
@@ -253,6 +265,10 @@ int Daemon::OnTimer(sd_event_source* source, uint64_t /*usec*/, void* self) {
     daemon->PublishCurrent();
   } else if (source == daemon->mdevTimer_) {
     daemon->Rescan();
+  } else if (source == daemon->heartbeatTimer_) {
+    // /healthz reports the loop alive while this keeps firing.
+    daemon->health_.Heartbeat();
+    daemon->ArmTimer(daemon->heartbeatTimer_, std::chrono::seconds(1));
   }
   return 0;
 }
@@ -272,6 +288,7 @@ void Daemon::FetchPodResources() {
   ++counters_.podResourcesFetches;
   units_.Update(podResources_.Fetch());
   const std::string state(podresources::ToString(units_.lastState()));
+  ++metrics_.podResourcesResults[state];
   if (state != lastPodResourcesState_) {
     if (units_.lastState() == podresources::FetchState::kOk) {
       LogInfo("pod-resources answers", {{"endpoint", options_.podResources.endpoint}});
@@ -288,6 +305,7 @@ void Daemon::FetchPodResources() {
 
 void Daemon::Rescan() {
   ++counters_.scans;
+  const auto started = std::chrono::steady_clock::now();
   sysfs::HostScan scan;
   try {
     scan = sysfs::ScanHost(options_.scan);
@@ -312,6 +330,7 @@ void Daemon::Rescan() {
       LogWarning("sysfs problem", {{"detail", problem}});
     }
   }
+  metrics_.sysfsProblems = static_cast<int64_t>(problems.size());
   loggedProblems_ = std::move(problems);
 
   // mdev type links appear only after the bind event: look again shortly, a few times.
@@ -324,7 +343,16 @@ void Daemon::Rescan() {
 
   const auto units = units_.Count(scan, podPhases_, nvidia.gpus);
   nlohmann::json status = BuildStatus(scan, units ? &*units : nullptr);
+  metrics_.scanDuration.Observe(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  metrics_.ignoredDeviceIds.clear();
+  if (units) {
+    metrics_.ignoredDeviceIds = {{"unknownShape", units->ignored.unknownShape},
+                                 {"noMatch", units->ignored.noMatch},
+                                 {"notGpu", units->ignored.notGpu}};
+  }
   if (status == status_) {
+    UpdateMetrics();
     return;  // nothing changed: no log line, no write
   }
   const bool first = status_.is_null();
@@ -332,6 +360,7 @@ void Daemon::Rescan() {
   LogInfo(first ? "inventory" : "inventory changed", {{"summary", Summary(status_, units_)}});
   NotifyStatus();
   PublishCurrent();
+  UpdateMetrics();
 }
 
 void Daemon::PublishCurrent() {
@@ -345,10 +374,27 @@ void Daemon::PublishCurrent() {
   if (retry) {
     ++counters_.publishFailures;
     ArmTimer(publishTimer_, *retry);
-    return;
+  } else {
+    ++counters_.publishes;
+    publishedStatus_ = status_;
   }
-  ++counters_.publishes;
-  publishedStatus_ = status_;
+  UpdateMetrics();
+}
+
+void Daemon::UpdateMetrics() {
+  metrics_.scans = counters_.scans;
+  metrics_.deviceEvents = counters_.deviceEvents;
+  metrics_.podResourcesFetches = counters_.podResourcesFetches;
+  metrics_.patchesSucceeded = counters_.publishes;
+  metrics_.patchesFailed = counters_.publishFailures;
+  metrics_.unitsKnown = units_.known();
+  metrics_.podResourcesStale = units_.stale();
+  metrics_.devicesByHealth = {
+      {"Healthy", 0}, {"Unhealthy", 0}, {"Unadvertised", 0}, {"Unknown", 0}};
+  for (const auto& device : status_.value("devices", nlohmann::json::array())) {
+    ++metrics_.devicesByHealth[device.value("health", "Unknown")];
+  }
+  health_.SetMetrics(RenderMetrics(metrics_));
 }
 
 void Daemon::NotifyStatus() {

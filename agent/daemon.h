@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "agent/health_server.h"
+#include "agent/metrics.h"
 #include "agent/units.h"
 #include "agent/units_tracker.h"
 #include "podresources/client.h"
@@ -48,6 +50,8 @@ struct DaemonOptions {
   int mdevLinkRetries = 8;
   std::string udevSource = "auto";  // auto (udev if /run/udev/control exists), udev, kernel, off
   std::optional<PodPhases> fixedPodPhases;  // test-only --pod-phases; else from PostPodPhases
+  std::string healthAddress = "off";        // "host:port", ":port" or "off"
+  std::string version;
 };
 
 struct DaemonCounters {
@@ -79,6 +83,8 @@ class Daemon {
   const nlohmann::json& status() const { return status_; }
   const DaemonCounters& counters() const { return counters_; }
   bool ready() const { return ready_; }
+  // The health server's bound port (after Run() started it), for tests listening on ":0".
+  int healthPort() const { return health_.port(); }
 
  private:
   static int OnSignal(sd_event_source* source, const ::signalfd_siginfo* info, void* self);
@@ -94,6 +100,7 @@ class Daemon {
   void FetchPodResources();
   void PublishCurrent();
   void NotifyStatus();
+  void UpdateMetrics();
 
   DaemonOptions options_;
   std::unique_ptr<StatusPublisher> publisher_;
@@ -110,6 +117,7 @@ class Daemon {
   sd_event_source* resyncTimer_ = nullptr;
   sd_event_source* publishTimer_ = nullptr;
   sd_event_source* mdevTimer_ = nullptr;
+  sd_event_source* heartbeatTimer_ = nullptr;
   sd_event_source* postedSource_ = nullptr;
   int postedFd_ = -1;
   std::mutex postedMutex_;
@@ -123,6 +131,8 @@ class Daemon {
   std::vector<std::string> loggedProblems_;
   std::string lastPodResourcesState_;
   DaemonCounters counters_;
+  HealthServer health_;
+  MetricsSnapshot metrics_;
 };
 
 }  // namespace cozy::agent

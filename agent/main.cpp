@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "agent/daemon.h"
+#include "agent/health_server.h"
 #include "agent/log.h"
 #include "agent/nvidia_procfs.h"
 #include "agent/output.h"
@@ -59,6 +60,7 @@ struct RunFlags {
   std::string debounce = "100ms";
   std::string udevSource = "auto";
   std::string logFormat = "text";
+  std::string healthAddress = ":8080";
   int verbosity = 0;
 };
 
@@ -259,6 +261,12 @@ int RunDaemon(const RunFlags& flags) {
   options.debounce = RequireDuration("--debounce", flags.debounce);
   options.udevSource = flags.udevSource;
   options.fixedPodPhases = sources.podPhases;
+  options.healthAddress = flags.healthAddress;
+  options.version = COZY_VERSION;
+  if (flags.healthAddress != "off" &&
+      cozy::agent::ParseListenAddress(flags.healthAddress).second < 0) {
+    throw BadInputError{"--health-addr " + flags.healthAddress + ": not host:port, :port or off"};
+  }
   cozy::agent::Daemon daemon(std::move(options), nullptr);
   return daemon.Run();
 }
@@ -304,6 +312,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   runCommand->add_option("--log-format", run.logFormat, "Log lines as text or JSON")
       ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  runCommand
+      ->add_option("--health-addr", run.healthAddress,
+                   "Where /healthz, /readyz and /metrics are served (host:port, :port, off)")
       ->capture_default_str();
   runCommand->add_option("-v", run.verbosity, "Verbosity: 1 logs every device event")
       ->capture_default_str();

@@ -16,8 +16,10 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   # JSON / YAML / CLI / logging
   nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
-  # Kubernetes client
-  libcurl4-openssl-dev
+  # Kubernetes client; HTTP servers (health and metrics, the fake API server)
+  libcurl4-openssl-dev libcpp-httplib-dev
+  # promtool validates the metrics exposition in tests
+  prometheus
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # real captured hosts and replayed device events

@@ -12,7 +12,10 @@
 #include <mutex>
 #include <thread>
 
+#include <httplib.h>
+
 #include "agent/log.h"
+#include "agent/metrics.h"
 #include "test/fakes/fake_kubelet.h"
 #include "test/support/fixture_host.h"
 
@@ -79,7 +82,8 @@ class DaemonTest : public ::testing::Test {
 
   // With udevSource set, pod-resources is read only at start, so every later rescan is the
   // device events' doing.
-  void Start(const testing::FixtureHost& host, const std::string& udevSource = "off") {
+  void Start(const testing::FixtureHost& host, const std::string& udevSource = "off",
+             const std::string& healthAddress = "off") {
     DaemonOptions options;
     options.nodeName = "gpu-node-1";
     options.scan.root = host.root().string();
@@ -91,6 +95,8 @@ class DaemonTest : public ::testing::Test {
     options.podResourcesSchedule.maxBackoff = 200ms;
     options.debounce = 100ms;
     options.udevSource = udevSource;
+    options.healthAddress = healthAddress;
+    options.version = "test";
     if (udevSource != "off") {
       options.podResourcesSchedule.interval = 1h;
       options.podResourcesSchedule.firstBackoff = 1h;
@@ -265,6 +271,58 @@ TEST_F(DaemonTest, ABurstOfRealUeventsCollapsesIntoFewRescans) {
   const auto windows = static_cast<int64_t>(burst / 100ms) + 2;
   EXPECT_LE(counters.debouncedRescans, windows) << "burst took " << (burst / 1ms) << " ms";
   EXPECT_GE(counters.debouncedRescans, 1);
+}
+
+TEST_F(DaemonTest, HealthReadinessAndMetricsThatPromtoolAccepts) {
+  const testing::FixtureHost host("a100-vfio");
+  kubelet_.Start((socketDir_.path() / "kubelet.sock").string(), A100Scenario(true));
+  Start(host, "off", "127.0.0.1:0");
+  ASSERT_EQ(WaitForPublishes(1).size(), 1U);
+  int port = 0;
+  for (int i = 0; i < 50 && port == 0; ++i) {
+    port = daemon_->healthPort();
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_GT(port, 0);
+  httplib::Client client("127.0.0.1", port);
+  const auto healthz = client.Get("/healthz");
+  ASSERT_TRUE(healthz);
+  EXPECT_EQ(healthz->status, 200);
+  const auto readyz = client.Get("/readyz");
+  ASSERT_TRUE(readyz);
+  EXPECT_EQ(readyz->status, 200);
+  const auto metrics = client.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 200);
+  EXPECT_NE(metrics->body.find("gpu_agent_devices{health=\"Healthy\"} 2"), std::string::npos)
+      << metrics->body;
+  EXPECT_NE(metrics->body.find("gpu_agent_patches_total{result=\"success\"} 1"), std::string::npos);
+  EXPECT_NE(metrics->body.find("gpu_agent_pod_resources_fetches_total{result=\"ok\"}"),
+            std::string::npos);
+  EXPECT_NE(metrics->body.find("gpu_agent_scan_duration_seconds_count"), std::string::npos);
+  // Prometheus' own linter on the exposition.
+  const auto file = socketDir_.path() / "metrics.txt";
+  std::ofstream(file) << metrics->body;
+  const auto lint =
+      testing::RunCommand("promtool check metrics < " + testing::ShellQuote(file.string()));
+  EXPECT_EQ(lint.exitCode, 0) << lint.out << lint.err;
+  EXPECT_EQ(lint.out + lint.err, "") << "promtool found problems";
+}
+
+TEST(Metrics, HistogramBucketsAreCumulative) {
+  ScanDurationHistogram histogram;
+  histogram.Observe(0.003);
+  histogram.Observe(0.2);
+  histogram.Observe(5.0);
+  EXPECT_EQ(histogram.buckets[0], 0);  // le 0.001
+  EXPECT_EQ(histogram.buckets[1], 1);  // le 0.005
+  EXPECT_EQ(histogram.buckets[6], 2);  // le 0.25
+  EXPECT_EQ(histogram.buckets[7], 2);  // le 1
+  EXPECT_EQ(histogram.count, 3);
+  MetricsSnapshot snapshot;
+  snapshot.scanDuration = histogram;
+  const std::string text = RenderMetrics(snapshot);
+  EXPECT_NE(text.find("gpu_agent_scan_duration_seconds_bucket{le=\"+Inf\"} 3"), std::string::npos);
 }
 
 }  // namespace
