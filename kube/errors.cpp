@@ -66,7 +66,9 @@ bool ApiError::IsTransient() const {
 
 std::optional<std::chrono::seconds> ParseRetryAfter(std::string_view value) {
   while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
-  while (!value.empty() && (value.back() == ' ' || value.back() == '\r')) value.remove_suffix(1);
+  while (!value.empty() && (value.back() == ' ' || value.back() == '\r' || value.back() == '\n')) {
+    value.remove_suffix(1);
+  }
   long seconds = 0;
   auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), seconds);
   if (value.empty() || error != std::errc() || end != value.data() + value.size() || seconds < 0) {

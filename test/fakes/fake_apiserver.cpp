@@ -122,6 +122,23 @@ json SpecPart(json object, bool statusSubresource) {
 
 }  // namespace
 
+Fault Fault::Answer(int status, int count, std::string method, int retryAfterSeconds) {
+  Fault fault;
+  fault.status = status;
+  fault.count = count;
+  fault.method = std::move(method);
+  fault.retryAfterSeconds = retryAfterSeconds;
+  return fault;
+}
+
+Fault Fault::Drop(int count, std::string method) {
+  Fault fault;
+  fault.dropConnection = true;
+  fault.count = count;
+  fault.method = std::move(method);
+  return fault;
+}
+
 Fault Fault::FromJson(const json& value) {
   Fault fault;
   fault.method = value.value("method", "");

@@ -39,6 +39,11 @@ struct Fault {
   int latencyMs = 0;           // wait before answering
   bool dropConnection = false; // cut the connection after the headers: no valid response
   int count = -1;              // how many requests it hits; -1 until cleared
+  // Answers `status` to the next `count` requests (of `method`, when given).
+  static Fault Answer(int status, int count, std::string method = "",
+                      int retryAfterSeconds = -1);
+  // Cuts the connection of the next `count` requests (of `method`, when given).
+  static Fault Drop(int count, std::string method = "");
   static Fault FromJson(const nlohmann::json& json);
   nlohmann::json ToJson() const;
 };
