@@ -27,7 +27,10 @@ std::string Informer::Key(const json& object) {
 void Informer::ListAndReplace() {
   json list = client_.List(path_, {options_.labelSelector, options_.fieldSelector, "", 0});
   std::map<std::string, json> fresh;
-  for (auto& item : list["items"]) fresh[Key(item)] = std::move(item);
+  for (auto& item : list["items"]) {
+    std::string key = Key(item);  // before the move: the right side of = is evaluated first
+    fresh[key] = std::move(item);
+  }
   // Tell the handler what changed while we were not watching, as plain events.
   for (const auto& [key, object] : cache_) {
     if (!fresh.count(key)) handler_({"DELETED", object});
