@@ -312,6 +312,7 @@ void FakeApiServer::DeleteCrd(const std::string& name) {
   if (it == store.end()) return;
   json crd = it->second;
   store.erase(it);
+  crd["metadata"]["resourceVersion"] = std::to_string(++resourceVersion_);
   RecordEventLocked(*type, "DELETED", crd);
   std::string group = crd["spec"].value("group", "");
   std::string plural = crd["spec"]["names"].value("plural", "");
@@ -320,6 +321,7 @@ void FakeApiServer::DeleteCrd(const std::string& name) {
     for (const auto& [typeKey, candidate] : types_) {
       (void)typeKey;
       if (candidate->crdName == name) {
+        object["metadata"]["resourceVersion"] = std::to_string(++resourceVersion_);
         RecordEventLocked(*candidate, "DELETED", object);
         break;
       }
@@ -1257,6 +1259,14 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
   }
 
   if (method == "DELETE" && subresource.empty()) {
+    if (type->plural == "customresourcedefinitions") {
+      // Also stops serving the kind and drops its objects, as a real CRD deletion ends.
+      json crd = Object(type->ApiVersion(), type->plural, "", name);
+      if (crd.is_null()) throw notFound(name);
+      DeleteCrd(name);
+      SendJson(response, 200, crd);
+      return {200};
+    }
     json deleted;
     {
       std::lock_guard lock(mutex_);
@@ -1268,7 +1278,6 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
       deleted["metadata"]["resourceVersion"] = std::to_string(++resourceVersion_);
       RecordEventLocked(*type, "DELETED", deleted);
     }
-    if (type->plural == "customresourcedefinitions") DeleteCrd(name);
     SendJson(response, 200, deleted);
     return {200};
   }
