@@ -44,12 +44,11 @@ json AgentStatusPatch(const json& last, const json& desired) {
 Publisher::Publisher(kube::Client& client, std::string nodeName, PublisherOptions options)
     : client_(client),
       nodeName_(std::move(nodeName)),
-      objectPath_(kube::ResourcePath(api::kGroup, api::kVersion, api::kGpuNodePlural, "",
-                                     nodeName_)),
-      statusPath_(kube::ResourcePath(api::kGroup, api::kVersion, api::kGpuNodePlural, "",
-                                     nodeName_, "status")),
-      backoff_(options.backoff,
-               options.random ? options.random : kube::DefaultRandomSource()) {}
+      objectPath_(
+          kube::ResourcePath(api::kGroup, api::kVersion, api::kGpuNodePlural, "", nodeName_)),
+      statusPath_(kube::ResourcePath(api::kGroup, api::kVersion, api::kGpuNodePlural, "", nodeName_,
+                                     "status")),
+      backoff_(options.backoff, options.random ? options.random : kube::DefaultRandomSource()) {}
 
 void Publisher::EnsureObject(PublishResult& result) {
   try {
@@ -70,8 +69,8 @@ void Publisher::EnsureObject(PublishResult& result) {
       {"metadata",
        {{"name", nodeName_},
         {"ownerReferences",
-         json::array({{{"apiVersion", "v1"}, {"kind", "Node"}, {"name", nodeName_},
-                       {"uid", uid}}})}}},
+         json::array(
+             {{{"apiVersion", "v1"}, {"kind", "Node"}, {"name", nodeName_}, {"uid", uid}}})}}},
       {"spec", json::object()}};
   try {
     json created =

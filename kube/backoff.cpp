@@ -12,8 +12,8 @@ Duration Backoff::Next() {
   Duration base = std::min(current_, policy_.cap);
   auto stretched = static_cast<double>(base.count()) * (1.0 + policy_.jitter * random_());
   auto grown = static_cast<double>(current_.count()) * policy_.factor;
-  current_ = Duration(static_cast<Duration::rep>(
-      std::min(grown, static_cast<double>(policy_.cap.count()))));
+  current_ = Duration(
+      static_cast<Duration::rep>(std::min(grown, static_cast<double>(policy_.cap.count()))));
   ++failures_;
   return Duration(static_cast<Duration::rep>(stretched));
 }

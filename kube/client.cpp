@@ -14,7 +14,9 @@ using nlohmann::json;
 namespace {
 
 void GlobalInitOnce() {
-  static const bool initialised = [] { return curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK; }();
+  static const bool initialised = [] {
+    return curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
+  }();
   (void)initialised;
 }
 
@@ -72,9 +74,8 @@ std::string EncodeQueryValue(std::string_view value) {
   return out;
 }
 
-std::string ResourcePath(std::string_view group, std::string_view version,
-                         std::string_view plural, std::string_view ns, std::string_view name,
-                         std::string_view subresource) {
+std::string ResourcePath(std::string_view group, std::string_view version, std::string_view plural,
+                         std::string_view ns, std::string_view name, std::string_view subresource) {
   std::string path = group.empty() ? "/api/" + std::string(version)
                                    : "/apis/" + std::string(group) + "/" + std::string(version);
   if (!ns.empty()) path += "/namespaces/" + std::string(ns);
@@ -138,8 +139,7 @@ void* Client::NewConfiguredHandle(const std::string& url, curl_slist** headers,
   // TLS: the server's CA (file or PEM text), the client's certificate and key.
   if (!config_.caFile.empty()) curl_easy_setopt(handle, CURLOPT_CAINFO, config_.caFile.c_str());
   if (!config_.caData.empty()) {
-    curl_blob blob{const_cast<char*>(config_.caData.data()), config_.caData.size(),
-                   CURL_BLOB_COPY};
+    curl_blob blob{const_cast<char*>(config_.caData.data()), config_.caData.size(), CURL_BLOB_COPY};
     curl_easy_setopt(handle, CURLOPT_CAINFO_BLOB, &blob);
   }
   if (config_.insecureSkipTlsVerify) {
@@ -150,8 +150,8 @@ void* Client::NewConfiguredHandle(const std::string& url, curl_slist** headers,
     curl_easy_setopt(handle, CURLOPT_SSLCERT, config_.clientCertFile.c_str());
   }
   if (!config_.clientCertData.empty()) {
-    curl_blob blob{const_cast<char*>(config_.clientCertData.data()),
-                   config_.clientCertData.size(), CURL_BLOB_COPY};
+    curl_blob blob{const_cast<char*>(config_.clientCertData.data()), config_.clientCertData.size(),
+                   CURL_BLOB_COPY};
     curl_easy_setopt(handle, CURLOPT_SSLCERT_BLOB, &blob);
   }
   if (!config_.clientKeyFile.empty()) {
@@ -171,8 +171,7 @@ void* Client::NewConfiguredHandle(const std::string& url, curl_slist** headers,
 }
 
 Client::RawResponse Client::PerformOnce(const std::string& method, const std::string& url,
-                                        const std::string* body,
-                                        const std::string& contentType) {
+                                        const std::string* body, const std::string& contentType) {
   RawResponse response;
   curl_slist* headers = nullptr;
   CURL* handle = nullptr;
@@ -244,11 +243,10 @@ json Client::Request(const std::string& method, const std::string& path, const Q
     // A 401 is not retried (client-go does not either), but the next request re-reads the
     // token file, which is where a rotated token shows up.
     if (error->kind() == ErrorKind::kUnauthorized) tokens_.Invalidate();
-    bool retryable = error->kind() == ErrorKind::kTooManyRequests ||
-                     error->kind() == ErrorKind::kServerError ||
-                     (error->kind() == ErrorKind::kTransport &&
-                      (IsIdempotent(method, contentType) ||
-                       response.code == CURLE_COULDNT_CONNECT));
+    bool retryable =
+        error->kind() == ErrorKind::kTooManyRequests || error->kind() == ErrorKind::kServerError ||
+        (error->kind() == ErrorKind::kTransport &&
+         (IsIdempotent(method, contentType) || response.code == CURLE_COULDNT_CONNECT));
     if (!retryable || attempt >= options_.maxRetries) throw *error;
     Duration wait = backoff.Next();
     if (auto after = error->retryAfter()) {

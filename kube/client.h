@@ -54,13 +54,13 @@ struct WatchOptions {
   std::string fieldSelector;
   std::string resourceVersion;  // "" = current state as ADDED events first
   bool allowWatchBookmarks = true;
-  int timeoutSeconds = 0;       // 0: the server's default
+  int timeoutSeconds = 0;  // 0: the server's default
 };
 
 // "/api/v1/nodes/n1", "/apis/gpu.cozystack.io/v1alpha1/gpunodes/n1/status", ...
-std::string ResourcePath(std::string_view group, std::string_view version,
-                         std::string_view plural, std::string_view ns = "",
-                         std::string_view name = "", std::string_view subresource = "");
+std::string ResourcePath(std::string_view group, std::string_view version, std::string_view plural,
+                         std::string_view ns = "", std::string_view name = "",
+                         std::string_view subresource = "");
 
 // Percent-encodes a query value (selectors carry '=', ',', '!', '(' ...).
 std::string EncodeQueryValue(std::string_view value);

@@ -8,20 +8,34 @@ namespace cozy::kube {
 
 std::string_view ErrorKindName(ErrorKind kind) {
   switch (kind) {
-    case ErrorKind::kTransport: return "Transport";
-    case ErrorKind::kNotFound: return "NotFound";
-    case ErrorKind::kResourceNotServed: return "ResourceNotServed";
-    case ErrorKind::kAlreadyExists: return "AlreadyExists";
-    case ErrorKind::kConflict: return "Conflict";
-    case ErrorKind::kInvalid: return "Invalid";
-    case ErrorKind::kExpired: return "Expired";
-    case ErrorKind::kTooManyRequests: return "TooManyRequests";
-    case ErrorKind::kUnauthorized: return "Unauthorized";
-    case ErrorKind::kForbidden: return "Forbidden";
-    case ErrorKind::kBadRequest: return "BadRequest";
-    case ErrorKind::kUnsupportedMediaType: return "UnsupportedMediaType";
-    case ErrorKind::kServerError: return "ServerError";
-    case ErrorKind::kOther: return "Other";
+    case ErrorKind::kTransport:
+      return "Transport";
+    case ErrorKind::kNotFound:
+      return "NotFound";
+    case ErrorKind::kResourceNotServed:
+      return "ResourceNotServed";
+    case ErrorKind::kAlreadyExists:
+      return "AlreadyExists";
+    case ErrorKind::kConflict:
+      return "Conflict";
+    case ErrorKind::kInvalid:
+      return "Invalid";
+    case ErrorKind::kExpired:
+      return "Expired";
+    case ErrorKind::kTooManyRequests:
+      return "TooManyRequests";
+    case ErrorKind::kUnauthorized:
+      return "Unauthorized";
+    case ErrorKind::kForbidden:
+      return "Forbidden";
+    case ErrorKind::kBadRequest:
+      return "BadRequest";
+    case ErrorKind::kUnsupportedMediaType:
+      return "UnsupportedMediaType";
+    case ErrorKind::kServerError:
+      return "ServerError";
+    case ErrorKind::kOther:
+      return "Other";
   }
   return "Other";
 }
@@ -89,16 +103,26 @@ ErrorKind ErrorKindFromStatus(int code, std::string_view reason) {
   if (reason == "BadRequest") return ErrorKind::kBadRequest;
   if (reason == "UnsupportedMediaType") return ErrorKind::kUnsupportedMediaType;
   switch (code) {
-    case 400: return ErrorKind::kBadRequest;
-    case 401: return ErrorKind::kUnauthorized;
-    case 403: return ErrorKind::kForbidden;
-    case 404: return ErrorKind::kNotFound;
-    case 409: return ErrorKind::kConflict;
-    case 410: return ErrorKind::kExpired;
-    case 415: return ErrorKind::kUnsupportedMediaType;
-    case 422: return ErrorKind::kInvalid;
-    case 429: return ErrorKind::kTooManyRequests;
-    default: break;
+    case 400:
+      return ErrorKind::kBadRequest;
+    case 401:
+      return ErrorKind::kUnauthorized;
+    case 403:
+      return ErrorKind::kForbidden;
+    case 404:
+      return ErrorKind::kNotFound;
+    case 409:
+      return ErrorKind::kConflict;
+    case 410:
+      return ErrorKind::kExpired;
+    case 415:
+      return ErrorKind::kUnsupportedMediaType;
+    case 422:
+      return ErrorKind::kInvalid;
+    case 429:
+      return ErrorKind::kTooManyRequests;
+    default:
+      break;
   }
   if (code >= 500 && code <= 599) return ErrorKind::kServerError;
   return ErrorKind::kOther;
@@ -119,8 +143,8 @@ ApiError ErrorFromResponse(int httpStatus, std::string_view contentType, std::st
     // is not served at all (research §3), which is not the same as a missing object.
     std::string text(body.substr(0, 200));
     while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
-    ErrorKind kind = httpStatus == 404 ? ErrorKind::kResourceNotServed
-                                       : ErrorKindFromStatus(httpStatus, "");
+    ErrorKind kind =
+        httpStatus == 404 ? ErrorKind::kResourceNotServed : ErrorKindFromStatus(httpStatus, "");
     return ApiError(kind, httpStatus, "", text, std::move(method), std::move(path), retryAfter);
   }
   std::string reason = status.value("reason", "");

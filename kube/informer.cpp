@@ -74,8 +74,8 @@ void Informer::HandleEvents() {
       watch_.reset();
       return;
     }
-    const json& metadata = event.object.contains("metadata") ? event.object["metadata"]
-                                                             : json::object();
+    const json& metadata =
+        event.object.contains("metadata") ? event.object["metadata"] : json::object();
     std::string version = metadata.value("resourceVersion", "");
     if (!version.empty()) resourceVersion_ = version;
     if (event.type == "BOOKMARK") continue;  // only moves the resourceVersion on
@@ -148,8 +148,8 @@ void Informer::RunFor(Duration duration, const std::function<bool()>& stop) {
     Duration wait = std::max(Duration::zero(), next - time.Now());
     std::vector<pollfd> polls;
     for (const auto& fd : Fds()) {
-      polls.push_back({fd.fd, static_cast<short>((fd.read ? POLLIN : 0) | (fd.write ? POLLOUT : 0)),
-                       0});
+      polls.push_back(
+          {fd.fd, static_cast<short>((fd.read ? POLLIN : 0) | (fd.write ? POLLOUT : 0)), 0});
     }
     if (!polls.empty()) {
       // Socket waits are real time; cap them so an injected clock still moves on.

@@ -29,10 +29,10 @@ struct InformerOptions {
 };
 
 struct InformerStats {
-  int lists = 0;    // LIST requests that succeeded
-  int watches = 0;  // watch requests opened
-  int expired = 0;  // 410s seen (each one causes a relist)
-  int failures = 0; // failed lists and watches (each one backs off)
+  int lists = 0;     // LIST requests that succeeded
+  int watches = 0;   // watch requests opened
+  int expired = 0;   // 410s seen (each one causes a relist)
+  int failures = 0;  // failed lists and watches (each one backs off)
 };
 
 class Informer {
@@ -41,8 +41,7 @@ class Informer {
   // between the old cache and the new list, in the same three types.
   using Handler = std::function<void(const WatchEvent&)>;
 
-  Informer(Client& client, std::string collectionPath, InformerOptions options,
-           Handler handler);
+  Informer(Client& client, std::string collectionPath, InformerOptions options, Handler handler);
   ~Informer();
 
   // Does whatever is due at `now`; returns when it wants to run again at the latest.

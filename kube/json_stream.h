@@ -21,8 +21,8 @@ class JsonStreamSplitter {
 
  private:
   std::string buffer_;
-  size_t start_ = 0;     // first byte not yet handed out
-  size_t scanned_ = 0;   // bytes of the current value already scanned
+  size_t start_ = 0;    // first byte not yet handed out
+  size_t scanned_ = 0;  // bytes of the current value already scanned
   int depth_ = 0;
   bool inString_ = false;
   bool escaped_ = false;

@@ -10,8 +10,7 @@
 namespace cozy::kube {
 using nlohmann::json;
 
-WatchStream::WatchStream(Client& client, std::string path, const std::string& url,
-                         long timeoutMs)
+WatchStream::WatchStream(Client& client, std::string path, const std::string& url, long timeoutMs)
     : client_(client), path_(std::move(path)) {
   easy_ = client_.NewConfiguredHandle(url, &headers_, "application/json");
   curl_easy_setopt(easy_, CURLOPT_HTTPGET, 1L);

@@ -23,8 +23,8 @@ struct FakeApiServer::ResourceType {
   bool custom = false;
   std::vector<std::string> shortNames;
   std::vector<std::string> categories;
-  json schema;   // openAPIV3Schema of a custom resource
-  json columns;  // additionalPrinterColumns
+  json schema;                           // openAPIV3Schema of a custom resource
+  json columns;                          // additionalPrinterColumns
   std::vector<std::string> fieldLabels;  // field selector labels beyond metadata.*
   std::string crdName;
 
@@ -56,7 +56,7 @@ struct StatusError {
 
 json StatusBody(int code, const std::string& reason, const std::string& message,
                 const json& details) {
-  json status = {{"kind", "Status"}, {"apiVersion", "v1"},     {"metadata", json::object()},
+  json status = {{"kind", "Status"},    {"apiVersion", "v1"}, {"metadata", json::object()},
                  {"status", "Failure"}, {"message", message}, {"reason", reason},
                  {"code", code}};
   if (!details.empty()) status["details"] = details;
@@ -77,7 +77,8 @@ void SendPlainNotFound(httplib::Response& response) {
 std::string PercentDecode(const std::string& text) {
   std::string out;
   for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '%' && i + 2 < text.size() && std::isxdigit(static_cast<unsigned char>(text[i + 1])) &&
+    if (text[i] == '%' && i + 2 < text.size() &&
+        std::isxdigit(static_cast<unsigned char>(text[i + 1])) &&
         std::isxdigit(static_cast<unsigned char>(text[i + 2]))) {
       out.push_back(static_cast<char>(std::stoi(text.substr(i + 1, 2), nullptr, 16)));
       i += 2;
@@ -153,15 +154,20 @@ Fault Fault::FromJson(const json& value) {
 }
 
 json Fault::ToJson() const {
-  return {{"method", method},       {"pathPrefix", pathPrefix},
-          {"watchOnly", watchOnly}, {"status", status},
-          {"retryAfterSeconds", retryAfterSeconds}, {"latencyMs", latencyMs},
-          {"dropConnection", dropConnection},       {"count", count}};
+  return {{"method", method},
+          {"pathPrefix", pathPrefix},
+          {"watchOnly", watchOnly},
+          {"status", status},
+          {"retryAfterSeconds", retryAfterSeconds},
+          {"latencyMs", latencyMs},
+          {"dropConnection", dropConnection},
+          {"count", count}};
 }
 
 json LoggedRequest::ToJson() const {
-  return {{"method", method}, {"path", path}, {"query", query}, {"contentType", contentType},
-          {"accept", accept}, {"body", body}, {"bearerToken", bearerToken}, {"status", status}};
+  return {{"method", method},           {"path", path},     {"query", query},
+          {"contentType", contentType}, {"accept", accept}, {"body", body},
+          {"bearerToken", bearerToken}, {"status", status}};
 }
 
 FakeApiServer::FakeApiServer(FakeApiServerOptions options) : options_(std::move(options)) {
@@ -215,8 +221,8 @@ void FakeApiServer::RegisterBuiltins() {
   pods.statusSubresource = true;
   pods.shortNames = {"po"};
   pods.categories = {"all"};
-  pods.fieldLabels = {"spec.nodeName",   "spec.restartPolicy",     "spec.schedulerName",
-                      "spec.serviceAccountName", "status.phase", "status.podIP",
+  pods.fieldLabels = {"spec.nodeName",           "spec.restartPolicy", "spec.schedulerName",
+                      "spec.serviceAccountName", "status.phase",       "status.podIP",
                       "status.nominatedNodeName"};
   add(pods);
   ResourceType namespaces;
@@ -265,9 +271,10 @@ void FakeApiServer::RegisterCrdLocked(const json& crd) {
     type.namespaced = spec.value("scope", "Namespaced") == "Namespaced";
     type.shortNames = names.value("shortNames", std::vector<std::string>{});
     type.categories = names.value("categories", std::vector<std::string>{});
-    type.statusSubresource = version.contains("subresources") &&
-                             version["subresources"].contains("status");
-    if (version.contains("schema")) type.schema = version["schema"].value("openAPIV3Schema", json());
+    type.statusSubresource =
+        version.contains("subresources") && version["subresources"].contains("status");
+    if (version.contains("schema"))
+      type.schema = version["schema"].value("openAPIV3Schema", json());
     type.columns = version.value("additionalPrinterColumns", json::array());
     for (const auto& field : version.value("selectableFields", json::array())) {
       std::string path = field.value("jsonPath", "");
@@ -340,8 +347,8 @@ std::shared_ptr<const FakeApiServer::ResourceType> FakeApiServer::FindType(
 void FakeApiServer::RecordEventLocked(const ResourceType& type, const std::string& eventType,
                                       const json& object) {
   uint64_t version = std::stoull(object["metadata"].value("resourceVersion", "0"));
-  history_.push_back(std::make_shared<const Event>(
-      Event{version, type.StoreKey(), eventType, object}));
+  history_.push_back(
+      std::make_shared<const Event>(Event{version, type.StoreKey(), eventType, object}));
   while (history_.size() > options_.historyLimit) {
     compactedThrough_ = history_.front()->resourceVersion;
     history_.pop_front();
@@ -359,10 +366,13 @@ json FakeApiServer::CreateLocked(const ResourceType& type, const std::string& ns
     name = metadata["generateName"].get<std::string>() + std::to_string(++uidCounter_);
   }
   if (name.empty()) {
-    throw StatusError{422, "Invalid",
-                      type.kind + " \"\" is invalid: metadata.name: Required value: name or "
-                                  "generateName is required",
-                      {{"kind", type.plural}, {"group", type.group},
+    throw StatusError{422,
+                      "Invalid",
+                      type.kind +
+                          " \"\" is invalid: metadata.name: Required value: name or "
+                          "generateName is required",
+                      {{"kind", type.plural},
+                       {"group", type.group},
                        {"causes", json::array({{{"reason", "FieldValueRequired"},
                                                 {"field", "metadata.name"},
                                                 {"message", "Required value"}}})}}};
@@ -381,7 +391,8 @@ json FakeApiServer::CreateLocked(const ResourceType& type, const std::string& ns
   auto& store = objects_[type.StoreKey()];
   std::string key = ObjectKey(type.namespaced ? ns : "", name);
   if (store.count(key)) {
-    throw StatusError{409, "AlreadyExists",
+    throw StatusError{409,
+                      "AlreadyExists",
                       type.Qualified() + " \"" + name + "\" already exists",
                       {{"name", name}, {"group", type.group}, {"kind", type.plural}}};
   }
@@ -403,11 +414,11 @@ json FakeApiServer::CreateLocked(const ResourceType& type, const std::string& ns
     if (type.plural == "pods") object["status"] = {{"phase", "Pending"}};
   }
   if (type.plural == "customresourcedefinitions") {
-    object["status"] = {{"conditions",
-                         json::array({{{"type", "NamesAccepted"}, {"status", "True"}},
-                                      {{"type", "Established"}, {"status", "True"}}})},
-                        {"acceptedNames", object["spec"].value("names", json::object())},
-                        {"storedVersions", json::array()}};
+    object["status"] = {
+        {"conditions", json::array({{{"type", "NamesAccepted"}, {"status", "True"}},
+                                    {{"type", "Established"}, {"status", "True"}}})},
+        {"acceptedNames", object["spec"].value("names", json::object())},
+        {"storedVersions", json::array()}};
   }
   if (type.custom) {
     PruneUnknownFields(object, type.schema);
@@ -417,15 +428,15 @@ json FakeApiServer::CreateLocked(const ResourceType& type, const std::string& ns
         json causes = json::array();
         std::string text;
         for (const auto& error : errors) {
-          causes.push_back({{"reason", error.reason}, {"field", error.field},
-                            {"message", error.message}});
+          causes.push_back(
+              {{"reason", error.reason}, {"field", error.field}, {"message", error.message}});
           text += (text.empty() ? "" : ", ") + error.field + ": " + error.message;
         }
-        throw StatusError{422, "Invalid",
-                          type.kind + "." + type.group + " \"" + name + "\" is invalid: [" +
-                              text + "]",
-                          {{"name", name}, {"group", type.group}, {"kind", type.kind},
-                           {"causes", causes}}};
+        throw StatusError{
+            422,
+            "Invalid",
+            type.kind + "." + type.group + " \"" + name + "\" is invalid: [" + text + "]",
+            {{"name", name}, {"group", type.group}, {"kind", type.kind}, {"causes", causes}}};
       }
     }
   }
@@ -436,8 +447,8 @@ json FakeApiServer::CreateLocked(const ResourceType& type, const std::string& ns
   return object;
 }
 
-json FakeApiServer::WriteLocked(const ResourceType& type, const std::string& key,
-                                const json& old, json updated, bool statusWrite) {
+json FakeApiServer::WriteLocked(const ResourceType& type, const std::string& key, const json& old,
+                                json updated, bool statusWrite) {
   json result;
   if (statusWrite) {
     // /status: everything but status comes from the stored object.
@@ -477,16 +488,16 @@ json FakeApiServer::WriteLocked(const ResourceType& type, const std::string& key
       json causes = json::array();
       std::string text;
       for (const auto& error : errors) {
-        causes.push_back({{"reason", error.reason}, {"field", error.field},
-                          {"message", error.message}});
+        causes.push_back(
+            {{"reason", error.reason}, {"field", error.field}, {"message", error.message}});
         text += (text.empty() ? "" : ", ") + error.field + ": " + error.message;
       }
       std::string name = old["metadata"].value("name", "");
-      throw StatusError{422, "Invalid",
-                        type.kind + "." + type.group + " \"" + name + "\" is invalid: [" + text +
-                            "]",
-                        {{"name", name}, {"group", type.group}, {"kind", type.kind},
-                         {"causes", causes}}};
+      throw StatusError{
+          422,
+          "Invalid",
+          type.kind + "." + type.group + " \"" + name + "\" is invalid: [" + text + "]",
+          {{"name", name}, {"group", type.group}, {"kind", type.kind}, {"causes", causes}}};
     }
   }
   // A write that changes nothing is not stored: no new resourceVersion, no event.
@@ -552,7 +563,9 @@ std::string FakeApiServer::url() const {
 std::string FakeApiServer::Kubeconfig(const std::string& token) const {
   std::string text =
       "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
-      "clusters:\n- name: fake\n  cluster:\n    server: " + url() + "\n"
+      "clusters:\n- name: fake\n  cluster:\n    server: " +
+      url() +
+      "\n"
       "contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n"
       "users:\n- name: fake\n  user:\n";
   text += token.empty() ? "    {}\n" : "    token: " + token + "\n";
@@ -627,9 +640,8 @@ json FakeApiServer::Seed(const json& object) {
 json FakeApiServer::Object(const std::string& apiVersion, const std::string& plural,
                            const std::string& ns, const std::string& name) const {
   std::lock_guard lock(mutex_);
-  std::string group = apiVersion.find('/') == std::string::npos
-                          ? ""
-                          : apiVersion.substr(0, apiVersion.find('/'));
+  std::string group =
+      apiVersion.find('/') == std::string::npos ? "" : apiVersion.substr(0, apiVersion.find('/'));
   auto store = objects_.find(group + "/" + plural);
   if (store == objects_.end()) return nullptr;
   auto it = store->second.find(ObjectKey(ns, name));
@@ -732,9 +744,8 @@ void FakeApiServer::Serve(const httplib::Request& request, httplib::Response& re
   if (fault && fault->dropConnection) {
     // Headers promise a body that never comes: the client sees the connection cut.
     response.status = 200;
-    response.set_content_provider(
-        1024, "application/json",
-        [](size_t, size_t, httplib::DataSink&) { return false; });
+    response.set_content_provider(1024, "application/json",
+                                  [](size_t, size_t, httplib::DataSink&) { return false; });
     finish(-1);
     return;
   }
@@ -749,7 +760,7 @@ void FakeApiServer::Serve(const httplib::Request& request, httplib::Response& re
       response.set_content("Too many requests, please try again later.\n",
                            "text/plain; charset=utf-8");
     } else {
-      std::string reason = code == 503 ? "ServiceUnavailable"
+      std::string reason = code == 503   ? "ServiceUnavailable"
                            : code == 504 ? "Timeout"
                            : code >= 500 ? "InternalError"
                                          : "BadRequest";
@@ -769,8 +780,8 @@ void FakeApiServer::Serve(const httplib::Request& request, httplib::Response& re
     Outcome outcome = Dispatch(request, response);
     finish(outcome.status);
   } catch (const StatusError& error) {
-    SendJson(response, error.code, StatusBody(error.code, error.reason, error.message,
-                                              error.details));
+    SendJson(response, error.code,
+             StatusBody(error.code, error.reason, error.message, error.details));
     finish(error.code);
   } catch (const std::exception& error) {
     SendJson(response, 500, StatusBody(500, "InternalError", error.what(), json::object()));
@@ -817,8 +828,8 @@ FakeApiServer::Outcome FakeApiServer::Discovery(const std::string& path,
              {{"kind", "APIVersions"},
               {"versions", {"v1"}},
               {"serverAddressByClientCIDRs",
-               {{{"clientCIDR", "0.0.0.0/0"}, {"serverAddress", options_.host + ":" +
-                                                                    std::to_string(port_)}}}}});
+               {{{"clientCIDR", "0.0.0.0/0"},
+                 {"serverAddress", options_.host + ":" + std::to_string(port_)}}}}});
     return {200};
   }
   if (path == "/apis") {
@@ -827,8 +838,8 @@ FakeApiServer::Outcome FakeApiServer::Discovery(const std::string& path,
       if (group.empty()) continue;
       json entry = {{"name", group}, {"versions", json::array()}};
       for (const auto& version : versions) {
-        entry["versions"].push_back({{"groupVersion", group + "/" + version},
-                                     {"version", version}});
+        entry["versions"].push_back(
+            {{"groupVersion", group + "/" + version}, {"version", version}});
       }
       entry["preferredVersion"] = entry["versions"][0];
       list["groups"].push_back(entry);
@@ -838,10 +849,15 @@ FakeApiServer::Outcome FakeApiServer::Discovery(const std::string& path,
   }
   if (path == "/version") {
     SendJson(response, 200,
-             {{"major", "1"}, {"minor", "32"}, {"gitVersion", "v1.32.0-cozy-fake"},
-              {"gitCommit", "0000000"}, {"gitTreeState", "clean"},
-              {"buildDate", "2025-01-01T00:00:00Z"}, {"goVersion", "go1.23"},
-              {"compiler", "gc"}, {"platform", "linux/amd64"}});
+             {{"major", "1"},
+              {"minor", "32"},
+              {"gitVersion", "v1.32.0-cozy-fake"},
+              {"gitCommit", "0000000"},
+              {"gitTreeState", "clean"},
+              {"buildDate", "2025-01-01T00:00:00Z"},
+              {"goVersion", "go1.23"},
+              {"compiler", "gc"},
+              {"platform", "linux/amd64"}});
     return {200};
   }
   if (path == "/openapi/v3") {
@@ -851,8 +867,8 @@ FakeApiServer::Outcome FakeApiServer::Discovery(const std::string& path,
     for (const auto& [group, versions] : groups) {
       for (const auto& version : versions) {
         std::string gv = group.empty() ? "api/" + version : "apis/" + group + "/" + version;
-        paths[gv] = {{"serverRelativeURL", "/openapi/v3/" + gv + "?hash=" +
-                                               std::to_string(resourceVersion_)}};
+        paths[gv] = {{"serverRelativeURL",
+                      "/openapi/v3/" + gv + "?hash=" + std::to_string(resourceVersion_)}};
       }
     }
     SendJson(response, 200, {{"paths", paths}});
@@ -924,9 +940,11 @@ FakeApiServer::Outcome FakeApiServer::Discovery(const std::string& path,
 
 json FakeApiServer::Table(const ResourceType& type, const std::vector<json>& objects,
                           const std::string& resourceVersion) const {
-  json columns = json::array(
-      {{{"name", "Name"}, {"type", "string"}, {"format", "name"},
-        {"description", "Name must be unique within a namespace."}, {"priority", 0}}});
+  json columns = json::array({{{"name", "Name"},
+                               {"type", "string"},
+                               {"format", "name"},
+                               {"description", "Name must be unique within a namespace."},
+                               {"priority", 0}}});
   auto now = std::chrono::system_clock::now();
   auto age = [&now](const json& object) -> json {
     auto created = ParseTimestamp(object["metadata"].value("creationTimestamp", ""));
@@ -936,14 +954,17 @@ json FakeApiServer::Table(const ResourceType& type, const std::vector<json>& obj
   std::function<json(const json&)> cells;
   auto column = [&columns](const std::string& name, const std::string& columnType,
                            int priority = 0) {
-    columns.push_back({{"name", name}, {"type", columnType}, {"format", ""},
-                       {"description", name}, {"priority", priority}});
+    columns.push_back({{"name", name},
+                       {"type", columnType},
+                       {"format", ""},
+                       {"description", name},
+                       {"priority", priority}});
   };
   if (type.custom) {
     json printer = type.columns;
     if (printer.empty()) {
-      printer = json::array({{{"name", "Age"}, {"type", "date"},
-                              {"jsonPath", ".metadata.creationTimestamp"}}});
+      printer = json::array(
+          {{{"name", "Age"}, {"type", "date"}, {"jsonPath", ".metadata.creationTimestamp"}}});
     }
     for (const auto& definition : printer) {
       columns.push_back({{"name", definition.value("name", "")},
@@ -991,8 +1012,8 @@ json FakeApiServer::Table(const ResourceType& type, const std::vector<json>& obj
     column("Version", "string");
     cells = [age](const json& object) {
       std::string status = "NotReady";
-      for (const auto& condition : object.value("status", json::object())
-                                        .value("conditions", json::array())) {
+      for (const auto& condition :
+           object.value("status", json::object()).value("conditions", json::array())) {
         if (condition.value("type", "") == "Ready" && condition.value("status", "") == "True") {
           status = "Ready";
         }
@@ -1009,8 +1030,8 @@ json FakeApiServer::Table(const ResourceType& type, const std::vector<json>& obj
       std::string version = object.value("status", json::object())
                                 .value("nodeInfo", json::object())
                                 .value("kubeletVersion", "");
-      return json::array({object["metadata"].value("name", ""), status, roles.empty() ? "<none>" : roles,
-                          age(object), version});
+      return json::array({object["metadata"].value("name", ""), status,
+                          roles.empty() ? "<none>" : roles, age(object), version});
     };
   } else if (type.plural == "pods") {
     column("Ready", "string");
@@ -1018,14 +1039,13 @@ json FakeApiServer::Table(const ResourceType& type, const std::vector<json>& obj
     column("Restarts", "string");
     column("Age", "string");
     cells = [age](const json& object) {
-      size_t containers = object.value("spec", json::object())
-                              .value("containers", json::array())
-                              .size();
+      size_t containers =
+          object.value("spec", json::object()).value("containers", json::array()).size();
       std::string phase = object.value("status", json::object()).value("phase", "");
-      return json::array({object["metadata"].value("name", ""),
-                          std::to_string(phase == "Running" ? containers : 0) + "/" +
-                              std::to_string(containers),
-                          phase, "0", age(object)});
+      return json::array(
+          {object["metadata"].value("name", ""),
+           std::to_string(phase == "Running" ? containers : 0) + "/" + std::to_string(containers),
+           phase, "0", age(object)});
     };
   } else {
     column(type.plural == "customresourcedefinitions" ? "Created At" : "Age", "string");
@@ -1082,9 +1102,8 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
   auto parts = Split(path);
   bool core = parts.size() >= 2 && parts[0] == "api";
   bool grouped = parts.size() >= 3 && parts[0] == "apis";
-  if (path == "/api" || path == "/apis" || path == "/version" ||
-      path.rfind("/openapi/", 0) == 0 || (core && parts.size() == 2) ||
-      (grouped && parts.size() == 3)) {
+  if (path == "/api" || path == "/apis" || path == "/version" || path.rfind("/openapi/", 0) == 0 ||
+      (core && parts.size() == 2) || (grouped && parts.size() == 3)) {
     return Discovery(path, response);
   }
   if (!core && !grouped) {
@@ -1132,7 +1151,8 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
   const bool statusWrite = subresource == "status";
   const std::string& method = request.method;
   auto notFound = [&type](const std::string& missing) {
-    return StatusError{404, "NotFound",
+    return StatusError{404,
+                       "NotFound",
                        type->Qualified() + " \"" + missing + "\" not found",
                        {{"name", missing}, {"group", type->group}, {"kind", type->plural}}};
   };
@@ -1161,15 +1181,15 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
                        std::find(type->fieldLabels.begin(), type->fieldLabels.end(),
                                  requirement.field) != type->fieldLabels.end();
       if (!supported) {
-        throw StatusError{400, "BadRequest",
-                          "field label not supported: " + requirement.field, json::object()};
+        throw StatusError{400, "BadRequest", "field label not supported: " + requirement.field,
+                          json::object()};
       }
     }
     if (ParamTrue(request, "watch")) {
       if (request.has_param("sendInitialEvents")) {
         // Streaming lists are not implemented: informers fall back to LIST on this error.
-        throw StatusError{422, "Invalid",
-                          "sendInitialEvents is not supported by this server", json::object()};
+        throw StatusError{422, "Invalid", "sendInitialEvents is not supported by this server",
+                          json::object()};
       }
       Watch(request, response, type, ns);
       return {200};
@@ -1186,9 +1206,8 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
       }
     }
     // Pages: `continue` is the offset into this (always fresh) list.
-    size_t offset = request.has_param("continue")
-                        ? std::stoul(request.get_param_value("continue"))
-                        : 0;
+    size_t offset =
+        request.has_param("continue") ? std::stoul(request.get_param_value("continue")) : 0;
     size_t limit = request.has_param("limit") ? std::stoul(request.get_param_value("limit")) : 0;
     std::string next;
     if (offset > 0 || (limit > 0 && items.size() > offset + limit)) {
@@ -1214,8 +1233,7 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
   if (method == "POST" && name.empty() && subresource.empty()) {
     json body = json::parse(request.body, nullptr, false);
     if (body.is_discarded() || !body.is_object()) {
-      throw StatusError{400, "BadRequest", "the request body is not a JSON object",
-                        json::object()};
+      throw StatusError{400, "BadRequest", "the request body is not a JSON object", json::object()};
     }
     std::string bodyKind = body.value("kind", "");
     if (!bodyKind.empty() && bodyKind != type->kind) {
@@ -1311,7 +1329,8 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
       }
       std::string sent = body["metadata"].value("resourceVersion", "");
       if (sent.empty() && type->custom) {
-        throw StatusError{422, "Invalid",
+        throw StatusError{422,
+                          "Invalid",
                           type->kind + "." + type->group + " \"" + name +
                               "\" is invalid: metadata.resourceVersion: Invalid value: 0x0: "
                               "must be specified for an update",
@@ -1328,7 +1347,8 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
       try {
         updated = old.patch(body);
       } catch (const json::exception&) {
-        throw StatusError{422, "Invalid",
+        throw StatusError{422,
+                          "Invalid",
                           "the server rejected our request due to an error in our request",
                           {{"name", name}, {"group", type->group}, {"kind", type->kind}}};
       }
@@ -1345,9 +1365,10 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
     std::string sent = updated.value("metadata", json::object()).value("resourceVersion", "");
     if (method == "PUT" || (!sent.empty() && sent != currentVersion)) {
       if (!sent.empty() && sent != currentVersion) {
-        throw StatusError{409, "Conflict",
-                          "Operation cannot be fulfilled on " + type->Qualified() + " \"" +
-                              name + "\": the object has been modified; please apply your "
+        throw StatusError{409,
+                          "Conflict",
+                          "Operation cannot be fulfilled on " + type->Qualified() + " \"" + name +
+                              "\": the object has been modified; please apply your "
                               "changes to the latest version and try again",
                           {{"name", name}, {"group", type->group}, {"kind", type->plural}}};
       }
@@ -1370,9 +1391,8 @@ void FakeApiServer::Watch(const httplib::Request& request, httplib::Response& re
   if (request.has_param("fieldSelector")) {
     selectors.fields = ParseFieldSelector(request.get_param_value("fieldSelector"));
   }
-  std::string from = request.has_param("resourceVersion")
-                         ? request.get_param_value("resourceVersion")
-                         : "";
+  std::string from =
+      request.has_param("resourceVersion") ? request.get_param_value("resourceVersion") : "";
   bool bookmarks = ParamTrue(request, "allowWatchBookmarks");
   int timeoutSeconds = request.has_param("timeoutSeconds")
                            ? std::stoi(request.get_param_value("timeoutSeconds"))

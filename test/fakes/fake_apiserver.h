@@ -31,17 +31,16 @@ namespace cozy::fake {
 
 // A fault matches requests by method and path prefix and changes their answer.
 struct Fault {
-  std::string method;      // "" = every method
-  std::string pathPrefix;  // "" = every path (control paths are never faulted)
-  bool watchOnly = false;  // only requests with watch=1
-  int status = 0;          // answer this code instead (0: do not change the answer)
-  int retryAfterSeconds = -1;  // Retry-After header (and Status details) when >= 0
-  int latencyMs = 0;           // wait before answering
-  bool dropConnection = false; // cut the connection after the headers: no valid response
-  int count = -1;              // how many requests it hits; -1 until cleared
+  std::string method;           // "" = every method
+  std::string pathPrefix;       // "" = every path (control paths are never faulted)
+  bool watchOnly = false;       // only requests with watch=1
+  int status = 0;               // answer this code instead (0: do not change the answer)
+  int retryAfterSeconds = -1;   // Retry-After header (and Status details) when >= 0
+  int latencyMs = 0;            // wait before answering
+  bool dropConnection = false;  // cut the connection after the headers: no valid response
+  int count = -1;               // how many requests it hits; -1 until cleared
   // Answers `status` to the next `count` requests (of `method`, when given).
-  static Fault Answer(int status, int count, std::string method = "",
-                      int retryAfterSeconds = -1);
+  static Fault Answer(int status, int count, std::string method = "", int retryAfterSeconds = -1);
   // Cuts the connection of the next `count` requests (of `method`, when given).
   static Fault Drop(int count, std::string method = "");
   static Fault FromJson(const nlohmann::json& json);
@@ -51,7 +50,7 @@ struct Fault {
 struct LoggedRequest {
   std::string method;
   std::string path;
-  std::string query;        // raw, without '?'
+  std::string query;  // raw, without '?'
   std::string contentType;
   std::string accept;
   std::string body;
@@ -62,7 +61,7 @@ struct LoggedRequest {
 
 struct FakeApiServerOptions {
   std::string host = "127.0.0.1";
-  int port = 0;  // 0: any free port
+  int port = 0;                                 // 0: any free port
   std::vector<std::filesystem::path> crdPaths;  // files or folders of CRD YAML, loaded at start
   std::chrono::milliseconds bookmarkInterval{1000};  // real servers: about a minute
   size_t historyLimit = 10000;  // watch events kept for resuming; older ones are compacted
@@ -113,8 +112,7 @@ class FakeApiServer {
   bool HandleControl(const httplib::Request& request, httplib::Response& response);
   Outcome Dispatch(const httplib::Request& request, httplib::Response& response);
   Outcome Discovery(const std::string& path, httplib::Response& response);
-  std::shared_ptr<const ResourceType> FindType(const std::string& group,
-                                               const std::string& version,
+  std::shared_ptr<const ResourceType> FindType(const std::string& group, const std::string& version,
                                                const std::string& plural) const;
   void RegisterBuiltins();
   void RegisterCrdLocked(const nlohmann::json& crd);
@@ -123,8 +121,7 @@ class FakeApiServer {
   nlohmann::json CreateLocked(const ResourceType& type, const std::string& ns,
                               nlohmann::json object, bool validate);
   nlohmann::json WriteLocked(const ResourceType& type, const std::string& key,
-                             const nlohmann::json& old, nlohmann::json updated,
-                             bool statusWrite);
+                             const nlohmann::json& old, nlohmann::json updated, bool statusWrite);
   void RecordEventLocked(const ResourceType& type, const std::string& eventType,
                          const nlohmann::json& object);
   void Watch(const httplib::Request& request, httplib::Response& response,

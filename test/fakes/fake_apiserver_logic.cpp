@@ -43,7 +43,8 @@ json NodeToJson(const YAML::Node& node) {
     }
     case YAML::NodeType::Map: {
       json object = json::object();
-      for (const auto& entry : node) object[entry.first.as<std::string>()] = NodeToJson(entry.second);
+      for (const auto& entry : node)
+        object[entry.first.as<std::string>()] = NodeToJson(entry.second);
       return object;
     }
   }
@@ -87,17 +88,17 @@ void Validate(const json& value, const json& schema, const std::string& field,
   const std::string where = field.empty() ? "<root>" : field;
   if (value.is_null()) {
     if (!schema.value("nullable", false)) {
-      errors.push_back({"FieldValueInvalid", where,
-                        where + " in body must be of type " + schema.value("type", "object") +
-                            ": \"null\""});
+      errors.push_back(
+          {"FieldValueInvalid", where,
+           where + " in body must be of type " + schema.value("type", "object") + ": \"null\""});
     }
     return;
   }
   std::string type = schema.value("type", "");
   if (!TypeMatches(type, value)) {
-    errors.push_back({"FieldValueInvalid", where,
-                      where + " in body must be of type " + type + ": \"" + JsonTypeName(value) +
-                          "\""});
+    errors.push_back(
+        {"FieldValueInvalid", where,
+         where + " in body must be of type " + type + ": \"" + JsonTypeName(value) + "\""});
     return;
   }
   if (schema.contains("enum") && schema["enum"].is_array()) {
@@ -105,29 +106,30 @@ void Validate(const json& value, const json& schema, const std::string& field,
     for (const auto& allowed : schema["enum"]) found = found || allowed == value;
     if (!found) {
       std::string list;
-      for (const auto& allowed : schema["enum"]) list += (list.empty() ? "" : ", ") + allowed.dump();
+      for (const auto& allowed : schema["enum"])
+        list += (list.empty() ? "" : ", ") + allowed.dump();
       errors.push_back({"FieldValueNotSupported", where,
                         "Unsupported value: " + value.dump() + ": supported values: " + list});
     }
   }
   if (value.is_number()) {
     if (schema.contains("minimum") && value.get<double>() < schema["minimum"].get<double>()) {
-      errors.push_back({"FieldValueInvalid", where,
-                        where + " in body should be greater than or equal to " +
-                            schema["minimum"].dump()});
+      errors.push_back(
+          {"FieldValueInvalid", where,
+           where + " in body should be greater than or equal to " + schema["minimum"].dump()});
     }
     if (schema.contains("maximum") && value.get<double>() > schema["maximum"].get<double>()) {
-      errors.push_back({"FieldValueInvalid", where,
-                        where + " in body should be less than or equal to " +
-                            schema["maximum"].dump()});
+      errors.push_back(
+          {"FieldValueInvalid", where,
+           where + " in body should be less than or equal to " + schema["maximum"].dump()});
     }
   }
   if (value.is_string() && schema.contains("pattern")) {
     if (!std::regex_search(value.get<std::string>(),
                            std::regex(schema["pattern"].get<std::string>()))) {
-      errors.push_back({"FieldValueInvalid", where,
-                        where + " in body should match '" +
-                            schema["pattern"].get<std::string>() + "'"});
+      errors.push_back(
+          {"FieldValueInvalid", where,
+           where + " in body should match '" + schema["pattern"].get<std::string>() + "'"});
     }
   }
   if (value.is_object()) {
@@ -385,8 +387,8 @@ std::vector<FieldRequirement> ParseFieldSelector(const std::string& text) {
       if (at != std::string::npos) break;
     }
     if (at == std::string::npos) {
-      throw std::invalid_argument("invalid selector: '" + text + "'; can't understand '" +
-                                  term + "'");
+      throw std::invalid_argument("invalid selector: '" + text + "'; can't understand '" + term +
+                                  "'");
     }
     requirement.field = Trim(term.substr(0, at));
     requirement.value = unescape(term.substr(at + width));
@@ -457,8 +459,8 @@ void Prune(json& object, const json& schema, bool root) {
   if (!schema.is_object() || schema.value("x-kubernetes-preserve-unknown-fields", false)) return;
   if (object.is_object()) {
     const json& properties = schema.contains("properties") ? schema["properties"] : json();
-    bool isMap = schema.contains("additionalProperties") &&
-                 schema["additionalProperties"].is_object();
+    bool isMap =
+        schema.contains("additionalProperties") && schema["additionalProperties"].is_object();
     for (auto it = object.begin(); it != object.end();) {
       if (root && (it.key() == "apiVersion" || it.key() == "kind" || it.key() == "metadata")) {
         ++it;  // ObjectMeta is the server's own, never pruned by the CRD's schema
@@ -493,16 +495,20 @@ std::string HumanDuration(std::chrono::seconds age) {
   auto text = [](long long value, const char* unit) { return std::to_string(value) + unit; };
   if (s < 120) return text(s, "s");
   long long minutes = s / 60;
-  if (minutes < 10) return s % 60 == 0 ? text(minutes, "m") : text(minutes, "m") + text(s % 60, "s");
+  if (minutes < 10)
+    return s % 60 == 0 ? text(minutes, "m") : text(minutes, "m") + text(s % 60, "s");
   if (minutes < 180) return text(minutes, "m");
   long long hours = s / 3600;
-  if (hours < 8) return minutes % 60 == 0 ? text(hours, "h") : text(hours, "h") + text(minutes % 60, "m");
+  if (hours < 8)
+    return minutes % 60 == 0 ? text(hours, "h") : text(hours, "h") + text(minutes % 60, "m");
   if (hours < 48) return text(hours, "h");
   long long days = hours / 24;
-  if (hours < 192) return hours % 24 == 0 ? text(days, "d") : text(days, "d") + text(hours % 24, "h");
+  if (hours < 192)
+    return hours % 24 == 0 ? text(days, "d") : text(days, "d") + text(hours % 24, "h");
   if (days < 365 * 2) return text(days, "d");
   long long years = days / 365;
-  if (years < 8) return days % 365 == 0 ? text(years, "y") : text(years, "y") + text(days % 365, "d");
+  if (years < 8)
+    return days % 365 == 0 ? text(years, "y") : text(years, "y") + text(days % 365, "d");
   return text(years, "y");
 }
 

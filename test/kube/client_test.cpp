@@ -105,10 +105,12 @@ TEST(InClusterConfig, ServiceEnvTokenCaAndNamespace) {
 }
 
 TEST(Errors, PlainNotFoundIsAnUnservedKindAndStatusNotFoundIsAMissingObject) {
-  ApiError plain = ErrorFromResponse(404, "text/plain; charset=utf-8", "404 page not found\n",
-                                     "", "GET", "/apis/x/v1/things/a");
+  ApiError plain = ErrorFromResponse(404, "text/plain; charset=utf-8", "404 page not found\n", "",
+                                     "GET", "/apis/x/v1/things/a");
   EXPECT_EQ(plain.kind(), ErrorKind::kResourceNotServed);
-  json status = {{"kind", "Status"}, {"code", 404}, {"reason", "NotFound"},
+  json status = {{"kind", "Status"},
+                 {"code", 404},
+                 {"reason", "NotFound"},
                  {"details", {{"name", "a"}, {"kind", "things"}}}};
   ApiError missing = ErrorFromResponse(404, "application/json", status.dump(), "", "GET", "/p");
   EXPECT_EQ(missing.kind(), ErrorKind::kNotFound);
@@ -121,16 +123,19 @@ TEST(Errors, ReasonsCodesAndRetryAfter) {
   auto status = [](int code, const char* reason) {
     return json({{"kind", "Status"}, {"code", code}, {"reason", reason}}).dump();
   };
-  EXPECT_EQ(ErrorFromResponse(409, "application/json", status(409, "Conflict"), "", "", "")
-                .kind(), ErrorKind::kConflict);
-  EXPECT_EQ(ErrorFromResponse(409, "application/json", status(409, "AlreadyExists"), "", "", "")
-                .kind(), ErrorKind::kAlreadyExists);
-  EXPECT_EQ(ErrorFromResponse(422, "application/json", status(422, "Invalid"), "", "", "")
-                .kind(), ErrorKind::kInvalid);
+  EXPECT_EQ(ErrorFromResponse(409, "application/json", status(409, "Conflict"), "", "", "").kind(),
+            ErrorKind::kConflict);
+  EXPECT_EQ(
+      ErrorFromResponse(409, "application/json", status(409, "AlreadyExists"), "", "", "").kind(),
+      ErrorKind::kAlreadyExists);
+  EXPECT_EQ(ErrorFromResponse(422, "application/json", status(422, "Invalid"), "", "", "").kind(),
+            ErrorKind::kInvalid);
   ApiError throttled = ErrorFromResponse(429, "text/plain", "Too many requests", "3\r\n", "", "");
   EXPECT_EQ(throttled.kind(), ErrorKind::kTooManyRequests);
   EXPECT_EQ(throttled.retryAfter(), std::chrono::seconds(3));
-  json unavailable = {{"kind", "Status"}, {"code", 503}, {"reason", "ServiceUnavailable"},
+  json unavailable = {{"kind", "Status"},
+                      {"code", 503},
+                      {"reason", "ServiceUnavailable"},
                       {"details", {{"retryAfterSeconds", 5}}}};
   ApiError down = ErrorFromResponse(503, "application/json", unavailable.dump(), "", "", "");
   EXPECT_EQ(down.kind(), ErrorKind::kServerError);
@@ -175,7 +180,7 @@ TEST(TokenSource, RereadWhenOldOrAfterInvalidateKeepingTheLastGoodToken) {
   time.Advance(21s);
   EXPECT_EQ(tokens.Token(), "two");  // older than 50 s: re-read
   WriteFile(file, "three");
-  tokens.Invalidate();               // after a 401
+  tokens.Invalidate();  // after a 401
   EXPECT_EQ(tokens.Token(), "three");
   WriteFile(file, "");
   tokens.Invalidate();
@@ -185,7 +190,9 @@ TEST(TokenSource, RereadWhenOldOrAfterInvalidateKeepingTheLastGoodToken) {
 
 TEST(JsonStreamSplitter, ValuesSplitAcrossReadsAndSeveralInOne) {
   JsonStreamSplitter splitter;
-  splitter.Feed(R"({"type":"ADDED","object":{"s":"a}\"{"}})" "\n" R"({"type":"MOD)");
+  splitter.Feed(R"({"type":"ADDED","object":{"s":"a}\"{"}})"
+                "\n"
+                R"({"type":"MOD)");
   auto first = splitter.Next();
   ASSERT_TRUE(first);
   EXPECT_EQ(json::parse(*first)["object"]["s"], "a}\"{");
@@ -290,9 +297,8 @@ TEST_F(ClientTest, ListsWithFieldAndLabelSelectorsAndPages) {
 TEST_F(ClientTest, WatchStreamDeliversEventsAndBookmarks) {
   server_->Seed(Pod("a", "n1"));
   json list = client_->List("/api/v1/pods");
-  auto watch = client_->Watch("/api/v1/pods",
-                              {"", "spec.nodeName=n1", list["metadata"]["resourceVersion"], true,
-                               5});
+  auto watch = client_->Watch(
+      "/api/v1/pods", {"", "spec.nodeName=n1", list["metadata"]["resourceVersion"], true, 5});
   server_->Seed(Pod("b", "n2"));
   server_->Seed(Pod("c", "n1"));
   std::vector<WatchEvent> events;

@@ -4,8 +4,8 @@
 
 #include <cstdio>
 #include <fstream>
-#include <set>
 #include <regex>
+#include <set>
 
 #include <gtest/gtest.h>
 
@@ -49,8 +49,10 @@ TEST(FakeLogic, FieldSelectorsWithEscapes) {
 }
 
 TEST(FakeLogic, JsonPathSubsetOfPrinterColumns) {
-  json object = {{"status", {{"devices", {{{"pciAddress", "a"}, {"health", "Healthy"}},
-                                          {{"pciAddress", "b"}, {"health", "Unhealthy"}}}}}}};
+  json object = {{"status",
+                  {{"devices",
+                    {{{"pciAddress", "a"}, {"health", "Healthy"}},
+                     {{"pciAddress", "b"}, {"health", "Unhealthy"}}}}}}};
   EXPECT_EQ(EvaluateJsonPath(object, ".status.devices[1].pciAddress"), std::vector<json>{"b"});
   EXPECT_EQ(EvaluateJsonPath(object, ".status.devices[*].pciAddress"),
             (std::vector<json>{"a", "b"}));
@@ -72,11 +74,17 @@ TEST(FakeLogic, HumanDurationAsKubectlPrintsAges) {
 
 TEST(GpuNodeCrd, SchemaRefusesBadTypesEnumsAndMissingFieldsAndPrunesUnknownOnes) {
   json schema = GpuNodeCrdSchema();
-  json object = {{"apiVersion", "gpu.cozystack.io/v1alpha1"}, {"kind", "GPUNode"},
+  json object = {{"apiVersion", "gpu.cozystack.io/v1alpha1"},
+                 {"kind", "GPUNode"},
                  {"metadata", {{"name", "n1"}, {"labels", {{"a", "b"}}}}},
-                 {"status", {{"devices", {{{"pciAddress", "0000:3b:00.0"}, {"vendorID", "10de"},
-                                           {"deviceID", "20b5"}, {"iommuGroup", "7"},
-                                           {"health", "Fine"}, {"extra", 1}}}}}}};
+                 {"status",
+                  {{"devices",
+                    {{{"pciAddress", "0000:3b:00.0"},
+                      {"vendorID", "10de"},
+                      {"deviceID", "20b5"},
+                      {"iommuGroup", "7"},
+                      {"health", "Fine"},
+                      {"extra", 1}}}}}}};
   PruneUnknownFields(object, schema);
   EXPECT_FALSE(object["status"]["devices"][0].contains("extra"));
   EXPECT_EQ(object["metadata"]["labels"]["a"], "b");  // metadata is never pruned
@@ -84,17 +92,16 @@ TEST(GpuNodeCrd, SchemaRefusesBadTypesEnumsAndMissingFieldsAndPrunesUnknownOnes)
   for (const auto& error : ValidateAgainstSchema(object, schema)) {
     problems.insert(error.reason + " " + error.field);
   }
-  EXPECT_EQ(problems, (std::set<std::string>{
-                          "FieldValueInvalid status.devices[0].iommuGroup",
-                          "FieldValueNotSupported status.devices[0].health",
-                          "FieldValueRequired status.devices[0].classCode"}));
+  EXPECT_EQ(problems, (std::set<std::string>{"FieldValueInvalid status.devices[0].iommuGroup",
+                                             "FieldValueNotSupported status.devices[0].health",
+                                             "FieldValueRequired status.devices[0].classCode"}));
 }
 
 TEST(GpuNodeCrd, EveryFixtureHostsStatusFitsTheSchemaUnpruned) {
   json schema = GpuNodeCrdSchema();
-  for (const char* spec : {"a100-vfio", "h200-vfio", "hgx-h100", "l40s-sriov-mdev",
-                           "l40s-vendor-vfio", "mi210-vfio", "mi300x-sriov", "no-iommu",
-                           "rtx3090-audio-snd", "rtx3090-vfio", "t4-mdev", "no-gpu"}) {
+  for (const char* spec :
+       {"a100-vfio", "h200-vfio", "hgx-h100", "l40s-sriov-mdev", "l40s-vendor-vfio", "mi210-vfio",
+        "mi300x-sriov", "no-iommu", "rtx3090-audio-snd", "rtx3090-vfio", "t4-mdev", "no-gpu"}) {
     testing::FixtureHost host(spec);
     json object = agent::BuildGpuNode("n1", agent::BuildStatus(host.Scan()));
     // The units the agent adds once pod-resources answers.
@@ -121,7 +128,8 @@ class FakeServerTest : public ::testing::Test {
   void SetUp() override {
     server_ = StartFakeApiServer();
     client_ = std::make_unique<kube::Client>(ConfigFor(*server_), TestClientOptions(time_));
-    client_->Create(kGpuNodes, {{"metadata", {{"name", "n1"}}}, {"spec", json::object()},
+    client_->Create(kGpuNodes, {{"metadata", {{"name", "n1"}}},
+                                {"spec", json::object()},
                                 {"status", {{"resourceNames", {"x"}}}}});
   }
   kube::FakeTimeSource time_;
@@ -136,7 +144,7 @@ TEST_F(FakeServerTest, StatusSubresourceRulesAndGeneration) {
 
   json afterMain = client_->MergePatch(kGpuNodes + "/n1",
                                        {{"spec", {{"x", 1}}}, {"status", {{"unplaced", {}}}}});
-  EXPECT_FALSE(afterMain.contains("status"));  // main resource ignores status
+  EXPECT_FALSE(afterMain.contains("status"));         // main resource ignores status
   EXPECT_EQ(afterMain["metadata"]["generation"], 1);  // spec {} has no fields: pruned
 
   json afterStatus = client_->MergePatch(
@@ -144,11 +152,12 @@ TEST_F(FakeServerTest, StatusSubresourceRulesAndGeneration) {
       {{"metadata", {{"labels", {{"l", "v"}}}}}, {"status", {{"resourceNames", {"a"}}}}});
   EXPECT_EQ(afterStatus["status"]["resourceNames"], json({"a"}));
   EXPECT_FALSE(afterStatus["metadata"].contains("labels"));  // /status ignores metadata
-  EXPECT_EQ(afterStatus["metadata"]["generation"], 1);        // status never moves it
+  EXPECT_EQ(afterStatus["metadata"]["generation"], 1);       // status never moves it
   EXPECT_NE(afterStatus["metadata"]["resourceVersion"], afterMain["metadata"]["resourceVersion"]);
 
   // A write that changes nothing keeps the resourceVersion.
-  json same = client_->MergePatch(kGpuNodes + "/n1/status", {{"status", {{"resourceNames", {"a"}}}}});
+  json same =
+      client_->MergePatch(kGpuNodes + "/n1/status", {{"status", {{"resourceNames", {"a"}}}}});
   EXPECT_EQ(same["metadata"]["resourceVersion"], afterStatus["metadata"]["resourceVersion"]);
 }
 
@@ -164,11 +173,9 @@ TEST_F(FakeServerTest, OptimisticConcurrencyAndCustomResourceUpdateRules) {
     }
     return kube::ErrorKind::kOther;
   };
-  EXPECT_EQ(kindOf([&] { client_->Update(kGpuNodes + "/n1", stale); }),
-            kube::ErrorKind::kConflict);
+  EXPECT_EQ(kindOf([&] { client_->Update(kGpuNodes + "/n1", stale); }), kube::ErrorKind::kConflict);
   EXPECT_EQ(kindOf([&] {
-              client_->MergePatch(kGpuNodes + "/n1",
-                                  {{"metadata", {{"resourceVersion", "1"}}}});
+              client_->MergePatch(kGpuNodes + "/n1", {{"metadata", {{"resourceVersion", "1"}}}});
             }),
             kube::ErrorKind::kConflict);
   stale["metadata"].erase("resourceVersion");
@@ -180,7 +187,9 @@ TEST_F(FakeServerTest, OptimisticConcurrencyAndCustomResourceUpdateRules) {
                                "application/strategic-merge-patch+json");
             }),
             kube::ErrorKind::kUnsupportedMediaType);
-  EXPECT_EQ(kindOf([&] { client_->Create(kGpuNodes, {{"metadata", {{"name", "n1"}}}}); }),
+  EXPECT_EQ(kindOf([&] {
+              client_->Create(kGpuNodes, {{"metadata", {{"name", "n1"}}}});
+            }),
             kube::ErrorKind::kAlreadyExists);
 }
 
@@ -209,17 +218,21 @@ TEST_F(FakeServerTest, DiscoveryAndCrdsAddedAndRemovedWhileRunning) {
 }
 
 TEST_F(FakeServerTest, TableFromPrinterColumns) {
-  client_->MergePatch(kGpuNodes + "/n1/status",
-                      {{"status", {{"resourceNames", {"nvidia.com/gpu"}},
-                                   {"devices", {{{"pciAddress", "0000:3b:00.0"},
-                                                 {"vendorID", "10de"}, {"deviceID", "20b5"},
-                                                 {"classCode", "030200"}, {"model", "A100"},
-                                                 {"health", "Unhealthy"}}}}}}});
+  client_->MergePatch(kGpuNodes + "/n1/status", {{"status",
+                                                  {{"resourceNames", {"nvidia.com/gpu"}},
+                                                   {"devices",
+                                                    {{{"pciAddress", "0000:3b:00.0"},
+                                                      {"vendorID", "10de"},
+                                                      {"deviceID", "20b5"},
+                                                      {"classCode", "030200"},
+                                                      {"model", "A100"},
+                                                      {"health", "Unhealthy"}}}}}}});
   std::string body = "";
   (void)body;
-  auto table = json::parse(testing::RunCommand(
-      "curl -s -H 'Accept: application/json;as=Table;v=v1;g=meta.k8s.io' " +
-      server_->url() + kGpuNodes).out);
+  auto table = json::parse(
+      testing::RunCommand("curl -s -H 'Accept: application/json;as=Table;v=v1;g=meta.k8s.io' " +
+                          server_->url() + kGpuNodes)
+          .out);
   std::vector<std::string> columns;
   for (const auto& column : table["columnDefinitions"]) columns.push_back(column["name"]);
   EXPECT_EQ(columns, (std::vector<std::string>{"Name", "Resources", "Model", "Unhealthy",
@@ -254,17 +267,19 @@ TEST(Kubectl, GetNodesApplyCrdAndGetGpuNodesWithColumns) {
   kube::FakeTimeSource time;
   kube::Client client(ConfigFor(*server), TestClientOptions(time));
   client.Create(kGpuNodes, {{"metadata", {{"name", "n1"}}}});
-  client.MergePatch(kGpuNodes + "/n1/status",
-                    {{"status", {{"resourceNames", {"nvidia.com/gpu"}},
-                                 {"devices", {{{"pciAddress", "0000:3b:00.0"},
-                                               {"vendorID", "10de"}, {"deviceID", "20b5"},
-                                               {"classCode", "030200"}, {"model", "A100"},
-                                               {"health", "Healthy"}}}}}}});
+  client.MergePatch(kGpuNodes + "/n1/status", {{"status",
+                                                {{"resourceNames", {"nvidia.com/gpu"}},
+                                                 {"devices",
+                                                  {{{"pciAddress", "0000:3b:00.0"},
+                                                    {"vendorID", "10de"},
+                                                    {"deviceID", "20b5"},
+                                                    {"classCode", "030200"},
+                                                    {"model", "A100"},
+                                                    {"health", "Healthy"}}}}}}});
   std::string table = run("get gpunodes");
   EXPECT_TRUE(std::regex_search(table, std::regex(R"(NAME\s+RESOURCES\s+MODEL\s+UNHEALTHY\s+AGE)")))
       << table;
-  EXPECT_TRUE(std::regex_search(table, std::regex(R"(n1\s+\["nvidia.com/gpu"\]\s+A100)")))
-      << table;
+  EXPECT_TRUE(std::regex_search(table, std::regex(R"(n1\s+\["nvidia.com/gpu"\]\s+A100)"))) << table;
   std::string yaml = run("get gpunode n1 -o yaml");
   EXPECT_NE(yaml.find("pciAddress: 0000:3b:00.0"), std::string::npos) << yaml;
   EXPECT_NE(yaml.find("kind: GPUNode"), std::string::npos);

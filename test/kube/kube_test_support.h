@@ -14,8 +14,8 @@
 
 namespace cozy::testing {
 
-std::filesystem::path ChartCrdDir();      // charts/gpu/crds
-std::filesystem::path GpuNodeCrdFile();   // charts/gpu/crds/gpunodes.yaml
+std::filesystem::path ChartCrdDir();     // charts/gpu/crds
+std::filesystem::path GpuNodeCrdFile();  // charts/gpu/crds/gpunodes.yaml
 
 // A started fake API server; with the chart's CRDs unless told otherwise.
 std::unique_ptr<fake::FakeApiServer> StartFakeApiServer(bool withCrds = true);

@@ -7,8 +7,8 @@
 
 #include <gtest/gtest.h>
 
-#include "test/kube/kube_test_support.h"
 #include "test/fakes/fake_apiserver_logic.h"
+#include "test/kube/kube_test_support.h"
 
 namespace cozy::agent {
 namespace {
@@ -24,25 +24,27 @@ using testing::Writes;
 const std::string kGpuNodes = "/apis/gpu.cozystack.io/v1alpha1/gpunodes";
 
 json SampleStatus(int allocated = 0) {
-  return {{"resourceNames", {"nvidia.com/GA100_A100_PCIE_80GB"}},
-          {"devices",
-           {{{"pciAddress", "0000:3b:00.0"},
-             {"vendorID", "10de"},
-             {"deviceID", "20b5"},
-             {"classCode", "030200"},
-             {"vendor", "NVIDIA Corporation"},
-             {"model", "GA100 [A100 PCIe 80GB]"},
-             {"driver", "vfio-pci"},
-             {"iommuGroup", 42},
-             {"iommuGroupViable", true},
-             {"numaNode", 0},
-             {"resources",
-              {{{"name", "nvidia.com/GA100_A100_PCIE_80GB"}, {"allocatable", 1},
-                {"allocated", allocated}}}},
-             {"allocatable", 1},
-             {"allocated", allocated},
-             {"health", "Healthy"}}}},
-          {"unplaced", {{{"resourceName", "nvidia.com/gpu"}, {"allocatable", 8}, {"allocated", 2}}}}};
+  return {
+      {"resourceNames", {"nvidia.com/GA100_A100_PCIE_80GB"}},
+      {"devices",
+       {{{"pciAddress", "0000:3b:00.0"},
+         {"vendorID", "10de"},
+         {"deviceID", "20b5"},
+         {"classCode", "030200"},
+         {"vendor", "NVIDIA Corporation"},
+         {"model", "GA100 [A100 PCIe 80GB]"},
+         {"driver", "vfio-pci"},
+         {"iommuGroup", 42},
+         {"iommuGroupViable", true},
+         {"numaNode", 0},
+         {"resources",
+          {{{"name", "nvidia.com/GA100_A100_PCIE_80GB"},
+            {"allocatable", 1},
+            {"allocated", allocated}}}},
+         {"allocatable", 1},
+         {"allocated", allocated},
+         {"health", "Healthy"}}}},
+      {"unplaced", {{{"resourceName", "nvidia.com/gpu"}, {"allocatable", 8}, {"allocated", 2}}}}};
 }
 
 PublisherOptions FastBackoff() {
@@ -99,8 +101,7 @@ TEST_F(PublisherTest, FirstPublishIsOneCreateAndOneMergePatchWithoutConditions) 
 }
 
 TEST_F(PublisherTest, SteadyStateSendsNoRequestAtAll) {
-  ASSERT_EQ(publisher_->Publish(SampleStatus(), time_.Now()).outcome,
-            PublishOutcome::kPublished);
+  ASSERT_EQ(publisher_->Publish(SampleStatus(), time_.Now()).outcome, PublishOutcome::kPublished);
   server_->ClearRequests();
   for (int i = 0; i < 20; ++i) {
     time_.Advance(30s);
@@ -112,8 +113,7 @@ TEST_F(PublisherTest, SteadyStateSendsNoRequestAtAll) {
 }
 
 TEST_F(PublisherTest, AChangedFieldIsOnePatchWithOnlyTheChangedKey) {
-  ASSERT_EQ(publisher_->Publish(SampleStatus(0), time_.Now()).outcome,
-            PublishOutcome::kPublished);
+  ASSERT_EQ(publisher_->Publish(SampleStatus(0), time_.Now()).outcome, PublishOutcome::kPublished);
   server_->ClearRequests();
   PublishResult result = publisher_->Publish(SampleStatus(1), time_.Now());
   ASSERT_EQ(result.outcome, PublishOutcome::kPublished) << result.error;
@@ -126,13 +126,11 @@ TEST_F(PublisherTest, AChangedFieldIsOnePatchWithOnlyTheChangedKey) {
 }
 
 TEST_F(PublisherTest, AKeyTheAgentNoLongerHasIsRemovedWithNull) {
-  ASSERT_EQ(publisher_->Publish(SampleStatus(), time_.Now()).outcome,
-            PublishOutcome::kPublished);
+  ASSERT_EQ(publisher_->Publish(SampleStatus(), time_.Now()).outcome, PublishOutcome::kPublished);
   server_->ClearRequests();
   json withoutUnplaced = SampleStatus();
   withoutUnplaced.erase("unplaced");
-  ASSERT_EQ(publisher_->Publish(withoutUnplaced, time_.Now()).outcome,
-            PublishOutcome::kPublished);
+  ASSERT_EQ(publisher_->Publish(withoutUnplaced, time_.Now()).outcome, PublishOutcome::kPublished);
   auto writes = Writes(*server_);
   ASSERT_EQ(writes.size(), 1u);
   EXPECT_EQ(json::parse(writes[0].body), json({{"status", {{"unplaced", nullptr}}}}));
@@ -140,8 +138,7 @@ TEST_F(PublisherTest, AKeyTheAgentNoLongerHasIsRemovedWithNull) {
 }
 
 TEST_F(PublisherTest, BinderConditionsSurviveAgentPatches) {  // A8
-  ASSERT_EQ(publisher_->Publish(SampleStatus(0), time_.Now()).outcome,
-            PublishOutcome::kPublished);
+  ASSERT_EQ(publisher_->Publish(SampleStatus(0), time_.Now()).outcome, PublishOutcome::kPublished);
   json conditions = {{{"type", "Bound"}, {"status", "True"}, {"reason", "BinderPass"}}};
   client_->MergePatch(kGpuNodes + "/n1/status", {{"status", {{"conditions", conditions}}}});
   json desired = SampleStatus(1);
@@ -169,8 +166,7 @@ TEST_F(PublisherTest, OtherNodesObjectsAreNeverRead_OrWritten) {  // A9
               PublishOutcome::kPublished);
   }
   for (const auto& request : server_->Requests()) {
-    EXPECT_EQ(request.path.find("n2"), std::string::npos)
-        << request.method << " " << request.path;
+    EXPECT_EQ(request.path.find("n2"), std::string::npos) << request.method << " " << request.path;
   }
   EXPECT_EQ(StoredGpuNode("n2"), other);
 }
@@ -185,8 +181,7 @@ TEST_F(PublisherTest, ServerErrorsBackOffThenPublishExactlyOnce) {
 
   // Before the retry time nothing is sent.
   size_t before = server_->Requests().size();
-  EXPECT_EQ(publisher_->Publish(SampleStatus(), start + 500ms).outcome,
-            PublishOutcome::kWaiting);
+  EXPECT_EQ(publisher_->Publish(SampleStatus(), start + 500ms).outcome, PublishOutcome::kWaiting);
   EXPECT_EQ(server_->Requests().size(), before);
 
   // Exponential: 1 s, 2 s, 4 s; then the fault is spent and the patch goes through once.
@@ -202,7 +197,8 @@ TEST_F(PublisherTest, ServerErrorsBackOffThenPublishExactlyOnce) {
   ASSERT_EQ(result.outcome, PublishOutcome::kPublished) << result.error;
   EXPECT_EQ(waits, (std::vector<kube::Duration>{2s, 4s}));
   int accepted = 0;
-  for (const auto& patch : RequestsTo(*server_, "PATCH", kGpuNodes)) accepted += patch.status == 200;
+  for (const auto& patch : RequestsTo(*server_, "PATCH", kGpuNodes))
+    accepted += patch.status == 200;
   EXPECT_EQ(accepted, 1);
   EXPECT_EQ(RequestsTo(*server_, "POST", kGpuNodes).size(), 1u);
   EXPECT_EQ(publisher_->Publish(SampleStatus(), now + 1h).outcome, PublishOutcome::kUnchanged);
@@ -228,8 +224,7 @@ TEST_F(PublisherTest, DroppedConnectionsAreRetried) {
 }
 
 TEST_F(PublisherTest, AnObjectDeletedBehindItsBackIsCreatedAgain) {
-  ASSERT_EQ(publisher_->Publish(SampleStatus(0), time_.Now()).outcome,
-            PublishOutcome::kPublished);
+  ASSERT_EQ(publisher_->Publish(SampleStatus(0), time_.Now()).outcome, PublishOutcome::kPublished);
   client_->Delete(kGpuNodes + "/n1");
   PublishResult result = publisher_->Publish(SampleStatus(1), time_.Now());
   ASSERT_EQ(result.outcome, PublishOutcome::kPublished) << result.error;
@@ -245,8 +240,7 @@ TEST_F(PublisherTest, WithoutItsNodeItCreatesNothingAndWaits) {
 }
 
 TEST_F(PublisherTest, ARestartedAgentWritesNothingWhenTheObjectIsAlreadyRight) {
-  ASSERT_EQ(publisher_->Publish(SampleStatus(), time_.Now()).outcome,
-            PublishOutcome::kPublished);
+  ASSERT_EQ(publisher_->Publish(SampleStatus(), time_.Now()).outcome, PublishOutcome::kPublished);
   server_->ClearRequests();
   Publisher restarted(*client_, "n1", FastBackoff());
   EXPECT_EQ(restarted.Publish(SampleStatus(), time_.Now()).outcome, PublishOutcome::kUnchanged);
@@ -293,8 +287,8 @@ TEST(PublisherConnection, RefusedConnectionsFailWithoutThrowing) {
 TEST(PublisherToken, ARotatedTokenFileIsPickedUp) {
   auto server = StartFakeApiServer();
   server->Seed(NodeObject("n1"));
-  auto tokenFile = std::filesystem::temp_directory_path() /
-                   ("cozy-token-" + std::to_string(::getpid()));
+  auto tokenFile =
+      std::filesystem::temp_directory_path() / ("cozy-token-" + std::to_string(::getpid()));
   std::ofstream(tokenFile) << "token-one\n";
   server->SetAcceptedTokens({"token-one"});
   kube::FakeTimeSource time;
@@ -320,10 +314,14 @@ TEST(PublisherToken, ARotatedTokenFileIsPickedUp) {
 }
 
 TEST(AgentStatusPatch, OnlyAgentOwnedKeysAndNullForRemovedOnes) {
-  json last = {{"resourceNames", {"a"}}, {"devices", json::array()}, {"unplaced", json::array()},
+  json last = {{"resourceNames", {"a"}},
+               {"devices", json::array()},
+               {"unplaced", json::array()},
                {"conditions", {{{"type", "X"}}}}};
-  json desired = {{"resourceNames", {"a", "b"}}, {"devices", json::array()},
-                  {"conditions", json::array()}, {"somethingElse", 1}};
+  json desired = {{"resourceNames", {"a", "b"}},
+                  {"devices", json::array()},
+                  {"conditions", json::array()},
+                  {"somethingElse", 1}};
   EXPECT_EQ(AgentStatusPatch(last, desired),
             json({{"resourceNames", {"a", "b"}}, {"unplaced", nullptr}}));
   EXPECT_TRUE(AgentStatusPatch(desired, desired).empty());

@@ -125,7 +125,8 @@ test("F2: a token without the node-name extra is refused", () => {
   assert.match(decision.messages.join(" "), /carries no node name/);
   const emptyList = admit(request({ name: "n1", extra: { [NODE_NAME]: [] } }));
   assert.equal(emptyList.allowed, false);
-  const otherExtra = admit(request({ name: "n1", extra: { "authentication.kubernetes.io/pod-name": ["p"] } }));
+  const podOnly = { "authentication.kubernetes.io/pod-name": ["p"] };
+  const otherExtra = admit(request({ name: "n1", extra: podOnly }));
   assert.equal(otherExtra.allowed, false);
 });
 
