@@ -32,11 +32,28 @@ for p in "${packages[@]}"; do
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages present"
-  exit 0
+else
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# node and npm for the policy test: Debian's, unless the machine has them already (a node
+# from elsewhere may bundle its own npm and conflict with Debian's npm package).
+node_packages=()
+command -v node >/dev/null || node_packages+=(nodejs)
+command -v npm >/dev/null || node_packages+=(npm)
+if [ ${#node_packages[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${node_packages[@]}"
+fi
+# npm packages of the policy test, pinned by test/kube/cel/package-lock.json.
+cel_dir="$(dirname "$0")/../test/kube/cel"
+if [ ! -d "$cel_dir/node_modules/@bufbuild/cel" ] || [ ! -d "$cel_dir/node_modules/yaml" ]; then
+  npm ci --prefix "$cel_dir" --no-audit --no-fund --loglevel=error
+fi

@@ -1,0 +1,329 @@
+#include "kube/client.h"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+
+#include "kube/watch.h"
+
+namespace cozy::kube {
+using nlohmann::json;
+
+namespace {
+
+void GlobalInitOnce() {
+  static const bool initialised = [] {
+    return curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
+  }();
+  (void)initialised;
+}
+
+long Millis(Duration duration) {
+  return static_cast<long>(std::chrono::duration_cast<std::chrono::milliseconds>(duration).count());
+}
+
+size_t AppendBody(char* data, size_t size, size_t count, void* user) {
+  static_cast<std::string*>(user)->append(data, size * count);
+  return size * count;
+}
+
+// Keeps the Retry-After header: the only header the client acts on besides Content-Type.
+size_t KeepRetryAfter(char* data, size_t size, size_t count, void* user) {
+  std::string_view line(data, size * count);
+  constexpr std::string_view kName = "retry-after:";
+  if (line.size() > kName.size()) {
+    std::string lower(line.substr(0, kName.size()));
+    std::transform(lower.begin(), lower.end(), lower.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (lower == kName) *static_cast<std::string*>(user) = std::string(line.substr(kName.size()));
+  }
+  return size * count;
+}
+
+bool IsIdempotent(const std::string& method, const std::string& contentType) {
+  return method == "GET" || method == "PUT" || method == "DELETE" ||
+         (method == "PATCH" && contentType == "application/merge-patch+json");
+}
+
+std::string JoinQuery(const Query& query) {
+  std::string text;
+  for (const auto& [key, value] : query) {
+    text += text.empty() ? "?" : "&";
+    text += key + "=" + EncodeQueryValue(value);
+  }
+  return text;
+}
+
+}  // namespace
+
+std::string EncodeQueryValue(std::string_view value) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  for (char raw : value) {
+    auto c = static_cast<unsigned char>(raw);
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(hex[c >> 4]);
+      out.push_back(hex[c & 15]);
+    }
+  }
+  return out;
+}
+
+std::string ResourcePath(std::string_view group, std::string_view version, std::string_view plural,
+                         std::string_view ns, std::string_view name, std::string_view subresource) {
+  std::string path = group.empty() ? "/api/" + std::string(version)
+                                   : "/apis/" + std::string(group) + "/" + std::string(version);
+  if (!ns.empty()) path += "/namespaces/" + std::string(ns);
+  path += "/" + std::string(plural);
+  if (!name.empty()) path += "/" + std::string(name);
+  if (!subresource.empty()) path += "/" + std::string(subresource);
+  return path;
+}
+
+struct Client::RawResponse {
+  CURLcode code = CURLE_OK;
+  std::string curlError;
+  long status = 0;
+  std::string contentType;
+  std::string retryAfter;
+  std::string body;
+};
+
+Client::Client(ClientConfig config, ClientOptions options)
+    : config_(std::move(config)),
+      options_(std::move(options)),
+      time_(options_.time ? options_.time : &DefaultTimeSource()),
+      tokens_(config_.token, config_.tokenFile, *time_),
+      limiter_(options_.qps, options_.burst, *time_) {
+  GlobalInitOnce();
+  if (!options_.random) options_.random = DefaultRandomSource();
+  while (!config_.server.empty() && config_.server.back() == '/') config_.server.pop_back();
+}
+
+Client::~Client() {
+  for (void* handle : idleHandles_) curl_easy_cleanup(handle);
+}
+
+void* Client::TakeHandle() {
+  {
+    std::lock_guard lock(handlesMutex_);
+    if (!idleHandles_.empty()) {
+      void* handle = idleHandles_.back();
+      idleHandles_.pop_back();
+      curl_easy_reset(handle);  // keeps the connection cache, drops the options
+      return handle;
+    }
+  }
+  return curl_easy_init();
+}
+
+void Client::ReturnHandle(void* handle) {
+  std::lock_guard lock(handlesMutex_);
+  idleHandles_.push_back(handle);
+}
+
+void* Client::NewConfiguredHandle(const std::string& url, curl_slist** headers,
+                                  const std::string& accept) {
+  CURL* handle = TakeHandle();
+  if (!handle) throw ApiError(ErrorKind::kTransport, 0, "", "curl_easy_init failed", "", url);
+  curl_easy_setopt(handle, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(handle, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(handle, CURLOPT_CONNECTTIMEOUT_MS, Millis(options_.connectTimeout));
+  curl_easy_setopt(handle, CURLOPT_USERAGENT, options_.userAgent.c_str());
+  curl_easy_setopt(handle, CURLOPT_TCP_KEEPALIVE, 1L);
+  // TLS: the server's CA (file or PEM text), the client's certificate and key.
+  if (!config_.caFile.empty()) curl_easy_setopt(handle, CURLOPT_CAINFO, config_.caFile.c_str());
+  if (!config_.caData.empty()) {
+    curl_blob blob{const_cast<char*>(config_.caData.data()), config_.caData.size(), CURL_BLOB_COPY};
+    curl_easy_setopt(handle, CURLOPT_CAINFO_BLOB, &blob);
+  }
+  if (config_.insecureSkipTlsVerify) {
+    curl_easy_setopt(handle, CURLOPT_SSL_VERIFYPEER, 0L);
+    curl_easy_setopt(handle, CURLOPT_SSL_VERIFYHOST, 0L);
+  }
+  if (!config_.clientCertFile.empty()) {
+    curl_easy_setopt(handle, CURLOPT_SSLCERT, config_.clientCertFile.c_str());
+  }
+  if (!config_.clientCertData.empty()) {
+    curl_blob blob{const_cast<char*>(config_.clientCertData.data()), config_.clientCertData.size(),
+                   CURL_BLOB_COPY};
+    curl_easy_setopt(handle, CURLOPT_SSLCERT_BLOB, &blob);
+  }
+  if (!config_.clientKeyFile.empty()) {
+    curl_easy_setopt(handle, CURLOPT_SSLKEY, config_.clientKeyFile.c_str());
+  }
+  if (!config_.clientKeyData.empty()) {
+    curl_blob blob{const_cast<char*>(config_.clientKeyData.data()), config_.clientKeyData.size(),
+                   CURL_BLOB_COPY};
+    curl_easy_setopt(handle, CURLOPT_SSLKEY_BLOB, &blob);
+  }
+  *headers = curl_slist_append(*headers, ("Accept: " + accept).c_str());
+  std::string token = tokens_.Token();
+  if (!token.empty()) {
+    *headers = curl_slist_append(*headers, ("Authorization: Bearer " + token).c_str());
+  }
+  return handle;
+}
+
+Client::RawResponse Client::PerformOnce(const std::string& method, const std::string& url,
+                                        const std::string* body, const std::string& contentType) {
+  RawResponse response;
+  curl_slist* headers = nullptr;
+  CURL* handle = nullptr;
+  try {
+    handle = NewConfiguredHandle(url, &headers, "application/json");
+  } catch (const ApiError& e) {
+    response.code = CURLE_FAILED_INIT;
+    response.curlError = e.what();
+    return response;
+  }
+  char errorBuffer[CURL_ERROR_SIZE] = {};
+  curl_easy_setopt(handle, CURLOPT_ERRORBUFFER, errorBuffer);
+  curl_easy_setopt(handle, CURLOPT_TIMEOUT_MS, Millis(options_.requestTimeout));
+  curl_easy_setopt(handle, CURLOPT_CUSTOMREQUEST, method.c_str());
+  if (method == "GET") curl_easy_setopt(handle, CURLOPT_HTTPGET, 1L);
+  if (body) {
+    curl_easy_setopt(handle, CURLOPT_POSTFIELDS, body->c_str());
+    curl_easy_setopt(handle, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body->size()));
+    headers = curl_slist_append(headers, ("Content-Type: " + contentType).c_str());
+  }
+  // No "Expect: 100-continue" round trip for larger bodies.
+  headers = curl_slist_append(headers, "Expect:");
+  curl_easy_setopt(handle, CURLOPT_HTTPHEADER, headers);
+  curl_easy_setopt(handle, CURLOPT_WRITEFUNCTION, AppendBody);
+  curl_easy_setopt(handle, CURLOPT_WRITEDATA, &response.body);
+  curl_easy_setopt(handle, CURLOPT_HEADERFUNCTION, KeepRetryAfter);
+  curl_easy_setopt(handle, CURLOPT_HEADERDATA, &response.retryAfter);
+  response.code = curl_easy_perform(handle);
+  if (response.code != CURLE_OK) {
+    response.curlError = errorBuffer[0] ? errorBuffer : curl_easy_strerror(response.code);
+  } else {
+    curl_easy_getinfo(handle, CURLINFO_RESPONSE_CODE, &response.status);
+    char* type = nullptr;
+    curl_easy_getinfo(handle, CURLINFO_CONTENT_TYPE, &type);
+    if (type) response.contentType = type;
+  }
+  curl_slist_free_all(headers);
+  if (response.code == CURLE_OK) {
+    ReturnHandle(handle);
+  } else {
+    curl_easy_cleanup(handle);  // a broken connection is not worth keeping
+  }
+  return response;
+}
+
+json Client::Request(const std::string& method, const std::string& path, const Query& query,
+                     const std::string* body, const std::string& contentType) {
+  const std::string url = config_.server + path + JoinQuery(query);
+  const std::string where = path + JoinQuery(query);
+  Backoff backoff(options_.retryBackoff, options_.random);
+  for (int attempt = 0;; ++attempt) {
+    limiter_.Acquire();
+    RawResponse response = PerformOnce(method, url, body, contentType);
+    std::optional<ApiError> error;
+    if (response.code != CURLE_OK) {
+      error.emplace(ErrorKind::kTransport, 0, "", response.curlError, method, where);
+    } else if (response.status >= 200 && response.status < 300) {
+      if (response.body.empty()) return json();
+      json parsed = json::parse(response.body, nullptr, /*allow_exceptions=*/false);
+      if (parsed.is_discarded()) {
+        throw ApiError(ErrorKind::kOther, static_cast<int>(response.status), "",
+                       "response body is not JSON", method, where);
+      }
+      return parsed;
+    } else {
+      error.emplace(ErrorFromResponse(static_cast<int>(response.status), response.contentType,
+                                      response.body, response.retryAfter, method, where));
+    }
+    // A 401 is not retried (client-go does not either), but the next request re-reads the
+    // token file, which is where a rotated token shows up.
+    if (error->kind() == ErrorKind::kUnauthorized) tokens_.Invalidate();
+    bool retryable =
+        error->kind() == ErrorKind::kTooManyRequests || error->kind() == ErrorKind::kServerError ||
+        (error->kind() == ErrorKind::kTransport &&
+         (IsIdempotent(method, contentType) || response.code == CURLE_COULDNT_CONNECT));
+    if (!retryable || attempt >= options_.maxRetries) throw *error;
+    Duration wait = backoff.Next();
+    if (auto after = error->retryAfter()) {
+      if (*after > options_.maxRetryAfter) throw *error;
+      wait = *after;
+    }
+    time_->SleepFor(wait);
+  }
+}
+
+json Client::Get(const std::string& path, const Query& query) {
+  return Request("GET", path, query);
+}
+
+json Client::Create(const std::string& collectionPath, const json& object) {
+  std::string body = object.dump();
+  return Request("POST", collectionPath, {}, &body, "application/json");
+}
+
+json Client::Update(const std::string& path, const json& object) {
+  std::string body = object.dump();
+  return Request("PUT", path, {}, &body, "application/json");
+}
+
+json Client::MergePatch(const std::string& path, const json& patch) {
+  std::string body = patch.dump();
+  return Request("PATCH", path, {}, &body, "application/merge-patch+json");
+}
+
+json Client::JsonPatch(const std::string& path, const json& operations) {
+  std::string body = operations.dump();
+  return Request("PATCH", path, {}, &body, "application/json-patch+json");
+}
+
+json Client::Delete(const std::string& path) { return Request("DELETE", path, {}); }
+
+json Client::List(const std::string& collectionPath, const ListOptions& options) {
+  Query query;
+  if (!options.labelSelector.empty()) query.emplace_back("labelSelector", options.labelSelector);
+  if (!options.fieldSelector.empty()) query.emplace_back("fieldSelector", options.fieldSelector);
+  if (!options.resourceVersion.empty()) {
+    query.emplace_back("resourceVersion", options.resourceVersion);
+  }
+  if (options.limit > 0) query.emplace_back("limit", std::to_string(options.limit));
+  json whole = Request("GET", collectionPath, query);
+  // Follow `continue` with the same query: every page shares the first page's snapshot.
+  while (whole.contains("metadata") && whole["metadata"].is_object() &&
+         !whole["metadata"].value("continue", "").empty()) {
+    Query next = query;
+    next.emplace_back("continue", whole["metadata"]["continue"].get<std::string>());
+    json page = Request("GET", collectionPath, next);
+    for (auto& item : page["items"]) whole["items"].push_back(std::move(item));
+    whole["metadata"]["continue"] = page["metadata"].value("continue", "");
+  }
+  if (whole.contains("metadata")) whole["metadata"].erase("continue");
+  if (!whole.contains("items") || whole["items"].is_null()) whole["items"] = json::array();
+  return whole;
+}
+
+std::unique_ptr<WatchStream> Client::Watch(const std::string& collectionPath,
+                                           const WatchOptions& options) {
+  Query query{{"watch", "1"}};
+  if (!options.labelSelector.empty()) query.emplace_back("labelSelector", options.labelSelector);
+  if (!options.fieldSelector.empty()) query.emplace_back("fieldSelector", options.fieldSelector);
+  if (!options.resourceVersion.empty()) {
+    query.emplace_back("resourceVersion", options.resourceVersion);
+  }
+  if (options.allowWatchBookmarks) query.emplace_back("allowWatchBookmarks", "true");
+  if (options.timeoutSeconds > 0) {
+    query.emplace_back("timeoutSeconds", std::to_string(options.timeoutSeconds));
+  }
+  limiter_.Acquire();
+  std::string path = collectionPath + JoinQuery(query);
+  // A server that vanishes without closing the connection must not hang the watch forever.
+  long timeoutMs = options.timeoutSeconds > 0 ? (options.timeoutSeconds + 30) * 1000L : 0L;
+  return std::unique_ptr<WatchStream>(
+      new WatchStream(*this, path, config_.server + path, timeoutMs));
+}
+
+}  // namespace cozy::kube

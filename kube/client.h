@@ -1,0 +1,118 @@
+// A small Kubernetes REST client over libcurl: JSON in and out, typed errors, retries with
+// backoff and jitter (honouring Retry-After), a token-bucket rate limit, bearer tokens that
+// rotate, and watches that an event loop can drive (see watch.h).
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kube/backoff.h"
+#include "kube/clock.h"
+#include "kube/config.h"
+#include "kube/errors.h"
+#include "kube/token_source.h"
+
+struct curl_slist;  // libcurl's, kept out of this header
+
+namespace cozy::kube {
+
+class WatchStream;
+
+struct ClientOptions {
+  TimeSource* time = nullptr;  // nullptr: the system clock
+  RandomSource random;         // empty: a seeded generator
+  // Retries inside one call, for connection errors, 429 and 5xx. A caller that runs its own
+  // schedule (the publisher, the informer) sets 0 so that no call sleeps in its loop.
+  int maxRetries = 3;
+  BackoffPolicy retryBackoff{std::chrono::milliseconds(200), std::chrono::seconds(10), 2.0, 1.0};
+  // A Retry-After longer than this is not slept in-call: the error goes to the caller.
+  Duration maxRetryAfter = std::chrono::seconds(30);
+  double qps = 5.0;  // client-go's defaults; qps <= 0 turns the limit off
+  int burst = 10;
+  Duration connectTimeout = std::chrono::seconds(5);
+  Duration requestTimeout = std::chrono::seconds(30);  // not for watches
+  std::string userAgent = "cozy-gpu";
+};
+
+using Query = std::vector<std::pair<std::string, std::string>>;
+
+struct ListOptions {
+  std::string labelSelector;
+  std::string fieldSelector;
+  std::string resourceVersion;  // "" = consistent read of the latest state
+  int limit = 0;                // > 0: pages of this size, followed through `continue`
+};
+
+struct WatchOptions {
+  std::string labelSelector;
+  std::string fieldSelector;
+  std::string resourceVersion;  // "" = current state as ADDED events first
+  bool allowWatchBookmarks = true;
+  int timeoutSeconds = 0;  // 0: the server's default
+};
+
+// "/api/v1/nodes/n1", "/apis/gpu.cozystack.io/v1alpha1/gpunodes/n1/status", ...
+std::string ResourcePath(std::string_view group, std::string_view version, std::string_view plural,
+                         std::string_view ns = "", std::string_view name = "",
+                         std::string_view subresource = "");
+
+// Percent-encodes a query value (selectors carry '=', ',', '!', '(' ...).
+std::string EncodeQueryValue(std::string_view value);
+
+class Client {
+ public:
+  explicit Client(ClientConfig config, ClientOptions options = {});
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Every call throws ApiError on failure (after the retries allowed), naming method and path.
+  nlohmann::json Get(const std::string& path, const Query& query = {});
+  nlohmann::json Create(const std::string& collectionPath, const nlohmann::json& object);
+  nlohmann::json Update(const std::string& path, const nlohmann::json& object);  // PUT
+  nlohmann::json MergePatch(const std::string& path, const nlohmann::json& patch);
+  nlohmann::json JsonPatch(const std::string& path, const nlohmann::json& operations);
+  nlohmann::json Delete(const std::string& path);
+  // A whole list (pages joined); `metadata.resourceVersion` is the list's.
+  nlohmann::json List(const std::string& collectionPath, const ListOptions& options = {});
+  // Opens a watch; it is driven by its owner (see WatchStream).
+  std::unique_ptr<WatchStream> Watch(const std::string& collectionPath,
+                                     const WatchOptions& options);
+
+  // One request: method, path, query, optional body with its Content-Type.
+  nlohmann::json Request(const std::string& method, const std::string& path, const Query& query,
+                         const std::string* body = nullptr, const std::string& contentType = "");
+
+  const ClientConfig& config() const { return config_; }
+  const ClientOptions& options() const { return options_; }
+  TimeSource& time() { return *time_; }
+  TokenSource& tokens() { return tokens_; }
+  RateLimiter& rateLimiter() { return limiter_; }
+
+  // Internal to the library (watch.cpp): a handle with the TLS and auth settings applied.
+  void* NewConfiguredHandle(const std::string& url, curl_slist** headers,
+                            const std::string& accept);
+
+ private:
+  struct RawResponse;
+  RawResponse PerformOnce(const std::string& method, const std::string& url,
+                          const std::string* body, const std::string& contentType);
+  void* TakeHandle();
+  void ReturnHandle(void* handle);
+
+  ClientConfig config_;
+  ClientOptions options_;
+  TimeSource* time_;
+  TokenSource tokens_;
+  RateLimiter limiter_;
+  std::mutex handlesMutex_;
+  std::vector<void*> idleHandles_;  // CURL*, kept for keep-alive connection reuse
+};
+
+}  // namespace cozy::kube

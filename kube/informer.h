@@ -1,0 +1,83 @@
+// List, then watch, then resume: a reflector in the client-go sense for one collection. It
+// keeps a cache keyed by namespace/name, hands every change to a handler, re-watches from the
+// last resourceVersion when a stream ends, and relists when the server says Expired (410).
+//
+// Driving it: Step() never waits on the watch socket; it returns the time by which it wants
+// to be called again, and Fds() says which sockets should wake the caller earlier. An event
+// loop registers those; RunFor() is the same loop on poll(2) for a thread of its own or tests.
+// The LIST itself is one ordinary (blocking, time-bounded) request.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "kube/backoff.h"
+#include "kube/client.h"
+#include "kube/watch.h"
+
+namespace cozy::kube {
+
+struct InformerOptions {
+  std::string labelSelector;
+  std::string fieldSelector;
+  // Watch timeout asked of the server; 0 picks one in [300, 600) s as client-go does.
+  int watchTimeoutSeconds = 0;
+  BackoffPolicy backoff{};  // client-go's reflector: 800 ms .. 30 s, factor 2, jitter 1
+  RandomSource random;      // empty: seeded generator
+};
+
+struct InformerStats {
+  int lists = 0;     // LIST requests that succeeded
+  int watches = 0;   // watch requests opened
+  int expired = 0;   // 410s seen (each one causes a relist)
+  int failures = 0;  // failed lists and watches (each one backs off)
+};
+
+class Informer {
+ public:
+  // Called with ADDED, MODIFIED and DELETED events. A relist shows up as the differences
+  // between the old cache and the new list, in the same three types.
+  using Handler = std::function<void(const WatchEvent&)>;
+
+  Informer(Client& client, std::string collectionPath, InformerOptions options, Handler handler);
+  ~Informer();
+
+  // Does whatever is due at `now`; returns when it wants to run again at the latest.
+  TimePoint Step(TimePoint now);
+  // Sockets whose readiness should trigger Step() before that time.
+  std::vector<WatchStream::Fd> Fds();
+  // Steps on poll(2) until `duration` has passed on the client's clock or `stop()` says so.
+  void RunFor(Duration duration, const std::function<bool()>& stop = nullptr);
+
+  bool Synced() const { return synced_; }  // the first list has been delivered
+  const std::map<std::string, nlohmann::json>& Cache() const { return cache_; }
+  const std::string& ResourceVersion() const { return resourceVersion_; }
+  const InformerStats& Stats() const { return stats_; }
+  const std::string& LastError() const { return lastError_; }
+
+ private:
+  void ListAndReplace();
+  void OpenWatch();
+  void HandleEvents();
+  void HandleEnd(TimePoint now);
+  void Fail(const std::string& why, TimePoint now, std::optional<std::chrono::seconds> after);
+  static std::string Key(const nlohmann::json& object);
+
+  Client& client_;
+  std::string path_;
+  InformerOptions options_;
+  Handler handler_;
+  Backoff backoff_;
+  std::map<std::string, nlohmann::json> cache_;
+  std::string resourceVersion_;
+  std::unique_ptr<WatchStream> watch_;
+  bool needList_ = true;
+  bool synced_ = false;
+  TimePoint retryAt_{};
+  InformerStats stats_;
+  std::string lastError_;
+};
+
+}  // namespace cozy::kube

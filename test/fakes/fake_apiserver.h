@@ -1,0 +1,154 @@
+// A fake Kubernetes API server for tests and the demo: real HTTP on 127.0.0.1, faithful to
+// research/k8s-api.md where the agent and kubectl can tell (discovery, Status errors, the
+// plain 404 of an unserved kind, status subresource, merge and JSON patch, resourceVersion,
+// generation, 409, watch with bookmarks and 410, selectors, CRD schemas and printer columns),
+// plus what no real server has: fault injection and a request log. docs/kubernetes.md has
+// the control API.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace cozy::fake {
+
+// A fault matches requests by method and path prefix and changes their answer.
+struct Fault {
+  std::string method;           // "" = every method
+  std::string pathPrefix;       // "" = every path (control paths are never faulted)
+  bool watchOnly = false;       // only requests with watch=1
+  int status = 0;               // answer this code instead (0: do not change the answer)
+  int retryAfterSeconds = -1;   // Retry-After header (and Status details) when >= 0
+  int latencyMs = 0;            // wait before answering
+  bool dropConnection = false;  // cut the connection after the headers: no valid response
+  int count = -1;               // how many requests it hits; -1 until cleared
+  // Answers `status` to the next `count` requests (of `method`, when given).
+  static Fault Answer(int status, int count, std::string method = "", int retryAfterSeconds = -1);
+  // Cuts the connection of the next `count` requests (of `method`, when given).
+  static Fault Drop(int count, std::string method = "");
+  static Fault FromJson(const nlohmann::json& json);
+  nlohmann::json ToJson() const;
+};
+
+struct LoggedRequest {
+  std::string method;
+  std::string path;
+  std::string query;  // raw, without '?'
+  std::string contentType;
+  std::string accept;
+  std::string body;
+  std::string bearerToken;  // "" when none was sent
+  int status = 0;           // the answer's code (200 for a watch that started streaming)
+  nlohmann::json ToJson() const;
+};
+
+struct FakeApiServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;                                 // 0: any free port
+  std::vector<std::filesystem::path> crdPaths;  // files or folders of CRD YAML, loaded at start
+  std::chrono::milliseconds bookmarkInterval{1000};  // real servers: about a minute
+  size_t historyLimit = 10000;  // watch events kept for resuming; older ones are compacted
+};
+
+class FakeApiServer {
+ public:
+  explicit FakeApiServer(FakeApiServerOptions options = {});
+  ~FakeApiServer();
+  FakeApiServer(const FakeApiServer&) = delete;
+  FakeApiServer& operator=(const FakeApiServer&) = delete;
+
+  // Binds and starts serving on a thread of its own; throws if it cannot bind.
+  void Start();
+  void Stop();
+  int port() const { return port_; }
+  std::string url() const;  // http://127.0.0.1:PORT
+  // A kubeconfig pointing at this server (token: the bearer token to send, may be empty).
+  std::string Kubeconfig(const std::string& token = "") const;
+
+  // In-process control, the same as the /_fake/ endpoints.
+  void AddFault(const Fault& fault);
+  void ClearFaults();
+  std::vector<LoggedRequest> Requests() const;
+  void ClearRequests();
+  // Only these bearer tokens are accepted (401 otherwise); empty accepts anything.
+  void SetAcceptedTokens(std::set<std::string> tokens);
+  void DropWatches();    // ends every open watch stream (a clean end of stream)
+  void ExpireWatches();  // sends every open watch a 410 Expired ERROR event, compacts history
+  void Compact();        // forgets every event so far: a resume from an older RV gets 410
+  // Loads a CustomResourceDefinition object (as a POST of it would).
+  void LoadCrd(const nlohmann::json& crd);
+  void DeleteCrd(const std::string& name);
+  // Stores an object as a create would, without validation or the log; returns it.
+  nlohmann::json Seed(const nlohmann::json& object);
+  // The stored object or null.
+  nlohmann::json Object(const std::string& apiVersion, const std::string& plural,
+                        const std::string& ns, const std::string& name) const;
+  std::string CurrentResourceVersion() const;
+
+ private:
+  struct ResourceType;
+  struct Event;
+  struct Watcher;
+  struct Outcome;
+
+  void Serve(const httplib::Request& request, httplib::Response& response);
+  bool HandleControl(const httplib::Request& request, httplib::Response& response);
+  Outcome Dispatch(const httplib::Request& request, httplib::Response& response);
+  Outcome Discovery(const std::string& path, httplib::Response& response);
+  std::shared_ptr<const ResourceType> FindType(const std::string& group, const std::string& version,
+                                               const std::string& plural) const;
+  void RegisterBuiltins();
+  void RegisterCrdLocked(const nlohmann::json& crd);
+  void UnregisterCrdLocked(const std::string& name);
+
+  nlohmann::json CreateLocked(const ResourceType& type, const std::string& ns,
+                              nlohmann::json object, bool validate);
+  nlohmann::json WriteLocked(const ResourceType& type, const std::string& key,
+                             const nlohmann::json& old, nlohmann::json updated, bool statusWrite);
+  void RecordEventLocked(const ResourceType& type, const std::string& eventType,
+                         const nlohmann::json& object);
+  void Watch(const httplib::Request& request, httplib::Response& response,
+             std::shared_ptr<const ResourceType> type, const std::string& ns);
+  nlohmann::json Table(const ResourceType& type, const std::vector<nlohmann::json>& objects,
+                       const std::string& resourceVersion) const;
+
+  FakeApiServerOptions options_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  int port_ = 0;
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  uint64_t resourceVersion_ = 100;
+  uint64_t uidCounter_ = 0;
+  uint64_t compactedThrough_ = 0;  // events with RV <= this are gone
+  uint64_t dropGeneration_ = 0;
+  uint64_t expireGeneration_ = 0;
+  bool stopping_ = false;
+  std::map<std::string, std::shared_ptr<const ResourceType>> types_;  // "group/version/plural"
+  // Objects by type ("group/plural") then "namespace/name".
+  std::map<std::string, std::map<std::string, nlohmann::json>> objects_;
+  std::deque<std::shared_ptr<const Event>> history_;
+  std::vector<Fault> faults_;
+  std::vector<LoggedRequest> log_;
+  std::set<std::string> acceptedTokens_;
+};
+
+}  // namespace cozy::fake

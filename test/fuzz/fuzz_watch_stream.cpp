@@ -1,0 +1,48 @@
+// Fuzz target for what the Kubernetes client parses from the network: a watch stream cut
+// into JSON values at any byte boundary, and error answers (Status bodies, Retry-After).
+// The splitter must hand out the same values however the bytes are split, and never hold
+// more than it was given; error parsing must never throw.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kube/errors.h"
+#include "kube/json_stream.h"
+
+namespace {
+
+void Check(bool condition) {
+  if (!condition) std::abort();
+}
+
+std::vector<std::string> SplitAll(std::string_view bytes, size_t chunk) {
+  cozy::kube::JsonStreamSplitter splitter;
+  std::vector<std::string> values;
+  for (size_t at = 0; at < bytes.size(); at += chunk) {
+    splitter.Feed(bytes.substr(at, chunk));
+    while (auto value = splitter.Next()) values.push_back(*value);
+  }
+  Check(splitter.Pending() <= bytes.size());
+  return values;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::string_view bytes(reinterpret_cast<const char*>(data), size);
+  auto whole = SplitAll(bytes, bytes.size() + 1);
+  Check(SplitAll(bytes, 1) == whole);
+  Check(SplitAll(bytes, 7) == whole);
+  for (const auto& value : whole) Check(value.front() == '{' || value.front() == '[');
+
+  for (int code : {404, 409, 429, 503}) {
+    auto error = cozy::kube::ErrorFromResponse(code, "application/json", bytes, bytes, "GET",
+                                               "/api/v1/pods");
+    Check(error.httpStatus() == code);
+  }
+  (void)cozy::kube::ParseRetryAfter(bytes);
+  return 0;
+}

@@ -1,0 +1,403 @@
+// The Kubernetes client: config, errors, retries, tokens, rate limit, and every verb against
+// the fake API server over real HTTP, on injected time so no test waits for real.
+#include "kube/client.h"
+
+#include <cstdlib>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "kube/informer.h"
+#include "kube/json_stream.h"
+#include "test/kube/kube_test_support.h"
+#include "test/support/fixture_host.h"
+
+namespace cozy::kube {
+namespace {
+using nlohmann::json;
+using namespace std::chrono_literals;
+using testing::ConfigFor;
+using testing::NodeObject;
+using testing::RequestsTo;
+using testing::StartFakeApiServer;
+using testing::TestClientOptions;
+
+void WriteFile(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
+
+json Pod(const std::string& name, const std::string& node, const std::string& app = "vm") {
+  return {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata", {{"name", name}, {"namespace", "tenant"}, {"labels", {{"app", app}}}}},
+          {"spec", {{"nodeName", node}, {"containers", {{{"name", "c"}}}}}}};
+}
+
+TEST(Kubeconfig, ReadsTheCurrentContextWithFilesRelativeToIt) {
+  testing::TempDir dir;
+  WriteFile(dir.path() / "config", R"(apiVersion: v1
+kind: Config
+current-context: prod
+clusters:
+- name: prod-cluster
+  cluster:
+    server: https://10.0.0.1:6443
+    certificate-authority: pki/ca.crt
+- name: lab
+  cluster: {server: "https://lab:6443", insecure-skip-tls-verify: true}
+users:
+- name: agent
+  user:
+    client-certificate: pki/agent.crt
+    client-key-data: a2V5LXBlbQ==
+    tokenFile: token
+contexts:
+- name: prod
+  context: {cluster: prod-cluster, user: agent, namespace: cozy-gpu}
+- name: lab
+  context: {cluster: lab, user: agent}
+)");
+  ClientConfig config = LoadKubeconfig(dir.path() / "config");
+  EXPECT_EQ(config.server, "https://10.0.0.1:6443");
+  EXPECT_EQ(config.caFile, (dir.path() / "pki/ca.crt").string());
+  EXPECT_EQ(config.clientCertFile, (dir.path() / "pki/agent.crt").string());
+  EXPECT_EQ(config.clientKeyData, "key-pem");
+  EXPECT_EQ(config.tokenFile, (dir.path() / "token").string());
+  EXPECT_EQ(config.namespace_, "cozy-gpu");
+  EXPECT_FALSE(config.insecureSkipTlsVerify);
+
+  ClientConfig lab = LoadKubeconfig(dir.path() / "config", "lab");
+  EXPECT_TRUE(lab.insecureSkipTlsVerify);
+  EXPECT_EQ(lab.server, "https://lab:6443");
+}
+
+TEST(Kubeconfig, ErrorsNameTheFileAndTheMissingEntry) {
+  testing::TempDir dir;
+  WriteFile(dir.path() / "config",
+            "current-context: gone\ncontexts: []\nclusters: []\nusers: []\n");
+  try {
+    LoadKubeconfig(dir.path() / "config");
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& error) {
+    EXPECT_NE(std::string(error.what()).find("config"), std::string::npos);
+    EXPECT_NE(std::string(error.what()).find("context \"gone\" not found"), std::string::npos)
+        << error.what();
+  }
+}
+
+TEST(InClusterConfig, ServiceEnvTokenCaAndNamespace) {
+  testing::TempDir dir;
+  InClusterPaths paths{dir.path() / "token", dir.path() / "ca.crt", dir.path() / "namespace"};
+  WriteFile(paths.tokenFile, "  tok\n");
+  WriteFile(paths.caFile, "pem");
+  WriteFile(paths.namespaceFile, "cozy-gpu\n");
+  ::unsetenv("POD_NAMESPACE");
+  ::setenv("KUBERNETES_SERVICE_HOST", "fd00::1", 1);
+  ::setenv("KUBERNETES_SERVICE_PORT", "443", 1);
+  ClientConfig config = LoadInClusterConfig(paths);
+  EXPECT_EQ(config.server, "https://[fd00::1]:443");  // IPv6 in brackets
+  EXPECT_EQ(config.tokenFile, paths.tokenFile.string());
+  EXPECT_EQ(config.caFile, paths.caFile.string());
+  EXPECT_EQ(config.namespace_, "cozy-gpu");
+  ::unsetenv("KUBERNETES_SERVICE_HOST");
+  EXPECT_THROW(LoadInClusterConfig(paths), ConfigError);
+  ::unsetenv("KUBERNETES_SERVICE_PORT");
+}
+
+TEST(Errors, PlainNotFoundIsAnUnservedKindAndStatusNotFoundIsAMissingObject) {
+  ApiError plain = ErrorFromResponse(404, "text/plain; charset=utf-8", "404 page not found\n", "",
+                                     "GET", "/apis/x/v1/things/a");
+  EXPECT_EQ(plain.kind(), ErrorKind::kResourceNotServed);
+  json status = {{"kind", "Status"},
+                 {"code", 404},
+                 {"reason", "NotFound"},
+                 {"details", {{"name", "a"}, {"kind", "things"}}}};
+  ApiError missing = ErrorFromResponse(404, "application/json", status.dump(), "", "GET", "/p");
+  EXPECT_EQ(missing.kind(), ErrorKind::kNotFound);
+  EXPECT_FALSE(missing.IsTransient());
+  EXPECT_TRUE(plain.IsTransient());
+  EXPECT_NE(std::string(plain.what()).find("GET /apis/x/v1/things/a"), std::string::npos);
+}
+
+TEST(Errors, ReasonsCodesAndRetryAfter) {
+  auto status = [](int code, const char* reason) {
+    return json({{"kind", "Status"}, {"code", code}, {"reason", reason}}).dump();
+  };
+  EXPECT_EQ(ErrorFromResponse(409, "application/json", status(409, "Conflict"), "", "", "").kind(),
+            ErrorKind::kConflict);
+  EXPECT_EQ(
+      ErrorFromResponse(409, "application/json", status(409, "AlreadyExists"), "", "", "").kind(),
+      ErrorKind::kAlreadyExists);
+  EXPECT_EQ(ErrorFromResponse(422, "application/json", status(422, "Invalid"), "", "", "").kind(),
+            ErrorKind::kInvalid);
+  ApiError throttled = ErrorFromResponse(429, "text/plain", "Too many requests", "3\r\n", "", "");
+  EXPECT_EQ(throttled.kind(), ErrorKind::kTooManyRequests);
+  EXPECT_EQ(throttled.retryAfter(), std::chrono::seconds(3));
+  json unavailable = {{"kind", "Status"},
+                      {"code", 503},
+                      {"reason", "ServiceUnavailable"},
+                      {"details", {{"retryAfterSeconds", 5}}}};
+  ApiError down = ErrorFromResponse(503, "application/json", unavailable.dump(), "", "", "");
+  EXPECT_EQ(down.kind(), ErrorKind::kServerError);
+  EXPECT_EQ(down.retryAfter(), std::chrono::seconds(5));
+  // An HTTP date is not honoured, as in client-go.
+  EXPECT_FALSE(ParseRetryAfter("Wed, 21 Oct 2015 07:28:00 GMT"));
+}
+
+TEST(Backoff, ExponentialCappedAndJittered) {
+  Backoff plain({800ms, 5s, 2.0, 1.0}, [] { return 0.0; });
+  EXPECT_EQ(plain.Next(), 800ms);
+  EXPECT_EQ(plain.Next(), 1600ms);
+  EXPECT_EQ(plain.Next(), 3200ms);
+  EXPECT_EQ(plain.Next(), 5s);
+  EXPECT_EQ(plain.Next(), 5s);
+  plain.Reset();
+  EXPECT_EQ(plain.Next(), 800ms);
+  Backoff jittered({1s, 30s, 2.0, 1.0}, [] { return 0.5; });
+  EXPECT_EQ(jittered.Next(), 1500ms);  // stretched into [d, 2d)
+}
+
+TEST(RateLimiter, BurstThenQps) {
+  FakeTimeSource time;
+  RateLimiter limiter(2.0, 3, time);
+  for (int i = 0; i < 3; ++i) limiter.Acquire();
+  EXPECT_TRUE(time.Sleeps().empty());
+  limiter.Acquire();
+  ASSERT_EQ(time.Sleeps().size(), 1u);
+  EXPECT_EQ(std::chrono::duration_cast<std::chrono::milliseconds>(time.Sleeps()[0]), 500ms);
+}
+
+TEST(TokenSource, RereadWhenOldOrAfterInvalidateKeepingTheLastGoodToken) {
+  testing::TempDir dir;
+  auto file = dir.path() / "token";
+  WriteFile(file, "one\n");
+  FakeTimeSource time;
+  TokenSource tokens("", file.string(), time);
+  EXPECT_EQ(tokens.Token(), "one");
+  WriteFile(file, "two");
+  time.Advance(30s);
+  EXPECT_EQ(tokens.Token(), "one");  // young enough
+  time.Advance(21s);
+  EXPECT_EQ(tokens.Token(), "two");  // older than 50 s: re-read
+  WriteFile(file, "three");
+  tokens.Invalidate();  // after a 401
+  EXPECT_EQ(tokens.Token(), "three");
+  WriteFile(file, "");
+  tokens.Invalidate();
+  EXPECT_EQ(tokens.Token(), "three");  // an empty file keeps the last good token
+  EXPECT_NE(tokens.LastError().find("empty"), std::string::npos);
+}
+
+TEST(JsonStreamSplitter, ValuesSplitAcrossReadsAndSeveralInOne) {
+  JsonStreamSplitter splitter;
+  splitter.Feed(R"({"type":"ADDED","object":{"s":"a}\"{"}})"
+                "\n"
+                R"({"type":"MOD)");
+  auto first = splitter.Next();
+  ASSERT_TRUE(first);
+  EXPECT_EQ(json::parse(*first)["object"]["s"], "a}\"{");
+  EXPECT_FALSE(splitter.Next());
+  splitter.Feed(R"(IFIED","object":{}}{"type":"DELETED","object":{}})");
+  EXPECT_EQ(json::parse(*splitter.Next())["type"], "MODIFIED");
+  EXPECT_EQ(json::parse(*splitter.Next())["type"], "DELETED");
+  EXPECT_FALSE(splitter.Next());
+  EXPECT_EQ(splitter.Pending(), 0u);
+}
+
+class ClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = StartFakeApiServer();
+    client_ = std::make_unique<Client>(ConfigFor(*server_, "t0"), TestClientOptions(time_, 3));
+  }
+  FakeTimeSource time_;
+  std::unique_ptr<fake::FakeApiServer> server_;
+  std::unique_ptr<Client> client_;
+};
+
+TEST_F(ClientTest, MissingObjectAndUnservedKindAreDifferentErrors) {
+  try {
+    client_->Get("/apis/gpu.cozystack.io/v1alpha1/gpunodes/nope");
+    FAIL();
+  } catch (const ApiError& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::kNotFound) << error.what();
+  }
+  try {
+    client_->Get("/apis/gpu.cozystack.io/v1alpha1/gpuclasses/x");
+    FAIL();
+  } catch (const ApiError& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::kResourceNotServed) << error.what();
+  }
+  EXPECT_TRUE(time_.Sleeps().empty());  // neither is retried
+}
+
+TEST_F(ClientTest, ServerErrorsAreRetriedWithBackoffAndRetryAfterWins) {
+  server_->Seed(NodeObject("n1"));
+  server_->AddFault(fake::Fault::Answer(503, 2));
+  EXPECT_EQ(client_->Get("/api/v1/nodes/n1")["metadata"]["name"], "n1");
+  EXPECT_EQ(time_.Sleeps(), (std::vector<Duration>{200ms, 400ms}));
+  server_->AddFault(fake::Fault::Answer(429, 1, "", 3));
+  client_->Get("/api/v1/nodes/n1");
+  EXPECT_EQ(time_.Sleeps().back(), 3s);
+  server_->AddFault(fake::Fault::Answer(500, -1));
+  EXPECT_THROW(client_->Get("/api/v1/nodes/n1"), ApiError);
+  EXPECT_EQ(time_.Sleeps().size(), 2u + 1u + 3u);  // three retries, then the error
+}
+
+TEST_F(ClientTest, ConflictsAndInvalidWritesAreNotRetried) {
+  json node = client_->Create("/api/v1/nodes", NodeObject("n1"));
+  client_->MergePatch("/api/v1/nodes/n1", {{"metadata", {{"labels", {{"a", "b"}}}}}});
+  try {
+    client_->Update("/api/v1/nodes/n1", node);  // stale resourceVersion
+    FAIL();
+  } catch (const ApiError& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::kConflict) << error.what();
+  }
+  try {
+    client_->JsonPatch("/api/v1/nodes/n1",
+                       {{{"op", "test"}, {"path", "/metadata/name"}, {"value", "other"}}});
+    FAIL();
+  } catch (const ApiError& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::kInvalid) << error.what();
+  }
+  EXPECT_TRUE(time_.Sleeps().empty());
+  auto patches = RequestsTo(*server_, "PATCH", "/api/v1/nodes/n1");
+  ASSERT_EQ(patches.size(), 2u);
+  EXPECT_EQ(patches[0].contentType, "application/merge-patch+json");
+  EXPECT_EQ(patches[1].contentType, "application/json-patch+json");
+  EXPECT_EQ(patches[0].bearerToken, "t0");
+}
+
+TEST_F(ClientTest, ListsWithFieldAndLabelSelectorsAndPages) {
+  server_->Seed(Pod("a", "n1"));
+  server_->Seed(Pod("b", "n2"));
+  server_->Seed(Pod("c", "n1", "db"));
+  auto names = [](const json& list) {
+    std::vector<std::string> result;
+    for (const auto& item : list["items"]) result.push_back(item["metadata"]["name"]);
+    return result;
+  };
+  EXPECT_EQ(names(client_->List("/api/v1/pods", {"", "spec.nodeName=n1", "", 0})),
+            (std::vector<std::string>{"a", "c"}));
+  EXPECT_EQ(names(client_->List("/api/v1/namespaces/tenant/pods",
+                                {"app in (vm),app!=db", "spec.nodeName=n1", "", 0})),
+            (std::vector<std::string>{"a"}));
+  EXPECT_EQ(names(client_->List("/api/v1/pods", {"", "", "", 1})),
+            (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(RequestsTo(*server_, "GET", "/api/v1/pods").size(), 1u + 3u);
+  try {
+    client_->List("/api/v1/pods", {"", "spec.hostname=x", "", 0});
+    FAIL();
+  } catch (const ApiError& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::kBadRequest);
+    EXPECT_NE(error.message().find("field label not supported"), std::string::npos);
+  }
+}
+
+TEST_F(ClientTest, WatchStreamDeliversEventsAndBookmarks) {
+  server_->Seed(Pod("a", "n1"));
+  json list = client_->List("/api/v1/pods");
+  auto watch = client_->Watch(
+      "/api/v1/pods", {"", "spec.nodeName=n1", list["metadata"]["resourceVersion"], true, 5});
+  server_->Seed(Pod("b", "n2"));
+  server_->Seed(Pod("c", "n1"));
+  std::vector<WatchEvent> events;
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  bool sawBookmark = false;
+  while (std::chrono::steady_clock::now() < deadline && !(sawBookmark && !events.empty())) {
+    watch->Poll(100ms);
+    for (auto& event : watch->TakeEvents()) {
+      if (event.type == "BOOKMARK") {
+        sawBookmark = true;
+      } else {
+        events.push_back(event);
+      }
+    }
+  }
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].type, "ADDED");
+  EXPECT_EQ(events[0].object["metadata"]["name"], "c");
+  EXPECT_TRUE(sawBookmark);
+  EXPECT_FALSE(watch->Done());
+  auto logged = RequestsTo(*server_, "GET", "/api/v1/pods");
+  EXPECT_NE(logged.back().query.find("allowWatchBookmarks=true"), std::string::npos);
+}
+
+TEST_F(ClientTest, WatchFromACompactedVersionGetsAnExpiredEvent) {
+  server_->Seed(Pod("a", "n1"));
+  std::string old = server_->CurrentResourceVersion();
+  server_->Seed(Pod("b", "n1"));
+  server_->Compact();
+  auto watch = client_->Watch("/api/v1/pods", {"", "", old, false, 5});
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (!watch->Done() && std::chrono::steady_clock::now() < deadline) watch->Poll(100ms);
+  auto events = watch->TakeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].type, "ERROR");
+  EXPECT_EQ(events[0].object["code"], 410);
+  EXPECT_EQ(events[0].object["reason"], "Expired");
+}
+
+TEST(Informer, ListsWatchesResumesAfterADropAndRelistsAfterExpiry) {
+  auto server = StartFakeApiServer();
+  Client client(ConfigFor(*server), TestClientOptions(DefaultTimeSource()));
+  server->Seed(Pod("a", "n1"));
+  server->Seed(Pod("x", "n2"));
+  std::vector<std::string> seen;
+  InformerOptions options;
+  options.fieldSelector = "spec.nodeName=n1";
+  options.watchTimeoutSeconds = 30;
+  options.backoff = {10ms, 100ms, 2.0, 0.0};
+  Informer informer(client, "/api/v1/pods", options, [&seen](const WatchEvent& event) {
+    seen.push_back(event.type + " " + event.object["metadata"]["name"].get<std::string>());
+  });
+  auto runUntil = [&informer](const std::function<bool()>& done) {
+    informer.RunFor(5s, done);
+    return done();
+  };
+  ASSERT_TRUE(runUntil([&] { return informer.Synced(); }));
+  EXPECT_EQ(seen, (std::vector<std::string>{"ADDED a"}));
+
+  server->Seed(Pod("b", "n1"));
+  ASSERT_TRUE(runUntil([&] { return seen.size() == 2; }));
+  EXPECT_EQ(seen.back(), "ADDED b");
+
+  // A dropped stream is re-opened from the last resourceVersion, without a relist.
+  server->DropWatches();
+  ASSERT_TRUE(runUntil([&] { return informer.Stats().watches == 2; }));
+  client.Delete("/api/v1/namespaces/tenant/pods/a");
+  ASSERT_TRUE(runUntil([&] { return seen.size() == 3; }));
+  EXPECT_EQ(seen.back(), "DELETED a");
+  EXPECT_EQ(informer.Stats().lists, 1);
+
+  // 410 Expired: relist, and what changed meanwhile arrives as plain events.
+  server->ExpireWatches();
+  server->Seed(Pod("c", "n1"));
+  ASSERT_TRUE(runUntil([&] { return informer.Stats().lists == 2 && seen.size() == 4; }))
+      << "lists " << informer.Stats().lists << " expired " << informer.Stats().expired
+      << " watches " << informer.Stats().watches << " seen " << seen.size() << " last "
+      << ::testing::PrintToString(seen) << " error " << informer.LastError();
+  EXPECT_EQ(seen.back(), "ADDED c");
+  EXPECT_EQ(informer.Stats().expired, 1);
+  EXPECT_EQ(informer.Cache().size(), 2u);
+  EXPECT_TRUE(informer.Cache().count("tenant/b"));
+  EXPECT_TRUE(informer.Cache().count("tenant/c"));
+}
+
+TEST(Informer, BacksOffWhileTheServerFailsAndRecovers) {
+  auto server = StartFakeApiServer();
+  Client client(ConfigFor(*server), TestClientOptions(DefaultTimeSource()));
+  server->Seed(Pod("a", "n1"));
+  server->AddFault(fake::Fault::Answer(503, 3, "GET"));
+  int events = 0;
+  InformerOptions options;
+  options.backoff = {10ms, 40ms, 2.0, 0.0};
+  Informer informer(client, "/api/v1/pods", options, [&events](const WatchEvent&) { ++events; });
+  informer.RunFor(5s, [&] { return informer.Synced(); });
+  EXPECT_TRUE(informer.Synced());
+  EXPECT_EQ(informer.Stats().failures, 3);
+  EXPECT_EQ(events, 1);
+}
+
+}  // namespace
+}  // namespace cozy::kube

@@ -1,0 +1,36 @@
+// Helpers for tests against the fake API server: a server with the chart's CRDs, a client
+// on injected time, and queries over the request log.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kube/client.h"
+#include "test/fakes/fake_apiserver.h"
+
+namespace cozy::testing {
+
+std::filesystem::path ChartCrdDir();     // charts/gpu/crds
+std::filesystem::path GpuNodeCrdFile();  // charts/gpu/crds/gpunodes.yaml
+
+// A started fake API server; with the chart's CRDs unless told otherwise.
+std::unique_ptr<fake::FakeApiServer> StartFakeApiServer(bool withCrds = true);
+
+// Client options for tests: no rate limit, the given clock, jitter pinned to 0.
+kube::ClientOptions TestClientOptions(kube::TimeSource& time, int maxRetries = 0);
+kube::ClientConfig ConfigFor(const fake::FakeApiServer& server, const std::string& token = "");
+
+// Requests of the log that match method (empty: any) and whose path starts with prefix.
+std::vector<fake::LoggedRequest> RequestsTo(const fake::FakeApiServer& server,
+                                            const std::string& method,
+                                            const std::string& pathPrefix);
+// Requests that write: POST, PUT, PATCH, DELETE.
+std::vector<fake::LoggedRequest> Writes(const fake::FakeApiServer& server);
+
+nlohmann::json NodeObject(const std::string& name);
+
+}  // namespace cozy::testing
