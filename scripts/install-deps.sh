@@ -24,6 +24,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # real captured hosts and replayed device events
   umockdev libumockdev-dev
+  # the .deb: cpack's dpkg-shlibdeps and dpkg-deb, and lintian to check the package
+  dpkg-dev lintian
 )
 
 missing=()

@@ -1,0 +1,152 @@
+// gpu-agent_<version>_<arch>.deb as a hoster gets it: cpack builds it into a temporary
+// directory, dpkg-deb shows its contents and control fields, the unpacked binary runs, and
+// lintian finds no error.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "test/support/fixture_host.h"
+
+namespace cozy {
+namespace {
+
+using testing::RunCommand;
+using testing::ShellQuote;
+
+std::string Trimmed(std::string text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text;
+}
+
+std::string ReadFile(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+class Package : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    directory_ = std::make_unique<testing::TempDir>();
+    const auto built = RunCommand(std::string(COZY_CPACK) + " -G DEB -B " +
+                                  ShellQuote(directory_->path().string()) + " --config " +
+                                  ShellQuote(std::string(COZY_BINARY_DIR) + "/CPackConfig.cmake"));
+    cpackOutput_ = built.out + built.err;
+    cpackExit_ = built.exitCode;
+    arch_ = Trimmed(RunCommand("dpkg --print-architecture").out);
+    deb_ = directory_->path() / ("gpu-agent_" COZY_VERSION "_" + arch_ + ".deb");
+  }
+  static void TearDownTestSuite() { directory_.reset(); }
+
+  void SetUp() override {
+    ASSERT_EQ(cpackExit_, 0) << cpackOutput_;
+    ASSERT_TRUE(std::filesystem::exists(deb_)) << deb_ << " missing; cpack said:\n" << cpackOutput_;
+  }
+
+  static std::string Field(const std::string& name) {
+    return Trimmed(RunCommand("dpkg-deb -f " + ShellQuote(deb_.string()) + " " + name).out);
+  }
+
+  static std::unique_ptr<testing::TempDir> directory_;
+  static std::string cpackOutput_;
+  static int cpackExit_;
+  static std::string arch_;
+  static std::filesystem::path deb_;
+};
+
+std::unique_ptr<testing::TempDir> Package::directory_;
+std::string Package::cpackOutput_;
+int Package::cpackExit_ = -1;
+std::string Package::arch_;
+std::filesystem::path Package::deb_;
+
+TEST_F(Package, HoldsTheAgentItsUnitItsDefaultsAndTheDebianDocsOnly) {
+  const auto listing = RunCommand("dpkg-deb -c " + ShellQuote(deb_.string()));
+  ASSERT_EQ(listing.exitCode, 0) << listing.err;
+  // -rwxr-xr-x root/root   1234 2026-11-29 23:00 ./usr/bin/gpu-agent
+  static const std::regex line(R"(^(\S+) (\S+)\s+\d+ \S+ \S+ \.(/\S*)$)");
+  std::map<std::string, std::string> files;  // path -> mode
+  std::stringstream lines(listing.out);
+  for (std::string text; std::getline(lines, text);) {
+    std::smatch match;
+    ASSERT_TRUE(std::regex_match(text, match, line)) << text;
+    EXPECT_EQ(match[2].str(), "root/root") << text;
+    if (match[1].str()[0] == 'd') {
+      EXPECT_EQ(match[1].str(), "drwxr-xr-x") << text;
+    } else {
+      files[match[3].str()] = match[1].str();
+    }
+  }
+  const std::map<std::string, std::string> expected = {
+      {"/usr/bin/gpu-agent", "-rwxr-xr-x"},
+      {"/lib/systemd/system/gpu-agent.service", "-rw-r--r--"},
+      {"/etc/default/gpu-agent", "-rw-r--r--"},
+      {"/usr/share/doc/gpu-agent/copyright", "-rw-r--r--"},
+      {"/usr/share/doc/gpu-agent/changelog.gz", "-rw-r--r--"},
+  };
+  EXPECT_EQ(files, expected) << listing.out;
+}
+
+TEST_F(Package, ControlFieldsAndDependenciesFromTheBinary) {
+  EXPECT_EQ(Field("Package"), "gpu-agent");
+  EXPECT_EQ(Field("Version"), COZY_VERSION);
+  EXPECT_EQ(Field("Architecture"), arch_);
+  EXPECT_EQ(Field("Section"), "admin");
+  EXPECT_NE(Field("Maintainer").find('@'), std::string::npos);
+  // dpkg-shlibdeps turned the binary's NEEDED libraries into versioned Depends.
+  const std::string depends = Field("Depends");
+  for (const char* library : {"libc6 (>=", "libstdc++6 (>=", "libpci3", "libudev1", "libsystemd0",
+                              "libgrpc++1", "libprotobuf"}) {
+    EXPECT_NE(depends.find(library), std::string::npos) << library << " in " << depends;
+  }
+  for (const char* library : {"libgtest", "libgmock", "libbenchmark", "-dev"}) {
+    EXPECT_EQ(depends.find(library), std::string::npos) << library << " in " << depends;
+  }
+  const auto conffiles = RunCommand("dpkg-deb -I " + ShellQuote(deb_.string()) + " conffiles");
+  EXPECT_EQ(conffiles.out, "/etc/default/gpu-agent\n") << conffiles.err;
+}
+
+TEST_F(Package, UnpackedAgentRunsAndShipsTheRepositoryFiles) {
+  testing::TempDir root;
+  const auto unpacked = RunCommand("dpkg-deb -x " + ShellQuote(deb_.string()) + " " +
+                                   ShellQuote(root.path().string()));
+  ASSERT_EQ(unpacked.exitCode, 0) << unpacked.err;
+  const auto version =
+      RunCommand(ShellQuote((root.path() / "usr/bin/gpu-agent").string()) + " --version");
+  EXPECT_EQ(version.exitCode, 0) << version.err;
+  EXPECT_EQ(version.out, "gpu-agent " COZY_VERSION "\n");
+  const std::filesystem::path source = COZY_SOURCE_DIR;
+  EXPECT_EQ(ReadFile(root.path() / "lib/systemd/system/gpu-agent.service"),
+            ReadFile(source / "systemd/gpu-agent.service"));
+  EXPECT_EQ(ReadFile(root.path() / "etc/default/gpu-agent"),
+            ReadFile(source / "systemd/gpu-agent.default"));
+  // Stripped: no .debug_info section left for lintian's unstripped-binary-or-object.
+  const auto sections =
+      RunCommand("LC_ALL=C objdump -h " + ShellQuote((root.path() / "usr/bin/gpu-agent").string()));
+  EXPECT_EQ(sections.out.find(".debug_info"), std::string::npos);
+  const auto changelog = RunCommand(
+      "gzip -dc " + ShellQuote((root.path() / "usr/share/doc/gpu-agent/changelog.gz").string()));
+  EXPECT_NE(changelog.out.find("gpu-agent (" COZY_VERSION ")"), std::string::npos)
+      << "the changelog's top entry is not this version";
+}
+
+TEST_F(Package, LintianFindsNoError) {
+  // Warnings are expected and listed in docs/install.md; errors fail.
+  const auto lint = RunCommand("lintian --fail-on error --tag-display-limit 0 " +
+                               ShellQuote(deb_.string()) + " 2>&1");
+  EXPECT_EQ(lint.exitCode, 0) << lint.out;
+  EXPECT_EQ(lint.out.find("\nE: "), std::string::npos) << lint.out;
+  EXPECT_FALSE(lint.out.starts_with("E: ")) << lint.out;
+  std::cout << "lintian:\n" << lint.out;
+}
+
+}  // namespace
+}  // namespace cozy
