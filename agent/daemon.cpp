@@ -53,9 +53,11 @@ std::string Summary(const nlohmann::json& status, const UnitsTracker& units) {
 
 }  // namespace
 
-Daemon::Daemon(DaemonOptions options, std::unique_ptr<StatusPublisher> publisher)
+Daemon::Daemon(DaemonOptions options, std::unique_ptr<StatusPublisher> publisher,
+               std::unique_ptr<PodWatch> podWatch)
     : options_(std::move(options)),
       publisher_(std::move(publisher)),
+      podWatch_(std::move(podWatch)),
       podResources_(options_.podResources),
       units_(options_.podResourcesSchedule) {
   if (options_.fixedPodPhases) {
@@ -65,6 +67,10 @@ Daemon::Daemon(DaemonOptions options, std::unique_ptr<StatusPublisher> publisher
 
 Daemon::~Daemon() {
   health_.Stop();
+  for (sd_event_source* source : podWatchSources_) {
+    sd_event_source_disable_unref(source);
+  }
+  sd_event_source_disable_unref(podWatchTimer_);
   for (sd_event_source* source : {udevSource_, debounceTimer_, fetchTimer_, resyncTimer_,
                                   publishTimer_, mdevTimer_, heartbeatTimer_, postedSource_}) {
     sd_event_source_disable_unref(source);
@@ -98,7 +104,7 @@ bool Daemon::SetUp() {
   }
   // Timers exist from the start, disabled; ArmTimer sets them off once.
   for (sd_event_source** timer : {&debounceTimer_, &fetchTimer_, &resyncTimer_, &publishTimer_,
-                                  &mdevTimer_, &heartbeatTimer_}) {
+                                  &mdevTimer_, &heartbeatTimer_, &podWatchTimer_}) {
     // USEC_INFINITY (UINT64_MAX) as an absolute time: created, never due until armed.
     if (sd_event_add_time(event_, timer, CLOCK_MONOTONIC, UINT64_MAX, 0, &Daemon::OnTimer, this) <
         0) {
@@ -171,6 +177,9 @@ int Daemon::Run() {
   LogInfo("gpu-agent starting", {{"node", options_.nodeName},
                                  {"sysfsRoot", options_.scan.root},
                                  {"podResources", options_.podResources.endpoint}});
+  if (podWatch_) {
+    StepPodWatch();  // lists the node's pods before the first count
+  }
   FetchPodResources();  // also scans and publishes
   ArmTimer(resyncTimer_, options_.resync);
   ArmTimer(heartbeatTimer_, std::chrono::seconds(1));
@@ -223,6 +232,42 @@ int Daemon::OnPosted(sd_event_source* /*source*/, int fd, uint32_t /*events*/, v
   return 0;
 }
 
+int Daemon::OnPodWatchIo(sd_event_source* /*source*/, int /*fd*/, uint32_t /*events*/, void* self) {
+  static_cast<Daemon*>(self)->StepPodWatch();
+  return 0;
+}
+
+// The watch's sockets change as connections come and go: after each step the loop listens on
+// exactly the ones it names now, and wakes at the deadline it asked for.
+void Daemon::StepPodWatch() {
+  const auto next = podWatch_->Step(std::chrono::steady_clock::now());
+  for (sd_event_source* source : podWatchSources_) {
+    sd_event_source_disable_unref(source);
+  }
+  podWatchSources_.clear();
+  for (const LoopDriven::Fd& fd : podWatch_->Fds()) {
+    const uint32_t events = (fd.read ? EPOLLIN : 0U) | (fd.write ? EPOLLOUT : 0U);
+    sd_event_source* source = nullptr;
+    if (events != 0 &&
+        sd_event_add_io(event_, &source, fd.fd, events, &Daemon::OnPodWatchIo, this) >= 0) {
+      podWatchSources_.push_back(source);
+    }
+  }
+  const auto delay = std::chrono::duration_cast<std::chrono::milliseconds>(
+      next - std::chrono::steady_clock::now());
+  ArmTimer(podWatchTimer_, std::clamp(delay, std::chrono::milliseconds(1),
+                                      std::chrono::milliseconds(std::chrono::minutes(1))));
+  bool changed = false;
+  const PodPhases& phases = podWatch_->Phases(changed);
+  if (changed && !options_.fixedPodPhases && phases != podPhases_) {
+    podPhases_ = phases;
+    LogDebug("pod phases changed", {{"pods", std::to_string(phases.size())}});
+    if (ready_) {
+      FetchPodResources();
+    }
+  }
+}
+
 int Daemon::OnSignal(sd_event_source* /*source*/, const ::signalfd_siginfo* info, void* self) {
   auto* daemon = static_cast<Daemon*>(self);
   if (info->ssi_signo == SIGHUP) {
@@ -265,6 +310,8 @@ int Daemon::OnTimer(sd_event_source* source, uint64_t /*usec*/, void* self) {
     daemon->PublishCurrent();
   } else if (source == daemon->mdevTimer_) {
     daemon->Rescan();
+  } else if (source == daemon->podWatchTimer_) {
+    daemon->StepPodWatch();
   } else if (source == daemon->heartbeatTimer_) {
     // /healthz reports the loop alive while this keeps firing.
     daemon->health_.Heartbeat();

@@ -39,6 +39,28 @@ class StatusPublisher {
   virtual std::optional<std::chrono::milliseconds> Publish(const nlohmann::json& status) = 0;
 };
 
+// Something the loop drives through its sockets and a deadline (the pod watch): Step() does
+// the work that is ready without blocking long and says when it wants to be stepped again.
+class LoopDriven {
+ public:
+  struct Fd {
+    int fd;
+    bool read;
+    bool write;
+  };
+  virtual ~LoopDriven() = default;
+  virtual std::chrono::steady_clock::time_point Step(std::chrono::steady_clock::time_point now) = 0;
+  virtual std::vector<Fd> Fds() = 0;
+};
+
+// The node's pods as the loop sees them: phases by "namespace/name".
+class PodWatch : public LoopDriven {
+ public:
+  // The phases after the last Step(); `changed` says whether they differ from the step before.
+  virtual const PodPhases& Phases(bool& changed) = 0;
+  virtual bool Synced() const = 0;
+};
+
 struct DaemonOptions {
   std::string nodeName;
   sysfs::ScanOptions scan;
@@ -65,7 +87,8 @@ struct DaemonCounters {
 
 class Daemon {
  public:
-  Daemon(DaemonOptions options, std::unique_ptr<StatusPublisher> publisher);
+  Daemon(DaemonOptions options, std::unique_ptr<StatusPublisher> publisher,
+         std::unique_ptr<PodWatch> podWatch = nullptr);
   ~Daemon();
   Daemon(const Daemon&) = delete;
   Daemon& operator=(const Daemon&) = delete;
@@ -91,6 +114,8 @@ class Daemon {
   static int OnUdev(sd_event_source* source, int fd, uint32_t events, void* self);
   static int OnTimer(sd_event_source* source, uint64_t usec, void* self);
   static int OnPosted(sd_event_source* source, int fd, uint32_t events, void* self);
+  static int OnPodWatchIo(sd_event_source* source, int fd, uint32_t events, void* self);
+  void StepPodWatch();
 
   bool SetUp();
   void OpenUdevMonitor();
@@ -104,6 +129,9 @@ class Daemon {
 
   DaemonOptions options_;
   std::unique_ptr<StatusPublisher> publisher_;
+  std::unique_ptr<PodWatch> podWatch_;
+  std::vector<sd_event_source*> podWatchSources_;
+  sd_event_source* podWatchTimer_ = nullptr;
   podresources::Client podResources_;
   UnitsTracker units_;
   PodPhases podPhases_;

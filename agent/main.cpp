@@ -16,12 +16,15 @@
 
 #include "agent/daemon.h"
 #include "agent/health_server.h"
+#include "agent/kube_sources.h"
 #include "agent/log.h"
 #include "agent/nvidia_procfs.h"
 #include "agent/output.h"
 #include "agent/pod_phases.h"
 #include "agent/status_builder.h"
 #include "agent/units_tracker.h"
+#include "kube/client.h"
+#include "kube/config.h"
 #include "podresources/client.h"
 #include "sysfs/attributes.h"
 #include "sysfs/scanner.h"
@@ -50,6 +53,7 @@ struct SourceFlags {
 struct ScanFlags {
   SourceFlags source;
   std::string output = "json";
+  std::string kubeconfig;
 };
 
 struct RunFlags {
@@ -212,6 +216,24 @@ int RunScan(const ScanFlags& flags) {
   for (const std::string& problem : nvidia.problems) {
     std::fprintf(stderr, "gpu-agent: warning: %s\n", problem.c_str());
   }
+  cozy::agent::PodPhases phases = sources.podPhases.value_or(cozy::agent::PodPhases{});
+  if (!flags.kubeconfig.empty() && !sources.podPhases) {
+    // The node's pods, listed once, so a finished pod kubelet still lists holds no unit.
+    try {
+      cozy::kube::Client api(cozy::kube::LoadKubeconfig(flags.kubeconfig));
+      cozy::kube::ListOptions list;
+      list.fieldSelector = "spec.nodeName=" + sources.nodeName;
+      const auto pods = api.List(cozy::kube::ResourcePath("", "v1", "pods", "", "", ""), list);
+      phases = cozy::agent::ParsePodPhases(pods.dump());
+    } catch (const cozy::kube::ConfigError& error) {
+      throw BadInputError{"--kubeconfig " + flags.kubeconfig + ": " + error.what()};
+    } catch (const std::exception& error) {
+      std::fprintf(stderr,
+                   "gpu-agent: warning: cannot list the node's pods: %s; every pod "
+                   "kubelet lists counts as active\n",
+                   error.what());
+    }
+  }
   cozy::podresources::Client client(sources.podResources);
   cozy::agent::UnitsTracker tracker;
   tracker.Update(client.Fetch());
@@ -267,7 +289,33 @@ int RunDaemon(const RunFlags& flags) {
       cozy::agent::ParseListenAddress(flags.healthAddress).second < 0) {
     throw BadInputError{"--health-addr " + flags.healthAddress + ": not host:port, :port or off"};
   }
-  cozy::agent::Daemon daemon(std::move(options), nullptr);
+  // The API server: a kubeconfig on a bare-metal host, else in-cluster config in a pod. Without
+  // either the agent still runs (discovery, health, metrics) and publishes nothing.
+  std::unique_ptr<cozy::kube::Client> api;
+  try {
+    if (!flags.kubeconfig.empty()) {
+      api = std::make_unique<cozy::kube::Client>(cozy::kube::LoadKubeconfig(flags.kubeconfig),
+                                                 cozy::agent::LoopClientOptions());
+    } else if (std::getenv("KUBERNETES_SERVICE_HOST") != nullptr) {
+      api = std::make_unique<cozy::kube::Client>(cozy::kube::LoadInClusterConfig(),
+                                                 cozy::agent::LoopClientOptions());
+    }
+  } catch (const cozy::kube::ConfigError& error) {
+    throw BadInputError{std::string("API config: ") + error.what()};
+  }
+  std::unique_ptr<cozy::agent::StatusPublisher> publisher;
+  std::unique_ptr<cozy::agent::PodWatch> podWatch;
+  if (api) {
+    publisher = std::make_unique<cozy::agent::ApiStatusPublisher>(*api, sources.nodeName);
+    if (!sources.podPhases) {
+      podWatch = std::make_unique<cozy::agent::ApiPodWatch>(*api, sources.nodeName);
+    }
+  } else {
+    cozy::agent::LogWarning(
+        "no API server configured (no --kubeconfig, not in a pod): "
+        "discovering and serving health, publishing nothing");
+  }
+  cozy::agent::Daemon daemon(std::move(options), std::move(publisher), std::move(podWatch));
   return daemon.Run();
 }
 
@@ -287,6 +335,8 @@ int main(int argc, char** argv) {
   scanCommand->add_option("-o,--output", scan.output, "Output format")
       ->check(CLI::IsMember({"json", "yaml", "table"}))
       ->capture_default_str();
+  scanCommand->add_option("--kubeconfig", scan.kubeconfig,
+                          "List the node's pods once through this kubeconfig, for their phases");
 
   RunFlags run;
   CLI::App* runCommand = app.add_subcommand(

@@ -121,7 +121,22 @@ nlohmann::json BuildStatus(const sysfs::HostScan& scan, const UnitReport* units)
     devices.push_back(
         BuildDeviceStatus(*function, found == unitsByAddress.end() ? nullptr : found->second));
   }
-  nlohmann::json status = {{"devices", std::move(devices)}};
+  // Totals for kubectl's printer columns, which cannot count.
+  nlohmann::json summary = {{"gpus", devices.size()}};
+  if (units != nullptr) {
+    int64_t healthy = 0;
+    int64_t allocatable = 0;
+    int64_t allocated = 0;
+    for (const FunctionUnits& function : units->functions) {
+      healthy += function.health == Health::kHealthy ? 1 : 0;
+      allocatable += function.allocatable;
+      allocated += function.allocated;
+    }
+    summary["healthy"] = healthy;
+    summary["allocatable"] = allocatable;
+    summary["allocated"] = allocated;
+  }
+  nlohmann::json status = {{"devices", std::move(devices)}, {"summary", std::move(summary)}};
   if (units != nullptr) {
     status["resourceNames"] = units->resourceNames;
     nlohmann::json unplaced = nlohmann::json::array();

@@ -218,31 +218,36 @@ TEST_F(FakeServerTest, DiscoveryAndCrdsAddedAndRemovedWhileRunning) {
 }
 
 TEST_F(FakeServerTest, TableFromPrinterColumns) {
-  client_->MergePatch(kGpuNodes + "/n1/status", {{"status",
-                                                  {{"resourceNames", {"nvidia.com/gpu"}},
-                                                   {"devices",
-                                                    {{{"pciAddress", "0000:3b:00.0"},
-                                                      {"vendorID", "10de"},
-                                                      {"deviceID", "20b5"},
-                                                      {"classCode", "030200"},
-                                                      {"model", "A100"},
-                                                      {"health", "Unhealthy"}}}}}}});
-  std::string body = "";
-  (void)body;
+  client_->MergePatch(
+      kGpuNodes + "/n1/status",
+      {{"status",
+        {{"resourceNames", {"nvidia.com/gpu"}},
+         {"devices",
+          {{{"pciAddress", "0000:3b:00.0"},
+            {"vendorID", "10de"},
+            {"deviceID", "20b5"},
+            {"classCode", "030200"},
+            {"model", "A100"},
+            {"health", "Unhealthy"}}}},
+         {"summary", {{"gpus", 1}, {"healthy", 0}, {"allocatable", 0}, {"allocated", 1}}}}}});
   auto table = json::parse(
       testing::RunCommand("curl -s -H 'Accept: application/json;as=Table;v=v1;g=meta.k8s.io' " +
                           server_->url() + kGpuNodes)
           .out);
   std::vector<std::string> columns;
   for (const auto& column : table["columnDefinitions"]) columns.push_back(column["name"]);
-  EXPECT_EQ(columns, (std::vector<std::string>{"Name", "Resources", "Model", "Unhealthy",
-                                               "Unadvertised", "Driver", "Age"}));
+  EXPECT_EQ(columns,
+            (std::vector<std::string>{"Name", "GPUs", "Healthy", "Allocatable", "Allocated",
+                                      "Resources", "Model", "Unhealthy", "Driver", "Age"}));
   json cells = table["rows"][0]["cells"];
   EXPECT_EQ(cells[0], "n1");
-  EXPECT_EQ(cells[1], "[\"nvidia.com/gpu\"]");
-  EXPECT_EQ(cells[2], "A100");
-  EXPECT_EQ(cells[3], "0000:3b:00.0");
-  EXPECT_TRUE(cells[4].is_null());
+  EXPECT_EQ(cells[1], 1);
+  EXPECT_EQ(cells[2], 0);
+  EXPECT_EQ(cells[3], 0);
+  EXPECT_EQ(cells[4], 1);
+  EXPECT_EQ(cells[5], "[\"nvidia.com/gpu\"]");
+  EXPECT_EQ(cells[6], "A100");
+  EXPECT_EQ(cells[7], "0000:3b:00.0");
 }
 
 // kubectl as a real client (the cloud SDK's kubectl 1.32 or Debian's kubernetes-client).
@@ -267,19 +272,26 @@ TEST(Kubectl, GetNodesApplyCrdAndGetGpuNodesWithColumns) {
   kube::FakeTimeSource time;
   kube::Client client(ConfigFor(*server), TestClientOptions(time));
   client.Create(kGpuNodes, {{"metadata", {{"name", "n1"}}}});
-  client.MergePatch(kGpuNodes + "/n1/status", {{"status",
-                                                {{"resourceNames", {"nvidia.com/gpu"}},
-                                                 {"devices",
-                                                  {{{"pciAddress", "0000:3b:00.0"},
-                                                    {"vendorID", "10de"},
-                                                    {"deviceID", "20b5"},
-                                                    {"classCode", "030200"},
-                                                    {"model", "A100"},
-                                                    {"health", "Healthy"}}}}}}});
+  client.MergePatch(
+      kGpuNodes + "/n1/status",
+      {{"status",
+        {{"resourceNames", {"nvidia.com/gpu"}},
+         {"devices",
+          {{{"pciAddress", "0000:3b:00.0"},
+            {"vendorID", "10de"},
+            {"deviceID", "20b5"},
+            {"classCode", "030200"},
+            {"model", "A100"},
+            {"health", "Healthy"}}}},
+         {"summary", {{"gpus", 1}, {"healthy", 1}, {"allocatable", 1}, {"allocated", 0}}}}}});
+  // The columns a hoster reads: GPUs, healthy, allocatable, allocated, age.
   std::string table = run("get gpunodes");
-  EXPECT_TRUE(std::regex_search(table, std::regex(R"(NAME\s+RESOURCES\s+MODEL\s+UNHEALTHY\s+AGE)")))
+  EXPECT_TRUE(std::regex_search(
+      table, std::regex(R"(NAME\s+GPUS\s+HEALTHY\s+ALLOCATABLE\s+ALLOCATED\s+AGE)")))
       << table;
-  EXPECT_TRUE(std::regex_search(table, std::regex(R"(n1\s+\["nvidia.com/gpu"\]\s+A100)"))) << table;
+  EXPECT_TRUE(std::regex_search(table, std::regex(R"(n1\s+1\s+1\s+1\s+0\s+)"))) << table;
+  std::string wide = run("get gpunodes -o wide");
+  EXPECT_TRUE(std::regex_search(wide, std::regex(R"(\["nvidia.com/gpu"\]\s+A100)"))) << wide;
   std::string yaml = run("get gpunode n1 -o yaml");
   EXPECT_NE(yaml.find("pciAddress: 0000:3b:00.0"), std::string::npos) << yaml;
   EXPECT_NE(yaml.find("kind: GPUNode"), std::string::npos);
