@@ -14,8 +14,9 @@ inline constexpr std::string_view kGpuNodeKind = "GPUNode";
 inline constexpr std::string_view kGpuNodePlural = "gpunodes";
 
 // The status fields the agent owns; a merge patch from the agent carries these keys only.
-inline constexpr std::array<std::string_view, 3> kAgentOwnedStatusFields = {"resourceNames",
-                                                                            "devices", "unplaced"};
+// `summary` goes past DESIGN §4.2: totals for kubectl's printer columns (docs/gpunode.md).
+inline constexpr std::array<std::string_view, 4> kAgentOwnedStatusFields = {
+    "resourceNames", "devices", "unplaced", "summary"};
 
 // Health of a GPUNode device (DESIGN §4.4).
 inline constexpr std::string_view kHealthHealthy = "Healthy";

@@ -1,0 +1,306 @@
+// End to end: `gpu-agent run` as a process on a fixture host, the fake kubelet over a real unix
+// socket, and the fake API server over HTTP, read through its request log (DESIGN §4.5).
+// A7, A8, A9: finished pods hold nothing; only the agent's own fields and node are written.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+
+#include "test/fakes/fake_apiserver.h"
+#include "test/fakes/fake_kubelet.h"
+#include "test/support/fixture_host.h"
+
+extern char** environ;
+
+namespace cozy {
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+const std::string kGpuNodes = "/apis/gpu.cozystack.io/v1alpha1/gpunodes";
+
+bool IsWrite(const fake::LoggedRequest& request) {
+  return request.method == "POST" || request.method == "PUT" || request.method == "PATCH" ||
+         request.method == "DELETE";
+}
+
+class AgentEndToEnd : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fake::FakeApiServerOptions options;
+    options.crdPaths = {testing::SourceDir() / "charts/gpu/crds"};
+    server_ = std::make_unique<fake::FakeApiServer>(options);
+    server_->Start();
+    server_->Seed(
+        {{"apiVersion", "v1"},
+         {"kind", "Node"},
+         {"metadata", {{"name", "n1"}, {"uid", "11111111-1111-1111-1111-111111111111"}}}});
+    server_->Seed(
+        {{"apiVersion", "v1"},
+         {"kind", "Node"},
+         {"metadata", {{"name", "n2"}, {"uid", "22222222-2222-2222-2222-222222222222"}}}});
+    // Another node's GPUNode, which this agent must never touch (A9).
+    server_->Seed({{"apiVersion", "gpu.cozystack.io/v1alpha1"},
+                   {"kind", "GPUNode"},
+                   {"metadata", {{"name", "n2"}}},
+                   {"status", {{"devices", json::array()}, {"summary", {{"gpus", 0}}}}}});
+    std::ofstream(directory_.path() / "kubeconfig") << server_->Kubeconfig("agent-token");
+    kubelet_.Start(
+        (directory_.path() / "kubelet.sock").string(),
+        fakes::LoadScenario(
+            (testing::SourceDir() / "fixtures/kubelet/a100-kubevirt-pci.json").string()));
+  }
+
+  void TearDown() override {
+    StopAgent();
+    kubelet_.Stop();
+    server_->Stop();
+  }
+
+  void StartAgent() {
+    otherNodeBefore_ = GpuNode("n2");
+    std::vector<std::string> arguments = {testing::GpuAgentBinary().string(),
+                                          "run",
+                                          "--node-name",
+                                          "n1",
+                                          "--kubeconfig",
+                                          (directory_.path() / "kubeconfig").string(),
+                                          "--sysfs-root",
+                                          host_.root().string(),
+                                          "--pci-ids",
+                                          testing::FixturePciIds().string(),
+                                          "--pod-resources",
+                                          "unix://" + (directory_.path() / "kubelet.sock").string(),
+                                          "--pod-resources-interval",
+                                          "200ms",
+                                          "--udev-source",
+                                          "off",
+                                          "--health-addr",
+                                          "127.0.0.1:0",
+                                          "-v",
+                                          "1"};
+    std::vector<char*> argv;
+    for (auto& argument : arguments) {
+      argv.push_back(argument.data());
+    }
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 2, (directory_.path() / "agent.log").c_str(),
+                                     O_WRONLY | O_CREAT | O_APPEND, 0600);
+    ASSERT_EQ(posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&actions);
+  }
+
+  void StopAgent() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGTERM);
+      int status = 0;
+      ::waitpid(pid_, &status, 0);
+      exitStatus_ = status;
+      pid_ = -1;
+    }
+  }
+
+  std::string AgentLog() const {
+    std::ifstream in(directory_.path() / "agent.log");
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+
+  // Waits (bounded) until `done` holds; false when it never did.
+  static bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds limit = 15s) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (done()) {
+        return true;
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    return done();
+  }
+
+  std::vector<fake::LoggedRequest> Writes() const {
+    std::vector<fake::LoggedRequest> writes;
+    for (const auto& request : server_->Requests()) {
+      if (IsWrite(request) && request.status < 300) {
+        writes.push_back(request);
+      }
+    }
+    return writes;
+  }
+
+  json GpuNode(const std::string& name) const {
+    return server_->Object("gpu.cozystack.io/v1alpha1", "gpunodes", "", name);
+  }
+  bool Published() const {
+    const json node = GpuNode("n1");
+    return node.is_object() && node.contains("status") && node["status"].contains("devices");
+  }
+  static json Device(const json& node, const std::string& address) {
+    for (const auto& device : node["status"]["devices"]) {
+      if (device["pciAddress"] == address) {
+        return device;
+      }
+    }
+    return {};
+  }
+
+  testing::FixtureHost host_{"a100-vfio"};
+  testing::TempDir directory_;
+  std::unique_ptr<fake::FakeApiServer> server_;
+  fakes::FakeKubelet kubelet_;
+  pid_t pid_ = -1;
+  int exitStatus_ = -1;
+  json otherNodeBefore_;
+};
+
+TEST_F(AgentEndToEnd, A8_A9_FirstStartCreatesAndPatchesOnceThenSteadyStateWritesNothing) {
+  StartAgent();
+  ASSERT_TRUE(WaitFor([&] { return Published(); })) << AgentLog();
+  std::this_thread::sleep_for(2s);  // pod-resources is read every 200 ms meanwhile
+  const auto writes = Writes();
+  ASSERT_EQ(writes.size(), 2U) << AgentLog();
+  EXPECT_EQ(writes[0].method, "POST");
+  EXPECT_EQ(writes[0].path, kGpuNodes);
+  EXPECT_EQ(writes[1].method, "PATCH");
+  EXPECT_EQ(writes[1].path, kGpuNodes + "/n1/status");
+  EXPECT_EQ(writes[1].contentType, "application/merge-patch+json");
+  EXPECT_EQ(writes[1].body.find("conditions"), std::string::npos);
+  for (const auto& request : server_->Requests()) {
+    EXPECT_EQ(request.path.find("/gpunodes/n2"), std::string::npos) << request.path;
+    EXPECT_EQ(request.bearerToken, "agent-token");
+  }
+  const json node = GpuNode("n1");
+  EXPECT_EQ(node["metadata"]["ownerReferences"][0]["kind"], "Node");
+  EXPECT_EQ(node["metadata"]["ownerReferences"][0]["uid"],
+            server_->Object("v1", "nodes", "", "n1")["metadata"]["uid"]);
+  EXPECT_EQ(node["status"]["resourceNames"], json::array({"nvidia.com/GA100_A100_PCIE_40GB"}));
+  EXPECT_EQ(node["status"]["summary"],
+            (json{{"gpus", 2}, {"healthy", 2}, {"allocatable", 2}, {"allocated", 1}}));
+  EXPECT_EQ(GpuNode("n2"), otherNodeBefore_);  // untouched, resourceVersion and all
+}
+
+TEST_F(AgentEndToEnd, BinderConditionsSurviveAndAFixtureChangeAfterSighupIsOnePatch) {
+  StartAgent();
+  ASSERT_TRUE(WaitFor([&] { return Published(); })) << AgentLog();
+  // The binder writes its conditions (A8: the agent never sends that key).
+  fake::FakeApiServer& server = *server_;
+  testing::RunCommand(
+      "curl -s -X PATCH -H 'Content-Type: application/merge-patch+json' -d '" +
+      json{{"status", {{"conditions", {{{"type", "Schedulable"}, {"status", "True"}}}}}}}.dump() +
+      "' " + server.url() + kGpuNodes + "/n1/status");
+  server_->ClearRequests();
+  // Rebind af:00.0 from vfio-pci to nvidia, then SIGHUP.
+  const auto device = host_.root() / "sys/devices/pci0000:ae/0000:ae:00.0/0000:af:00.0";
+  std::filesystem::remove(device / "driver");
+  std::filesystem::create_directories(host_.root() / "sys/bus/pci/drivers/nvidia");
+  std::filesystem::create_symlink("../../../../bus/pci/drivers/nvidia", device / "driver");
+  ::kill(pid_, SIGHUP);
+  ASSERT_TRUE(WaitFor([&] { return Device(GpuNode("n1"), "0000:af:00.0")["driver"] == "nvidia"; }))
+      << AgentLog();
+  std::this_thread::sleep_for(1s);
+  const auto writes = Writes();
+  ASSERT_EQ(writes.size(), 1U) << AgentLog();
+  EXPECT_EQ(writes[0].method, "PATCH");
+  const json patch = json::parse(writes[0].body);
+  EXPECT_FALSE(patch["status"].contains("conditions"));
+  EXPECT_FALSE(patch["status"].contains("resourceNames"));  // unchanged keys are not sent
+  const json node = GpuNode("n1");
+  EXPECT_EQ(node["status"]["conditions"][0]["type"], "Schedulable");
+  // Group 90 no longer resolves: its only member left vfio (A3); a plugin advertised the
+  // function earlier on this run, so it reads Unhealthy rather than Unadvertised (A5).
+  EXPECT_EQ(Device(node, "0000:af:00.0")["health"], "Unhealthy");
+  EXPECT_EQ(Device(node, "0000:af:00.0")["allocatable"], 0);
+}
+
+TEST_F(AgentEndToEnd, ApiDownAndThrottledThenRecoversAndPublishesOnce) {
+  server_->AddFault(fake::Fault::Answer(503, 2));
+  server_->AddFault(fake::Fault::Answer(429, 1, "", 1));
+  StartAgent();
+  ASSERT_TRUE(WaitFor([&] { return Published(); }, 20s)) << AgentLog();
+  std::this_thread::sleep_for(1s);
+  size_t statusPatches = 0;
+  for (const auto& write : Writes()) {
+    statusPatches += write.path == kGpuNodes + "/n1/status" ? 1U : 0U;
+  }
+  EXPECT_EQ(statusPatches, 1U);
+  EXPECT_NE(AgentLog().find("cannot publish GPUNode; retrying with backoff"), std::string::npos);
+}
+
+TEST_F(AgentEndToEnd, MissingCrdAtStartThenPublishesOnceTheCrdIsAdded) {
+  // A server without the GPUNode CRD answers the plain-text 404 for the resource path.
+  server_->DeleteCrd("gpunodes.gpu.cozystack.io");
+  StartAgent();
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_FALSE(Published());
+  EXPECT_NE(AgentLog().find("cannot publish GPUNode"), std::string::npos) << AgentLog();
+  // The agent is alive meanwhile: it answered its first pass.
+  EXPECT_NE(AgentLog().find("inventory"), std::string::npos);
+  const auto applied = testing::RunCommand(
+      "kubectl --kubeconfig " + testing::ShellQuote((directory_.path() / "kubeconfig").string()) +
+      " apply -f " +
+      testing::ShellQuote((testing::SourceDir() / "charts/gpu/crds/gpunodes.yaml").string()));
+  if (applied.exitCode != 0) {
+    GTEST_SKIP() << "kubectl could not add the CRD: " << applied.err;
+  }
+  ASSERT_TRUE(WaitFor([&] { return Published(); }, 20s)) << AgentLog();
+}
+
+TEST_F(AgentEndToEnd, A7_SucceededPodStillListedByKubeletHoldsNoUnit) {
+  // kubelet 1.32/1.33 still list a finished pod with its device; the watch knows it Succeeded.
+  server_->Seed({{"apiVersion", "v1"},
+                 {"kind", "Pod"},
+                 {"metadata", {{"name", "virt-launcher-vm1-x7k2p"}, {"namespace", "tenant-a"}}},
+                 {"spec", {{"nodeName", "n1"}}},
+                 {"status", {{"phase", "Succeeded"}}}});
+  StartAgent();
+  ASSERT_TRUE(WaitFor([&] { return Published(); })) << AgentLog();
+  ASSERT_TRUE(WaitFor([&] { return Device(GpuNode("n1"), "0000:3b:00.0")["allocated"] == 0; }))
+      << GpuNode("n1").dump(2) << AgentLog();
+  EXPECT_EQ(GpuNode("n1")["status"]["summary"]["allocated"], 0);
+  // The pod watch sees it Running again: pod-resources is re-read and the unit counts.
+  const auto patched = testing::RunCommand(
+      "curl -s -o /dev/null -w '%{http_code}' -X PATCH -H "
+      "'Content-Type: application/merge-patch+json' -d '{\"status\":{\"phase\":\"Running\"}}' " +
+      server_->url() + "/api/v1/namespaces/tenant-a/pods/virt-launcher-vm1-x7k2p/status");
+  ASSERT_EQ(patched.out, "200");
+  ASSERT_TRUE(WaitFor([&] { return Device(GpuNode("n1"), "0000:3b:00.0")["allocated"] == 1; }))
+      << AgentLog();
+}
+
+TEST_F(AgentEndToEnd, KubectlShowsThePrinterColumns) {
+  StartAgent();
+  ASSERT_TRUE(WaitFor([&] { return Published(); })) << AgentLog();
+  const auto result = testing::RunCommand(
+      "kubectl --kubeconfig " + testing::ShellQuote((directory_.path() / "kubeconfig").string()) +
+      " get gpunodes");
+  if (result.exitCode == 127) {
+    GTEST_SKIP() << "kubectl is not installed";
+  }
+  ASSERT_EQ(result.exitCode, 0) << result.err;
+  EXPECT_TRUE(std::regex_search(
+      result.out, std::regex(R"(NAME\s+GPUS\s+HEALTHY\s+ALLOCATABLE\s+ALLOCATED\s+AGE)")))
+      << result.out;
+  EXPECT_TRUE(std::regex_search(result.out, std::regex(R"(n1\s+2\s+2\s+2\s+1\s+)"))) << result.out;
+}
+
+TEST_F(AgentEndToEnd, SigtermStopsCleanly) {
+  StartAgent();
+  ASSERT_TRUE(WaitFor([&] { return Published(); })) << AgentLog();
+  StopAgent();
+  EXPECT_TRUE(WIFEXITED(exitStatus_) && WEXITSTATUS(exitStatus_) == 0) << exitStatus_;
+  EXPECT_NE(AgentLog().find("gpu-agent stopped"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cozy
