@@ -42,6 +42,16 @@ else
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# kubectl, the real client of the fake API server in tests and the demo: the machine's own when it
+# has one (v1.32 on the project's machines), else Debian's kubernetes-client.
+if ! command -v kubectl >/dev/null; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends kubernetes-client
+fi
+
 # node and npm for the policy test: Debian's, unless the machine has them already (a node
 # from elsewhere may bundle its own npm and conflict with Debian's npm package).
 node_packages=()
