@@ -242,8 +242,7 @@ int RunScan(const ScanFlags& flags) {
                  std::string(cozy::podresources::ToString(tracker.lastState())).c_str(),
                  tracker.lastMessage().c_str());
   }
-  const auto units =
-      tracker.Count(scan, sources.podPhases.value_or(cozy::agent::PodPhases{}), nvidia.gpus);
+  const auto units = tracker.Count(scan, phases, nvidia.gpus);
   const nlohmann::json object = cozy::agent::BuildGpuNode(
       sources.nodeName, cozy::agent::BuildStatus(scan, units ? &*units : nullptr));
   std::string rendered;

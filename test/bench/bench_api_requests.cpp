@@ -109,12 +109,12 @@ int main(int argc, char** argv) {
   server.ClearRequests();
 
   // Churn: a VM pod starts (kubelet lists its device, the API shows it Running), then stops.
+  server.Seed({{"apiVersion", "v1"},
+               {"kind", "Pod"},
+               {"metadata", {{"name", "virt-launcher-vm1"}, {"namespace", "tenant-a"}}},
+               {"spec", {{"nodeName", "n1"}}},
+               {"status", {{"phase", "Running"}}}});
   for (int cycle = 0; cycle < churnCycles; ++cycle) {
-    server.Seed({{"apiVersion", "v1"},
-                 {"kind", "Pod"},
-                 {"metadata", {{"name", "virt-launcher-vm1"}, {"namespace", "tenant-a"}}},
-                 {"spec", {{"nodeName", "n1"}}},
-                 {"status", {{"phase", "Running"}}}});
     kubelet.SetScenario(Kubelet(true));
     std::this_thread::sleep_for(12s);  // one pod-resources interval and then some
     kubelet.SetScenario(Kubelet(false));

@@ -5,8 +5,11 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
+#include "test/fakes/fake_apiserver.h"
 #include "test/fakes/fake_kubelet.h"
 #include "test/support/fixture_host.h"
 
@@ -85,6 +88,38 @@ TEST_F(ScanWithKubelet, A6_A7_T4FourMdevsTwoHeldByARunningPodOneByASucceededPod)
   // Without phases every listed pod counts as active.
   const auto unknownPhases = Device(nlohmann::json::parse(Scan(host).out), "0000:5e:00.0");
   EXPECT_EQ(unknownPhases["allocated"], 3);
+}
+
+TEST_F(ScanWithKubelet, A7_KubeconfigListsTheNodesPodsOnceForTheirPhases) {
+  const FixtureHost host("t4-vgpu-4");
+  Serve("t4-vgpu-4");
+  fake::FakeApiServer api;
+  api.Start();
+  for (const auto& [ns, name, phase] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"tenant-a", "virt-launcher-running", "Running"},
+           {"tenant-b", "virt-launcher-finished", "Succeeded"}}) {
+    api.Seed({{"apiVersion", "v1"},
+              {"kind", "Pod"},
+              {"metadata", {{"name", name}, {"namespace", ns}}},
+              {"spec", {{"nodeName", "gpu-node-1"}}},
+              {"status", {{"phase", phase}}}});
+  }
+  const auto kubeconfig = socketDir_.path() / "kubeconfig";
+  std::ofstream(kubeconfig) << api.Kubeconfig("t");
+  const auto result =
+      Scan(host, "--node-name gpu-node-1 --kubeconfig " + ShellQuote(kubeconfig.string()));
+  ASSERT_EQ(result.exitCode, 0) << result.err;
+  EXPECT_EQ(Device(nlohmann::json::parse(result.out), "0000:5e:00.0")["allocated"], 2);
+  bool listed = false;
+  for (const auto& request : api.Requests()) {
+    listed = listed ||
+             (request.path == "/api/v1/pods" &&
+              request.query.find("fieldSelector=spec.nodeName=gpu-node-1") != std::string::npos);
+    EXPECT_EQ(request.method, "GET");  // scan writes nothing
+  }
+  EXPECT_TRUE(listed);
+  api.Stop();
 }
 
 TEST_F(ScanWithKubelet, A5_UnhealthyDeviceStillHeldByAPod) {
