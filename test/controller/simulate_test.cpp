@@ -3,6 +3,7 @@
 // the object and the field that are wrong.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -29,8 +30,14 @@ std::string ReadFile(const std::string& path) {
   return text.str();
 }
 
+// ctest runs each case as its own process, two at a time: scratch files carry the process id,
+// or one case reads the other's stderr.
+std::string ScratchPath(const std::string& name) {
+  return testing::TempDir() + "cozy-simulate-" + std::to_string(::getpid()) + "-" + name;
+}
+
 RunResult RunController(const std::string& arguments) {
-  const std::string errPath = testing::TempDir() + "simulate-stderr.txt";
+  const std::string errPath = ScratchPath("stderr.txt");
   const std::string command = std::string(GPU_CONTROLLER) + " " + arguments + " 2>" + errPath;
   RunResult result;
   FILE* pipe = popen(command.c_str(), "r");
@@ -161,7 +168,7 @@ TEST(Simulate, MalformedInputIsExitCode2NamingObjectAndField) {
   for (const MalformedCase& c : cases) {
     json list = json::parse(ReadFile(kSnapshot));
     c.mutate(list);
-    const std::string path = testing::TempDir() + "malformed.json";
+    const std::string path = ScratchPath("malformed.json");
     std::ofstream(path) << list.dump();
     const RunResult result = RunController("simulate --snapshot " + path);
     EXPECT_EQ(result.exitCode, 2) << c.what;
@@ -179,7 +186,7 @@ TEST(Simulate, MalformedInputIsExitCode2NamingObjectAndField) {
 
 TEST(Simulate, UnreadableFileAndBadFlagsAreExitCode2) {
   EXPECT_EQ(RunController("simulate --snapshot /nonexistent/cluster.json").exitCode, 2);
-  const std::string notJson = testing::TempDir() + "not-json.json";
+  const std::string notJson = ScratchPath("not-json.json");
   std::ofstream(notJson) << "{";
   const RunResult result = RunController("simulate --snapshot " + notJson);
   EXPECT_EQ(result.exitCode, 2);
