@@ -134,21 +134,15 @@ bool LibpciSession::Scan(std::vector<LibpciFunction>& functions) {
 }
 
 std::string LibpciSession::VendorName(uint16_t vendorId) {
-  if (!initialised_) {
-    return {};
-  }
-  std::array<char, 256> buffer{};
-  const char* name = nullptr;
-  pci_access* access = access_;
-  Guarded(error_, warnings_, [&] {
-    name = pci_lookup_name(access, buffer.data(), static_cast<int>(buffer.size()),
-                           PCI_LOOKUP_VENDOR | PCI_LOOKUP_NO_NUMBERS | PCI_LOOKUP_NO_HWDB,
-                           static_cast<unsigned int>(vendorId));
-  });
-  return name == nullptr ? std::string() : std::string(name);
+  return LookupName(PCI_LOOKUP_VENDOR, vendorId, 0);
 }
 
 std::string LibpciSession::DeviceName(uint16_t vendorId, uint16_t deviceId) {
+  return LookupName(PCI_LOOKUP_DEVICE, vendorId, deviceId);
+}
+
+// pci_lookup_name reads as many IDs as `kind` needs; the extra one is ignored for vendors.
+std::string LibpciSession::LookupName(int kind, uint16_t vendorId, uint16_t deviceId) {
   if (!initialised_) {
     return {};
   }
@@ -158,7 +152,7 @@ std::string LibpciSession::DeviceName(uint16_t vendorId, uint16_t deviceId) {
   Guarded(error_, warnings_, [&] {
     name =
         pci_lookup_name(access, buffer.data(), static_cast<int>(buffer.size()),
-                        PCI_LOOKUP_DEVICE | PCI_LOOKUP_NO_NUMBERS | PCI_LOOKUP_NO_HWDB,
+                        kind | PCI_LOOKUP_NO_NUMBERS | PCI_LOOKUP_NO_HWDB,
                         static_cast<unsigned int>(vendorId), static_cast<unsigned int>(deviceId));
   });
   return name == nullptr ? std::string() : std::string(name);

@@ -40,6 +40,8 @@ class LibpciSession {
   std::vector<std::string> TakeWarnings();
 
  private:
+  std::string LookupName(int kind, uint16_t vendorId, uint16_t deviceId);
+
   pci_access* access_ = nullptr;
   bool initialised_ = false;
   std::string busPciPath_;

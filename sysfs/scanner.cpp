@@ -7,7 +7,6 @@
 #include <climits>
 #include <filesystem>
 #include <map>
-#include <set>
 
 #include "sysfs/attributes.h"
 #include "sysfs/libpci_access.h"
@@ -295,7 +294,7 @@ class Scanner {
       function.problems.push_back(Relative(function.sysfsPath) + "/iommu_group: " + group.error);
     }
     // Only a GPU vendor's function can be a GPU's VF (its physfn decides).
-    if (!IsGpuVendor(function.vendorId)) {
+    if (!IsGpuVendor(function.vendorId, options_.extraGpuVendors)) {
       return;
     }
     const LinkTarget physfn = directory.ReadLink("physfn");
@@ -308,12 +307,6 @@ class Scanner {
                                     physfn.target + " is not a PCI address");
       }
     }
-  }
-
-  bool IsGpuVendor(uint16_t vendor) const {
-    return vendor == kVendorNvidia || vendor == kVendorAmd || vendor == kVendorIntel ||
-           std::find(options_.extraGpuVendors.begin(), options_.extraGpuVendors.end(), vendor) !=
-               options_.extraGpuVendors.end();
   }
 
   // Whether sys/bus/pci/drivers/<name> exists, asked once per driver and scan.
@@ -590,12 +583,16 @@ class Scanner {
 
 }  // namespace
 
+bool IsGpuVendor(uint16_t vendorId, const std::vector<uint16_t>& extraVendors) {
+  return vendorId == kVendorNvidia || vendorId == kVendorAmd || vendorId == kVendorIntel ||
+         std::find(extraVendors.begin(), extraVendors.end(), vendorId) != extraVendors.end();
+}
+
 bool IsGpuFunction(uint16_t vendorId, uint32_t classCode,
                    const std::vector<uint16_t>& extraVendors) {
   const uint32_t baseClass = classCode >> 16;
   if (baseClass == 0x03) {
-    return vendorId == kVendorNvidia || vendorId == kVendorAmd || vendorId == kVendorIntel ||
-           std::find(extraVendors.begin(), extraVendors.end(), vendorId) != extraVendors.end();
+    return IsGpuVendor(vendorId, extraVendors);
   }
   // AMD Instinct MI300 parts (and their VFs) are processing accelerators, class 0x1200.
   return baseClass == 0x12 && (classCode >> 8) == 0x1200 && vendorId == kVendorAmd;

@@ -27,6 +27,8 @@ class RootError : public std::runtime_error {
 // be read is reported in HostScan::problems or PciFunction::problems. Throws RootError only.
 HostScan ScanHost(const ScanOptions& options);
 
+// NVIDIA, AMD, Intel, or one of the vendors the hoster added.
+bool IsGpuVendor(uint16_t vendorId, const std::vector<uint16_t>& extraVendors);
 // The GPU filter of DESIGN §4.2 for one function, VFs aside (a VF is a GPU when its PF is).
 bool IsGpuFunction(uint16_t vendorId, uint32_t classCode,
                    const std::vector<uint16_t>& extraVendors);
