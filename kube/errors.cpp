@@ -128,6 +128,13 @@ ErrorKind ErrorKindFromStatus(int code, std::string_view reason) {
   return ErrorKind::kOther;
 }
 
+// A Status field as a string, or "" when absent or of another type: a body that is not what
+// the server should send is still an error to report, never an exception.
+static std::string StringField(const nlohmann::json& object, const char* key) {
+  const auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
 ApiError ErrorFromResponse(int httpStatus, std::string_view contentType, std::string_view body,
                            std::string_view retryAfterHeader, std::string method,
                            std::string path) {
@@ -136,7 +143,7 @@ ApiError ErrorFromResponse(int httpStatus, std::string_view contentType, std::st
   bool isStatus = false;
   if (contentType.find("json") != std::string_view::npos) {
     status = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-    isStatus = status.is_object() && status.value("kind", "") == "Status";
+    isStatus = status.is_object() && StringField(status, "kind") == "Status";
   }
   if (!isStatus) {
     // No Status body. A 404 like this is the end of the apiserver's handler chain: the kind
@@ -147,11 +154,13 @@ ApiError ErrorFromResponse(int httpStatus, std::string_view contentType, std::st
         httpStatus == 404 ? ErrorKind::kResourceNotServed : ErrorKindFromStatus(httpStatus, "");
     return ApiError(kind, httpStatus, "", text, std::move(method), std::move(path), retryAfter);
   }
-  std::string reason = status.value("reason", "");
-  std::string message = status.value("message", "");
+  std::string reason = StringField(status, "reason");
+  std::string message = StringField(status, "message");
   if (!retryAfter && status.contains("details") && status["details"].is_object()) {
-    auto seconds = status["details"].value("retryAfterSeconds", 0);
-    if (seconds > 0) retryAfter = std::chrono::seconds(seconds);
+    const auto& seconds = status["details"]["retryAfterSeconds"];
+    if (seconds.is_number_integer() && seconds.get<int64_t>() > 0) {
+      retryAfter = std::chrono::seconds(seconds.get<int64_t>());
+    }
   }
   ErrorKind kind = ErrorKindFromStatus(httpStatus, reason);
   if (httpStatus >= 500) kind = ErrorKind::kServerError;
