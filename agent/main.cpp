@@ -1,11 +1,19 @@
 // gpu-agent: reads a node's GPU functions from sysfs and publishes its GPUNode (DESIGN §4.1).
+//
+// Built twice from this file. `gpu-agent-full` does everything. `gpu-agent`
+// (COZY_AGENT_LIGHT) links only sysfs discovery and the status builder, answers `scan` itself
+// when there is no kubelet socket and no kubeconfig, and otherwise (`run`, or a scan that needs
+// gRPC or the API) replaces itself with gpu-agent-full through execv, same PID and arguments:
+// an offline scan then loads 20 shared libraries instead of 95 (docs/benchmarks.md).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -14,20 +22,24 @@
 #include <string>
 #include <vector>
 
-#include "agent/daemon.h"
-#include "agent/health_server.h"
-#include "agent/kube_sources.h"
-#include "agent/log.h"
 #include "agent/nvidia_procfs.h"
 #include "agent/output.h"
 #include "agent/pod_phases.h"
 #include "agent/status_builder.h"
 #include "agent/units_tracker.h"
+#include "podresources/fetch.h"
+#include "sysfs/attributes.h"
+#include "sysfs/scanner.h"
+
+#ifndef COZY_AGENT_LIGHT
+#include "agent/daemon.h"
+#include "agent/health_server.h"
+#include "agent/kube_sources.h"
+#include "agent/log.h"
 #include "kube/client.h"
 #include "kube/config.h"
 #include "podresources/client.h"
-#include "sysfs/attributes.h"
-#include "sysfs/scanner.h"
+#endif
 
 #ifndef COZY_VERSION
 #define COZY_VERSION "0.0.0"
@@ -79,6 +91,36 @@ struct Sources {
 struct BadInputError {
   std::string reason;
 };
+
+#ifdef COZY_AGENT_LIGHT
+// Where gpu-agent-full lies, relative to this binary's directory: beside it in the build tree,
+// under libexec when installed (COZY_FULL_AGENT_INSTALLED, from CMake).
+#ifndef COZY_FULL_AGENT_INSTALLED
+#define COZY_FULL_AGENT_INSTALLED "../libexec/gpu-agent/gpu-agent-full"
+#endif
+
+// Replaces this process with gpu-agent-full and the same arguments; returns only on failure.
+[[noreturn]] void ExecFullAgent(char** argv) {
+  std::error_code error;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  const std::filesystem::path directory = error ? std::filesystem::path(".") : self.parent_path();
+  const std::filesystem::path candidates[] = {directory / "gpu-agent-full",
+                                              directory / COZY_FULL_AGENT_INSTALLED};
+  for (const auto& candidate : candidates) {
+    if (::access(candidate.c_str(), X_OK) == 0) {
+      ::execv(candidate.c_str(), argv);
+      std::fprintf(stderr, "gpu-agent: cannot start %s: %s\n", candidate.c_str(),
+                   std::strerror(errno));
+      std::exit(kExitFailure);
+    }
+  }
+  std::fprintf(stderr,
+               "gpu-agent: gpu-agent-full (the daemon and the kubelet/API clients) is not "
+               "installed: looked for %s and %s\n",
+               candidates[0].c_str(), candidates[1].c_str());
+  std::exit(kExitFailure);
+}
+#endif
 
 // "5s", "300ms", "10m", "1h", or plain seconds.
 std::optional<std::chrono::milliseconds> ParseDuration(const std::string& text) {
@@ -194,8 +236,16 @@ Sources CheckSources(const SourceFlags& flags) {
   return sources;
 }
 
-int RunScan(const ScanFlags& flags) {
+int RunScan(const ScanFlags& flags, [[maybe_unused]] char** argv) {
   const Sources sources = CheckSources(flags.source);
+#ifdef COZY_AGENT_LIGHT
+  // Talking to kubelet (gRPC) or the API server (libcurl) is gpu-agent-full's job.
+  const std::optional<cozy::podresources::FetchResult> noKubelet =
+      cozy::podresources::SocketAbsent(sources.podResources);
+  if (!noKubelet || !flags.kubeconfig.empty()) {
+    ExecFullAgent(argv);
+  }
+#endif
   cozy::sysfs::HostScan scan;
   try {
     scan = cozy::sysfs::ScanHost(sources.scan);
@@ -217,6 +267,10 @@ int RunScan(const ScanFlags& flags) {
     std::fprintf(stderr, "gpu-agent: warning: %s\n", problem.c_str());
   }
   cozy::agent::PodPhases phases = sources.podPhases.value_or(cozy::agent::PodPhases{});
+  cozy::agent::UnitsTracker tracker;
+#ifdef COZY_AGENT_LIGHT
+  tracker.Update(*noKubelet);
+#else
   if (!flags.kubeconfig.empty() && !sources.podPhases) {
     // The node's pods, listed once, so a finished pod kubelet still lists holds no unit.
     try {
@@ -235,8 +289,8 @@ int RunScan(const ScanFlags& flags) {
     }
   }
   cozy::podresources::Client client(sources.podResources);
-  cozy::agent::UnitsTracker tracker;
   tracker.Update(client.Fetch());
+#endif
   if (!tracker.known()) {
     std::fprintf(stderr, "gpu-agent: warning: pod-resources %s: %s; units unknown\n",
                  std::string(cozy::podresources::ToString(tracker.lastState())).c_str(),
@@ -257,6 +311,7 @@ int RunScan(const ScanFlags& flags) {
   return std::fflush(stdout) == 0 ? kExitOk : kExitFailure;
 }
 
+#ifndef COZY_AGENT_LIGHT
 int RunDaemon(const RunFlags& flags) {
   const Sources sources = CheckSources(flags.source);
   if (flags.source.nodeName.empty() && std::getenv("NODE_NAME") == nullptr) {
@@ -317,6 +372,7 @@ int RunDaemon(const RunFlags& flags) {
   cozy::agent::Daemon daemon(std::move(options), std::move(publisher), std::move(podWatch));
   return daemon.Run();
 }
+#endif
 
 }  // namespace
 
@@ -380,10 +436,14 @@ int main(int argc, char** argv) {
   }
   try {
     if (scanCommand->parsed()) {
-      return RunScan(scan);
+      return RunScan(scan, argv);
     }
     if (runCommand->parsed()) {
+#ifdef COZY_AGENT_LIGHT
+      ExecFullAgent(argv);
+#else
       return RunDaemon(run);
+#endif
     }
   } catch (const BadInputError& error) {
     std::fprintf(stderr, "gpu-agent: %s\n", error.reason.c_str());

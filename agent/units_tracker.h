@@ -9,7 +9,7 @@
 
 #include "agent/units.h"
 #include "podresources/allocation.h"
-#include "podresources/client.h"
+#include "podresources/fetch.h"
 #include "sysfs/host_scan.h"
 
 namespace cozy::agent {

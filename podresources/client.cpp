@@ -87,55 +87,14 @@ bool DropsChannel(FetchState state) {
 
 }  // namespace
 
-std::string_view ToString(FetchState state) {
-  switch (state) {
-    case FetchState::kOk:
-      return "ok";
-    case FetchState::kSocketAbsent:
-      return "socketAbsent";
-    case FetchState::kUnavailable:
-      return "unavailable";
-    case FetchState::kDeadlineExceeded:
-      return "deadlineExceeded";
-    case FetchState::kUnimplemented:
-      return "unimplemented";
-    case FetchState::kResourceExhausted:
-      return "resourceExhausted";
-    case FetchState::kMessageTooLarge:
-      return "messageTooLarge";
-    case FetchState::kOther:
-      return "other";
-  }
-  return "other";
-}
-
-std::optional<std::string> UnixSocketPath(std::string_view endpoint) {
-  constexpr std::string_view kAbsolute = "unix://";
-  constexpr std::string_view kRelative = "unix:";
-  if (endpoint.starts_with(kAbsolute)) {
-    return std::string(endpoint.substr(kAbsolute.size()));
-  }
-  if (endpoint.starts_with(kRelative)) {
-    return std::string(endpoint.substr(kRelative.size()));
-  }
-  return std::nullopt;
-}
-
 Client::Client(ClientOptions options) : options_(std::move(options)) {}
 
 Client::~Client() = default;
 
 FetchResult Client::Fetch() {
-  // gRPC would report a missing socket as UNAVAILABLE too; looking first tells "kubelet is not
-  // there" from "kubelet does not accept" and names the path.
-  if (const auto path = UnixSocketPath(options_.endpoint)) {
-    struct stat info {};
-    if (::stat(path->c_str(), &info) != 0) {
-      const int error = errno;
-      channel_.reset();
-      return Failure(FetchState::kSocketAbsent,
-                     "pod-resources socket " + *path + ": " + std::strerror(error));
-    }
+  if (auto absent = SocketAbsent(options_)) {
+    channel_.reset();
+    return std::move(*absent);
   }
   if (!channel_) {
     grpc::ChannelArguments arguments;

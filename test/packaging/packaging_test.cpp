@@ -87,6 +87,7 @@ TEST_F(Package, HoldsTheAgentItsUnitItsDefaultsAndTheDebianDocsOnly) {
   }
   const std::map<std::string, std::string> expected = {
       {"/usr/bin/gpu-agent", "-rwxr-xr-x"},
+      {"/usr/libexec/gpu-agent/gpu-agent-full", "-rwxr-xr-x"},
       {"/lib/systemd/system/gpu-agent.service", "-rw-r--r--"},
       {"/etc/default/gpu-agent", "-rw-r--r--"},
       {"/usr/share/doc/gpu-agent/copyright", "-rw-r--r--"},
@@ -123,6 +124,12 @@ TEST_F(Package, UnpackedAgentRunsAndShipsTheRepositoryFiles) {
       RunCommand(ShellQuote((root.path() / "usr/bin/gpu-agent").string()) + " --version");
   EXPECT_EQ(version.exitCode, 0) << version.err;
   EXPECT_EQ(version.out, "gpu-agent " COZY_VERSION "\n");
+  // `run` goes on in /usr/libexec/gpu-agent/gpu-agent-full, found from /usr/bin: its own
+  // refusal of a bad --debounce (the launcher does not check it) shows it was reached.
+  const auto run = RunCommand(ShellQuote((root.path() / "usr/bin/gpu-agent").string()) +
+                              " run --node-name n --sysfs-root / --debounce soon");
+  EXPECT_EQ(run.exitCode, 2) << run.err;
+  EXPECT_EQ(run.err, "gpu-agent: --debounce soon: not a duration such as 5s, 500ms or 10m\n");
   const std::filesystem::path source = COZY_SOURCE_DIR;
   EXPECT_EQ(ReadFile(root.path() / "lib/systemd/system/gpu-agent.service"),
             ReadFile(source / "systemd/gpu-agent.service"));
