@@ -105,9 +105,16 @@ bool Daemon::SetUp() {
   // Timers exist from the start, disabled; ArmTimer sets them off once.
   for (sd_event_source** timer : {&debounceTimer_, &fetchTimer_, &resyncTimer_, &publishTimer_,
                                   &mdevTimer_, &heartbeatTimer_, &podWatchTimer_}) {
-    // USEC_INFINITY (UINT64_MAX) as an absolute time: created, never due until armed.
-    if (sd_event_add_time(event_, timer, CLOCK_MONOTONIC, UINT64_MAX, 0, &Daemon::OnTimer, this) <
-        0) {
+    // USEC_INFINITY (UINT64_MAX) as an absolute time: created, never due until armed. An
+    // accuracy of 0 would mean sd-event's default of 250 ms, which lets a 50 ms debounce fire
+    // up to 300 ms late; the timers on the event-to-patch path get 1 ms, the slow ones keep the
+    // default so they can coalesce with other wake-ups.
+    const bool onEventPath = timer == &debounceTimer_ || timer == &mdevTimer_ ||
+                             timer == &publishTimer_ || timer == &podWatchTimer_ ||
+                             timer == &fetchTimer_;
+    const uint64_t accuracyUsec = onEventPath ? 1000 : 0;
+    if (sd_event_add_time(event_, timer, CLOCK_MONOTONIC, UINT64_MAX, accuracyUsec,
+                          &Daemon::OnTimer, this) < 0) {
       LogError("cannot create a timer");
       return false;
     }
@@ -415,6 +422,13 @@ void Daemon::PublishCurrent() {
     return;
   }
   if (publishedStatus_ && *publishedStatus_ == status_) {
+    return;
+  }
+  // The loop waits for the rate limit on its publish timer, then writes the status as it is by
+  // then: changes in between cost no extra write.
+  if (const auto wait = publisher_->ReadyIn()) {
+    ++counters_.publishWaits;
+    ArmTimer(publishTimer_, *wait);
     return;
   }
   const auto retry = publisher_->Publish(status_);

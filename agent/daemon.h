@@ -37,6 +37,9 @@ class StatusPublisher {
   // Publishes the agent-owned status fields. nullopt: done (written, or nothing to write);
   // a delay: a transient failure, call again with the then-current status after it.
   virtual std::optional<std::chrono::milliseconds> Publish(const nlohmann::json& status) = 0;
+  // nullopt when Publish may write now; else how long to wait first (a client-side rate limit
+  // that would otherwise sleep inside the request and stall the loop). Waiting is not a failure.
+  virtual std::optional<std::chrono::milliseconds> ReadyIn() { return std::nullopt; }
 };
 
 // Something the loop drives through its sockets and a deadline (the pod watch): Step() does
@@ -66,7 +69,7 @@ struct DaemonOptions {
   sysfs::ScanOptions scan;
   podresources::ClientOptions podResources;
   FetchSchedule podResourcesSchedule;
-  std::chrono::milliseconds debounce{100};
+  std::chrono::milliseconds debounce{50};
   std::chrono::milliseconds resync{std::chrono::minutes(10)};
   std::chrono::milliseconds mdevLinkRetry{250};
   int mdevLinkRetries = 8;
@@ -83,6 +86,7 @@ struct DaemonCounters {
   int64_t podResourcesFetches = 0;
   int64_t publishes = 0;
   int64_t publishFailures = 0;
+  int64_t publishWaits = 0;  // publishes postponed by the client-side rate limit
 };
 
 class Daemon {

@@ -13,7 +13,15 @@ kube::ClientOptions LoopClientOptions() {
 }
 
 ApiStatusPublisher::ApiStatusPublisher(kube::Client& client, const std::string& nodeName)
-    : publisher_(client, nodeName) {}
+    : client_(client), publisher_(client, nodeName) {}
+
+std::optional<std::chrono::milliseconds> ApiStatusPublisher::ReadyIn() {
+  const kube::Duration wait = client_.rateLimiter().Delay();
+  if (wait <= kube::Duration::zero()) {
+    return std::nullopt;
+  }
+  return std::max(std::chrono::ceil<std::chrono::milliseconds>(wait), std::chrono::milliseconds(1));
+}
 
 std::optional<std::chrono::milliseconds> ApiStatusPublisher::Publish(const nlohmann::json& status) {
   const auto now = kube::Clock::now();

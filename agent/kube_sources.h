@@ -17,8 +17,12 @@ class ApiStatusPublisher : public StatusPublisher {
  public:
   ApiStatusPublisher(kube::Client& client, const std::string& nodeName);
   std::optional<std::chrono::milliseconds> Publish(const nlohmann::json& status) override;
+  // While the client's rate limit (client-go's 5 qps, burst 10) has no token: how long until it
+  // has one.
+  std::optional<std::chrono::milliseconds> ReadyIn() override;
 
  private:
+  kube::Client& client_;
   Publisher publisher_;
   std::string lastError_;
 };

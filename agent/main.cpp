@@ -73,7 +73,7 @@ struct RunFlags {
   std::string kubeconfig;
   std::string resyncInterval = "10m";
   std::string podResourcesInterval = "10s";
-  std::string debounce = "100ms";
+  std::string debounce = "50ms";
   std::string udevSource = "auto";
   std::string logFormat = "text";
   std::string healthAddress = ":8080";

@@ -18,6 +18,7 @@
 #include "agent/metrics.h"
 #include "test/fakes/fake_kubelet.h"
 #include "test/support/fixture_host.h"
+#include "test/support/real_uevent.h"
 
 namespace cozy::agent {
 namespace {
@@ -31,9 +32,18 @@ class RecordingPublisher : public StatusPublisher {
     std::condition_variable changed;
     std::vector<nlohmann::json> published;
     int failuresToGo = 0;
+    int waitsToGo = 0;  // ReadyIn() answers "not yet" this many times
     int failures = 0;
   };
   explicit RecordingPublisher(std::shared_ptr<Shared> shared) : shared_(std::move(shared)) {}
+  std::optional<std::chrono::milliseconds> ReadyIn() override {
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    if (shared_->waitsToGo > 0) {
+      --shared_->waitsToGo;
+      return 40ms;
+    }
+    return std::nullopt;
+  }
   std::optional<std::chrono::milliseconds> Publish(const nlohmann::json& status) override {
     std::lock_guard<std::mutex> lock(shared_->mutex);
     if (shared_->failuresToGo > 0) {
@@ -49,28 +59,6 @@ class RecordingPublisher : public StatusPublisher {
  private:
   std::shared_ptr<Shared> shared_;
 };
-
-// A real device whose uevent file takes "change": the kernel then emits a real uevent.
-std::optional<std::string> WritableUevent() {
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator("/sys/bus/pci/devices", error)) {
-    const std::string path = entry.path().string() + "/uevent";
-    if (::access(path.c_str(), W_OK) == 0) {
-      return path;
-    }
-  }
-  return std::nullopt;
-}
-
-bool EmitUevent(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return false;
-  }
-  const bool written = ::write(fd, "change", 6) == 6;
-  ::close(fd);
-  return written;
-}
 
 class DaemonTest : public ::testing::Test {
  protected:
@@ -214,6 +202,20 @@ TEST_F(DaemonTest, PodPhaseChangeReReadsPodResources) {
   EXPECT_EQ(Device(published[1], "0000:3b:00.0")["allocated"], 0);
 }
 
+TEST_F(DaemonTest, ARateLimitedPublishWaitsOnTheLoopAndIsNoFailure) {
+  const testing::FixtureHost host("a100-vfio");
+  shared_->waitsToGo = 2;
+  Start(host);
+  const auto published = WaitForPublishes(1);
+  ASSERT_EQ(published.size(), 1U);
+  std::this_thread::sleep_for(200ms);
+  Stop();
+  EXPECT_EQ(PublishCount(), 1U);
+  EXPECT_EQ(daemon_->counters().publishWaits, 2);
+  EXPECT_EQ(daemon_->counters().publishFailures, 0);
+  EXPECT_EQ(daemon_->counters().publishes, 1);
+}
+
 TEST_F(DaemonTest, TransientPublishFailuresAreRetriedUntilWritten) {
   const testing::FixtureHost host("a100-vfio");
   shared_->failuresToGo = 3;
@@ -226,10 +228,9 @@ TEST_F(DaemonTest, TransientPublishFailuresAreRetriedUntilWritten) {
 }
 
 TEST_F(DaemonTest, RealKernelUeventRescansAFixtureChangeWithinTheDebounceWindow) {
-  const auto uevent = WritableUevent();
-  if (!uevent || !EmitUevent(*uevent)) {
-    GTEST_SKIP() << "no writable /sys/bus/pci/devices/*/uevent here (not root, or a read-only "
-                    "sysfs): the kernel cannot be asked for a real uevent";
+  const auto uevent = testing::WritableUevent();
+  if (!uevent || !testing::EmitUevent(*uevent)) {
+    GTEST_SKIP() << testing::kNoRealUevents;
   }
   testing::FixtureHost host("a100-vfio");
   Start(host, "kernel");
@@ -239,7 +240,7 @@ TEST_F(DaemonTest, RealKernelUeventRescansAFixtureChangeWithinTheDebounceWindow)
   std::filesystem::remove(device / "driver");
   std::filesystem::create_directories(host.root() / "sys/bus/pci/drivers/nvidia");
   std::filesystem::create_symlink("../../../../bus/pci/drivers/nvidia", device / "driver");
-  ASSERT_TRUE(EmitUevent(*uevent));
+  ASSERT_TRUE(testing::EmitUevent(*uevent));
   const auto published = WaitForPublishes(2, 5s);
   ASSERT_EQ(published.size(), 2U) << "no rescan after a real uevent";
   EXPECT_EQ(Device(published[1], "0000:3b:00.0")["driver"], "nvidia");
@@ -249,10 +250,9 @@ TEST_F(DaemonTest, RealKernelUeventRescansAFixtureChangeWithinTheDebounceWindow)
 }
 
 TEST_F(DaemonTest, ABurstOfRealUeventsCollapsesIntoFewRescans) {
-  const auto uevent = WritableUevent();
-  if (!uevent || !EmitUevent(*uevent)) {
-    GTEST_SKIP() << "no writable /sys/bus/pci/devices/*/uevent here (not root, or a read-only "
-                    "sysfs): the kernel cannot be asked for a real uevent";
+  const auto uevent = testing::WritableUevent();
+  if (!uevent || !testing::EmitUevent(*uevent)) {
+    GTEST_SKIP() << testing::kNoRealUevents;
   }
   const testing::FixtureHost host("a100-vfio");
   Start(host, "kernel");
@@ -260,7 +260,7 @@ TEST_F(DaemonTest, ABurstOfRealUeventsCollapsesIntoFewRescans) {
   std::this_thread::sleep_for(300ms);
   const auto before = std::chrono::steady_clock::now();
   for (int i = 0; i < 200; ++i) {
-    EmitUevent(*uevent);
+    testing::EmitUevent(*uevent);
   }
   const auto burst = std::chrono::steady_clock::now() - before;
   std::this_thread::sleep_for(400ms);

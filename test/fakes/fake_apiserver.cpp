@@ -705,6 +705,7 @@ void FakeApiServer::Serve(const httplib::Request& request, httplib::Response& re
     return;
   }
   LoggedRequest entry;
+  entry.received = std::chrono::steady_clock::now();
   entry.method = request.method;
   entry.path = request.path;
   if (auto mark = request.target.find('?'); mark != std::string::npos) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
@@ -56,6 +57,7 @@ struct LoggedRequest {
   std::string body;
   std::string bearerToken;  // "" when none was sent
   int status = 0;           // the answer's code (200 for a watch that started streaming)
+  std::chrono::steady_clock::time_point received;  // when the request was read
   nlohmann::json ToJson() const;
 };
 

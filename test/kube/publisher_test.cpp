@@ -3,6 +3,8 @@
 // only agent-owned keys, only its own node, and every API failure ridden out.
 #include "agent/publisher.h"
 
+#include "agent/kube_sources.h"
+
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -325,6 +327,30 @@ TEST(AgentStatusPatch, OnlyAgentOwnedKeysAndNullForRemovedOnes) {
   EXPECT_EQ(AgentStatusPatch(last, desired),
             json({{"resourceNames", {"a", "b"}}, {"unplaced", nullptr}}));
   EXPECT_TRUE(AgentStatusPatch(desired, desired).empty());
+}
+
+// The loop's publisher asks the client's rate limiter before writing, so a write never sleeps
+// inside the event loop: with the bucket empty it names the wait and sends nothing.
+TEST(ApiStatusPublisher, WaitsForTheRateLimitInsteadOfSleepingInTheLoop) {
+  auto server = StartFakeApiServer();
+  server->Seed(NodeObject("n1"));
+  kube::FakeTimeSource time;
+  kube::ClientOptions options = TestClientOptions(time);
+  options.qps = 2.0;
+  options.burst = 2;
+  kube::Client client(ConfigFor(*server), options);
+  ApiStatusPublisher publisher(client, "n1");
+  EXPECT_EQ(publisher.ReadyIn(), std::nullopt);
+  // The first publish creates the object and patches its status: both tokens.
+  EXPECT_EQ(publisher.Publish(SampleStatus()), std::nullopt);
+  const size_t requests = server->Requests().size();
+  const auto wait = publisher.ReadyIn();
+  ASSERT_TRUE(wait.has_value());
+  EXPECT_GT(*wait, 0ms);
+  EXPECT_LE(*wait, 500ms);  // one token at 2 qps
+  EXPECT_EQ(server->Requests().size(), requests);
+  time.Advance(*wait);
+  EXPECT_EQ(publisher.ReadyIn(), std::nullopt);
 }
 
 }  // namespace
