@@ -3,10 +3,6 @@
 // what a 60-second full rewrite (node-feature-discovery's default) would send.
 //
 //   build/test/bench/bench_api_requests [steady-seconds] [churn-cycles]
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -21,8 +17,7 @@
 #include "fixtures/sysfs/fixture_builder.h"
 #include "test/fakes/fake_apiserver.h"
 #include "test/fakes/fake_kubelet.h"
-
-extern char** environ;
+#include "test/support/agent_process.h"
 
 namespace {
 
@@ -81,25 +76,13 @@ int main(int argc, char** argv) {
   cozy::fakes::FakeKubelet kubelet;
   kubelet.Start((work / "kubelet.sock").string(), Kubelet(false));
 
-  std::vector<std::string> arguments = {
-      COZY_GPU_AGENT_BINARY, "run",
-      "--node-name",         "n1",
-      "--kubeconfig",        (work / "kubeconfig").string(),
-      "--sysfs-root",        (work / "root").string(),
-      "--pod-resources",     "unix://" + (work / "kubelet.sock").string(),
-      "--udev-source",       "off",
-      "--health-addr",       "off"};  // default intervals: pod-resources 10 s, resync 10 min
-  std::vector<char*> argvAgent;
-  for (auto& argument : arguments) {
-    argvAgent.push_back(argument.data());
-  }
-  argvAgent.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
-  pid_t pid = 0;
-  posix_spawn(&pid, argvAgent[0], &actions, nullptr, argvAgent.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
+  cozy::testing::AgentProcess agent;
+  // Default intervals: pod-resources 10 s, resync 10 min.
+  agent.Start(
+      {"run", "--node-name", "n1", "--kubeconfig", (work / "kubeconfig").string(), "--sysfs-root",
+       (work / "root").string(), "--pod-resources", "unix://" + (work / "kubelet.sock").string(),
+       "--udev-source", "off", "--health-addr", "off"},
+      "/dev/null");
 
   std::this_thread::sleep_for(3s);  // start-up: create + first patch
   const Counts startup = Count(server.Requests());
@@ -121,9 +104,7 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(12s);
   }
   const Counts churn = Count(server.Requests());
-  ::kill(pid, SIGTERM);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
+  agent.Stop();
   kubelet.Stop();
   server.Stop();
   std::filesystem::remove_all(work);

@@ -1,10 +1,8 @@
 // End to end: `gpu-agent run` as a process on a fixture host, the fake kubelet over a real unix
 // socket, and the fake API server over HTTP, read through its request log (DESIGN §4.5).
 // A7, A8, A9: finished pods hold nothing; only the agent's own fields and node are written.
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 
 #include <chrono>
@@ -17,9 +15,8 @@
 
 #include "test/fakes/fake_apiserver.h"
 #include "test/fakes/fake_kubelet.h"
+#include "test/support/agent_process.h"
 #include "test/support/fixture_host.h"
-
-extern char** environ;
 
 namespace cozy {
 namespace {
@@ -69,53 +66,22 @@ class AgentEndToEnd : public ::testing::Test {
 
   void StartAgent() {
     otherNodeBefore_ = GpuNode("n2");
-    std::vector<std::string> arguments = {testing::GpuAgentBinary().string(),
-                                          "run",
-                                          "--node-name",
-                                          "n1",
-                                          "--kubeconfig",
-                                          (directory_.path() / "kubeconfig").string(),
-                                          "--sysfs-root",
-                                          host_.root().string(),
-                                          "--pci-ids",
-                                          testing::FixturePciIds().string(),
-                                          "--pod-resources",
-                                          "unix://" + (directory_.path() / "kubelet.sock").string(),
-                                          "--pod-resources-interval",
-                                          "200ms",
-                                          "--udev-source",
-                                          "off",
-                                          "--health-addr",
-                                          "127.0.0.1:0",
-                                          "-v",
-                                          "1"};
-    std::vector<char*> argv;
-    for (auto& argument : arguments) {
-      argv.push_back(argument.data());
-    }
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 2, (directory_.path() / "agent.log").c_str(),
-                                     O_WRONLY | O_CREAT | O_APPEND, 0600);
-    ASSERT_EQ(posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ), 0);
-    posix_spawn_file_actions_destroy(&actions);
+    agent_.Start(
+        {"run", "--node-name", "n1", "--kubeconfig", (directory_.path() / "kubeconfig").string(),
+         "--sysfs-root", host_.root().string(), "--pci-ids", testing::FixturePciIds().string(),
+         "--pod-resources", "unix://" + (directory_.path() / "kubelet.sock").string(),
+         "--pod-resources-interval", "200ms", "--udev-source", "off", "--health-addr",
+         "127.0.0.1:0", "-v", "1"},
+        directory_.path() / "agent.log");
   }
 
   void StopAgent() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGTERM);
-      int status = 0;
-      ::waitpid(pid_, &status, 0);
-      exitStatus_ = status;
-      pid_ = -1;
+    if (agent_.pid() > 0) {
+      exitStatus_ = agent_.Stop();
     }
   }
 
-  std::string AgentLog() const {
-    std::ifstream in(directory_.path() / "agent.log");
-    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
+  std::string AgentLog() const { return agent_.Log(); }
 
   // Waits (bounded) until `done` holds; false when it never did.
   static bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds limit = 15s) {
@@ -159,7 +125,7 @@ class AgentEndToEnd : public ::testing::Test {
   testing::TempDir directory_;
   std::unique_ptr<fake::FakeApiServer> server_;
   fakes::FakeKubelet kubelet_;
-  pid_t pid_ = -1;
+  testing::AgentProcess agent_;
   int exitStatus_ = -1;
   json otherNodeBefore_;
 };
@@ -205,7 +171,7 @@ TEST_F(AgentEndToEnd, BinderConditionsSurviveAndAFixtureChangeAfterSighupIsOnePa
   std::filesystem::remove(device / "driver");
   std::filesystem::create_directories(host_.root() / "sys/bus/pci/drivers/nvidia");
   std::filesystem::create_symlink("../../../../bus/pci/drivers/nvidia", device / "driver");
-  ::kill(pid_, SIGHUP);
+  agent_.Signal(SIGHUP);
   ASSERT_TRUE(WaitFor([&] { return Device(GpuNode("n1"), "0000:af:00.0")["driver"] == "nvidia"; }))
       << AgentLog();
   std::this_thread::sleep_for(1s);
