@@ -17,9 +17,10 @@ namespace {
 
 const std::filesystem::path kChart = std::filesystem::path(COZY_SOURCE_DIR) / "charts/gpu";
 
-std::vector<YAML::Node> Render(const YAML::Node& overrides = YAML::Node()) {
+std::vector<YAML::Node> Render(const YAML::Node& overrides = YAML::Node(),
+                               const Release& release = {}) {
   std::vector<YAML::Node> documents;
-  for (const auto& document : RenderChart(kChart, overrides)) {
+  for (const auto& document : RenderChart(kChart, overrides, release)) {
     try {
       documents.push_back(YAML::Load(document.text));
     } catch (const YAML::Exception& error) {
@@ -123,10 +124,16 @@ TEST(Chart, DaemonSetRunsAsTheBoundServiceAccount) {
   }
 }
 
+// F1: installed into any namespace, the policy still names the agent's own account; naming
+// another would leave the agent free to write every node's GPUNode.
 TEST(Chart, NodeBoundPolicyNamesTheAgentsServiceAccount) {
-  const auto documents = Render();
-  const std::string user = "system:serviceaccount:cozy-gpu:" +
-                           Only(documents, "ServiceAccount")["metadata"]["name"].as<std::string>();
+  Release release;
+  release.ns = "gpu-system";
+  const auto documents = Render(YAML::Node(), release);
+  const YAML::Node account = Only(documents, "ServiceAccount");
+  EXPECT_EQ(account["metadata"]["namespace"].as<std::string>(""), "gpu-system");
+  const std::string user = "system:serviceaccount:gpu-system:" +
+                           account["metadata"]["name"].as<std::string>();
   std::set<std::string> policies;
   for (const auto& policy : OfKind(documents, "ValidatingAdmissionPolicy")) {
     policies.insert(policy["metadata"]["name"].as<std::string>());

@@ -5,8 +5,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
-import { fileURLToPath } from "node:url";
-import { dirname, join } from "node:path";
 
 let run, parseAllDocuments;
 try {
@@ -18,15 +16,21 @@ try {
   process.exit(1);
 }
 
-const here = dirname(fileURLToPath(import.meta.url));
-const policyFile = join(here, "..", "..", "..", "charts", "gpu", "templates",
-  "gpunode-node-bound-policy.yaml");
-const documents = parseAllDocuments(readFileSync(policyFile, "utf8")).map((d) => d.toJS());
+// The chart as rendered (test/kube/CMakeLists.txt runs chart-render with a namespace other
+// than the default into COZY_RENDERED_CHART), so the templated service account is checked.
+const renderedFile = process.env.COZY_RENDERED_CHART;
+const namespace = process.env.COZY_RELEASE_NAMESPACE;
+if (!renderedFile || !namespace) {
+  console.error("policy test: COZY_RENDERED_CHART and COZY_RELEASE_NAMESPACE must be set " +
+    "(ctest sets them)");
+  process.exit(1);
+}
+const documents = parseAllDocuments(readFileSync(renderedFile, "utf8")).map((d) => d.toJS());
 const policy = documents.find((d) => d.kind === "ValidatingAdmissionPolicy");
 const binding = documents.find((d) => d.kind === "ValidatingAdmissionPolicyBinding");
 
 const NODE_NAME = "authentication.kubernetes.io/node-name";
-const AGENT = "system:serviceaccount:cozy-gpu:gpu-agent";
+const AGENT = `system:serviceaccount:${namespace}:gpu-agent`;
 
 // CEL maps are Maps and CEL ints are bigints; convert plain JSON the way the server binds it.
 function toCel(value) {
