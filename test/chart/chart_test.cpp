@@ -132,8 +132,8 @@ TEST(Chart, NodeBoundPolicyNamesTheAgentsServiceAccount) {
   const auto documents = Render(YAML::Node(), release);
   const YAML::Node account = Only(documents, "ServiceAccount");
   EXPECT_EQ(account["metadata"]["namespace"].as<std::string>(""), "gpu-system");
-  const std::string user = "system:serviceaccount:gpu-system:" +
-                           account["metadata"]["name"].as<std::string>();
+  const std::string user =
+      "system:serviceaccount:gpu-system:" + account["metadata"]["name"].as<std::string>();
   std::set<std::string> policies;
   for (const auto& policy : OfKind(documents, "ValidatingAdmissionPolicy")) {
     policies.insert(policy["metadata"]["name"].as<std::string>());
