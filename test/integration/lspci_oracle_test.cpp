@@ -99,7 +99,8 @@ INSTANTIATE_TEST_SUITE_P(GoodFixtures, LspciOracle,
                          ::testing::Values("a100-vfio", "t4-mdev", "l40s-sriov-mdev",
                                            "l40s-vendor-vfio", "rtx3090-vfio", "rtx3090-audio-snd",
                                            "mi210-vfio", "hgx-h100", "no-iommu", "no-gpu",
-                                           "h200-vfio", "mi300x-sriov", "large-synthetic"),
+                                           "h200-vfio", "mi300x-sriov", "arc-a310-vfio",
+                                           "rtx6000ada-x4", "large-synthetic"),
                          [](const ::testing::TestParamInfo<std::string>& parameter) {
                            std::string name = parameter.param;
                            for (char& c : name) {
