@@ -302,6 +302,24 @@ TEST(ScanFixture, FourRtx6000AdaWithAudioAndAnAspeedBmc) {
   EXPECT_FALSE(Function(scan, "0000:01:00.1").isGpu);
 }
 
+TEST(ScanFixture, CaptureWithoutADriversDirectoryNamesDriversAndSaysSoOnce) {
+  // umockdev records device directories only: every driver link dangles. The drivers are still
+  // named by their links, and the report says so once, not once per function.
+  FixtureHost host("rtx6000ada-x4");
+  std::filesystem::remove_all(host.root() / "sys/bus/pci/drivers");
+  const HostScan scan = host.Scan();
+  EXPECT_EQ(Function(scan, "0000:01:00.0").driver, "nvidia");
+  EXPECT_EQ(Function(scan, "0000:01:00.1").driver, "snd_hda_intel");
+  for (const PciFunction& function : scan.functions) {
+    EXPECT_TRUE(function.problems.empty()) << function.problems.front();
+  }
+  ASSERT_EQ(scan.problems.size(), 1U);
+  EXPECT_EQ(scan.problems[0].path, "sys/bus/pci/drivers");
+  EXPECT_EQ(scan.problems[0].message,
+            "missing (a captured tree?); 14 functions' drivers taken from their driver links' "
+            "names");
+}
+
 TEST(GpuFilter, VendorsAndClasses) {
   EXPECT_TRUE(IsGpuFunction(0x10de, 0x030200, {}));
   EXPECT_TRUE(IsGpuFunction(0x10de, 0x030000, {}));
