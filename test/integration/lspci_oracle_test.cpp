@@ -3,10 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <map>
-#include <sstream>
 
 #include "sysfs/scanner.h"
 #include "test/support/fixture_host.h"
+#include "test/support/lspci.h"
 
 namespace cozy::sysfs {
 namespace {
@@ -14,33 +14,8 @@ namespace {
 using cozy::testing::RunCommand;
 using cozy::testing::ShellQuote;
 
-using Record = std::map<std::string, std::string>;
-
-// Parses `lspci -vmm`: blank-line separated records of "Key:\tValue" lines, keyed by Slot.
-std::map<std::string, Record> ParseLspciMachineReadable(const std::string& text) {
-  std::map<std::string, Record> records;
-  Record current;
-  std::istringstream lines(text);
-  std::string line;
-  auto flush = [&] {
-    if (current.count("Slot") != 0) {
-      records[current["Slot"]] = current;
-    }
-    current.clear();
-  };
-  while (std::getline(lines, line)) {
-    if (line.empty()) {
-      flush();
-      continue;
-    }
-    const size_t colon = line.find(":\t");
-    if (colon != std::string::npos) {
-      current[line.substr(0, colon)] = line.substr(colon + 2);
-    }
-  }
-  flush();
-  return records;
-}
+using cozy::testing::ParseLspciMachineReadable;
+using Record = cozy::testing::LspciRecord;
 
 std::string Hex(uint32_t value, int digits) {
   char buffer[16];
