@@ -9,7 +9,8 @@
 // the mdevs through sys/bus/mdev/devices and take each link's name. lspci resolves links to
 // their targets and reports no driver or group for a dangling one, so for the oracle the test
 // then creates the missing targets in the testbed: the agent's report must not change, and must
-// agree with lspci on every GPU and on the GPU set.
+// agree with lspci on every GPU and on the GPU set. Last, VF 08:01.7 gets back the 15 mdev types
+// harvester recorded of it separately (gpuhelper-testdata-sys.tar.gz).
 // A1 (report from sysfs), A2 (mdev UUID -> parent), A6 (units per function).
 #include <gtest/gtest.h>
 
@@ -19,6 +20,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -75,7 +77,27 @@ struct Testbed {
   Report completed;    // after its link targets exist
   LspciView lspci;     // on the completed testbed
   Report withKubelet;  // completed, with the fake kubelet's pod-resources
+  Report withTypes;    // completed, with VF 08:01.7's real mdev_supported_types put back
 };
+
+// harvester's gpuhelper test data holds VF 08:01.7 of this same host, copied before it had a
+// vGPU, with the 15 mdev types the driver offered: put them where the kernel shows them.
+void PutBackRecordedMdevTypes(const fs::path& testbed) {
+  testing::TempDir unpacked;
+  const auto result = RunCommand(
+      "tar -xzf " +
+      ShellQuote((testing::SharedDir() / kCaptures / "gpuhelper-testdata-sys.tar.gz").string()) +
+      " -C " + ShellQuote(unpacked.path().string()));
+  if (result.exitCode != 0) {
+    throw std::runtime_error("tar: " + result.err);
+  }
+  const fs::path vf = testbed / "sys/devices/pci0000:00/0000:00:03.0/0000:08:01.7";
+  if (!fs::is_directory(vf)) {
+    throw std::runtime_error(vf.string() + " is not in the testbed");
+  }
+  fs::copy(unpacked.path() / "testdata/sys/class/mdev_bus/0000:08:01.7/mdev_supported_types",
+           vf / "mdev_supported_types", fs::copy_options::recursive);
+}
 
 const Testbed& LoadTestbed() {
   static std::optional<Testbed> testbed;
@@ -95,6 +117,8 @@ const Testbed& LoadTestbed() {
                       (testing::SourceDir() / "fixtures/kubelet/vgpu-node-a2.json").string()));
     loaded.withKubelet = ScanWithAgent("/", "--pod-resources " + ShellQuote("unix://" + socket));
     kubelet.Stop();
+    PutBackRecordedMdevTypes(UmockdevDir());
+    loaded.withTypes = ScanWithAgent("/");
     testbed = std::move(loaded);
   }
   return *testbed;
@@ -195,6 +219,28 @@ TEST_F(VgpuNodeCapture, A1_LspciAgreesOnceTheLinkTargetsExist) {
   EXPECT_EQ(Field(testbed.lspci.names.at("0000:01:00.1"), "Device"), "MGA G200EH");
   EXPECT_EQ(Field(testbed.lspci.ids.at(kPf), "Driver"), "nvidia");
   EXPECT_EQ(Field(testbed.lspci.ids.at(kPf), "IOMMUGroup"), "38");
+}
+
+TEST_F(VgpuNodeCapture, TheVfsRecordedMdevTypesJoinItsReport) {
+  const Testbed& testbed = LoadTestbed();
+  const json& vf = testbed.withTypes.devices.at("0000:08:01.7");
+  ASSERT_EQ(vf["mdevTypes"].size(), 15U);
+  EXPECT_EQ(vf["mdevTypes"][0], (json{{"type", "nvidia-742"},
+                                      {"name", "NVIDIA A2-1B"},
+                                      {"availableInstances", 0},
+                                      {"maxInstances", 16}}));
+  EXPECT_EQ(vf["mdevTypes"][4], (json{{"type", "nvidia-746"},
+                                      {"name", "NVIDIA A2-4Q"},
+                                      {"availableInstances", 1},
+                                      {"maxInstances", 4}}));
+  // Nothing else changes: the VF, without its types, and every other device are as before.
+  json without = testbed.withTypes.object;
+  for (auto& device : without["status"]["devices"]) {
+    if (device["pciAddress"] == "0000:08:01.7") {
+      device.erase("mdevTypes");
+    }
+  }
+  EXPECT_EQ(without, testbed.completed.object);
 }
 
 TEST_F(VgpuNodeCapture, A6_PodResourcesUnitsLandOnTheMdevsVfs) {
