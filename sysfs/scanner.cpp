@@ -7,6 +7,8 @@
 #include <climits>
 #include <filesystem>
 #include <map>
+#include <optional>
+#include <string>
 
 #include "sysfs/attributes.h"
 #include "sysfs/libpci_access.h"
@@ -65,6 +67,7 @@ class Scanner {
     scan_.root = root_;
     std::vector<Candidate> candidates = ReadCandidates();
     ReadWithLibpci(candidates);
+    ReportMissingDriversDirectory();
     std::sort(scan_.functions.begin(), scan_.functions.end(),
               [](const PciFunction& a, const PciFunction& b) { return a.address < b.address; });
     ClassifyGpus();
@@ -274,7 +277,9 @@ class Scanner {
     const LinkTarget driver = directory.ReadLink("driver");
     if (driver.status == IoStatus::kOk) {
       function.driver = std::string(LinkBasename(driver.target));
-      if (!DriverRegistered(*function.driver)) {
+      if (!DriversDirectoryPresent()) {
+        ++unregisteredDriverLinks_;  // a capture without drivers: said once, in Run
+      } else if (!DriverRegistered(*function.driver)) {
         function.problems.push_back(Relative(function.sysfsPath) + "/driver: link target " +
                                     driver.target + " is missing");
       }
@@ -306,6 +311,24 @@ class Scanner {
         function.problems.push_back(Relative(function.sysfsPath) + "/physfn: target " +
                                     physfn.target + " is not a PCI address");
       }
+    }
+  }
+
+  // Whether sys/bus/pci/drivers exists at all: a live host always has it; a captured tree
+  // (umockdev records device directories only) may not, and then every driver link dangles.
+  bool DriversDirectoryPresent() {
+    if (!driversDirectoryPresent_) {
+      driversDirectoryPresent_ = IsDirectory(Path("sys/bus/pci/drivers"));
+    }
+    return *driversDirectoryPresent_;
+  }
+
+  // One line for a tree without a drivers directory, instead of one per bound function.
+  void ReportMissingDriversDirectory() {
+    if (unregisteredDriverLinks_ > 0) {
+      AddProblem("sys/bus/pci/drivers",
+                 "missing (a captured tree?); " + std::to_string(unregisteredDriverLinks_) +
+                     " functions' drivers taken from their driver links' names");
     }
   }
 
@@ -578,6 +601,8 @@ class Scanner {
   HostScan scan_;
   bool unparsableEntries_ = false;
   std::map<std::string, bool> registeredDrivers_;
+  std::optional<bool> driversDirectoryPresent_;
+  size_t unregisteredDriverLinks_ = 0;
   std::map<std::string, MdevType> mdevTypeDescriptions_;
 };
 

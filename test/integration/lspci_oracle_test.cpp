@@ -3,10 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <map>
-#include <sstream>
 
 #include "sysfs/scanner.h"
 #include "test/support/fixture_host.h"
+#include "test/support/lspci.h"
 
 namespace cozy::sysfs {
 namespace {
@@ -14,33 +14,8 @@ namespace {
 using cozy::testing::RunCommand;
 using cozy::testing::ShellQuote;
 
-using Record = std::map<std::string, std::string>;
-
-// Parses `lspci -vmm`: blank-line separated records of "Key:\tValue" lines, keyed by Slot.
-std::map<std::string, Record> ParseLspciMachineReadable(const std::string& text) {
-  std::map<std::string, Record> records;
-  Record current;
-  std::istringstream lines(text);
-  std::string line;
-  auto flush = [&] {
-    if (current.count("Slot") != 0) {
-      records[current["Slot"]] = current;
-    }
-    current.clear();
-  };
-  while (std::getline(lines, line)) {
-    if (line.empty()) {
-      flush();
-      continue;
-    }
-    const size_t colon = line.find(":\t");
-    if (colon != std::string::npos) {
-      current[line.substr(0, colon)] = line.substr(colon + 2);
-    }
-  }
-  flush();
-  return records;
-}
+using cozy::testing::ParseLspciMachineReadable;
+using Record = cozy::testing::LspciRecord;
 
 std::string Hex(uint32_t value, int digits) {
   char buffer[16];
@@ -99,7 +74,8 @@ INSTANTIATE_TEST_SUITE_P(GoodFixtures, LspciOracle,
                          ::testing::Values("a100-vfio", "t4-mdev", "l40s-sriov-mdev",
                                            "l40s-vendor-vfio", "rtx3090-vfio", "rtx3090-audio-snd",
                                            "mi210-vfio", "hgx-h100", "no-iommu", "no-gpu",
-                                           "h200-vfio", "mi300x-sriov", "large-synthetic"),
+                                           "h200-vfio", "mi300x-sriov", "arc-a310-vfio",
+                                           "rtx6000ada-x4", "large-synthetic"),
                          [](const ::testing::TestParamInfo<std::string>& parameter) {
                            std::string name = parameter.param;
                            for (char& c : name) {

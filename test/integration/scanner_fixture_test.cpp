@@ -231,15 +231,93 @@ TEST(ScanFixture, UnknownIdLeavesTheNameEmpty) {
 }
 
 TEST(ScanFixture, Mi300xClass12AndItsVf) {
+  // shared/real-sysfs/lspci-gpu-hosts.md §4: PF 85:00.0 on gim, VF 85:02.0 on vfio-pci.
   const FixtureHost host("mi300x-sriov");
   const HostScan scan = host.Scan();
-  EXPECT_EQ(GpuAddresses(scan), (std::vector<std::string>{"0000:06:00.0", "0000:06:00.2"}));
-  const PciFunction& vf = Function(scan, "0000:06:00.2");
-  EXPECT_EQ(vf.deviceId, 0x74b5);
+  EXPECT_TRUE(scan.problems.empty());
+  EXPECT_EQ(GpuAddresses(scan), (std::vector<std::string>{"0000:85:00.0", "0000:85:02.0"}));
+  const PciFunction& pf = Function(scan, "0000:85:00.0");
+  EXPECT_EQ(pf.classCode, 0x120000U);
+  EXPECT_EQ(pf.driver, "gim");
+  EXPECT_EQ(pf.deviceName, "Aqua Vanjaram [Instinct MI300X]");
+  ASSERT_TRUE(pf.sriov);
+  EXPECT_EQ(pf.sriov->totalVfs, 1U);
+  EXPECT_EQ(pf.sriov->numVfs, 1U);
+  const PciFunction& vf = Function(scan, "0000:85:02.0");
+  EXPECT_EQ(vf.deviceId, 0x74b5);           // its own device ID ...
+  EXPECT_EQ(vf.subsystemDeviceId, 0x74a1);  // ... and the PF's subsystem
   EXPECT_EQ(vf.classCode, 0x120000U);
   EXPECT_EQ(vf.driver, "vfio-pci");
-  EXPECT_EQ(vf.physicalFunction, *ParsePciAddress("0000:06:00.0"));
-  EXPECT_EQ(Function(scan, "0000:06:00.0").driver, "gim");
+  EXPECT_EQ(vf.deviceName, "Aqua Vanjaram [Instinct MI300X VF]");
+  EXPECT_EQ(vf.physicalFunction, *ParsePciAddress("0000:85:00.0"));
+  EXPECT_EQ(vf.numaNode, 1);
+  EXPECT_EQ(vf.iommuGroupViable, true);
+}
+
+TEST(ScanFixture, ArcAudioOnAnotherBusDecidesTheGroupsViability) {
+  // shared/real-sysfs/lspci-gpu-hosts.md §2: the A310's audio is 04:00.0, not 03:00.1.
+  FixtureHost host("arc-a310-vfio");
+  const HostScan scan = host.Scan();
+  EXPECT_TRUE(scan.problems.empty());
+  EXPECT_EQ(GpuAddresses(scan), (std::vector<std::string>{"0000:03:00.0"}));  // audio is not
+  const PciFunction& arc = Function(scan, "0000:03:00.0");
+  EXPECT_EQ(arc.deviceName, "DG2 [Arc A310]");
+  EXPECT_EQ(arc.subsystemVendorId, 0x172f);
+  EXPECT_EQ(arc.iommuGroup, 14U);
+  EXPECT_FALSE(arc.numaNode);
+  // Switch ports aside, the group's only other member is the audio on bus 04, on vfio-pci.
+  EXPECT_EQ(scan.iommuGroups.at(14).size(), 5U);
+  EXPECT_EQ(arc.iommuGroupViable, true);
+  // The same card with its audio back on snd_hda_intel: a same-slot rule (03:00.1) finds
+  // nothing to object to, the group rule does.
+  const auto audioDriver = host.root() / "sys/bus/pci/devices/0000:04:00.0/driver";
+  std::filesystem::remove(audioDriver);
+  std::filesystem::create_directories(host.root() / "sys/bus/pci/drivers/snd_hda_intel");
+  std::filesystem::create_symlink("../../../../../../bus/pci/drivers/snd_hda_intel", audioDriver);
+  const HostScan rebound = host.Scan();
+  EXPECT_EQ(Function(rebound, "0000:04:00.0").driver, "snd_hda_intel");
+  EXPECT_EQ(Function(rebound, "0000:03:00.0").iommuGroupViable, false);
+}
+
+TEST(ScanFixture, FourRtx6000AdaWithAudioAndAnAspeedBmc) {
+  // shared/real-sysfs/lspci-gpu-hosts.md §6-7: ASUS ESC8000A-E12.
+  const FixtureHost host("rtx6000ada-x4");
+  const HostScan scan = host.Scan();
+  EXPECT_TRUE(scan.problems.empty());
+  EXPECT_EQ(GpuAddresses(scan), (std::vector<std::string>{"0000:01:00.0", "0000:41:00.0",
+                                                          "0000:c1:00.0", "0000:e1:00.0"}));
+  for (const PciFunction* gpu : scan.Gpus()) {
+    SCOPED_TRACE(gpu->address.ToString());
+    EXPECT_EQ(gpu->classCode, 0x030000U);  // VGA, not 3D, on this data-center card
+    EXPECT_EQ(gpu->deviceName, "AD102GL [RTX 6000 Ada Generation]");
+    EXPECT_EQ(gpu->driver, "nvidia");
+    EXPECT_EQ(gpu->numaNode, gpu->address.bus < 0x80 ? 0 : 1);
+    // The audio (function 1, snd_hda_intel) shares the group: not a whole group for a VM.
+    EXPECT_EQ(gpu->iommuGroupViable, false);
+  }
+  const PciFunction& bmc = Function(scan, "0000:75:00.0");
+  EXPECT_FALSE(bmc.isGpu);
+  EXPECT_EQ(bmc.driver, "ast");
+  EXPECT_EQ(bmc.deviceName, "ASPEED Graphics Family");
+  EXPECT_FALSE(Function(scan, "0000:01:00.1").isGpu);
+}
+
+TEST(ScanFixture, CaptureWithoutADriversDirectoryNamesDriversAndSaysSoOnce) {
+  // umockdev records device directories only: every driver link dangles. The drivers are still
+  // named by their links, and the report says so once, not once per function.
+  FixtureHost host("rtx6000ada-x4");
+  std::filesystem::remove_all(host.root() / "sys/bus/pci/drivers");
+  const HostScan scan = host.Scan();
+  EXPECT_EQ(Function(scan, "0000:01:00.0").driver, "nvidia");
+  EXPECT_EQ(Function(scan, "0000:01:00.1").driver, "snd_hda_intel");
+  for (const PciFunction& function : scan.functions) {
+    EXPECT_TRUE(function.problems.empty()) << function.problems.front();
+  }
+  ASSERT_EQ(scan.problems.size(), 1U);
+  EXPECT_EQ(scan.problems[0].path, "sys/bus/pci/drivers");
+  EXPECT_EQ(scan.problems[0].message,
+            "missing (a captured tree?); 14 functions' drivers taken from their driver links' "
+            "names");
 }
 
 TEST(GpuFilter, VendorsAndClasses) {

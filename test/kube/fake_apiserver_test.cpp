@@ -101,7 +101,8 @@ TEST(GpuNodeCrd, EveryFixtureHostsStatusFitsTheSchemaUnpruned) {
   json schema = GpuNodeCrdSchema();
   for (const char* spec :
        {"a100-vfio", "h200-vfio", "hgx-h100", "l40s-sriov-mdev", "l40s-vendor-vfio", "mi210-vfio",
-        "mi300x-sriov", "no-iommu", "rtx3090-audio-snd", "rtx3090-vfio", "t4-mdev", "no-gpu"}) {
+        "mi300x-sriov", "no-iommu", "rtx3090-audio-snd", "rtx3090-vfio", "t4-mdev", "no-gpu",
+        "arc-a310-vfio", "rtx6000ada-x4"}) {
     testing::FixtureHost host(spec);
     json object = agent::BuildGpuNode("n1", agent::BuildStatus(host.Scan()));
     // The units the agent adds once pod-resources answers.

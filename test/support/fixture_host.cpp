@@ -22,7 +22,23 @@ fs::path SpecPath(const std::string& name) {
 }
 fs::path FixturePciIds() { return SourceDir() / "fixtures/pci.ids"; }
 fs::path GpuAgentBinary() { return COZY_GPU_AGENT_BINARY; }
-fs::path SharedDir() { return SourceDir().parent_path() / "shared"; }
+fs::path SharedDir() {
+  // The environment wins over the build's cache variable COZY_SHARED_DIR (../shared).
+  const char* overridden = std::getenv("COZY_SHARED_DIR");
+  return (overridden != nullptr && *overridden != '\0') ? fs::path(overridden)
+                                                        : fs::path(COZY_SHARED_DIR);
+}
+
+std::string MissingSharedFile(const std::string& relative) {
+  const fs::path path = SharedDir() / relative;
+  std::error_code error;
+  if (fs::is_regular_file(path, error)) {
+    return {};
+  }
+  return path.string() +
+         " is absent: the real captures live in shared/ beside the checkout (CI has it; set "
+         "COZY_SHARED_DIR or the CMake cache variable COZY_SHARED_DIR to point elsewhere)";
+}
 
 TempDir::TempDir() {
   std::string pattern = (fs::temp_directory_path() / "cozy-test.XXXXXX").string();

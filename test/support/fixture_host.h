@@ -12,7 +12,11 @@ std::filesystem::path SourceDir();                        // the repository root
 std::filesystem::path SpecPath(const std::string& name);  // fixtures/sysfs/specs/<name>.json
 std::filesystem::path FixturePciIds();                    // fixtures/pci.ids
 std::filesystem::path GpuAgentBinary();
-std::filesystem::path SharedDir();  // ../shared beside the checkout (may be absent)
+// shared/ beside the checkout (may be absent): $COZY_SHARED_DIR, else the CMake cache variable
+// COZY_SHARED_DIR (default <source>/../shared).
+std::filesystem::path SharedDir();
+// Empty when SharedDir()/<relative> is a file; else why a test on it must skip.
+std::string MissingSharedFile(const std::string& relative);
 
 // A fresh temporary directory, removed with everything under it when the object goes.
 class TempDir {
