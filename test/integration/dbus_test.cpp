@@ -502,6 +502,22 @@ TEST_F(DbusTest, ANonRootAgentIsRefusedTheNameAndKeepsRunning) {
   EXPECT_EQ(Inventory(), nullptr);
 }
 
+TEST_F(DbusTest, SessionTakesTheSessionBusAddress) {
+  if (!Root()) {
+    GTEST_SKIP() << kNotRoot;
+  }
+  auto arguments = AgentArguments();
+  *std::find(arguments.begin(), arguments.end(), "system") = "session";
+  // The system bus address leads nowhere: only the session one can have been used.
+  agent_ = Spawn(
+      arguments, AgentLogPath(),
+      {{"DBUS_SESSION_BUS_ADDRESS", Address()},
+       {"DBUS_SYSTEM_BUS_ADDRESS", "unix:path=" + (directory_.path() / "no-such-bus").string()}});
+  ASSERT_GT(agent_, 0);
+  ASSERT_TRUE(WaitFor([&] { return NameServed(); })) << AgentLog();
+  EXPECT_NE(AgentLog().find("serving on D-Bus bus=session"), std::string::npos) << AgentLog();
+}
+
 TEST_F(DbusTest, TheAgentOutlivesItsBusAndComesBackWithIt) {
   if (!Root()) {
     GTEST_SKIP() << kNotRoot;
