@@ -67,6 +67,7 @@ Daemon::Daemon(DaemonOptions options, std::unique_ptr<StatusPublisher> publisher
 
 Daemon::~Daemon() {
   health_.Stop();
+  dbus_.reset();
   for (sd_event_source* source : podWatchSources_) {
     sd_event_source_disable_unref(source);
   }
@@ -133,7 +134,32 @@ bool Daemon::SetUp() {
     LogInfo("serving /healthz, /readyz, /metrics", {{"address", options_.healthAddress}});
   }
   metrics_.version = options_.version;
+  if (options_.dbus != "off") {
+    // Requests wait in the socket until the loop runs, which is after the first pass: no
+    // caller sees the "{}" of a status not yet built.
+    dbus_ = std::make_unique<DbusService>(
+        event_, options_.dbus,
+        DbusService::Callbacks{[this] { return InventoryJson(); },
+                               [this] {
+                                 LogInfo("D-Bus Rescan(): rescanning");
+                                 FetchPodResources();  // what SIGHUP does
+                               },
+                               [this] {
+                                 if (!status_.is_null()) {
+                                   UpdateMetrics();  // else the first pass does
+                                 }
+                               }});
+    dbus_->Start();
+  }
   return true;
+}
+
+std::string Daemon::InventoryJson() const {
+  if (status_.is_null()) {
+    return "{}";
+  }
+  // Names come from pci.ids and sysfs: a stray byte is replaced, never thrown over.
+  return status_.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 void Daemon::OpenUdevMonitor() {
@@ -413,6 +439,9 @@ void Daemon::Rescan() {
   status_ = std::move(status);
   LogInfo(first ? "inventory" : "inventory changed", {{"summary", Summary(status_, units_)}});
   NotifyStatus();
+  if (dbus_) {
+    dbus_->InventoryChanged(InventoryJson());
+  }
   PublishCurrent();
   UpdateMetrics();
 }
@@ -449,6 +478,7 @@ void Daemon::UpdateMetrics() {
   metrics_.patchesSucceeded = counters_.publishes;
   metrics_.patchesFailed = counters_.publishFailures;
   metrics_.unitsKnown = units_.known();
+  metrics_.dbusConnected = dbus_ != nullptr && dbus_->connected();
   metrics_.podResourcesStale = units_.stale();
   metrics_.devicesByHealth = {
       {"Healthy", 0}, {"Unhealthy", 0}, {"Unadvertised", 0}, {"Unknown", 0}};

@@ -1,7 +1,8 @@
 // The gpu-agent daemon: one sd-event loop whose sources are the udev monitor, timers (debounce,
 // pod-resources re-read, slow resync, publish retry), signals (SIGTERM stops, SIGHUP rescans)
-// and work posted by other threads. Each pass scans sysfs, counts units from the last
-// pod-resources answer, builds the GPUNode status and hands it to the publisher when it changed.
+// work posted by other threads, and the D-Bus connection (agent/dbus). Each pass scans sysfs,
+// counts units from the last pod-resources answer, builds the GPUNode status and hands it to the
+// publisher when it changed.
 #pragma once
 
 #include <chrono>
@@ -15,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "agent/dbus/service.h"
 #include "agent/health_server.h"
 #include "agent/metrics.h"
 #include "agent/units.h"
@@ -76,6 +78,7 @@ struct DaemonOptions {
   std::string udevSource = "auto";  // auto (udev if /run/udev/control exists), udev, kernel, off
   std::optional<PodPhases> fixedPodPhases;  // test-only --pod-phases; else from PostPodPhases
   std::string healthAddress = "off";        // "host:port", ":port" or "off"
+  std::string dbus = "off";                 // "system", "session" or "off"
   std::string version;
 };
 
@@ -107,6 +110,8 @@ class Daemon {
   void Stop();
 
   // Loop-thread state, for the D-Bus and HTTP views.
+  // The Inventory property: the status as compact JSON; "{}" before the first pass.
+  std::string InventoryJson() const;
   const nlohmann::json& status() const { return status_; }
   const DaemonCounters& counters() const { return counters_; }
   bool ready() const { return ready_; }
@@ -165,6 +170,7 @@ class Daemon {
   DaemonCounters counters_;
   HealthServer health_;
   MetricsSnapshot metrics_;
+  std::unique_ptr<DbusService> dbus_;  // sources on event_: destroyed before it
 };
 
 }  // namespace cozy::agent

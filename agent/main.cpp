@@ -77,6 +77,7 @@ struct RunFlags {
   std::string udevSource = "auto";
   std::string logFormat = "text";
   std::string healthAddress = ":8080";
+  std::string dbus = "off";
   int verbosity = 0;
 };
 
@@ -338,6 +339,7 @@ int RunDaemon(const RunFlags& flags) {
   options.udevSource = flags.udevSource;
   options.fixedPodPhases = sources.podPhases;
   options.healthAddress = flags.healthAddress;
+  options.dbus = flags.dbus;
   options.version = COZY_VERSION;
   if (flags.healthAddress != "off" &&
       cozy::agent::ParseListenAddress(flags.healthAddress).second < 0) {
@@ -421,6 +423,15 @@ int main(int argc, char** argv) {
   runCommand
       ->add_option("--health-addr", run.healthAddress,
                    "Where /healthz, /readyz and /metrics are served (host:port, :port, off)")
+      ->capture_default_str();
+  // The last one wins, so GPU_AGENT_ARGS can say --dbus off after the unit's --dbus system.
+  runCommand
+      ->add_option("--dbus", run.dbus,
+                   "Serve io.cozystack.GPUAgent1 on this bus (system, session or off); the "
+                   "address is sd-bus's: $DBUS_SYSTEM_BUS_ADDRESS or $DBUS_SESSION_BUS_ADDRESS "
+                   "when set")
+      ->check(CLI::IsMember({"system", "session", "off"}))
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
       ->capture_default_str();
   runCommand->add_option("-v", run.verbosity, "Verbosity: 1 logs every device event")
       ->capture_default_str();

@@ -99,6 +99,10 @@ std::string RenderMetrics(const MetricsSnapshot& snapshot) {
   out.Family("gpu_agent_sysfs_problems", "gauge",
              "Files the last scan could not read or parse (each logged once).");
   out.Sample("gpu_agent_sysfs_problems", "", static_cast<double>(snapshot.sysfsProblems));
+
+  out.Family("gpu_agent_dbus_connected", "gauge",
+             "1 while the agent owns io.cozystack.GPUAgent1 on its bus (--dbus), else 0.");
+  out.Sample("gpu_agent_dbus_connected", "", snapshot.dbusConnected ? 1 : 0);
   return out.Take();
 }
 

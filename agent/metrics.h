@@ -33,6 +33,7 @@ struct MetricsSnapshot {
   std::map<std::string, int64_t> devicesByHealth;   // Healthy, Unhealthy, Unadvertised, Unknown
   std::map<std::string, int64_t> ignoredDeviceIds;  // unknownShape, noMatch, notGpu
   int64_t sysfsProblems = 0;
+  bool dbusConnected = false;
 };
 
 std::string RenderMetrics(const MetricsSnapshot& snapshot);

@@ -10,8 +10,11 @@ packages=(
   clang clang-tidy clang-format libclang-rt-14-dev
   # discovery: libpci + Debian's pci.ids; lspci is the test oracle
   libpci-dev pciutils pci.ids
-  # device events (libudev) and systemd integration
+  # device events (libudev) and systemd integration (busctl is systemd's)
   libudev-dev libsystemd-dev systemd
+  # the D-Bus service: sdbus-c++ and its sdbus-c++-xml2cpp; dbus-daemon, dbus-send and setpriv
+  # (util-linux) for its test
+  libsdbus-c++-dev libsdbus-c++-bin dbus-daemon dbus-bin util-linux
   # kubelet pod-resources (gRPC over a unix socket)
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   # JSON / YAML / CLI / logging

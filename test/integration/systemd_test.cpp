@@ -53,7 +53,7 @@ TEST(SystemdUnit, VerifiesWithoutAWarning) {
   for (const char* required :
        {"Type=notify", "WatchdogSec=", "Restart=on-failure",
         "EnvironmentFile=-/etc/default/gpu-agent", "NoNewPrivileges=yes", "ReadOnlyPaths=/sys",
-        "RestrictAddressFamilies=", "CapabilityBoundingSet="}) {
+        "RestrictAddressFamilies=AF_UNIX", "CapabilityBoundingSet=", "--dbus system"}) {
     EXPECT_NE(text.str().find(required), std::string::npos) << required;
   }
 }

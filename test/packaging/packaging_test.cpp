@@ -68,7 +68,7 @@ int Package::cpackExit_ = -1;
 std::string Package::arch_;
 std::filesystem::path Package::deb_;
 
-TEST_F(Package, HoldsTheAgentItsUnitItsDefaultsAndTheDebianDocsOnly) {
+TEST_F(Package, HoldsTheAgentItsUnitDefaultsBusPolicyAndTheDebianDocsOnly) {
   const auto listing = RunCommand("dpkg-deb -c " + ShellQuote(deb_.string()));
   ASSERT_EQ(listing.exitCode, 0) << listing.err;
   // -rwxr-xr-x root/root   1234 2026-11-29 23:00 ./usr/bin/gpu-agent
@@ -90,6 +90,7 @@ TEST_F(Package, HoldsTheAgentItsUnitItsDefaultsAndTheDebianDocsOnly) {
       {"/usr/libexec/gpu-agent/gpu-agent-full", "-rwxr-xr-x"},
       {"/lib/systemd/system/gpu-agent.service", "-rw-r--r--"},
       {"/etc/default/gpu-agent", "-rw-r--r--"},
+      {"/usr/share/dbus-1/system.d/io.cozystack.GPUAgent1.conf", "-rw-r--r--"},
       {"/usr/share/doc/gpu-agent/copyright", "-rw-r--r--"},
       {"/usr/share/doc/gpu-agent/changelog.gz", "-rw-r--r--"},
   };
@@ -105,7 +106,7 @@ TEST_F(Package, ControlFieldsAndDependenciesFromTheBinary) {
   // dpkg-shlibdeps turned the binary's NEEDED libraries into versioned Depends.
   const std::string depends = Field("Depends");
   for (const char* library : {"libc6 (>=", "libstdc++6 (>=", "libpci3", "libudev1", "libsystemd0",
-                              "libgrpc++1", "libprotobuf"}) {
+                              "libgrpc++1", "libprotobuf", "libsdbus-c++1"}) {
     EXPECT_NE(depends.find(library), std::string::npos) << library << " in " << depends;
   }
   for (const char* library : {"libgtest", "libgmock", "libbenchmark", "-dev"}) {
@@ -135,6 +136,8 @@ TEST_F(Package, UnpackedAgentRunsAndShipsTheRepositoryFiles) {
             ReadFile(source / "systemd/gpu-agent.service"));
   EXPECT_EQ(ReadFile(root.path() / "etc/default/gpu-agent"),
             ReadFile(source / "systemd/gpu-agent.default"));
+  EXPECT_EQ(ReadFile(root.path() / "usr/share/dbus-1/system.d/io.cozystack.GPUAgent1.conf"),
+            ReadFile(source / "systemd/io.cozystack.GPUAgent1.conf"));
   // Stripped: no .debug_info section left for lintian's unstripped-binary-or-object.
   const auto sections =
       RunCommand("LC_ALL=C objdump -h " + ShellQuote((root.path() / "usr/bin/gpu-agent").string()));
