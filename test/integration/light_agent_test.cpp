@@ -54,7 +54,8 @@ TEST(LightAgent, LinksDiscoveryOnlyWhileTheFullAgentLinksTheRest) {
   const auto light = Needed(GpuAgentBinary());
   const auto full = Needed(kFullAgent);
   EXPECT_TRUE(AnyStartsWith(light, "libpci.so"));
-  for (const char* heavy : {"libgrpc", "libprotobuf", "libcurl", "libsystemd", "libudev"}) {
+  for (const char* heavy :
+       {"libgrpc", "libprotobuf", "libcurl", "libsystemd", "libudev", "libsdbus-c++"}) {
     EXPECT_FALSE(AnyStartsWith(light, heavy)) << "gpu-agent links " << heavy;
     EXPECT_TRUE(AnyStartsWith(full, heavy)) << "gpu-agent-full lacks " << heavy;
   }
