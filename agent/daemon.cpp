@@ -431,6 +431,7 @@ void Daemon::PublishCurrent() {
 void Daemon::UpdateMetrics() {
   metrics_.scans = counters_.scans;
   metrics_.deviceEvents = counters_.deviceEvents;
+  metrics_.deviceRescans = counters_.debouncedRescans;
   metrics_.podResourcesFetches = counters_.podResourcesFetches;
   metrics_.patchesSucceeded = counters_.publishes;
   metrics_.patchesFailed = counters_.publishFailures;
