@@ -380,11 +380,19 @@ void Daemon::Rescan() {
   metrics_.sysfsProblems = static_cast<int64_t>(problems.size());
   loggedProblems_ = std::move(problems);
 
-  // mdev type links appear only after the bind event: look again shortly, a few times.
+  // mdev type links appear only after the bind event: look again shortly, a few times, and
+  // publish nothing meanwhile, so that a created mdev is one patch that names its type rather
+  // than one without the type and another with it. Once the retries are spent (a tree that
+  // never gets the link, such as a capture), the scan is published as it is.
   if (scan.mdevLinksPending && mdevRetriesLeft_ > 0) {
     --mdevRetriesLeft_;
     ArmTimer(mdevTimer_, options_.mdevLinkRetry);
-  } else if (!scan.mdevLinksPending) {
+    LogDebug("mdev type links pending; rescanning before publishing",
+             {{"retriesLeft", std::to_string(mdevRetriesLeft_)}});
+    UpdateMetrics();
+    return;
+  }
+  if (!scan.mdevLinksPending) {
     mdevRetriesLeft_ = options_.mdevLinkRetries;
   }
 
