@@ -20,6 +20,8 @@
 namespace cozy::agent {
 namespace {
 
+constexpr uint64_t kTimerAccuracyUsec = 1000;
+
 uint64_t ToMicroseconds(std::chrono::milliseconds delay) {
   return static_cast<uint64_t>(std::max<int64_t>(delay.count(), 0)) * 1000U;
 }
@@ -105,9 +107,11 @@ bool Daemon::SetUp() {
   // Timers exist from the start, disabled; ArmTimer sets them off once.
   for (sd_event_source** timer : {&debounceTimer_, &fetchTimer_, &resyncTimer_, &publishTimer_,
                                   &mdevTimer_, &heartbeatTimer_, &podWatchTimer_}) {
-    // USEC_INFINITY (UINT64_MAX) as an absolute time: created, never due until armed.
-    if (sd_event_add_time(event_, timer, CLOCK_MONOTONIC, UINT64_MAX, 0, &Daemon::OnTimer, this) <
-        0) {
+    // USEC_INFINITY (UINT64_MAX) as an absolute time: created, never due until armed. The
+    // accuracy is 1 ms: sd-event reads 0 as its default of 250 ms and may then fire a timer
+    // that late, which made a 100 ms debounce take anywhere up to 350 ms.
+    if (sd_event_add_time(event_, timer, CLOCK_MONOTONIC, UINT64_MAX, kTimerAccuracyUsec,
+                          &Daemon::OnTimer, this) < 0) {
       LogError("cannot create a timer");
       return false;
     }
