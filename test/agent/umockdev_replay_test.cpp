@@ -7,6 +7,7 @@
 // retry); A1 (status from sysfs GPU functions) and A8 (a merge patch of the agent's own fields)
 // are what the patches are checked against.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <chrono>
 #include <filesystem>
@@ -73,7 +74,23 @@ class UmockdevReplayTest : public ::testing::Test {
     replay_->server().ClearRequests();
   }
 
-  virtual testing::ReplayOptions Options() const { return {}; }
+  void TearDown() override {
+    if (replay_) {
+      // Clean exit on SIGTERM: under ASan this is also where the agent's own reports show.
+      const int status = replay_->StopAgent();
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+          << "agent wait status " << status << "\n"
+          << replay_->AgentLog();
+    }
+  }
+
+  // A sequence's events come within one debounce window, as the kernel sends them; 500 ms
+  // leaves room for a loaded machine (the burst test uses the default 100 ms).
+  virtual testing::ReplayOptions Options() const {
+    testing::ReplayOptions options;
+    options.debounce = "500ms";
+    return options;
+  }
 
   // Builds the start spec, changed by `edit`, into a tree of its own: a sequence's end state.
   fs::path Variant(const std::function<void(json&)>& edit) {
@@ -189,7 +206,7 @@ TEST_F(UmockdevReplayTest, GpuReboundFromNvidiaToVfioPciIsOnePatch) {
 class UmockdevReplayUdevSourceTest : public UmockdevReplayTest {
  protected:
   testing::ReplayOptions Options() const override {
-    testing::ReplayOptions options;
+    testing::ReplayOptions options = UmockdevReplayTest::Options();
     options.udevSource = "udev";
     return options;
   }
@@ -201,7 +218,7 @@ TEST_F(UmockdevReplayUdevSourceTest, GpuReboundFromNvidiaToVfioPciIsOnePatch) {
 class UmockdevReplayKernelSourceTest : public UmockdevReplayTest {
  protected:
   testing::ReplayOptions Options() const override {
-    testing::ReplayOptions options;
+    testing::ReplayOptions options = UmockdevReplayTest::Options();
     options.udevSource = "kernel";
     return options;
   }
@@ -321,7 +338,13 @@ TEST_F(UmockdevReplayTest, MdevCreatedIsOnePatchOnceItsTypeLinkAppearsAndRemoved
   EXPECT_FALSE(replay_->PublishedStatus()["devices"][2].contains("mdevs"));
 }
 
-TEST_F(UmockdevReplayTest, BurstOf500EventsIsAtMostTwoRescansAndOnePatch) {
+// The agent's default debounce, 100 ms.
+class UmockdevReplayBurstTest : public UmockdevReplayTest {
+ protected:
+  testing::ReplayOptions Options() const override { return {}; }
+};
+
+TEST_F(UmockdevReplayBurstTest, BurstOf500EventsIsAtMostTwoRescansAndOnePatch) {
   const fs::path end = Variant([](json& spec) {
     Function(spec, kT4)["mdevTypes"][0]["available"] = 5;  // e.g. mdevs made on another node
   });
