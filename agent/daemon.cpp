@@ -20,6 +20,8 @@
 namespace cozy::agent {
 namespace {
 
+constexpr uint64_t kTimerAccuracyUsec = 1000;
+
 uint64_t ToMicroseconds(std::chrono::milliseconds delay) {
   return static_cast<uint64_t>(std::max<int64_t>(delay.count(), 0)) * 1000U;
 }
@@ -106,15 +108,10 @@ bool Daemon::SetUp() {
   // Timers exist from the start, disabled; ArmTimer sets them off once.
   for (sd_event_source** timer : {&debounceTimer_, &fetchTimer_, &resyncTimer_, &publishTimer_,
                                   &mdevTimer_, &heartbeatTimer_, &podWatchTimer_}) {
-    // USEC_INFINITY (UINT64_MAX) as an absolute time: created, never due until armed. An
-    // accuracy of 0 would mean sd-event's default of 250 ms, which lets a 50 ms debounce fire
-    // up to 300 ms late; the timers on the event-to-patch path get 1 ms, the slow ones keep the
-    // default so they can coalesce with other wake-ups.
-    const bool onEventPath = timer == &debounceTimer_ || timer == &mdevTimer_ ||
-                             timer == &publishTimer_ || timer == &podWatchTimer_ ||
-                             timer == &fetchTimer_;
-    const uint64_t accuracyUsec = onEventPath ? 1000 : 0;
-    if (sd_event_add_time(event_, timer, CLOCK_MONOTONIC, UINT64_MAX, accuracyUsec,
+    // USEC_INFINITY (UINT64_MAX) as an absolute time: created, never due until armed. The
+    // accuracy is 1 ms: sd-event reads 0 as its default of 250 ms and may then fire a timer
+    // that late, which made a 100 ms debounce take anywhere up to 350 ms.
+    if (sd_event_add_time(event_, timer, CLOCK_MONOTONIC, UINT64_MAX, kTimerAccuracyUsec,
                           &Daemon::OnTimer, this) < 0) {
       LogError("cannot create a timer");
       return false;
@@ -413,11 +410,19 @@ void Daemon::Rescan() {
   metrics_.sysfsProblems = static_cast<int64_t>(problems.size());
   loggedProblems_ = std::move(problems);
 
-  // mdev type links appear only after the bind event: look again shortly, a few times.
+  // mdev type links appear only after the bind event: look again shortly, a few times, and
+  // publish nothing meanwhile, so that a created mdev is one patch that names its type rather
+  // than one without the type and another with it. Once the retries are spent (a tree that
+  // never gets the link, such as a capture), the scan is published as it is.
   if (scan.mdevLinksPending && mdevRetriesLeft_ > 0) {
     --mdevRetriesLeft_;
     ArmTimer(mdevTimer_, options_.mdevLinkRetry);
-  } else if (!scan.mdevLinksPending) {
+    LogDebug("mdev type links pending; rescanning before publishing",
+             {{"retriesLeft", std::to_string(mdevRetriesLeft_)}});
+    UpdateMetrics();
+    return;
+  }
+  if (!scan.mdevLinksPending) {
     mdevRetriesLeft_ = options_.mdevLinkRetries;
   }
 
@@ -474,6 +479,7 @@ void Daemon::PublishCurrent() {
 void Daemon::UpdateMetrics() {
   metrics_.scans = counters_.scans;
   metrics_.deviceEvents = counters_.deviceEvents;
+  metrics_.deviceRescans = counters_.debouncedRescans;
   metrics_.podResourcesFetches = counters_.podResourcesFetches;
   metrics_.patchesSucceeded = counters_.publishes;
   metrics_.patchesFailed = counters_.publishFailures;

@@ -322,7 +322,10 @@ int RunDaemon(const RunFlags& flags) {
   }
   // Checked once here so a typo fails at start; later the daemon rides out a vanished root.
   std::error_code ignored;
-  if (!std::filesystem::is_directory(sources.scan.root + "/sys/bus/pci/devices", ignored)) {
+  // Joined as paths: "/" + "/sys/..." would read "//sys/...", which LD_PRELOAD path redirectors
+  // such as umockdev's do not recognise as /sys.
+  if (!std::filesystem::is_directory(
+          std::filesystem::path(sources.scan.root) / "sys/bus/pci/devices", ignored)) {
     throw BadInputError{"sysfs root " + sources.scan.root + " holds no sys/bus/pci/devices"};
   }
   cozy::agent::Logger::Get().Configure(

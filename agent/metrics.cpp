@@ -65,6 +65,9 @@ std::string RenderMetrics(const MetricsSnapshot& snapshot) {
   out.Family("gpu_agent_device_events_total", "counter",
              "Kernel or udev device events received (pci, mdev, vfio).");
   out.Sample("gpu_agent_device_events_total", "", static_cast<double>(snapshot.deviceEvents));
+  out.Family("gpu_agent_device_rescans_total", "counter",
+             "Rescans that device events asked for, after debouncing.");
+  out.Sample("gpu_agent_device_rescans_total", "", static_cast<double>(snapshot.deviceRescans));
 
   out.Family("gpu_agent_pod_resources_fetches_total", "counter",
              "Reads of kubelet's pod-resources API, by result.");

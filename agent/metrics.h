@@ -24,6 +24,7 @@ struct MetricsSnapshot {
   int64_t scans = 0;
   ScanDurationHistogram scanDuration;
   int64_t deviceEvents = 0;
+  int64_t deviceRescans = 0;  // debounced rescans that device events asked for
   int64_t podResourcesFetches = 0;
   std::map<std::string, int64_t> podResourcesResults;  // by state: ok, socketAbsent, ...
   bool podResourcesStale = false;

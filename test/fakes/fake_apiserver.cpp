@@ -520,6 +520,9 @@ void FakeApiServer::Start() {
   // Watches hold a thread each for as long as they stream.
   server_->new_task_queue = [] { return new httplib::ThreadPool(64); };
   server_->set_keep_alive_max_count(1000);
+  // As Go's net/http (the real API server) does: without it an answer written in two pieces
+  // waits for the client's delayed ACK, up to 200 ms per request on a kept-alive connection.
+  server_->set_tcp_nodelay(true);
   auto handler = [this](const httplib::Request& request, httplib::Response& response) {
     Serve(request, response);
   };
