@@ -15,6 +15,22 @@ namespace {
 
 constexpr size_t kNone = std::numeric_limits<size_t>::max();
 
+// Hash lookups where the pass looks up per device (node names, VMIs by namespace and name):
+// ordered maps of strings cost a string compare per tree level and a cache miss per node, which
+// made the pass grow faster than the cluster. Nothing iterates these, so order is not needed.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view text) const { return std::hash<std::string_view>{}(text); }
+};
+using NameKey = std::pair<std::string_view, std::string_view>;  // (namespace, name)
+struct NameKeyHash {
+  size_t operator()(const NameKey& key) const {
+    const size_t first = std::hash<std::string_view>{}(key.first);
+    return first ^ (std::hash<std::string_view>{}(key.second) + 0x9e3779b97f4a7c15ULL +
+                    (first << 6) + (first >> 2));
+  }
+};
+
 struct ClassInfo {
   const api::GpuClass* gpuClass = nullptr;
   size_t resource = kNone;
@@ -114,7 +130,7 @@ struct Model::Index {
   std::vector<ClassInfo> classes;  // by name
   std::map<std::string, size_t, std::less<>> classIds;
   std::vector<const Node*> nodes;  // by name
-  std::map<std::string, size_t, std::less<>> nodeIds;
+  std::unordered_map<std::string, size_t, StringHash, std::equal_to<>> nodeIds;
   std::vector<NodeEligibility> eligibility;  // without tolerations
   std::vector<char> hasGpuNode;
   // By node * resources.size() + resource.
@@ -127,8 +143,9 @@ struct Model::Index {
   std::map<std::string, Usage, std::less<>> usage;         // every device
   std::map<std::string, Usage, std::less<>> pendingUsage;  // Pending devices only
   std::vector<size_t> deviceClass;                         // by device; kNone: unknown class
-  std::map<std::pair<std::string, std::string>, std::vector<size_t>> attached;  // (ns, VMI)
-  std::map<std::pair<std::string, std::string>, const VirtualMachineInstance*> vmis;
+  // Keys view the snapshot's own strings, which outlive the index.
+  std::unordered_map<NameKey, std::vector<size_t>, NameKeyHash> attached;  // (ns, VMI)
+  std::unordered_map<NameKey, const VirtualMachineInstance*, NameKeyHash> vmis;
 
   explicit Index(const Snapshot& s) : snapshot(s), tenants(s.namespaces), launchers(s.vmis) {}
 
@@ -255,8 +272,9 @@ void Model::Index::Build() {
   }
 
   // Devices: class, the units Bound ones hold, attachments, and budget usage.
-  std::map<std::string, Usage, std::less<>> ownUsage;
-  std::map<std::string, Usage, std::less<>> ownPending;
+  // By namespace, viewing the snapshot's strings; only summed below, so order does not matter.
+  std::unordered_map<std::string_view, Usage> ownUsage;
+  std::unordered_map<std::string_view, Usage> ownPending;
   deviceClass.assign(snapshot.devices.size(), kNone);
   for (size_t d = 0; d < snapshot.devices.size(); ++d) {
     const api::GpuDevice& device = snapshot.devices[d];
@@ -687,8 +705,19 @@ class PassPlanner {
         needs.byResource[ix_.classes[c].resource] += device.spec.count;
       }
     }
-    std::sort(sets_.begin(), sets_.end(),
-              [](const DeviceSet& a, const DeviceSet& b) { return a.key < b.key; });
+    // Sets by key (keys are unique), moving each set once rather than on every swap.
+    std::vector<size_t> order(sets_.size());
+    for (size_t i = 0; i < order.size(); ++i) {
+      order[i] = i;
+    }
+    std::sort(order.begin(), order.end(),
+              [this](size_t a, size_t b) { return sets_[a].key < sets_[b].key; });
+    std::vector<DeviceSet> sorted;
+    sorted.reserve(sets_.size());
+    for (size_t i : order) {
+      sorted.push_back(std::move(sets_[i]));
+    }
+    sets_ = std::move(sorted);
   }
 
   State Classify(const DeviceSet& set) const {
@@ -884,7 +913,7 @@ class PassPlanner {
   void MoveHeld(const std::vector<DeviceSet*>& held) {
     std::vector<Leaving> mustLeave;
     std::vector<Leaving> cordoned;
-    std::map<size_t, std::vector<DeviceSet*>> staying;  // by node
+    std::vector<std::vector<DeviceSet*>> staying(ix_.nodes.size());  // by node index
     for (DeviceSet* set : held) {
       const std::string& nodeName = *Device(set->members.front()).status.nodeName;
       if (!set->needs.unknownClass.empty()) {
@@ -964,8 +993,8 @@ class PassPlanner {
       Take(target, set.needs, 1);
       Decide(set, Action::kMove, ix_.nodes[target]->name, "node " + nodeName + " is cordoned");
     }
-    for (const auto& [node, sets] : staying) {
-      for (const DeviceSet* set : sets) {
+    for (size_t node = 0; node < staying.size(); ++node) {
+      for (const DeviceSet* set : staying[node]) {
         Decide(*set, Action::kKeep, ix_.nodes[node]->name, "held");
       }
     }
@@ -974,16 +1003,32 @@ class PassPlanner {
   // A node that serves fewer units than its bound devices and pods hold (a function failed, an
   // mdev parent lost slots) cannot keep every set: sets leave, last by name first, until the
   // rest fit. Which function a device sits on is not recorded, so no set is preferred.
-  void EvictOverCapacity(std::map<size_t, std::vector<DeviceSet*>>& staying,
+  void EvictOverCapacity(std::vector<std::vector<DeviceSet*>>& staying,
                          std::vector<Leaving>& cordoned, std::vector<Leaving>& mustLeave) {
+    // Only nodes holding more than they serve are looked at; the others keep every set.
+    std::vector<size_t> overNodes;
+    for (size_t node = 0; node < staying.size(); ++node) {
+      for (size_t r = 0; r < ix_.resources.size(); ++r) {
+        if (FreeAt(node, r) < 0) {
+          overNodes.push_back(node);
+          break;
+        }
+      }
+    }
+    if (overNodes.empty()) {
+      return;
+    }
     std::map<size_t, std::vector<std::pair<DeviceSet*, bool>>> onNode;  // set, is cordoned
-    for (auto& [node, sets] : staying) {
-      for (DeviceSet* set : sets) {
-        onNode[node].emplace_back(set, false);
+    for (size_t node : overNodes) {
+      auto& sets = onNode[node];  // also for a node holding only cordoned sets
+      for (DeviceSet* set : staying[node]) {
+        sets.emplace_back(set, false);
       }
     }
     for (const Leaving& leaving : cordoned) {
-      onNode[leaving.node].emplace_back(leaving.set, true);
+      if (const auto it = onNode.find(leaving.node); it != onNode.end()) {
+        it->second.emplace_back(leaving.set, true);
+      }
     }
     std::set<const DeviceSet*> evicted;
     for (auto& [node, sets] : onNode) {
@@ -1011,7 +1056,7 @@ class PassPlanner {
         }
       }
     }
-    for (auto& [node, sets] : staying) {
+    for (auto& sets : staying) {
       std::erase_if(sets, [&evicted](const DeviceSet* set) { return evicted.contains(set); });
     }
     std::erase_if(cordoned,
