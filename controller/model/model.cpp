@@ -619,6 +619,8 @@ class PassPlanner {
         }
       }
     }
+    // One decision per device: sized once, not regrown (each regrowth touches fresh pages).
+    decisions_.reserve(ix.snapshot.devices.size());
     GroupSets();
   }
 
@@ -668,6 +670,7 @@ class PassPlanner {
   void GroupSets() {
     std::unordered_map<std::string, size_t> byKey;
     byKey.reserve(ix_.snapshot.devices.size());
+    sets_.reserve(ix_.snapshot.devices.size());
     for (size_t d = 0; d < ix_.snapshot.devices.size(); ++d) {
       const api::GpuDevice& device = Device(d);
       const std::string& ns = device.metadata.namespaceName;
