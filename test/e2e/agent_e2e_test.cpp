@@ -17,12 +17,14 @@
 #include "test/fakes/fake_kubelet.h"
 #include "test/support/agent_process.h"
 #include "test/support/fixture_host.h"
+#include "test/support/process.h"
 
 namespace cozy {
 namespace {
 
 using namespace std::chrono_literals;
 using nlohmann::json;
+using testing::WaitFor;
 
 const std::string kGpuNodes = "/apis/gpu.cozystack.io/v1alpha1/gpunodes";
 
@@ -82,18 +84,6 @@ class AgentEndToEnd : public ::testing::Test {
   }
 
   std::string AgentLog() const { return agent_.Log(); }
-
-  // Waits (bounded) until `done` holds; false when it never did.
-  static bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds limit = 15s) {
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (done()) {
-        return true;
-      }
-      std::this_thread::sleep_for(50ms);
-    }
-    return done();
-  }
 
   std::vector<fake::LoggedRequest> Writes() const {
     std::vector<fake::LoggedRequest> writes;

@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,16 +26,19 @@
 
 #include "test/fakes/fake_kubelet.h"
 #include "test/support/fixture_host.h"
-
-extern char** environ;
+#include "test/support/process.h"
 
 namespace cozy {
 namespace {
 
 using namespace std::chrono_literals;
 using nlohmann::json;
+using testing::Finish;
+using testing::FreePort;
 using testing::RunCommand;
 using testing::ShellQuote;
+using testing::Spawn;
+using testing::WaitFor;
 
 constexpr const char* kName = "io.cozystack.GPUAgent1";
 constexpr const char* kPath = "/io/cozystack/GPUAgent1";
@@ -48,77 +50,7 @@ std::string ReadFile(const std::filesystem::path& path) {
   return text.str();
 }
 
-// Waits (bounded) until `done` holds; false when it never did.
-bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds limit = 10s) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) {
-      return true;
-    }
-    std::this_thread::sleep_for(50ms);
-  }
-  return done();
-}
-
-// A process with stdout and stderr in `log`; `environment` entries replace inherited ones.
-pid_t Spawn(std::vector<std::string> arguments, const std::filesystem::path& log,
-            const std::map<std::string, std::string>& environment = {}) {
-  std::vector<std::string> variables;
-  for (char** entry = environ; *entry != nullptr; ++entry) {
-    const std::string variable = *entry;
-    if (environment.count(variable.substr(0, variable.find('='))) == 0) {
-      variables.push_back(variable);
-    }
-  }
-  for (const auto& [key, value] : environment) {
-    variables.push_back(key + "=" + value);
-  }
-  std::vector<char*> argv;
-  for (auto& argument : arguments) {
-    argv.push_back(argument.data());
-  }
-  argv.push_back(nullptr);
-  std::vector<char*> envp;
-  for (auto& variable : variables) {
-    envp.push_back(variable.data());
-  }
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  pid_t pid = -1;
-  if (posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), envp.data()) != 0) {
-    pid = -1;
-  }
-  posix_spawn_file_actions_destroy(&actions);
-  return pid;
-}
-
-// Ends a process this test started; returns its wait status.
-int Finish(pid_t& pid, int signal = SIGTERM) {
-  int status = -1;
-  if (pid > 0) {
-    ::kill(pid, signal);
-    ::waitpid(pid, &status, 0);
-    pid = -1;
-  }
-  return status;
-}
-
 bool Alive(pid_t pid) { return pid > 0 && ::waitpid(pid, nullptr, WNOHANG) == 0; }
-
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
 
 // The system bus as Debian's /usr/share/dbus-1/system.conf sets it up (default deny for owning
 // names and for method calls, root may monitor), listening in `directory`, plus the policy the

@@ -1,8 +1,6 @@
 #include "test/support/agent_process.h"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 
 #include <fstream>
@@ -11,44 +9,23 @@
 
 #include "test/support/fixture_host.h"
 
-extern char** environ;
-
 namespace cozy::testing {
 
 AgentProcess::~AgentProcess() { Stop(); }
 
 void AgentProcess::Start(const std::vector<std::string>& arguments,
-                         const std::filesystem::path& log) {
+                         const std::filesystem::path& log,
+                         const std::map<std::string, std::string>& environment) {
   log_ = log;
   std::vector<std::string> words = {GpuAgentBinary().string()};
   words.insert(words.end(), arguments.begin(), arguments.end());
-  std::vector<char*> argv;
-  for (auto& word : words) {
-    argv.push_back(word.data());
-  }
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  const int error = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (error != 0) {
-    pid_ = -1;
+  pid_ = Spawn(words, log, environment);
+  if (pid_ < 0) {
     throw std::runtime_error("cannot start " + words[0]);
   }
 }
 
-int AgentProcess::Stop() {
-  if (pid_ <= 0) {
-    return -1;
-  }
-  ::kill(pid_, SIGTERM);
-  int status = 0;
-  ::waitpid(pid_, &status, 0);
-  pid_ = -1;
-  return status;
-}
+int AgentProcess::Stop() { return Finish(pid_); }
 
 void AgentProcess::Signal(int signal) const {
   if (pid_ > 0) {

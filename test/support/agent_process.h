@@ -5,8 +5,11 @@
 #include <sys/types.h>
 
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
+
+#include "test/support/process.h"
 
 namespace cozy::testing {
 
@@ -18,8 +21,10 @@ class AgentProcess {
   AgentProcess& operator=(const AgentProcess&) = delete;
 
   // Starts the built gpu-agent with `arguments` (after the program name); stdout and stderr
-  // are appended to `log`. Throws std::runtime_error when it cannot start.
-  void Start(const std::vector<std::string>& arguments, const std::filesystem::path& log);
+  // are appended to `log`; `environment` as Spawn's. Throws std::runtime_error when it cannot
+  // start.
+  void Start(const std::vector<std::string>& arguments, const std::filesystem::path& log,
+             const std::map<std::string, std::string>& environment = {});
   // SIGTERM, then waits; returns the wait status (-1 when it was not running).
   int Stop();
   void Signal(int signal) const;

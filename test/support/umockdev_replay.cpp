@@ -6,7 +6,6 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -25,8 +24,6 @@
 #include <umockdev.h>
 
 #include "fixtures/sysfs/fixture_builder.h"
-
-extern char** environ;
 
 // Defined by the ASan runtime only, in ASan builds.
 extern "C" void __asan_init() __attribute__((weak));
@@ -86,22 +83,6 @@ bool DevIsDevtmpfs() {
   return false;
 }
 
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = 0;
-  socklen_t length = sizeof address;
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    port = ntohs(address.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
-
 std::vector<std::string> Glob(const std::string& pattern) {
   glob_t found{};
   std::vector<std::string> paths;
@@ -152,17 +133,6 @@ std::string UmockdevUnusableReason(const std::string& udevSource) {
            "devtmpfs), so replayed events cannot reach the agent";
   }
   return "";
-}
-
-bool WaitUntil(const std::function<bool()>& done, std::chrono::milliseconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) {
-      return true;
-    }
-    std::this_thread::sleep_for(2ms);
-  }
-  return done();
 }
 
 UmockdevReplay::UmockdevReplay(const nlohmann::json& spec) {
@@ -222,39 +192,20 @@ bool UmockdevReplay::Start(const ReplayOptions& options) {
   if (!options.debounce.empty()) {
     arguments.insert(arguments.end(), {"--debounce", options.debounce});
   }
-  std::vector<char*> argv;
-  for (auto& argument : arguments) {
-    argv.push_back(argument.data());
-  }
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 2, (directory_.path() / "agent.log").c_str(),
-                                   O_WRONLY | O_CREAT | O_APPEND, 0600);
   // The environment carries LD_PRELOAD and the testbed's UMOCKDEV_DIR to the agent.
-  const int spawned = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (spawned != 0) {
-    pid_ = -1;
+  pid_ = Spawn(arguments, directory_.path() / "agent.log");
+  if (pid_ < 0) {
     return false;
   }
   // Published its first status, and its monitor's socket is bound (events before are lost).
-  return WaitUntil(
+  return WaitFor(
       [&] {
         return !PublishedStatus().is_null() && !Glob((root_ / "event[0-9]*").string()).empty();
       },
       30s);
 }
 
-int UmockdevReplay::StopAgent() {
-  int status = -1;
-  if (pid_ > 0) {
-    ::kill(pid_, SIGTERM);
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
-  return status;
-}
+int UmockdevReplay::StopAgent() { return Finish(pid_); }
 
 std::string UmockdevReplay::AgentLog() const {
   std::ifstream in(directory_.path() / "agent.log");
