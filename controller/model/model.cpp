@@ -1,8 +1,10 @@
 #include "controller/model/model.h"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <memory>
+#include <span>
 #include <unordered_map>
 
 #include "api/json_field.h"
@@ -60,6 +62,9 @@ struct Usage {
   }
 };
 
+// By namespace; the keys view the snapshot's and the tenant tree's strings.
+using UsageBy = std::unordered_map<std::string_view, Usage>;
+
 int64_t Get(const std::vector<int64_t>& values, size_t index) {
   return index < values.size() ? values[index] : 0;
 }
@@ -97,12 +102,24 @@ void Lower(std::map<size_t, Limit>& slots, size_t index, Limit limit) {
   }
 }
 
-// What a set of devices needs on one node.
+// (class or resource id, GPUs), ascending by id.
+using Counts = std::span<const std::pair<size_t, int64_t>>;
+
+int64_t CountOf(Counts counts, size_t id) {
+  for (const auto& [at, count] : counts) {
+    if (at == id) {
+      return count;
+    }
+  }
+  return 0;
+}
+
+// What a set of devices needs on one node. The counts view the pass's own arrays.
 struct Needs {
-  std::map<size_t, int64_t> byResource;
-  std::map<size_t, int64_t> byClass;
+  Counts byResource;
+  Counts byClass;
   int64_t total = 0;
-  std::string unknownClass;  // set when a member names no existing class
+  std::string_view unknownClass;  // set when a member names no existing class
 };
 
 }  // namespace
@@ -140,9 +157,14 @@ struct Model::Index {
   TenantTree tenants;
   LauncherIndex launchers;
   std::map<std::string, Budget, std::less<>> budgets;
-  std::map<std::string, Usage, std::less<>> usage;         // every device
-  std::map<std::string, Usage, std::less<>> pendingUsage;  // Pending devices only
-  std::vector<size_t> deviceClass;                         // by device; kNone: unknown class
+  UsageBy usage;                    // every device
+  UsageBy pendingUsage;             // Pending devices only
+  std::vector<size_t> deviceClass;  // by device; kNone: unknown class
+  // By device: where a Bound device with a node name sits, as a node index, or an index past
+  // the nodes for a name no Node has (goneNodes); kNone when the device is not placed. The pass
+  // compares and looks up these numbers rather than the names in the devices.
+  std::vector<size_t> placedOn;
+  std::vector<std::string_view> goneNodes;
   // Keys view the snapshot's own strings, which outlive the index.
   std::unordered_map<NameKey, std::vector<size_t>, NameKeyHash> attached;  // (ns, VMI)
   std::unordered_map<NameKey, const VirtualMachineInstance*, NameKeyHash> vmis;
@@ -150,6 +172,11 @@ struct Model::Index {
   explicit Index(const Snapshot& s) : snapshot(s), tenants(s.namespaces), launchers(s.vmis) {}
 
   size_t At(size_t node, size_t resource) const { return node * resources.size() + resource; }
+  bool IsNode(size_t placed) const { return placed < nodes.size(); }
+  std::string_view NodeName(size_t placed) const {
+    return IsNode(placed) ? std::string_view(nodes[placed]->name)
+                          : goneNodes[placed - nodes.size()];
+  }
   int64_t Free(size_t node, size_t resource) const {
     const size_t at = At(node, resource);
     return units[at] - bound[at] - raw[at];
@@ -202,11 +229,11 @@ struct Model::Index {
 
   void Build();
   void ReadBudgets();
-  RemainingBudget Remaining(const std::string& tenant, size_t classId,
-                            const std::map<std::string, Usage, std::less<>>& usageBy) const;
-  std::optional<std::string> CheckBudgets(
-      const std::string& tenant, const Needs& needs,
-      const std::map<std::string, Usage, std::less<>>& usageBy) const;
+  RemainingBudget Remaining(std::string_view tenant, size_t classId, const UsageBy& usageBy) const;
+  // Why the order cannot be made in the tenant, or nullopt. `chain` is a buffer to reuse.
+  std::optional<std::string> CheckBudgets(std::string_view tenant, const Needs& needs,
+                                          const UsageBy& usageBy,
+                                          std::vector<std::string_view>& chain) const;
 };
 
 void Model::Index::Build() {
@@ -276,9 +303,25 @@ void Model::Index::Build() {
   std::unordered_map<std::string_view, Usage> ownUsage;
   std::unordered_map<std::string_view, Usage> ownPending;
   deviceClass.assign(snapshot.devices.size(), kNone);
+  placedOn.assign(snapshot.devices.size(), kNone);
+  std::unordered_map<std::string_view, size_t> goneIds;
   for (size_t d = 0; d < snapshot.devices.size(); ++d) {
     const api::GpuDevice& device = snapshot.devices[d];
     const std::string& ns = device.metadata.namespaceName;
+    const bool placed = device.Phase() == api::DevicePhase::kBound && device.status.nodeName &&
+                        !device.status.nodeName->empty();
+    if (placed) {
+      const std::string& nodeName = *device.status.nodeName;
+      if (const auto n = nodeIds.find(nodeName); n != nodeIds.end()) {
+        placedOn[d] = n->second;
+      } else {
+        const auto [gone, added] = goneIds.try_emplace(nodeName, nodes.size() + goneNodes.size());
+        if (added) {
+          goneNodes.push_back(nodeName);
+        }
+        placedOn[d] = gone->second;
+      }
+    }
     Usage& own = ownUsage[ns];
     own.total += device.spec.count;
     const bool pending = device.Phase() == api::DevicePhase::kPending;
@@ -300,10 +343,8 @@ void Model::Index::Build() {
       AddAt(ownPending[ns].byClass, c->second, device.spec.count);
       AddAt(ownPending[ns].devicesByResource, resource, device.spec.count);
     }
-    if (device.Phase() == api::DevicePhase::kBound && device.status.nodeName) {
-      if (const auto n = nodeIds.find(*device.status.nodeName); n != nodeIds.end()) {
-        bound[At(n->second, resource)] += device.spec.count;
-      }
+    if (placed && IsNode(placedOn[d])) {
+      bound[At(placedOn[d], resource)] += device.spec.count;
     }
   }
   for (const VirtualMachineInstance& vmi : snapshot.vmis) {
@@ -340,13 +381,16 @@ void Model::Index::Build() {
 
   // A budget caps the declaring tenant's whole subtree: add each namespace's own usage to
   // itself and to every ancestor.
+  std::vector<std::string_view> chain;
   for (const auto& [ns, own] : ownUsage) {
-    for (const std::string& member : tenants.BudgetChain(ns)) {
+    tenants.BudgetChain(ns, chain);
+    for (const std::string_view member : chain) {
       usage[member].Add(own, 1);
     }
   }
   for (const auto& [ns, own] : ownPending) {
-    for (const std::string& member : tenants.BudgetChain(ns)) {
+    tenants.BudgetChain(ns, chain);
+    for (const std::string_view member : chain) {
       pendingUsage[member].Add(own, 1);
     }
   }
@@ -422,8 +466,7 @@ void ForEachConstraint(const Budget& budget, const Usage& used, size_t classId, 
   }
 }
 
-const Usage& UsageOf(const std::map<std::string, Usage, std::less<>>& usageBy,
-                     const std::string& ns) {
+const Usage& UsageOf(const UsageBy& usageBy, std::string_view ns) {
   static const Usage kNoUsage;
   const auto it = usageBy.find(ns);
   return it == usageBy.end() ? kNoUsage : it->second;
@@ -431,33 +474,36 @@ const Usage& UsageOf(const std::map<std::string, Usage, std::less<>>& usageBy,
 
 }  // namespace
 
-RemainingBudget Model::Index::Remaining(
-    const std::string& tenant, size_t classId,
-    const std::map<std::string, Usage, std::less<>>& usageBy) const {
+RemainingBudget Model::Index::Remaining(std::string_view tenant, size_t classId,
+                                        const UsageBy& usageBy) const {
   RemainingBudget result;
-  for (const std::string& ns : tenants.BudgetChain(tenant)) {
+  std::vector<std::string_view> chain;
+  tenants.BudgetChain(tenant, chain);
+  for (const std::string_view ns : chain) {
     const auto budget = budgets.find(ns);
     if (budget == budgets.end()) {
       continue;
     }
-    ForEachConstraint(
-        budget->second, UsageOf(usageBy, ns), classId, classes[classId].resource,
-        [&](const Constraint& constraint) {
-          const int64_t left =
-              constraint.blocked ? 0
-                                 : std::max<int64_t>(0, constraint.limit->value - constraint.used);
-          if (!result.remaining || left < *result.remaining) {
-            result = RemainingBudget{left, ns, constraint.limit->key, constraint.blocked};
-          }
-        });
+    ForEachConstraint(budget->second, UsageOf(usageBy, ns), classId, classes[classId].resource,
+                      [&](const Constraint& constraint) {
+                        const int64_t left =
+                            constraint.blocked
+                                ? 0
+                                : std::max<int64_t>(0, constraint.limit->value - constraint.used);
+                        if (!result.remaining || left < *result.remaining) {
+                          result = RemainingBudget{left, std::string(ns), constraint.limit->key,
+                                                   constraint.blocked};
+                        }
+                      });
   }
   return result;
 }
 
-std::optional<std::string> Model::Index::CheckBudgets(
-    const std::string& tenant, const Needs& needs,
-    const std::map<std::string, Usage, std::less<>>& usageBy) const {
-  for (const std::string& ns : tenants.BudgetChain(tenant)) {
+std::optional<std::string> Model::Index::CheckBudgets(std::string_view tenant, const Needs& needs,
+                                                      const UsageBy& usageBy,
+                                                      std::vector<std::string_view>& chain) const {
+  tenants.BudgetChain(tenant, chain);
+  for (const std::string_view ns : chain) {
     const auto budget = budgets.find(ns);
     if (budget == budgets.end()) {
       continue;
@@ -472,8 +518,9 @@ std::optional<std::string> Model::Index::CheckBudgets(
                             return;
                           }
                           if (constraint.blocked) {
-                            refusal = "the raw quota key " + constraint.limit->key + " of " + ns +
-                                      " blocks class " + className + " until " + ns +
+                            const std::string name(ns);
+                            refusal = "the raw quota key " + constraint.limit->key + " of " + name +
+                                      " blocks class " + className + " until " + name +
                                       " also declares " + api::ClassBudgetKey(className) + " or " +
                                       std::string(api::kTotalBudgetKey);
                             return;
@@ -483,10 +530,10 @@ std::optional<std::string> Model::Index::CheckBudgets(
                           if (constraint.kind == Constraint::Kind::kTotal) {
                             need = needs.total;
                           } else if (constraint.kind == Constraint::Kind::kRaw) {
-                            need = needs.byResource.at(resource);
+                            need = CountOf(needs.byResource, resource);
                           }
                           if (constraint.used + need > constraint.limit->value) {
-                            refusal = "the budget " + key + " of " + ns + " is " +
+                            refusal = "the budget " + key + " of " + std::string(ns) + " is " +
                                       std::to_string(constraint.limit->value) + " with " +
                                       std::to_string(constraint.used) + " used; the order needs " +
                                       std::to_string(need);
@@ -511,7 +558,7 @@ RemainingBudget Model::Remaining(std::string_view tenant, std::string_view class
   if (c == index_->classIds.end()) {
     return {};
   }
-  return index_->Remaining(std::string(tenant), c->second, index_->usage);
+  return index_->Remaining(tenant, c->second, index_->usage);
 }
 
 std::optional<NodeClassView> Model::NodeClass(std::string_view node,
@@ -571,18 +618,29 @@ ClusterView Model::View() const {
 }
 
 // ---- the binder pass ----
+//
+// The pass touches every device, so it works on numbers: the index's class and node of each
+// device, sets as ranges of one member array, needs as ranges of one count array, and one
+// buffer of sort keys. Apart from the decisions it returns it makes a handful of allocations
+// per pass rather than several per device, which kept its time growing faster than the cluster.
 
 namespace {
 
 // The devices one VM names (or one unattached order) move, go Lost and are rebound together.
 struct DeviceSet {
-  std::string key;  // "ns/vmi <name>" or "ns/<device>", for order and messages
-  std::string namespaceName;
-  std::string description;  // "the set of VMI vm1" or "order gpu-1"
+  std::string_view key;  // "ns/vmi <name> <uid>" or "ns/<device>": sets are taken in its order
+  std::string_view namespaceName;
+  std::string_view name;  // the VMI's name for an attached set, the device's for an order
+  bool attached = false;
   const VirtualMachineInstance* vmi = nullptr;
-  std::vector<size_t> members;
-  std::string created;  // the earliest member's creationTimestamp
+  std::span<const size_t> members;  // device indices, ascending
+  std::string_view created;         // the earliest member's creationTimestamp
   Needs needs;
+
+  // "the set of VMI vm1" or "order gpu-1", for messages.
+  std::string Description() const {
+    return (attached ? "the set of VMI " : "order ") + std::string(name);
+  }
 };
 
 std::string DescribeNeeds(const Needs& needs, const std::vector<std::string>& resources) {
@@ -592,6 +650,17 @@ std::string DescribeNeeds(const Needs& needs, const std::vector<std::string>& re
             (count == 1 ? "" : "s") + " of " + resources[resource];
   }
   return text;
+}
+
+// Adds `count` at `id` in a short list kept ascending by id.
+void AddCount(std::vector<std::pair<size_t, int64_t>>& counts, size_t id, int64_t count) {
+  auto it = std::lower_bound(counts.begin(), counts.end(), id,
+                             [](const auto& entry, size_t key) { return entry.first < key; });
+  if (it != counts.end() && it->first == id) {
+    it->second += count;
+  } else {
+    counts.insert(it, {id, count});
+  }
 }
 
 }  // namespace
@@ -662,77 +731,138 @@ class PassPlanner {
   enum class State { kHeld, kLost, kNew, kMixed };
 
   const api::GpuDevice& Device(size_t d) const { return ix_.Device(d); }
-  bool IsPlaced(size_t d) const {
-    return Device(d).Phase() == api::DevicePhase::kBound && Device(d).status.nodeName &&
-           !Device(d).status.nodeName->empty();
-  }
+  bool IsPlaced(size_t d) const { return ix_.placedOn[d] != kNone; }
 
+  // Sets: the devices attached to one VMI (same namespace, name and UID), and every other
+  // device alone; ordered by key.
   void GroupSets() {
-    std::unordered_map<std::string, size_t> byKey;
-    byKey.reserve(ix_.snapshot.devices.size());
-    sets_.reserve(ix_.snapshot.devices.size());
-    for (size_t d = 0; d < ix_.snapshot.devices.size(); ++d) {
-      const api::GpuDevice& device = Device(d);
-      const std::string& ns = device.metadata.namespaceName;
-      std::string key = ns + "/";
-      std::string description;
-      const VirtualMachineInstance* vmi = nullptr;
+    const std::vector<api::GpuDevice>& devices = ix_.snapshot.devices;
+    constexpr size_t kUnset = kNone;
+    std::vector<size_t> setOf(devices.size(), kUnset);
+    std::vector<size_t> leaders;  // each set's first device
+    leaders.reserve(devices.size());
+    for (size_t d = 0; d < devices.size(); ++d) {
+      if (setOf[d] != kUnset) {
+        continue;
+      }
+      setOf[d] = leaders.size();
+      const api::GpuDevice& device = devices[d];
       if (device.status.attachment) {
+        // Later devices attached to the same VMI join; the index lists them by (ns, VMI).
         const api::Attachment& attachment = *device.status.attachment;
-        key += "vmi " + attachment.vmiName + " " + attachment.vmiUid;
-        description = "the set of VMI " + attachment.vmiName;
-        const auto it = ix_.vmis.find({ns, attachment.vmiName});
-        if (it != ix_.vmis.end() &&
-            (attachment.vmiUid.empty() || attachment.vmiUid == it->second->uid)) {
-          vmi = it->second;
+        const auto it = ix_.attached.find({device.metadata.namespaceName, attachment.vmiName});
+        for (const size_t other : it->second) {
+          if (other > d && devices[other].status.attachment->vmiUid == attachment.vmiUid) {
+            setOf[other] = leaders.size();
+          }
         }
-      } else {
-        key += device.metadata.name;
-        description = "order " + device.metadata.name;
       }
-      auto [it, inserted] = byKey.try_emplace(key, sets_.size());
-      if (inserted) {
-        sets_.push_back(
-            DeviceSet{key, ns, description, vmi, {}, device.metadata.creationTimestamp, {}});
-      }
-      DeviceSet& set = sets_[it->second];
-      set.members.push_back(d);
-      set.created = std::min(set.created, device.metadata.creationTimestamp);
-      Needs& needs = set.needs;
-      needs.total += device.spec.count;
-      const size_t c = ix_.deviceClass[d];
-      if (c == kNone) {
-        needs.unknownClass = device.spec.className;
-      } else {
-        needs.byClass[c] += device.spec.count;
-        needs.byResource[ix_.classes[c].resource] += device.spec.count;
+      leaders.push_back(d);
+    }
+
+    // Members as ranges of one array, in device order.
+    std::vector<size_t> start(leaders.size() + 1, 0);
+    for (const size_t set : setOf) {
+      ++start[set + 1];
+    }
+    for (size_t s = 0; s < leaders.size(); ++s) {
+      start[s + 1] += start[s];
+    }
+    members_.resize(devices.size());
+    {
+      std::vector<size_t> next(start.begin(), start.end() - 1);
+      for (size_t d = 0; d < devices.size(); ++d) {
+        members_[next[setOf[d]]++] = d;
       }
     }
-    // Sets by key (keys are unique), moving each set once rather than on every swap.
-    std::vector<size_t> order(sets_.size());
+
+    // Keys, needs and the earliest creation time; counts go to one array per kind.
+    std::vector<DeviceSet> sets(leaders.size());
+    std::vector<std::array<size_t, 4>> countRanges(leaders.size());  // class, resource
+    size_t keyBytes = 0;
+    for (const size_t leader : leaders) {
+      const api::GpuDevice& device = devices[leader];
+      keyBytes += device.metadata.namespaceName.size() + 1 +
+                  (device.status.attachment ? 5 + device.status.attachment->vmiName.size() +
+                                                  device.status.attachment->vmiUid.size()
+                                            : device.metadata.name.size());
+    }
+    keys_.reserve(keyBytes);
+    std::vector<std::pair<size_t, int64_t>> byClass, byResource;
+    for (size_t s = 0; s < leaders.size(); ++s) {
+      const api::GpuDevice& leader = devices[leaders[s]];
+      DeviceSet& set = sets[s];
+      set.namespaceName = leader.metadata.namespaceName;
+      const size_t keyAt = keys_.size();
+      keys_ += leader.metadata.namespaceName;
+      keys_ += '/';
+      if (leader.status.attachment) {
+        const api::Attachment& attachment = *leader.status.attachment;
+        set.attached = true;
+        set.name = attachment.vmiName;
+        keys_ += "vmi ";
+        keys_ += attachment.vmiName;
+        keys_ += ' ';
+        keys_ += attachment.vmiUid;
+        const auto it = ix_.vmis.find({set.namespaceName, attachment.vmiName});
+        if (it != ix_.vmis.end() &&
+            (attachment.vmiUid.empty() || attachment.vmiUid == it->second->uid)) {
+          set.vmi = it->second;
+        }
+      } else {
+        set.name = leader.metadata.name;
+        keys_ += leader.metadata.name;
+      }
+      set.key = std::string_view(keys_).substr(keyAt);  // keys_ never grows past its reserve
+      set.members = std::span<const size_t>(members_).subspan(start[s], start[s + 1] - start[s]);
+      set.created = leader.metadata.creationTimestamp;
+      byClass.clear();
+      byResource.clear();
+      for (const size_t d : set.members) {
+        const api::GpuDevice& device = devices[d];
+        set.created = std::min<std::string_view>(set.created, device.metadata.creationTimestamp);
+        set.needs.total += device.spec.count;
+        const size_t c = ix_.deviceClass[d];
+        if (c == kNone) {
+          set.needs.unknownClass = device.spec.className;
+        } else {
+          AddCount(byClass, c, device.spec.count);
+          AddCount(byResource, ix_.classes[c].resource, device.spec.count);
+        }
+      }
+      countRanges[s] = {classCounts_.size(), byClass.size(), resourceCounts_.size(),
+                        byResource.size()};
+      classCounts_.insert(classCounts_.end(), byClass.begin(), byClass.end());
+      resourceCounts_.insert(resourceCounts_.end(), byResource.begin(), byResource.end());
+    }
+    // The count arrays are complete: now the views into them stay put.
+    for (size_t s = 0; s < sets.size(); ++s) {
+      const auto& [classAt, classes, resourceAt, resources] = countRanges[s];
+      sets[s].needs.byClass = Counts(classCounts_).subspan(classAt, classes);
+      sets[s].needs.byResource = Counts(resourceCounts_).subspan(resourceAt, resources);
+    }
+
+    // By key (keys are unique).
+    std::vector<size_t> order(sets.size());
     for (size_t i = 0; i < order.size(); ++i) {
       order[i] = i;
     }
     std::sort(order.begin(), order.end(),
-              [this](size_t a, size_t b) { return sets_[a].key < sets_[b].key; });
-    std::vector<DeviceSet> sorted;
-    sorted.reserve(sets_.size());
-    for (size_t i : order) {
-      sorted.push_back(std::move(sets_[i]));
+              [&sets](size_t a, size_t b) { return sets[a].key < sets[b].key; });
+    sets_.reserve(sets.size());
+    for (const size_t i : order) {
+      sets_.push_back(sets[i]);
     }
-    sets_ = std::move(sorted);
   }
 
   State Classify(const DeviceSet& set) const {
     size_t placed = 0, lostCount = 0, pending = 0;
     bool oneNode = true;
-    const std::string* firstNode = nullptr;
-    for (size_t d : set.members) {
+    const size_t firstNode = ix_.placedOn[set.members.front()];
+    for (const size_t d : set.members) {
       if (IsPlaced(d)) {
         ++placed;
-        const std::string& node = *Device(d).status.nodeName;
-        oneNode = oneNode && (firstNode == nullptr || *firstNode == node);
-        firstNode = &node;
+        oneNode = oneNode && ix_.placedOn[d] == firstNode;
       } else if (Device(d).Phase() == api::DevicePhase::kPending) {
         ++pending;
       } else {
@@ -752,24 +882,26 @@ class PassPlanner {
     return State::kMixed;
   }
 
-  void Decide(const DeviceSet& set, Action action, const std::string& node,
+  void Decide(const DeviceSet& set, Action action, std::string_view node,
               const std::string& reason) {
-    for (size_t d : set.members) {
+    for (const size_t d : set.members) {
       decisions_.push_back(Decision{Device(d).metadata.namespaceName, Device(d).metadata.name,
-                                    action, node, reason});
+                                    action, std::string(node), reason});
     }
   }
 
   int64_t FreeAt(size_t node, size_t resource) const { return free_[ix_.At(node, resource)]; }
 
-  // Every change of free units goes through here, keeping byFree_ in step.
+  // Every change of free units goes through here, keeping byFree_ in step. The tree's node is
+  // moved to its new place, not freed and allocated again.
   void AdjustFree(size_t node, size_t resource, int64_t delta) {
     int64_t& free = free_[ix_.At(node, resource)];
     if (ix_.eligibility[node].eligible) {
-      for (size_t c : classesByResource_[resource]) {
+      for (const size_t c : classesByResource_[resource]) {
         if (ix_.classes[c].servesNode[node]) {
-          byFree_[c].erase({free, node});
-          byFree_[c].emplace(free + delta, node);
+          auto entry = byFree_[c].extract({free, node});
+          entry.value().first = free + delta;
+          byFree_[c].insert(std::move(entry));
         }
       }
     }
@@ -784,12 +916,9 @@ class PassPlanner {
 
   // Gives back what the set's Bound members hold on their nodes.
   void ReleasePlaced(const DeviceSet& set) {
-    for (size_t d : set.members) {
-      if (!IsPlaced(d) || ix_.deviceClass[d] == kNone) {
-        continue;
-      }
-      if (const auto n = ix_.nodeIds.find(*Device(d).status.nodeName); n != ix_.nodeIds.end()) {
-        AdjustFree(n->second, ix_.classes[ix_.deviceClass[d]].resource, Device(d).spec.count);
+    for (const size_t d : set.members) {
+      if (ix_.IsNode(ix_.placedOn[d]) && ix_.deviceClass[d] != kNone) {
+        AdjustFree(ix_.placedOn[d], ix_.classes[ix_.deviceClass[d]].resource, Device(d).spec.count);
       }
     }
   }
@@ -831,8 +960,8 @@ class PassPlanner {
     // The common shape, one class and no tolerations of its own: the first node of the class's
     // free-units order with enough room. Other sets look at every node of their first class.
     if (set.needs.byClass.size() == 1 && (!set.vmi || set.vmi->tolerations.empty())) {
-      const std::set<std::pair<int64_t, size_t>>& order = byFree_[set.needs.byClass.begin()->first];
-      auto it = order.lower_bound({set.needs.byResource.begin()->second, 0});
+      const std::set<std::pair<int64_t, size_t>>& order = byFree_[set.needs.byClass.front().first];
+      auto it = order.lower_bound({set.needs.byResource.front().second, 0});
       while (it != order.end() && it->second == exclude) {
         ++it;
       }
@@ -840,7 +969,7 @@ class PassPlanner {
     }
     size_t best = kNone;
     int64_t bestSlack = 0;
-    for (size_t node : ix_.classes[set.needs.byClass.begin()->first].nodes) {
+    for (const size_t node : ix_.classes[set.needs.byClass.front().first].nodes) {
       if (node == exclude) {
         continue;
       }
@@ -857,31 +986,31 @@ class PassPlanner {
     return "no eligible node has room for " + DescribeNeeds(set.needs, ix_.resources);
   }
 
+  std::string ClassMissing(const DeviceSet& set) const {
+    return "class " + std::string(set.needs.unknownClass) + " does not exist";
+  }
+
   // Step 1: a set left partly Lost or split over nodes is gathered onto one node, preferring
   // the node that already holds most of it, or sent whole to Lost.
   void Gather(const DeviceSet& set) {
     if (!set.needs.unknownClass.empty()) {
-      Decide(set, Action::kKeep, "", "class " + set.needs.unknownClass + " does not exist");
+      Decide(set, Action::kKeep, "", ClassMissing(set));
       return;
     }
     ReleasePlaced(set);
-    std::map<std::string, size_t> holding;
-    for (size_t d : set.members) {
-      if (IsPlaced(d)) {
-        ++holding[*Device(d).status.nodeName];
+    // (node, members it holds) for the members' nodes that exist; node indices follow names.
+    std::vector<std::pair<size_t, int64_t>> holding;
+    for (const size_t d : set.members) {
+      if (ix_.IsNode(ix_.placedOn[d])) {
+        AddCount(holding, ix_.placedOn[d], 1);
       }
     }
-    std::vector<std::pair<size_t, std::string>> preferred;
-    for (const auto& [node, count] : holding) {
-      preferred.emplace_back(count, node);
-    }
-    std::stable_sort(preferred.begin(), preferred.end(),
-                     [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::stable_sort(holding.begin(), holding.end(),
+                     [](const auto& a, const auto& b) { return a.second > b.second; });
     size_t target = kNone;
-    for (const auto& [count, name] : preferred) {
-      const auto n = ix_.nodeIds.find(name);
-      if (n != ix_.nodeIds.end() && Slack(set, n->second)) {
-        target = n->second;
+    for (const auto& [node, count] : holding) {
+      if (Slack(set, node)) {
+        target = node;
         break;
       }
     }
@@ -890,19 +1019,19 @@ class PassPlanner {
     }
     if (target == kNone) {
       Decide(set, Action::kLost, "",
-             set.description + " cannot be gathered onto one node: " + NoRoom(set));
+             set.Description() + " cannot be gathered onto one node: " + NoRoom(set));
       return;
     }
     Take(target, set.needs, 1);
     const std::string& name = ix_.nodes[target]->name;
-    for (size_t d : set.members) {
-      const api::GpuDevice& device = Device(d);
+    const std::string reason = "gathering " + set.Description() + " onto " + name;
+    for (const size_t d : set.members) {
       Action action = Action::kBind;
       if (IsPlaced(d)) {
-        action = *device.status.nodeName == name ? Action::kKeep : Action::kMove;
+        action = ix_.placedOn[d] == target ? Action::kKeep : Action::kMove;
       }
-      decisions_.push_back(Decision{device.metadata.namespaceName, device.metadata.name, action,
-                                    name, "gathering " + set.description + " onto " + name});
+      decisions_.push_back(Decision{Device(d).metadata.namespaceName, Device(d).metadata.name,
+                                    action, name, reason});
     }
   }
 
@@ -916,20 +1045,19 @@ class PassPlanner {
   void MoveHeld(const std::vector<DeviceSet*>& held) {
     std::vector<Leaving> mustLeave;
     std::vector<Leaving> cordoned;
-    std::vector<std::vector<DeviceSet*>> staying(ix_.nodes.size());  // by node index
+    std::vector<std::pair<size_t, DeviceSet*>> staying;  // (node, set), by node below
+    staying.reserve(held.size());
     for (DeviceSet* set : held) {
-      const std::string& nodeName = *Device(set->members.front()).status.nodeName;
+      const size_t n = ix_.placedOn[set->members.front()];
+      const std::string nodeName(ix_.NodeName(n));
       if (!set->needs.unknownClass.empty()) {
-        Decide(*set, Action::kKeep, nodeName,
-               "class " + set->needs.unknownClass + " does not exist; left in place");
+        Decide(*set, Action::kKeep, nodeName, ClassMissing(*set) + "; left in place");
         continue;
       }
-      const auto it = ix_.nodeIds.find(nodeName);
-      if (it == ix_.nodeIds.end()) {
+      if (!ix_.IsNode(n)) {
         mustLeave.push_back({set, kNone, "node " + nodeName + " is gone"});
         continue;
       }
-      const size_t n = it->second;
       const Node& node = *ix_.nodes[n];
       std::string problem;
       if (!node.ready) {
@@ -943,9 +1071,9 @@ class PassPlanner {
       }
       if (problem.empty()) {
         // Taints the set does not tolerate; the cordon is judged on its own below.
-        static const std::vector<Toleration> kNone;
+        static const std::vector<Toleration> kNoTolerations;
         if (std::optional<std::string> taint =
-                UntoleratedTaint(node, set->vmi ? set->vmi->tolerations : kNone)) {
+                UntoleratedTaint(node, set->vmi ? set->vmi->tolerations : kNoTolerations)) {
           problem = "node " + nodeName + ": " + *taint;
         }
       }
@@ -954,9 +1082,12 @@ class PassPlanner {
       } else if (node.unschedulable) {
         cordoned.push_back({set, n, ""});
       } else {
-        staying[n].push_back(set);
+        staying.emplace_back(n, set);
       }
     }
+    // By node; on each node in the order of the sets' keys.
+    std::stable_sort(staying.begin(), staying.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
     for (const Leaving& leaving : mustLeave) {
       ReleasePlaced(*leaving.set);
     }
@@ -996,36 +1127,36 @@ class PassPlanner {
       Take(target, set.needs, 1);
       Decide(set, Action::kMove, ix_.nodes[target]->name, "node " + nodeName + " is cordoned");
     }
-    for (size_t node = 0; node < staying.size(); ++node) {
-      for (const DeviceSet* set : staying[node]) {
-        Decide(*set, Action::kKeep, ix_.nodes[node]->name, "held");
-      }
+    static const std::string kHeld = "held";
+    for (const auto& [node, set] : staying) {
+      Decide(*set, Action::kKeep, ix_.nodes[node]->name, kHeld);
     }
   }
 
   // A node that serves fewer units than its bound devices and pods hold (a function failed, an
   // mdev parent lost slots) cannot keep every set: sets leave, last by name first, until the
   // rest fit. Which function a device sits on is not recorded, so no set is preferred.
-  void EvictOverCapacity(std::vector<std::vector<DeviceSet*>>& staying,
+  void EvictOverCapacity(std::vector<std::pair<size_t, DeviceSet*>>& staying,
                          std::vector<Leaving>& cordoned, std::vector<Leaving>& mustLeave) {
     // Only nodes holding more than they serve are looked at; the others keep every set.
-    std::vector<size_t> overNodes;
-    for (size_t node = 0; node < staying.size(); ++node) {
+    std::map<size_t, std::vector<std::pair<DeviceSet*, bool>>> onNode;  // set, is cordoned
+    for (size_t node = 0; node < ix_.nodes.size(); ++node) {
       for (size_t r = 0; r < ix_.resources.size(); ++r) {
         if (FreeAt(node, r) < 0) {
-          overNodes.push_back(node);
+          onNode[node];  // also for a node holding only cordoned sets
           break;
         }
       }
     }
-    if (overNodes.empty()) {
+    if (onNode.empty()) {
       return;
     }
-    std::map<size_t, std::vector<std::pair<DeviceSet*, bool>>> onNode;  // set, is cordoned
-    for (size_t node : overNodes) {
-      auto& sets = onNode[node];  // also for a node holding only cordoned sets
-      for (DeviceSet* set : staying[node]) {
-        sets.emplace_back(set, false);
+    for (auto& [node, sets] : onNode) {
+      const auto range = std::equal_range(
+          staying.begin(), staying.end(), std::pair<size_t, DeviceSet*>(node, nullptr),
+          [](const auto& a, const auto& b) { return a.first < b.first; });
+      for (auto it = range.first; it != range.second; ++it) {
+        sets.emplace_back(it->second, false);
       }
     }
     for (const Leaving& leaving : cordoned) {
@@ -1050,7 +1181,7 @@ class PassPlanner {
           if (FreeAt(node, r) >= 0) {
             break;
           }
-          if (evicted.contains(set) || !set->needs.byResource.contains(r)) {
+          if (evicted.contains(set) || CountOf(set->needs.byResource, r) == 0) {
             continue;
           }
           evicted.insert(set);
@@ -1059,9 +1190,8 @@ class PassPlanner {
         }
       }
     }
-    for (auto& sets : staying) {
-      std::erase_if(sets, [&evicted](const DeviceSet* set) { return evicted.contains(set); });
-    }
+    std::erase_if(staying,
+                  [&evicted](const auto& entry) { return evicted.contains(entry.second); });
     std::erase_if(cordoned,
                   [&evicted](const Leaving& leaving) { return evicted.contains(leaving.set); });
   }
@@ -1069,7 +1199,7 @@ class PassPlanner {
   // Step 3: Lost sets are rebound before new orders take the room.
   void Rebind(const DeviceSet& set) {
     if (!set.needs.unknownClass.empty()) {
-      Decide(set, Action::kLost, "", "class " + set.needs.unknownClass + " does not exist");
+      Decide(set, Action::kLost, "", ClassMissing(set));
       return;
     }
     const size_t target = FindTarget(set, kNone);
@@ -1079,16 +1209,16 @@ class PassPlanner {
     }
     Take(target, set.needs, 1);
     Decide(set, Action::kBind, ix_.nodes[target]->name,
-           "rebinding " + set.description + " onto the fullest node with room");
+           "rebinding " + set.Description() + " onto the fullest node with room");
   }
 
   // Step 4: new orders, oldest first, onto the fullest node with room.
   void BindNew(const DeviceSet& set) {
     if (!set.needs.unknownClass.empty()) {
-      Decide(set, Action::kRefuse, "", "class " + set.needs.unknownClass + " does not exist");
+      Decide(set, Action::kRefuse, "", ClassMissing(set));
       return;
     }
-    for (size_t d : set.members) {
+    for (const size_t d : set.members) {
       const api::GpuDevice& device = Device(d);
       const ClassInfo& info = ix_.classes[ix_.deviceClass[d]];
       if (info.gpuClass->metadata.deletionTimestamp) {
@@ -1109,7 +1239,7 @@ class PassPlanner {
       }
     }
     if (std::optional<std::string> refusal =
-            ix_.CheckBudgets(set.namespaceName, set.needs, passUsage_)) {
+            ix_.CheckBudgets(set.namespaceName, set.needs, passUsage_, chain_)) {
       Decide(set, Action::kRefuse, "", *refusal);
       return;
     }
@@ -1127,10 +1257,12 @@ class PassPlanner {
       AddAt(booked.devicesByResource, resource, count);
     }
     booked.total = set.needs.total;
-    for (const std::string& ns : ix_.tenants.BudgetChain(set.namespaceName)) {
+    ix_.tenants.BudgetChain(set.namespaceName, chain_);
+    for (const std::string_view ns : chain_) {
       passUsage_[ns].Add(booked, 1);
     }
-    Decide(set, Action::kBind, ix_.nodes[target]->name, "the fullest eligible node with room");
+    static const std::string kFullest = "the fullest eligible node with room";
+    Decide(set, Action::kBind, ix_.nodes[target]->name, kFullest);
   }
 
   const Model::Index& ix_;
@@ -1139,7 +1271,13 @@ class PassPlanner {
   // then by name: the fullest node with room is a lookup rather than a scan.
   std::vector<std::set<std::pair<int64_t, size_t>>> byFree_;
   std::vector<std::vector<size_t>> classesByResource_;
-  std::map<std::string, Usage, std::less<>> passUsage_;
+  UsageBy passUsage_;
+  std::vector<std::string_view> chain_;  // BudgetChain's buffer
+  // What the sets view: members, needs and keys of every set, each in one array.
+  std::vector<size_t> members_;
+  std::vector<std::pair<size_t, int64_t>> classCounts_;
+  std::vector<std::pair<size_t, int64_t>> resourceCounts_;
+  std::string keys_;
   std::vector<DeviceSet> sets_;
   std::vector<Decision> decisions_;
 };

@@ -58,11 +58,17 @@ bool TenantTree::IsTenant(std::string_view name) const {
 }
 
 std::vector<std::string> TenantTree::BudgetChain(std::string_view name) const {
-  std::vector<std::string> chain{std::string(name)};
+  std::vector<std::string_view> views;
+  BudgetChain(name, views);
+  return {views.begin(), views.end()};
+}
+
+void TenantTree::BudgetChain(std::string_view name, std::vector<std::string_view>& chain) const {
+  chain.clear();
+  chain.push_back(name);
   if (const auto it = ancestors_.find(name); it != ancestors_.end()) {
     chain.insert(chain.end(), it->second.begin(), it->second.end());
   }
-  return chain;
 }
 
 // ---- pods ----

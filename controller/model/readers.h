@@ -29,6 +29,9 @@ class TenantTree {
   // The namespace, then its ancestors nearest first (parent, ..., root): whose budgets cap an
   // order made in it.
   std::vector<std::string> BudgetChain(std::string_view name) const;
+  // The same into a buffer the caller reuses (per order, the pass allocates nothing). The views
+  // live as long as the tree and `name`.
+  void BudgetChain(std::string_view name, std::vector<std::string_view>& chain) const;
 
  private:
   std::map<std::string, std::vector<std::string>, std::less<>> ancestors_;  // nearest first
