@@ -17,22 +17,6 @@ namespace {
 
 constexpr size_t kNone = std::numeric_limits<size_t>::max();
 
-// Hash lookups where the pass looks up per device (node names, VMIs by namespace and name):
-// ordered maps of strings cost a string compare per tree level and a cache miss per node, which
-// made the pass grow faster than the cluster. Nothing iterates these, so order is not needed.
-struct StringHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view text) const { return std::hash<std::string_view>{}(text); }
-};
-using NameKey = std::pair<std::string_view, std::string_view>;  // (namespace, name)
-struct NameKeyHash {
-  size_t operator()(const NameKey& key) const {
-    const size_t first = std::hash<std::string_view>{}(key.first);
-    return first ^ (std::hash<std::string_view>{}(key.second) + 0x9e3779b97f4a7c15ULL +
-                    (first << 6) + (first >> 2));
-  }
-};
-
 struct ClassInfo {
   const api::GpuClass* gpuClass = nullptr;
   size_t resource = kNone;
@@ -147,7 +131,10 @@ struct Model::Index {
   std::vector<ClassInfo> classes;  // by name
   std::map<std::string, size_t, std::less<>> classIds;
   std::vector<const Node*> nodes;  // by name
-  std::unordered_map<std::string, size_t, StringHash, std::equal_to<>> nodeIds;
+  // Hash lookups, viewing the snapshot's strings, wherever the model looks up per device or
+  // pod: ordered maps of strings cost a compare per tree level and a cache miss per node, which
+  // made the model grow faster than the cluster. Nothing iterates them.
+  std::unordered_map<std::string_view, size_t> nodeIds;
   std::vector<NodeEligibility> eligibility;  // without tolerations
   std::vector<char> hasGpuNode;
   // By node * resources.size() + resource.
@@ -164,6 +151,7 @@ struct Model::Index {
   // the nodes for a name no Node has (goneNodes); kNone when the device is not placed. The pass
   // compares and looks up these numbers rather than the names in the devices.
   std::vector<size_t> placedOn;
+  std::vector<api::DevicePhase> phase;  // by device
   std::vector<std::string_view> goneNodes;
   // Keys view the snapshot's own strings, which outlive the index.
   std::unordered_map<NameKey, std::vector<size_t>, NameKeyHash> attached;  // (ns, VMI)
@@ -261,6 +249,8 @@ void Model::Index::Build() {
   }
   std::sort(nodes.begin(), nodes.end(),
             [](const Node* a, const Node* b) { return a->name < b->name; });
+  nodeIds.reserve(nodes.size());
+  eligibility.reserve(nodes.size());
   for (size_t n = 0; n < nodes.size(); ++n) {
     nodeIds[nodes[n]->name] = n;
     eligibility.push_back(CheckNodeEligibility(*nodes[n], {}));
@@ -304,11 +294,13 @@ void Model::Index::Build() {
   std::unordered_map<std::string_view, Usage> ownPending;
   deviceClass.assign(snapshot.devices.size(), kNone);
   placedOn.assign(snapshot.devices.size(), kNone);
+  phase.resize(snapshot.devices.size());
   std::unordered_map<std::string_view, size_t> goneIds;
   for (size_t d = 0; d < snapshot.devices.size(); ++d) {
     const api::GpuDevice& device = snapshot.devices[d];
     const std::string& ns = device.metadata.namespaceName;
-    const bool placed = device.Phase() == api::DevicePhase::kBound && device.status.nodeName &&
+    phase[d] = device.Phase();
+    const bool placed = phase[d] == api::DevicePhase::kBound && device.status.nodeName &&
                         !device.status.nodeName->empty();
     if (placed) {
       const std::string& nodeName = *device.status.nodeName;
@@ -324,7 +316,7 @@ void Model::Index::Build() {
     }
     Usage& own = ownUsage[ns];
     own.total += device.spec.count;
-    const bool pending = device.Phase() == api::DevicePhase::kPending;
+    const bool pending = phase[d] == api::DevicePhase::kPending;
     if (pending) {
       ownPending[ns].total += device.spec.count;
     }
@@ -690,6 +682,7 @@ class PassPlanner {
     }
     // One decision per device: sized once, not regrown (each regrowth touches fresh pages).
     decisions_.reserve(ix.snapshot.devices.size());
+    decided_.reserve(ix.snapshot.devices.size());
     GroupSets();
   }
 
@@ -724,6 +717,7 @@ class PassPlanner {
     for (DeviceSet* set : fresh) {
       BindNew(*set);
     }
+    NameDecisions();
     return std::move(decisions_);
   }
 
@@ -842,15 +836,14 @@ class PassPlanner {
       sets[s].needs.byResource = Counts(resourceCounts_).subspan(resourceAt, resources);
     }
 
-    // By key (keys are unique).
-    std::vector<size_t> order(sets.size());
+    // By key (keys are unique), sorting (key, set) pairs rather than the sets themselves.
+    std::vector<std::pair<std::string_view, size_t>> order(sets.size());
     for (size_t i = 0; i < order.size(); ++i) {
-      order[i] = i;
+      order[i] = {sets[i].key, i};
     }
-    std::sort(order.begin(), order.end(),
-              [&sets](size_t a, size_t b) { return sets[a].key < sets[b].key; });
+    std::sort(order.begin(), order.end());
     sets_.reserve(sets.size());
-    for (const size_t i : order) {
+    for (const auto& [key, i] : order) {
       sets_.push_back(sets[i]);
     }
   }
@@ -863,7 +856,7 @@ class PassPlanner {
       if (IsPlaced(d)) {
         ++placed;
         oneNode = oneNode && ix_.placedOn[d] == firstNode;
-      } else if (Device(d).Phase() == api::DevicePhase::kPending) {
+      } else if (ix_.phase[d] == api::DevicePhase::kPending) {
         ++pending;
       } else {
         ++lostCount;  // Lost, or Bound without a node
@@ -885,8 +878,30 @@ class PassPlanner {
   void Decide(const DeviceSet& set, Action action, std::string_view node,
               const std::string& reason) {
     for (const size_t d : set.members) {
-      decisions_.push_back(Decision{Device(d).metadata.namespaceName, Device(d).metadata.name,
-                                    action, std::string(node), reason});
+      Decide(d, action, node, reason);
+    }
+  }
+
+  // The device's names are filled in by NameDecisions.
+  void Decide(size_t d, Action action, std::string_view node, const std::string& reason) {
+    decisions_.push_back(Decision{{}, {}, action, std::string(node), reason});
+    decided_.push_back(d);
+  }
+
+  // Copies each device's namespace and name into its decision, walking the devices in their
+  // own order: the decisions come in set order, and reaching into a device record (hundreds of
+  // bytes) at random for its names missed the cache once the devices outgrew it.
+  void NameDecisions() {
+    std::vector<size_t> slot(ix_.snapshot.devices.size(), kNone);
+    for (size_t i = 0; i < decided_.size(); ++i) {
+      slot[decided_[i]] = i;
+    }
+    for (size_t d = 0; d < slot.size(); ++d) {
+      if (slot[d] != kNone) {
+        Decision& decision = decisions_[slot[d]];
+        decision.deviceNamespace = Device(d).metadata.namespaceName;
+        decision.deviceName = Device(d).metadata.name;
+      }
     }
   }
 
@@ -1030,8 +1045,7 @@ class PassPlanner {
       if (IsPlaced(d)) {
         action = ix_.placedOn[d] == target ? Action::kKeep : Action::kMove;
       }
-      decisions_.push_back(Decision{Device(d).metadata.namespaceName, Device(d).metadata.name,
-                                    action, name, reason});
+      Decide(d, action, name, reason);
     }
   }
 
@@ -1280,6 +1294,7 @@ class PassPlanner {
   std::string keys_;
   std::vector<DeviceSet> sets_;
   std::vector<Decision> decisions_;
+  std::vector<size_t> decided_;  // by decision: its device
 };
 
 std::vector<Decision> Model::PlanPass() const { return PassPlanner(*index_).Run(); }

@@ -148,7 +148,18 @@ std::map<std::string, int64_t> PodResourceRequests(const Pod& pod,
 
 bool PodHoldsDevices(const Pod& pod) { return pod.phase != "Succeeded" && pod.phase != "Failed"; }
 
+size_t NameKeyHash::operator()(const NameKey& key) const {
+  const size_t first = std::hash<std::string_view>{}(key.first);
+  return first ^ (std::hash<std::string_view>{}(key.second) + 0x9e3779b97f4a7c15ULL + (first << 6) +
+                  (first >> 2));
+}
+
 LauncherIndex::LauncherIndex(const std::vector<VirtualMachineInstance>& vmis) {
+  size_t uids = 0;
+  for (const VirtualMachineInstance& vmi : vmis) {
+    uids += vmi.activePodUids.size();
+  }
+  byPod_.reserve(uids);
   for (const VirtualMachineInstance& vmi : vmis) {
     for (const std::string& uid : vmi.activePodUids) {
       byPod_[{vmi.namespaceName, uid}] = &vmi;

@@ -9,6 +9,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "api/gpuclass.h"
@@ -48,16 +49,23 @@ std::map<std::string, int64_t> PodResourceRequests(const Pod& pod,
 // Whether kubelet still holds the pod's devices: every phase but Succeeded and Failed.
 bool PodHoldsDevices(const Pod& pod);
 
+// (namespace, name), viewing strings that outlive the map it keys, and its hash.
+using NameKey = std::pair<std::string_view, std::string_view>;
+struct NameKeyHash {
+  size_t operator()(const NameKey& key) const;
+};
+
 // A pod is a VMI's launcher only when that VMI lists the pod's UID in status.activePods;
 // owner references and labels are written by whoever creates the pod and prove nothing.
 class LauncherIndex {
  public:
+  // Views the VMIs' strings: `vmis` must outlive the index.
   explicit LauncherIndex(const std::vector<VirtualMachineInstance>& vmis);
   // The VMI the pod launches, or nullptr: the pod's GPUs are then raw-name usage.
   const VirtualMachineInstance* LauncherOf(const Pod& pod) const;
 
  private:
-  std::map<std::pair<std::string, std::string>, const VirtualMachineInstance*> byPod_;
+  std::unordered_map<NameKey, const VirtualMachineInstance*, NameKeyHash> byPod_;  // (ns, pod UID)
 };
 
 // Gt and Lt tolerations tolerate nothing: the scheduler ignores them where their feature gate
