@@ -5,6 +5,7 @@
 #include <limits>
 #include <memory>
 #include <span>
+#include <tuple>
 #include <unordered_map>
 
 #include "api/json_field.h"
@@ -48,6 +49,58 @@ struct Usage {
 
 // By namespace; the keys view the snapshot's and the tenant tree's strings.
 using UsageBy = std::unordered_map<std::string_view, Usage>;
+
+// Each namespace's own usage while the devices and pods are counted: one row per namespace
+// number in flat arrays, so counting a device adds to a few neighbouring numbers rather than to
+// three small arrays of its own somewhere on the heap.
+class UsageTable {
+ public:
+  UsageTable(size_t classes, size_t resources) : classes_(classes), resources_(resources) {}
+
+  void Add(size_t ns, int64_t count) { Row(total_, ns, 1)[0] += count; }
+  void AddClass(size_t ns, size_t classId, size_t resource, int64_t count) {
+    Row(byClass_, ns, classes_)[classId] += count;
+    Row(devices_, ns, resources_)[resource] += count;
+  }
+  void AddRawPod(size_t ns, size_t resource, int64_t units) {
+    Row(rawPods_, ns, resources_)[resource] += units;
+  }
+  size_t Rows() const { return total_.size(); }
+  Usage Of(size_t ns) const {
+    Usage usage;
+    auto row = [ns](const std::vector<int64_t>& values, size_t width) {
+      const size_t at = ns * width;
+      return at < values.size()
+                 ? std::vector<int64_t>(values.begin() + static_cast<std::ptrdiff_t>(at),
+                                        values.begin() + static_cast<std::ptrdiff_t>(at + width))
+                 : std::vector<int64_t>(width, 0);
+    };
+    usage.byClass = row(byClass_, classes_);
+    usage.devicesByResource = row(devices_, resources_);
+    usage.rawPodsByResource = row(rawPods_, resources_);
+    usage.total = ns < total_.size() ? total_[ns] : 0;
+    return usage;
+  }
+
+ private:
+  // The row of namespace `ns`, growing the table (and the totals) to hold it.
+  int64_t* Row(std::vector<int64_t>& values, size_t ns, size_t width) {
+    if (total_.size() <= ns) {
+      total_.resize(ns + 1, 0);
+    }
+    if (values.size() < (ns + 1) * width) {
+      values.resize((ns + 1) * width, 0);
+    }
+    return values.data() + ns * width;
+  }
+
+  size_t classes_;
+  size_t resources_;
+  std::vector<int64_t> total_;
+  std::vector<int64_t> byClass_;
+  std::vector<int64_t> devices_;
+  std::vector<int64_t> rawPods_;
+};
 
 int64_t Get(const std::vector<int64_t>& values, size_t index) {
   return index < values.size() ? values[index] : 0;
@@ -152,10 +205,28 @@ struct Model::Index {
   // compares and looks up these numbers rather than the names in the devices.
   std::vector<size_t> placedOn;
   std::vector<api::DevicePhase> phase;  // by device
+  std::vector<int64_t> ordered;         // by device: spec.count
+  // Each VMI's attached devices (matching UID or none) as ranges of one array, by VMI index:
+  // the coverage readers use these numbers instead of reaching back into the devices.
+  std::vector<size_t> attachedVmi;  // by device: the VMI's index, kNone for none
+  std::vector<size_t> vmiDevicesAt;
+  std::vector<size_t> vmiDevices;
   std::vector<std::string_view> goneNodes;
   // Keys view the snapshot's own strings, which outlive the index.
-  std::unordered_map<NameKey, std::vector<size_t>, NameKeyHash> attached;  // (ns, VMI)
   std::unordered_map<NameKey, const VirtualMachineInstance*, NameKeyHash> vmis;
+  // Namespaces of devices and pods by number. The table owns its keys: a lookup per device then
+  // compares against a short string in a small table, not one inside some far-away device.
+  std::unordered_map<std::string, size_t> nsIds;
+  std::vector<const std::string*> nsNames;  // by number: the table's own key
+  std::vector<size_t> nsOf;                 // by device: its namespace's number
+
+  size_t NamespaceId(const std::string& ns) {
+    const auto [it, added] = nsIds.try_emplace(ns, nsNames.size());
+    if (added) {
+      nsNames.push_back(&it->first);
+    }
+    return it->second;
+  }
 
   explicit Index(const Snapshot& s) : snapshot(s), tenants(s.namespaces), launchers(s.vmis) {}
 
@@ -171,48 +242,39 @@ struct Model::Index {
   }
   const api::GpuDevice& Device(size_t index) const { return snapshot.devices[index]; }
 
-  // Devices attached to the VMI; a device naming another UID was attached to an earlier VMI of
-  // the same name.
-  std::vector<size_t> AttachedTo(const VirtualMachineInstance& vmi) const {
-    std::vector<size_t> result;
-    const auto it = attached.find({vmi.namespaceName, vmi.name});
-    if (it == attached.end()) {
-      return result;
-    }
-    for (size_t device : it->second) {
-      const std::string& uid = Device(device).status.attachment->vmiUid;
-      if (uid.empty() || uid == vmi.uid) {
-        result.push_back(device);
-      }
-    }
-    return result;
+  // Devices attached to the VMI, which is one of the snapshot's; a device naming another UID
+  // was attached to an earlier VMI of the same name.
+  // The VMI the device is attached to, or nullptr (none, gone, or another UID).
+  const VirtualMachineInstance* AttachedVmi(size_t device) const {
+    return attachedVmi[device] == kNone ? nullptr : &snapshot.vmis[attachedVmi[device]];
+  }
+  std::span<const size_t> AttachedTo(const VirtualMachineInstance& vmi) const {
+    const size_t v = static_cast<size_t>(&vmi - snapshot.vmis.data());
+    return std::span<const size_t>(vmiDevices)
+        .subspan(vmiDevicesAt[v], vmiDevicesAt[v + 1] - vmiDevicesAt[v]);
   }
 
   // Budget coverage: every attached device covers its launcher pod, a Lost one included, since
   // a Lost device still counts itself against the budget.
-  std::vector<int64_t> BudgetCoverage(const VirtualMachineInstance& vmi) const {
-    std::vector<int64_t> covered(resources.size(), 0);
-    for (size_t device : AttachedTo(vmi)) {
+  void BudgetCoverage(const VirtualMachineInstance& vmi, std::vector<int64_t>& covered) const {
+    covered.assign(resources.size(), 0);
+    for (const size_t device : AttachedTo(vmi)) {
       if (deviceClass[device] != kNone) {
-        covered[classes[deviceClass[device]].resource] += Device(device).spec.count;
+        covered[classes[deviceClass[device]].resource] += ordered[device];
       }
     }
-    return covered;
   }
 
   // Capacity coverage: only a device holding units on the pod's node covers it; a Lost device
   // holds none, so its launcher's GPU is counted on the node.
-  std::vector<int64_t> CapacityCoverage(const VirtualMachineInstance& vmi,
-                                        const std::string& nodeName) const {
-    std::vector<int64_t> covered(resources.size(), 0);
-    for (size_t device : AttachedTo(vmi)) {
-      const api::GpuDevice& d = Device(device);
-      if (deviceClass[device] != kNone && d.Phase() == api::DevicePhase::kBound &&
-          d.status.nodeName == nodeName) {
-        covered[classes[deviceClass[device]].resource] += d.spec.count;
+  void CapacityCoverage(const VirtualMachineInstance& vmi, size_t node,
+                        std::vector<int64_t>& covered) const {
+    covered.assign(resources.size(), 0);
+    for (const size_t device : AttachedTo(vmi)) {
+      if (deviceClass[device] != kNone && placedOn[device] == node) {
+        covered[classes[deviceClass[device]].resource] += ordered[device];
       }
     }
-    return covered;
   }
 
   void Build();
@@ -289,17 +351,26 @@ void Model::Index::Build() {
   }
 
   // Devices: class, the units Bound ones hold, attachments, and budget usage.
-  // By namespace, viewing the snapshot's strings; only summed below, so order does not matter.
-  std::unordered_map<std::string_view, Usage> ownUsage;
-  std::unordered_map<std::string_view, Usage> ownPending;
+  // By namespace number; only summed below, so order does not matter.
+  UsageTable ownUsage(classes.size(), resources.size());
+  UsageTable ownPending(classes.size(), resources.size());
+
   deviceClass.assign(snapshot.devices.size(), kNone);
+  nsOf.assign(snapshot.devices.size(), kNone);
   placedOn.assign(snapshot.devices.size(), kNone);
   phase.resize(snapshot.devices.size());
+  ordered.resize(snapshot.devices.size());
+  attachedVmi.assign(snapshot.devices.size(), kNone);
+  vmis.reserve(snapshot.vmis.size());
+  for (const VirtualMachineInstance& vmi : snapshot.vmis) {
+    vmis[{vmi.namespaceName, vmi.name}] = &vmi;
+  }
   std::unordered_map<std::string_view, size_t> goneIds;
   for (size_t d = 0; d < snapshot.devices.size(); ++d) {
     const api::GpuDevice& device = snapshot.devices[d];
     const std::string& ns = device.metadata.namespaceName;
     phase[d] = device.Phase();
+    ordered[d] = device.spec.count;
     const bool placed = phase[d] == api::DevicePhase::kBound && device.status.nodeName &&
                         !device.status.nodeName->empty();
     if (placed) {
@@ -314,14 +385,19 @@ void Model::Index::Build() {
         placedOn[d] = gone->second;
       }
     }
-    Usage& own = ownUsage[ns];
-    own.total += device.spec.count;
+    nsOf[d] = NamespaceId(ns);
+    ownUsage.Add(nsOf[d], device.spec.count);
     const bool pending = phase[d] == api::DevicePhase::kPending;
     if (pending) {
-      ownPending[ns].total += device.spec.count;
+      ownPending.Add(nsOf[d], device.spec.count);
     }
     if (device.status.attachment) {
-      attached[{ns, device.status.attachment->vmiName}].push_back(d);
+      const api::Attachment& attachment = *device.status.attachment;
+      const auto vmi = vmis.find({ns, attachment.vmiName});
+      if (vmi != vmis.end() &&
+          (attachment.vmiUid.empty() || attachment.vmiUid == vmi->second->uid)) {
+        attachedVmi[d] = static_cast<size_t>(vmi->second - snapshot.vmis.data());
+      }
     }
     const auto c = classIds.find(device.spec.className);
     if (c == classIds.end()) {
@@ -329,23 +405,37 @@ void Model::Index::Build() {
     }
     deviceClass[d] = c->second;
     const size_t resource = classes[c->second].resource;
-    AddAt(own.byClass, c->second, device.spec.count);
-    AddAt(own.devicesByResource, resource, device.spec.count);
+    ownUsage.AddClass(nsOf[d], c->second, resource, device.spec.count);
     if (pending) {
-      AddAt(ownPending[ns].byClass, c->second, device.spec.count);
-      AddAt(ownPending[ns].devicesByResource, resource, device.spec.count);
+      ownPending.AddClass(nsOf[d], c->second, resource, device.spec.count);
     }
     if (placed && IsNode(placedOn[d])) {
       bound[At(placedOn[d], resource)] += device.spec.count;
     }
   }
-  for (const VirtualMachineInstance& vmi : snapshot.vmis) {
-    vmis[{vmi.namespaceName, vmi.name}] = &vmi;
+  vmiDevicesAt.assign(snapshot.vmis.size() + 1, 0);
+  for (const size_t v : attachedVmi) {
+    if (v != kNone) {
+      ++vmiDevicesAt[v + 1];
+    }
+  }
+  for (size_t v = 0; v < snapshot.vmis.size(); ++v) {
+    vmiDevicesAt[v + 1] += vmiDevicesAt[v];
+  }
+  vmiDevices.resize(vmiDevicesAt.back());
+  {
+    std::vector<size_t> next(vmiDevicesAt.begin(), vmiDevicesAt.end() - 1);
+    for (size_t d = 0; d < attachedVmi.size(); ++d) {
+      if (attachedVmi[d] != kNone) {
+        vmiDevices[next[attachedVmi[d]]++] = d;
+      }
+    }
   }
 
   // Pods: what no attached device covers is raw-name usage, for budgets (every pod still
   // holding devices) and for the node it runs on.
   const std::set<std::string> resourceNames(resources.begin(), resources.end());
+  std::vector<int64_t> budgetCovered, capacityCovered;  // by resource, reused for every pod
   for (const Pod& pod : snapshot.pods) {
     if (!PodHoldsDevices(pod)) {
       continue;
@@ -355,16 +445,19 @@ void Model::Index::Build() {
       continue;
     }
     const VirtualMachineInstance* launcherOf = launchers.LauncherOf(pod);
-    const std::vector<int64_t> budgetCovered =
-        launcherOf ? BudgetCoverage(*launcherOf) : std::vector<int64_t>(resources.size(), 0);
-    const std::vector<int64_t> capacityCovered = launcherOf
-                                                     ? CapacityCoverage(*launcherOf, pod.nodeName)
-                                                     : std::vector<int64_t>(resources.size(), 0);
     const auto node = nodeIds.find(pod.nodeName);
+    budgetCovered.assign(resources.size(), 0);
+    capacityCovered.assign(resources.size(), 0);
+    if (launcherOf) {
+      BudgetCoverage(*launcherOf, budgetCovered);
+      if (node != nodeIds.end()) {
+        CapacityCoverage(*launcherOf, node->second, capacityCovered);
+      }
+    }
     for (const auto& [name, requested] : requests) {
       const size_t r = resourceIds.find(name)->second;
-      AddAt(ownUsage[pod.namespaceName].rawPodsByResource, r,
-            std::max<int64_t>(0, requested - budgetCovered[r]));
+      ownUsage.AddRawPod(NamespaceId(pod.namespaceName), r,
+                         std::max<int64_t>(0, requested - budgetCovered[r]));
       if (node != nodeIds.end()) {
         raw[At(node->second, r)] += std::max<int64_t>(0, requested - capacityCovered[r]);
       }
@@ -374,14 +467,19 @@ void Model::Index::Build() {
   // A budget caps the declaring tenant's whole subtree: add each namespace's own usage to
   // itself and to every ancestor.
   std::vector<std::string_view> chain;
-  for (const auto& [ns, own] : ownUsage) {
-    tenants.BudgetChain(ns, chain);
+  for (size_t id = 0; id < ownUsage.Rows(); ++id) {
+    const Usage own = ownUsage.Of(id);
+    tenants.BudgetChain(*nsNames[id], chain);
     for (const std::string_view member : chain) {
       usage[member].Add(own, 1);
     }
   }
-  for (const auto& [ns, own] : ownPending) {
-    tenants.BudgetChain(ns, chain);
+  for (size_t id = 0; id < ownPending.Rows(); ++id) {
+    const Usage own = ownPending.Of(id);
+    if (own.total == 0) {
+      continue;  // no Pending device in the namespace
+    }
+    tenants.BudgetChain(*nsNames[id], chain);
     for (const std::string_view member : chain) {
       pendingUsage[member].Add(own, 1);
     }
@@ -627,6 +725,7 @@ struct DeviceSet {
   const VirtualMachineInstance* vmi = nullptr;
   std::span<const size_t> members;  // device indices, ascending
   std::string_view created;         // the earliest member's creationTimestamp
+  bool memberDeleting = false;      // a member has a deletionTimestamp
   Needs needs;
 
   // "the set of VMI vm1" or "order gpu-1", for messages.
@@ -687,35 +786,46 @@ class PassPlanner {
   }
 
   std::vector<Decision> Run() {
-    std::vector<DeviceSet*> mixed, held, lost, fresh;
-    for (DeviceSet& set : sets_) {
-      switch (Classify(set)) {
-        case State::kHeld:
-          held.push_back(&set);
-          break;
-        case State::kLost:
-          lost.push_back(&set);
-          break;
-        case State::kNew:
-          fresh.push_back(&set);
-          break;
-        case State::kMixed:
-          mixed.push_back(&set);
-          break;
+    // Each kind of set in the order it is taken: by key, new orders oldest first (then by key).
+    // The sets are classified in the order they were built and copied once into their kind's
+    // own array in its order, so every step below walks its array from start to end.
+    std::vector<State> states(sets_.size());
+    std::array<size_t, 4> sizes{};
+    for (size_t i = 0; i < sets_.size(); ++i) {
+      states[i] = Classify(sets_[i]);
+      ++sizes[static_cast<size_t>(states[i])];
+    }
+    std::array<std::vector<DeviceSet>, 4> byKind;
+    for (size_t kind = 0; kind < byKind.size(); ++kind) {
+      byKind[kind].reserve(sizes[kind]);
+    }
+    std::vector<std::tuple<std::string_view, size_t, size_t>> fresh;  // (created, rank, set)
+    fresh.reserve(sizes[static_cast<size_t>(State::kNew)]);
+    for (size_t rank = 0; rank < order_.size(); ++rank) {
+      const size_t i = order_[rank];
+      if (states[i] == State::kNew) {
+        fresh.emplace_back(sets_[i].created, rank, i);
+      } else {
+        byKind[static_cast<size_t>(states[i])].push_back(sets_[i]);
       }
     }
-    for (DeviceSet* set : mixed) {
-      Gather(*set);
+    std::vector<DeviceSet>& mixed = byKind[static_cast<size_t>(State::kMixed)];
+    std::vector<DeviceSet>& held = byKind[static_cast<size_t>(State::kHeld)];
+    std::vector<DeviceSet>& lost = byKind[static_cast<size_t>(State::kLost)];
+    std::sort(fresh.begin(), fresh.end());
+    std::vector<DeviceSet>& freshSets = byKind[static_cast<size_t>(State::kNew)];
+    for (const auto& [created, rank, i] : fresh) {
+      freshSets.push_back(sets_[i]);
+    }
+    for (const DeviceSet& set : mixed) {
+      Gather(set);
     }
     MoveHeld(held);
-    for (DeviceSet* set : lost) {
-      Rebind(*set);
+    for (const DeviceSet& set : lost) {
+      Rebind(set);
     }
-    std::stable_sort(fresh.begin(), fresh.end(), [](const DeviceSet* a, const DeviceSet* b) {
-      return a->created < b->created;
-    });
-    for (DeviceSet* set : fresh) {
-      BindNew(*set);
+    for (const DeviceSet& set : freshSets) {
+      BindNew(set);
     }
     NameDecisions();
     return std::move(decisions_);
@@ -731,28 +841,39 @@ class PassPlanner {
   // device alone; ordered by key.
   void GroupSets() {
     const std::vector<api::GpuDevice>& devices = ix_.snapshot.devices;
-    constexpr size_t kUnset = kNone;
-    std::vector<size_t> setOf(devices.size(), kUnset);
+    // One walk in device order: each device's set, and each set's key in one buffer. Attached
+    // sets are found by key in a table that owns its keys (one entry per VMI, small enough to
+    // stay in cache); every other device starts its own set.
+    std::vector<size_t> setOf(devices.size());
     std::vector<size_t> leaders;  // each set's first device
+    std::vector<size_t> keyAt;    // each set's key in keys_, then its end
     leaders.reserve(devices.size());
+    keyAt.reserve(devices.size() + 1);
+    std::unordered_map<std::string, size_t> attachedSets;
+    std::string key;
     for (size_t d = 0; d < devices.size(); ++d) {
-      if (setOf[d] != kUnset) {
-        continue;
-      }
-      setOf[d] = leaders.size();
       const api::GpuDevice& device = devices[d];
+      key.assign(device.metadata.namespaceName);
+      key += '/';
       if (device.status.attachment) {
-        // Later devices attached to the same VMI join; the index lists them by (ns, VMI).
-        const api::Attachment& attachment = *device.status.attachment;
-        const auto it = ix_.attached.find({device.metadata.namespaceName, attachment.vmiName});
-        for (const size_t other : it->second) {
-          if (other > d && devices[other].status.attachment->vmiUid == attachment.vmiUid) {
-            setOf[other] = leaders.size();
-          }
+        key += "vmi ";
+        key += device.status.attachment->vmiName;
+        key += ' ';
+        key += device.status.attachment->vmiUid;
+        const auto [it, added] = attachedSets.try_emplace(key, leaders.size());
+        setOf[d] = it->second;
+        if (!added) {
+          continue;
         }
+      } else {
+        key += device.metadata.name;
+        setOf[d] = leaders.size();
       }
       leaders.push_back(d);
+      keyAt.push_back(keys_.size());
+      keys_ += key;
     }
+    keyAt.push_back(keys_.size());
 
     // Members as ranges of one array, in device order.
     std::vector<size_t> start(leaders.size() + 1, 0);
@@ -770,51 +891,25 @@ class PassPlanner {
       }
     }
 
-    // Keys, needs and the earliest creation time; counts go to one array per kind.
+    // Needs and the earliest creation time, walking the sets in their leaders' order (so the
+    // devices nearly in order); counts go to one array per kind, creation times to one buffer
+    // (the oldest-first sort then compares within it).
     std::vector<DeviceSet> sets(leaders.size());
-    std::vector<std::array<size_t, 4>> countRanges(leaders.size());  // class, resource
-    size_t keyBytes = 0;
-    for (const size_t leader : leaders) {
-      const api::GpuDevice& device = devices[leader];
-      keyBytes += device.metadata.namespaceName.size() + 1 +
-                  (device.status.attachment ? 5 + device.status.attachment->vmiName.size() +
-                                                  device.status.attachment->vmiUid.size()
-                                            : device.metadata.name.size());
-    }
-    keys_.reserve(keyBytes);
+    std::vector<std::array<size_t, 6>> ranges(leaders.size());  // class, resource, created
     std::vector<std::pair<size_t, int64_t>> byClass, byResource;
     for (size_t s = 0; s < leaders.size(); ++s) {
       const api::GpuDevice& leader = devices[leaders[s]];
       DeviceSet& set = sets[s];
-      set.namespaceName = leader.metadata.namespaceName;
-      const size_t keyAt = keys_.size();
-      keys_ += leader.metadata.namespaceName;
-      keys_ += '/';
-      if (leader.status.attachment) {
-        const api::Attachment& attachment = *leader.status.attachment;
-        set.attached = true;
-        set.name = attachment.vmiName;
-        keys_ += "vmi ";
-        keys_ += attachment.vmiName;
-        keys_ += ' ';
-        keys_ += attachment.vmiUid;
-        const auto it = ix_.vmis.find({set.namespaceName, attachment.vmiName});
-        if (it != ix_.vmis.end() &&
-            (attachment.vmiUid.empty() || attachment.vmiUid == it->second->uid)) {
-          set.vmi = it->second;
-        }
-      } else {
-        set.name = leader.metadata.name;
-        keys_ += leader.metadata.name;
-      }
-      set.key = std::string_view(keys_).substr(keyAt);  // keys_ never grows past its reserve
       set.members = std::span<const size_t>(members_).subspan(start[s], start[s + 1] - start[s]);
-      set.created = leader.metadata.creationTimestamp;
+      set.attached = leader.status.attachment.has_value();
+      set.vmi = ix_.AttachedVmi(leaders[s]);
+      std::string_view created = leader.metadata.creationTimestamp;
       byClass.clear();
       byResource.clear();
       for (const size_t d : set.members) {
         const api::GpuDevice& device = devices[d];
-        set.created = std::min<std::string_view>(set.created, device.metadata.creationTimestamp);
+        created = std::min<std::string_view>(created, device.metadata.creationTimestamp);
+        set.memberDeleting = set.memberDeleting || device.metadata.deletionTimestamp.has_value();
         set.needs.total += device.spec.count;
         const size_t c = ix_.deviceClass[d];
         if (c == kNone) {
@@ -824,28 +919,83 @@ class PassPlanner {
           AddCount(byResource, ix_.classes[c].resource, device.spec.count);
         }
       }
-      countRanges[s] = {classCounts_.size(), byClass.size(), resourceCounts_.size(),
-                        byResource.size()};
+      ranges[s] = {classCounts_.size(), byClass.size(),  resourceCounts_.size(),
+                   byResource.size(),   created_.size(), created.size()};
       classCounts_.insert(classCounts_.end(), byClass.begin(), byClass.end());
       resourceCounts_.insert(resourceCounts_.end(), byResource.begin(), byResource.end());
+      created_ += created;
     }
-    // The count arrays are complete: now the views into them stay put.
+    // The buffers are complete: now views into them stay put.
     for (size_t s = 0; s < sets.size(); ++s) {
-      const auto& [classAt, classes, resourceAt, resources] = countRanges[s];
-      sets[s].needs.byClass = Counts(classCounts_).subspan(classAt, classes);
-      sets[s].needs.byResource = Counts(resourceCounts_).subspan(resourceAt, resources);
+      const auto& [classAt, classes, resourceAt, resources, createdAt, createdSize] = ranges[s];
+      DeviceSet& set = sets[s];
+      set.needs.byClass = Counts(classCounts_).subspan(classAt, classes);
+      set.needs.byResource = Counts(resourceCounts_).subspan(resourceAt, resources);
+      set.created = std::string_view(created_).substr(createdAt, createdSize);
+      set.key = std::string_view(keys_).substr(keyAt[s], keyAt[s + 1] - keyAt[s]);
+      // "ns/vmi <name> <uid>" or "ns/<device>"
+      const api::GpuDevice& leader = devices[leaders[s]];
+      const size_t nsSize = leader.metadata.namespaceName.size();
+      set.namespaceName = set.key.substr(0, nsSize);
+      set.name = set.attached ? set.key.substr(nsSize + 5, leader.status.attachment->vmiName.size())
+                              : set.key.substr(nsSize + 1);
     }
 
-    // By key (keys are unique), sorting (key, set) pairs rather than the sets themselves.
-    std::vector<std::pair<std::string_view, size_t>> order(sets.size());
-    for (size_t i = 0; i < order.size(); ++i) {
-      order[i] = {sets[i].key, i};
+    sets_ = std::move(sets);
+    OrderSets(leaders);
+  }
+
+  // The sets by key, "ns/..." compared as bytes, without one big sort by strings: namespaces are
+  // ranked by "ns/" (different namespaces differ within that prefix, since a namespace holds no
+  // '/'), the sets are bucketed by that rank, and only the few sets of one namespace are sorted
+  // by the rest of their keys. A tenant's sets are a small group however large the cluster, so
+  // this grows with the cluster rather than by n log n over long shared prefixes.
+  void OrderSets(const std::vector<size_t>& leaders) {
+    const std::vector<const std::string*>& names = ix_.nsNames;
+    std::vector<size_t> byName(names.size());
+    for (size_t i = 0; i < byName.size(); ++i) {
+      byName[i] = i;
     }
-    std::sort(order.begin(), order.end());
-    sets_.reserve(sets.size());
-    for (const auto& [key, i] : order) {
-      sets_.push_back(sets[i]);
+    std::sort(byName.begin(), byName.end(),
+              [&names](size_t a, size_t b) { return SlashedLess(*names[a], *names[b]); });
+    std::vector<size_t> rank(names.size());
+    for (size_t i = 0; i < byName.size(); ++i) {
+      rank[byName[i]] = i;
     }
+    std::vector<size_t> bucketAt(names.size() + 1, 0);
+    for (const size_t leader : leaders) {
+      ++bucketAt[rank[ix_.nsOf[leader]] + 1];
+    }
+    for (size_t r = 0; r < names.size(); ++r) {
+      bucketAt[r + 1] += bucketAt[r];
+    }
+    order_.resize(sets_.size());
+    std::vector<size_t> next(bucketAt.begin(), bucketAt.end() - 1);
+    for (size_t s = 0; s < sets_.size(); ++s) {
+      order_[next[rank[ix_.nsOf[leaders[s]]]]++] = s;
+    }
+    for (size_t r = 0; r < names.size(); ++r) {
+      const auto first = order_.begin() + static_cast<std::ptrdiff_t>(bucketAt[r]);
+      const auto last = order_.begin() + static_cast<std::ptrdiff_t>(bucketAt[r + 1]);
+      const size_t prefix = names[byName[r]]->size() + 1;
+      std::sort(first, last, [this, prefix](size_t a, size_t b) {
+        return sets_[a].key.substr(prefix) < sets_[b].key.substr(prefix);
+      });
+    }
+  }
+
+  // a + "/" < b + "/", as bytes, without building either.
+  static bool SlashedLess(std::string_view a, std::string_view b) {
+    const size_t common = std::min(a.size(), b.size());
+    if (const int c = a.substr(0, common).compare(b.substr(0, common)); c != 0) {
+      return c < 0;
+    }
+    if (a.size() == b.size()) {
+      return false;
+    }
+    const auto slash = static_cast<unsigned char>('/');
+    return a.size() < b.size() ? slash < static_cast<unsigned char>(b[common])
+                               : static_cast<unsigned char>(a[common]) < slash;
   }
 
   State Classify(const DeviceSet& set) const {
@@ -1055,13 +1205,22 @@ class PassPlanner {
     std::string reason;
   };
 
+  // A held set that stays, with its members at hand: the keep decisions go out by node, and
+  // reaching into the sets in that order missed the cache once they outgrew it.
+  struct Staying {
+    size_t node;
+    DeviceSet* set;
+    std::span<const size_t> members;
+  };
+
   // Step 2: held sets stay unless their node cannot keep them.
-  void MoveHeld(const std::vector<DeviceSet*>& held) {
+  void MoveHeld(std::vector<DeviceSet>& held) {
     std::vector<Leaving> mustLeave;
     std::vector<Leaving> cordoned;
-    std::vector<std::pair<size_t, DeviceSet*>> staying;  // (node, set), by node below
+    std::vector<Staying> staying;  // by node below
     staying.reserve(held.size());
-    for (DeviceSet* set : held) {
+    for (DeviceSet& heldSet : held) {
+      DeviceSet* set = &heldSet;
       const size_t n = ix_.placedOn[set->members.front()];
       const std::string nodeName(ix_.NodeName(n));
       if (!set->needs.unknownClass.empty()) {
@@ -1096,12 +1255,24 @@ class PassPlanner {
       } else if (node.unschedulable) {
         cordoned.push_back({set, n, ""});
       } else {
-        staying.emplace_back(n, set);
+        staying.push_back({n, set, set->members});
       }
     }
-    // By node; on each node in the order of the sets' keys.
-    std::stable_sort(staying.begin(), staying.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    // By node, keeping the key order on each node: a counting sort, linear in the sets.
+    {
+      std::vector<size_t> at(ix_.nodes.size() + 1, 0);
+      for (const Staying& entry : staying) {
+        ++at[entry.node + 1];
+      }
+      for (size_t n = 0; n < ix_.nodes.size(); ++n) {
+        at[n + 1] += at[n];
+      }
+      std::vector<Staying> byNode(staying.size());
+      for (const Staying& entry : staying) {
+        byNode[at[entry.node]++] = entry;
+      }
+      staying = std::move(byNode);
+    }
     for (const Leaving& leaving : mustLeave) {
       ReleasePlaced(*leaving.set);
     }
@@ -1142,16 +1313,18 @@ class PassPlanner {
       Decide(set, Action::kMove, ix_.nodes[target]->name, "node " + nodeName + " is cordoned");
     }
     static const std::string kHeld = "held";
-    for (const auto& [node, set] : staying) {
-      Decide(*set, Action::kKeep, ix_.nodes[node]->name, kHeld);
+    for (const Staying& entry : staying) {
+      for (const size_t d : entry.members) {
+        Decide(d, Action::kKeep, ix_.nodes[entry.node]->name, kHeld);
+      }
     }
   }
 
   // A node that serves fewer units than its bound devices and pods hold (a function failed, an
   // mdev parent lost slots) cannot keep every set: sets leave, last by name first, until the
   // rest fit. Which function a device sits on is not recorded, so no set is preferred.
-  void EvictOverCapacity(std::vector<std::pair<size_t, DeviceSet*>>& staying,
-                         std::vector<Leaving>& cordoned, std::vector<Leaving>& mustLeave) {
+  void EvictOverCapacity(std::vector<Staying>& staying, std::vector<Leaving>& cordoned,
+                         std::vector<Leaving>& mustLeave) {
     // Only nodes holding more than they serve are looked at; the others keep every set.
     std::map<size_t, std::vector<std::pair<DeviceSet*, bool>>> onNode;  // set, is cordoned
     for (size_t node = 0; node < ix_.nodes.size(); ++node) {
@@ -1166,11 +1339,11 @@ class PassPlanner {
       return;
     }
     for (auto& [node, sets] : onNode) {
-      const auto range = std::equal_range(
-          staying.begin(), staying.end(), std::pair<size_t, DeviceSet*>(node, nullptr),
-          [](const auto& a, const auto& b) { return a.first < b.first; });
+      const auto range =
+          std::equal_range(staying.begin(), staying.end(), Staying{node, nullptr, {}},
+                           [](const Staying& a, const Staying& b) { return a.node < b.node; });
       for (auto it = range.first; it != range.second; ++it) {
-        sets.emplace_back(it->second, false);
+        sets.emplace_back(it->set, false);
       }
     }
     for (const Leaving& leaving : cordoned) {
@@ -1205,7 +1378,7 @@ class PassPlanner {
       }
     }
     std::erase_if(staying,
-                  [&evicted](const auto& entry) { return evicted.contains(entry.second); });
+                  [&evicted](const Staying& entry) { return evicted.contains(entry.set); });
     std::erase_if(cordoned,
                   [&evicted](const Leaving& leaving) { return evicted.contains(leaving.set); });
   }
@@ -1233,14 +1406,18 @@ class PassPlanner {
       return;
     }
     for (const size_t d : set.members) {
-      const api::GpuDevice& device = Device(d);
       const ClassInfo& info = ix_.classes[ix_.deviceClass[d]];
       if (info.gpuClass->metadata.deletionTimestamp) {
         Decide(set, Action::kRefuse, "",
                "class " + info.gpuClass->metadata.name + " is being deleted");
         return;
       }
-      if (info.maxCount && device.spec.count > *info.maxCount) {
+      const bool tooMany = info.maxCount && ix_.ordered[d] > *info.maxCount;
+      if (!tooMany && !set.memberDeleting) {
+        continue;  // the device itself need not be read
+      }
+      const api::GpuDevice& device = Device(d);
+      if (tooMany) {
         Decide(set, Action::kRefuse, "",
                device.metadata.name + " orders " + std::to_string(device.spec.count) +
                    " GPUs; class " + info.gpuClass->metadata.name + " allows at most " +
@@ -1292,7 +1469,9 @@ class PassPlanner {
   std::vector<std::pair<size_t, int64_t>> classCounts_;
   std::vector<std::pair<size_t, int64_t>> resourceCounts_;
   std::string keys_;
-  std::vector<DeviceSet> sets_;
+  std::string created_;
+  std::vector<DeviceSet> sets_;  // in their first devices' order
+  std::vector<size_t> order_;    // the sets by key
   std::vector<Decision> decisions_;
   std::vector<size_t> decided_;  // by decision: its device
 };
