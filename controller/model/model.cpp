@@ -726,6 +726,9 @@ struct DeviceSet {
   std::span<const size_t> members;  // device indices, ascending
   std::string_view created;         // the earliest member's creationTimestamp
   bool memberDeleting = false;      // a member has a deletionTimestamp
+  // A member is being deleted, or its class is, or it orders more than its class allows: a new
+  // order is refused (BindNew reads the members only then).
+  bool checkMembers = false;
   Needs needs;
 
   // "the set of VMI vm1" or "order gpu-1", for messages.
@@ -781,7 +784,6 @@ class PassPlanner {
     }
     // One decision per device: sized once, not regrown (each regrowth touches fresh pages).
     decisions_.reserve(ix.snapshot.devices.size());
-    decided_.reserve(ix.snapshot.devices.size());
     GroupSets();
   }
 
@@ -827,7 +829,6 @@ class PassPlanner {
     for (const DeviceSet& set : freshSets) {
       BindNew(set);
     }
-    NameDecisions();
     return std::move(decisions_);
   }
 
@@ -851,8 +852,11 @@ class PassPlanner {
     keyAt.reserve(devices.size() + 1);
     std::unordered_map<std::string, size_t> attachedSets;
     std::string key;
+    nameAt_.reserve(devices.size() + 1);
     for (size_t d = 0; d < devices.size(); ++d) {
       const api::GpuDevice& device = devices[d];
+      nameAt_.push_back(names_.size());
+      names_ += device.metadata.name;
       key.assign(device.metadata.namespaceName);
       key += '/';
       if (device.status.attachment) {
@@ -874,6 +878,7 @@ class PassPlanner {
       keys_ += key;
     }
     keyAt.push_back(keys_.size());
+    nameAt_.push_back(names_.size());
 
     // Members as ranges of one array, in device order.
     std::vector<size_t> start(leaders.size() + 1, 0);
@@ -910,6 +915,12 @@ class PassPlanner {
         const api::GpuDevice& device = devices[d];
         created = std::min<std::string_view>(created, device.metadata.creationTimestamp);
         set.memberDeleting = set.memberDeleting || device.metadata.deletionTimestamp.has_value();
+        set.checkMembers = set.checkMembers || set.memberDeleting;
+        if (ix_.deviceClass[d] != kNone) {
+          const ClassInfo& info = ix_.classes[ix_.deviceClass[d]];
+          set.checkMembers = set.checkMembers || info.gpuClass->metadata.deletionTimestamp ||
+                             (info.maxCount && device.spec.count > *info.maxCount);
+        }
         set.needs.total += device.spec.count;
         const size_t c = ix_.deviceClass[d];
         if (c == kNone) {
@@ -1032,27 +1043,13 @@ class PassPlanner {
     }
   }
 
-  // The device's names are filled in by NameDecisions.
+  // The namespace comes from the index's table of namespaces and the name from the pass's own
+  // copy of the names: the decisions go out in set order, and reaching into the device records
+  // (hundreds of bytes each) in that order missed the cache once they outgrew it.
   void Decide(size_t d, Action action, std::string_view node, const std::string& reason) {
-    decisions_.push_back(Decision{{}, {}, action, std::string(node), reason});
-    decided_.push_back(d);
-  }
-
-  // Copies each device's namespace and name into its decision, walking the devices in their
-  // own order: the decisions come in set order, and reaching into a device record (hundreds of
-  // bytes) at random for its names missed the cache once the devices outgrew it.
-  void NameDecisions() {
-    std::vector<size_t> slot(ix_.snapshot.devices.size(), kNone);
-    for (size_t i = 0; i < decided_.size(); ++i) {
-      slot[decided_[i]] = i;
-    }
-    for (size_t d = 0; d < slot.size(); ++d) {
-      if (slot[d] != kNone) {
-        Decision& decision = decisions_[slot[d]];
-        decision.deviceNamespace = Device(d).metadata.namespaceName;
-        decision.deviceName = Device(d).metadata.name;
-      }
-    }
+    decisions_.push_back(Decision{*ix_.nsNames[ix_.nsOf[d]],
+                                  names_.substr(nameAt_[d], nameAt_[d + 1] - nameAt_[d]), action,
+                                  std::string(node), reason});
   }
 
   int64_t FreeAt(size_t node, size_t resource) const { return free_[ix_.At(node, resource)]; }
@@ -1222,6 +1219,15 @@ class PassPlanner {
     for (DeviceSet& heldSet : held) {
       DeviceSet* set = &heldSet;
       const size_t n = ix_.placedOn[set->members.front()];
+      // The common case, decided from numbers: a node that takes binds (so no taint a set's
+      // tolerations could matter for), serving every class of the set.
+      if (set->needs.unknownClass.empty() && ix_.IsNode(n) && ix_.eligibility[n].eligible &&
+          std::all_of(
+              set->needs.byClass.begin(), set->needs.byClass.end(),
+              [this, n](const auto& entry) { return ix_.classes[entry.first].servesNode[n]; })) {
+        staying.push_back({n, set, set->members});
+        continue;
+      }
       const std::string nodeName(ix_.NodeName(n));
       if (!set->needs.unknownClass.empty()) {
         Decide(*set, Action::kKeep, nodeName, ClassMissing(*set) + "; left in place");
@@ -1405,19 +1411,15 @@ class PassPlanner {
       Decide(set, Action::kRefuse, "", ClassMissing(set));
       return;
     }
-    for (const size_t d : set.members) {
-      const ClassInfo& info = ix_.classes[ix_.deviceClass[d]];
+    for (size_t i = 0; set.checkMembers && i < set.members.size(); ++i) {
+      const api::GpuDevice& device = Device(set.members[i]);
+      const ClassInfo& info = ix_.classes[ix_.deviceClass[set.members[i]]];
       if (info.gpuClass->metadata.deletionTimestamp) {
         Decide(set, Action::kRefuse, "",
                "class " + info.gpuClass->metadata.name + " is being deleted");
         return;
       }
-      const bool tooMany = info.maxCount && ix_.ordered[d] > *info.maxCount;
-      if (!tooMany && !set.memberDeleting) {
-        continue;  // the device itself need not be read
-      }
-      const api::GpuDevice& device = Device(d);
-      if (tooMany) {
+      if (info.maxCount && device.spec.count > *info.maxCount) {
         Decide(set, Action::kRefuse, "",
                device.metadata.name + " orders " + std::to_string(device.spec.count) +
                    " GPUs; class " + info.gpuClass->metadata.name + " allows at most " +
@@ -1473,7 +1475,8 @@ class PassPlanner {
   std::vector<DeviceSet> sets_;  // in their first devices' order
   std::vector<size_t> order_;    // the sets by key
   std::vector<Decision> decisions_;
-  std::vector<size_t> decided_;  // by decision: its device
+  std::string names_;           // every device's name, in device order
+  std::vector<size_t> nameAt_;  // by device: where its name starts in names_, then the end
 };
 
 std::vector<Decision> Model::PlanPass() const { return PassPlanner(*index_).Run(); }

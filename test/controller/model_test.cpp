@@ -579,6 +579,9 @@ TEST(PlacementE1, NewOrdersAgainstTheirClass) {
        [](Snapshot& s) { s.classes[0].metadata.deletionTimestamp = "2025-01-01T00:00:00Z"; },
        Pending("tenant-a", "o", "a100", 1), Action::kRefuse},
       {"no room", [](Snapshot&) {}, Pending("tenant-a", "o", "a100", 5), Action::kRefuse},
+      {"order being deleted",
+       [](Snapshot& s) { s.devices[0].metadata.deletionTimestamp = "2025-01-01T00:00:00Z"; },
+       Pending("tenant-a", "o", "a100", 1), Action::kRefuse},
   };
   for (const Case& c : cases) {
     Snapshot snapshot = BaseSnapshot();
@@ -588,6 +591,44 @@ TEST(PlacementE1, NewOrdersAgainstTheirClass) {
     const Decision decision = DecisionFor(Model(snapshot).PlanPass(), "tenant-a/o");
     EXPECT_EQ(decision.action, c.action) << c.what << ": " << decision.reason;
   }
+}
+
+// D5 fixes the order of a pass's steps; within a step the sets go in the order of their keys,
+// "ns/<device>" or "ns/vmi <name> <uid>", compared as bytes, so every caller given the same
+// snapshot decides the same. '-' and '.' sort before '/', so "a-b/..." and "a.b/..." come before
+// "a/...", and "ab/..." after it. The pass orders by namespace first; this pins that it is the
+// same order.
+TEST(PassOrderD5, SetsInKeyOrderAcrossNamespaces) {
+  Snapshot snapshot = BaseSnapshot();
+  AddNode(snapshot, "n1", 8);
+  snapshot.devices = {Lost("ab", "x", "a100", 1),        Lost("a", "y", "a100", 1),
+                      Lost("a.b", "x", "a100", 1),       Lost("a-b", "x", "a100", 1),
+                      Lost("a", "x", "a100", 1),         Lost("a", "vm-z", "a100", 1, "vm"),
+                      Lost("a", "vm-w", "a100", 1, "vm")};
+  std::vector<std::string> order;
+  for (const Decision& decision : Model(snapshot).PlanPass()) {
+    order.push_back(decision.deviceNamespace + "/" + decision.deviceName);
+  }
+  // The set "a/vmi vm vm-uid" comes before the orders "a/x" and "a/y"; its members in their
+  // own order.
+  EXPECT_EQ(order,
+            (std::vector<std::string>{"a-b/x", "a.b/x", "a/vm-z", "a/vm-w", "a/x", "a/y", "ab/x"}));
+}
+
+// D7: a set is the devices attached to one VMI, told apart by UID: devices left attached to an
+// earlier VMI of the same name form their own set and are not gathered with the new one.
+TEST(PlacementD7, AnEarlierVmiOfTheSameNameIsAnotherSet) {
+  Snapshot snapshot = BaseSnapshot();
+  AddNode(snapshot, "n1", 1);
+  AddNode(snapshot, "n2", 1);
+  api::GpuDevice earlier = Bound("tenant-a", "old", "a100", 1, "n1", "vm");
+  earlier.status.attachment->vmiUid = "first-uid";
+  snapshot.devices = {earlier, Bound("tenant-a", "new", "a100", 1, "n2", "vm")};
+  const std::vector<Decision> decisions = Model(snapshot).PlanPass();
+  EXPECT_EQ(DecisionFor(decisions, "tenant-a/old").action, Action::kKeep);
+  EXPECT_EQ(DecisionFor(decisions, "tenant-a/old").node, "n1");
+  EXPECT_EQ(DecisionFor(decisions, "tenant-a/new").action, Action::kKeep);
+  EXPECT_EQ(DecisionFor(decisions, "tenant-a/new").node, "n2");
 }
 
 }  // namespace
