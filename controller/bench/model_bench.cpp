@@ -5,6 +5,7 @@
 // machine, the ratios much less.
 //
 //   gpu-controller-model-bench [nodes] [tenants] [rounds]
+//   gpu-controller-model-bench --once nodes tenants      (for model_growth.sh)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -12,6 +13,8 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 
 #include <malloc.h>
 #include <sys/resource.h>
@@ -206,9 +209,46 @@ void Time(Sample& best, const std::function<void()>& work) {
   }
 }
 
+// The peer, linear by construction: the least any evaluation does. One walk over the devices and
+// the pods, looking each one's namespace and node up by name in hash tables and adding its GPUs
+// to per-namespace and per-node totals. Measured at both sizes in the same run, its growth is
+// what this machine does to linear work of the model's kind (lookups at random into tables that
+// grow with the cluster, reading records too large for the caches), so the model's growth is
+// read against it.
+[[gnu::noinline]] int64_t ReferenceWalk(const Snapshot& snapshot) {
+  std::unordered_map<std::string_view, size_t> nodeIds;
+  nodeIds.reserve(snapshot.nodes.size());
+  for (size_t n = 0; n < snapshot.nodes.size(); ++n) {
+    nodeIds.emplace(snapshot.nodes[n].name, n);
+  }
+  std::unordered_map<std::string_view, int64_t> byNamespace;
+  std::vector<int64_t> byNode(snapshot.nodes.size(), 0);
+  auto add = [&](std::string_view ns, const std::string* node, int64_t count) {
+    byNamespace[ns] += count;
+    if (node != nullptr) {
+      if (const auto it = nodeIds.find(*node); it != nodeIds.end()) {
+        byNode[it->second] += count;
+      }
+    }
+  };
+  for (const api::GpuDevice& device : snapshot.devices) {
+    add(device.metadata.namespaceName, device.status.nodeName ? &*device.status.nodeName : nullptr,
+        device.spec.count);
+  }
+  for (const model::Pod& pod : snapshot.pods) {
+    add(pod.namespaceName, &pod.nodeName, 1);
+  }
+  int64_t total = 0;
+  for (const int64_t count : byNode) {
+    total += count;
+  }
+  return total + static_cast<int64_t>(byNamespace.size());
+}
+
 struct Timings {
   size_t nodes = 0;
   size_t tenants = 0;
+  Sample reference;
   Sample build;
   Sample evaluate;
   Sample place;
@@ -219,6 +259,8 @@ struct Timings {
 void Round(Timings& timings) {
   Snapshot snapshot;
   Time(timings.build, [&] { snapshot = BuildSnapshot(timings.nodes, timings.tenants); });
+  int64_t walked = 0;
+  Time(timings.reference, [&] { walked = ReferenceWalk(snapshot); });
   int64_t freeUnits = 0;
   Time(timings.evaluate, [&] {
     const model::Model evaluated(snapshot);
@@ -251,13 +293,42 @@ void Print(const Timings& timings) {
     std::printf("  %-30s %9.1f ms  %8ld page faults\n", what, sample.ms, sample.faults);
   };
   row("snapshot building:", timings.build);
+  row("reference walk (the peer):", timings.reference);
   row("capacity + budget evaluation:", timings.evaluate);
   row("one placement pass:", timings.place);
 }
 
 }  // namespace
 
+// One evaluation and one pass at one size, untimed: what model_growth.sh runs under callgrind
+// to count the instructions each takes (a count, unlike a time, does not depend on the machine's
+// caches or its neighbours).
+int Once(size_t nodes, size_t tenants) {
+  const Snapshot snapshot = BuildSnapshot(nodes, tenants);
+  // Each step starts with the caches holding none of the cluster, as a pass after other work
+  // would; otherwise the smaller cluster would find part of itself left there by the step before.
+  std::vector<char> other(size_t{64} << 20, 0);
+  auto flush = [&other] {
+    for (size_t i = 0; i < other.size(); i += 64) {
+      other[i] = static_cast<char>(other[i] + 1);
+    }
+  };
+  flush();
+  const int64_t walked = ReferenceWalk(snapshot);
+  flush();
+  const model::Model evaluated(snapshot);
+  const model::ClusterView view = evaluated.View();
+  flush();
+  const std::vector<model::Decision> decisions = evaluated.PlanPass();
+  std::printf("%zu nodes, %zu tenants: walked %lld, %zu node views, %zu decisions\n", nodes,
+              tenants, static_cast<long long>(walked), view.nodes.size(), decisions.size());
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 4 && std::string_view(argv[1]) == "--once") {
+    return Once(std::strtoul(argv[2], nullptr, 10), std::strtoul(argv[3], nullptr, 10));
+  }
   const size_t nodes = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 5000;
   const size_t tenants = argc > 2 ? std::strtoul(argv[2], nullptr, 10) : 2000;
   const int rounds = argc > 3 ? std::atoi(argv[3]) : 7;
@@ -285,10 +356,15 @@ int main(int argc, char** argv) {
   std::printf("best of %d interleaved rounds\n", rounds);
   Print(base);
   Print(doubled);
-  std::printf("growth when the cluster doubles (2.0 is linear):\n");
-  std::printf("  snapshot building:               %9.2fx\n", doubled.build.ms / base.build.ms);
-  std::printf("  capacity + budget evaluation:    %9.2fx\n",
-              doubled.evaluate.ms / base.evaluate.ms);
-  std::printf("  one placement pass:              %9.2fx\n", doubled.place.ms / base.place.ms);
+  const double reference = doubled.reference.ms / base.reference.ms;
+  std::printf("growth when the cluster doubles (2.0 is linear), and against the peer's:\n");
+  auto growth = [reference](const char* what, const Sample& from, const Sample& to) {
+    const double ratio = to.ms / from.ms;
+    std::printf("  %-30s %6.2fx  %5.2f of the peer's\n", what, ratio, ratio / reference);
+  };
+  growth("snapshot building:", base.build, doubled.build);
+  growth("reference walk (the peer):", base.reference, doubled.reference);
+  growth("capacity + budget evaluation:", base.evaluate, doubled.evaluate);
+  growth("one placement pass:", base.place, doubled.place);
   return 0;
 }

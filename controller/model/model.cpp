@@ -5,6 +5,7 @@
 #include <limits>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <tuple>
 #include <unordered_map>
 
@@ -189,6 +190,7 @@ struct Model::Index {
   // made the model grow faster than the cluster. Nothing iterates them.
   std::unordered_map<std::string_view, size_t> nodeIds;
   std::vector<NodeEligibility> eligibility;  // without tolerations
+  std::vector<char> takesBinds;              // eligibility[n].eligible, a byte a node
   std::vector<char> hasGpuNode;
   // By node * resources.size() + resource.
   std::vector<int64_t> units;  // served: allocatable of the GPUNode's devices
@@ -316,6 +318,7 @@ void Model::Index::Build() {
   for (size_t n = 0; n < nodes.size(); ++n) {
     nodeIds[nodes[n]->name] = n;
     eligibility.push_back(CheckNodeEligibility(*nodes[n], {}));
+    takesBinds.push_back(eligibility.back().eligible ? 1 : 0);
   }
   for (ClassInfo& info : classes) {
     info.servesNode.resize(nodes.size(), 0);
@@ -724,6 +727,7 @@ struct DeviceSet {
   bool attached = false;
   const VirtualMachineInstance* vmi = nullptr;
   std::span<const size_t> members;  // device indices, ascending
+  size_t node = kNone;              // where the first member is placed, as Index::placedOn
   std::string_view created;         // the earliest member's creationTimestamp
   bool memberDeleting = false;      // a member has a deletionTimestamp
   // A member is being deleted, or its class is, or it orders more than its class allows: a new
@@ -788,46 +792,24 @@ class PassPlanner {
   }
 
   std::vector<Decision> Run() {
-    // Each kind of set in the order it is taken: by key, new orders oldest first (then by key).
-    // The sets are classified in the order they were built and copied once into their kind's
-    // own array in its order, so every step below walks its array from start to end.
-    std::vector<State> states(sets_.size());
-    std::array<size_t, 4> sizes{};
-    for (size_t i = 0; i < sets_.size(); ++i) {
-      states[i] = Classify(sets_[i]);
-      ++sizes[static_cast<size_t>(states[i])];
-    }
-    std::array<std::vector<DeviceSet>, 4> byKind;
-    for (size_t kind = 0; kind < byKind.size(); ++kind) {
-      byKind[kind].reserve(sizes[kind]);
-    }
-    std::vector<std::tuple<std::string_view, size_t, size_t>> fresh;  // (created, rank, set)
-    fresh.reserve(sizes[static_cast<size_t>(State::kNew)]);
-    for (size_t rank = 0; rank < order_.size(); ++rank) {
-      const size_t i = order_[rank];
-      if (states[i] == State::kNew) {
-        fresh.emplace_back(sets_[i].created, rank, i);
-      } else {
-        byKind[static_cast<size_t>(states[i])].push_back(sets_[i]);
-      }
-    }
-    std::vector<DeviceSet>& mixed = byKind[static_cast<size_t>(State::kMixed)];
-    std::vector<DeviceSet>& held = byKind[static_cast<size_t>(State::kHeld)];
-    std::vector<DeviceSet>& lost = byKind[static_cast<size_t>(State::kLost)];
-    std::sort(fresh.begin(), fresh.end());
-    std::vector<DeviceSet>& freshSets = byKind[static_cast<size_t>(State::kNew)];
-    for (const auto& [created, rank, i] : fresh) {
-      freshSets.push_back(sets_[i]);
-    }
-    for (const DeviceSet& set : mixed) {
-      Gather(set);
+    // Each kind of set in the order it is taken: by key (the sets' own order), new orders
+    // oldest first, then by key.
+    const std::vector<DeviceSet*>& mixed = steps_[static_cast<size_t>(State::kMixed)];
+    const std::vector<DeviceSet*>& held = steps_[static_cast<size_t>(State::kHeld)];
+    const std::vector<DeviceSet*>& lost = steps_[static_cast<size_t>(State::kLost)];
+    std::vector<DeviceSet*>& fresh = steps_[static_cast<size_t>(State::kNew)];
+    std::stable_sort(fresh.begin(), fresh.end(), [](const DeviceSet* a, const DeviceSet* b) {
+      return a->created < b->created;
+    });
+    for (const DeviceSet* set : mixed) {
+      Gather(*set);
     }
     MoveHeld(held);
-    for (const DeviceSet& set : lost) {
-      Rebind(set);
+    for (const DeviceSet* set : lost) {
+      Rebind(*set);
     }
-    for (const DeviceSet& set : freshSets) {
-      BindNew(set);
+    for (const DeviceSet* set : fresh) {
+      BindNew(*set);
     }
     return std::move(decisions_);
   }
@@ -839,46 +821,72 @@ class PassPlanner {
   bool IsPlaced(size_t d) const { return ix_.placedOn[d] != kNone; }
 
   // Sets: the devices attached to one VMI (same namespace, name and UID), and every other
-  // device alone; ordered by key.
+  // device alone; built in the order of their keys.
+  //
+  // The device records are read once, in their own order; everything after works on numbers and
+  // buffers a few bytes per device, so the sets are written in the order they are taken and no
+  // step reaches into a large array at random (each such step missed the cache once the cluster
+  // outgrew it, and made the pass grow faster than the cluster).
   void GroupSets() {
     const std::vector<api::GpuDevice>& devices = ix_.snapshot.devices;
-    // One walk in device order: each device's set, and each set's key in one buffer. Attached
-    // sets are found by key in a table that owns its keys (one entry per VMI, small enough to
-    // stay in cache); every other device starts its own set.
+    // Each device's set, each set's key in one buffer, and each device's name and creation time
+    // in others. Attached sets are found by key in a table that owns its keys (one entry per
+    // VMI, small enough to stay in cache); every other device starts its own set.
     std::vector<size_t> setOf(devices.size());
     std::vector<size_t> leaders;  // each set's first device
-    std::vector<size_t> keyAt;    // each set's key in keys_, then its end
+    std::vector<SetKey> keys;     // each set's key in keys_
+    std::vector<size_t> createdAt(devices.size() + 1);
+    std::vector<char> deleting(devices.size());
     leaders.reserve(devices.size());
-    keyAt.reserve(devices.size() + 1);
+    keys.reserve(devices.size());
+    nameAt_.reserve(devices.size() + 1);
     std::unordered_map<std::string, size_t> attachedSets;
     std::string key;
-    nameAt_.reserve(devices.size() + 1);
     for (size_t d = 0; d < devices.size(); ++d) {
       const api::GpuDevice& device = devices[d];
       nameAt_.push_back(names_.size());
       names_ += device.metadata.name;
-      key.assign(device.metadata.namespaceName);
+      createdAt[d] = created_.size();
+      created_ += device.metadata.creationTimestamp;
+      deleting[d] = device.metadata.deletionTimestamp.has_value() ? 1 : 0;
+      const std::string& ns = device.metadata.namespaceName;
+      key.assign(ns);
       key += '/';
+      SetKey at{
+          Offset(keys_.size()), 0, Offset(ns.size()), 0, 0, device.status.attachment.has_value()};
       if (device.status.attachment) {
+        const api::Attachment& attachment = *device.status.attachment;
         key += "vmi ";
-        key += device.status.attachment->vmiName;
+        at.nameAt = Offset(key.size());
+        at.nameSize = Offset(attachment.vmiName.size());
+        key += attachment.vmiName;
         key += ' ';
-        key += device.status.attachment->vmiUid;
+        key += attachment.vmiUid;
         const auto [it, added] = attachedSets.try_emplace(key, leaders.size());
         setOf[d] = it->second;
         if (!added) {
           continue;
         }
       } else {
+        at.nameAt = Offset(key.size());
+        at.nameSize = Offset(device.metadata.name.size());
         key += device.metadata.name;
         setOf[d] = leaders.size();
       }
-      leaders.push_back(d);
-      keyAt.push_back(keys_.size());
+      at.size = Offset(key.size());
       keys_ += key;
+      leaders.push_back(d);
+      keys.push_back(at);
     }
-    keyAt.push_back(keys_.size());
     nameAt_.push_back(names_.size());
+    createdAt[devices.size()] = created_.size();
+    // The buffers are complete: views into them stay put from here on.
+    auto keyOf = [this, &keys](size_t s) {
+      return std::string_view(keys_).substr(keys[s].at, keys[s].size);
+    };
+    auto createdOf = [this, &createdAt](size_t d) {
+      return std::string_view(created_).substr(createdAt[d], createdAt[d + 1] - createdAt[d]);
+    };
 
     // Members as ranges of one array, in device order.
     std::vector<size_t> start(leaders.size() + 1, 0);
@@ -896,72 +904,94 @@ class PassPlanner {
       }
     }
 
-    // Needs and the earliest creation time, walking the sets in their leaders' order (so the
-    // devices nearly in order); counts go to one array per kind, creation times to one buffer
-    // (the oldest-first sort then compares within it).
-    std::vector<DeviceSet> sets(leaders.size());
-    std::vector<std::array<size_t, 6>> ranges(leaders.size());  // class, resource, created
+    // The sets in key order, each from its members' numbers, and sorted into the steps that take
+    // them as they are made. Counts go to one array per kind, sized for the worst case (a count
+    // per device) so the views into them stay put; sets_ too, for the pointers.
+    const std::vector<size_t> order = OrderByKey(leaders, keys, keyOf);
+    sets_.reserve(order.size());
+    classCounts_.reserve(devices.size());
+    resourceCounts_.reserve(devices.size());
+    keyMembers_.reserve(devices.size());
     std::vector<std::pair<size_t, int64_t>> byClass, byResource;
-    for (size_t s = 0; s < leaders.size(); ++s) {
-      const api::GpuDevice& leader = devices[leaders[s]];
-      DeviceSet& set = sets[s];
-      set.members = std::span<const size_t>(members_).subspan(start[s], start[s + 1] - start[s]);
-      set.attached = leader.status.attachment.has_value();
-      set.vmi = ix_.AttachedVmi(leaders[s]);
-      std::string_view created = leader.metadata.creationTimestamp;
+    for (const size_t s : order) {
+      const size_t leader = leaders[s];
+      DeviceSet set;
+      set.key = keyOf(s);
+      set.namespaceName = set.key.substr(0, keys[s].nsSize);
+      set.name = set.key.substr(keys[s].nameAt, keys[s].nameSize);
+      set.attached = keys[s].attached;
+      set.vmi = ix_.AttachedVmi(leader);
+      // The members again, in the sets' order, so every later step reads them in sequence.
+      keyMembers_.insert(keyMembers_.end(),
+                         members_.begin() + static_cast<std::ptrdiff_t>(start[s]),
+                         members_.begin() + static_cast<std::ptrdiff_t>(start[s + 1]));
+      set.members = std::span<const size_t>(
+          keyMembers_.data() + keyMembers_.size() - (start[s + 1] - start[s]),
+          start[s + 1] - start[s]);
+      set.node = ix_.placedOn[set.members.front()];
+      set.created = createdOf(leader);
       byClass.clear();
       byResource.clear();
       for (const size_t d : set.members) {
-        const api::GpuDevice& device = devices[d];
-        created = std::min<std::string_view>(created, device.metadata.creationTimestamp);
-        set.memberDeleting = set.memberDeleting || device.metadata.deletionTimestamp.has_value();
-        set.checkMembers = set.checkMembers || set.memberDeleting;
-        if (ix_.deviceClass[d] != kNone) {
-          const ClassInfo& info = ix_.classes[ix_.deviceClass[d]];
-          set.checkMembers = set.checkMembers || info.gpuClass->metadata.deletionTimestamp ||
-                             (info.maxCount && device.spec.count > *info.maxCount);
-        }
-        set.needs.total += device.spec.count;
+        set.created = std::min(set.created, createdOf(d));
+        set.memberDeleting = set.memberDeleting || deleting[d] != 0;
         const size_t c = ix_.deviceClass[d];
+        set.needs.total += ix_.ordered[d];
         if (c == kNone) {
-          set.needs.unknownClass = device.spec.className;
-        } else {
-          AddCount(byClass, c, device.spec.count);
-          AddCount(byResource, ix_.classes[c].resource, device.spec.count);
+          set.needs.unknownClass = devices[d].spec.className;  // rare: read the record
+          continue;
         }
+        const ClassInfo& info = ix_.classes[c];
+        set.checkMembers = set.checkMembers || info.gpuClass->metadata.deletionTimestamp ||
+                           (info.maxCount && ix_.ordered[d] > *info.maxCount);
+        AddCount(byClass, c, ix_.ordered[d]);
+        AddCount(byResource, info.resource, ix_.ordered[d]);
       }
-      ranges[s] = {classCounts_.size(), byClass.size(),  resourceCounts_.size(),
-                   byResource.size(),   created_.size(), created.size()};
+      set.checkMembers = set.checkMembers || set.memberDeleting;
+      set.needs.byClass = Counts(classCounts_.data() + classCounts_.size(), byClass.size());
+      set.needs.byResource =
+          Counts(resourceCounts_.data() + resourceCounts_.size(), byResource.size());
       classCounts_.insert(classCounts_.end(), byClass.begin(), byClass.end());
       resourceCounts_.insert(resourceCounts_.end(), byResource.begin(), byResource.end());
-      created_ += created;
+      sets_.push_back(set);
+      DeviceSet& made = sets_.back();
+      const State state = Classify(made);
+      if (state == State::kHeld && StaysPut(made)) {
+        staying_.push_back({made.node, &made, made.members});  // decided while at hand
+      } else {
+        steps_[static_cast<size_t>(state)].push_back(&made);
+      }
     }
-    // The buffers are complete: now views into them stay put.
-    for (size_t s = 0; s < sets.size(); ++s) {
-      const auto& [classAt, classes, resourceAt, resources, createdAt, createdSize] = ranges[s];
-      DeviceSet& set = sets[s];
-      set.needs.byClass = Counts(classCounts_).subspan(classAt, classes);
-      set.needs.byResource = Counts(resourceCounts_).subspan(resourceAt, resources);
-      set.created = std::string_view(created_).substr(createdAt, createdSize);
-      set.key = std::string_view(keys_).substr(keyAt[s], keyAt[s + 1] - keyAt[s]);
-      // "ns/vmi <name> <uid>" or "ns/<device>"
-      const api::GpuDevice& leader = devices[leaders[s]];
-      const size_t nsSize = leader.metadata.namespaceName.size();
-      set.namespaceName = set.key.substr(0, nsSize);
-      set.name = set.attached ? set.key.substr(nsSize + 5, leader.status.attachment->vmiName.size())
-                              : set.key.substr(nsSize + 1);
-    }
-
-    sets_ = std::move(sets);
-    OrderSets(leaders);
   }
+
+  // An offset into the pass's buffers, which hold a few bytes per device: 4 GiB of keys is
+  // beyond any snapshot this process could hold.
+  static uint32_t Offset(size_t value) {
+    if (value > std::numeric_limits<uint32_t>::max()) {
+      throw std::length_error("placement pass: buffer offset past 4 GiB");
+    }
+    return static_cast<uint32_t>(value);
+  }
+
+  // Where a set's key, and its namespace and name within it, sit in keys_. Kept small: the
+  // sort reads these at random.
+  struct SetKey {
+    uint32_t at;
+    uint32_t size;
+    uint32_t nsSize;
+    uint32_t nameAt;  // within the key
+    uint32_t nameSize;
+    bool attached;
+  };
 
   // The sets by key, "ns/..." compared as bytes, without one big sort by strings: namespaces are
   // ranked by "ns/" (different namespaces differ within that prefix, since a namespace holds no
   // '/'), the sets are bucketed by that rank, and only the few sets of one namespace are sorted
   // by the rest of their keys. A tenant's sets are a small group however large the cluster, so
   // this grows with the cluster rather than by n log n over long shared prefixes.
-  void OrderSets(const std::vector<size_t>& leaders) {
+  template <typename KeyOf>
+  std::vector<size_t> OrderByKey(const std::vector<size_t>& leaders,
+                                 const std::vector<SetKey>& keys, const KeyOf& keyOf) const {
     const std::vector<const std::string*>& names = ix_.nsNames;
     std::vector<size_t> byName(names.size());
     for (size_t i = 0; i < byName.size(); ++i) {
@@ -980,19 +1010,19 @@ class PassPlanner {
     for (size_t r = 0; r < names.size(); ++r) {
       bucketAt[r + 1] += bucketAt[r];
     }
-    order_.resize(sets_.size());
+    std::vector<size_t> order(leaders.size());
     std::vector<size_t> next(bucketAt.begin(), bucketAt.end() - 1);
-    for (size_t s = 0; s < sets_.size(); ++s) {
-      order_[next[rank[ix_.nsOf[leaders[s]]]]++] = s;
+    for (size_t s = 0; s < leaders.size(); ++s) {
+      order[next[rank[ix_.nsOf[leaders[s]]]]++] = s;
     }
     for (size_t r = 0; r < names.size(); ++r) {
-      const auto first = order_.begin() + static_cast<std::ptrdiff_t>(bucketAt[r]);
-      const auto last = order_.begin() + static_cast<std::ptrdiff_t>(bucketAt[r + 1]);
-      const size_t prefix = names[byName[r]]->size() + 1;
-      std::sort(first, last, [this, prefix](size_t a, size_t b) {
-        return sets_[a].key.substr(prefix) < sets_[b].key.substr(prefix);
+      const auto first = order.begin() + static_cast<std::ptrdiff_t>(bucketAt[r]);
+      const auto last = order.begin() + static_cast<std::ptrdiff_t>(bucketAt[r + 1]);
+      std::sort(first, last, [&keys, &keyOf](size_t a, size_t b) {
+        return keyOf(a).substr(keys[a].nsSize) < keyOf(b).substr(keys[b].nsSize);
       });
     }
+    return order;
   }
 
   // a + "/" < b + "/", as bytes, without building either.
@@ -1012,7 +1042,7 @@ class PassPlanner {
   State Classify(const DeviceSet& set) const {
     size_t placed = 0, lostCount = 0, pending = 0;
     bool oneNode = true;
-    const size_t firstNode = ix_.placedOn[set.members.front()];
+    const size_t firstNode = set.node;
     for (const size_t d : set.members) {
       if (IsPlaced(d)) {
         ++placed;
@@ -1058,7 +1088,7 @@ class PassPlanner {
   // moved to its new place, not freed and allocated again.
   void AdjustFree(size_t node, size_t resource, int64_t delta) {
     int64_t& free = free_[ix_.At(node, resource)];
-    if (ix_.eligibility[node].eligible) {
+    if (ix_.takesBinds[node]) {
       for (const size_t c : classesByResource_[resource]) {
         if (ix_.classes[c].servesNode[node]) {
           auto entry = byFree_[c].extract({free, node});
@@ -1089,7 +1119,7 @@ class PassPlanner {
     if (set.vmi && !set.vmi->tolerations.empty()) {
       return CheckNodeEligibility(*ix_.nodes[node], set.vmi->tolerations).eligible;
     }
-    return ix_.eligibility[node].eligible;
+    return ix_.takesBinds[node] != 0;
   }
 
   // How many units would be left free on the node after placing the set, or nullopt when it
@@ -1202,6 +1232,17 @@ class PassPlanner {
     std::string reason;
   };
 
+  // The common case of a held set, decided from numbers: it stays on a node that takes binds (so
+  // no taint that its tolerations could matter for) and serves every class of the set.
+  bool StaysPut(const DeviceSet& set) const {
+    const size_t n = set.node;
+    return set.needs.unknownClass.empty() && ix_.IsNode(n) && ix_.takesBinds[n] &&
+           std::all_of(set.needs.byClass.begin(), set.needs.byClass.end(),
+                       [this, n](const auto& entry) {
+                         return ix_.classes[entry.first].servesNode[n] != 0;
+                       });
+  }
+
   // A held set that stays, with its members at hand: the keep decisions go out by node, and
   // reaching into the sets in that order missed the cache once they outgrew it.
   struct Staying {
@@ -1211,23 +1252,14 @@ class PassPlanner {
   };
 
   // Step 2: held sets stay unless their node cannot keep them.
-  void MoveHeld(std::vector<DeviceSet>& held) {
+  void MoveHeld(const std::vector<DeviceSet*>& held) {
     std::vector<Leaving> mustLeave;
     std::vector<Leaving> cordoned;
-    std::vector<Staying> staying;  // by node below
-    staying.reserve(held.size());
-    for (DeviceSet& heldSet : held) {
-      DeviceSet* set = &heldSet;
-      const size_t n = ix_.placedOn[set->members.front()];
-      // The common case, decided from numbers: a node that takes binds (so no taint a set's
-      // tolerations could matter for), serving every class of the set.
-      if (set->needs.unknownClass.empty() && ix_.IsNode(n) && ix_.eligibility[n].eligible &&
-          std::all_of(
-              set->needs.byClass.begin(), set->needs.byClass.end(),
-              [this, n](const auto& entry) { return ix_.classes[entry.first].servesNode[n]; })) {
-        staying.push_back({n, set, set->members});
-        continue;
-      }
+    // Held sets that StaysPut kept were put here as the sets were made; a set this loop keeps
+    // sits on a node that does not take binds, so never on the same node as those.
+    std::vector<Staying>& staying = staying_;
+    for (DeviceSet* set : held) {
+      const size_t n = set->node;
       const std::string nodeName(ix_.NodeName(n));
       if (!set->needs.unknownClass.empty()) {
         Decide(*set, Action::kKeep, nodeName, ClassMissing(*set) + "; left in place");
@@ -1467,13 +1499,15 @@ class PassPlanner {
   UsageBy passUsage_;
   std::vector<std::string_view> chain_;  // BudgetChain's buffer
   // What the sets view: members, needs and keys of every set, each in one array.
-  std::vector<size_t> members_;
+  std::vector<size_t> members_;     // by set in their first devices' order
+  std::vector<size_t> keyMembers_;  // by set in key order: what the sets view
   std::vector<std::pair<size_t, int64_t>> classCounts_;
   std::vector<std::pair<size_t, int64_t>> resourceCounts_;
   std::string keys_;
   std::string created_;
-  std::vector<DeviceSet> sets_;  // in their first devices' order
-  std::vector<size_t> order_;    // the sets by key
+  std::vector<DeviceSet> sets_;                   // by key
+  std::array<std::vector<DeviceSet*>, 4> steps_;  // by State: the sets each step takes, by key
+  std::vector<Staying> staying_;  // held sets StaysPut kept, by key until MoveHeld orders them
   std::vector<Decision> decisions_;
   std::string names_;           // every device's name, in device order
   std::vector<size_t> nameAt_;  // by device: where its name starts in names_, then the end
