@@ -79,6 +79,8 @@ class Model {
   // Reads and indexes the snapshot, which must outlive the model. Throws InvalidSnapshot on a
   // budget or GPU request it cannot read: every caller fails rather than skipping it.
   explicit Model(const Snapshot& snapshot);
+  // The index views the snapshot's strings: a temporary snapshot would leave it dangling.
+  explicit Model(const Snapshot&& snapshot) = delete;
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;

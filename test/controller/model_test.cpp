@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <type_traits>
+
 #include "controller/model/errors.h"
 #include "test/controller/model_fixtures.h"
 
@@ -142,7 +144,8 @@ TEST(CoverageC11C14C15, TwoNamedReaders) {
       {"C11 Lost device, pod not listed", DevicePhase::kLost, false, 3, 1},
   };
   for (const Case& c : cases) {
-    const Model model(VmiSnapshot(c.phase, c.listed));
+    const Snapshot snapshot = VmiSnapshot(c.phase, c.listed);  // outlives the model
+    const Model model(snapshot);
     EXPECT_EQ(FreeOn(model, "n1", "a100"), c.nodeFree) << c.what;
     const RemainingBudget remaining = model.Remaining("tenant-a", "a100");
     EXPECT_EQ(remaining.remaining, c.rawRemaining) << c.what;
@@ -592,6 +595,12 @@ TEST(PlacementE1, NewOrdersAgainstTheirClass) {
     EXPECT_EQ(decision.action, c.action) << c.what << ": " << decision.reason;
   }
 }
+
+// The model views the snapshot's strings rather than copying them, so a temporary snapshot must
+// not bind: it would be gone before the first lookup.
+static_assert(std::is_constructible_v<Model, const Snapshot&>);
+static_assert(!std::is_constructible_v<Model, Snapshot&&>);
+static_assert(!std::is_constructible_v<Model, const Snapshot&&>);
 
 // D5 fixes the order of a pass's steps; within a step the sets go in the order of their keys,
 // "ns/<device>" or "ns/vmi <name> <uid>", compared as bytes, so every caller given the same
