@@ -786,6 +786,14 @@ class PassPlanner {
         }
       }
     }
+    // Nodes that hold more than they serve; none becomes so during the pass (sets are placed
+    // only where they fit).
+    overfull_.assign(ix.nodes.size(), 0);
+    for (size_t n = 0; n < ix.nodes.size(); ++n) {
+      for (size_t r = 0; r < ix.resources.size(); ++r) {
+        overfull_[n] = static_cast<char>(overfull_[n] || FreeAt(n, r) < 0);
+      }
+    }
     // One decision per device: sized once, not regrown (each regrowth touches fresh pages).
     decisions_.reserve(ix.snapshot.devices.size());
     GroupSets();
@@ -953,13 +961,14 @@ class PassPlanner {
           Counts(resourceCounts_.data() + resourceCounts_.size(), byResource.size());
       classCounts_.insert(classCounts_.end(), byClass.begin(), byClass.end());
       resourceCounts_.insert(resourceCounts_.end(), byResource.begin(), byResource.end());
-      sets_.push_back(set);
-      DeviceSet& made = sets_.back();
-      const State state = Classify(made);
-      if (state == State::kHeld && StaysPut(made)) {
-        staying_.push_back({made.node, &made, made.members});  // decided while at hand
+      // A held set that stays is decided while at hand and not kept: its members are all its
+      // keep decisions need. The other sets wait for their steps.
+      const State state = Classify(set);
+      if (state == State::kHeld && StaysPut(set)) {
+        staying_.push_back({set.node, nullptr, set.members});
       } else {
-        steps_[static_cast<size_t>(state)].push_back(&made);
+        sets_.push_back(set);
+        steps_[static_cast<size_t>(state)].push_back(&sets_.back());
       }
     }
   }
@@ -1234,9 +1243,10 @@ class PassPlanner {
 
   // The common case of a held set, decided from numbers: it stays on a node that takes binds (so
   // no taint that its tolerations could matter for) and serves every class of the set.
+  // A node holding more than it serves (EvictOverCapacity) is left to MoveHeld, whole.
   bool StaysPut(const DeviceSet& set) const {
     const size_t n = set.node;
-    return set.needs.unknownClass.empty() && ix_.IsNode(n) && ix_.takesBinds[n] &&
+    return set.needs.unknownClass.empty() && ix_.IsNode(n) && ix_.takesBinds[n] && !overfull_[n] &&
            std::all_of(set.needs.byClass.begin(), set.needs.byClass.end(),
                        [this, n](const auto& entry) {
                          return ix_.classes[entry.first].servesNode[n] != 0;
@@ -1247,7 +1257,7 @@ class PassPlanner {
   // reaching into the sets in that order missed the cache once they outgrew it.
   struct Staying {
     size_t node;
-    DeviceSet* set;
+    DeviceSet* set;  // null for those StaysPut kept: never on a node EvictOverCapacity looks at
     std::span<const size_t> members;
   };
 
@@ -1508,6 +1518,7 @@ class PassPlanner {
   std::vector<DeviceSet> sets_;                   // by key
   std::array<std::vector<DeviceSet*>, 4> steps_;  // by State: the sets each step takes, by key
   std::vector<Staying> staying_;  // held sets StaysPut kept, by key until MoveHeld orders them
+  std::vector<char> overfull_;    // by node
   std::vector<Decision> decisions_;
   std::string names_;           // every device's name, in device order
   std::vector<size_t> nameAt_;  // by device: where its name starts in names_, then the end
