@@ -6,7 +6,6 @@
 #include <memory>
 #include <span>
 #include <stdexcept>
-#include <tuple>
 #include <unordered_map>
 
 #include "api/json_field.h"
