@@ -166,8 +166,13 @@ TEST_F(FakeKubeletTool, ServesTheFileAndFollowsItsChanges) {
 
   WriteScenario(R"({"allocatable": [{"resource": "r", "ids": ["42", "43"]}],
                     "pods": [{"namespace": "n", "name": "p", "containers": []}]})");
+  // Both answers of the new file: one fetch is two calls (allocatable, then the pods), and a
+  // change of the file may land between them, so a fetch can pair the old allocatable with the
+  // new pods, as a real kubelet's two answers can disagree for a moment.
   result = FetchUntil(client, [](const FetchResult& r) {
-    return r.state == FetchState::kOk && r.allocation->pods.size() == 1;
+    return r.state == FetchState::kOk && r.allocation->pods.size() == 1 &&
+           r.allocation->allocatable.count("r") == 1 &&
+           r.allocation->allocatable.at("r").size() == 2;
   });
   ASSERT_EQ(result.state, FetchState::kOk) << result.message;
   EXPECT_EQ(result.allocation->allocatable.at("r").size(), 2u);
