@@ -780,7 +780,7 @@ class PassPlanner {
     for (size_t c = 0; c < ix.classes.size(); ++c) {
       classesByResource_[ix.classes[c].resource].push_back(c);
       for (size_t node : ix.classes[c].nodes) {
-        if (ix.eligibility[node].eligible) {
+        if (ix.takesBinds[node]) {
           byFree_[c].emplace(FreeAt(node, ix.classes[c].resource), node);
         }
       }
@@ -903,11 +903,11 @@ class PassPlanner {
     for (size_t s = 0; s < leaders.size(); ++s) {
       start[s + 1] += start[s];
     }
-    members_.resize(devices.size());
+    std::vector<size_t> members(devices.size());  // by set in their first devices' order
     {
       std::vector<size_t> next(start.begin(), start.end() - 1);
       for (size_t d = 0; d < devices.size(); ++d) {
-        members_[next[setOf[d]]++] = d;
+        members[next[setOf[d]]++] = d;
       }
     }
 
@@ -929,9 +929,8 @@ class PassPlanner {
       set.attached = keys[s].attached;
       set.vmi = ix_.AttachedVmi(leader);
       // The members again, in the sets' order, so every later step reads them in sequence.
-      keyMembers_.insert(keyMembers_.end(),
-                         members_.begin() + static_cast<std::ptrdiff_t>(start[s]),
-                         members_.begin() + static_cast<std::ptrdiff_t>(start[s + 1]));
+      keyMembers_.insert(keyMembers_.end(), members.begin() + static_cast<std::ptrdiff_t>(start[s]),
+                         members.begin() + static_cast<std::ptrdiff_t>(start[s + 1]));
       set.members = std::span<const size_t>(
           keyMembers_.data() + keyMembers_.size() - (start[s + 1] - start[s]),
           start[s + 1] - start[s]);
@@ -1508,8 +1507,7 @@ class PassPlanner {
   UsageBy passUsage_;
   std::vector<std::string_view> chain_;  // BudgetChain's buffer
   // What the sets view: members, needs and keys of every set, each in one array.
-  std::vector<size_t> members_;     // by set in their first devices' order
-  std::vector<size_t> keyMembers_;  // by set in key order: what the sets view
+  std::vector<size_t> keyMembers_;  // each set's members, the sets in key order
   std::vector<std::pair<size_t, int64_t>> classCounts_;
   std::vector<std::pair<size_t, int64_t>> resourceCounts_;
   std::string keys_;

@@ -57,12 +57,6 @@ bool TenantTree::IsTenant(std::string_view name) const {
   return std::binary_search(tenants_.begin(), tenants_.end(), name);
 }
 
-std::vector<std::string> TenantTree::BudgetChain(std::string_view name) const {
-  std::vector<std::string_view> views;
-  BudgetChain(name, views);
-  return {views.begin(), views.end()};
-}
-
 void TenantTree::BudgetChain(std::string_view name, std::vector<std::string_view>& chain) const {
   chain.clear();
   chain.push_back(name);

@@ -28,10 +28,8 @@ class TenantTree {
   const std::vector<std::string>& Tenants() const { return tenants_; }
   bool IsTenant(std::string_view name) const;
   // The namespace, then its ancestors nearest first (parent, ..., root): whose budgets cap an
-  // order made in it.
-  std::vector<std::string> BudgetChain(std::string_view name) const;
-  // The same into a buffer the caller reuses (per order, the pass allocates nothing). The views
-  // live as long as the tree and `name`.
+  // order made in it. Written into a buffer the caller reuses (per order, the pass allocates
+  // nothing); the views live as long as the tree and `name`.
   void BudgetChain(std::string_view name, std::vector<std::string_view>& chain) const;
 
  private:
