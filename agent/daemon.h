@@ -1,15 +1,15 @@
-// The gpu-agent daemon: one sd-event loop whose sources are the udev monitor, timers (debounce,
-// pod-resources re-read, slow resync, publish retry), signals (SIGTERM stops, SIGHUP rescans)
-// work posted by other threads, and the D-Bus connection (agent/dbus). Each pass scans sysfs,
-// counts units from the last pod-resources answer, builds the GPUNode status and hands it to the
-// publisher when it changed.
+// The gpu-agent daemon: one runtime::Loop whose inputs are sources (agent/sources): device
+// events, kubelet's pod-resources, the node's pods and the publisher. When any of them says its
+// input changed, the daemon runs the scan pass (agent/status/scan_pass.h, the same one `scan`
+// runs) and offers the status to the publisher when it changed. Timers: the debounce, the mdev
+// link retry, the slow resync and the health heartbeat; signals: SIGTERM/SIGINT stop, SIGHUP
+// rescans; D-Bus (agent/dbus) serves the inventory from the same loop.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,54 +17,18 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/dbus/service.h"
-#include "agent/health_server.h"
 #include "agent/metrics.h"
-#include "agent/units.h"
-#include "agent/units_tracker.h"
+#include "agent/sources/device_events.h"
+#include "agent/sources/pod_resources.h"
+#include "agent/sources/pod_watch.h"
+#include "agent/sources/publish.h"
+#include "agent/status/scan_pass.h"
 #include "podresources/client.h"
+#include "runtime/health_server.h"
+#include "runtime/loop.h"
 #include "sysfs/scanner.h"
 
-struct sd_event;
-struct sd_event_source;
-struct signalfd_siginfo;
-struct udev;
-struct udev_monitor;
-
 namespace cozy::agent {
-
-// Where the desired status goes (the API server's GPUNode, in `run`). Called on the loop.
-class StatusPublisher {
- public:
-  virtual ~StatusPublisher() = default;
-  // Publishes the agent-owned status fields. nullopt: done (written, or nothing to write);
-  // a delay: a transient failure, call again with the then-current status after it.
-  virtual std::optional<std::chrono::milliseconds> Publish(const nlohmann::json& status) = 0;
-  // nullopt when Publish may write now; else how long to wait first (a client-side rate limit
-  // that would otherwise sleep inside the request and stall the loop). Waiting is not a failure.
-  virtual std::optional<std::chrono::milliseconds> ReadyIn() { return std::nullopt; }
-};
-
-// Something the loop drives through its sockets and a deadline (the pod watch): Step() does
-// the work that is ready without blocking long and says when it wants to be stepped again.
-class LoopDriven {
- public:
-  struct Fd {
-    int fd;
-    bool read;
-    bool write;
-  };
-  virtual ~LoopDriven() = default;
-  virtual std::chrono::steady_clock::time_point Step(std::chrono::steady_clock::time_point now) = 0;
-  virtual std::vector<Fd> Fds() = 0;
-};
-
-// The node's pods as the loop sees them: phases by "namespace/name".
-class PodWatch : public LoopDriven {
- public:
-  // The phases after the last Step(); `changed` says whether they differ from the step before.
-  virtual const PodPhases& Phases(bool& changed) = 0;
-  virtual bool Synced() const = 0;
-};
 
 struct DaemonOptions {
   std::string nodeName;
@@ -75,8 +39,12 @@ struct DaemonOptions {
   std::chrono::milliseconds resync{std::chrono::minutes(10)};
   std::chrono::milliseconds mdevLinkRetry{250};
   int mdevLinkRetries = 8;
+  // The first pass waits this long at most for every source's first answer.
+  std::chrono::milliseconds startupWait{std::chrono::seconds(10)};
+  // kubelet silent this long: the status says since when its counts are (staleUnits).
+  std::chrono::milliseconds staleAfter{std::chrono::minutes(1)};
   std::string udevSource = "auto";  // auto (udev if /run/udev/control exists), udev, kernel, off
-  std::optional<PodPhases> fixedPodPhases;  // test-only --pod-phases; else from PostPodPhases
+  std::optional<PodPhases> fixedPodPhases;  // test-only --pod-phases; else the pod watch's
   std::string healthAddress = "off";        // "host:port", ":port" or "off"
   std::string dbus = "off";                 // "system", "session" or "off"
   std::string version;
@@ -87,13 +55,17 @@ struct DaemonCounters {
   int64_t deviceEvents = 0;
   int64_t debouncedRescans = 0;  // rescans that device events asked for
   int64_t podResourcesFetches = 0;
-  int64_t publishes = 0;
+  int64_t publishes = 0;           // attempts that changed the object
+  int64_t publishesUnchanged = 0;  // attempts that found nothing to write
   int64_t publishFailures = 0;
-  int64_t publishWaits = 0;  // publishes postponed by the client-side rate limit
+  int64_t publishWaits = 0;      // publishes postponed by the client-side rate limit
+  int64_t callbackFailures = 0;  // loop callbacks that threw (logged, survived)
 };
 
 class Daemon {
  public:
+  // `publisher`: where the status goes (none: discover and serve only). `podWatch`: the node's
+  // pods (none: DaemonOptions::fixedPodPhases, else phases posted with PostPodPhases).
   Daemon(DaemonOptions options, std::unique_ptr<StatusPublisher> publisher,
          std::unique_ptr<PodWatch> podWatch = nullptr);
   ~Daemon();
@@ -103,74 +75,58 @@ class Daemon {
   // Runs until SIGTERM/SIGINT or Stop(); returns the process exit code.
   int Run();
 
-  // Thread-safe: runs `work` on the loop thread soon (how threaded libraries reach the loop).
-  void Post(std::function<void()> work);
-  // Thread-safe: the node's pod phases changed (pod watch): re-read pod-resources.
+  // Thread-safe: runs `work` on the loop thread soon.
+  void Post(std::function<void()> work) { loop_.Post(std::move(work)); }
+  // Thread-safe: the node's pod phases changed (tests, and a daemon without a pod watch).
   void PostPodPhases(PodPhases phases);
-  void Stop();
+  void Stop() { loop_.RequestExit(0); }
 
-  // Loop-thread state, for the D-Bus and HTTP views.
+  // Loop-thread state, for the D-Bus and HTTP views (and tests once Run returned).
   // The Inventory property: the status as compact JSON; "{}" before the first pass.
   std::string InventoryJson() const;
   const nlohmann::json& status() const { return status_; }
-  const DaemonCounters& counters() const { return counters_; }
+  DaemonCounters counters() const;
   bool ready() const { return ready_; }
   // The health server's bound port (after Run() started it), for tests listening on ":0".
   int healthPort() const { return health_.port(); }
 
  private:
-  static int OnSignal(sd_event_source* source, const ::signalfd_siginfo* info, void* self);
-  static int OnUdev(sd_event_source* source, int fd, uint32_t events, void* self);
-  static int OnTimer(sd_event_source* source, uint64_t usec, void* self);
-  static int OnPosted(sd_event_source* source, int fd, uint32_t events, void* self);
-  static int OnPodWatchIo(sd_event_source* source, int fd, uint32_t events, void* self);
-  void StepPodWatch();
-
   bool SetUp();
-  void OpenUdevMonitor();
-  void ArmTimer(sd_event_source*& source, std::chrono::milliseconds delay);
-  void RequestRescan(const std::string& reason);
-  void Rescan();
-  void FetchPodResources();
-  void PublishCurrent();
+  void OnSourceChanged(std::string_view reason, bool debounce);
+  void RefreshAll(std::string_view why, bool force);
+  void Pass();
   void NotifyStatus();
   void UpdateMetrics();
 
   DaemonOptions options_;
-  std::unique_ptr<StatusPublisher> publisher_;
+  runtime::Loop loop_;  // first: outlives every source registered on it
+  DeviceEvents deviceEvents_;
+  PodResourcesSource podResources_;
   std::unique_ptr<PodWatch> podWatch_;
-  std::vector<sd_event_source*> podWatchSources_;
-  sd_event_source* podWatchTimer_ = nullptr;
-  podresources::Client podResources_;
-  UnitsTracker units_;
-  PodPhases podPhases_;
+  std::unique_ptr<PublishSource> publisher_;
+  std::vector<Source*> sources_;
 
-  sd_event* event_ = nullptr;
-  udev* udev_ = nullptr;
-  udev_monitor* monitor_ = nullptr;
-  sd_event_source* udevSource_ = nullptr;
-  sd_event_source* debounceTimer_ = nullptr;
-  sd_event_source* fetchTimer_ = nullptr;
-  sd_event_source* resyncTimer_ = nullptr;
-  sd_event_source* publishTimer_ = nullptr;
-  sd_event_source* mdevTimer_ = nullptr;
-  sd_event_source* heartbeatTimer_ = nullptr;
-  sd_event_source* postedSource_ = nullptr;
-  int postedFd_ = -1;
-  std::mutex postedMutex_;
-  std::vector<std::function<void()>> posted_;
+  runtime::Signal sigterm_;
+  runtime::Signal sigint_;
+  runtime::Signal sighup_;
+  runtime::Timer debounce_;
+  runtime::Timer mdevRetry_;
+  runtime::Timer resync_;
+  runtime::Timer heartbeat_;
+  runtime::Timer startup_;
 
-  nlohmann::json status_;
-  std::optional<nlohmann::json> publishedStatus_;
-  bool publishPending_ = false;
+  PodPhases postedPodPhases_;
+  bool started_ = false;  // the first pass ran
   bool ready_ = false;
   int mdevRetriesLeft_ = 0;
+  int64_t scans_ = 0;
+  int64_t debouncedRescans_ = 0;
+  nlohmann::json status_;
+  StatusCounts counts_;
   std::vector<std::string> loggedProblems_;
-  std::string lastPodResourcesState_;
-  DaemonCounters counters_;
-  HealthServer health_;
+  runtime::HealthServer health_;
   MetricsSnapshot metrics_;
-  std::unique_ptr<DbusService> dbus_;  // sources on event_: destroyed before it
+  std::unique_ptr<DbusService> dbus_;  // sources on loop_: destroyed before it
 };
 
 }  // namespace cozy::agent

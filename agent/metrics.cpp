@@ -1,48 +1,11 @@
 #include "agent/metrics.h"
 
-#include <cstdio>
-
 namespace cozy::agent {
-namespace {
 
-std::string Number(double value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.9g", value);
-  return buffer;
-}
-
-class Writer {
- public:
-  void Family(const std::string& name, const std::string& type, const std::string& help) {
-    out_ += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
-  }
-  void Sample(const std::string& name, const std::string& labels, double value) {
-    out_ += name + (labels.empty() ? "" : "{" + labels + "}") + " " + Number(value) + "\n";
-  }
-  std::string Take() { return std::move(out_); }
-
- private:
-  std::string out_;
-};
-
-std::string Label(const std::string& key, const std::string& value) {
-  return key + "=\"" + value + "\"";
-}
-
-}  // namespace
-
-void ScanDurationHistogram::Observe(double seconds) {
-  for (size_t i = 0; i < kScanDurationBuckets.size(); ++i) {
-    if (seconds <= kScanDurationBuckets[i]) {
-      ++buckets[i];
-    }
-  }
-  ++count;
-  sum += seconds;
-}
+using runtime::Label;
 
 std::string RenderMetrics(const MetricsSnapshot& snapshot) {
-  Writer out;
+  runtime::MetricsWriter out;
   out.Family("gpu_agent_info", "gauge", "Build information of the running gpu-agent.");
   out.Sample("gpu_agent_info", Label("version", snapshot.version), 1);
 
@@ -51,16 +14,7 @@ std::string RenderMetrics(const MetricsSnapshot& snapshot) {
 
   out.Family("gpu_agent_scan_duration_seconds", "histogram",
              "Time one discovery pass took, sysfs and unit counting included.");
-  for (size_t i = 0; i < kScanDurationBuckets.size(); ++i) {
-    out.Sample("gpu_agent_scan_duration_seconds_bucket",
-               Label("le", Number(kScanDurationBuckets[i])),
-               static_cast<double>(snapshot.scanDuration.buckets[i]));
-  }
-  out.Sample("gpu_agent_scan_duration_seconds_bucket", Label("le", "+Inf"),
-             static_cast<double>(snapshot.scanDuration.count));
-  out.Sample("gpu_agent_scan_duration_seconds_sum", "", snapshot.scanDuration.sum);
-  out.Sample("gpu_agent_scan_duration_seconds_count", "",
-             static_cast<double>(snapshot.scanDuration.count));
+  snapshot.scanDuration.Write(out, "gpu_agent_scan_duration_seconds");
 
   out.Family("gpu_agent_device_events_total", "counter",
              "Kernel or udev device events received (pci, mdev, vfio).");
@@ -82,11 +36,16 @@ std::string RenderMetrics(const MetricsSnapshot& snapshot) {
              "1 while kubelet cannot answer and the last counts are kept.");
   out.Sample("gpu_agent_units_stale", "", snapshot.podResourcesStale ? 1 : 0);
 
-  out.Family("gpu_agent_patches_total", "counter", "GPUNode writes, by result.");
-  out.Sample("gpu_agent_patches_total", Label("result", "success"),
-             static_cast<double>(snapshot.patchesSucceeded));
-  out.Sample("gpu_agent_patches_total", Label("result", "failure"),
-             static_cast<double>(snapshot.patchesFailed));
+  out.Family("gpu_agent_publishes_total", "counter",
+             "GPUNode publish attempts, by result: written (the object changed), unchanged "
+             "(nothing to write), failed, waited (postponed by the client-side rate limit).");
+  for (const auto& [result, count] : snapshot.publishes) {
+    out.Sample("gpu_agent_publishes_total", Label("result", result), static_cast<double>(count));
+  }
+  out.Family("gpu_agent_loop_callback_failures_total", "counter",
+             "Event-loop callbacks that threw; each is logged and the loop goes on.");
+  out.Sample("gpu_agent_loop_callback_failures_total", "",
+             static_cast<double>(snapshot.callbackFailures));
 
   out.Family("gpu_agent_devices", "gauge", "GPU functions of this node, by health.");
   for (const auto& [health, count] : snapshot.devicesByHealth) {

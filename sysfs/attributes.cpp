@@ -8,20 +8,6 @@ namespace {
 
 bool IsBlank(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
-std::string_view Trim(std::string_view text) {
-  while (!text.empty() && IsBlank(text.front())) {
-    text.remove_prefix(1);
-  }
-  while (!text.empty() && IsBlank(text.back())) {
-    text.remove_suffix(1);
-  }
-  return text;
-}
-
-bool IsHexDigit(char c) {
-  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-}
-
 // Shows a bad value in an error message: quoted, control bytes escaped, cut after 40 bytes.
 std::string Quote(std::string_view text) {
   std::string out = "\"";
@@ -59,7 +45,19 @@ Parsed<T> ParseDecimal(std::string_view text, std::string_view what) {
 
 }  // namespace
 
-std::string_view TrimAttribute(std::string_view text) { return Trim(text); }
+std::string_view TrimAttribute(std::string_view text) {
+  while (!text.empty() && IsBlank(text.front())) {
+    text.remove_prefix(1);
+  }
+  while (!text.empty() && IsBlank(text.back())) {
+    text.remove_suffix(1);
+  }
+  return text;
+}
+
+bool IsHexDigit(char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
 
 Parsed<uint32_t> ParseHexAttribute(std::string_view text, size_t maxDigits) {
   const std::string_view trimmed = TrimAttribute(text);
@@ -113,7 +111,7 @@ Parsed<std::map<std::string, std::string>> ParseMdevDescription(std::string_view
   std::string_view rest = TrimAttribute(text);
   while (!rest.empty()) {
     const size_t comma = rest.find(',');
-    const std::string_view item = Trim(rest.substr(0, comma));
+    const std::string_view item = TrimAttribute(rest.substr(0, comma));
     rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
     if (item.empty()) {
       continue;
@@ -123,7 +121,8 @@ Parsed<std::map<std::string, std::string>> ParseMdevDescription(std::string_view
       // Free text (other vendors write prose here): keep what was parsed so far.
       continue;
     }
-    pairs[std::string(Trim(item.substr(0, equals)))] = std::string(Trim(item.substr(equals + 1)));
+    pairs[std::string(TrimAttribute(item.substr(0, equals)))] =
+        std::string(TrimAttribute(item.substr(equals + 1)));
   }
   if (pairs.empty()) {
     return Parsed<std::map<std::string, std::string>>::Error("no key=value pairs: " +
@@ -154,7 +153,7 @@ Parsed<std::vector<VgpuTypeEntry>> ParseCreatableVgpuTypes(std::string_view text
   std::string_view rest = text;
   while (!rest.empty()) {
     const size_t newline = rest.find('\n');
-    const std::string_view line = Trim(rest.substr(0, newline));
+    const std::string_view line = TrimAttribute(rest.substr(0, newline));
     rest = newline == std::string_view::npos ? std::string_view() : rest.substr(newline + 1);
     ++lineNumber;
     if (line.empty()) {
@@ -165,8 +164,8 @@ Parsed<std::vector<VgpuTypeEntry>> ParseCreatableVgpuTypes(std::string_view text
       return Parsed<std::vector<VgpuTypeEntry>>::Error("line " + std::to_string(lineNumber) +
                                                        ": no ':' in " + Quote(line));
     }
-    const std::string_view id = Trim(line.substr(0, colon));
-    const std::string_view name = Trim(line.substr(colon + 1));
+    const std::string_view id = TrimAttribute(line.substr(0, colon));
+    const std::string_view name = TrimAttribute(line.substr(colon + 1));
     if (id == "ID" && entries.empty()) {
       continue;  // the "ID    : vGPU Name" header
     }

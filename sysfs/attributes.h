@@ -36,8 +36,11 @@ class Parsed {
   std::variant<T, ErrorTag> value_;
 };
 
-// Removes the trailing newline (and surrounding blanks) every sysfs text attribute ends with.
+// Removes the trailing newline (and surrounding blanks) every sysfs text attribute ends with;
+// the one trim of the project's host readers (sysfs, procfs).
 std::string_view TrimAttribute(std::string_view text);
+// 0-9, a-f, A-F.
+bool IsHexDigit(char c);
 
 // "0x10de\n" -> 0x10de. Requires the 0x prefix, at most `maxDigits` hex digits after it.
 Parsed<uint32_t> ParseHexAttribute(std::string_view text, size_t maxDigits);
@@ -63,7 +66,7 @@ Parsed<std::vector<VgpuTypeEntry>> ParseCreatableVgpuTypes(std::string_view text
 // uevent: KEY=VALUE lines.
 Parsed<std::map<std::string, std::string>> ParseUevent(std::string_view text);
 
-// An mdev name: a UUID, 8-4-4-4-12 hex digits (any case on input).
+// A UUID, 8-4-4-4-12 hex digits (any case on input): an mdev's name, a device plugin's mdev ID.
 bool IsMdevUuid(std::string_view text);
 std::string ToLower(std::string_view text);
 

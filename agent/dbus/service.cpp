@@ -1,6 +1,7 @@
 #include "agent/dbus/service.h"
 
-#include <systemd/sd-event.h>
+#include <sys/epoll.h>
+#include <time.h>
 
 #include <sdbus-c++/sdbus-c++.h>
 #include <algorithm>
@@ -8,9 +9,14 @@
 // Generated at build time from io.cozystack.GPUAgent1.xml (agent/CMakeLists.txt).
 #include "gpu_agent1_adaptor.h"
 
-#include "agent/log.h"
+#include "runtime/log.h"
 
 namespace cozy::agent {
+
+using runtime::LogDebug;
+using runtime::LogError;
+using runtime::LogInfo;
+using runtime::LogWarning;
 
 // The exported object: the generated adaptor's pure virtuals, answered through the callbacks.
 class DbusObject final : public sdbus::AdaptorInterfaces<io::cozystack::GPUAgent1_adaptor> {
@@ -49,19 +55,20 @@ class DbusObject final : public sdbus::AdaptorInterfaces<io::cozystack::GPUAgent
   const DbusService::Callbacks& callbacks_;
 };
 
-DbusService::DbusService(sd_event* loop, std::string bus, Callbacks callbacks)
+DbusService::DbusService(runtime::Loop& loop, std::string bus, Callbacks callbacks)
     : loop_(loop), bus_(std::move(bus)), callbacks_(std::move(callbacks)) {
-  for (sd_event_source** timer : {&busTimer_, &retryTimer_}) {
-    // Created disabled at "never" (USEC_INFINITY); armed when there is something to wait for.
-    sd_event_add_time(loop_, timer, CLOCK_MONOTONIC, UINT64_MAX, 0, &DbusService::OnTimer, this);
-    sd_event_source_set_enabled(*timer, SD_EVENT_OFF);
-  }
+  busTimer_ = loop_.AddTimer("D-Bus call deadline", [this] {
+    if (connected()) {
+      Process();
+    }
+  });
+  retryTimer_ = loop_.AddTimer("D-Bus reconnect", [this] { Start(); });
 }
 
 DbusService::~DbusService() {
-  for (sd_event_source* source : {ioSource_, busTimer_, retryTimer_}) {
-    sd_event_source_disable_unref(source);
-  }
+  io_.Reset();
+  busTimer_.Reset();
+  retryTimer_.Reset();
   object_.reset();  // before its connection
   connection_.reset();
 }
@@ -108,9 +115,7 @@ bool DbusService::Connect(std::string& error) {
       error += ": the bus policy does not let this user own the name";
     }
   }
-  if (ioSource_ != nullptr) {
-    ioSource_ = sd_event_source_disable_unref(ioSource_);
-  }
+  io_.Reset();
   object_.reset();
   connection_.reset();
   return false;
@@ -121,35 +126,28 @@ bool DbusService::Connect(std::string& error) {
 void DbusService::Watch() {
   const sdbus::IConnection::PollData poll = connection_->getEventLoopPollData();
   const auto events = static_cast<uint32_t>(static_cast<uint16_t>(poll.events));
-  if (ioSource_ == nullptr) {
-    if (sd_event_add_io(loop_, &ioSource_, poll.fd, events, &DbusService::OnIo, this) < 0) {
-      throw sdbus::Error("org.freedesktop.DBus.Error.Failed",
-                         "cannot watch the bus socket on the event loop");
+  if (!io_) {
+    try {
+      io_ = loop_.AddIo("D-Bus socket", poll.fd, events, [this](uint32_t) { Process(); });
+    } catch (const runtime::LoopError& error) {
+      throw sdbus::Error(
+          "org.freedesktop.DBus.Error.Failed",
+          std::string("cannot watch the bus socket on the event loop: ") + error.what());
     }
   } else {
-    sd_event_source_set_io_events(ioSource_, events);
+    io_.SetEvents(events);
   }
   if (poll.timeout_usec == UINT64_MAX) {
-    sd_event_source_set_enabled(busTimer_, SD_EVENT_OFF);
+    busTimer_.Cancel();
   } else {
-    sd_event_source_set_time(busTimer_, poll.timeout_usec);
-    sd_event_source_set_enabled(busTimer_, SD_EVENT_ONESHOT);
+    // sd-bus gives an absolute CLOCK_MONOTONIC deadline; the timer takes a delay.
+    timespec now{};
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    const uint64_t nowUsec =
+        static_cast<uint64_t>(now.tv_sec) * 1000000U + static_cast<uint64_t>(now.tv_nsec) / 1000U;
+    const uint64_t delayUsec = poll.timeout_usec > nowUsec ? poll.timeout_usec - nowUsec : 0;
+    busTimer_.Arm(std::chrono::milliseconds((delayUsec + 999U) / 1000U));
   }
-}
-
-int DbusService::OnIo(sd_event_source* /*source*/, int /*fd*/, uint32_t /*events*/, void* self) {
-  static_cast<DbusService*>(self)->Process();
-  return 0;
-}
-
-int DbusService::OnTimer(sd_event_source* source, uint64_t /*usec*/, void* self) {
-  auto* service = static_cast<DbusService*>(self);
-  if (source == service->retryTimer_) {
-    service->Start();
-  } else if (service->connected()) {
-    service->Process();
-  }
-  return 0;
 }
 
 // Everything sd-bus has ready (method calls are answered in here, on the loop), then the
@@ -189,10 +187,8 @@ void DbusService::InventoryChanged(const std::string& inventory) {
 void DbusService::Drop(const std::string& reason) {
   LogError("lost the D-Bus connection; going on without it and reconnecting",
            {{"bus", bus_}, {"name", kDbusName}, {"reason", reason}});
-  if (ioSource_ != nullptr) {
-    ioSource_ = sd_event_source_disable_unref(ioSource_);
-  }
-  sd_event_source_set_enabled(busTimer_, SD_EVENT_OFF);
+  io_.Reset();
+  busTimer_.Cancel();
   object_.reset();
   connection_.reset();
   lastError_ = reason;
@@ -203,9 +199,7 @@ void DbusService::Drop(const std::string& reason) {
 }
 
 void DbusService::ScheduleRetry() {
-  sd_event_source_set_time_relative(retryTimer_,
-                                    static_cast<uint64_t>(retryDelay_.count()) * 1000U);
-  sd_event_source_set_enabled(retryTimer_, SD_EVENT_ONESHOT);
+  retryTimer_.Arm(retryDelay_);
   retryDelay_ = std::min<std::chrono::milliseconds>(retryDelay_ * 2, std::chrono::minutes(1));
 }
 

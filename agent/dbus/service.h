@@ -10,8 +10,7 @@
 #include <memory>
 #include <string>
 
-struct sd_event;
-struct sd_event_source;
+#include "runtime/loop.h"
 
 namespace sdbus {
 class IConnection;
@@ -34,7 +33,7 @@ class DbusService {
 
   // `bus`: "system" or "session"; the addresses come from sd-bus's usual places
   // (DBUS_SYSTEM_BUS_ADDRESS, DBUS_SESSION_BUS_ADDRESS, else the well-known sockets).
-  DbusService(sd_event* loop, std::string bus, Callbacks callbacks);
+  DbusService(runtime::Loop& loop, std::string bus, Callbacks callbacks);
   ~DbusService();
   DbusService(const DbusService&) = delete;
   DbusService& operator=(const DbusService&) = delete;
@@ -47,22 +46,20 @@ class DbusService {
   bool connected() const { return object_ != nullptr; }
 
  private:
-  static int OnIo(sd_event_source* source, int fd, uint32_t events, void* self);
-  static int OnTimer(sd_event_source* source, uint64_t usec, void* self);
   bool Connect(std::string& error);
   void Process();
   void Watch();
   void Drop(const std::string& reason);
   void ScheduleRetry();
 
-  sd_event* loop_;
+  runtime::Loop& loop_;
   std::string bus_;
   Callbacks callbacks_;
   std::unique_ptr<sdbus::IConnection> connection_;
   std::unique_ptr<DbusObject> object_;  // set while connected and owning the name
-  sd_event_source* ioSource_ = nullptr;
-  sd_event_source* busTimer_ = nullptr;    // sd-bus's own deadline (method call timeouts)
-  sd_event_source* retryTimer_ = nullptr;  // the next connection attempt
+  runtime::Io io_;                      // the bus socket, while connected
+  runtime::Timer busTimer_;             // sd-bus's own deadline (method call timeouts)
+  runtime::Timer retryTimer_;           // the next connection attempt
   std::chrono::milliseconds retryDelay_{std::chrono::seconds(1)};
   std::string lastError_;
   bool processing_ = false;  // inside processPendingRequest (a method call being answered)

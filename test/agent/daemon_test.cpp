@@ -14,8 +14,9 @@
 
 #include <httplib.h>
 
-#include "agent/log.h"
 #include "agent/metrics.h"
+#include "agent/sources/publish.h"
+#include "runtime/log.h"
 #include "test/fakes/fake_kubelet.h"
 #include "test/support/fixture_host.h"
 #include "test/support/real_uevent.h"
@@ -34,6 +35,8 @@ class RecordingPublisher : public StatusPublisher {
     int failuresToGo = 0;
     int waitsToGo = 0;  // ReadyIn() answers "not yet" this many times
     int failures = 0;
+    int attempts = 0;
+    int invalidations = 0;
   };
   explicit RecordingPublisher(std::shared_ptr<Shared> shared) : shared_(std::move(shared)) {}
   std::optional<std::chrono::milliseconds> ReadyIn() override {
@@ -44,16 +47,24 @@ class RecordingPublisher : public StatusPublisher {
     }
     return std::nullopt;
   }
-  std::optional<std::chrono::milliseconds> Publish(const nlohmann::json& status) override {
+  PublishAttempt Publish(const nlohmann::json& status) override {
     std::lock_guard<std::mutex> lock(shared_->mutex);
     if (shared_->failuresToGo > 0) {
       --shared_->failuresToGo;
       ++shared_->failures;
-      return 50ms;
+      return {PublishAttempt::Outcome::kFailed, 50ms, 0};
+    }
+    ++shared_->attempts;
+    if (!shared_->published.empty() && shared_->published.back() == status) {
+      return {PublishAttempt::Outcome::kUnchanged, 0ms, 0};
     }
     shared_->published.push_back(status);
     shared_->changed.notify_all();
-    return std::nullopt;
+    return {PublishAttempt::Outcome::kWritten, 0ms, 1};
+  }
+  void Invalidate() override {
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    ++shared_->invalidations;
   }
 
  private:
@@ -62,10 +73,10 @@ class RecordingPublisher : public StatusPublisher {
 
 class DaemonTest : public ::testing::Test {
  protected:
-  void SetUp() override { Logger::Get().SetSinkForTesting(&logLines_); }
+  void SetUp() override { runtime::Logger::Get().SetSinkForTesting(&logLines_); }
   void TearDown() override {
     Stop();
-    Logger::Get().SetSinkForTesting(nullptr);
+    runtime::Logger::Get().SetSinkForTesting(nullptr);
   }
 
   // With udevSource set, pod-resources is read only at start, so every later rescan is the
@@ -291,12 +302,21 @@ TEST_F(DaemonTest, HealthReadinessAndMetricsThatPromtoolAccepts) {
   const auto readyz = client.Get("/readyz");
   ASSERT_TRUE(readyz);
   EXPECT_EQ(readyz->status, 200);
-  const auto metrics = client.Get("/metrics");
+  // The write finishes on the publisher's thread; the metrics show it by the next heartbeat.
+  auto metrics = client.Get("/metrics");
+  for (int i = 0;
+       i < 40 && metrics &&
+       metrics->body.find("gpu_agent_publishes_total{result=\"written\"} 1") == std::string::npos;
+       ++i) {
+    std::this_thread::sleep_for(50ms);
+    metrics = client.Get("/metrics");
+  }
   ASSERT_TRUE(metrics);
   EXPECT_EQ(metrics->status, 200);
   EXPECT_NE(metrics->body.find("gpu_agent_devices{health=\"Healthy\"} 2"), std::string::npos)
       << metrics->body;
-  EXPECT_NE(metrics->body.find("gpu_agent_patches_total{result=\"success\"} 1"), std::string::npos);
+  EXPECT_NE(metrics->body.find("gpu_agent_publishes_total{result=\"written\"} 1"),
+            std::string::npos);
   EXPECT_NE(metrics->body.find("gpu_agent_pod_resources_fetches_total{result=\"ok\"}"),
             std::string::npos);
   EXPECT_NE(metrics->body.find("gpu_agent_scan_duration_seconds_count"), std::string::npos);
@@ -310,18 +330,16 @@ TEST_F(DaemonTest, HealthReadinessAndMetricsThatPromtoolAccepts) {
 }
 
 TEST(Metrics, HistogramBucketsAreCumulative) {
-  ScanDurationHistogram histogram;
-  histogram.Observe(0.003);
-  histogram.Observe(0.2);
-  histogram.Observe(5.0);
-  EXPECT_EQ(histogram.buckets[0], 0);  // le 0.001
-  EXPECT_EQ(histogram.buckets[1], 1);  // le 0.005
-  EXPECT_EQ(histogram.buckets[6], 2);  // le 0.25
-  EXPECT_EQ(histogram.buckets[7], 2);  // le 1
-  EXPECT_EQ(histogram.count, 3);
   MetricsSnapshot snapshot;
-  snapshot.scanDuration = histogram;
+  snapshot.scanDuration.Observe(0.003);
+  snapshot.scanDuration.Observe(0.2);
+  snapshot.scanDuration.Observe(5.0);
+  EXPECT_EQ(snapshot.scanDuration.count(), 3);
   const std::string text = RenderMetrics(snapshot);
+  EXPECT_NE(text.find("gpu_agent_scan_duration_seconds_bucket{le=\"0.001\"} 0"), std::string::npos);
+  EXPECT_NE(text.find("gpu_agent_scan_duration_seconds_bucket{le=\"0.005\"} 1"), std::string::npos);
+  EXPECT_NE(text.find("gpu_agent_scan_duration_seconds_bucket{le=\"0.25\"} 2"), std::string::npos);
+  EXPECT_NE(text.find("gpu_agent_scan_duration_seconds_bucket{le=\"1\"} 2"), std::string::npos);
   EXPECT_NE(text.find("gpu_agent_scan_duration_seconds_bucket{le=\"+Inf\"} 3"), std::string::npos);
 }
 

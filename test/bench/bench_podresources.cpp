@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "agent/resolver.h"
-#include "agent/units.h"
+#include "agent/status/resolver.h"
+#include "agent/status/units.h"
 #include "podresources/api.grpc.pb.h"
 #include "podresources/client.h"
 #include "test/fakes/fake_kubelet.h"

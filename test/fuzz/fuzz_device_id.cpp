@@ -7,8 +7,8 @@
 #include <string>
 #include <string_view>
 
-#include "agent/nvidia_procfs.h"
-#include "agent/resolver.h"
+#include "agent/status/resolver.h"
+#include "sysfs/nvidia_procfs.h"
 #include "test/support/hosts.h"
 
 namespace {
@@ -67,6 +67,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Check(Host().Find(address) != nullptr);
   }
   // The same bytes as an NVIDIA procfs information file.
-  (void)cozy::agent::ParseNvidiaGpuInformation(id);
+  (void)cozy::sysfs::ParseNvidiaGpuInformation(id);
   return 0;
 }

@@ -1,4 +1,4 @@
-// `gpu-agent` is a light launcher (agent/main.cpp): it answers an offline scan with sysfs
+// `gpu-agent` is a light launcher (agent/commands/main.cpp): it answers an offline scan with sysfs
 // discovery alone and execs gpu-agent-full for `run` and for scans that need kubelet or the API.
 // These tests hold the split to what it promises: the same answers as the full agent, none of
 // the daemon's libraries loaded for an offline scan, and a clear error when the full agent is

@@ -9,7 +9,7 @@
 
 #include <gtest/gtest.h>
 
-#include "agent/status_builder.h"
+#include "agent/status/status_builder.h"
 #include "kube/client.h"
 #include "test/fakes/fake_apiserver_logic.h"
 #include "test/kube/kube_test_support.h"

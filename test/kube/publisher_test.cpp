@@ -1,9 +1,9 @@
 // The agent's GPUNode publisher against the fake API server over real HTTP (DESIGN §4.5):
 // one create and one status patch at first, nothing in steady state, only differences,
 // only agent-owned keys, only its own node, and every API failure ridden out.
-#include "agent/publisher.h"
+#include "agent/sources/gpunode_publisher.h"
 
-#include "agent/kube_sources.h"
+#include "agent/sources/pod_watch.h"
 
 #include <fstream>
 
@@ -342,7 +342,7 @@ TEST(ApiStatusPublisher, WaitsForTheRateLimitInsteadOfSleepingInTheLoop) {
   ApiStatusPublisher publisher(client, "n1");
   EXPECT_EQ(publisher.ReadyIn(), std::nullopt);
   // The first publish creates the object and patches its status: both tokens.
-  EXPECT_EQ(publisher.Publish(SampleStatus()), std::nullopt);
+  EXPECT_EQ(publisher.Publish(SampleStatus()).outcome, PublishAttempt::Outcome::kWritten);
   const size_t requests = server->Requests().size();
   const auto wait = publisher.ReadyIn();
   ASSERT_TRUE(wait.has_value());

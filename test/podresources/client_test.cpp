@@ -15,7 +15,7 @@
 #include <string_view>
 #include <thread>
 
-#include "agent/units.h"
+#include "agent/status/units.h"
 #include "test/fakes/fake_kubelet.h"
 #include "test/support/hosts.h"
 

@@ -1,5 +1,5 @@
 // NVIDIA procfs `information` files: GPU UUID -> PCI function, read through a root.
-#include "agent/nvidia_procfs.h"
+#include "sysfs/nvidia_procfs.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 
 #include "test/support/hosts.h"
 
-namespace cozy::agent {
+namespace cozy::sysfs {
 namespace {
 
 // As NVIDIA/open-gpu-kernel-modules kernel-open/nvidia/nv-procfs.c prints it.
@@ -77,7 +77,7 @@ TEST_F(NvidiaProcfs, BadEntriesAreProblemsNamingTheFile) {
   ASSERT_EQ(uuids.problems.size(), 3u);
   std::string all;
   for (const auto& problem : uuids.problems) {
-    all += problem + "\n";
+    all += problem.path + ": " + problem.message + "\n";
   }
   EXPECT_NE(all.find("not-an-address: directory name is not a PCI address"), std::string::npos)
       << all;
@@ -87,4 +87,4 @@ TEST_F(NvidiaProcfs, BadEntriesAreProblemsNamingTheFile) {
 }
 
 }  // namespace
-}  // namespace cozy::agent
+}  // namespace cozy::sysfs

@@ -1,5 +1,5 @@
 // Pod phases from a file (`scan --pod-phases`): a plain map or kubectl's PodList.
-#include "agent/pod_phases.h"
+#include "agent/status/pod_phases.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Device-ID parsing and resolution by shape (DESIGN §4.3, research/device-ids.md §3-6).
-#include "agent/resolver.h"
+#include "agent/status/resolver.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // Units per function and resource, health, resourceNames and unplaced (DESIGN §4.4), for
 // every plugin ID shape of research/device-ids.md §3-6, on in-memory hosts.
-#include "agent/units.h"
+#include "agent/status/units.h"
 
 #include <gtest/gtest.h>
 

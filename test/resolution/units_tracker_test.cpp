@@ -1,6 +1,6 @@
 // The last good pod-resources answer is kept, marked stale, while kubelet cannot answer; it is
 // never replaced by zeros (issue 3), and units stay unknown until kubelet first answers.
-#include "agent/units_tracker.h"
+#include "agent/status/units_tracker.h"
 
 #include <gtest/gtest.h>
 

@@ -1,0 +1,88 @@
+#include "agent/sources/pod_watch.h"
+
+#include "runtime/log.h"
+
+namespace cozy::agent {
+
+kube::ClientOptions LoopClientOptions() {
+  kube::ClientOptions options;
+  options.maxRetries = 0;
+  options.connectTimeout = std::chrono::seconds(3);
+  options.requestTimeout = std::chrono::seconds(10);
+  return options;
+}
+
+ApiPodWatch::ApiPodWatch(kube::Client& client, const std::string& nodeName)
+    : informer_(client, kube::ResourcePath("", "v1", "pods", "", "", ""),
+                kube::InformerOptions{.labelSelector = "",
+                                      .fieldSelector = "spec.nodeName=" + nodeName,
+                                      .watchTimeoutSeconds = 0,
+                                      .backoff = {},
+                                      .random = {}},
+                [](const kube::WatchEvent&) {}) {}
+
+ApiPodWatch::~ApiPodWatch() {
+  stopping_ = true;
+  if (thread_.joinable()) {
+    thread_.join();
+  }
+}
+
+void ApiPodWatch::Start(runtime::Loop& loop, Changed changed) {
+  thread_ = std::thread([this, &loop, changed = std::move(changed)] { Main(loop, changed); });
+}
+
+void ApiPodWatch::Main(runtime::Loop& loop, Changed changed) {
+  std::string lastError;
+  bool reportedSettled = false;
+  PodPhases last;
+  while (!stopping_) {
+    try {
+      informer_.RunFor(std::chrono::milliseconds(200), [this] { return stopping_.load(); });
+    } catch (const std::exception& error) {
+      // The informer reports its own failures; anything else must not end the watch for good.
+      runtime::LogError("pod watch failed; retrying", {{"reason", error.what()}});
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      continue;
+    }
+    if (informer_.LastError() != lastError) {
+      if (!informer_.LastError().empty()) {
+        runtime::LogWarning("pod watch failed; pods count as active until it recovers",
+                            {{"reason", informer_.LastError()}});
+      }
+      lastError = informer_.LastError();
+    }
+    PodPhases phases;
+    for (const auto& [key, pod] : informer_.Cache()) {
+      // Fields of the wrong type (a server or a proxy gone wrong) leave that pod out.
+      try {
+        const auto& metadata = pod.at("metadata");
+        const std::string phase = pod.at("status").at("phase").get<std::string>();
+        if (!phase.empty()) {
+          phases[metadata.at("namespace").get<std::string>() + "/" +
+                 metadata.at("name").get<std::string>()] = phase;
+        }
+      } catch (const nlohmann::json::exception&) {
+        continue;
+      }
+    }
+    // Settled once the first list answered or failed: the first pass then goes ahead with
+    // what is known rather than waiting for a server that may not come back.
+    const bool settled = informer_.Synced() || !lastError.empty();
+    if (phases != last || (settled && !reportedSettled)) {
+      last = phases;
+      reportedSettled = reportedSettled || settled;
+      loop.Post([this, phases = std::move(phases), settled, changed] {
+        const bool differ = phases != phases_;
+        const bool nowSettled = settled && !settled_;
+        phases_ = phases;
+        settled_ = settled_ || settled;
+        if (differ || nowSettled) {
+          changed(differ ? "pod phases changed" : "pod watch settled", false);
+        }
+      });
+    }
+  }
+}
+
+}  // namespace cozy::agent

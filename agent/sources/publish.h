@@ -1,0 +1,83 @@
+// Where the status goes (the API server's GPUNode, in `run`), as a source of the daemon: it
+// writes on a thread of its own, so an API server that answers after 9 s holds that thread and
+// never the loop, and its input is the object on the server: a resync re-reads it and repairs
+// an outside edit of the agent's own fields (drift).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/sources/source.h"
+#include "runtime/worker.h"
+
+namespace cozy::agent {
+
+struct PublishAttempt {
+  enum class Outcome {
+    kWritten,    // a write changed the object
+    kUnchanged,  // the object already said it: nothing written
+    kFailed,     // try again after retryIn
+  };
+  Outcome outcome = Outcome::kUnchanged;
+  std::chrono::milliseconds retryIn{0};
+  int writes = 0;
+};
+
+// The writer the source drives. Publish and Invalidate run on the source's thread only;
+// ReadyIn on the loop thread.
+class StatusPublisher {
+ public:
+  virtual ~StatusPublisher() = default;
+  // Brings the agent-owned status fields in line with `status`. May block (bounded by the
+  // client's timeouts).
+  virtual PublishAttempt Publish(const nlohmann::json& status) = 0;
+  // nullopt when Publish may write now; else how long to wait first (a client-side rate limit
+  // that would otherwise sleep inside the request). Waiting is not a failure.
+  virtual std::optional<std::chrono::milliseconds> ReadyIn() { return std::nullopt; }
+  // Forget what the server holds: the next Publish reads the object again.
+  virtual void Invalidate() {}
+};
+
+struct PublishCounters {
+  int64_t written = 0;    // attempts that changed the object
+  int64_t unchanged = 0;  // attempts that found nothing to write
+  int64_t failed = 0;
+  int64_t waits = 0;  // postponed by the client-side rate limit
+};
+
+class PublishSource : public Source {
+ public:
+  explicit PublishSource(std::unique_ptr<StatusPublisher> publisher);
+  ~PublishSource() override;
+  std::string_view Name() const override { return "publisher"; }
+  void Start(runtime::Loop& loop, Changed changed) override;
+  // Re-read the object and repair what differs from the last status offered.
+  void Refresh(bool force) override;
+
+  // Loop thread: the status to publish. Statuses offered while a write is under way are
+  // coalesced: the next write carries the latest.
+  void Offer(nlohmann::json status);
+  const PublishCounters& counters() const { return counters_; }
+  // Whether the server holds the last status offered, as far as the agent knows.
+  bool InSync() const { return confirmed_ && desired_ && *confirmed_ == *desired_ && !forced_; }
+
+ private:
+  void Kick();
+  void OnDone(nlohmann::json status, PublishAttempt attempt);
+
+  std::unique_ptr<StatusPublisher> publisher_;
+  runtime::Loop* loop_ = nullptr;
+  runtime::Timer timer_;  // the rate limit's wait, or the retry after a failure
+  std::optional<nlohmann::json> desired_;
+  std::optional<nlohmann::json> confirmed_;
+  bool inFlight_ = false;
+  bool forced_ = false;  // a resync: write (or check) even when nothing changed here
+  PublishCounters counters_;
+  std::unique_ptr<runtime::Worker> worker_;  // last: stopped first
+};
+
+}  // namespace cozy::agent

@@ -1,0 +1,166 @@
+// The runtime's loop: owned sources, callbacks that throw, sources released from inside their own
+// callbacks, work posted from other threads, and the worker thread.
+#include "runtime/loop.h"
+
+#include <gtest/gtest.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+
+#include "runtime/duration.h"
+#include "runtime/log.h"
+#include "runtime/worker.h"
+
+namespace cozy::runtime {
+namespace {
+
+using namespace std::chrono_literals;
+
+class LoopTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Logger::Get().SetSinkForTesting(&lines_); }
+  void TearDown() override { Logger::Get().SetSinkForTesting(nullptr); }
+  bool Logged(const std::string& text) const {
+    for (const auto& line : lines_) {
+      if (line.find(text) != std::string::npos) {
+        return true;
+      }
+    }
+    return false;
+  }
+  std::vector<std::string> lines_;
+};
+
+// A callback that throws is logged with its source's name and the loop goes on: before the
+// runtime, an exception through sd-event's C frames terminated the agent.
+TEST_F(LoopTest, ACallbackThatThrowsIsLoggedAndTheLoopGoesOn) {
+  Loop loop;
+  int later = 0;
+  Timer bad = loop.AddTimer("bad timer", [] { throw std::runtime_error("items is not an array"); });
+  Timer good = loop.AddTimer("good timer", [&] {
+    ++later;
+    loop.Exit(7);
+  });
+  bad.Arm(1ms);
+  good.Arm(20ms);
+  EXPECT_EQ(loop.Run(), 7);
+  EXPECT_EQ(later, 1);
+  EXPECT_EQ(loop.callbackFailures(), 1);
+  EXPECT_TRUE(Logged("bad timer")) << ::testing::PrintToString(lines_);
+  EXPECT_TRUE(Logged("items is not an array"));
+}
+
+// A source released from inside its own callback (a D-Bus connection dropped while handling its
+// socket) is freed after the callback returns and never fires again.
+TEST_F(LoopTest, ASourceResetInsideItsOwnCallbackIsSafe) {
+  Loop loop;
+  int pipeFds[2];
+  ASSERT_EQ(::pipe(pipeFds), 0);
+  int fired = 0;
+  Io io;
+  io = loop.AddIo("pipe", pipeFds[0], EPOLLIN, [&](uint32_t) {
+    ++fired;
+    io = Io();  // replaces (and releases) the source whose callback this is
+  });
+  ASSERT_EQ(::write(pipeFds[1], "x", 1), 1);
+  Timer stop = loop.AddTimer("stop", [&] { loop.Exit(0); });
+  stop.Arm(100ms);
+  EXPECT_EQ(loop.Run(), 0);
+  EXPECT_EQ(fired, 1);  // the byte is still unread: a live source would have fired again
+  ::close(pipeFds[0]);
+  ::close(pipeFds[1]);
+}
+
+TEST_F(LoopTest, TimersReArmAndCancel) {
+  Loop loop;
+  int ticks = 0;
+  Timer cancelled = loop.AddTimer("cancelled", [&] { ADD_FAILURE() << "a cancelled timer fired"; });
+  cancelled.Arm(5ms);
+  cancelled.Cancel();
+  EXPECT_FALSE(cancelled.Armed());
+  Timer tick;
+  tick = loop.AddTimer("tick", [&] {
+    if (++ticks == 3) {
+      loop.Exit(0);
+    } else {
+      tick.Arm(1ms);
+    }
+  });
+  tick.Arm(1ms);
+  EXPECT_TRUE(tick.Armed());
+  loop.Run();
+  EXPECT_EQ(ticks, 3);
+}
+
+TEST_F(LoopTest, WorkPostedFromOtherThreadsRunsOnTheLoopInOrder) {
+  Loop loop;
+  std::vector<int> seen;
+  const auto loopThread = std::this_thread::get_id();
+  std::atomic<bool> allOnLoop{true};
+  std::thread poster([&] {
+    for (int i = 0; i < 100; ++i) {
+      loop.Post([&, i] {
+        allOnLoop = allOnLoop && std::this_thread::get_id() == loopThread;
+        seen.push_back(i);
+      });
+    }
+    loop.Post([] { throw std::runtime_error("posted work failed"); });
+    loop.RequestExit(3);
+  });
+  EXPECT_EQ(loop.Run(), 3);
+  poster.join();
+  ASSERT_EQ(seen.size(), 100U);
+  for (int i = 0; i < 100; ++i) {
+    EXPECT_EQ(seen[static_cast<size_t>(i)], i);
+  }
+  EXPECT_TRUE(allOnLoop);
+  EXPECT_TRUE(Logged("posted work failed"));
+}
+
+TEST_F(LoopTest, AWorkerRunsJobsInOrderOffTheLoopAndSurvivesAThrow) {
+  Loop loop;
+  Worker worker("test");
+  std::vector<int> results;
+  worker.Run([] { throw std::runtime_error("job failed"); });
+  for (int i = 0; i < 5; ++i) {
+    worker.Run([&loop, &results, i] {
+      std::this_thread::sleep_for(5ms);  // a blocking call: the loop meanwhile turns
+      loop.Post([&results, i] { results.push_back(i); });
+    });
+  }
+  int ticks = 0;
+  Timer tick;
+  tick = loop.AddTimer("tick", [&] {
+    ++ticks;
+    if (results.size() == 5) {
+      loop.Exit(0);
+    } else {
+      tick.Arm(1ms);
+    }
+  });
+  tick.Arm(1ms);
+  loop.Run();
+  EXPECT_EQ(results, (std::vector<int>{0, 1, 2, 3, 4}));
+  EXPECT_GT(ticks, 1);  // the loop ran while the jobs blocked
+  EXPECT_TRUE(Logged("job failed"));
+}
+
+TEST(Duration, ParsesTheUnitsFlagsUse) {
+  EXPECT_EQ(ParseDuration("5s"), 5000ms);
+  EXPECT_EQ(ParseDuration("300ms"), 300ms);
+  EXPECT_EQ(ParseDuration("10m"), 600000ms);
+  EXPECT_EQ(ParseDuration("1h"), 3600000ms);
+  EXPECT_EQ(ParseDuration("7"), 7000ms);
+  EXPECT_FALSE(ParseDuration("-1s"));
+  EXPECT_FALSE(ParseDuration("5 s"));
+  EXPECT_FALSE(ParseDuration("5d"));
+  EXPECT_FALSE(ParseDuration(""));
+  EXPECT_FALSE(ParseDuration("99999999999999999h"));
+}
+
+}  // namespace
+}  // namespace cozy::runtime
