@@ -1,7 +1,9 @@
 // The probe server against real clients on loopback: what it answers, and that nothing a
 // client does (trickling, flooding, not reading, announcing huge bodies) keeps /healthz from
 // being answered within a second or grows the process's memory. cpp-httplib, which served
-// these paths before, fails each of the hardening cases (docs/health-server.md).
+// these paths before, fails them (docs/health-server.md); the out-of-descriptors case guards
+// against an event loop's own classic bug instead (spinning on a listening socket it cannot
+// accept from).
 #include "runtime/http_server.h"
 
 #include <arpa/inet.h>
