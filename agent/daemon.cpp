@@ -314,6 +314,11 @@ void Daemon::UpdateMetrics() {
   metrics_.dbusConnected = dbus_ != nullptr && dbus_->connected();
   metrics_.devicesByHealth = counts_.byHealth;
   metrics_.ignoredDeviceIds = counts_.ignoredDeviceIds;
+  const runtime::HttpServer::Stats http = health_.stats();
+  metrics_.httpConnections = {{"answered", http.requests},
+                              {"rejected", http.rejected},
+                              {"timedOut", http.timedOut},
+                              {"overflowed", http.overflowed}};
   health_.SetMetrics(RenderMetrics(metrics_));
 }
 

@@ -65,6 +65,14 @@ std::string RenderMetrics(const MetricsSnapshot& snapshot) {
   out.Family("gpu_agent_dbus_connected", "gauge",
              "1 while the agent owns io.cozystack.GPUAgent1 on its bus (--dbus), else 0.");
   out.Sample("gpu_agent_dbus_connected", "", snapshot.dbusConnected ? 1 : 0);
+  out.Family("gpu_agent_http_requests_total", "counter",
+             "Requests to this health and metrics server, by outcome: answered, rejected "
+             "(wrong method, too large, malformed), timedOut (too slow), overflowed (closed past "
+             "the connection cap).");
+  for (const auto& [outcome, count] : snapshot.httpConnections) {
+    out.Sample("gpu_agent_http_requests_total", Label("outcome", outcome),
+               static_cast<double>(count));
+  }
   return out.Take();
 }
 

@@ -33,6 +33,9 @@ struct MetricsSnapshot {
   std::map<std::string, int64_t> ignoredDeviceIds;  // unknownShape, noMatch, notGpu
   int64_t sysfsProblems = 0;
   bool dbusConnected = false;
+  // The health server's connections by outcome: answered, rejected (405, 413, ...), timedOut,
+  // overflowed (closed to make room past the connection cap).
+  std::map<std::string, int64_t> httpConnections;
 };
 
 std::string RenderMetrics(const MetricsSnapshot& snapshot);

@@ -1,17 +1,15 @@
-// HTTP /healthz, /readyz and /metrics for probes and Prometheus. cpp-httplib serves on its own
-// thread (its model); the handlers never touch the daemon: they read a snapshot the loop
-// publishes after each pass and a heartbeat the loop refreshes, both under one mutex.
+// /healthz, /readyz and /metrics for probes and Prometheus, on the runtime's hardened HTTP server
+// (runtime/http_server.h: GET and HEAD only, bounded bytes, connections and time, one thread of
+// its own). The handlers never touch the daemon: they read a snapshot the loop publishes after
+// each pass and a heartbeat the loop refreshes, both under one mutex.
 #pragma once
 
 #include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 
-namespace httplib {
-class Server;
-}
+#include "runtime/http_server.h"
 
 namespace cozy::runtime {
 
@@ -26,8 +24,9 @@ class HealthServer {
   // listen. The bound port is port() (useful with ":0" in tests).
   bool Start(const std::string& address);
   void Stop();
-  int port() const { return port_; }
+  int port() const { return server_.port(); }
   const std::string& error() const { return error_; }
+  HttpServer::Stats stats() const { return server_.stats(); }
 
   // Called on the loop thread.
   void Heartbeat();
@@ -38,9 +37,7 @@ class HealthServer {
   void SetStallLimit(std::chrono::milliseconds limit) { stallLimit_ = limit; }
 
  private:
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
-  int port_ = 0;
+  HttpServer server_;
   std::string error_;
   std::mutex mutex_;
   std::chrono::steady_clock::time_point lastBeat_;
@@ -48,8 +45,5 @@ class HealthServer {
   std::string metrics_;
   std::chrono::milliseconds stallLimit_{std::chrono::seconds(30)};
 };
-
-// "host:port" / ":port" -> (host, port); nullopt-like port -1 on a malformed address.
-std::pair<std::string, int> ParseListenAddress(const std::string& address);
 
 }  // namespace cozy::runtime

@@ -1,0 +1,998 @@
+#include "runtime/http_server.h"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <optional>
+#include <string_view>
+#include <system_error>
+#include <unordered_map>
+
+namespace cozy::runtime {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// After the answer: how long, and how many bytes, the server keeps reading and dropping what
+// the client still sends (a refused body, say) before it closes. Closing a socket with unread
+// bytes sends a reset, which can destroy the answer before the client has read it.
+constexpr std::chrono::milliseconds kLingerTime{500};
+constexpr size_t kLingerBytes = 64 * 1024;
+// accept() out of descriptors (EMFILE and the like): the listening socket stays readable, so
+// stop watching it for this long instead of spinning.
+constexpr std::chrono::milliseconds kAcceptPause{100};
+// Connections accepted per wake-up before the loop serves the others' events. A probe's
+// request is answered as it is accepted, and the client's close of an answered connection is
+// only seen between bursts, so a long burst would fill the slots with such connections.
+constexpr int kAcceptBurst = 16;
+constexpr int kListenBacklog = 128;
+// A chunk-size line or trailer line longer than this is not a probe's.
+constexpr size_t kMaxChunkLine = 1024;
+
+std::string ErrnoText(int error) { return std::system_category().message(error); }
+
+std::string_view ReasonPhrase(int status) {
+  switch (status) {
+    case 200:
+      return "OK";
+    case 204:
+      return "No Content";
+    case 400:
+      return "Bad Request";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
+    case 413:
+      return "Content Too Large";
+    case 414:
+      return "URI Too Long";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 501:
+      return "Not Implemented";
+    case 503:
+      return "Service Unavailable";
+    case 505:
+      return "HTTP Version Not Supported";
+    default:
+      return "";
+  }
+}
+
+// RFC 9110 tchar: the characters of a method or a header name.
+bool IsTokenChar(char c) {
+  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) {
+    return true;
+  }
+  return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+}
+
+bool IsToken(std::string_view text) {
+  return !text.empty() && std::all_of(text.begin(), text.end(), IsTokenChar);
+}
+
+// Field values: visible characters, obs-text, space and tab; never CR, LF, NUL or other controls.
+bool IsFieldValue(std::string_view text) {
+  return std::all_of(text.begin(), text.end(), [](char c) {
+    const auto byte = static_cast<unsigned char>(c);
+    return byte == '\t' || (byte >= 0x20 && byte != 0x7f);
+  });
+}
+
+std::string_view TrimWhitespace(std::string_view text) {
+  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) {
+    text.remove_prefix(1);
+  }
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) {
+    text.remove_suffix(1);
+  }
+  return text;
+}
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           const auto lower = [](char c) {
+             return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+           };
+           return lower(x) == lower(y);
+         });
+}
+
+// Decimal digits only (no sign, no space); nullopt when it is not that, UINT64_MAX when it
+// overflows (which is over any cap anyway).
+std::optional<uint64_t> ParseDecimal(std::string_view text) {
+  if (text.empty()) {
+    return std::nullopt;
+  }
+  uint64_t value = 0;
+  for (const char c : text) {
+    if (c < '0' || c > '9') {
+      return std::nullopt;
+    }
+    const auto digit = static_cast<uint64_t>(c - '0');
+    if (value > (UINT64_MAX - digit) / 10) {
+      value = UINT64_MAX;
+    } else {
+      value = value * 10 + digit;
+    }
+  }
+  return value;
+}
+
+struct RequestLine {
+  int status = 0;  // 0: served; else the refusal
+  bool headOnly = false;
+  int minorVersion = 1;
+  std::string path;
+};
+
+// "METHOD SP target SP HTTP/1.x", exactly (RFC 9112 §3). The method is judged only once the
+// line is well formed, so garbage is a 400 and a well-formed POST a 405.
+RequestLine ParseRequestLine(std::string_view line) {
+  RequestLine result;
+  const size_t firstSpace = line.find(' ');
+  const size_t lastSpace = line.rfind(' ');
+  if (firstSpace == std::string_view::npos || firstSpace == lastSpace) {
+    result.status = 400;
+    return result;
+  }
+  const std::string_view method = line.substr(0, firstSpace);
+  const std::string_view target = line.substr(firstSpace + 1, lastSpace - firstSpace - 1);
+  const std::string_view version = line.substr(lastSpace + 1);
+  const bool targetVisible = std::all_of(target.begin(), target.end(), [](char c) {
+    const auto byte = static_cast<unsigned char>(c);
+    return byte > 0x20 && byte < 0x7f;
+  });
+  const bool versionShaped = version.size() == 8 && version.substr(0, 5) == "HTTP/" &&
+                             version[5] >= '0' && version[5] <= '9' && version[6] == '.' &&
+                             version[7] >= '0' && version[7] <= '9';
+  if (!IsToken(method) || target.empty() || !targetVisible || !versionShaped) {
+    result.status = 400;
+    return result;
+  }
+  if (version[5] != '1') {
+    result.status = 505;
+    return result;
+  }
+  result.minorVersion = version[7] - '0';
+  if (method != "GET" && method != "HEAD") {
+    result.status = 405;
+    return result;
+  }
+  result.headOnly = method == "HEAD";
+  // origin-form "/path?query", or absolute-form "http://authority/path?query" (RFC 9112 §3.2).
+  std::string_view path = target;
+  if (path.front() != '/') {
+    const size_t scheme = path.find("://");
+    if (scheme == std::string_view::npos || scheme == 0) {
+      result.status = 400;
+      return result;
+    }
+    const size_t slash = path.find('/', scheme + 3);
+    path = slash == std::string_view::npos ? std::string_view("/") : path.substr(slash);
+  }
+  path = path.substr(0, path.find_first_of("?#"));
+  result.path = std::string(path.empty() ? "/" : path);
+  return result;
+}
+
+// What the header lines say about framing and Host, checked once the head is complete.
+struct HeaderSummary {
+  int hosts = 0;
+  int contentLengths = 0;
+  std::optional<uint64_t> contentLength;
+  int transferEncodings = 0;
+  std::string_view transferEncoding;  // the last one; several at all is refused below
+
+  // One field line (without its line end). 0, or the status refusing it.
+  int Add(std::string_view line) {
+    if (line.front() == ' ' || line.front() == '\t') {
+      return 400;  // obs-fold, which RFC 9112 §5.2 lets a server refuse
+    }
+    const size_t colon = line.find(':');
+    if (colon == std::string_view::npos) {
+      return 400;
+    }
+    const std::string_view name = line.substr(0, colon);  // "Host : x" fails here: no space
+    const std::string_view value = TrimWhitespace(line.substr(colon + 1));
+    if (!IsToken(name) || !IsFieldValue(value)) {
+      return 400;
+    }
+    if (EqualsIgnoreCase(name, "host")) {
+      ++hosts;
+    } else if (EqualsIgnoreCase(name, "content-length")) {
+      ++contentLengths;
+      contentLength = ParseDecimal(value);
+      if (!contentLength) {
+        return 400;
+      }
+    } else if (EqualsIgnoreCase(name, "transfer-encoding")) {
+      ++transferEncodings;
+      transferEncoding = value;
+    }
+    return 0;
+  }
+};
+
+enum class BodyFraming { none, length, chunked };
+
+// Reads a chunked body (RFC 9112 §7.1) only to find its end, counting its data against the cap;
+// the data is dropped.
+class ChunkedBody {
+ public:
+  enum class Result { needMore, done, malformed, tooLarge };
+
+  explicit ChunkedBody(size_t maxBytes) : maxBytes_(maxBytes) {}
+
+  // Consumes bytes up to the end of the body; what follows it is left alone.
+  Result Feed(std::string_view bytes) {
+    while (!bytes.empty()) {
+      if (state_ == State::data) {
+        const size_t take = static_cast<size_t>(std::min<uint64_t>(chunkLeft_, bytes.size()));
+        chunkLeft_ -= take;
+        bytes.remove_prefix(take);
+        if (chunkLeft_ == 0) {
+          state_ = State::dataEnd;
+        }
+        continue;
+      }
+      const size_t newline = bytes.find('\n');
+      const std::string_view piece = bytes.substr(0, newline);
+      if (line_.size() + piece.size() > kMaxChunkLine) {
+        return Result::malformed;
+      }
+      line_.append(piece);
+      if (newline == std::string_view::npos) {
+        return Result::needMore;
+      }
+      bytes.remove_prefix(newline + 1);
+      if (!line_.empty() && line_.back() == '\r') {
+        line_.pop_back();
+      }
+      const Result result = Line(line_);
+      line_.clear();
+      if (result != Result::needMore) {
+        return result;
+      }
+    }
+    return Result::needMore;
+  }
+
+ private:
+  enum class State { size, data, dataEnd, trailer };
+
+  Result Line(std::string_view line) {
+    switch (state_) {
+      case State::size: {
+        size_t digits = 0;
+        uint64_t size = 0;
+        for (; digits < line.size(); ++digits) {
+          const char c = line[digits];
+          int value = -1;
+          if (c >= '0' && c <= '9') value = c - '0';
+          if (c >= 'a' && c <= 'f') value = c - 'a' + 10;
+          if (c >= 'A' && c <= 'F') value = c - 'A' + 10;
+          if (value < 0) break;
+          if (size > (UINT64_MAX >> 4)) {
+            return Result::tooLarge;
+          }
+          size = size * 16 + static_cast<uint64_t>(value);
+        }
+        const std::string_view rest = TrimWhitespace(line.substr(digits));
+        if (digits == 0 || (!rest.empty() && rest.front() != ';') || !IsFieldValue(rest)) {
+          return Result::malformed;
+        }
+        if (size > maxBytes_ - received_) {
+          return Result::tooLarge;  // before reading any of it
+        }
+        received_ += static_cast<size_t>(size);
+        chunkLeft_ = size;
+        state_ = size == 0 ? State::trailer : State::data;
+        return Result::needMore;
+      }
+      case State::dataEnd:
+        if (!line.empty()) {
+          return Result::malformed;
+        }
+        state_ = State::size;
+        return Result::needMore;
+      case State::trailer:
+        if (line.empty()) {
+          return Result::done;
+        }
+        trailerBytes_ += line.size();
+        if (trailerBytes_ > kMaxChunkLine) {
+          return Result::malformed;
+        }
+        return Result::needMore;
+      case State::data:
+        break;
+    }
+    return Result::malformed;
+  }
+
+  size_t maxBytes_;
+  size_t received_ = 0;
+  uint64_t chunkLeft_ = 0;
+  size_t trailerBytes_ = 0;
+  std::string line_;
+  State state_ = State::size;
+};
+
+std::string FormatResponse(const HttpResponse& response, bool headOnly, bool allowHeader) {
+  std::string out;
+  out.reserve(160 + (headOnly ? 0 : response.body.size()));
+  out += "HTTP/1.1 ";
+  out += std::to_string(response.status);
+  out += ' ';
+  out += ReasonPhrase(response.status);
+  out += "\r\nContent-Type: ";
+  out += response.contentType;
+  out += "\r\nContent-Length: ";
+  out += std::to_string(response.body.size());
+  out += "\r\nConnection: close\r\n";
+  if (allowHeader) {
+    out += "Allow: GET, HEAD\r\n";
+  }
+  out += "\r\n";
+  if (!headOnly) {
+    out += response.body;
+  }
+  return out;
+}
+
+// The server's own answers: the status and its phrase as the body.
+HttpResponse Refusal(int status) {
+  HttpResponse response;
+  response.status = status;
+  response.body = std::string(ReasonPhrase(status)) + "\n";
+  return response;
+}
+
+}  // namespace
+
+// Runs on the server's thread; owns the connections. Every connection moves forward only:
+// reading its head, maybe reading (dropping) a body, writing its answer, lingering, closed.
+// Each phase has a deadline (lingering ends by the write deadline too), so nothing a client
+// does or fails to do holds a slot for longer than headerDeadline + writeDeadline.
+class HttpServer::Loop {
+ public:
+  Loop(const HttpLimits& limits, const std::map<std::string, Handler, std::less<>>& handlers,
+       Counters& counters, int listenFd, int wakeFd, int epollFd)
+      : limits_(limits),
+        handlers_(handlers),
+        counters_(counters),
+        listenFd_(listenFd),
+        wakeFd_(wakeFd),
+        epollFd_(epollFd) {
+    limits_.maxConnections = std::max<size_t>(limits_.maxConnections, 1);
+  }
+
+  ~Loop() {
+    for (auto& [fd, connection] : connections_) {
+      ::close(fd);
+    }
+  }
+
+  Loop(const Loop&) = delete;
+  Loop& operator=(const Loop&) = delete;
+
+  void Run() {
+    std::array<epoll_event, 64> events{};
+    for (;;) {
+      const int ready = epoll_wait(epollFd_, events.data(), static_cast<int>(events.size()),
+                                   TimeoutMilliseconds());
+      if (ready < 0 && errno != EINTR) {
+        return;  // only with a broken epoll descriptor; Stop still joins
+      }
+      now_ = Clock::now();
+      for (int i = 0; i < ready; ++i) {
+        const int fd = events[static_cast<size_t>(i)].data.fd;
+        if (fd == wakeFd_) {
+          return;
+        }
+        if (fd == listenFd_) {
+          AcceptBurst();
+        } else if (const auto found = connections_.find(fd); found != connections_.end()) {
+          // Whatever the event says: each phase tries its own I/O, which tells EOF, errors
+          // and stale events (a descriptor reused within this batch) apart by itself.
+          Advance(found->second);
+          if (found->second.phase == Phase::closed) {
+            connections_.erase(found);
+          }
+        }
+      }
+      now_ = Clock::now();
+      ExpireDeadlines();
+      if (acceptPausedUntil_ && *acceptPausedUntil_ <= now_) {
+        acceptPausedUntil_.reset();
+        Watch(listenFd_, EPOLLIN, EPOLL_CTL_MOD);
+      }
+    }
+  }
+
+ private:
+  enum class Phase { readingHead, readingBody, writing, lingering, closed };
+
+  struct Connection {
+    int fd = -1;
+    Phase phase = Phase::readingHead;
+    uint32_t events = EPOLLIN;  // what epoll watches for it now
+    Clock::time_point accepted;
+    Clock::time_point deadline;
+    bool receivedAny = false;
+    // Head: the bytes so far (at most maxHeaderBytes + 1), where the next line starts, and how
+    // far a line end has been looked for (a trickled line is not searched from its start again).
+    std::string head;
+    size_t parsed = 0;
+    size_t scanned = 0;
+    bool requestLineSeen = false;
+    RequestLine request;
+    HeaderSummary headers;
+    // Body, dropped as it comes.
+    BodyFraming framing = BodyFraming::none;
+    uint64_t bodyLeft = 0;
+    std::optional<ChunkedBody> chunked;
+    // Answer.
+    std::string out;
+    size_t sent = 0;
+    size_t discarded = 0;
+  };
+
+  int TimeoutMilliseconds() const {
+    std::optional<Clock::time_point> next = acceptPausedUntil_;
+    for (const auto& [fd, connection] : connections_) {
+      if (!next || connection.deadline < *next) {
+        next = connection.deadline;
+      }
+    }
+    if (!next) {
+      return -1;
+    }
+    if (*next <= now_) {
+      return 0;
+    }
+    // Rounded up, so the loop does not wake a hair early and spin until the deadline.
+    const auto wait = std::chrono::ceil<std::chrono::milliseconds>(*next - now_).count();
+    return static_cast<int>(std::min<int64_t>(wait, 60'000));
+  }
+
+  void Watch(int fd, uint32_t events, int operation) {
+    epoll_event event{};
+    event.events = events;
+    event.data.fd = fd;
+    epoll_ctl(epollFd_, operation, fd, &event);
+  }
+
+  void AcceptBurst() {
+    for (int i = 0; i < kAcceptBurst; ++i) {
+      const int fd = accept4(listenFd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) {
+          continue;
+        }
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          acceptPausedUntil_ = now_ + kAcceptPause;
+          Watch(listenFd_, 0, EPOLL_CTL_MOD);
+        }
+        return;  // EAGAIN: all taken
+      }
+      counters_.accepted.fetch_add(1, std::memory_order_relaxed);
+      if (connections_.size() >= limits_.maxConnections) {
+        EvictOne();
+      }
+      Connection& connection = connections_[fd];
+      connection.fd = fd;
+      connection.accepted = now_;
+      connection.deadline = now_ + limits_.headerDeadline;
+      Watch(fd, EPOLLIN, EPOLL_CTL_ADD);
+      // A probe sends its request with the connect: answer it now, before more accepts can
+      // push it out.
+      Advance(connection);
+      if (connection.phase == Phase::closed) {
+        connections_.erase(fd);
+      }
+    }
+  }
+
+  // Room for one more: the oldest lingering connection (already answered), else the oldest
+  // still sending its request (idle or slow), else the oldest being answered. An answered one
+  // whose client has closed already just goes: no overflow.
+  void EvictOne() {
+    const auto rank = [](Phase phase) {
+      return phase == Phase::lingering ? 0 : phase == Phase::writing ? 2 : 1;
+    };
+    auto victim = connections_.end();
+    for (auto it = connections_.begin(); it != connections_.end(); ++it) {
+      if (victim == connections_.end() ||
+          std::pair(rank(it->second.phase), it->second.accepted) <
+              std::pair(rank(victim->second.phase), victim->second.accepted)) {
+        victim = it;
+      }
+    }
+    if (victim == connections_.end()) {
+      return;
+    }
+    if (victim->second.phase == Phase::lingering) {
+      Linger(victim->second);
+    }
+    if (victim->second.phase != Phase::closed) {
+      counters_.overflowed.fetch_add(1, std::memory_order_relaxed);
+      ::close(victim->first);
+    }
+    connections_.erase(victim);
+  }
+
+  void ExpireDeadlines() {
+    for (auto it = connections_.begin(); it != connections_.end();) {
+      Connection& connection = it->second;
+      if (connection.deadline > now_) {
+        ++it;
+        continue;
+      }
+      if (connection.phase == Phase::readingHead || connection.phase == Phase::readingBody) {
+        counters_.timedOut.fetch_add(1, std::memory_order_relaxed);
+        // Part of a request came: say why it is closed, if the socket takes it at once. A
+        // connection that sent nothing is closed silently (a client's idle pool is no error).
+        if (connection.receivedAny) {
+          const std::string timeout = FormatResponse(Refusal(408), false, false);
+          (void)::send(connection.fd, timeout.data(), timeout.size(), MSG_NOSIGNAL);
+        }
+      } else if (connection.phase == Phase::writing) {
+        counters_.timedOut.fetch_add(1, std::memory_order_relaxed);
+      }
+      ::close(connection.fd);
+      it = connections_.erase(it);
+    }
+  }
+
+  // Runs the connection's phases as far as its socket allows right now.
+  void Advance(Connection& connection) {
+    if (connection.phase == Phase::readingHead) {
+      ReadHead(connection);
+    }
+    if (connection.phase == Phase::readingBody) {
+      ReadBody(connection);
+    }
+    if (connection.phase == Phase::writing) {
+      Write(connection);
+    }
+    if (connection.phase == Phase::lingering) {
+      Linger(connection);
+    }
+    if (connection.phase == Phase::closed) {
+      return;
+    }
+    const uint32_t wanted = connection.phase == Phase::writing ? EPOLLOUT : EPOLLIN;
+    if (wanted != connection.events) {
+      connection.events = wanted;
+      Watch(connection.fd, wanted, EPOLL_CTL_MOD);
+    }
+  }
+
+  void Close(Connection& connection) {
+    ::close(connection.fd);
+    connection.phase = Phase::closed;
+  }
+
+  // recv into buffer; the count, 0 at EOF, -1 when nothing is there now (EAGAIN), or -2 on
+  // an error (the connection is then useless).
+  static ssize_t Receive(int fd, char* buffer, size_t size) {
+    for (;;) {
+      const ssize_t received = ::recv(fd, buffer, size, 0);
+      if (received >= 0) {
+        return received;
+      }
+      if (errno == EINTR) {
+        continue;
+      }
+      return errno == EAGAIN || errno == EWOULDBLOCK ? -1 : -2;
+    }
+  }
+
+  void ReadHead(Connection& connection) {
+    std::array<char, 4096> buffer{};
+    while (connection.phase == Phase::readingHead) {
+      // Never more than one byte past the cap, so the head's buffer is bounded by it.
+      const size_t room = limits_.maxHeaderBytes + 1 - connection.head.size();
+      const ssize_t received = Receive(connection.fd, buffer.data(), std::min(room, buffer.size()));
+      if (received == -1) {
+        return;
+      }
+      if (received <= 0) {
+        Close(connection);  // the client gave up, or the connection broke
+        return;
+      }
+      connection.receivedAny = true;
+      connection.head.append(buffer.data(), static_cast<size_t>(received));
+      ParseHead(connection);
+    }
+  }
+
+  // Consumes the complete lines of the head received so far.
+  void ParseHead(Connection& connection) {
+    while (connection.phase == Phase::readingHead) {
+      const size_t newline =
+          connection.head.find('\n', std::max(connection.parsed, connection.scanned));
+      if (newline == std::string::npos) {
+        connection.scanned = connection.head.size();
+        break;
+      }
+      const size_t next = newline + 1;
+      if (next > limits_.maxHeaderBytes) {
+        break;  // refused below
+      }
+      std::string_view line(connection.head.data() + connection.parsed,
+                            newline - connection.parsed);
+      if (!line.empty() && line.back() == '\r') {
+        line.remove_suffix(1);  // CRLF, though a bare LF is read as a line end too (RFC 9112 §2.2)
+      }
+      connection.parsed = next;
+      if (!connection.requestLineSeen) {
+        if (line.empty()) {
+          continue;  // empty lines before the request line are to be ignored (RFC 9112 §2.2)
+        }
+        connection.request = ParseRequestLine(line);
+        connection.requestLineSeen = true;
+        if (connection.request.status != 0) {
+          Refuse(connection, connection.request.status);  // a POST is 405 before its headers
+        }
+      } else if (line.empty()) {
+        FinishHead(connection);
+      } else if (const int status = connection.headers.Add(line); status != 0) {
+        Refuse(connection, status);
+      }
+    }
+    if (connection.phase == Phase::readingHead && connection.head.size() > limits_.maxHeaderBytes) {
+      Refuse(connection, connection.requestLineSeen ? 431 : 414);
+    }
+  }
+
+  // The empty line arrived: judge the framing, then drop any body or answer.
+  void FinishHead(Connection& connection) {
+    const HeaderSummary& headers = connection.headers;
+    const bool http11 = connection.request.minorVersion >= 1;
+    int status = 0;
+    if ((http11 && headers.hosts != 1) || headers.hosts > 1 || headers.contentLengths > 1 ||
+        headers.transferEncodings > 1 ||
+        (headers.transferEncodings > 0 && (headers.contentLengths > 0 || !http11))) {
+      status = 400;  // RFC 9112 §3.2, §6.1, §6.3: ambiguous framing is how requests get smuggled
+    } else if (headers.transferEncodings > 0 &&
+               !EqualsIgnoreCase(headers.transferEncoding, "chunked")) {
+      status = 501;
+    } else if (headers.contentLength && *headers.contentLength > limits_.maxBodyBytes) {
+      status = 413;
+    }
+    if (status != 0) {
+      Refuse(connection, status);
+      return;
+    }
+    // The bytes after the head are the body's start; the head itself is no longer needed.
+    const std::string rest = connection.head.substr(connection.parsed);
+    connection.head.clear();
+    connection.head.shrink_to_fit();
+    if (headers.transferEncodings > 0) {
+      connection.framing = BodyFraming::chunked;
+      connection.chunked.emplace(limits_.maxBodyBytes);
+    } else if (headers.contentLength && *headers.contentLength > 0) {
+      connection.framing = BodyFraming::length;
+      connection.bodyLeft = *headers.contentLength;
+    } else {
+      Answer(connection);
+      return;
+    }
+    connection.phase = Phase::readingBody;
+    TakeBody(connection, rest);
+  }
+
+  void ReadBody(Connection& connection) {
+    std::array<char, 4096> buffer{};
+    while (connection.phase == Phase::readingBody) {
+      size_t want = buffer.size();
+      if (connection.framing == BodyFraming::length) {
+        want = static_cast<size_t>(std::min<uint64_t>(want, connection.bodyLeft));
+      }
+      const ssize_t received = Receive(connection.fd, buffer.data(), want);
+      if (received == -1) {
+        return;
+      }
+      if (received <= 0) {
+        Close(connection);
+        return;
+      }
+      TakeBody(connection, std::string_view(buffer.data(), static_cast<size_t>(received)));
+    }
+  }
+
+  // Drops body bytes, answering once the body has ended. Bytes past its end (a pipelined
+  // request) are ignored: one request per connection.
+  void TakeBody(Connection& connection, std::string_view bytes) {
+    if (connection.framing == BodyFraming::length) {
+      connection.bodyLeft -= std::min<uint64_t>(connection.bodyLeft, bytes.size());
+      if (connection.bodyLeft == 0) {
+        Answer(connection);
+      }
+      return;
+    }
+    switch (connection.chunked->Feed(bytes)) {
+      case ChunkedBody::Result::needMore:
+        return;
+      case ChunkedBody::Result::done:
+        Answer(connection);
+        return;
+      case ChunkedBody::Result::malformed:
+        Refuse(connection, 400);
+        return;
+      case ChunkedBody::Result::tooLarge:
+        Refuse(connection, 413);
+        return;
+    }
+  }
+
+  void Answer(Connection& connection) {
+    counters_.requests.fetch_add(1, std::memory_order_relaxed);
+    HttpResponse response;
+    const auto handler = handlers_.find(connection.request.path);
+    if (handler == handlers_.end()) {
+      response = Refusal(404);
+    } else {
+      try {
+        response = handler->second();
+      } catch (...) {
+        response = Refusal(500);  // a handler's bug must not take the daemon down
+      }
+      const bool typeSafe =
+          IsFieldValue(response.contentType) && !TrimWhitespace(response.contentType).empty();
+      if (response.status < 200 || response.status > 599 || !typeSafe) {
+        response = Refusal(500);
+      }
+    }
+    StartWriting(connection, FormatResponse(response, connection.request.headOnly, false));
+  }
+
+  void Refuse(Connection& connection, int status) {
+    counters_.rejected.fetch_add(1, std::memory_order_relaxed);
+    const bool headOnly = connection.requestLineSeen && connection.request.headOnly;
+    StartWriting(connection, FormatResponse(Refusal(status), headOnly, status == 405));
+  }
+
+  void StartWriting(Connection& connection, std::string out) {
+    connection.head.clear();
+    connection.head.shrink_to_fit();
+    connection.out = std::move(out);
+    connection.sent = 0;
+    connection.phase = Phase::writing;
+    connection.deadline = now_ + limits_.writeDeadline;
+  }
+
+  void Write(Connection& connection) {
+    while (connection.sent < connection.out.size()) {
+      const ssize_t sent =
+          ::send(connection.fd, connection.out.data() + connection.sent,
+                 connection.out.size() - connection.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (sent < 0) {
+        if (errno == EINTR) {
+          continue;
+        }
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+          Close(connection);  // EPIPE, ECONNRESET: the client is gone
+        }
+        return;
+      }
+      connection.sent += static_cast<size_t>(sent);
+    }
+    // All handed to the kernel: our FIN follows the answer; then drop what the client still
+    // sends until it closes too.
+    ::shutdown(connection.fd, SHUT_WR);
+    connection.out.clear();
+    connection.out.shrink_to_fit();
+    connection.phase = Phase::lingering;
+    connection.deadline = std::min(connection.deadline, now_ + kLingerTime);
+  }
+
+  void Linger(Connection& connection) {
+    std::array<char, 4096> buffer{};
+    for (;;) {
+      const ssize_t received = Receive(connection.fd, buffer.data(), buffer.size());
+      if (received == -1) {
+        return;
+      }
+      connection.discarded += static_cast<size_t>(std::max<ssize_t>(received, 0));
+      if (received <= 0 || connection.discarded > kLingerBytes) {
+        Close(connection);
+        return;
+      }
+    }
+  }
+
+  HttpLimits limits_;
+  const std::map<std::string, Handler, std::less<>>& handlers_;
+  Counters& counters_;
+  int listenFd_;
+  int wakeFd_;
+  int epollFd_;
+  Clock::time_point now_ = Clock::now();
+  std::optional<Clock::time_point> acceptPausedUntil_;
+  std::unordered_map<int, Connection> connections_;
+};
+
+std::pair<std::string, int> ParseListenAddress(const std::string& address) {
+  const std::pair<std::string, int> malformed{"", -1};
+  std::string host;
+  std::string_view port;
+  if (!address.empty() && address.front() == '[') {
+    const size_t close = address.find(']');
+    if (close == std::string::npos || close == 1 || close + 1 >= address.size() ||
+        address[close + 1] != ':') {
+      return malformed;
+    }
+    host = address.substr(1, close - 1);
+    port = std::string_view(address).substr(close + 2);
+  } else {
+    const size_t colon = address.rfind(':');
+    if (colon == std::string::npos) {
+      return malformed;
+    }
+    host = address.substr(0, colon);
+    if (host.find_first_of(":[]") != std::string::npos) {
+      return malformed;  // "::1:8080" could be either; IPv6 literals go in brackets
+    }
+    if (host.empty()) {
+      host = "0.0.0.0";
+    }
+    port = std::string_view(address).substr(colon + 1);
+  }
+  const std::optional<uint64_t> number = ParseDecimal(port);
+  if (!number || port.size() > 5 || *number > 65535) {
+    return malformed;
+  }
+  return {host, static_cast<int>(*number)};
+}
+
+HttpServer::HttpServer(HttpLimits limits) : limits_(limits) {}
+
+HttpServer::~HttpServer() { Stop(); }
+
+void HttpServer::Handle(std::string path, Handler handler) {
+  if (thread_.joinable()) {
+    return;  // the server's thread reads the table without a lock
+  }
+  handlers_[std::move(path)] = std::move(handler);
+}
+
+bool HttpServer::Start(const std::string& address) {
+  if (thread_.joinable()) {
+    error_ = "listen address " + address + ": already serving on port " + std::to_string(port_);
+    return false;
+  }
+  error_.clear();
+  if (address == "off") {
+    return true;
+  }
+  const auto [host, port] = ParseListenAddress(address);
+  if (port < 0) {
+    error_ = "listen address \"" + address + "\": not host:port, [IPv6]:port, :port or off";
+    return false;
+  }
+
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (const int status = getaddrinfo(host.c_str(), service.c_str(), &hints, &found); status != 0) {
+    error_ = "listen address " + address + ": " + host + ": " + gai_strerror(status);
+    return false;
+  }
+  std::string failure;
+  for (const addrinfo* candidate = found; candidate != nullptr && listenFd_ < 0;
+       candidate = candidate->ai_next) {
+    const int fd =
+        ::socket(candidate->ai_family, candidate->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      failure = std::string("socket: ") + ErrnoText(errno);
+      continue;
+    }
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    // Accepted sockets inherit this: a request is at most head + body, and a fixed receive
+    // buffer stops the kernel growing it (socket memory counts against the pod's cgroup).
+    const int receiveBuffer = static_cast<int>(
+        std::clamp<size_t>(limits_.maxHeaderBytes + limits_.maxBodyBytes, 16 * 1024, 256 * 1024));
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receiveBuffer, sizeof receiveBuffer);
+    if (::bind(fd, candidate->ai_addr, candidate->ai_addrlen) != 0) {
+      failure = std::string("bind: ") + ErrnoText(errno);
+      ::close(fd);
+      continue;
+    }
+    if (::listen(fd, kListenBacklog) != 0) {
+      failure = std::string("listen: ") + ErrnoText(errno);
+      ::close(fd);
+      continue;
+    }
+    listenFd_ = fd;
+  }
+  freeaddrinfo(found);
+  if (listenFd_ < 0) {
+    error_ = "listen address " + address + ": " + failure;
+    return false;
+  }
+
+  sockaddr_storage bound{};
+  socklen_t boundSize = sizeof bound;
+  if (::getsockname(listenFd_, reinterpret_cast<sockaddr*>(&bound), &boundSize) != 0) {
+    error_ = "listen address " + address + ": getsockname: " + ErrnoText(errno);
+    CloseDescriptors();
+    return false;
+  }
+  port_ = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                                      : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+
+  epollFd_ = epoll_create1(EPOLL_CLOEXEC);
+  wakeFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (epollFd_ < 0 || wakeFd_ < 0) {
+    error_ = "listen address " + address + ": epoll/eventfd: " + ErrnoText(errno);
+    CloseDescriptors();
+    return false;
+  }
+  for (const int fd : {listenFd_, wakeFd_}) {
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.fd = fd;
+    epoll_ctl(epollFd_, EPOLL_CTL_ADD, fd, &event);
+  }
+  loop_ = std::make_unique<Loop>(limits_, handlers_, counters_, listenFd_, wakeFd_, epollFd_);
+  try {
+    thread_ = std::thread([loop = loop_.get()] { loop->Run(); });
+    // Named from here, so that it has its name (in top, /proc) once Start returns.
+    pthread_setname_np(thread_.native_handle(), "http-server");
+  } catch (const std::system_error& failed) {
+    error_ = "listen address " + address + ": starting the server thread: " + failed.what();
+    loop_.reset();
+    CloseDescriptors();
+    return false;
+  }
+  return true;
+}
+
+void HttpServer::Stop() {
+  if (thread_.joinable()) {
+    const uint64_t one = 1;
+    (void)::write(wakeFd_, &one, sizeof one);
+    thread_.join();
+  }
+  loop_.reset();  // closes the connections
+  CloseDescriptors();
+}
+
+void HttpServer::CloseDescriptors() {
+  for (int* fd : {&listenFd_, &wakeFd_, &epollFd_}) {
+    if (*fd >= 0) {
+      ::close(*fd);
+      *fd = -1;
+    }
+  }
+  port_ = 0;
+}
+
+HttpServer::Stats HttpServer::stats() const {
+  return Stats{counters_.requests.load(), counters_.rejected.load(), counters_.timedOut.load(),
+               counters_.overflowed.load(), counters_.accepted.load()};
+}
+
+}  // namespace cozy::runtime
