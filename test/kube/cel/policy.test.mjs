@@ -1,15 +1,15 @@
 // The node-bound ValidatingAdmissionPolicy of the chart, evaluated with a real CEL
-// implementation (@bufbuild/cel) the way the API server applies it: matchConstraints, then
-// matchConditions (any false: not matched), then every validation (any false: denied), and
-// failurePolicy Fail for an expression that errors. Covers SEEDS-CATALOG F1 and F2.
+// implementation (@bufbuild/cel) the way the API server applies it (admission.mjs): an
+// expression that errors under failurePolicy Fail DENIES. Covers SEEDS-CATALOG F1 and F2.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 
-let run, parseAllDocuments;
+let admit, admissionRequest, run, isCelError, parseAllDocuments;
 try {
-  ({ run } = await import("@bufbuild/cel"));
+  ({ run, isCelError } = await import("@bufbuild/cel"));
   ({ parseAllDocuments } = await import("yaml"));
+  ({ admit, admissionRequest } = await import("./admission.mjs"));
 } catch (error) {
   console.error("policy test: npm packages missing; run scripts/install-deps.sh " +
     "(npm ci --prefix test/kube/cel): " + error.message);
@@ -31,73 +31,33 @@ const binding = documents.find((d) => d.kind === "ValidatingAdmissionPolicyBindi
 
 const NODE_NAME = "authentication.kubernetes.io/node-name";
 const AGENT = `system:serviceaccount:${namespace}:gpu-agent`;
+const AGENT_GROUPS = ["system:serviceaccounts", `system:serviceaccounts:${namespace}`,
+  "system:authenticated"];
 
-// CEL maps are Maps and CEL ints are bigints; convert plain JSON the way the server binds it.
-function toCel(value) {
-  if (Array.isArray(value)) return value.map(toCel);
-  if (value !== null && typeof value === "object") {
-    return new Map(Object.entries(value).map(([k, v]) => [k, toCel(v)]));
-  }
-  if (typeof value === "number" && Number.isInteger(value)) return BigInt(value);
-  return value;
-}
-
-function ruleMatches(rules, request) {
-  const resource = request.subResource
-    ? `${request.resource.resource}/${request.subResource}` : request.resource.resource;
-  return rules.some((rule) =>
-    rule.apiGroups.some((g) => g === "*" || g === request.resource.group) &&
-    rule.apiVersions.some((v) => v === "*" || v === request.resource.version) &&
-    rule.operations.some((o) => o === "*" || o === request.operation) &&
-    rule.resources.some((r) => r === "*" || r === resource));
-}
-
-// Returns {matched, allowed, messages} as the API server would decide for this request.
-function admit(request) {
-  if (!ruleMatches(policy.spec.matchConstraints.resourceRules, request)) {
-    return { matched: false, allowed: true, messages: [] };
-  }
-  const vars = { request: toCel(request), object: toCel({ metadata: { name: request.name } }) };
-  const failClosed = (policy.spec.failurePolicy ?? "Fail") === "Fail";
-  for (const condition of policy.spec.matchConditions ?? []) {
-    let result;
-    try {
-      result = run(condition.expression, vars);
-    } catch (error) {
-      if (failClosed) return { matched: true, allowed: false, messages: [String(error)] };
-      return { matched: false, allowed: true, messages: [] };
-    }
-    if (result !== true) return { matched: false, allowed: true, messages: [] };
-  }
-  const messages = [];
-  for (const validation of policy.spec.validations) {
-    let result;
-    try {
-      result = run(validation.expression, vars);
-    } catch (error) {
-      result = failClosed ? false : true;
-    }
-    if (result !== true) {
-      let message = validation.message ?? `failed rule: ${validation.expression}`;
-      if (validation.messageExpression) {
-        try { message = run(validation.messageExpression, vars); } catch { /* keep message */ }
-      }
-      messages.push(message);
-    }
-  }
-  return { matched: true, allowed: messages.length === 0, messages };
-}
-
-function request({ user = AGENT, nodeName, name, operation = "UPDATE", subResource = "status",
-  extra } = {}) {
-  const userExtra = extra ?? (nodeName === undefined ? {} : { [NODE_NAME]: [nodeName] });
+function podAgent(nodeName) {
   return {
+    username: AGENT, uid: "u-1", groups: AGENT_GROUPS,
+    extra: nodeName === undefined ? {} : { [NODE_NAME]: [nodeName] },
+  };
+}
+
+function gpuNode(name) {
+  return {
+    apiVersion: "gpu.cozystack.io/v1alpha1", kind: "GPUNode",
+    metadata: { name, ownerReferences: [{ apiVersion: "v1", kind: "Node", name, uid: "u" }] },
+    spec: {}, status: { resourceNames: [] },
+  };
+}
+
+function write(userInfo, { operation = "UPDATE", name, subResource = "status" }) {
+  const request = admissionRequest({
     kind: { group: "gpu.cozystack.io", version: "v1alpha1", kind: "GPUNode" },
     resource: { group: "gpu.cozystack.io", version: "v1alpha1", resource: "gpunodes" },
-    subResource, name, namespace: "", operation,
-    userInfo: { username: user, uid: "u-1", groups: ["system:serviceaccounts"], extra: userExtra },
-    dryRun: false,
-  };
+    subResource, name, operation, userInfo,
+  });
+  const object = operation === "DELETE" ? null : gpuNode(name);
+  const oldObject = operation === "CREATE" ? null : gpuNode(name);
+  return { request, object, oldObject };
 }
 
 test("the binding denies through the policy", () => {
@@ -106,9 +66,46 @@ test("the binding denies through the policy", () => {
   assert.equal(policy.spec.failurePolicy, "Fail");
 });
 
+// The harness itself: the library returns errors as values, and admit() treats them as the
+// API server does. Without this the tests below could pass on a policy that only ever errors.
+test("harness: run() returns an error value instead of throwing", () => {
+  const result = run("object.metadata.noSuchField == 'x'",
+    { object: new Map([["metadata", new Map()]]) });
+  assert.equal(isCelError(result), true);
+});
+
+test("harness: an erroring validation denies under Fail and is skipped under Ignore", () => {
+  const erroring = structuredClone(policy);
+  erroring.spec.validations.push({ expression: "object.metadata.noSuchField == 'x'" });
+  const own = write(podAgent("n1"), { name: "n1" });
+  const denied = admit(erroring, own);
+  assert.equal(denied.matched, true);
+  assert.equal(denied.allowed, false);
+  assert.match(denied.messages.join(" "), /resulted in error: .*noSuchField/);
+  erroring.spec.failurePolicy = "Ignore";
+  assert.equal(admit(erroring, own).allowed, true);
+  const notBool = structuredClone(policy);
+  notBool.spec.validations.push({ expression: "'yes'" });
+  assert.equal(admit(notBool, own).allowed, false);
+});
+
+test("harness: an erroring matchCondition denies under Fail unless another is false", () => {
+  const erroring = structuredClone(policy);
+  erroring.spec.matchConditions.push({ name: "broken", expression: "request.noSuchField" });
+  const own = write(podAgent("n1"), { name: "n1" });
+  const denied = admit(erroring, own);
+  assert.equal(denied.allowed, false);
+  assert.match(denied.messages.join(" "), /matchCondition broken/);
+  const admin = { username: "kubernetes-admin", groups: ["system:masters"] };
+  assert.equal(admit(erroring, write(admin, { name: "n2" })).matched, false);
+  erroring.spec.failurePolicy = "Ignore";
+  assert.deepEqual([admit(erroring, own).matched, admit(erroring, own).allowed], [false, true]);
+});
+
 test("F1: the agent may create and patch its own node's GPUNode", () => {
   for (const [operation, subResource] of [["CREATE", ""], ["UPDATE", "status"], ["UPDATE", ""]]) {
-    const decision = admit(request({ nodeName: "n1", name: "n1", operation, subResource }));
+    const decision = admit(policy, write(podAgent("n1"), { name: "n1", operation, subResource }));
+    assert.deepEqual(decision.errors, []);
     assert.equal(decision.matched, true);
     assert.equal(decision.allowed, true, `${operation} ${subResource}: ${decision.messages}`);
   }
@@ -116,35 +113,42 @@ test("F1: the agent may create and patch its own node's GPUNode", () => {
 
 test("F1: the agent on n1 writing n2's GPUNode is refused, and told why", () => {
   for (const [operation, subResource] of [["CREATE", ""], ["UPDATE", "status"], ["DELETE", ""]]) {
-    const decision = admit(request({ nodeName: "n1", name: "n2", operation, subResource }));
+    const decision = admit(policy, write(podAgent("n1"), { name: "n2", operation, subResource }));
+    assert.deepEqual(decision.errors, []);
     assert.equal(decision.allowed, false, `${operation} ${subResource}`);
     assert.match(decision.messages.join(" "), /node n1 may write only GPUNode n1, not n2/);
   }
 });
 
+// Refused either way, but where the token has no extras at all the API server leaves the
+// (empty) extra map out and today's expression errors rather than returning false: denied by
+// failurePolicy Fail, not by its own message.
 test("F2: a token without the node-name extra is refused", () => {
-  const decision = admit(request({ name: "n1" }));
-  assert.equal(decision.matched, true);
-  assert.equal(decision.allowed, false);
-  assert.match(decision.messages.join(" "), /carries no node name/);
-  const emptyList = admit(request({ name: "n1", extra: { [NODE_NAME]: [] } }));
+  const none = admit(policy, write(podAgent(undefined), { name: "n1" }));
+  assert.equal(none.matched, true);
+  assert.equal(none.allowed, false);
+  const emptyList = admit(policy, write({ ...podAgent("n1"), extra: { [NODE_NAME]: [] } },
+    { name: "n1" }));
   assert.equal(emptyList.allowed, false);
-  const podOnly = { "authentication.kubernetes.io/pod-name": ["p"] };
-  const otherExtra = admit(request({ name: "n1", extra: podOnly }));
-  assert.equal(otherExtra.allowed, false);
+  assert.match(emptyList.messages.join(" "), /carries no node name/);
+  const podOnly = { ...podAgent("n1"), extra: { "authentication.kubernetes.io/pod-name": ["p"] } };
+  assert.equal(admit(policy, write(podOnly, { name: "n1" })).allowed, false);
 });
 
 test("F2: other users are not matched at all", () => {
-  for (const user of ["kubernetes-admin", "system:serviceaccount:cozy-gpu:gpu-controller",
+  for (const username of ["kubernetes-admin", "system:serviceaccount:cozy-gpu:gpu-controller",
     "system:serviceaccount:kube-system:gpu-agent"]) {
-    const decision = admit(request({ user, name: "n2" }));
-    assert.equal(decision.matched, false, user);
-    assert.equal(decision.allowed, true, user);
+    const decision = admit(policy, write({ username, groups: AGENT_GROUPS }, { name: "n2" }));
+    assert.equal(decision.matched, false, username);
+    assert.equal(decision.allowed, true, username);
   }
 });
 
 test("requests for other resources are outside the policy", () => {
-  const pod = request({ nodeName: "n1", name: "n2" });
-  pod.resource = { group: "", version: "v1", resource: "pods" };
-  assert.equal(admit(pod).matched, false);
+  const pod = admissionRequest({
+    kind: { group: "", version: "v1", kind: "Pod" },
+    resource: { group: "", version: "v1", resource: "pods" },
+    name: "n2", namespace: "default", operation: "UPDATE", userInfo: podAgent("n1"),
+  });
+  assert.equal(admit(policy, { request: pod, object: {}, oldObject: {} }).matched, false);
 });
