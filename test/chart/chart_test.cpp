@@ -110,11 +110,16 @@ TEST(Chart, DaemonSetRunsAsTheBoundServiceAccount) {
   EXPECT_EQ(binding["roleRef"]["kind"].as<std::string>(""), "ClusterRole");
   EXPECT_EQ(binding["roleRef"]["name"].as<std::string>(""),
             Only(documents, "ClusterRole")["metadata"]["name"].as<std::string>());
-  ASSERT_EQ(binding["subjects"].size(), 1u);
+  // The DaemonSet's account, and the group of bare-metal agents the node-bound policy binds
+  // (test/kube/cel checks the policy names the same group); nobody else.
+  ASSERT_EQ(binding["subjects"].size(), 2u);
   EXPECT_EQ(binding["subjects"][0]["kind"].as<std::string>(""), "ServiceAccount");
   EXPECT_EQ(binding["subjects"][0]["name"].as<std::string>(""), name);
   EXPECT_EQ(binding["subjects"][0]["namespace"].as<std::string>(""),
             daemonSet["metadata"]["namespace"].as<std::string>());
+  EXPECT_EQ(binding["subjects"][1]["kind"].as<std::string>(""), "Group");
+  EXPECT_EQ(binding["subjects"][1]["apiGroup"].as<std::string>(""), "rbac.authorization.k8s.io");
+  EXPECT_EQ(binding["subjects"][1]["name"].as<std::string>(""), "gpu.cozystack.io:agents");
   // The pod template carries the selector's labels (the API server refuses it otherwise).
   for (const auto& label : daemonSet["spec"]["selector"]["matchLabels"]) {
     EXPECT_EQ(
@@ -286,7 +291,7 @@ TEST(Chart, NodeSelectorTolerationsAndArgsComeFromValues) {
 TEST(Chart, RbacIsExactlyTheLeastTheAgentNeeds) {
   using Rule = std::tuple<std::string, std::string, std::set<std::string>>;
   const std::set<Rule> expected = {
-      {"gpu.cozystack.io", "gpunodes", {"get", "create", "patch"}},
+      {"gpu.cozystack.io", "gpunodes", {"get", "create"}},
       {"gpu.cozystack.io", "gpunodes/status", {"patch"}},
       {"", "nodes", {"get"}},
       {"", "pods", {"list", "watch"}},
