@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "test/chart/chart_render.h"
+#include "test/support/fixture_host.h"
 
 namespace cozy::chart {
 namespace {
@@ -110,11 +111,16 @@ TEST(Chart, DaemonSetRunsAsTheBoundServiceAccount) {
   EXPECT_EQ(binding["roleRef"]["kind"].as<std::string>(""), "ClusterRole");
   EXPECT_EQ(binding["roleRef"]["name"].as<std::string>(""),
             Only(documents, "ClusterRole")["metadata"]["name"].as<std::string>());
-  ASSERT_EQ(binding["subjects"].size(), 1u);
+  // The DaemonSet's account, and the group of bare-metal agents the node-bound policy binds
+  // (test/kube/cel checks the policy names the same group); nobody else.
+  ASSERT_EQ(binding["subjects"].size(), 2u);
   EXPECT_EQ(binding["subjects"][0]["kind"].as<std::string>(""), "ServiceAccount");
   EXPECT_EQ(binding["subjects"][0]["name"].as<std::string>(""), name);
   EXPECT_EQ(binding["subjects"][0]["namespace"].as<std::string>(""),
             daemonSet["metadata"]["namespace"].as<std::string>());
+  EXPECT_EQ(binding["subjects"][1]["kind"].as<std::string>(""), "Group");
+  EXPECT_EQ(binding["subjects"][1]["apiGroup"].as<std::string>(""), "rbac.authorization.k8s.io");
+  EXPECT_EQ(binding["subjects"][1]["name"].as<std::string>(""), "gpu.cozystack.io:agents");
   // The pod template carries the selector's labels (the API server refuses it otherwise).
   for (const auto& label : daemonSet["spec"]["selector"]["matchLabels"]) {
     EXPECT_EQ(
@@ -149,9 +155,26 @@ TEST(Chart, NodeBoundPolicyNamesTheAgentsServiceAccount) {
   }
 }
 
-// The probes' ports are the container's, the one --health-addr listens on.
+// The env var `name` of the agent's container, from the downward API field `fieldPath`.
+void ExpectFieldEnv(const YAML::Node& agent, const std::string& name,
+                    const std::string& fieldPath) {
+  bool found = false;
+  for (const auto& entry : agent["env"]) {
+    if (entry["name"].as<std::string>("") != name) continue;
+    EXPECT_FALSE(found) << name << " twice";
+    found = true;
+    EXPECT_EQ(entry["valueFrom"]["fieldRef"]["fieldPath"].as<std::string>(""), fieldPath) << name;
+  }
+  EXPECT_TRUE(found) << "no env " << name;
+}
+
+// --health-addr listens on the node's own address (the downward API's status.hostIP), on the
+// container's health port. The probes name that port and no host: kubelet then probes the pod
+// IP, which with hostNetwork is the node's IP, the address the agent listens on.
 void ExpectProbesOnTheHealthPort(const std::vector<YAML::Node>& documents, int port) {
+  EXPECT_TRUE(PodSpec(documents)["hostNetwork"].as<bool>(false));
   const YAML::Node agent = Agent(documents);
+  ExpectFieldEnv(agent, "HOST_IP", "status.hostIP");
   std::map<std::string, int> ports;
   for (const auto& entry : agent["ports"]) {
     ports[entry["name"].as<std::string>("")] = entry["containerPort"].as<int>();
@@ -160,8 +183,11 @@ void ExpectProbesOnTheHealthPort(const std::vector<YAML::Node>& documents, int p
   EXPECT_EQ(ports["health"], port);
   const auto args = Strings(agent["args"]);
   EXPECT_EQ(args.at(0), "run");
-  EXPECT_NE(std::find(args.begin(), args.end(), "--health-addr=:" + std::to_string(port)),
+  EXPECT_NE(std::find(args.begin(), args.end(), "--health-addr=$(HOST_IP):" + std::to_string(port)),
             args.end());
+  for (const auto& arg : args) {
+    EXPECT_FALSE(arg.starts_with("--health-addr=:")) << "listening on every address: " << arg;
+  }
   const std::map<std::string, std::string> paths = {{"livenessProbe", "/healthz"},
                                                     {"readinessProbe", "/readyz"}};
   for (const auto& [probe, path] : paths) {
@@ -171,6 +197,7 @@ void ExpectProbesOnTheHealthPort(const std::vector<YAML::Node>& documents, int p
     const std::string target = get["port"].as<std::string>("");
     const bool named = ports.contains(target);
     EXPECT_TRUE(named || target == std::to_string(port)) << probe << " port " << target;
+    EXPECT_FALSE(get["host"].IsDefined()) << probe << ": the pod IP is the node's, keep it";
   }
 }
 
@@ -205,7 +232,8 @@ std::map<std::string, std::string> ExpectReadOnlyHostMounts(
 TEST(Chart, HostIsMountedReadOnlyWhereTheAgentLooks) {
   const auto mounted = ExpectReadOnlyHostMounts(Render());
   const std::map<std::string, std::string> expected = {
-      {"/sys", "/host/sys"},
+      {"/sys/bus", "/host/sys/bus"},
+      {"/sys/devices", "/host/sys/devices"},
       {"/proc/driver", "/host/proc/driver"},
       {"/var/lib/kubelet/pod-resources", "/var/lib/kubelet/pod-resources"},
       {"/run/udev", "/run/udev"},
@@ -218,7 +246,52 @@ TEST(Chart, HostIsMountedReadOnlyWhereTheAgentLooks) {
   }
   const auto without = ExpectReadOnlyHostMounts(Render(Custom()));
   EXPECT_FALSE(without.contains("/proc/driver"));
-  EXPECT_EQ(without.size(), 3u);
+  EXPECT_EQ(without.size(), 4u);
+}
+
+// What the chart mounts under the agent's sysfs root (/host) holds everything the agent reads
+// there: on every fixture host, `gpu-agent scan` of a root holding only those host paths, where
+// the chart mounts them, says exactly what a scan of the whole tree says. A subtree missing from
+// the chart (say the scanner starts reading sys/kernel) fails here.
+TEST(Chart, HostMountsHoldEverythingTheScanReads) {
+  std::map<std::string, std::string> underRoot;  // host path -> path in the sysfs root
+  for (const auto& [host, mount] : ExpectReadOnlyHostMounts(Render())) {
+    if (mount.starts_with("/host/")) underRoot[host.substr(1)] = mount.substr(6);
+  }
+  ASSERT_TRUE(underRoot.contains("sys/bus")) << "the chart mounts no sysfs where the scan looks";
+  const auto scan = [](const std::filesystem::path& root) {
+    return testing::RunCommand(testing::ShellQuote(testing::GpuAgentBinary().string()) +
+                               " scan -o json --sysfs-root " + testing::ShellQuote(root.string()) +
+                               " --pci-ids " +
+                               testing::ShellQuote(testing::FixturePciIds().string()) +
+                               " --pod-resources unix:///nonexistent/kubelet.sock");
+  };
+  size_t hosts = 0;
+  for (const auto& spec :
+       std::filesystem::directory_iterator(testing::SourceDir() / "fixtures/sysfs/specs")) {
+    const std::string name = spec.path().stem().string();
+    // The same layout as the others, 586 functions of it: building it costs seconds.
+    if (name == "large-synthetic") continue;
+    const testing::FixtureHost host(name);
+    const testing::TempDir mounted;
+    for (const auto& [from, to] : underRoot) {
+      if (!std::filesystem::exists(host.root() / from)) continue;  // as on a host without it
+      std::filesystem::create_directories((mounted.path() / to).parent_path());
+      std::filesystem::copy(
+          host.root() / from, mounted.path() / to,
+          std::filesystem::copy_options::recursive | std::filesystem::copy_options::copy_symlinks);
+    }
+    const auto whole = scan(host.root());
+    const auto part = scan(mounted.path());
+    EXPECT_EQ(part.exitCode, whole.exitCode) << name;
+    EXPECT_EQ(part.out, whole.out) << name;
+    EXPECT_EQ(part.err, whole.err) << name;
+    if (whole.exitCode == 0) {
+      EXPECT_NE(whole.out.find("\"devices\""), std::string::npos) << name << ": " << whole.out;
+    }
+    ++hosts;
+  }
+  EXPECT_GE(hosts, 10u);
 }
 
 TEST(Chart, PodIsHostNetworkedNodeCriticalAndLockedDown) {
@@ -228,10 +301,9 @@ TEST(Chart, PodIsHostNetworkedNodeCriticalAndLockedDown) {
   EXPECT_EQ(pod["dnsPolicy"].as<std::string>(""), "ClusterFirstWithHostNet");
   EXPECT_EQ(pod["priorityClassName"].as<std::string>(""), "system-node-critical");
   const YAML::Node agent = Agent(documents);
-  ASSERT_EQ(agent["env"].size(), 1u);
-  EXPECT_EQ(agent["env"][0]["name"].as<std::string>(""), "NODE_NAME");
-  EXPECT_EQ(agent["env"][0]["valueFrom"]["fieldRef"]["fieldPath"].as<std::string>(""),
-            "spec.nodeName");
+  EXPECT_EQ(agent["env"].size(), 2u);
+  ExpectFieldEnv(agent, "NODE_NAME", "spec.nodeName");
+  ExpectFieldEnv(agent, "HOST_IP", "status.hostIP");
   const YAML::Node security = agent["securityContext"];
   EXPECT_TRUE(security["readOnlyRootFilesystem"].as<bool>(false));
   EXPECT_FALSE(security["allowPrivilegeEscalation"].as<bool>(true));
@@ -255,6 +327,15 @@ TEST(Chart, ImageIsTheChartsAppVersionWhichIsTheProjects) {
             "ghcr.io/cozystack/cozy-gpu/gpu-agent:" COZY_VERSION);
   EXPECT_EQ(Agent(Render(Custom()))["image"].as<std::string>(""),
             "ghcr.io/cozystack/cozy-gpu/gpu-agent:0.1.0-test");
+}
+
+TEST(Chart, ImageMayBePinnedByDigest) {
+  const std::string digest =
+      "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+  YAML::Node overrides = Custom();
+  overrides["agent"]["image"]["digest"] = digest;
+  EXPECT_EQ(Agent(Render(overrides))["image"].as<std::string>(""),
+            "ghcr.io/cozystack/cozy-gpu/gpu-agent@" + digest);
 }
 
 TEST(Chart, NodeSelectorTolerationsAndArgsComeFromValues) {
@@ -286,7 +367,7 @@ TEST(Chart, NodeSelectorTolerationsAndArgsComeFromValues) {
 TEST(Chart, RbacIsExactlyTheLeastTheAgentNeeds) {
   using Rule = std::tuple<std::string, std::string, std::set<std::string>>;
   const std::set<Rule> expected = {
-      {"gpu.cozystack.io", "gpunodes", {"get", "create", "patch"}},
+      {"gpu.cozystack.io", "gpunodes", {"get", "create"}},
       {"gpu.cozystack.io", "gpunodes/status", {"patch"}},
       {"", "nodes", {"get"}},
       {"", "pods", {"list", "watch"}},

@@ -11,12 +11,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "test/support/fixture_host.h"
 
@@ -41,6 +44,36 @@ std::filesystem::path UnitForTest(const testing::TempDir& directory) {
   return path;
 }
 
+std::string ShippedUnit() {
+  std::ifstream in(testing::SourceDir() / "systemd/gpu-agent.service");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Every value of `key=` in the unit, in order.
+std::vector<std::string> UnitValues(const std::string& unit, const std::string& key) {
+  std::vector<std::string> values;
+  std::istringstream lines(unit);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(key + "=", 0) == 0) values.push_back(line.substr(key.size() + 1));
+  }
+  return values;
+}
+
+// systemd's sizes: a number with an optional K, M, G or T suffix (powers of 1024).
+uint64_t UnitBytes(const std::string& value) {
+  size_t end = 0;
+  uint64_t number = std::stoull(value, &end);
+  const std::string suffix = value.substr(end);
+  for (const char unit : std::string("KMGT")) {
+    number *= 1024;
+    if (suffix == std::string(1, unit)) return number;
+  }
+  ADD_FAILURE() << "not a size: " << value;
+  return 0;
+}
+
 TEST(SystemdUnit, VerifiesWithoutAWarning) {
   testing::TempDir directory;
   const auto unit = UnitForTest(directory);
@@ -53,9 +86,40 @@ TEST(SystemdUnit, VerifiesWithoutAWarning) {
   for (const char* required :
        {"Type=notify", "WatchdogSec=", "Restart=on-failure",
         "EnvironmentFile=-/etc/default/gpu-agent", "NoNewPrivileges=yes", "ReadOnlyPaths=/sys",
-        "RestrictAddressFamilies=AF_UNIX", "CapabilityBoundingSet=", "--dbus system"}) {
+        "RestrictAddressFamilies=AF_UNIX", "CapabilityBoundingSet=", "--dbus system",
+        "ProtectSystem=strict", "MemoryMax=", "TasksMax="}) {
     EXPECT_NE(text.str().find(required), std::string::npos) << required;
   }
+}
+
+// The agent writes no file: nothing is writable under ProtectSystem=strict, kubelet's
+// pod-resources directory least of all (connecting to its socket needs no writable mount;
+// docs/install.md "The unit").
+TEST(SystemdUnit, NothingIsWritableKubeletsDirectoryLeastOfAll) {
+  const std::string unit = ShippedUnit();
+  EXPECT_EQ(UnitValues(unit, "ProtectSystem"), std::vector<std::string>{"strict"});
+  EXPECT_TRUE(UnitValues(unit, "ReadWritePaths").empty());
+  EXPECT_TRUE(UnitValues(unit, "BindPaths").empty());
+  EXPECT_TRUE(UnitValues(unit, "StateDirectory").empty());
+  EXPECT_EQ(unit.find("/var/lib/kubelet"), std::string::npos)
+      << "the unit names kubelet's directory; the default --pod-resources needs no setting";
+}
+
+// Health and metrics on loopback unless /etc/default/gpu-agent says otherwise.
+TEST(SystemdUnit, HealthListensOnLoopbackByDefault) {
+  const std::string unit = ShippedUnit();
+  EXPECT_EQ(UnitValues(unit, "Environment"),
+            std::vector<std::string>{"GPU_AGENT_HEALTH_ADDR=127.0.0.1:8080"});
+  const auto exec = UnitValues(unit, "ExecStart");
+  ASSERT_EQ(exec.size(), 1u);
+  EXPECT_NE(exec[0].find(" --health-addr ${GPU_AGENT_HEALTH_ADDR} "), std::string::npos) << exec[0];
+  // The environment file comes after Environment= and wins over it.
+  EXPECT_EQ(UnitValues(unit, "EnvironmentFile"),
+            std::vector<std::string>{"-/etc/default/gpu-agent"});
+  std::ifstream in(testing::SourceDir() / "systemd/gpu-agent.default");
+  std::stringstream defaults;
+  defaults << in.rdbuf();
+  EXPECT_NE(defaults.str().find("#GPU_AGENT_HEALTH_ADDR=127.0.0.1:8080"), std::string::npos);
 }
 
 TEST(SystemdUnit, SandboxExposureStaysLow) {
@@ -113,7 +177,9 @@ TEST(SdNotify, ReadyStatusWatchdogAndStopping) {
                                         "--pod-resources",
                                         "unix://" + (directory.path() / "kubelet.sock").string(),
                                         "--udev-source",
-                                        "off"};
+                                        "off",
+                                        "--health-addr",
+                                        "127.0.0.1:0"};
   std::vector<char*> argv;
   for (auto& argument : arguments) {
     argv.push_back(argument.data());
@@ -141,6 +207,29 @@ TEST(SdNotify, ReadyStatusWatchdogAndStopping) {
     if (std::count(messages.begin(), messages.end(), "WATCHDOG=1") >= 3) {
       break;
     }
+  }
+  // The running daemon within the unit's MemoryMax and TasksMax, with room: its RSS at most
+  // half the limit, and its threads with cpp-httplib's pool grown to a 480-CPU host's
+  // (CPUs - 1, at least 8) within TasksMax.
+  {
+    std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+    uint64_t rssKiB = 0;
+    uint64_t threads = 0;
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("VmRSS:", 0) == 0) rssKiB = std::stoull(line.substr(6));
+      if (line.rfind("Threads:", 0) == 0) threads = std::stoull(line.substr(8));
+    }
+    const std::string unit = ShippedUnit();
+    const auto memoryMax = UnitValues(unit, "MemoryMax");
+    const auto tasksMax = UnitValues(unit, "TasksMax");
+    ASSERT_EQ(memoryMax.size(), 1u);
+    ASSERT_EQ(tasksMax.size(), 1u);
+    EXPECT_GT(rssKiB, 0u);
+    EXPECT_LE(rssKiB * 1024 * 2, UnitBytes(memoryMax[0])) << rssKiB << " KiB";
+    const uint64_t cpus = std::max(1u, std::thread::hardware_concurrency());
+    const uint64_t poolHere = std::max<uint64_t>(8, cpus - 1);
+    const uint64_t others = threads - std::min(threads, poolHere);
+    EXPECT_LE(others + 479, std::stoull(tasksMax[0])) << threads << " threads";
   }
   ::kill(pid, SIGHUP);
   std::this_thread::sleep_for(200ms);
