@@ -140,8 +140,36 @@ TEST(Errors, ReasonsCodesAndRetryAfter) {
   ApiError down = ErrorFromResponse(503, "application/json", unavailable.dump(), "", "", "");
   EXPECT_EQ(down.kind(), ErrorKind::kServerError);
   EXPECT_EQ(down.retryAfter(), std::chrono::seconds(5));
-  // An HTTP date is not honoured, as in client-go.
-  EXPECT_FALSE(ParseRetryAfter("Wed, 21 Oct 2015 07:28:00 GMT"));
+}
+
+TEST(Errors, RetryAfterInSecondsOrAsAnHttpDateClampedToFiveMinutes) {
+  // 2015-10-21 07:28:00 UTC.
+  const auto now = std::chrono::system_clock::from_time_t(1445412480);
+  EXPECT_EQ(ParseRetryAfter("120", now), 120s);
+  EXPECT_EQ(ParseRetryAfter(" 0\r\n", now), 0s);
+  // RFC 9110's three date forms, two minutes ahead.
+  EXPECT_EQ(ParseRetryAfter("Wed, 21 Oct 2015 07:30:00 GMT", now), 120s);
+  EXPECT_EQ(ParseRetryAfter("Wednesday, 21-Oct-15 07:30:00 GMT", now), 120s);
+  EXPECT_EQ(ParseRetryAfter("Wed Oct 21 07:30:00 2015", now), 120s);
+  // Longer waits, in either form and however long the number, are five minutes.
+  EXPECT_EQ(ParseRetryAfter("86400", now), kMaxRetryAfter);
+  EXPECT_EQ(ParseRetryAfter("999999999999999999999999999", now), kMaxRetryAfter);
+  EXPECT_EQ(ParseRetryAfter("Thu, 22 Oct 2015 07:28:00 GMT", now), kMaxRetryAfter);
+  EXPECT_EQ(kMaxRetryAfter, 300s);
+  // Ignored: negative, fractional, a date already past, words, a broken date.
+  for (const char* ignored : {"-5", "1.5", "+3", "Wed, 21 Oct 2015 07:27:00 GMT", "soon",
+                              "Wed, 99 Foo 2015 07:30:00 GMT", "", "12 seconds"}) {
+    EXPECT_EQ(ParseRetryAfter(ignored, now), std::nullopt) << ignored;
+  }
+  // The header of an error answer, and a Status' retryAfterSeconds, both clamped.
+  EXPECT_EQ(ErrorFromResponse(429, "text/plain", "", "100000", "GET", "/p").retryAfter(),
+            kMaxRetryAfter);
+  json huge = {{"kind", "Status"}, {"code", 503}, {"details", {{"retryAfterSeconds", 1u << 31}}}};
+  EXPECT_EQ(ErrorFromResponse(503, "application/json", huge.dump(), "", "", "").retryAfter(),
+            kMaxRetryAfter);
+  json negative = {{"kind", "Status"}, {"code", 503}, {"details", {{"retryAfterSeconds", -4}}}};
+  EXPECT_EQ(ErrorFromResponse(503, "application/json", negative.dump(), "", "", "").retryAfter(),
+            std::nullopt);
 }
 
 TEST(Backoff, ExponentialCappedAndJittered) {
