@@ -216,6 +216,49 @@ TEST(TokenSource, RereadWhenOldOrAfterInvalidateKeepingTheLastGoodToken) {
   EXPECT_NE(tokens.LastError().find("empty"), std::string::npos);
 }
 
+TEST(JsonStreamSplitter, AValueLongerThanTheCapFailsTheStreamAndFreesItsBuffer) {
+  JsonStreamSplitter splitter(64);
+  splitter.Feed(R"({"type":"ADDED","object":{}} {"type":"ADDED","object":{"name":")");
+  ASSERT_TRUE(splitter.Next());
+  EXPECT_FALSE(splitter.Next());
+  EXPECT_FALSE(splitter.Failed());
+  // An endless string: fed far past the cap, never more than the cap is held.
+  const std::string chunk(1000, 'a');
+  for (int i = 0; i < 100 && !splitter.Failed(); ++i) {
+    splitter.Feed(chunk);
+    EXPECT_FALSE(splitter.Next());
+    EXPECT_LE(splitter.Pending(), 64u + chunk.size());
+  }
+  ASSERT_TRUE(splitter.Failed());
+  EXPECT_NE(splitter.Error().find("starting at byte 29"), std::string::npos) << splitter.Error();
+  EXPECT_NE(splitter.Error().find("longer than 64 bytes"), std::string::npos) << splitter.Error();
+  splitter.Feed(chunk);
+  EXPECT_EQ(splitter.Pending(), 0u);
+  EXPECT_FALSE(splitter.Next());
+}
+
+TEST(JsonStreamSplitter, AValueNestedTooDeepFailsTheStream) {
+  JsonStreamSplitter splitter;
+  splitter.Feed(std::string(kMaxJsonDepth, '['));
+  EXPECT_FALSE(splitter.Next());
+  EXPECT_FALSE(splitter.Failed());
+  splitter.Feed("[");
+  EXPECT_FALSE(splitter.Next());
+  EXPECT_TRUE(splitter.Failed());
+  EXPECT_NE(splitter.Error().find("deeper than 1000"), std::string::npos) << splitter.Error();
+}
+
+TEST(ParseNetworkJson, RefusesTextNestedTooDeepOrNotJsonWithoutThrowing) {
+  std::string error;
+  EXPECT_EQ(ParseNetworkJson(R"({"a":[1,"]]]"]})", error)["a"][1], "]]]");
+  EXPECT_EQ(error, "");
+  std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  EXPECT_TRUE(ParseNetworkJson(deep, error).is_null());
+  EXPECT_EQ(error, "nests deeper than 1000 levels");
+  EXPECT_TRUE(ParseNetworkJson("{\"a\":", error).is_null());
+  EXPECT_EQ(error, "is not JSON");
+}
+
 TEST(JsonStreamSplitter, ValuesSplitAcrossReadsAndSeveralInOne) {
   JsonStreamSplitter splitter;
   splitter.Feed(R"({"type":"ADDED","object":{"s":"a}\"{"}})"
@@ -393,6 +436,7 @@ TEST(Informer, ListsWatchesResumesAfterADropAndRelistsAfterExpiry) {
   // A dropped stream is re-opened from the last resourceVersion, without a relist.
   server->DropWatches();
   ASSERT_TRUE(runUntil([&] { return informer.Stats().watches == 2; }));
+  EXPECT_EQ(informer.Stats().failures, 0) << informer.LastError();  // re-opened at once
   client.Delete("/api/v1/namespaces/tenant/pods/a");
   ASSERT_TRUE(runUntil([&] { return seen.size() == 3; }));
   EXPECT_EQ(seen.back(), "DELETED a");
