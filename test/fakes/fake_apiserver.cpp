@@ -1698,7 +1698,8 @@ void FakeApiServer::Watch(const httplib::Request& request, httplib::Response& re
   // A bad event to send after the initial ones (as a frame of text: one mode is not JSON).
   std::string garbled;
   bool closeAtOnce = false;
-  if (auto fault = TakeModeFault(request, /*listModes=*/false, logIndex)) {
+  // Not spent on a watch that only gets its 410.
+  if (auto fault = expired ? std::nullopt : TakeModeFault(request, /*listModes=*/false, logIndex)) {
     json object = {
         {"apiVersion", type->ApiVersion()},
         {"kind", type->kind},
