@@ -33,6 +33,20 @@ json Pod(const std::string& name) {
           {"spec", {{"nodeName", "n1"}, {"containers", {{{"name", "c"}}}}}}};
 }
 
+// AddressSanitizer's allocator and shadow memory make RSS say little about what the code
+// under test holds; there the bytes the fake got out before the client hung up are the check.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kRssMeaningful = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kRssMeaningful = false;
+#else
+constexpr bool kRssMeaningful = true;
+#endif
+#else
+constexpr bool kRssMeaningful = true;
+#endif
+
 // Resident memory of this process, in KiB (/proc/self/status VmRSS).
 long ResidentKiB() {
   std::ifstream status("/proc/self/status");
@@ -250,7 +264,9 @@ TEST(ResponseCap, AnAnnouncedHugeBodyIsRefusedBeforeItIsRead) {
     EXPECT_NE(error.message().find("longer than 1048576 bytes"), std::string::npos) << error.what();
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
-  EXPECT_LT(ResidentKiB() - before, 5 * 1024);
+  if (kRssMeaningful) {
+    EXPECT_LT(ResidentKiB() - before, 5 * 1024);
+  }
   // Content-Length: 200 MiB; what the fake got out before the client hung up is at most
   // what the sockets buffer.
   testing::WaitFor([&] { return BytesSent(*server, "endlessBody") > 0; }, 2s);
@@ -301,7 +317,9 @@ TEST(WatchEventCap, AnEndlessEventEndsThatWatchOnlyAndCostsLittle) {
             std::string::npos)
       << watch->Error()->what();
   EXPECT_TRUE(watch->TakeEvents().empty());
-  EXPECT_LT(ResidentKiB() - before, 5 * 1024);
+  if (kRssMeaningful) {
+    EXPECT_LT(ResidentKiB() - before, 5 * 1024);
+  }
   watch.reset();
   testing::WaitFor([&] { return BytesSent(*server, "endlessString") > 0; }, 2s);
   EXPECT_LT(BytesSent(*server, "endlessString"), uint64_t{32} << 20);
