@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <limits>
 
 #include "kube/watch.h"
 
@@ -24,9 +25,23 @@ long Millis(Duration duration) {
   return static_cast<long>(std::chrono::duration_cast<std::chrono::milliseconds>(duration).count());
 }
 
+// The body so far, up to a cap: past it the transfer is aborted (a short count makes libcurl
+// stop with CURLE_WRITE_ERROR), so an endless or huge body costs at most the cap.
+struct CappedBody {
+  std::string* body;
+  size_t cap;
+  bool overflow = false;
+};
+
 size_t AppendBody(char* data, size_t size, size_t count, void* user) {
-  static_cast<std::string*>(user)->append(data, size * count);
-  return size * count;
+  auto* sink = static_cast<CappedBody*>(user);
+  const size_t bytes = size * count;
+  if (bytes > sink->cap - std::min(sink->cap, sink->body->size())) {
+    sink->overflow = true;
+    return 0;  // anything but `bytes` aborts the transfer
+  }
+  sink->body->append(data, bytes);
+  return bytes;
 }
 
 // Keeps the Retry-After header: the only header the client acts on besides Content-Type.
@@ -92,6 +107,7 @@ struct Client::RawResponse {
   std::string contentType;
   std::string retryAfter;
   std::string body;
+  bool tooLarge = false;  // the body passed maxResponseBytes: the transfer was cut there
 };
 
 Client::Client(ClientConfig config, ClientOptions options)
@@ -195,14 +211,22 @@ Client::RawResponse Client::PerformOnce(const std::string& method, const std::st
   // No "Expect: 100-continue" round trip for larger bodies.
   headers = curl_slist_append(headers, "Expect:");
   curl_easy_setopt(handle, CURLOPT_HTTPHEADER, headers);
+  CappedBody sink{&response.body, options_.maxResponseBytes};
   curl_easy_setopt(handle, CURLOPT_WRITEFUNCTION, AppendBody);
-  curl_easy_setopt(handle, CURLOPT_WRITEDATA, &response.body);
+  curl_easy_setopt(handle, CURLOPT_WRITEDATA, &sink);
+  // A Content-Length over the cap is refused before the body is read at all.
+  curl_easy_setopt(
+      handle, CURLOPT_MAXFILESIZE_LARGE,
+      static_cast<curl_off_t>(std::min<size_t>(
+          options_.maxResponseBytes, static_cast<size_t>(std::numeric_limits<curl_off_t>::max()))));
   curl_easy_setopt(handle, CURLOPT_HEADERFUNCTION, KeepRetryAfter);
   curl_easy_setopt(handle, CURLOPT_HEADERDATA, &response.retryAfter);
   response.code = curl_easy_perform(handle);
+  response.tooLarge = sink.overflow || response.code == CURLE_FILESIZE_EXCEEDED;
   if (response.code != CURLE_OK) {
     response.curlError = errorBuffer[0] ? errorBuffer : curl_easy_strerror(response.code);
-  } else {
+  }
+  if (response.code == CURLE_OK || response.tooLarge) {
     curl_easy_getinfo(handle, CURLINFO_RESPONSE_CODE, &response.status);
     char* type = nullptr;
     curl_easy_getinfo(handle, CURLINFO_CONTENT_TYPE, &type);
@@ -226,14 +250,22 @@ json Client::Request(const std::string& method, const std::string& path, const Q
     limiter_.Acquire();
     RawResponse response = PerformOnce(method, url, body, contentType);
     std::optional<ApiError> error;
+    if (response.tooLarge) {
+      // Not retried: the same request would get the same body.
+      throw ApiError(ErrorKind::kBadResponse, static_cast<int>(response.status), "",
+                     "response body is longer than " + std::to_string(options_.maxResponseBytes) +
+                         " bytes (maxResponseBytes); transfer aborted",
+                     method, where);
+    }
     if (response.code != CURLE_OK) {
       error.emplace(ErrorKind::kTransport, 0, "", response.curlError, method, where);
     } else if (response.status >= 200 && response.status < 300) {
       if (response.body.empty()) return json();
-      json parsed = json::parse(response.body, nullptr, /*allow_exceptions=*/false);
-      if (parsed.is_discarded()) {
-        throw ApiError(ErrorKind::kOther, static_cast<int>(response.status), "",
-                       "response body is not JSON", method, where);
+      std::string problem;
+      json parsed = ParseNetworkJson(response.body, problem);
+      if (!problem.empty()) {
+        throw ApiError(ErrorKind::kBadResponse, static_cast<int>(response.status), "",
+                       "response body " + problem, method, where);
       }
       return parsed;
     } else {
@@ -283,6 +315,47 @@ json Client::JsonPatch(const std::string& path, const json& operations) {
 
 json Client::Delete(const std::string& path) { return Request("DELETE", path, {}); }
 
+namespace {
+
+// What is wrong with a list page for the shape List promises, or "" when nothing is.
+std::string ListProblem(const json& list) {
+  if (!list.is_object()) return "the list is " + JsonTypeName(list) + ", not an object";
+  const auto metadata = list.find("metadata");
+  if (metadata == list.end()) return "the list has no metadata";
+  if (!metadata->is_object()) return "metadata is " + JsonTypeName(*metadata) + ", not an object";
+  const auto version = metadata->find("resourceVersion");
+  if (version == metadata->end()) return "metadata.resourceVersion is missing";
+  if (!version->is_string()) {
+    return "metadata.resourceVersion is " + JsonTypeName(*version) + ", not a string";
+  }
+  const auto next = metadata->find("continue");
+  if (next != metadata->end() && !next->is_string()) {
+    return "metadata.continue is " + JsonTypeName(*next) + ", not a string";
+  }
+  const auto items = list.find("items");
+  if (items == list.end() || items->is_null()) return "";
+  if (!items->is_array()) return "items is " + JsonTypeName(*items) + ", not an array";
+  for (size_t i = 0; i < items->size(); ++i) {
+    const json& item = (*items)[i];
+    const std::string where = "items[" + std::to_string(i) + "]";
+    if (!item.is_object()) return where + " is " + JsonTypeName(item) + ", not an object";
+    const auto itemMetadata = item.find("metadata");
+    if (itemMetadata == item.end()) continue;
+    if (!itemMetadata->is_object()) {
+      return where + ".metadata is " + JsonTypeName(*itemMetadata) + ", not an object";
+    }
+    for (const char* field : {"name", "namespace", "resourceVersion"}) {
+      const auto value = itemMetadata->find(field);
+      if (value != itemMetadata->end() && !value->is_string()) {
+        return where + ".metadata." + field + " is " + JsonTypeName(*value) + ", not a string";
+      }
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
 json Client::List(const std::string& collectionPath, const ListOptions& options) {
   Query query;
   if (!options.labelSelector.empty()) query.emplace_back("labelSelector", options.labelSelector);
@@ -291,18 +364,26 @@ json Client::List(const std::string& collectionPath, const ListOptions& options)
     query.emplace_back("resourceVersion", options.resourceVersion);
   }
   if (options.limit > 0) query.emplace_back("limit", std::to_string(options.limit));
-  json whole = Request("GET", collectionPath, query);
+  auto checked = [&](const Query& pageQuery) {
+    json page = Request("GET", collectionPath, pageQuery);
+    if (std::string problem = ListProblem(page); !problem.empty()) {
+      throw ApiError(ErrorKind::kBadResponse, 200, "", "list: " + problem, "GET",
+                     collectionPath + JoinQuery(pageQuery));
+    }
+    if (!page.contains("items") || page["items"].is_null()) page["items"] = json::array();
+    return page;
+  };
+  json whole = checked(query);
   // Follow `continue` with the same query: every page shares the first page's snapshot.
-  while (whole.contains("metadata") && whole["metadata"].is_object() &&
-         !whole["metadata"].value("continue", "").empty()) {
-    Query next = query;
-    next.emplace_back("continue", whole["metadata"]["continue"].get<std::string>());
-    json page = Request("GET", collectionPath, next);
+  std::string next = whole["metadata"].value("continue", "");
+  while (!next.empty()) {
+    Query nextQuery = query;
+    nextQuery.emplace_back("continue", next);
+    json page = checked(nextQuery);
     for (auto& item : page["items"]) whole["items"].push_back(std::move(item));
-    whole["metadata"]["continue"] = page["metadata"].value("continue", "");
+    next = page["metadata"].value("continue", "");
   }
-  if (whole.contains("metadata")) whole["metadata"].erase("continue");
-  if (!whole.contains("items") || whole["items"].is_null()) whole["items"] = json::array();
+  whole["metadata"].erase("continue");
   return whole;
 }
 

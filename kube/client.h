@@ -16,6 +16,7 @@
 #include "kube/clock.h"
 #include "kube/config.h"
 #include "kube/errors.h"
+#include "kube/json_stream.h"
 #include "kube/token_source.h"
 
 struct curl_slist;  // libcurl's, kept out of this header
@@ -38,6 +39,12 @@ struct ClientOptions {
   Duration connectTimeout = std::chrono::seconds(5);
   Duration requestTimeout = std::chrono::seconds(30);  // not for watches
   std::string userAgent = "cozy-gpu";
+  // Longest response body taken: a longer one (announced by Content-Length, or counted as it
+  // arrives) fails that request with kBadResponse, the transfer aborted at the cap.
+  size_t maxResponseBytes = kDefaultMaxJsonBytes;
+  // Longest single watch event (one JSON value of the stream, client-go's 16 MiB): a longer
+  // one ends that watch with kBadResponse.
+  size_t maxWatchEventBytes = kDefaultMaxJsonBytes;
 };
 
 using Query = std::vector<std::pair<std::string, std::string>>;
@@ -72,14 +79,21 @@ class Client {
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
-  // Every call throws ApiError on failure (after the retries allowed), naming method and path.
+  // Every call throws ApiError on failure (after the retries allowed), naming method and path;
+  // nothing else (a 2xx body that is not JSON or is over the cap is kBadResponse).
   nlohmann::json Get(const std::string& path, const Query& query = {});
   nlohmann::json Create(const std::string& collectionPath, const nlohmann::json& object);
   nlohmann::json Update(const std::string& path, const nlohmann::json& object);  // PUT
   nlohmann::json MergePatch(const std::string& path, const nlohmann::json& patch);
   nlohmann::json JsonPatch(const std::string& path, const nlohmann::json& operations);
   nlohmann::json Delete(const std::string& path);
-  // A whole list (pages joined); `metadata.resourceVersion` is the list's.
+  // A whole list (pages joined); `metadata.resourceVersion` is the list's. Checked for the
+  // shape every Kubernetes list has, so callers can read it without type surprises: an
+  // object with a metadata object whose resourceVersion is a string, `items` an array of
+  // objects (null or absent reads as empty) whose metadata, where present, is an object with
+  // string name, namespace and resourceVersion. Anything else is kBadResponse naming the
+  // field ("items is a string, not an array", "items[3].metadata.resourceVersion is a
+  // number, not a string").
   nlohmann::json List(const std::string& collectionPath, const ListOptions& options = {});
   // Opens a watch; it is driven by its owner (see WatchStream).
   std::unique_ptr<WatchStream> Watch(const std::string& collectionPath,

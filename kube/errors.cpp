@@ -1,6 +1,11 @@
 #include "kube/errors.h"
 
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <cctype>
 #include <charconv>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -34,6 +39,8 @@ std::string_view ErrorKindName(ErrorKind kind) {
       return "UnsupportedMediaType";
     case ErrorKind::kServerError:
       return "ServerError";
+    case ErrorKind::kBadResponse:
+      return "BadResponse";
     case ErrorKind::kOther:
       return "Other";
   }
@@ -72,23 +79,40 @@ bool ApiError::IsTransient() const {
     case ErrorKind::kServerError:
     case ErrorKind::kResourceNotServed:
     case ErrorKind::kUnauthorized:
+    case ErrorKind::kBadResponse:
       return true;
     default:
       return false;
   }
 }
 
-std::optional<std::chrono::seconds> ParseRetryAfter(std::string_view value) {
-  while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
-  while (!value.empty() && (value.back() == ' ' || value.back() == '\r' || value.back() == '\n')) {
-    value.remove_suffix(1);
+std::optional<std::chrono::seconds> ParseRetryAfter(std::string_view value,
+                                                    std::chrono::system_clock::time_point now) {
+  auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
+  while (!value.empty() && blank(value.front())) value.remove_prefix(1);
+  while (!value.empty() && blank(value.back())) value.remove_suffix(1);
+  if (value.empty()) return std::nullopt;
+  const char* end = value.data() + value.size();
+  if (std::isdigit(static_cast<unsigned char>(value.front()))) {
+    // delay-seconds: 1*DIGIT. More digits than a long holds is a very long wait: the cap.
+    long long seconds = 0;
+    auto [stop, error] = std::from_chars(value.data(), end, seconds);
+    if (stop != end) return std::nullopt;
+    if (error == std::errc::result_out_of_range) return kMaxRetryAfter;
+    if (error != std::errc()) return std::nullopt;
+    return std::chrono::seconds(std::min<long long>(seconds, kMaxRetryAfter.count()));
   }
-  long seconds = 0;
-  auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), seconds);
-  if (value.empty() || error != std::errc() || end != value.data() + value.size() || seconds < 0) {
-    return std::nullopt;
-  }
-  return std::chrono::seconds(seconds);
+  // An HTTP-date starts with a day name in each of its three forms; a sign, a fraction or
+  // words are not a Retry-After at all (curl_getdate would make a date of some of them).
+  if (!std::isalpha(static_cast<unsigned char>(value.front()))) return std::nullopt;
+  const std::string text(value);
+  const time_t when = curl_getdate(text.c_str(), nullptr);
+  if (when == -1) return std::nullopt;
+  const auto delta = std::chrono::system_clock::from_time_t(when) - now;
+  // A date already past (or a server clock behind ours) says nothing useful: ignored.
+  if (delta < std::chrono::seconds(0)) return std::nullopt;
+  auto seconds = std::chrono::ceil<std::chrono::seconds>(delta);
+  return std::min(seconds, kMaxRetryAfter);
 }
 
 ErrorKind ErrorKindFromStatus(int code, std::string_view reason) {
@@ -157,9 +181,14 @@ ApiError ErrorFromResponse(int httpStatus, std::string_view contentType, std::st
   std::string reason = StringField(status, "reason");
   std::string message = StringField(status, "message");
   if (!retryAfter && status.contains("details") && status["details"].is_object()) {
-    const auto& seconds = status["details"]["retryAfterSeconds"];
-    if (seconds.is_number_integer() && seconds.get<int64_t>() > 0) {
-      retryAfter = std::chrono::seconds(seconds.get<int64_t>());
+    const auto& details = status["details"];
+    const auto seconds = details.find("retryAfterSeconds");
+    if (seconds != details.end() && seconds->is_number_unsigned()) {
+      // A server's int32; anything bigger is still only as long as the cap.
+      const uint64_t value =
+          std::min(seconds->get<uint64_t>(), static_cast<uint64_t>(kMaxRetryAfter.count()));
+      retryAfter = std::chrono::seconds(static_cast<std::chrono::seconds::rep>(value));
+      if (*retryAfter == std::chrono::seconds(0)) retryAfter.reset();
     }
   }
   ErrorKind kind = ErrorKindFromStatus(httpStatus, reason);

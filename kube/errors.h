@@ -25,6 +25,9 @@ enum class ErrorKind {
   kBadRequest,            // 400
   kUnsupportedMediaType,  // 415
   kServerError,           // 5xx
+  kBadResponse,           // an answer the client cannot use: not JSON, over the size cap,
+                          // or not the shape the API promises (a list whose items is not an
+                          // array, a watch event without metadata, a numeric resourceVersion)
   kOther,                 // any other non-2xx
 };
 
@@ -45,7 +48,8 @@ class ApiError : public std::runtime_error {
   std::optional<std::chrono::seconds> retryAfter() const { return retryAfter_; }
 
   // Worth trying again later unchanged: transport errors, 429, 5xx, an unserved kind (a CRD
-  // may be installed later) and 401 (a rotated token is re-read on the next request).
+  // may be installed later), 401 (a rotated token is re-read on the next request) and a bad
+  // response (a server or proxy in trouble may answer properly later).
   bool IsTransient() const;
 
  private:
@@ -58,15 +62,24 @@ class ApiError : public std::runtime_error {
   std::optional<std::chrono::seconds> retryAfter_;
 };
 
-// Builds the error for a non-2xx answer. `retryAfterHeader` is the raw header value (only
-// integer seconds count, as in client-go; an HTTP date is ignored).
+// Retry-After is honoured up to this long: a server (or a proxy) asking for an hour, or a
+// date far ahead, must not park a client for that long.
+inline constexpr std::chrono::seconds kMaxRetryAfter{300};
+
+// Builds the error for a non-2xx answer. `retryAfterHeader` is the raw header value (see
+// ParseRetryAfter); a Status' details.retryAfterSeconds counts when there is no header.
 ApiError ErrorFromResponse(int httpStatus, std::string_view contentType, std::string_view body,
                            std::string_view retryAfterHeader, std::string method, std::string path);
 
 // ErrorKind for a Status object's reason and code (used for watch ERROR events too).
 ErrorKind ErrorKindFromStatus(int code, std::string_view reason);
 
-// Integer seconds of a Retry-After header, if it is one.
-std::optional<std::chrono::seconds> ParseRetryAfter(std::string_view value);
+// A Retry-After header's wait (RFC 9110 §10.2.3): delay-seconds ("120") or an HTTP-date
+// ("Wed, 21 Oct 2015 07:28:00 GMT"; also the obsolete RFC 850 and asctime forms), read with
+// curl_getdate and counted from `now`. Clamped to kMaxRetryAfter. Nothing (ignored) for a
+// negative number, a date already past, or anything else.
+std::optional<std::chrono::seconds> ParseRetryAfter(
+    std::string_view value,
+    std::chrono::system_clock::time_point now = std::chrono::system_clock::now());
 
 }  // namespace cozy::kube

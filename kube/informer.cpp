@@ -5,6 +5,41 @@
 namespace cozy::kube {
 using nlohmann::json;
 
+namespace {
+
+// A string field of an object, "" when absent or of another type.
+std::string StringField(const json& object, const char* key) {
+  const auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// What is wrong with an object's metadata for the cache, or "": the informer keys objects by
+// namespace/name and resumes from resourceVersions, so those must be strings.
+std::string MetadataProblem(const json& object, bool needName, bool needVersion) {
+  if (!object.is_object()) return "the object is " + JsonTypeName(object) + ", not an object";
+  const auto metadata = object.find("metadata");
+  if (metadata == object.end()) return "metadata is missing";
+  if (!metadata->is_object()) return "metadata is " + JsonTypeName(*metadata) + ", not an object";
+  const struct {
+    const char* name;
+    bool needed;
+  } fields[] = {{"name", needName}, {"namespace", false}, {"resourceVersion", needVersion}};
+  for (const auto& field : fields) {
+    const std::string where = std::string("metadata.") + field.name;
+    const auto value = metadata->find(field.name);
+    if (value == metadata->end()) {
+      if (field.needed) return where + " is missing";
+    } else if (!value->is_string()) {
+      return where + " is " + JsonTypeName(*value) + ", not a string";
+    } else if (field.needed && value->get_ref<const std::string&>().empty()) {
+      return where + " is empty";
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
 Informer::Informer(Client& client, std::string collectionPath, InformerOptions options,
                    Handler handler)
     : client_(client),
@@ -18,20 +53,28 @@ Informer::Informer(Client& client, std::string collectionPath, InformerOptions o
 Informer::~Informer() = default;
 
 std::string Informer::Key(const json& object) {
-  const json& metadata = object.contains("metadata") ? object["metadata"] : json::object();
-  std::string ns = metadata.value("namespace", "");
-  std::string name = metadata.value("name", "");
+  // Only called on objects MetadataProblem passed.
+  const json& metadata = object.at("metadata");
+  std::string ns = StringField(metadata, "namespace");
+  std::string name = StringField(metadata, "name");
   return ns.empty() ? name : ns + "/" + name;
 }
 
 void Informer::ListAndReplace() {
   json list = client_.List(path_, {options_.labelSelector, options_.fieldSelector, "", 0});
+  // Client::List checked the list's shape; the cache also needs every item named.
   std::map<std::string, json> fresh;
-  for (auto& item : list["items"]) {
-    std::string key = Key(item);  // before the move: the right side of = is evaluated first
-    fresh[key] = std::move(item);
+  json& items = list["items"];
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (std::string problem = MetadataProblem(items[i], true, false); !problem.empty()) {
+      throw ApiError(ErrorKind::kBadResponse, 200, "",
+                     "list: items[" + std::to_string(i) + "]: " + problem, "GET", path_);
+    }
+    std::string key = Key(items[i]);
+    fresh[key] = std::move(items[i]);
   }
-  // Tell the handler what changed while we were not watching, as plain events.
+  // Tell the handler what changed while we were not watching, as plain events. The cache is
+  // replaced only once all of them are through: a handler that throws gets them again.
   for (const auto& [key, object] : cache_) {
     if (!fresh.count(key)) handler_({"DELETED", object});
   }
@@ -39,54 +82,95 @@ void Informer::ListAndReplace() {
     auto old = cache_.find(key);
     if (old == cache_.end()) {
       handler_({"ADDED", object});
-    } else if (old->second["metadata"].value("resourceVersion", "") !=
-               object["metadata"].value("resourceVersion", "")) {
+    } else if (StringField(old->second["metadata"], "resourceVersion") !=
+               StringField(object["metadata"], "resourceVersion")) {
       handler_({"MODIFIED", object});
     }
   }
   cache_ = std::move(fresh);
-  resourceVersion_ = list["metadata"].value("resourceVersion", "");
+  resourceVersion_ = StringField(list["metadata"], "resourceVersion");
   needList_ = false;
   synced_ = true;
   ++stats_.lists;
 }
 
-void Informer::OpenWatch() {
+void Informer::OpenWatch(TimePoint now) {
   int timeout = options_.watchTimeoutSeconds;
   if (timeout <= 0) timeout = 300 + static_cast<int>(options_.random() * 300.0);
   WatchOptions watch{options_.labelSelector, options_.fieldSelector, resourceVersion_, true,
                      timeout};
   watch_ = client_.Watch(path_, watch);
+  watchOpened_ = now;
+  watchEvents_ = 0;
   ++stats_.watches;
 }
 
-void Informer::HandleEvents() {
+void Informer::Apply(const WatchEvent& event, const std::string& key) {
+  // The cache changes first (a handler may read it), and back if the handler throws, so
+  // the relist that follows the failure delivers the event again.
+  std::optional<json> previous;
+  if (auto it = cache_.find(key); it != cache_.end()) {
+    previous = std::move(it->second);
+    cache_.erase(it);
+  }
+  if (event.type != "DELETED") cache_[key] = event.object;
+  try {
+    handler_(event);
+  } catch (...) {
+    cache_.erase(key);
+    if (previous) cache_[key] = std::move(*previous);
+    throw;
+  }
+}
+
+void Informer::HandleEvents(TimePoint now) {
   for (WatchEvent& event : watch_->TakeEvents()) {
+    ++watchEvents_;
     if (event.type == "ERROR") {
-      int code = event.object.value("code", 0);
-      std::string reason = event.object.value("reason", "");
-      if (ErrorKindFromStatus(code, reason) == ErrorKind::kExpired) {
+      // A Status (WatchStream made sure `object` is an object; its fields may be anything,
+      // which ErrorFromResponse takes in its stride).
+      const auto code = event.object.find("code");
+      const int status = code != event.object.end() && code->is_number_integer() &&
+                                 code->get<int64_t>() > 0 && code->get<int64_t>() < 1000
+                             ? static_cast<int>(code->get<int64_t>())
+                             : 0;
+      const std::string text = event.object.dump(-1, ' ', false, json::error_handler_t::replace);
+      const ApiError error =
+          ErrorFromResponse(status, "application/json", text, "", "GET", watch_->path());
+      watch_.reset();
+      if (ErrorKindFromStatus(status, StringField(event.object, "reason")) == ErrorKind::kExpired) {
         // Our resourceVersion is compacted away: only a fresh list can say what is true now.
         ++stats_.expired;
         needList_ = true;
+        lastError_ = std::string("ERROR event: ") + error.what();
+        return;
       }
-      lastError_ = "watch " + path_ + ": ERROR event: " + event.object.value("message", "");
-      watch_.reset();
+      // Anything else (a 500, a 429 as an event) is waited out, then re-watched from the
+      // same resourceVersion, which is still good.
+      Fail(std::string("ERROR event: ") + error.what(), now, error.retryAfter());
       return;
     }
-    const json& metadata =
-        event.object.contains("metadata") ? event.object["metadata"] : json::object();
-    std::string version = metadata.value("resourceVersion", "");
-    if (!version.empty()) resourceVersion_ = version;
-    if (event.type == "BOOKMARK") continue;  // only moves the resourceVersion on
-    std::string key = Key(event.object);
-    if (event.type == "DELETED") {
-      cache_.erase(key);
-    } else {
-      cache_[key] = event.object;
+    const bool bookmark = event.type == "BOOKMARK";
+    if (std::string problem = MetadataProblem(event.object, !bookmark, true); !problem.empty()) {
+      // The stream cannot be trusted past this: what it meant is for a relist to say.
+      const std::string path = watch_->path();
+      watch_.reset();
+      needList_ = true;
+      Fail(ApiError(ErrorKind::kBadResponse, 200, "",
+                    "event " + std::to_string(watchEvents_) + " (" + event.type + "): " + problem,
+                    "GET", path)
+               .what(),
+           now, std::nullopt);
+      return;
     }
+    std::string version = StringField(event.object["metadata"], "resourceVersion");
+    if (bookmark) {
+      resourceVersion_ = version;  // only moves the resourceVersion on
+      continue;
+    }
+    Apply(event, Key(event.object));
+    resourceVersion_ = version;
     backoff_.Reset();
-    handler_(event);
   }
 }
 
@@ -101,35 +185,70 @@ void Informer::Fail(const std::string& why, TimePoint now,
 
 void Informer::HandleEnd(TimePoint now) {
   auto error = watch_->Error();
+  const std::string path = watch_->path();
   watch_.reset();
-  if (!error) return;  // the server's timeout: re-watch at once from resourceVersion_
+  if (!error) {
+    // The server's timeout or a dropped stream: re-watch at once from resourceVersion_. But a
+    // stream that ends as soon as it starts, saying nothing, would be re-opened in a hot
+    // loop: that one backs off and relists, as client-go's reflector does.
+    const Duration lasted = now - watchOpened_;
+    if (watchEvents_ == 0 && lasted < kShortWatch) {
+      needList_ = true;
+      Fail("watch " + path + ": closed after " +
+               std::to_string(
+                   std::chrono::duration_cast<std::chrono::milliseconds>(lasted).count()) +
+               " ms without a single event",
+           now, std::nullopt);
+    }
+    return;
+  }
   if (error->kind() == ErrorKind::kExpired) {
     ++stats_.expired;
     needList_ = true;
     return;
   }
+  // A stream this client could not read on: the events after the bad one are lost, so only
+  // a relist can say what is true now.
+  if (error->kind() == ErrorKind::kBadResponse) needList_ = true;
   Fail(error->what(), now, error->retryAfter());
 }
 
 TimePoint Informer::Step(TimePoint now) {
+  try {
+    return StepOnce(now);
+  } catch (const ApiError& error) {
+    if (error.kind() == ErrorKind::kExpired || error.kind() == ErrorKind::kBadResponse) {
+      needList_ = true;
+    }
+    watch_.reset();
+    Fail(error.what(), now, error.retryAfter());
+  } catch (const std::exception& error) {
+    // A handler that threw, or a bug here: nothing of it may leave the event loop.
+    watch_.reset();
+    needList_ = true;
+    Fail("informer " + path_ + ": " + error.what(), now, std::nullopt);
+  } catch (...) {
+    watch_.reset();
+    needList_ = true;
+    Fail("informer " + path_ + ": unknown exception", now, std::nullopt);
+  }
+  return retryAt_;
+}
+
+TimePoint Informer::StepOnce(TimePoint now) {
   if (now < retryAt_) return retryAt_;
   if (watch_) {
     watch_->Perform();
-    HandleEvents();
+    HandleEvents(now);
     if (watch_ && watch_->Done()) HandleEnd(now);
     if (now < retryAt_) return retryAt_;
   }
   if (!watch_) {
-    try {
-      if (needList_) ListAndReplace();
-      OpenWatch();
-      watch_->Perform();
-      HandleEvents();
-    } catch (const ApiError& error) {
-      if (error.kind() == ErrorKind::kExpired) needList_ = true;
-      Fail(error.what(), now, error.retryAfter());
-      return retryAt_;
-    }
+    if (needList_) ListAndReplace();
+    OpenWatch(now);
+    watch_->Perform();
+    HandleEvents(now);
+    if (now < retryAt_) return retryAt_;
   }
   return now + (watch_ ? watch_->Timeout() : Duration::zero());
 }

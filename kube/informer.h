@@ -2,6 +2,12 @@
 // keeps a cache keyed by namespace/name, hands every change to a handler, re-watches from the
 // last resourceVersion when a stream ends, and relists when the server says Expired (410).
 //
+// Nothing a server sends makes it throw: a list or a watch event of the wrong shape, a body
+// over the size cap, a handler that throws, all end in the same place as a failed request —
+// counted in Stats().failures, described by LastError() (what, and where), a backoff, then a
+// relist. The cache and the resourceVersion are only ever replaced by a good list, so a bad
+// answer loses nothing.
+//
 // Driving it: Step() never waits on the watch socket; it returns the time by which it wants
 // to be called again, and Fds() says which sockets should wake the caller earlier. An event
 // loop registers those; RunFor() is the same loop on poll(2) for a thread of its own or tests.
@@ -35,16 +41,25 @@ struct InformerStats {
   int failures = 0;  // failed lists and watches (each one backs off)
 };
 
+// A watch that ends cleanly sooner than this without a single event (not even a bookmark) is
+// a failure that backs off, not a stream to re-open at once (client-go's reflector: "very
+// short watch").
+inline constexpr Duration kShortWatch = std::chrono::seconds(1);
+
 class Informer {
  public:
   // Called with ADDED, MODIFIED and DELETED events. A relist shows up as the differences
-  // between the old cache and the new list, in the same three types.
+  // between the old cache and the new list, in the same three types. Every object handed
+  // over has a metadata object with a string name and resourceVersion. A handler that
+  // throws fails the step like a bad answer: the event is not applied to the cache, and
+  // the relist after the backoff delivers it again.
   using Handler = std::function<void(const WatchEvent&)>;
 
   Informer(Client& client, std::string collectionPath, InformerOptions options, Handler handler);
   ~Informer();
 
-  // Does whatever is due at `now`; returns when it wants to run again at the latest.
+  // Does whatever is due at `now`; returns when it wants to run again at the latest. Never
+  // throws: a failure is counted, kept in LastError() and backed off.
   TimePoint Step(TimePoint now);
   // Sockets whose readiness should trigger Step() before that time.
   std::vector<WatchStream::Fd> Fds();
@@ -58,10 +73,12 @@ class Informer {
   const std::string& LastError() const { return lastError_; }
 
  private:
+  TimePoint StepOnce(TimePoint now);
   void ListAndReplace();
-  void OpenWatch();
-  void HandleEvents();
+  void OpenWatch(TimePoint now);
+  void HandleEvents(TimePoint now);
   void HandleEnd(TimePoint now);
+  void Apply(const WatchEvent& event, const std::string& key);
   void Fail(const std::string& why, TimePoint now, std::optional<std::chrono::seconds> after);
   static std::string Key(const nlohmann::json& object);
 
@@ -73,6 +90,8 @@ class Informer {
   std::map<std::string, nlohmann::json> cache_;
   std::string resourceVersion_;
   std::unique_ptr<WatchStream> watch_;
+  TimePoint watchOpened_{};
+  int watchEvents_ = 0;  // events (bookmarks too) taken from the open watch
   bool needList_ = true;
   bool synced_ = false;
   TimePoint retryAt_{};

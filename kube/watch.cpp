@@ -11,7 +11,7 @@ namespace cozy::kube {
 using nlohmann::json;
 
 WatchStream::WatchStream(Client& client, std::string path, const std::string& url, long timeoutMs)
-    : client_(client), path_(std::move(path)) {
+    : client_(client), path_(std::move(path)), splitter_(client.options().maxWatchEventBytes) {
   easy_ = client_.NewConfiguredHandle(url, &headers_, "application/json");
   curl_easy_setopt(easy_, CURLOPT_HTTPGET, 1L);
   curl_easy_setopt(easy_, CURLOPT_HTTPHEADER, headers_);
@@ -55,19 +55,69 @@ size_t WatchStream::OnData(char* data, size_t size, size_t count, void* self) {
     curl_easy_getinfo(stream->easy_, CURLINFO_RESPONSE_CODE, &stream->httpStatus_);
   }
   if (stream->httpStatus_ != 200) {
-    // An error answer instead of a stream (e.g. 429, 5xx, a plain 404): keep it for the error.
-    if (stream->errorBody_.size() < 64 * 1024) stream->errorBody_.append(data, bytes);
-    return bytes;
+    // An error answer instead of a stream (e.g. 429, 5xx, a plain 404): keep its start for
+    // the error and stop reading there; an endless error body costs nothing more.
+    constexpr size_t kErrorBodyCap = 64 * 1024;
+    stream->errorBody_.append(data, std::min(bytes, kErrorBodyCap - stream->errorBody_.size()));
+    if (stream->errorBody_.size() < kErrorBodyCap) return bytes;
+    return 0;
   }
+  if (stream->decodeError_) return 0;
   stream->splitter_.Feed(std::string_view(data, bytes));
   while (auto text = stream->splitter_.Next()) {
-    json value = json::parse(*text, nullptr, /*allow_exceptions=*/false);
-    // A value that is not an event is skipped rather than ending the watch: the stream
-    // after it is still well framed.
-    if (!value.is_object() || !value.contains("type") || !value["type"].is_string()) continue;
-    stream->events_.push_back({value["type"].get<std::string>(), value.value("object", json())});
+    if (!stream->Decode(*text)) return 0;  // aborts the transfer: Finish reports why
+  }
+  if (stream->splitter_.Failed()) {
+    stream->StopDecoding("event " + std::to_string(stream->frames_ + 1) + ": " +
+                         stream->splitter_.Error());
+    return 0;
   }
   return bytes;
+}
+
+void WatchStream::StopDecoding(const std::string& why) {
+  decodeError_.emplace(ErrorKind::kBadResponse, 200, "", why, "GET", path_);
+}
+
+bool WatchStream::Decode(const std::string& text) {
+  const std::string name = "event " + std::to_string(++frames_);
+  std::string problem;
+  json value = ParseNetworkJson(text, problem);
+  if (!problem.empty()) {
+    StopDecoding(name + " " + problem);
+    return false;
+  }
+  if (!value.is_object()) {
+    StopDecoding(name + " is " + JsonTypeName(value) + ", not an object");
+    return false;
+  }
+  const auto type = value.find("type");
+  if (type == value.end()) {
+    StopDecoding(name + " has no type");
+    return false;
+  }
+  if (!type->is_string()) {
+    StopDecoding(name + ": type is " + JsonTypeName(*type) + ", not a string");
+    return false;
+  }
+  const std::string typeName = type->get<std::string>();
+  if (typeName != "ADDED" && typeName != "MODIFIED" && typeName != "DELETED" &&
+      typeName != "BOOKMARK" && typeName != "ERROR") {
+    StopDecoding(name + ": unknown type \"" + typeName.substr(0, 64) + "\"");
+    return false;
+  }
+  auto object = value.find("object");
+  if (object == value.end()) {
+    StopDecoding(name + " (" + typeName + ") has no object");
+    return false;
+  }
+  if (!object->is_object()) {
+    StopDecoding(name + " (" + typeName + "): object is " + JsonTypeName(*object) +
+                 ", not an object");
+    return false;
+  }
+  events_.push_back({typeName, std::move(*object)});
+  return true;
 }
 
 std::vector<WatchStream::Fd> WatchStream::Fds() {
@@ -130,6 +180,10 @@ void WatchStream::Poll(Duration maxWait) {
 void WatchStream::Finish(int curlCode) {
   done_ = true;
   auto code = static_cast<CURLcode>(curlCode);
+  if (decodeError_) {
+    error_ = decodeError_;
+    return;
+  }
   if (httpStatus_ == 0) curl_easy_getinfo(easy_, CURLINFO_RESPONSE_CODE, &httpStatus_);
   if (httpStatus_ != 0 && httpStatus_ != 200) {
     char* type = nullptr;

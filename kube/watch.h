@@ -50,7 +50,15 @@ class WatchStream {
   std::vector<WatchEvent> TakeEvents();
   // The stream has ended: the server closed it (its timeout, a drop) or it failed.
   bool Done() const { return done_; }
-  // Why it ended, when not cleanly: a transport error or a non-200 answer.
+  // Why it ended, when not cleanly: a transport error, a non-200 answer, or kBadResponse for
+  // a stream this client cannot read on (the transfer is stopped at the first such frame;
+  // the events before it are still there to take):
+  //  - a frame that is not JSON, or longer than ClientOptions::maxWatchEventBytes, or
+  //    nested deeper than kMaxJsonDepth;
+  //  - an event that is not an object, whose `type` is not one of ADDED, MODIFIED,
+  //    DELETED, BOOKMARK, ERROR, or whose `object` is not an object.
+  // The message names the event by its number in the stream: "event 3 (ADDED): object is a
+  // string, not an object". What is inside `object` is the owner's to check.
   const std::optional<ApiError>& Error() const { return error_; }
   const std::string& path() const { return path_; }
 
@@ -58,6 +66,8 @@ class WatchStream {
   friend class Client;
   WatchStream(Client& client, std::string path, const std::string& url, long timeoutMs);
   void Finish(int curlCode);
+  bool Decode(const std::string& text);
+  void StopDecoding(const std::string& why);
   static size_t OnData(char* data, size_t size, size_t count, void* self);
   static size_t OnHeader(char* data, size_t size, size_t count, void* self);
 
@@ -74,6 +84,8 @@ class WatchStream {
   std::string retryAfter_;
   long httpStatus_ = 0;
   bool done_ = false;
+  size_t frames_ = 0;  // values cut from the stream so far
+  std::optional<ApiError> decodeError_;
   std::optional<ApiError> error_;
 };
 

@@ -3,6 +3,10 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <limits>
 #include <sstream>
 
 #include "test/fakes/fake_apiserver_logic.h"
@@ -140,16 +144,129 @@ Fault Fault::Drop(int count, std::string method) {
   return fault;
 }
 
-Fault Fault::FromJson(const json& value) {
+namespace {
+
+constexpr std::pair<FaultMode, std::string_view> kFaultModes[] = {
+    {FaultMode::kNone, ""},
+    {FaultMode::kListResourceVersionNumber, "listResourceVersionNumber"},
+    {FaultMode::kListItemsNotArray, "listItemsNotArray"},
+    {FaultMode::kListWithoutMetadata, "listWithoutMetadata"},
+    {FaultMode::kWatchResourceVersionNumber, "watchResourceVersionNumber"},
+    {FaultMode::kWatchMetadataMissing, "watchMetadataMissing"},
+    {FaultMode::kWatchObjectNotObject, "watchObjectNotObject"},
+    {FaultMode::kWatchUnknownType, "watchUnknownType"},
+    {FaultMode::kWatchNotJson, "watchNotJson"},
+    {FaultMode::kWatchErrorWrongTypes, "watchErrorWrongTypes"},
+    {FaultMode::kWatchCloseAtOnce, "watchCloseAtOnce"},
+    {FaultMode::kEndlessBody, "endlessBody"},
+    {FaultMode::kEndlessString, "endlessString"},
+};
+
+bool IsListMode(FaultMode mode) {
+  return mode == FaultMode::kListResourceVersionNumber || mode == FaultMode::kListItemsNotArray ||
+         mode == FaultMode::kListWithoutMetadata;
+}
+
+bool IsWatchMode(FaultMode mode) {
+  return mode == FaultMode::kWatchResourceVersionNumber ||
+         mode == FaultMode::kWatchMetadataMissing || mode == FaultMode::kWatchObjectNotObject ||
+         mode == FaultMode::kWatchUnknownType || mode == FaultMode::kWatchNotJson ||
+         mode == FaultMode::kWatchErrorWrongTypes || mode == FaultMode::kWatchCloseAtOnce;
+}
+
+// IMF-fixdate (RFC 9110 §5.6.7), spelled out so no locale can change it.
+std::string HttpDate(std::chrono::system_clock::time_point when) {
+  static const char* days[] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+  static const char* months[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                 "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  time_t seconds = std::chrono::system_clock::to_time_t(when);
+  tm utc{};
+  gmtime_r(&seconds, &utc);
+  char text[64];
+  std::snprintf(text, sizeof text, "%s, %02d %s %04d %02d:%02d:%02d GMT", days[utc.tm_wday % 7],
+                utc.tm_mday, months[utc.tm_mon % 12], utc.tm_year + 1900, utc.tm_hour, utc.tm_min,
+                utc.tm_sec);
+  return text;
+}
+
+}  // namespace
+
+std::string_view FaultModeName(FaultMode mode) {
+  for (const auto& [known, name] : kFaultModes) {
+    if (known == mode) return name;
+  }
+  return "";
+}
+
+FaultMode ParseFaultMode(std::string_view name) {
+  std::string names;
+  for (const auto& [mode, known] : kFaultModes) {
+    if (known == name) return mode;
+    if (!known.empty()) names += (names.empty() ? "" : ", ") + std::string(known);
+  }
+  throw std::invalid_argument("unknown fault mode \"" + std::string(name) + "\" (known: " + names +
+                              ")");
+}
+
+Fault Fault::Mode(FaultMode mode, int count, std::string pathPrefix) {
   Fault fault;
-  fault.method = value.value("method", "");
-  fault.pathPrefix = value.value("pathPrefix", "");
-  fault.watchOnly = value.value("watchOnly", false);
-  fault.status = value.value("status", 0);
-  fault.retryAfterSeconds = value.value("retryAfterSeconds", -1);
-  fault.latencyMs = value.value("latencyMs", 0);
-  fault.dropConnection = value.value("dropConnection", false);
-  fault.count = value.value("count", -1);
+  fault.mode = mode;
+  fault.count = count;
+  fault.pathPrefix = std::move(pathPrefix);
+  return fault;
+}
+
+Fault Fault::FromJson(const json& value) {
+  if (!value.is_object()) throw std::invalid_argument("a fault is a JSON object");
+  Fault fault;
+  auto wrongType = [](const std::string& key, const char* wanted, const json& field) {
+    return std::invalid_argument("fault field \"" + key + "\" must be " + wanted + ", not " +
+                                 std::string(field.type_name()));
+  };
+  for (const auto& [key, field] : value.items()) {
+    auto text = [&](std::string& out) {
+      if (!field.is_string()) throw wrongType(key, "a string", field);
+      out = field.get<std::string>();
+    };
+    auto flag = [&](bool& out) {
+      if (!field.is_boolean()) throw wrongType(key, "true or false", field);
+      out = field.get<bool>();
+    };
+    auto number = [&](int& out) {
+      if (!field.is_number_integer() || field.get<int64_t>() < -1 ||
+          field.get<int64_t>() > std::numeric_limits<int>::max()) {
+        throw wrongType(key, "an integer from -1 to 2147483647", field);
+      }
+      out = field.get<int>();
+    };
+    if (key == "method") {
+      text(fault.method);
+    } else if (key == "pathPrefix") {
+      text(fault.pathPrefix);
+    } else if (key == "watchOnly") {
+      flag(fault.watchOnly);
+    } else if (key == "status") {
+      number(fault.status);
+    } else if (key == "retryAfterSeconds") {
+      number(fault.retryAfterSeconds);
+    } else if (key == "retryAfterHttpDate") {
+      flag(fault.retryAfterHttpDate);
+    } else if (key == "retryAfterRaw") {
+      text(fault.retryAfterRaw);
+    } else if (key == "latencyMs") {
+      number(fault.latencyMs);
+    } else if (key == "dropConnection") {
+      flag(fault.dropConnection);
+    } else if (key == "mode") {
+      std::string name;
+      text(name);
+      fault.mode = ParseFaultMode(name);
+    } else if (key == "count") {
+      number(fault.count);
+    } else {
+      throw std::invalid_argument("unknown fault field \"" + key + "\"");
+    }
+  }
   return fault;
 }
 
@@ -159,15 +276,19 @@ json Fault::ToJson() const {
           {"watchOnly", watchOnly},
           {"status", status},
           {"retryAfterSeconds", retryAfterSeconds},
+          {"retryAfterHttpDate", retryAfterHttpDate},
+          {"retryAfterRaw", retryAfterRaw},
           {"latencyMs", latencyMs},
           {"dropConnection", dropConnection},
+          {"mode", std::string(FaultModeName(mode))},
           {"count", count}};
 }
 
 json LoggedRequest::ToJson() const {
   return {{"method", method},           {"path", path},     {"query", query},
           {"contentType", contentType}, {"accept", accept}, {"body", body},
-          {"bearerToken", bearerToken}, {"status", status}};
+          {"bearerToken", bearerToken}, {"status", status}, {"fault", fault},
+          {"bytesSent", bytesSent}};
 }
 
 FakeApiServer::FakeApiServer(FakeApiServerOptions options) : options_(std::move(options)) {
@@ -516,6 +637,16 @@ json FakeApiServer::WriteLocked(const ResourceType& type, const std::string& key
 }
 
 void FakeApiServer::Start() {
+  // A client that hangs up mid-answer (every endless mode ends so) must cost a failed write,
+  // not the process: cpp-httplib sends without MSG_NOSIGNAL.
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    std::signal(SIGPIPE, SIG_IGN);
+  }
+  {
+    std::lock_guard lock(mutex_);
+    requestDelay_ = options_.requestDelay;
+  }
   server_ = std::make_unique<httplib::Server>();
   // Watches hold a thread each for as long as they stream.
   server_->new_task_queue = [] { return new httplib::ThreadPool(64); };
@@ -583,6 +714,22 @@ void FakeApiServer::AddFault(const Fault& fault) {
 void FakeApiServer::ClearFaults() {
   std::lock_guard lock(mutex_);
   faults_.clear();
+}
+
+void FakeApiServer::SetRequestDelay(std::chrono::milliseconds delay) {
+  std::lock_guard lock(mutex_);
+  requestDelay_ = std::max(delay, std::chrono::milliseconds(0));
+}
+
+std::chrono::milliseconds FakeApiServer::RequestDelay() const {
+  std::lock_guard lock(mutex_);
+  return requestDelay_;
+}
+
+void FakeApiServer::WaitUnlessStopping(std::chrono::milliseconds delay) {
+  if (delay <= std::chrono::milliseconds(0)) return;
+  std::unique_lock lock(mutex_);
+  changed_.wait_for(lock, delay, [this] { return stopping_; });
 }
 
 std::vector<LoggedRequest> FakeApiServer::Requests() const {
@@ -678,6 +825,17 @@ bool FakeApiServer::HandleControl(const httplib::Request& request, httplib::Resp
       json list = json::array();
       for (const auto& fault : faults_) list.push_back(fault.ToJson());
       SendJson(response, 200, list);
+    } else if (path == "/_fake/delay" && method == "PUT") {
+      json body = json::parse(request.body);
+      const auto ms = body.find("ms");
+      if (!body.is_object() || ms == body.end() || !ms->is_number_integer() ||
+          ms->get<int64_t>() < 0 || ms->get<int64_t>() > std::numeric_limits<int>::max()) {
+        throw std::invalid_argument("the delay is {\"ms\": a non-negative integer}");
+      }
+      SetRequestDelay(std::chrono::milliseconds(ms->get<int64_t>()));
+      SendJson(response, 200, {{"ms", RequestDelay().count()}});
+    } else if (path == "/_fake/delay" && method == "GET") {
+      SendJson(response, 200, {{"ms", RequestDelay().count()}});
     } else if (path == "/_fake/watches/drop" && method == "POST") {
       DropWatches();
       SendJson(response, 200, json::object());
@@ -722,14 +880,19 @@ void FakeApiServer::Serve(const httplib::Request& request, httplib::Response& re
   size_t logIndex = 0;
   std::optional<Fault> fault;
   bool authorized = true;
+  std::chrono::milliseconds delay{0};
+  const bool isWatch = ParamTrue(request, "watch");
   {
     std::lock_guard lock(mutex_);
     logIndex = log_.size();
     log_.push_back(entry);
     authorized = acceptedTokens_.empty() || acceptedTokens_.count(entry.bearerToken) > 0;
-    bool isWatch = ParamTrue(request, "watch");
+    delay = requestDelay_;
     for (auto it = faults_.begin(); it != faults_.end(); ++it) {
       if (it->count == 0) continue;
+      // List and watch modes are taken where the list or the watch is answered.
+      if (IsListMode(it->mode) || IsWatchMode(it->mode)) continue;
+      if (it->mode == FaultMode::kEndlessBody && isWatch) continue;
       if (!it->method.empty() && it->method != request.method) continue;
       if (!it->pathPrefix.empty() && request.path.rfind(it->pathPrefix, 0) != 0) continue;
       if (it->watchOnly && !isWatch) continue;
@@ -737,14 +900,20 @@ void FakeApiServer::Serve(const httplib::Request& request, httplib::Response& re
       if (it->count > 0) --it->count;
       break;
     }
+    if (fault) {
+      log_[logIndex].fault = fault->mode != FaultMode::kNone
+                                 ? std::string(FaultModeName(fault->mode))
+                             : fault->dropConnection ? "drop"
+                             : fault->status > 0     ? "status"
+                                                     : "";
+    }
   }
   auto finish = [this, logIndex](int status) {
     std::lock_guard lock(mutex_);
     if (logIndex < log_.size()) log_[logIndex].status = status;
   };
-  if (fault && fault->latencyMs > 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(fault->latencyMs));
-  }
+  // A brownout and a fault's latency add up; both end early when the server stops.
+  WaitUnlessStopping(delay + std::chrono::milliseconds(fault ? fault->latencyMs : 0));
   if (fault && fault->dropConnection) {
     // Headers promise a body that never comes: the client sees the connection cut.
     response.status = 200;
@@ -753,9 +922,20 @@ void FakeApiServer::Serve(const httplib::Request& request, httplib::Response& re
     finish(-1);
     return;
   }
+  if (fault &&
+      (fault->mode == FaultMode::kEndlessBody || fault->mode == FaultMode::kEndlessString)) {
+    SendEndless(request, response, fault->mode, logIndex);
+    finish(200);
+    return;
+  }
   if (fault && fault->status > 0) {
     int code = fault->status;
-    if (fault->retryAfterSeconds >= 0) {
+    if (!fault->retryAfterRaw.empty()) {
+      response.set_header("Retry-After", fault->retryAfterRaw);
+    } else if (fault->retryAfterSeconds >= 0 && fault->retryAfterHttpDate) {
+      response.set_header("Retry-After", HttpDate(std::chrono::system_clock::now() +
+                                                  std::chrono::seconds(fault->retryAfterSeconds)));
+    } else if (fault->retryAfterSeconds >= 0) {
       response.set_header("Retry-After", std::to_string(fault->retryAfterSeconds));
     }
     if (code == 429) {
@@ -781,7 +961,7 @@ void FakeApiServer::Serve(const httplib::Request& request, httplib::Response& re
     return;
   }
   try {
-    Outcome outcome = Dispatch(request, response);
+    Outcome outcome = Dispatch(request, response, logIndex);
     finish(outcome.status);
   } catch (const StatusError& error) {
     SendJson(response, error.code,
@@ -790,6 +970,74 @@ void FakeApiServer::Serve(const httplib::Request& request, httplib::Response& re
   } catch (const std::exception& error) {
     SendJson(response, 500, StatusBody(500, "InternalError", error.what(), json::object()));
     finish(500);
+  }
+}
+
+std::optional<Fault> FakeApiServer::TakeModeFault(const httplib::Request& request, bool listModes,
+                                                  size_t logIndex) {
+  std::optional<Fault> taken;
+  {
+    std::lock_guard lock(mutex_);
+    const bool isWatch = ParamTrue(request, "watch");
+    for (auto& fault : faults_) {
+      if (fault.count == 0) continue;
+      if (listModes ? !IsListMode(fault.mode) : !IsWatchMode(fault.mode)) continue;
+      if (!fault.method.empty() && fault.method != request.method) continue;
+      if (!fault.pathPrefix.empty() && request.path.rfind(fault.pathPrefix, 0) != 0) continue;
+      if (fault.watchOnly && !isWatch) continue;
+      taken = fault;
+      if (fault.count > 0) --fault.count;
+      if (logIndex < log_.size()) log_[logIndex].fault = std::string(FaultModeName(fault.mode));
+      break;
+    }
+  }
+  if (taken) WaitUnlessStopping(std::chrono::milliseconds(taken->latencyMs));
+  return taken;
+}
+
+void FakeApiServer::SendEndless(const httplib::Request& request, httplib::Response& response,
+                                FaultMode mode, size_t logIndex) {
+  const bool isWatch = ParamTrue(request, "watch");
+  std::string prefix;
+  if (isWatch) {
+    prefix = R"({"type":"ADDED","object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":")";
+  } else {
+    prefix = R"({"kind":"List","apiVersion":"v1","metadata":{"resourceVersion":")" +
+             CurrentResourceVersion() + R"("},"items":[{"metadata":{"name":")";
+  }
+  if (mode == FaultMode::kEndlessBody) {
+    // Blanks inside the list: valid JSON as far as it goes, and no end in sight.
+    prefix.resize(prefix.size() - std::string(R"({"metadata":{"name":")").size());
+  }
+  const auto deadline = std::chrono::steady_clock::now() + kEndlessFor;
+  const std::string filler(64 * 1024, mode == FaultMode::kEndlessBody ? ' ' : 'a');
+  // One chunk per call, the prefix first; false (the connection is closed) once the client
+  // is gone, the time is up or the server stops.
+  auto produce = [this, prefix, filler, deadline, logIndex](uint64_t offset, uint64_t limit,
+                                                            httplib::DataSink& sink) {
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) return false;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::string_view chunk = offset == 0 ? std::string_view(prefix) : std::string_view(filler);
+    if (chunk.size() > limit) chunk = chunk.substr(0, limit);
+    if (!sink.write(chunk.data(), chunk.size())) return false;
+    std::lock_guard lock(mutex_);
+    if (logIndex < log_.size()) log_[logIndex].bytesSent += chunk.size();
+    return true;
+  };
+  response.status = 200;
+  if (mode == FaultMode::kEndlessBody) {
+    response.set_content_provider(kEndlessBodyBytes, "application/json",
+                                  [produce](size_t offset, size_t length, httplib::DataSink& sink) {
+                                    return produce(offset, length, sink);
+                                  });
+  } else {
+    response.set_chunked_content_provider(
+        "application/json", [produce](size_t offset, httplib::DataSink& sink) {
+          return produce(offset, std::numeric_limits<uint64_t>::max(), sink);
+        });
   }
 }
 
@@ -1097,7 +1345,7 @@ struct Selectors {
 }  // namespace
 
 FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
-                                               httplib::Response& response) {
+                                               httplib::Response& response, size_t logIndex) {
   const std::string& path = request.path;
   if (path == "/healthz" || path == "/readyz" || path == "/livez") {
     response.set_content("ok", "text/plain");
@@ -1195,7 +1443,7 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
         throw StatusError{422, "Invalid", "sendInitialEvents is not supported by this server",
                           json::object()};
       }
-      Watch(request, response, type, ns);
+      Watch(request, response, type, ns, logIndex);
       return {200};
     }
     std::vector<json> items;
@@ -1230,6 +1478,25 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
                  {"items", json::array()}};
     if (!next.empty()) list["metadata"]["continue"] = next;
     for (auto& item : items) list["items"].push_back(withTypeMeta(std::move(item)));
+    if (auto fault = TakeModeFault(request, /*listModes=*/true, logIndex)) {
+      // Valid JSON of the wrong shape: what a broken proxy, a version skew or a bug sends.
+      switch (fault->mode) {
+        case FaultMode::kListResourceVersionNumber:
+          list["metadata"]["resourceVersion"] = std::stoull(listVersion);
+          break;
+        case FaultMode::kListItemsNotArray: {
+          json byName = json::object();
+          for (const auto& item : list["items"]) byName[item["metadata"].value("name", "")] = item;
+          list["items"] = byName;
+          break;
+        }
+        case FaultMode::kListWithoutMetadata:
+          list.erase("metadata");
+          break;
+        default:
+          break;
+      }
+    }
     SendJson(response, 200, list);
     return {200};
   }
@@ -1387,7 +1654,8 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
 }
 
 void FakeApiServer::Watch(const httplib::Request& request, httplib::Response& response,
-                          std::shared_ptr<const ResourceType> type, const std::string& ns) {
+                          std::shared_ptr<const ResourceType> type, const std::string& ns,
+                          size_t logIndex) {
   Selectors selectors;
   if (request.has_param("labelSelector") && !request.get_param_value("labelSelector").empty()) {
     selectors.labels.emplace(request.get_param_value("labelSelector"));
@@ -1427,6 +1695,53 @@ void FakeApiServer::Watch(const httplib::Request& request, httplib::Response& re
       expired = position < compactedThrough_;
     }
   }
+  // A bad event to send after the initial ones (as a frame of text: one mode is not JSON).
+  std::string garbled;
+  bool closeAtOnce = false;
+  // Not spent on a watch that only gets its 410.
+  if (auto fault = expired ? std::nullopt : TakeModeFault(request, /*listModes=*/false, logIndex)) {
+    json object = {
+        {"apiVersion", type->ApiVersion()},
+        {"kind", type->kind},
+        {"metadata", {{"name", "garbled"}, {"resourceVersion", std::to_string(position)}}}};
+    if (type->namespaced) object["metadata"]["namespace"] = ns.empty() ? "default" : ns;
+    switch (fault->mode) {
+      case FaultMode::kWatchResourceVersionNumber:
+        object["metadata"]["resourceVersion"] = position;
+        garbled = json{{"type", "ADDED"}, {"object", object}}.dump();
+        break;
+      case FaultMode::kWatchMetadataMissing:
+        object.erase("metadata");
+        garbled = json{{"type", "MODIFIED"}, {"object", object}}.dump();
+        break;
+      case FaultMode::kWatchObjectNotObject:
+        garbled = json{{"type", "ADDED"}, {"object", "garbled"}}.dump();
+        break;
+      case FaultMode::kWatchUnknownType:
+        garbled = json{{"type", "RENAMED"}, {"object", object}}.dump();
+        break;
+      case FaultMode::kWatchNotJson:
+        garbled = R"({"type":"ADDED","object":{"metadata":{"name":garbled}}})";
+        break;
+      case FaultMode::kWatchErrorWrongTypes:
+        garbled = json{{"type", "ERROR"},
+                       {"object",
+                        {{"kind", "Status"},
+                         {"apiVersion", "v1"},
+                         {"status", "Failure"},
+                         {"code", "500"},
+                         {"reason", 7},
+                         {"message", {"not", "text"}},
+                         {"details", {{"retryAfterSeconds", "5"}}}}}}
+                      .dump();
+        break;
+      case FaultMode::kWatchCloseAtOnce:
+        closeAtOnce = true;
+        break;
+      default:
+        break;
+    }
+  }
   auto expiredEvent = [](uint64_t version, uint64_t oldest) {
     return json{{"type", "ERROR"},
                 {"object", StatusBody(410, "Expired",
@@ -1435,12 +1750,16 @@ void FakeApiServer::Watch(const httplib::Request& request, httplib::Response& re
                                       json::object())}};
   };
   auto streamer = [this, type, ns, selectors, initial, position, expired, bookmarks, deadline,
-                   dropGeneration, expireGeneration,
-                   expiredEvent](size_t, httplib::DataSink& sink) mutable {
+                   dropGeneration, expireGeneration, expiredEvent, garbled,
+                   closeAtOnce](size_t, httplib::DataSink& sink) mutable {
     auto send = [&sink](const json& event) {
       std::string line = event.dump() + "\n";
       return sink.write(line.data(), line.size());
     };
+    if (closeAtOnce) {
+      sink.done();
+      return true;
+    }
     if (expired) {
       uint64_t oldest;
       {
@@ -1453,6 +1772,11 @@ void FakeApiServer::Watch(const httplib::Request& request, httplib::Response& re
     }
     for (const auto& event : initial) {
       if (!send(event)) return false;
+    }
+    if (!garbled.empty()) {
+      std::string line = garbled + "\n";
+      if (!sink.write(line.data(), line.size())) return false;
+      garbled.clear();
     }
     auto nextBookmark = std::chrono::steady_clock::now() + options_.bookmarkInterval;
     while (true) {

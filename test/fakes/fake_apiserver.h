@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <filesystem>
 #include <map>
@@ -17,6 +18,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -30,20 +32,61 @@ struct Response;
 
 namespace cozy::fake {
 
+// What a faulted request gets instead of a well-formed answer. A list mode hits only a GET of
+// a collection (a JSON list, not kubectl's Table), a watch mode only a watch=1 request; a
+// fault with such a mode is spent only by the requests it changes.
+enum class FaultMode {
+  kNone,
+  // Lists: the real items, with one thing of the wrong type (200, valid JSON).
+  kListResourceVersionNumber,  // "listResourceVersionNumber": metadata.resourceVersion 123
+  kListItemsNotArray,          // "listItemsNotArray": items is an object keyed by name
+  kListWithoutMetadata,        // "listWithoutMetadata": no metadata at all
+  // Watches: after the initial ADDED events (if any), one bad event, then the stream goes on
+  // as usual (a client that reads on past it would see the rest).
+  kWatchResourceVersionNumber,  // "watchResourceVersionNumber": ADDED, resourceVersion 123
+  kWatchMetadataMissing,        // "watchMetadataMissing": MODIFIED object without metadata
+  kWatchObjectNotObject,        // "watchObjectNotObject": ADDED whose object is a string
+  kWatchUnknownType,            // "watchUnknownType": type "RENAMED", a proper object
+  kWatchNotJson,                // "watchNotJson": a balanced frame that is not JSON
+  kWatchErrorWrongTypes,        // "watchErrorWrongTypes": an ERROR event whose Status has
+                                // code "500" (a string), reason 7, message an array
+  kWatchCloseAtOnce,            // "watchCloseAtOnce": 200, then the stream ends, no events
+  // Any request (endlessBody: not watches): 200 and a body that does not end, streamed until
+  // the client hangs up, the server stops, or kEndlessFor has passed.
+  kEndlessBody,    // "endlessBody": Content-Length 200 MiB (kEndlessBodyBytes), a list's
+                   // start then blanks
+  kEndlessString,  // "endlessString": chunked, a list (or, on a watch, an ADDED event) whose
+                   // first item's name is a string that never closes
+};
+std::string_view FaultModeName(FaultMode mode);
+// Throws std::invalid_argument naming the known modes.
+FaultMode ParseFaultMode(std::string_view name);
+
+inline constexpr uint64_t kEndlessBodyBytes = uint64_t{200} << 20;
+inline constexpr std::chrono::seconds kEndlessFor{30};
+
 // A fault matches requests by method and path prefix and changes their answer.
 struct Fault {
-  std::string method;           // "" = every method
-  std::string pathPrefix;       // "" = every path (control paths are never faulted)
-  bool watchOnly = false;       // only requests with watch=1
-  int status = 0;               // answer this code instead (0: do not change the answer)
-  int retryAfterSeconds = -1;   // Retry-After header (and Status details) when >= 0
-  int latencyMs = 0;            // wait before answering
-  bool dropConnection = false;  // cut the connection after the headers: no valid response
-  int count = -1;               // how many requests it hits; -1 until cleared
+  std::string method;               // "" = every method
+  std::string pathPrefix;           // "" = every path (control paths are never faulted)
+  bool watchOnly = false;           // only requests with watch=1
+  int status = 0;                   // answer this code instead (0: do not change the answer)
+  int retryAfterSeconds = -1;       // Retry-After header (and Status details) when >= 0
+  bool retryAfterHttpDate = false;  // send that Retry-After as an HTTP-date (IMF-fixdate,
+                                    // now + retryAfterSeconds), as a proxy may
+  std::string retryAfterRaw;        // send this Retry-After header verbatim (wins over the above)
+  int latencyMs = 0;                // wait before answering
+  bool dropConnection = false;      // cut the connection after the headers: no valid response
+  FaultMode mode = FaultMode::kNone;
+  int count = -1;  // how many requests it hits; -1 until cleared
   // Answers `status` to the next `count` requests (of `method`, when given).
   static Fault Answer(int status, int count, std::string method = "", int retryAfterSeconds = -1);
   // Cuts the connection of the next `count` requests (of `method`, when given).
   static Fault Drop(int count, std::string method = "");
+  // Gives the next `count` requests under `pathPrefix` that the mode applies to its answer.
+  static Fault Mode(FaultMode mode, int count = -1, std::string pathPrefix = "");
+  // Strict: an unknown field, a field of the wrong type or an unknown mode throws
+  // std::invalid_argument naming it.
   static Fault FromJson(const nlohmann::json& json);
   nlohmann::json ToJson() const;
 };
@@ -57,6 +100,9 @@ struct LoggedRequest {
   std::string body;
   std::string bearerToken;  // "" when none was sent
   int status = 0;           // the answer's code (200 for a watch that started streaming)
+  std::string fault;        // the fault that changed the answer: a mode name, "status",
+                            // "drop"; "" for none (a latency alone is not named)
+  uint64_t bytesSent = 0;   // body bytes written, for the endless modes
   std::chrono::steady_clock::time_point received;  // when the request was read
   nlohmann::json ToJson() const;
 };
@@ -67,6 +113,9 @@ struct FakeApiServerOptions {
   std::vector<std::filesystem::path> crdPaths;  // files or folders of CRD YAML, loaded at start
   std::chrono::milliseconds bookmarkInterval{1000};  // real servers: about a minute
   size_t historyLimit = 10000;  // watch events kept for resuming; older ones are compacted
+  // A brownout: every request (lists and watches too, not the control API) is answered only
+  // after this long, on top of any fault's latency.
+  std::chrono::milliseconds requestDelay{0};
 };
 
 class FakeApiServer {
@@ -87,6 +136,9 @@ class FakeApiServer {
   // In-process control, the same as the /_fake/ endpoints.
   void AddFault(const Fault& fault);
   void ClearFaults();
+  // The brownout delay (FakeApiServerOptions::requestDelay) from now on; 0 ends it.
+  void SetRequestDelay(std::chrono::milliseconds delay);
+  std::chrono::milliseconds RequestDelay() const;
   std::vector<LoggedRequest> Requests() const;
   void ClearRequests();
   // Only these bearer tokens are accepted (401 otherwise); empty accepts anything.
@@ -111,8 +163,15 @@ class FakeApiServer {
   struct Outcome;
 
   void Serve(const httplib::Request& request, httplib::Response& response);
+  // Takes (and spends) the first fault whose mode is of `listModes` or watch modes and that
+  // matches the request, noting it in log entry `logIndex`.
+  std::optional<Fault> TakeModeFault(const httplib::Request& request, bool listModes,
+                                     size_t logIndex);
+  void SendEndless(const httplib::Request& request, httplib::Response& response, FaultMode mode,
+                   size_t logIndex);
+  void WaitUnlessStopping(std::chrono::milliseconds delay);
   bool HandleControl(const httplib::Request& request, httplib::Response& response);
-  Outcome Dispatch(const httplib::Request& request, httplib::Response& response);
+  Outcome Dispatch(const httplib::Request& request, httplib::Response& response, size_t logIndex);
   Outcome Discovery(const std::string& path, httplib::Response& response);
   std::shared_ptr<const ResourceType> FindType(const std::string& group, const std::string& version,
                                                const std::string& plural) const;
@@ -127,7 +186,7 @@ class FakeApiServer {
   void RecordEventLocked(const ResourceType& type, const std::string& eventType,
                          const nlohmann::json& object);
   void Watch(const httplib::Request& request, httplib::Response& response,
-             std::shared_ptr<const ResourceType> type, const std::string& ns);
+             std::shared_ptr<const ResourceType> type, const std::string& ns, size_t logIndex);
   nlohmann::json Table(const ResourceType& type, const std::vector<nlohmann::json>& objects,
                        const std::string& resourceVersion) const;
 
@@ -149,6 +208,7 @@ class FakeApiServer {
   std::map<std::string, std::map<std::string, nlohmann::json>> objects_;
   std::deque<std::shared_ptr<const Event>> history_;
   std::vector<Fault> faults_;
+  std::chrono::milliseconds requestDelay_{0};
   std::vector<LoggedRequest> log_;
   std::set<std::string> acceptedTokens_;
 };

@@ -1,7 +1,9 @@
 // Fuzz target for what the Kubernetes client parses from the network: a watch stream cut
 // into JSON values at any byte boundary, and error answers (Status bodies, Retry-After).
 // The splitter must hand out the same values however the bytes are split, and never hold
-// more than it was given; error parsing must never throw.
+// more than it was given; with a small cap it must fail at the same value however the bytes
+// are split, and never hold more than the cap and one read. Parsing (frames, Status bodies,
+// Retry-After) must never throw.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -18,15 +20,25 @@ void Check(bool condition) {
   if (!condition) std::abort();
 }
 
-std::vector<std::string> SplitAll(std::string_view bytes, size_t chunk) {
-  cozy::kube::JsonStreamSplitter splitter;
+struct Split {
   std::vector<std::string> values;
+  std::string error;
+  bool operator==(const Split&) const = default;
+};
+
+Split SplitAll(std::string_view bytes, size_t chunk,
+               size_t cap = cozy::kube::kDefaultMaxJsonBytes) {
+  cozy::kube::JsonStreamSplitter splitter(cap);
+  Split split;
   for (size_t at = 0; at < bytes.size(); at += chunk) {
     splitter.Feed(bytes.substr(at, chunk));
-    while (auto value = splitter.Next()) values.push_back(*value);
+    while (auto value = splitter.Next()) split.values.push_back(*value);
+    Check(splitter.Pending() <= bytes.size());
+    Check(splitter.Pending() <= cap + chunk);
   }
-  Check(splitter.Pending() <= bytes.size());
-  return values;
+  split.error = splitter.Error();
+  Check(splitter.Failed() == !split.error.empty());
+  return split;
 }
 
 }  // namespace
@@ -36,7 +48,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto whole = SplitAll(bytes, bytes.size() + 1);
   Check(SplitAll(bytes, 1) == whole);
   Check(SplitAll(bytes, 7) == whole);
-  for (const auto& value : whole) Check(value.front() == '{' || value.front() == '[');
+  for (const auto& value : whole.values) {
+    Check(value.front() == '{' || value.front() == '[');
+    std::string error;
+    (void)cozy::kube::ParseNetworkJson(value, error);
+  }
+  auto capped = SplitAll(bytes, bytes.size() + 1, 16);
+  Check(SplitAll(bytes, 1, 16) == capped);
+  Check(SplitAll(bytes, 5, 16) == capped);
+  for (const auto& value : capped.values) Check(value.size() <= 16);
 
   for (int code : {404, 409, 429, 503}) {
     auto error = cozy::kube::ErrorFromResponse(code, "application/json", bytes, bytes, "GET",

@@ -140,8 +140,36 @@ TEST(Errors, ReasonsCodesAndRetryAfter) {
   ApiError down = ErrorFromResponse(503, "application/json", unavailable.dump(), "", "", "");
   EXPECT_EQ(down.kind(), ErrorKind::kServerError);
   EXPECT_EQ(down.retryAfter(), std::chrono::seconds(5));
-  // An HTTP date is not honoured, as in client-go.
-  EXPECT_FALSE(ParseRetryAfter("Wed, 21 Oct 2015 07:28:00 GMT"));
+}
+
+TEST(Errors, RetryAfterInSecondsOrAsAnHttpDateClampedToFiveMinutes) {
+  // 2015-10-21 07:28:00 UTC.
+  const auto now = std::chrono::system_clock::from_time_t(1445412480);
+  EXPECT_EQ(ParseRetryAfter("120", now), 120s);
+  EXPECT_EQ(ParseRetryAfter(" 0\r\n", now), 0s);
+  // RFC 9110's three date forms, two minutes ahead.
+  EXPECT_EQ(ParseRetryAfter("Wed, 21 Oct 2015 07:30:00 GMT", now), 120s);
+  EXPECT_EQ(ParseRetryAfter("Wednesday, 21-Oct-15 07:30:00 GMT", now), 120s);
+  EXPECT_EQ(ParseRetryAfter("Wed Oct 21 07:30:00 2015", now), 120s);
+  // Longer waits, in either form and however long the number, are five minutes.
+  EXPECT_EQ(ParseRetryAfter("86400", now), kMaxRetryAfter);
+  EXPECT_EQ(ParseRetryAfter("999999999999999999999999999", now), kMaxRetryAfter);
+  EXPECT_EQ(ParseRetryAfter("Thu, 22 Oct 2015 07:28:00 GMT", now), kMaxRetryAfter);
+  EXPECT_EQ(kMaxRetryAfter, 300s);
+  // Ignored: negative, fractional, a date already past, words, a broken date.
+  for (const char* ignored : {"-5", "1.5", "+3", "Wed, 21 Oct 2015 07:27:00 GMT", "soon",
+                              "Wed, 99 Foo 2015 07:30:00 GMT", "", "12 seconds"}) {
+    EXPECT_EQ(ParseRetryAfter(ignored, now), std::nullopt) << ignored;
+  }
+  // The header of an error answer, and a Status' retryAfterSeconds, both clamped.
+  EXPECT_EQ(ErrorFromResponse(429, "text/plain", "", "100000", "GET", "/p").retryAfter(),
+            kMaxRetryAfter);
+  json huge = {{"kind", "Status"}, {"code", 503}, {"details", {{"retryAfterSeconds", 1u << 31}}}};
+  EXPECT_EQ(ErrorFromResponse(503, "application/json", huge.dump(), "", "", "").retryAfter(),
+            kMaxRetryAfter);
+  json negative = {{"kind", "Status"}, {"code", 503}, {"details", {{"retryAfterSeconds", -4}}}};
+  EXPECT_EQ(ErrorFromResponse(503, "application/json", negative.dump(), "", "", "").retryAfter(),
+            std::nullopt);
 }
 
 TEST(Backoff, ExponentialCappedAndJittered) {
@@ -186,6 +214,49 @@ TEST(TokenSource, RereadWhenOldOrAfterInvalidateKeepingTheLastGoodToken) {
   tokens.Invalidate();
   EXPECT_EQ(tokens.Token(), "three");  // an empty file keeps the last good token
   EXPECT_NE(tokens.LastError().find("empty"), std::string::npos);
+}
+
+TEST(JsonStreamSplitter, AValueLongerThanTheCapFailsTheStreamAndFreesItsBuffer) {
+  JsonStreamSplitter splitter(64);
+  splitter.Feed(R"({"type":"ADDED","object":{}} {"type":"ADDED","object":{"name":")");
+  ASSERT_TRUE(splitter.Next());
+  EXPECT_FALSE(splitter.Next());
+  EXPECT_FALSE(splitter.Failed());
+  // An endless string: fed far past the cap, never more than the cap is held.
+  const std::string chunk(1000, 'a');
+  for (int i = 0; i < 100 && !splitter.Failed(); ++i) {
+    splitter.Feed(chunk);
+    EXPECT_FALSE(splitter.Next());
+    EXPECT_LE(splitter.Pending(), 64u + chunk.size());
+  }
+  ASSERT_TRUE(splitter.Failed());
+  EXPECT_NE(splitter.Error().find("starting at byte 29"), std::string::npos) << splitter.Error();
+  EXPECT_NE(splitter.Error().find("longer than 64 bytes"), std::string::npos) << splitter.Error();
+  splitter.Feed(chunk);
+  EXPECT_EQ(splitter.Pending(), 0u);
+  EXPECT_FALSE(splitter.Next());
+}
+
+TEST(JsonStreamSplitter, AValueNestedTooDeepFailsTheStream) {
+  JsonStreamSplitter splitter;
+  splitter.Feed(std::string(kMaxJsonDepth, '['));
+  EXPECT_FALSE(splitter.Next());
+  EXPECT_FALSE(splitter.Failed());
+  splitter.Feed("[");
+  EXPECT_FALSE(splitter.Next());
+  EXPECT_TRUE(splitter.Failed());
+  EXPECT_NE(splitter.Error().find("deeper than 1000"), std::string::npos) << splitter.Error();
+}
+
+TEST(ParseNetworkJson, RefusesTextNestedTooDeepOrNotJsonWithoutThrowing) {
+  std::string error;
+  EXPECT_EQ(ParseNetworkJson(R"({"a":[1,"]]]"]})", error)["a"][1], "]]]");
+  EXPECT_EQ(error, "");
+  std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  EXPECT_TRUE(ParseNetworkJson(deep, error).is_null());
+  EXPECT_EQ(error, "nests deeper than 1000 levels");
+  EXPECT_TRUE(ParseNetworkJson("{\"a\":", error).is_null());
+  EXPECT_EQ(error, "is not JSON");
 }
 
 TEST(JsonStreamSplitter, ValuesSplitAcrossReadsAndSeveralInOne) {
@@ -365,6 +436,7 @@ TEST(Informer, ListsWatchesResumesAfterADropAndRelistsAfterExpiry) {
   // A dropped stream is re-opened from the last resourceVersion, without a relist.
   server->DropWatches();
   ASSERT_TRUE(runUntil([&] { return informer.Stats().watches == 2; }));
+  EXPECT_EQ(informer.Stats().failures, 0) << informer.LastError();  // re-opened at once
   client.Delete("/api/v1/namespaces/tenant/pods/a");
   ASSERT_TRUE(runUntil([&] { return seen.size() == 3; }));
   EXPECT_EQ(seen.back(), "DELETED a");

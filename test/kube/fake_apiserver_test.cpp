@@ -8,12 +8,14 @@
 #include <set>
 
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include "agent/status/status_builder.h"
 #include "kube/client.h"
 #include "test/fakes/fake_apiserver_logic.h"
 #include "test/kube/kube_test_support.h"
 #include "test/support/fixture_host.h"
+#include "test/support/process.h"
 
 namespace cozy::fake {
 namespace {
@@ -249,6 +251,131 @@ TEST_F(FakeServerTest, TableFromPrinterColumns) {
   EXPECT_EQ(cells[5], "[\"nvidia.com/gpu\"]");
   EXPECT_EQ(cells[6], "A100");
   EXPECT_EQ(cells[7], "0000:3b:00.0");
+}
+
+TEST(FakeFaults, FromJsonIsStrictAndNamesWhatIsWrong) {
+  Fault fault = Fault::FromJson(json::parse(
+      R"({"mode":"watchCloseAtOnce","pathPrefix":"/api/v1/pods","count":2,"latencyMs":5})"));
+  EXPECT_EQ(fault.mode, FaultMode::kWatchCloseAtOnce);
+  EXPECT_EQ(fault.count, 2);
+  EXPECT_EQ(Fault::FromJson(fault.ToJson()).ToJson(), fault.ToJson());
+  auto refusal = [](const std::string& text) {
+    try {
+      Fault::FromJson(json::parse(text));
+    } catch (const std::invalid_argument& error) {
+      return std::string(error.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(refusal(R"({"mdoe":"endlessBody"})"), "unknown fault field \"mdoe\"");
+  EXPECT_EQ(refusal(R"({"count":"2"})"),
+            "fault field \"count\" must be an integer from -1 to 2147483647, not string");
+  EXPECT_EQ(refusal(R"({"watchOnly":1})"),
+            "fault field \"watchOnly\" must be true or false, not number");
+  std::string unknown = refusal(R"({"mode":"endless"})");
+  EXPECT_NE(unknown.find("unknown fault mode \"endless\" (known: listResourceVersionNumber,"),
+            std::string::npos)
+      << unknown;
+  EXPECT_NE(unknown.find("endlessString)"), std::string::npos) << unknown;
+}
+
+TEST(FakeFaults, ControlApiSetsModesRetryAfterDatesAndTheBrownout) {
+  auto server = StartFakeApiServer(/*withCrds=*/false);
+  server->Seed(testing::NodeObject("n1"));
+  httplib::Client http("127.0.0.1", server->port());
+  auto post = [&http](const std::string& path, const json& body) {
+    auto answer = http.Post(path.c_str(), body.dump(), "application/json");
+    return answer ? answer->status : -1;
+  };
+  // A list mode: only the list it changes spends it, not the GET of one object before it.
+  ASSERT_EQ(post("/_fake/faults", {{"mode", "listItemsNotArray"}, {"count", 1}}), 200);
+  auto one = http.Get("/api/v1/nodes/n1");
+  ASSERT_TRUE(one);
+  EXPECT_EQ(json::parse(one->body)["metadata"]["name"], "n1");
+  auto list = http.Get("/api/v1/nodes");
+  ASSERT_TRUE(list);
+  EXPECT_TRUE(json::parse(list->body)["items"].is_object()) << list->body;
+  EXPECT_TRUE(json::parse(http.Get("/api/v1/nodes")->body)["items"].is_array());
+  EXPECT_EQ(server->Requests()[1].fault, "listItemsNotArray");
+  EXPECT_EQ(server->Requests()[0].fault, "");
+  // A refused fault says why.
+  auto refused = http.Post("/_fake/faults", R"({"mode":"sideways"})", "application/json");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 400);
+  EXPECT_NE(refused->body.find("unknown fault mode"), std::string::npos) << refused->body;
+  // Retry-After as an IMF-fixdate two minutes ahead, and verbatim.
+  ASSERT_EQ(post("/_fake/faults", {{"status", 503},
+                                   {"retryAfterSeconds", 120},
+                                   {"retryAfterHttpDate", true},
+                                   {"count", 1}}),
+            200);
+  auto dated = http.Get("/api/v1/nodes");
+  ASSERT_TRUE(dated);
+  EXPECT_EQ(dated->status, 503);
+  const std::string date = dated->get_header_value("Retry-After");
+  EXPECT_TRUE(std::regex_match(
+      date,
+      std::regex(
+          R"((Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d\d (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) \d{4} \d\d:\d\d:\d\d GMT)")))
+      << date;
+  auto wait = kube::ParseRetryAfter(date);
+  ASSERT_TRUE(wait);
+  EXPECT_GE(*wait, std::chrono::seconds(118));
+  EXPECT_LE(*wait, std::chrono::seconds(120));
+  ASSERT_EQ(post("/_fake/faults", {{"status", 429}, {"retryAfterRaw", "soon"}, {"count", 1}}), 200);
+  EXPECT_EQ(http.Get("/api/v1/nodes")->get_header_value("Retry-After"), "soon");
+  // The brownout: set, read back, applied, refused when malformed, lifted.
+  auto put = http.Put("/_fake/delay", R"({"ms":300})", "application/json");
+  ASSERT_TRUE(put);
+  EXPECT_EQ(put->status, 200);
+  EXPECT_EQ(json::parse(http.Get("/_fake/delay")->body)["ms"], 300);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(http.Get("/api/v1/nodes")->status, 200);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(300));
+  EXPECT_EQ(http.Put("/_fake/delay", R"({"ms":-1})", "application/json")->status, 400);
+  EXPECT_EQ(http.Put("/_fake/delay", R"({"ms":0})", "application/json")->status, 200);
+  EXPECT_EQ(server->RequestDelay(), std::chrono::milliseconds(0));
+}
+
+// The program, as the agent's end-to-end tests run it: faults and a brownout from flags.
+TEST(FakeProgram, FaultsAndTheBrownoutFromFlags) {
+  testing::TempDir dir;
+  const int port = testing::FreePort();
+  ASSERT_GT(port, 0);
+  pid_t pid = testing::Spawn(
+      {COZY_FAKE_APISERVER_BINARY, "--port", std::to_string(port), "--request-delay-ms", "300",
+       "--fault", R"({"mode":"watchCloseAtOnce","count":1})", "--fault",
+       R"({"mode":"listResourceVersionNumber","pathPrefix":"/api/v1/nodes","count":1})"},
+      dir.path() / "log");
+  ASSERT_GT(pid, 0);
+  auto log = [&dir] {
+    std::ifstream in(dir.path() / "log");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  ASSERT_TRUE(testing::WaitFor([&] { return log().find("listening on") != std::string::npos; }))
+      << log();
+  {  // the client's kept-alive connection closes with it, so the server stops at once
+    httplib::Client http("127.0.0.1", port);
+    const auto start = std::chrono::steady_clock::now();
+    auto list = http.Get("/api/v1/nodes");
+    ASSERT_TRUE(list);
+    EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(300));
+    EXPECT_TRUE(json::parse(list->body)["metadata"]["resourceVersion"].is_number()) << list->body;
+    // The watch: 200, and the stream is over before it said anything.
+    auto watch = http.Get("/api/v1/nodes?watch=1&timeoutSeconds=30");
+    ASSERT_TRUE(watch);
+    EXPECT_EQ(watch->status, 200);
+    EXPECT_EQ(watch->body, "");
+    // Both were spent: the next list is a good one.
+    EXPECT_TRUE(
+        json::parse(http.Get("/api/v1/nodes")->body)["metadata"]["resourceVersion"].is_string());
+  }
+  EXPECT_EQ(testing::Finish(pid), 0);
+
+  auto bad = testing::RunCommand(std::string(COZY_FAKE_APISERVER_BINARY) +
+                                 " --fault '{\"mode\":\"nope\"}'");
+  EXPECT_EQ(bad.exitCode, 2);
+  EXPECT_NE(bad.err.find("unknown fault mode \"nope\""), std::string::npos) << bad.err;
 }
 
 // kubectl as a real client (the cloud SDK's kubectl 1.32 or Debian's kubernetes-client).
