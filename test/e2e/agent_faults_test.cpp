@@ -136,9 +136,7 @@ class AgentFaults : public ::testing::Test {
 TEST_F(AgentFaults, BrownoutNeverHoldsTheLoop) {
   StartAgent();
   ASSERT_TRUE(WaitFor([&] { return Published(); })) << agent_.Log();
-  fake::Fault brownout;
-  brownout.latencyMs = 9000;
-  server_->AddFault(brownout);
+  server_->SetRequestDelay(9s);  // every request: lists, watches, gets and patches
   const std::string drivers[] = {"nvidia", "vfio-pci", "nvidia"};
   for (const std::string& driver : drivers) {
     const size_t before = LogCount("inventory changed");
@@ -202,6 +200,63 @@ TEST_F(AgentFaults, StaleCountsSaySinceWhen) {
   agent_.Signal(SIGHUP);
   ASSERT_TRUE(WaitFor([&] { return !GpuNode()["status"].contains("staleUnits"); }, 10s))
       << GpuNode().dump(2) << agent_.Log();
+}
+
+// Answers that parse but carry the wrong types, in the pod list and in its watch: before, the
+// first one threw out of the loop and terminated the agent, and the relist after the restart did
+// it again. Now each fails that list or watch, is logged, backed off and relisted; the agent
+// publishes and stays up, and the pod watch recovers.
+TEST_F(AgentFaults, WrongTypesInThePodListAndWatchNeverStopTheAgent) {
+  server_->Seed({{"apiVersion", "v1"},
+                 {"kind", "Pod"},
+                 {"metadata", {{"name", "virt-launcher-vm1-x7k2p"}, {"namespace", "tenant-a"}}},
+                 {"spec", {{"nodeName", "n1"}}},
+                 {"status", {{"phase", "Succeeded"}}}});
+  const std::string pods = "/api/v1/pods";
+  server_->AddFault(fake::Fault::Mode(fake::FaultMode::kListItemsNotArray, 1, pods));
+  server_->AddFault(fake::Fault::Mode(fake::FaultMode::kListResourceVersionNumber, 1, pods));
+  server_->AddFault(fake::Fault::Mode(fake::FaultMode::kListWithoutMetadata, 1, pods));
+  server_->AddFault(fake::Fault::Mode(fake::FaultMode::kWatchResourceVersionNumber, 1, pods));
+  server_->AddFault(fake::Fault::Mode(fake::FaultMode::kWatchObjectNotObject, 1, pods));
+  StartAgent();
+  ASSERT_TRUE(WaitFor([&] { return Published(); }, 20s)) << agent_.Log();
+  EXPECT_NE(agent_.Log().find("pod watch failed"), std::string::npos) << agent_.Log();
+  EXPECT_NE(agent_.Log().find("items"), std::string::npos) << agent_.Log();
+  // Once the faults are spent the watch syncs: the Succeeded pod holds no unit (A7).
+  ASSERT_TRUE(WaitFor([&] { return Device(GpuNode(), "0000:3b:00.0")["allocated"] == 0; }, 30s))
+      << GpuNode().dump(2) << agent_.Log();
+  EXPECT_TRUE(agent_.Alive());
+  EXPECT_EQ(agent_.Log().find("terminate"), std::string::npos);
+}
+
+// A GPUNode read that never ends (a 200 MiB body, an endless string) fails that request only:
+// the agent publishes once the server answers properly, and its memory stays small.
+TEST_F(AgentFaults, AnEndlessBodyFailsOneRequestOnly) {
+  server_->AddFault(fake::Fault::Mode(fake::FaultMode::kEndlessBody, 1, kGpuNodes + "/n1"));
+  server_->AddFault(fake::Fault::Mode(fake::FaultMode::kEndlessString, 1, kGpuNodes + "/n1"));
+  StartAgent();
+  ASSERT_TRUE(WaitFor([&] { return Published(); }, 30s)) << agent_.Log();
+  EXPECT_NE(agent_.Log().find("cannot publish GPUNode"), std::string::npos) << agent_.Log();
+  EXPECT_TRUE(agent_.Alive());
+  EXPECT_LT(agent_.PeakRssKiB(), 64 * 1024) << "peak RSS " << agent_.PeakRssKiB() << " KiB";
+}
+
+// A pod watch that the server closes at once with no events is re-opened with backoff, not in a
+// hot loop.
+TEST_F(AgentFaults, AWatchThatClosesAtOnceIsBackedOff) {
+  server_->AddFault(fake::Fault::Mode(fake::FaultMode::kWatchCloseAtOnce, -1, "/api/v1/pods"));
+  StartAgent();
+  ASSERT_TRUE(WaitFor([&] { return Published(); })) << agent_.Log();
+  server_->ClearRequests();
+  std::this_thread::sleep_for(3s);
+  size_t watches = 0;
+  for (const auto& request : server_->Requests()) {
+    watches += request.path == "/api/v1/pods" && request.query.find("watch=1") != std::string::npos
+                   ? 1U
+                   : 0U;
+  }
+  EXPECT_LE(watches, 4U) << "pod watches in 3 s";
+  EXPECT_TRUE(agent_.Alive());
 }
 
 // The unit ships NODE_NAME= and passes --node-name ${NODE_NAME}: an empty name is refused with a
