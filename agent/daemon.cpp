@@ -118,7 +118,7 @@ bool Daemon::SetUp() {
   }
   metrics_.version = options_.version;
   if (options_.dbus != "off") {
-    // Requests wait in the socket until the loop runs; a caller before the first pass sees "{}".
+    // Started after the first pass (Pass()): whoever sees the name appear finds the inventory.
     dbus_ = std::make_unique<DbusService>(
         loop_, options_.dbus,
         DbusService::Callbacks{[this] { return InventoryJson(); },
@@ -131,8 +131,8 @@ bool Daemon::SetUp() {
                                    UpdateMetrics();  // else the first pass does
                                  }
                                }});
-    dbus_->Start();
   }
+  UpdateMetrics();  // /metrics answers from the start, before the first pass
   return true;
 }
 
@@ -235,6 +235,23 @@ void Daemon::Pass() {
   const bool first = !started_;
   started_ = true;
   startup_.Cancel();
+  // Ready, and D-Bus takes its name, once the first pass is over however it ended: whoever sees
+  // the name appear finds the inventory (or "{}" when the root could not be scanned).
+  struct AfterFirstPass {
+    Daemon* daemon;
+    bool first;
+    ~AfterFirstPass() {
+      if (!first) {
+        return;
+      }
+      daemon->ready_ = true;
+      daemon->health_.SetReady(true);
+      runtime::Notify("READY=1");
+      if (daemon->dbus_) {
+        daemon->dbus_->Start();
+      }
+    }
+  } afterFirstPass{this, first};
   PassOptions passOptions;
   passOptions.staleAfter = options_.staleAfter;
   const PodPhases& phases =
@@ -274,21 +291,17 @@ void Daemon::Pass() {
   metrics_.scanDuration.Observe(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
   counts_ = result.counts;
-  if (first) {
-    ready_ = true;
-    health_.SetReady(true);
-    runtime::Notify("READY=1");
-  }
   if (result.status == status_) {
     UpdateMetrics();
     return;  // nothing changed: no log line, no write
   }
+  // (The first pass always changes the status: it was null.)
   const bool firstStatus = status_.is_null();
   status_ = std::move(result.status);
   LogInfo(firstStatus ? "inventory" : "inventory changed",
           {{"summary", Summary(counts_, podResources_.units())}});
   NotifyStatus();
-  if (dbus_) {
+  if (dbus_ && dbus_->connected()) {
     dbus_->InventoryChanged(InventoryJson());
   }
   if (publisher_) {
