@@ -417,9 +417,27 @@ TEST_F(DbusTest, ASecondAgentFindsTheNameTakenAndKeepsRunningWithoutDbus) {
 
 TEST_F(DbusTest, ANonRootAgentIsRefusedTheNameAndKeepsRunning) {
   auto arguments = AgentArguments();
+  testing::TempDir readable;
   if (Root()) {
-    // Root runs the agent as nobody, which the shipped policy does not let own the name.
-    std::filesystem::permissions(host_.root(), std::filesystem::perms(0755));
+    // Root runs the agent as nobody, which the shipped policy does not let own the name. The
+    // clone may sit where only root may enter (CI's does): nobody gets its own copies of the
+    // two binaries and pci.ids in a directory it can read.
+    namespace fs = std::filesystem;
+    fs::permissions(host_.root(), fs::perms(0755));
+    fs::permissions(readable.path(), fs::perms(0755));
+    const fs::path agent = testing::GpuAgentBinary();
+    for (const char* name : {"gpu-agent", "gpu-agent-full"}) {
+      fs::copy_file(agent.parent_path() / name, readable.path() / name);
+      fs::permissions(readable.path() / name, fs::perms(0755));
+    }
+    fs::copy_file(testing::FixturePciIds(), readable.path() / "pci.ids");
+    fs::permissions(readable.path() / "pci.ids", fs::perms(0644));
+    arguments[0] = (readable.path() / "gpu-agent").string();
+    for (size_t i = 0; i + 1 < arguments.size(); ++i) {
+      if (arguments[i] == "--pci-ids") {
+        arguments[i + 1] = (readable.path() / "pci.ids").string();
+      }
+    }
     arguments.insert(arguments.begin(),
                      {"setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"});
   }
