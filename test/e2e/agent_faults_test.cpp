@@ -238,7 +238,11 @@ TEST_F(AgentFaults, AnEndlessBodyFailsOneRequestOnly) {
   ASSERT_TRUE(WaitFor([&] { return Published(); }, 30s)) << agent_.Log();
   EXPECT_NE(agent_.Log().find("cannot publish GPUNode"), std::string::npos) << agent_.Log();
   EXPECT_TRUE(agent_.Alive());
+#if !defined(__SANITIZE_ADDRESS__)
+  // Today's main read the 200 MiB body whole. (Under AddressSanitizer its shadow memory and
+  // quarantine are most of the RSS, so the bound means nothing there.)
   EXPECT_LT(agent_.PeakRssKiB(), 64 * 1024) << "peak RSS " << agent_.PeakRssKiB() << " KiB";
+#endif
 }
 
 // A pod watch that the server closes at once with no events is re-opened with backoff, not in a

@@ -62,7 +62,7 @@ std::vector<std::string> UnitValues(const std::string& unit, const std::string& 
 }
 
 // systemd's sizes: a number with an optional K, M, G or T suffix (powers of 1024).
-uint64_t UnitBytes(const std::string& value) {
+[[maybe_unused]] uint64_t UnitBytes(const std::string& value) {
   size_t end = 0;
   uint64_t number = std::stoull(value, &end);
   const std::string suffix = value.substr(end);
