@@ -222,27 +222,47 @@ void LeaderElector::Release() {
   if (!observed_ || observed_->holderIdentity != options_.identity || observedLease_.is_null()) {
     return;
   }
-  const std::string stamp = FormatMicroTime(std::chrono::system_clock::now());
-  LeaderElectionRecord record;
-  record.leaseDurationSeconds = 1;
-  record.acquireTime = stamp;
-  record.renewTime = stamp;
-  record.leaseTransitions = observed_->leaseTransitions;
-  json lease = observedLease_;
-  lease["spec"] = record.ToSpec();
-  client_->SetRequestTimeout(std::min(client_->options().requestTimeout, options_.renewDeadline));
-  try {
-    observedLease_ = client_->Update(LeasePath(), lease);
-    observed_ = record;
-    released_ = true;
-    Log("lease " + options_.leaseNamespace + "/" + options_.leaseName + ": released");
-  } catch (const std::exception& error) {
-    {
+  const std::string lease = options_.leaseNamespace + "/" + options_.leaseName;
+  const TimePoint deadline = Clock::now() + options_.renewDeadline;
+  // As client-go: bounded by the renew deadline, and again from a fresh read after a 409
+  // (a renewal of ours may have moved the resourceVersion on) while the Lease still names us.
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const Duration left = deadline - Clock::now();
+    if (left <= Duration::zero()) break;
+    client_->SetRequestTimeout(std::min(client_->options().requestTimeout, left));
+    const std::string stamp = FormatMicroTime(std::chrono::system_clock::now());
+    LeaderElectionRecord record;
+    record.leaseDurationSeconds = 1;
+    record.acquireTime = stamp;
+    record.renewTime = stamp;
+    record.leaseTransitions = observed_->leaseTransitions;
+    json updated = observedLease_;
+    updated["spec"] = record.ToSpec();
+    try {
+      observedLease_ = client_->Update(LeasePath(), updated);
+      observed_ = record;
+      released_ = true;
+      Log("lease " + lease + ": released");
+      return;
+    } catch (const ApiError& error) {
+      {
+        std::lock_guard lock(mutex_);
+        lastError_ = error.what();
+      }
+      Log("lease " + lease + ": release failed: " + error.what());
+      if (error.kind() != ErrorKind::kConflict) return;
+    }
+    try {
+      json fresh = client_->Get(LeasePath());
+      LeaderElectionRecord current = LeaderElectionRecord::FromLease(fresh);
+      if (current.holderIdentity != options_.identity) return;  // not ours to release
+      observedLease_ = fresh;
+      observed_ = current;
+    } catch (const std::exception& error) {
       std::lock_guard lock(mutex_);
       lastError_ = error.what();
+      return;
     }
-    Log("lease " + options_.leaseNamespace + "/" + options_.leaseName +
-        ": release failed: " + error.what());
   }
 }
 
