@@ -88,25 +88,25 @@ class Cache {
   bool Synced() const { return synced_.load(); }
 
   Ptr Get(const std::string& key) const {
-    std::shared_lock lock(mutex_);
+    ReadLock lock(*this);
     auto it = state_->objects.find(key);
     return it == state_->objects.end() ? nullptr : it->second.object;
   }
   std::vector<Ptr> List() const {
-    std::shared_lock lock(mutex_);
+    ReadLock lock(*this);
     std::vector<Ptr> all;
     all.reserve(state_->objects.size());
     for (const auto& [key, entry] : state_->objects) all.push_back(entry.object);
     return all;
   }
   size_t Size() const {
-    std::shared_lock lock(mutex_);
+    ReadLock lock(*this);
     return state_->objects.size();
   }
   // The objects whose index `index` yields `value`, in key order. std::invalid_argument for
   // an index never registered.
   std::vector<Ptr> ByIndex(const std::string& index, const std::string& value) const {
-    std::shared_lock lock(mutex_);
+    ReadLock lock(*this);
     const auto& values = IndexOf(index);
     std::vector<Ptr> found;
     auto it = values.find(value);
@@ -117,7 +117,7 @@ class Cache {
   }
   // The object keys under `value`, in order.
   std::vector<std::string> IndexKeys(const std::string& index, const std::string& value) const {
-    std::shared_lock lock(mutex_);
+    ReadLock lock(*this);
     const auto& values = IndexOf(index);
     auto it = values.find(value);
     if (it == values.end()) return {};
@@ -125,7 +125,7 @@ class Cache {
   }
   // Every value the index has objects for.
   std::vector<std::string> IndexValues(const std::string& index) const {
-    std::shared_lock lock(mutex_);
+    ReadLock lock(*this);
     std::vector<std::string> all;
     for (const auto& [value, keys] : IndexOf(index)) all.push_back(value);
     return all;
@@ -134,7 +134,7 @@ class Cache {
   // same state. `read` must not call back into this cache.
   template <class Read>
   auto WithView(Read&& read) const {
-    std::shared_lock lock(mutex_);
+    ReadLock lock(*this);
     return read(View{this});
   }
 
@@ -187,6 +187,22 @@ class Cache {
   };
 
  private:
+  // glibc's shared_mutex lets readers in while a writer waits, so readers that never pause
+  // (webhooks under load) could hold a relist off for ever. Readers pass through `gate_`,
+  // which a writer holds while it waits: a waiting writer is next.
+  struct ReadLock {
+    explicit ReadLock(const Cache& cache) {
+      std::lock_guard gate(cache.gate_);
+      lock = std::shared_lock(cache.mutex_);
+    }
+    std::shared_lock<std::shared_mutex> lock;
+  };
+  struct WriteLock {
+    explicit WriteLock(const Cache& cache) : gate(cache.gate_), lock(cache.mutex_) {}
+    std::lock_guard<std::mutex> gate;
+    std::unique_lock<std::shared_mutex> lock;
+  };
+
   const std::map<std::string, std::set<std::string>>& IndexOf(const std::string& index) const {
     auto it = state_->indexes.find(index);
     if (it == state_->indexes.end()) {
@@ -261,7 +277,7 @@ class Cache {
       Insert(*fresh, key, std::move(entry));
     }
     {
-      std::unique_lock lock(mutex_);
+      WriteLock lock(*this);
       state_.swap(fresh);
       synced_ = true;
     }
@@ -287,7 +303,7 @@ class Cache {
         changes.emplace_back(key, std::nullopt);
       }
     }
-    std::unique_lock lock(mutex_);
+    WriteLock lock(*this);
     for (auto& [key, entry] : changes) {
       Remove(*state_, key);
       if (entry) Insert(*state_, key, std::move(*entry));
@@ -344,6 +360,7 @@ class Cache {
   std::atomic<bool> stopping_{false};
   std::atomic<bool> synced_{false};
   std::atomic<int> decodeFailures_{0};
+  mutable std::mutex gate_;          // see ReadLock
   mutable std::shared_mutex mutex_;  // guards *state_ (the pointer and what it points to)
   std::unique_ptr<State> state_;
   mutable std::mutex infoMutex_;

@@ -212,6 +212,8 @@ struct CutCase {
   fake::Fault fault;
 };
 
+void PrintTo(const CutCase& cut, std::ostream* out) { *out << cut.name; }
+
 class LeaderCutOff : public ::testing::TestWithParam<CutCase> {};
 
 // A leader whose lease requests fail steps down within its renew deadline (and says so); the
