@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 
 #include "kube/watch.h"
 
@@ -72,6 +75,20 @@ std::string JoinQuery(const Query& query) {
 }
 
 }  // namespace
+
+void SetRateLimit(ClientOptions& options, double qps, int burst) {
+  if (!std::isfinite(qps) || qps < 0) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", qps);
+    throw std::invalid_argument(std::string("--qps ") + text +
+                                ": not a number of requests a second (0 turns the limit off)");
+  }
+  if (burst < 1) {
+    throw std::invalid_argument("--burst " + std::to_string(burst) + ": must be at least 1");
+  }
+  options.qps = qps;
+  options.burst = burst;
+}
 
 std::string EncodeQueryValue(std::string_view value) {
   static const char* hex = "0123456789ABCDEF";
@@ -293,27 +310,72 @@ json Client::Get(const std::string& path, const Query& query) {
   return Request("GET", path, query);
 }
 
-json Client::Create(const std::string& collectionPath, const json& object) {
-  std::string body = object.dump();
-  return Request("POST", collectionPath, {}, &body, "application/json");
+namespace {
+
+Query WriteQuery(const WriteOptions& options) {
+  Query query;
+  if (options.dryRun) query.emplace_back("dryRun", "All");
+  if (!options.fieldManager.empty()) query.emplace_back("fieldManager", options.fieldManager);
+  return query;
 }
 
-json Client::Update(const std::string& path, const json& object) {
-  std::string body = object.dump();
-  return Request("PUT", path, {}, &body, "application/json");
+}  // namespace
+
+json DeleteOptionsBody(const DeleteOptions& options) {
+  json body = json::object();
+  if (options.dryRun) body["dryRun"] = json::array({"All"});
+  if (!options.preconditionUid.empty()) body["preconditions"]["uid"] = options.preconditionUid;
+  if (!options.preconditionResourceVersion.empty()) {
+    body["preconditions"]["resourceVersion"] = options.preconditionResourceVersion;
+  }
+  if (!options.propagationPolicy.empty()) body["propagationPolicy"] = options.propagationPolicy;
+  if (options.gracePeriodSeconds) body["gracePeriodSeconds"] = *options.gracePeriodSeconds;
+  if (body.empty()) return nullptr;
+  body["kind"] = "DeleteOptions";
+  body["apiVersion"] = "v1";
+  return body;
 }
 
-json Client::MergePatch(const std::string& path, const json& patch) {
+json Client::Create(const std::string& collectionPath, const json& object,
+                    const WriteOptions& options) {
+  std::string body = object.dump();
+  return Request("POST", collectionPath, WriteQuery(options), &body, "application/json");
+}
+
+json Client::Update(const std::string& path, const json& object, const WriteOptions& options) {
+  std::string body = object.dump();
+  return Request("PUT", path, WriteQuery(options), &body, "application/json");
+}
+
+json Client::MergePatch(const std::string& path, const json& patch, const WriteOptions& options) {
   std::string body = patch.dump();
-  return Request("PATCH", path, {}, &body, "application/merge-patch+json");
+  return Request("PATCH", path, WriteQuery(options), &body, "application/merge-patch+json");
 }
 
-json Client::JsonPatch(const std::string& path, const json& operations) {
+json Client::MergePatchAt(const std::string& path, json patch, const std::string& resourceVersion,
+                          const WriteOptions& options) {
+  if (!patch.is_object()) patch = json::object();
+  if (!patch.contains("metadata") || !patch["metadata"].is_object()) {
+    patch["metadata"] = json::object();
+  }
+  patch["metadata"]["resourceVersion"] = resourceVersion;
+  return MergePatch(path, patch, options);
+}
+
+json Client::JsonPatch(const std::string& path, const json& operations,
+                       const WriteOptions& options) {
   std::string body = operations.dump();
-  return Request("PATCH", path, {}, &body, "application/json-patch+json");
+  return Request("PATCH", path, WriteQuery(options), &body, "application/json-patch+json");
 }
 
-json Client::Delete(const std::string& path) { return Request("DELETE", path, {}); }
+json Client::Delete(const std::string& path, const DeleteOptions& options) {
+  Query query;
+  if (options.dryRun) query.emplace_back("dryRun", "All");
+  const json body = DeleteOptionsBody(options);
+  if (body.is_null()) return Request("DELETE", path, query);
+  const std::string text = body.dump();
+  return Request("DELETE", path, query, &text, "application/json");
+}
 
 namespace {
 

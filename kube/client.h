@@ -3,6 +3,7 @@
 // rotate, and watches that an event loop can drive (see watch.h).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -47,6 +48,11 @@ struct ClientOptions {
   size_t maxWatchEventBytes = kDefaultMaxJsonBytes;
 };
 
+// Sets the client-side rate limit from a daemon's flags (`--qps`, `--burst`): qps 0 turns
+// the limit off. Throws std::invalid_argument, naming the flag, for a negative or non-finite
+// qps or a burst below 1.
+void SetRateLimit(ClientOptions& options, double qps, int burst);
+
 using Query = std::vector<std::pair<std::string, std::string>>;
 
 struct ListOptions {
@@ -63,6 +69,26 @@ struct WatchOptions {
   bool allowWatchBookmarks = true;
   int timeoutSeconds = 0;  // 0: the server's default
 };
+
+// Options of every write (client-go's CreateOptions / UpdateOptions / PatchOptions): sent as
+// the query parameters `dryRun=All` and `fieldManager=...`.
+struct WriteOptions {
+  bool dryRun = false;       // dryRun=All: validated and admitted, never stored
+  std::string fieldManager;  // who owns the fields written (server-side field management)
+};
+
+// DeleteOptions, sent as the request's body (kind DeleteOptions, apiVersion v1) as client-go
+// does; dryRun also in the query. The API has no fieldManager for deletes.
+struct DeleteOptions {
+  bool dryRun = false;
+  std::string preconditionUid;              // delete only the object with this uid
+  std::string preconditionResourceVersion;  // ... and only at this resourceVersion (409 else)
+  std::string propagationPolicy;            // "Orphan", "Background", "Foreground" or ""
+  std::optional<int64_t> gracePeriodSeconds;
+};
+
+// The DeleteOptions body Delete sends; null when every option is at its default.
+nlohmann::json DeleteOptionsBody(const DeleteOptions& options);
 
 // "/api/v1/nodes/n1", "/apis/gpu.cozystack.io/v1alpha1/gpunodes/n1/status", ...
 std::string ResourcePath(std::string_view group, std::string_view version, std::string_view plural,
@@ -82,11 +108,20 @@ class Client {
   // Every call throws ApiError on failure (after the retries allowed), naming method and path;
   // nothing else (a 2xx body that is not JSON or is over the cap is kBadResponse).
   nlohmann::json Get(const std::string& path, const Query& query = {});
-  nlohmann::json Create(const std::string& collectionPath, const nlohmann::json& object);
-  nlohmann::json Update(const std::string& path, const nlohmann::json& object);  // PUT
-  nlohmann::json MergePatch(const std::string& path, const nlohmann::json& patch);
-  nlohmann::json JsonPatch(const std::string& path, const nlohmann::json& operations);
-  nlohmann::json Delete(const std::string& path);
+  nlohmann::json Create(const std::string& collectionPath, const nlohmann::json& object,
+                        const WriteOptions& options = {});
+  // PUT: conditional on the object's metadata.resourceVersion (409 kConflict when stale).
+  nlohmann::json Update(const std::string& path, const nlohmann::json& object,
+                        const WriteOptions& options = {});
+  nlohmann::json MergePatch(const std::string& path, const nlohmann::json& patch,
+                            const WriteOptions& options = {});
+  // A merge patch that applies only at `resourceVersion`: the patch carries it as
+  // metadata.resourceVersion, which the server compares (409 kConflict when stale).
+  nlohmann::json MergePatchAt(const std::string& path, nlohmann::json patch,
+                              const std::string& resourceVersion, const WriteOptions& options = {});
+  nlohmann::json JsonPatch(const std::string& path, const nlohmann::json& operations,
+                           const WriteOptions& options = {});
+  nlohmann::json Delete(const std::string& path, const DeleteOptions& options = {});
   // A whole list (pages joined); `metadata.resourceVersion` is the list's. Checked for the
   // shape every Kubernetes list has, so callers can read it without type surprises: an
   // object with a metadata object whose resourceVersion is a string, `items` an array of
@@ -105,6 +140,9 @@ class Client {
 
   const ClientConfig& config() const { return config_; }
   const ClientOptions& options() const { return options_; }
+  // Changes ClientOptions::requestTimeout for the requests that follow; only for a client
+  // that one thread uses (the leader elector bounds each request by its renew deadline).
+  void SetRequestTimeout(Duration timeout) { options_.requestTimeout = timeout; }
   TimeSource& time() { return *time_; }
   TokenSource& tokens() { return tokens_; }
   RateLimiter& rateLimiter() { return limiter_; }

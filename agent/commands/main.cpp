@@ -19,6 +19,7 @@
 #include <iostream>
 #include <iterator>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,8 @@ struct RunFlags {
   std::string logFormat = "text";
   std::string healthAddress = "127.0.0.1:8080";
   std::string dbus = "off";
+  double qps = 5.0;  // the API client's rate limit (client-go's defaults)
+  int burst = 10;
   int verbosity = 0;
 };
 
@@ -359,14 +362,19 @@ int RunDaemon(const RunFlags& flags) {
   }
   // The API server: a kubeconfig on a bare-metal host, else in-cluster config in a pod. Without
   // either the agent still runs (discovery, health, metrics) and publishes nothing.
+  cozy::kube::ClientOptions clientOptions = cozy::agent::LoopClientOptions();
+  try {
+    cozy::kube::SetRateLimit(clientOptions, flags.qps, flags.burst);
+  } catch (const std::invalid_argument& error) {
+    throw BadInputError{error.what()};
+  }
   std::unique_ptr<cozy::kube::Client> api;
   try {
     if (!flags.kubeconfig.empty()) {
       api = std::make_unique<cozy::kube::Client>(cozy::kube::LoadKubeconfig(flags.kubeconfig),
-                                                 cozy::agent::LoopClientOptions());
+                                                 clientOptions);
     } else if (std::getenv("KUBERNETES_SERVICE_HOST") != nullptr) {
-      api = std::make_unique<cozy::kube::Client>(cozy::kube::LoadInClusterConfig(),
-                                                 cozy::agent::LoopClientOptions());
+      api = std::make_unique<cozy::kube::Client>(cozy::kube::LoadInClusterConfig(), clientOptions);
     }
   } catch (const cozy::kube::ConfigError& error) {
     throw BadInputError{std::string("API config: ") + error.what()};
@@ -452,6 +460,12 @@ int main(int argc, char** argv) {
                    "when set")
       ->check(CLI::IsMember({"system", "session", "off"}))
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+      ->capture_default_str();
+  runCommand
+      ->add_option("--qps", run.qps,
+                   "Requests a second to the API server, on average (0: no limit)")
+      ->capture_default_str();
+  runCommand->add_option("--burst", run.burst, "Requests to the API server at once, at most")
       ->capture_default_str();
   runCommand->add_option("-v", run.verbosity, "Verbosity: 1 logs every device event")
       ->capture_default_str();

@@ -6,6 +6,9 @@ namespace cozy::testing {
 
 std::filesystem::path ChartCrdDir() { return SourceDir() / "charts" / "gpu" / "crds"; }
 std::filesystem::path GpuNodeCrdFile() { return ChartCrdDir() / "gpunodes.yaml"; }
+std::filesystem::path LeaseCrdFile() {
+  return SourceDir() / "test" / "kube" / "testdata" / "leases-crd.yaml";
+}
 
 std::unique_ptr<fake::FakeApiServer> StartFakeApiServer(bool withCrds) {
   fake::FakeApiServerOptions options;

@@ -16,6 +16,9 @@ namespace cozy::testing {
 
 std::filesystem::path ChartCrdDir();     // charts/gpu/crds
 std::filesystem::path GpuNodeCrdFile();  // charts/gpu/crds/gpunodes.yaml
+// test/kube/testdata/leases-crd.yaml: Lease (coordination.k8s.io/v1) as a CRD, until the
+// fake API server serves Lease itself.
+std::filesystem::path LeaseCrdFile();
 
 // A started fake API server; with the chart's CRDs unless told otherwise.
 std::unique_ptr<fake::FakeApiServer> StartFakeApiServer(bool withCrds = true);

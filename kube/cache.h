@@ -1,0 +1,375 @@
+// Typed, thread-safe caches over the informer (client-go's shared informer + indexer): one
+// collection listed and watched on a thread of its own, its objects decoded into T, with
+// named indexes (a function object -> keys) that readers on any thread query while the
+// informer updates them.
+//
+// Consistency: the cache changes in whole steps under a writer lock: each batch of watch
+// events the informer takes in one step, and each relist (built off the lock from the
+// informer's new state, then swapped in at once). A reader holds the reader lock for one
+// call, so it sees the state before a step or after it, never half a relist. A relist of tens
+// of thousands of objects runs on the cache's thread, never on the caller's event loop; the
+// informer re-watches and relists with its backoff (see informer.h).
+#pragma once
+
+#include <poll.h>
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <shared_mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kube/client.h"
+#include "kube/informer.h"
+
+namespace cozy::kube {
+
+// "namespace/name", or "name" for a cluster-scoped object: the informer's key.
+std::string ObjectKey(const nlohmann::json& object);
+
+// Index functions over JSON objects, for Cache<nlohmann::json>.
+using JsonIndexFunc = std::function<std::vector<std::string>(const nlohmann::json&)>;
+JsonIndexFunc NamespaceIndex();                            // metadata.namespace
+JsonIndexFunc FieldIndex(const std::string& jsonPointer);  // a string field, "/spec/nodeName"
+JsonIndexFunc LabelIndex(const std::string& label);        // a label's value
+JsonIndexFunc AnnotationIndex(const std::string& annotation);
+
+template <class T>
+class Cache {
+ public:
+  // Turns a stored object into T; one that throws is left out of the cache (counted in
+  // DecodeFailures(), described by LastError()).
+  using Decode = std::function<T(const nlohmann::json&)>;
+  // An object's keys under one index (none: not in that index).
+  using IndexFunc = std::function<std::vector<std::string>(const T&)>;
+  using Ptr = std::shared_ptr<const T>;
+
+  Cache(Client& client, std::string collectionPath, Decode decode, InformerOptions options = {})
+      : client_(client),
+        path_(std::move(collectionPath)),
+        decode_(std::move(decode)),
+        options_(std::move(options)),
+        state_(std::make_unique<State>()) {}
+  ~Cache() { Stop(); }
+  Cache(const Cache&) = delete;
+  Cache& operator=(const Cache&) = delete;
+
+  // Registers an index by name; only before Start() (std::logic_error after).
+  void AddIndex(const std::string& name, IndexFunc index) {
+    if (thread_.joinable()) throw std::logic_error("Cache::AddIndex after Start: " + name);
+    indexFuncs_[name] = std::move(index);
+    state_->indexes[name];
+  }
+
+  // Lists and watches on the cache's own thread until Stop().
+  void Start() {
+    if (thread_.joinable()) return;
+    stopping_ = false;
+    informer_ = std::make_unique<Informer>(
+        client_, path_, options_,
+        [this](const WatchEvent& event) { touched_.push_back(ObjectKey(event.object)); });
+    thread_ = std::thread([this] { Run(); });
+  }
+  // Ends the thread; waits for a LIST in flight (at most the client's request timeout).
+  void Stop() {
+    stopping_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+
+  // The first list has been applied.
+  bool Synced() const { return synced_.load(); }
+
+  Ptr Get(const std::string& key) const {
+    ReadLock lock(*this);
+    auto it = state_->objects.find(key);
+    return it == state_->objects.end() ? nullptr : it->second.object;
+  }
+  std::vector<Ptr> List() const {
+    ReadLock lock(*this);
+    std::vector<Ptr> all;
+    all.reserve(state_->objects.size());
+    for (const auto& [key, entry] : state_->objects) all.push_back(entry.object);
+    return all;
+  }
+  size_t Size() const {
+    ReadLock lock(*this);
+    return state_->objects.size();
+  }
+  // The objects whose index `index` yields `value`, in key order. std::invalid_argument for
+  // an index never registered.
+  std::vector<Ptr> ByIndex(const std::string& index, const std::string& value) const {
+    ReadLock lock(*this);
+    const auto& values = IndexOf(index);
+    std::vector<Ptr> found;
+    auto it = values.find(value);
+    if (it == values.end()) return found;
+    found.reserve(it->second.size());
+    for (const auto& key : it->second) found.push_back(state_->objects.at(key).object);
+    return found;
+  }
+  // The object keys under `value`, in order.
+  std::vector<std::string> IndexKeys(const std::string& index, const std::string& value) const {
+    ReadLock lock(*this);
+    const auto& values = IndexOf(index);
+    auto it = values.find(value);
+    if (it == values.end()) return {};
+    return {it->second.begin(), it->second.end()};
+  }
+  // Every value the index has objects for.
+  std::vector<std::string> IndexValues(const std::string& index) const {
+    ReadLock lock(*this);
+    std::vector<std::string> all;
+    for (const auto& [value, keys] : IndexOf(index)) all.push_back(value);
+    return all;
+  }
+  // Runs `read` under the reader lock with a consistent view: every call it makes sees the
+  // same state. `read` must not call back into this cache.
+  template <class Read>
+  auto WithView(Read&& read) const {
+    ReadLock lock(*this);
+    return read(View{this});
+  }
+
+  InformerStats Stats() const {
+    std::lock_guard lock(infoMutex_);
+    return stats_;
+  }
+  std::string LastError() const {
+    std::lock_guard lock(infoMutex_);
+    return lastError_;
+  }
+  int DecodeFailures() const { return decodeFailures_.load(); }
+
+ private:
+  struct Entry {
+    std::string resourceVersion;
+    Ptr object;
+    std::map<std::string, std::vector<std::string>> indexValues;  // index -> its keys
+  };
+  struct State {
+    std::map<std::string, Entry> objects;
+    std::map<std::string, std::map<std::string, std::set<std::string>>> indexes;
+  };
+
+ public:
+  // A read-only view for WithView; valid only inside the call.
+  class View {
+   public:
+    Ptr Get(const std::string& key) const {
+      auto it = cache_->state_->objects.find(key);
+      return it == cache_->state_->objects.end() ? nullptr : it->second.object;
+    }
+    size_t Size() const { return cache_->state_->objects.size(); }
+    std::vector<std::string> IndexKeys(const std::string& index, const std::string& value) const {
+      const auto& values = cache_->IndexOf(index);
+      auto it = values.find(value);
+      if (it == values.end()) return {};
+      return {it->second.begin(), it->second.end()};
+    }
+    size_t IndexCount(const std::string& index, const std::string& value) const {
+      const auto& values = cache_->IndexOf(index);
+      auto it = values.find(value);
+      return it == values.end() ? 0 : it->second.size();
+    }
+
+   private:
+    friend class Cache;
+    explicit View(const Cache* cache) : cache_(cache) {}
+    const Cache* cache_;
+  };
+
+ private:
+  // glibc's shared_mutex lets readers in while a writer waits, so readers that never pause
+  // (webhooks under load) could hold a relist off for ever. Readers pass through `gate_`,
+  // which a writer holds while it waits: a waiting writer is next.
+  struct ReadLock {
+    explicit ReadLock(const Cache& cache) {
+      std::lock_guard gate(cache.gate_);
+      lock = std::shared_lock(cache.mutex_);
+    }
+    std::shared_lock<std::shared_mutex> lock;
+  };
+  struct WriteLock {
+    explicit WriteLock(const Cache& cache) : gate(cache.gate_), lock(cache.mutex_) {}
+    std::lock_guard<std::mutex> gate;
+    std::unique_lock<std::shared_mutex> lock;
+  };
+
+  const std::map<std::string, std::set<std::string>>& IndexOf(const std::string& index) const {
+    auto it = state_->indexes.find(index);
+    if (it == state_->indexes.end()) {
+      throw std::invalid_argument("cache " + path_ + ": no index named " + index);
+    }
+    return it->second;
+  }
+
+  void Note(const std::string& error) {
+    std::lock_guard lock(infoMutex_);
+    lastError_ = error;
+  }
+
+  // Decodes and indexes one object; false when it does not decode.
+  bool MakeEntry(const std::string& key, const nlohmann::json& object, Entry& entry) {
+    const auto& metadata = object.at("metadata");
+    entry.resourceVersion = metadata.value("resourceVersion", "");
+    try {
+      entry.object = std::make_shared<const T>(decode_(object));
+    } catch (const std::exception& error) {
+      ++decodeFailures_;
+      Note("decode " + key + ": " + error.what());
+      return false;
+    }
+    for (const auto& [name, index] : indexFuncs_) {
+      try {
+        entry.indexValues[name] = index(*entry.object);
+      } catch (const std::exception& error) {
+        Note("index " + name + " of " + key + ": " + error.what());
+      }
+    }
+    return true;
+  }
+
+  static void Insert(State& state, const std::string& key, Entry entry) {
+    for (const auto& [name, values] : entry.indexValues) {
+      for (const auto& value : values) state.indexes[name][value].insert(key);
+    }
+    state.objects[key] = std::move(entry);
+  }
+
+  static void Remove(State& state, const std::string& key) {
+    auto it = state.objects.find(key);
+    if (it == state.objects.end()) return;
+    for (const auto& [name, values] : it->second.indexValues) {
+      auto& index = state.indexes[name];
+      for (const auto& value : values) {
+        auto found = index.find(value);
+        if (found == index.end()) continue;
+        found->second.erase(key);
+        if (found->second.empty()) index.erase(found);
+      }
+    }
+    state.objects.erase(it);
+  }
+
+  // A relist: the whole state anew from the informer's cache, swapped in at once. Objects
+  // whose resourceVersion did not change keep their decoded value.
+  void Rebuild() {
+    auto fresh = std::make_unique<State>();
+    for (const auto& [name, index] : indexFuncs_) fresh->indexes[name];
+    for (const auto& [key, object] : informer_->Cache()) {
+      Entry entry;
+      // Only this thread writes state_, so it may read it without the lock.
+      auto old = state_->objects.find(key);
+      const std::string version = object.at("metadata").value("resourceVersion", "");
+      if (old != state_->objects.end() && old->second.resourceVersion == version) {
+        entry = old->second;
+      } else if (!MakeEntry(key, object, entry)) {
+        continue;
+      }
+      Insert(*fresh, key, std::move(entry));
+    }
+    {
+      WriteLock lock(*this);
+      state_.swap(fresh);
+      synced_ = true;
+    }
+    // `fresh` (the old state) goes here, outside the lock.
+  }
+
+  // Watch events of one step, applied together.
+  void ApplyTouched() {
+    std::vector<std::pair<std::string, std::optional<Entry>>> changes;
+    std::set<std::string> seen;
+    const auto& cache = informer_->Cache();
+    for (const auto& key : touched_) {
+      if (!seen.insert(key).second) continue;
+      auto it = cache.find(key);
+      if (it == cache.end()) {
+        changes.emplace_back(key, std::nullopt);
+        continue;
+      }
+      Entry entry;
+      if (MakeEntry(key, it->second, entry)) {
+        changes.emplace_back(key, std::move(entry));
+      } else {
+        changes.emplace_back(key, std::nullopt);
+      }
+    }
+    WriteLock lock(*this);
+    for (auto& [key, entry] : changes) {
+      Remove(*state_, key);
+      if (entry) Insert(*state_, key, std::move(*entry));
+    }
+  }
+
+  void Run() {
+    TimeSource& time = client_.time();
+    while (!stopping_) {
+      const int lists = informer_->Stats().lists;
+      touched_.clear();
+      const TimePoint next = informer_->Step(time.Now());
+      try {
+        if (informer_->Stats().lists != lists) {
+          Rebuild();
+        } else if (!touched_.empty()) {
+          ApplyTouched();
+        }
+      } catch (const std::exception& error) {
+        Note(std::string("cache ") + path_ + ": " + error.what());
+      }
+      {
+        std::lock_guard lock(infoMutex_);
+        stats_ = informer_->Stats();
+        if (!informer_->LastError().empty()) lastError_ = informer_->LastError();
+      }
+      if (stopping_) break;
+      // Sleep until the informer's time, a socket's activity or 100 ms, whichever is first,
+      // so Stop() is noticed quickly.
+      const Duration wait = std::min<Duration>(std::max(Duration::zero(), next - time.Now()),
+                                               std::chrono::milliseconds(100));
+      std::vector<pollfd> polls;
+      for (const auto& fd : informer_->Fds()) {
+        polls.push_back(
+            {fd.fd, static_cast<short>((fd.read ? POLLIN : 0) | (fd.write ? POLLOUT : 0)), 0});
+      }
+      if (!polls.empty()) {
+        poll(polls.data(), polls.size(),
+             static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(wait).count()));
+      } else if (wait > Duration::zero()) {
+        time.SleepFor(wait);
+      }
+    }
+  }
+
+  Client& client_;
+  std::string path_;
+  Decode decode_;
+  InformerOptions options_;
+  std::map<std::string, IndexFunc> indexFuncs_;
+  std::unique_ptr<Informer> informer_;
+  std::vector<std::string> touched_;  // the cache thread's: keys changed in this step
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> synced_{false};
+  std::atomic<int> decodeFailures_{0};
+  mutable std::mutex gate_;          // see ReadLock
+  mutable std::shared_mutex mutex_;  // guards *state_ (the pointer and what it points to)
+  std::unique_ptr<State> state_;
+  mutable std::mutex infoMutex_;
+  InformerStats stats_;
+  std::string lastError_;
+};
+
+// A cache of the objects as JSON.
+using JsonCache = Cache<nlohmann::json>;
+inline nlohmann::json IdentityDecode(const nlohmann::json& object) { return object; }
+
+}  // namespace cozy::kube

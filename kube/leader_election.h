@@ -1,0 +1,125 @@
+// Leader election on a coordination.k8s.io/v1 Lease, with client-go's semantics
+// (tools/leaderelection): a candidate reads the Lease every retry period and takes it when it
+// is free (no holder) or when the record has not changed for a lease duration as seen on its
+// own clock; the leader renews it every retry period and steps down when it could not renew
+// for the renew deadline; on Stop() a leader releases the Lease (ReleaseOnCancel: holder
+// emptied, leaseDurationSeconds 1) so a standby takes over in about a retry period instead of
+// a lease duration (G8).
+//
+// The elector runs on a thread of its own with a Client of its own (the caller's config and
+// options, no in-call retries, requests bounded by the renew deadline), so a long LIST or a
+// busy rate limit elsewhere in the process never delays a renewal.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "kube/client.h"
+#include "kube/clock.h"
+
+namespace cozy::kube {
+
+struct LeaderElectionOptions {
+  std::string leaseNamespace;
+  std::string leaseName;
+  std::string identity;  // this candidate's holderIdentity; must not be empty
+  // client-go's defaults. leaseDuration > renewDeadline > retryPeriod * jitter, as client-go
+  // checks (its JitterFactor is 1.2).
+  Duration leaseDuration = std::chrono::seconds(15);
+  Duration renewDeadline = std::chrono::seconds(10);
+  Duration retryPeriod = std::chrono::seconds(2);
+  double jitter = 1.2;  // a candidate's wait is retryPeriod stretched by up to this fraction
+  bool releaseOnCancel = true;
+  // Callbacks, on the elector's thread; they must return quickly (hand work elsewhere).
+  std::function<void()> onStartedLeading;
+  // After leading: on Stop() (after the release) or when a renewal failed for the renew
+  // deadline; `why` says which.
+  std::function<void(const std::string& why)> onStoppedLeading;
+  // The holder seen in the Lease changed ("" when released); also for this candidate.
+  std::function<void(const std::string& identity)> onNewLeader;
+  // What the elector has to say (failed requests, transitions), one line each; may be empty.
+  std::function<void(const std::string& message)> log;
+  RandomSource random;  // empty: seeded generator
+};
+
+// The spec of a Lease as client-go's LeaderElectionRecord reads it.
+struct LeaderElectionRecord {
+  std::string holderIdentity;
+  int64_t leaseDurationSeconds = 0;
+  std::string acquireTime;  // MicroTime, e.g. "2026-01-02T03:04:05.678901Z"
+  std::string renewTime;
+  int64_t leaseTransitions = 0;
+  static LeaderElectionRecord FromLease(const nlohmann::json& lease);
+  nlohmann::json ToSpec() const;
+  bool operator==(const LeaderElectionRecord&) const = default;
+};
+
+// metav1.MicroTime's text form: RFC 3339 in UTC with exactly six fractional digits.
+std::string FormatMicroTime(std::chrono::system_clock::time_point time);
+
+class LeaderElector {
+ public:
+  // Throws std::invalid_argument for options client-go would refuse (an empty identity or
+  // name, leaseDuration <= renewDeadline, renewDeadline <= jitter * retryPeriod).
+  LeaderElector(Client& client, LeaderElectionOptions options);
+  ~LeaderElector();  // Stop()
+  LeaderElector(const LeaderElector&) = delete;
+  LeaderElector& operator=(const LeaderElector&) = delete;
+
+  // Starts campaigning on the elector's thread. Once only.
+  void Start();
+  // Ends the campaign: a leader releases the Lease (releaseOnCancel) and calls
+  // onStoppedLeading before this returns. Waits at most about the renew deadline (a request
+  // in flight). Safe to call more than once and from any thread but a callback's.
+  void Stop();
+
+  bool IsLeader() const { return leading_.load(); }
+  std::string Leader() const;  // the holder last seen in the Lease, "" if none
+  std::string LastError() const;
+  // Whether the last release (on Stop) was written.
+  bool Released() const { return released_.load(); }
+
+ private:
+  void Run();
+  bool TryAcquireOrRenew();
+  void Release();
+  void ReportLeader(const std::string& holder);
+  void StepDown(const std::string& why);
+  bool WaitFor(Duration duration);  // false when stopping
+  void Log(const std::string& message);
+  std::string LeasePath() const;
+
+  LeaderElectionOptions options_;
+  std::unique_ptr<Client> client_;
+  std::thread thread_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::atomic<bool> leading_{false};
+  std::atomic<bool> released_{false};
+  std::string reportedLeader_;  // guarded by mutex_
+  std::string lastError_;       // guarded by mutex_
+  bool reported_ = false;
+
+  // The elector thread's own state.
+  std::optional<LeaderElectionRecord> observed_;
+  nlohmann::json observedLease_;  // the Lease as last read or written
+  std::string lostTo_;            // set when a renewal found another holder
+  TimePoint observedTime_{};
+  TimePoint lastRenew_{};
+  // After stepping down, this candidate lets a lease duration pass before it takes a Lease
+  // that still names it: the others get their chance first.
+  bool mayReclaimOwn_ = true;
+  TimePoint steppedDownAt_{};
+};
+
+}  // namespace cozy::kube

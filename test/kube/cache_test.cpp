@@ -1,0 +1,213 @@
+// Typed caches with indexes over the informer: answers after the first list and after
+// updates and deletes, Synced() only once listed, a LIST that never blocks the caller, and
+// readers on other threads during a relist of 40,000 objects that see the state before it or
+// after it, never half of it.
+#include "kube/cache.h"
+
+#include <atomic>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "test/kube/kube_test_support.h"
+
+namespace cozy::kube {
+namespace {
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+const std::string kClassLabel = "gpu.cozystack.io/class";
+const std::string kVmiLabel = "vm.kubevirt.io/name";
+
+json Pod(const std::string& ns, const std::string& name, const std::string& node,
+         const std::string& gpuClass, const std::string& vmi = "") {
+  json labels = {{kClassLabel, gpuClass}};
+  if (!vmi.empty()) labels[kVmiLabel] = vmi;
+  return {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata", {{"name", name}, {"namespace", ns}, {"labels", labels}}},
+          {"spec", {{"nodeName", node}}}};
+}
+
+template <class Predicate>
+bool WaitUntil(Predicate predicate, Duration timeout) {
+  const auto end = Clock::now() + timeout;
+  while (Clock::now() < end) {
+    if (predicate()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return predicate();
+}
+
+using Keys = std::vector<std::string>;
+
+TEST(Cache, IndexesAnswerAfterSyncAndAfterUpdatesAndDeletes) {
+  auto server = testing::StartFakeApiServer(false);
+  server->Seed(Pod("tenant-a", "p1", "n1", "a100", "vmi1"));
+  server->Seed(Pod("tenant-b", "p2", "n2", "t4"));
+  server->Seed(Pod("tenant-a", "p3", "n1", "t4", "vmi3"));
+  Client client(testing::ConfigFor(*server), testing::TestClientOptions(DefaultTimeSource()));
+  JsonCache cache(client, "/api/v1/pods", IdentityDecode);
+  cache.AddIndex("byNode", FieldIndex("/spec/nodeName"));
+  cache.AddIndex("byClass", LabelIndex(kClassLabel));
+  cache.AddIndex("byNamespace", NamespaceIndex());
+  cache.AddIndex("byVmi", LabelIndex(kVmiLabel));
+
+  // The LIST is slow: Start() does not wait for it, and nothing is synced meanwhile.
+  fake::Fault slow;
+  slow.method = "GET";
+  slow.pathPrefix = "/api/v1/pods";
+  slow.latencyMs = 500;
+  slow.count = 1;
+  server->AddFault(slow);
+  const auto start = Clock::now();
+  cache.Start();
+  EXPECT_LT(Clock::now() - start, 100ms);
+  EXPECT_FALSE(cache.Synced());
+  EXPECT_EQ(cache.Size(), 0u);
+  EXPECT_TRUE(cache.IndexKeys("byNode", "n1").empty());
+  EXPECT_THROW(cache.AddIndex("late", NamespaceIndex()), std::logic_error);
+
+  ASSERT_TRUE(WaitUntil([&] { return cache.Synced(); }, 5s));
+  EXPECT_EQ(cache.Size(), 3u);
+  EXPECT_EQ(cache.IndexKeys("byNode", "n1"), (Keys{"tenant-a/p1", "tenant-a/p3"}));
+  EXPECT_EQ(cache.IndexKeys("byClass", "t4"), (Keys{"tenant-a/p3", "tenant-b/p2"}));
+  EXPECT_EQ(cache.IndexKeys("byNamespace", "tenant-b"), Keys{"tenant-b/p2"});
+  EXPECT_EQ(cache.IndexValues("byVmi"), (Keys{"vmi1", "vmi3"}));
+  ASSERT_EQ(cache.ByIndex("byVmi", "vmi3").size(), 1u);
+  EXPECT_EQ((*cache.ByIndex("byVmi", "vmi3")[0])["metadata"]["name"], "p3");
+  EXPECT_EQ((*cache.Get("tenant-b/p2"))["spec"]["nodeName"], "n2");
+  EXPECT_EQ(cache.Get("tenant-b/nope"), nullptr);
+  EXPECT_THROW(cache.ByIndex("byColour", "red"), std::invalid_argument);
+
+  // An update moves an object between index values; a delete takes it out of every index.
+  client.MergePatch("/api/v1/namespaces/tenant-a/pods/p3",
+                    {{"metadata", {{"labels", {{kClassLabel, "a100"}, {kVmiLabel, nullptr}}}}}});
+  ASSERT_TRUE(WaitUntil([&] { return cache.IndexKeys("byClass", "a100").size() == 2; }, 5s));
+  EXPECT_EQ(cache.IndexKeys("byClass", "t4"), Keys{"tenant-b/p2"});
+  EXPECT_EQ(cache.IndexValues("byVmi"), Keys{"vmi1"});
+  client.Delete("/api/v1/namespaces/tenant-a/pods/p1");
+  ASSERT_TRUE(WaitUntil([&] { return cache.Size() == 2; }, 5s));
+  EXPECT_EQ(cache.IndexKeys("byNode", "n1"), Keys{"tenant-a/p3"});
+  EXPECT_EQ(cache.IndexKeys("byClass", "a100"), Keys{"tenant-a/p3"});
+  EXPECT_TRUE(cache.IndexValues("byVmi").empty());
+  EXPECT_EQ(cache.Get("tenant-a/p1"), nullptr);
+  client.Create("/api/v1/namespaces/tenant-c/pods", Pod("tenant-c", "p4", "n2", "t4", "vmi4"));
+  ASSERT_TRUE(WaitUntil([&] { return cache.IndexKeys("byVmi", "vmi4").size() == 1; }, 5s));
+  EXPECT_EQ(cache.IndexKeys("byNode", "n2"), (Keys{"tenant-b/p2", "tenant-c/p4"}));
+
+  // A relist (after a 410) gives the same answers.
+  const int lists = cache.Stats().lists;
+  server->ExpireWatches();
+  ASSERT_TRUE(WaitUntil([&] { return cache.Stats().lists > lists; }, 10s));
+  EXPECT_EQ(cache.Size(), 3u);
+  EXPECT_EQ(cache.IndexKeys("byNode", "n2"), (Keys{"tenant-b/p2", "tenant-c/p4"}));
+  cache.Stop();
+}
+
+// A cache of a type of its own, indexed by that type's fields; an object that does not
+// decode is left out and counted.
+struct PodInfo {
+  std::string name;
+  std::string node;
+};
+
+TEST(Cache, TypedObjectsWithTypedIndexesAndObjectsThatDoNotDecode) {
+  auto server = testing::StartFakeApiServer(false);
+  server->Seed(Pod("t", "p1", "n1", "a100"));
+  json odd = Pod("t", "odd", "n1", "a100");
+  odd["spec"].erase("nodeName");
+  server->Seed(odd);
+  Client client(testing::ConfigFor(*server), testing::TestClientOptions(DefaultTimeSource()));
+  Cache<PodInfo> cache(client, "/api/v1/pods", [](const json& pod) {
+    return PodInfo{pod.at("metadata").at("name").get<std::string>(),
+                   pod.at("spec").at("nodeName").get<std::string>()};
+  });
+  cache.AddIndex("byNode", [](const PodInfo& pod) { return std::vector<std::string>{pod.node}; });
+  cache.Start();
+  ASSERT_TRUE(WaitUntil([&] { return cache.Synced(); }, 5s));
+  ASSERT_EQ(cache.ByIndex("byNode", "n1").size(), 1u);
+  EXPECT_EQ(cache.ByIndex("byNode", "n1")[0]->name, "p1");
+  EXPECT_EQ(cache.Size(), 1u);
+  EXPECT_EQ(cache.DecodeFailures(), 1);
+  EXPECT_NE(cache.LastError().find("t/odd"), std::string::npos) << cache.LastError();
+}
+
+// Readers on three threads while the cache relists from 40,000 to 80,000 objects: every view
+// is the whole old state or the whole new one.
+TEST(Cache, ReadersDuringARelistOfFortyThousandObjectsSeeTheOldOrTheNewState) {
+  constexpr int kCount = 40000;
+  auto server = testing::StartFakeApiServer(false);
+  auto bulk = [](int i, const char* generation) {
+    return json{{"apiVersion", "v1"},
+                {"kind", "Pod"},
+                {"metadata",
+                 {{"name", std::string(generation) + std::to_string(i)},
+                  {"namespace", "bulk"},
+                  {"labels", {{"gen", generation}}}}}};
+  };
+  for (int i = 0; i < kCount; ++i) server->Seed(bulk(i, "a"));
+  ClientOptions options = testing::TestClientOptions(DefaultTimeSource());
+  options.maxResponseBytes = size_t{256} << 20;
+  options.requestTimeout = 100s;
+  Client client(testing::ConfigFor(*server), options);
+  InformerOptions informer;
+  informer.backoff = {100ms, 200ms, 2.0, 0.0};
+  // No watch succeeds until the new objects are in and the history is compacted: the cache
+  // learns of them only through a relist (the LIST itself is not faulted).
+  fake::Fault noWatch = fake::Fault::Answer(500, -1, "GET");
+  noWatch.pathPrefix = "/api/v1/pods";
+  noWatch.watchOnly = true;
+  server->AddFault(noWatch);
+  JsonCache cache(client, "/api/v1/pods", IdentityDecode, informer);
+  cache.AddIndex("gen", LabelIndex("gen"));
+  cache.Start();
+  ASSERT_TRUE(WaitUntil([&] { return cache.Synced(); }, 100s)) << cache.LastError();
+  ASSERT_EQ(cache.Size(), size_t{kCount});
+
+  std::atomic<bool> done{false};
+  std::atomic<int> torn{0};
+  std::atomic<int> sawOld{0};
+  std::atomic<int> sawNew{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 3; ++r) {
+    readers.emplace_back([&, r] {
+      int i = r;
+      while (!done) {
+        cache.WithView([&](const JsonCache::View& view) {
+          const size_t size = view.Size();
+          const size_t a = view.IndexCount("gen", "a");
+          const size_t b = view.IndexCount("gen", "b");
+          const bool b0 = view.Get("bulk/b0") != nullptr;
+          if (size == kCount && a == kCount && b == 0 && !b0) {
+            ++sawOld;
+          } else if (size == 2 * kCount && a == kCount && b == kCount && b0) {
+            ++sawNew;
+          } else {
+            ++torn;
+          }
+        });
+        auto one = cache.Get("bulk/a" + std::to_string(i++ % kCount));
+        if (!one || (*one)["metadata"]["labels"]["gen"] != "a") ++torn;
+        std::this_thread::sleep_for(50us);  // busy, but leaves the machine to the relist
+      }
+    });
+  }
+  for (int i = 0; i < kCount; ++i) server->Seed(bulk(i, "b"));
+  server->Compact();
+  server->ClearFaults();
+  const bool relisted = WaitUntil([&] { return cache.Size() == 2 * kCount; }, 100s);
+  std::this_thread::sleep_for(100ms);
+  done = true;
+  for (auto& reader : readers) reader.join();
+  ASSERT_TRUE(relisted) << cache.LastError();
+  EXPECT_EQ(torn.load(), 0);
+  EXPECT_GT(sawOld.load(), 0);
+  EXPECT_GT(sawNew.load(), 0);
+  EXPECT_EQ(cache.IndexKeys("gen", "b").size(), size_t{kCount});
+  EXPECT_GE(cache.Stats().lists, 2);
+  cache.Stop();
+}
+
+}  // namespace
+}  // namespace cozy::kube

@@ -1,0 +1,301 @@
+// Leader election on a Lease against the fake API server, on real time with short periods
+// (lease 3 s, renew deadline 2 s, retry 0.5 s): one leader, a release that hands over in
+// about a retry period (G8), a leader cut off from the API server that steps down within its
+// renew deadline, and renewals that a 9 s LIST elsewhere in the process does not hold up.
+#include "kube/leader_election.h"
+
+#include <atomic>
+#include <regex>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "kube/informer.h"
+#include "test/kube/kube_test_support.h"
+
+namespace cozy::kube {
+namespace {
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+constexpr Duration kLease = 3s;
+constexpr Duration kRenew = 2s;
+constexpr Duration kRetry = 500ms;
+const std::string kLeasePath = "/apis/coordination.k8s.io/v1/namespaces/cozy-system/leases/ctl";
+
+std::unique_ptr<fake::FakeApiServer> StartWithLeases() {
+  fake::FakeApiServerOptions options;
+  options.crdPaths.push_back(testing::LeaseCrdFile());
+  options.bookmarkInterval = 100ms;
+  auto server = std::make_unique<fake::FakeApiServer>(options);
+  server->Start();
+  return server;
+}
+
+template <class Predicate>
+bool WaitUntil(Predicate predicate, Duration timeout) {
+  const auto end = Clock::now() + timeout;
+  while (Clock::now() < end) {
+    if (predicate()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return predicate();
+}
+
+// One candidate with its callbacks recorded.
+class Candidate {
+ public:
+  Candidate(Client& client, const std::string& identity) {
+    LeaderElectionOptions options;
+    options.leaseNamespace = "cozy-system";
+    options.leaseName = "ctl";
+    options.identity = identity;
+    options.leaseDuration = kLease;
+    options.renewDeadline = kRenew;
+    options.retryPeriod = kRetry;
+    options.onStartedLeading = [this] {
+      std::lock_guard lock(mutex_);
+      startedAt_.push_back(Clock::now());
+    };
+    options.onStoppedLeading = [this](const std::string& why) {
+      std::lock_guard lock(mutex_);
+      stoppedAt_.push_back(Clock::now());
+      stopWhy_.push_back(why);
+    };
+    options.onNewLeader = [this](const std::string& leader) {
+      std::lock_guard lock(mutex_);
+      leaders_.push_back(leader);
+    };
+    elector_ = std::make_unique<LeaderElector>(client, options);
+  }
+  LeaderElector& elector() { return *elector_; }
+  std::vector<Clock::time_point> StartedAt() const {
+    std::lock_guard lock(mutex_);
+    return startedAt_;
+  }
+  std::vector<Clock::time_point> StoppedAt() const {
+    std::lock_guard lock(mutex_);
+    return stoppedAt_;
+  }
+  std::vector<std::string> StopWhy() const {
+    std::lock_guard lock(mutex_);
+    return stopWhy_;
+  }
+  std::vector<std::string> Leaders() const {
+    std::lock_guard lock(mutex_);
+    return leaders_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<Clock::time_point> startedAt_;
+  std::vector<Clock::time_point> stoppedAt_;
+  std::vector<std::string> stopWhy_;
+  std::vector<std::string> leaders_;
+  std::unique_ptr<LeaderElector> elector_;
+};
+
+ClientOptions RealTimeOptions() {
+  return testing::TestClientOptions(DefaultTimeSource(), /*maxRetries=*/0);
+}
+
+json LeaseSpec(const fake::FakeApiServer& server) {
+  json lease = server.Object("coordination.k8s.io/v1", "leases", "cozy-system", "ctl");
+  return lease.is_null() ? json() : lease["spec"];
+}
+
+TEST(LeaderElection, OptionsClientGoWouldRefuseAreRefused) {
+  auto server = StartWithLeases();
+  Client client(testing::ConfigFor(*server), RealTimeOptions());
+  LeaderElectionOptions options;
+  options.leaseNamespace = "ns";
+  options.leaseName = "l";
+  EXPECT_THROW(LeaderElector(client, options), std::invalid_argument);  // no identity
+  options.identity = "a";
+  LeaderElectionOptions defaults = options;
+  EXPECT_EQ(defaults.leaseDuration, 15s);  // client-go's defaults
+  EXPECT_EQ(defaults.renewDeadline, 10s);
+  EXPECT_EQ(defaults.retryPeriod, 2s);
+  EXPECT_TRUE(defaults.releaseOnCancel);
+  EXPECT_NO_THROW(LeaderElector(client, defaults));
+  options.renewDeadline = 15s;  // not below the lease duration
+  EXPECT_THROW(LeaderElector(client, options), std::invalid_argument);
+  options.renewDeadline = 2s;
+  options.retryPeriod = 2s;  // 2 s * 1.2 jitter is past the renew deadline
+  EXPECT_THROW(LeaderElector(client, options), std::invalid_argument);
+}
+
+TEST(LeaderElection, MicroTimeHasSixFractionalDigitsInUtc) {
+  const auto time = std::chrono::system_clock::time_point(
+      std::chrono::microseconds(int64_t{1700000000} * 1000000 + 42));
+  EXPECT_EQ(FormatMicroTime(time), "2023-11-14T22:13:20.000042Z");
+}
+
+// G8: the leader releases its lease on shutdown, so the standby leads well before a lease
+// duration; the first election writes the record client-go writes.
+TEST(LeaderElection, G8_OneLeadsAndItsReleaseOnStopHandsOverWithinAboutARetryPeriod) {
+  auto server = StartWithLeases();
+  Client client(testing::ConfigFor(*server), RealTimeOptions());
+  Candidate a(client, "a");
+  Candidate b(client, "b");
+  a.elector().Start();
+  ASSERT_TRUE(WaitUntil([&] { return a.elector().IsLeader(); }, 5s));
+  b.elector().Start();
+  // Two lease durations with a standby: the leader renews, the standby never leads.
+  const auto end = Clock::now() + 2 * kLease;
+  while (Clock::now() < end) {
+    ASSERT_TRUE(a.elector().IsLeader());
+    ASSERT_FALSE(b.elector().IsLeader());
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(b.elector().Leader(), "a");
+  EXPECT_EQ(b.Leaders(), std::vector<std::string>{"a"});
+  json spec = LeaseSpec(*server);
+  EXPECT_EQ(spec["holderIdentity"], "a");
+  EXPECT_EQ(spec["leaseDurationSeconds"], 3);
+  EXPECT_EQ(spec["leaseTransitions"], 0);
+  const std::regex microTime(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z)");
+  EXPECT_TRUE(std::regex_match(spec["acquireTime"].get<std::string>(), microTime)) << spec;
+  EXPECT_TRUE(std::regex_match(spec["renewTime"].get<std::string>(), microTime)) << spec;
+  EXPECT_GT(spec["renewTime"].get<std::string>(), spec["acquireTime"].get<std::string>());
+  const std::string firstAcquire = spec["acquireTime"];
+
+  const auto stop = Clock::now();
+  a.elector().Stop();
+  EXPECT_TRUE(a.elector().Released());
+  EXPECT_FALSE(a.elector().IsLeader());
+  ASSERT_EQ(a.StopWhy(), std::vector<std::string>{"stopped"});
+  // The release as client-go's ReleaseOnCancel writes it.
+  auto puts = testing::RequestsTo(*server, "PUT", kLeasePath);
+  ASSERT_FALSE(puts.empty());
+  json released = json::parse(puts.back().body)["spec"];
+  EXPECT_EQ(released["holderIdentity"], "");
+  EXPECT_EQ(released["leaseDurationSeconds"], 1);
+  EXPECT_EQ(released["leaseTransitions"], 0);
+
+  ASSERT_TRUE(WaitUntil([&] { return b.elector().IsLeader(); }, kLease));
+  const auto handover = Clock::now() - stop;
+  // The standby's wait is a retry period stretched by up to 1.2 (client-go's jitter), plus
+  // its request: about two retry periods, half the lease duration it would wait unreleased.
+  EXPECT_LT(handover, 2 * kRetry * 1.2 + 600ms)
+      << "handover took " << std::chrono::duration<double>(handover).count();
+  spec = LeaseSpec(*server);
+  EXPECT_EQ(spec["holderIdentity"], "b");
+  EXPECT_EQ(spec["leaseTransitions"], 1);
+  EXPECT_NE(spec["acquireTime"], firstAcquire);
+  b.elector().Stop();
+  EXPECT_EQ(LeaseSpec(*server)["holderIdentity"], "");
+}
+
+TEST(LeaderElection, TwoCandidatesStartingTogetherNeverBothLead) {
+  auto server = StartWithLeases();
+  Client client(testing::ConfigFor(*server), RealTimeOptions());
+  Candidate a(client, "a");
+  Candidate b(client, "b");
+  a.elector().Start();
+  b.elector().Start();
+  ASSERT_TRUE(WaitUntil([&] { return a.elector().IsLeader() || b.elector().IsLeader(); }, 5s));
+  const auto end = Clock::now() + kLease;
+  while (Clock::now() < end) {
+    ASSERT_FALSE(a.elector().IsLeader() && b.elector().IsLeader());
+    ASSERT_TRUE(a.elector().IsLeader() || b.elector().IsLeader());
+    std::this_thread::sleep_for(20ms);
+  }
+  const std::string leader = a.elector().IsLeader() ? "a" : "b";
+  EXPECT_EQ(LeaseSpec(*server)["holderIdentity"], leader);
+  EXPECT_EQ(a.elector().Leader(), leader);
+  EXPECT_EQ(b.elector().Leader(), leader);
+}
+
+struct CutCase {
+  const char* name;
+  fake::Fault fault;
+};
+
+void PrintTo(const CutCase& cut, std::ostream* out) { *out << cut.name; }
+
+class LeaderCutOff : public ::testing::TestWithParam<CutCase> {};
+
+// A leader whose lease requests fail steps down within its renew deadline (and says so); the
+// standby takes over only after that, once the lease has stood still for a lease duration.
+TEST_P(LeaderCutOff, StepsDownWithinTheRenewDeadlineAndTheOtherLeads) {
+  auto server = StartWithLeases();
+  Client client(testing::ConfigFor(*server), RealTimeOptions());
+  Candidate a(client, "a");
+  Candidate b(client, "b");
+  a.elector().Start();
+  ASSERT_TRUE(WaitUntil([&] { return a.elector().IsLeader(); }, 5s));
+  b.elector().Start();
+  ASSERT_TRUE(WaitUntil([&] { return b.elector().Leader() == "a"; }, 5s));
+
+  fake::Fault fault = GetParam().fault;
+  fault.pathPrefix = kLeasePath;
+  server->AddFault(fault);
+  const auto cut = Clock::now();
+  ASSERT_TRUE(WaitUntil([&] { return !a.StoppedAt().empty(); }, 2 * kLease));
+  const auto steppedDown = a.StoppedAt().front() - cut;
+  EXPECT_LE(steppedDown, kRenew + 200ms)
+      << "stepped down after " << std::chrono::duration<double>(steppedDown).count() << " s";
+  EXPECT_FALSE(a.elector().IsLeader());
+  EXPECT_NE(a.StopWhy().front().find("renew deadline"), std::string::npos) << a.StopWhy().front();
+  EXPECT_FALSE(a.elector().LastError().empty());
+
+  server->ClearFaults();
+  ASSERT_TRUE(WaitUntil([&] { return b.elector().IsLeader(); }, 2 * kLease));
+  ASSERT_FALSE(b.StartedAt().empty());
+  EXPECT_GT(b.StartedAt().front(), a.StoppedAt().front());  // never two leaders
+  EXPECT_FALSE(a.elector().IsLeader());
+  const json spec = LeaseSpec(*server);
+  EXPECT_EQ(spec["holderIdentity"], "b");
+  EXPECT_EQ(spec["leaseTransitions"], 1);
+  ASSERT_TRUE(WaitUntil([&] { return a.elector().Leader() == "b"; }, 3s));
+  EXPECT_EQ(a.StartedAt().size(), 1u);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Faults, LeaderCutOff,
+    ::testing::Values(CutCase{"DroppedConnections", fake::Fault::Drop(-1)},
+                      CutCase{"ServiceUnavailableOnRenew", fake::Fault::Answer(503, -1, "PUT")}),
+    [](const ::testing::TestParamInfo<CutCase>& param) { return std::string(param.param.name); });
+
+// The elector's requests are on a thread and a client of its own: a LIST that takes 9 s on
+// the caller's client (a relist of a big collection) does not delay a single renewal.
+TEST(LeaderElection, ANineSecondListElsewhereDoesNotStopRenewal) {
+  auto server = StartWithLeases();
+  ClientOptions options = RealTimeOptions();
+  options.requestTimeout = 30s;  // long enough for the slow LIST
+  Client client(testing::ConfigFor(*server), options);
+  Candidate a(client, "a");
+  Candidate b(client, "b");
+  a.elector().Start();
+  ASSERT_TRUE(WaitUntil([&] { return a.elector().IsLeader(); }, 5s));
+  b.elector().Start();
+
+  fake::Fault slow;
+  slow.method = "GET";
+  slow.pathPrefix = "/api/v1/pods";
+  slow.latencyMs = 9000;
+  slow.count = 1;
+  server->AddFault(slow);
+  server->ClearRequests();
+  Informer pods(client, "/api/v1/pods", {}, [](const WatchEvent&) {});
+  const auto start = Clock::now();
+  pods.RunFor(12s, [&] { return pods.Stats().lists > 0; });
+  const auto listed = Clock::now() - start;
+  ASSERT_GE(listed, 9s);
+  EXPECT_EQ(pods.Stats().lists, 1);
+
+  EXPECT_TRUE(a.elector().IsLeader());
+  EXPECT_TRUE(a.StoppedAt().empty());
+  EXPECT_TRUE(b.StartedAt().empty());
+  // A renewal every retry period all along.
+  const auto puts = testing::RequestsTo(*server, "PUT", kLeasePath);
+  EXPECT_GE(puts.size(), 9s / kRetry - 3) << puts.size() << " renewals";
+  for (size_t i = 1; i < puts.size(); ++i) {
+    EXPECT_LT(puts[i].received - puts[i - 1].received, kRetry + 400ms) << "renewal " << i;
+  }
+  EXPECT_EQ(LeaseSpec(*server)["holderIdentity"], "a");
+}
+
+}  // namespace
+}  // namespace cozy::kube
