@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
@@ -15,6 +17,68 @@
 
 namespace cozy::fake {
 using namespace internal;  // NOLINT
+
+namespace {
+
+constexpr size_t kMaxServerThreads = 1024;
+
+// A thread pool that starts empty and adds a thread when a connection arrives and no thread
+// is idle, up to `max`; threads stay for the next connection. (httplib::ThreadPool starts a
+// fixed number, and one per possible watch would be 1024 threads for every test's server.)
+class GrowingPool : public httplib::TaskQueue {
+ public:
+  explicit GrowingPool(size_t max) : max_(max) {}
+  ~GrowingPool() override = default;
+  GrowingPool(const GrowingPool&) = delete;
+  GrowingPool& operator=(const GrowingPool&) = delete;
+
+  void enqueue(std::function<void()> job) override {
+    std::lock_guard lock(mutex_);
+    jobs_.push_back(std::move(job));
+    // A thread waiting counts as idle until it takes a job, so two quick connections do not
+    // both count on the same idle thread.
+    if (jobs_.size() > idle_ && threads_.size() < max_) {
+      threads_.emplace_back([this] { Work(); });
+    }
+    wake_.notify_one();
+  }
+
+  void shutdown() override {
+    {
+      std::lock_guard lock(mutex_);
+      shutdown_ = true;
+    }
+    wake_.notify_all();
+    for (auto& thread : threads_) thread.join();
+  }
+
+ private:
+  void Work() {
+    while (true) {
+      std::function<void()> job;
+      {
+        std::unique_lock lock(mutex_);
+        ++idle_;
+        wake_.wait(lock, [this] { return shutdown_ || !jobs_.empty(); });
+        --idle_;
+        if (jobs_.empty()) return;
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      job();
+    }
+  }
+
+  const size_t max_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> jobs_;
+  std::vector<std::thread> threads_;
+  size_t idle_ = 0;
+  bool shutdown_ = false;
+};
+
+}  // namespace
 
 Fault Fault::Answer(int status, int count, std::string method, int retryAfterSeconds) {
   Fault fault;
@@ -217,8 +281,10 @@ void FakeApiServer::Start() {
     requestDelay_ = options_.requestDelay;
   }
   server_ = std::make_unique<httplib::Server>();
-  // Watches hold a thread each for as long as they stream.
-  server_->new_task_queue = [] { return new httplib::ThreadPool(64); };
+  // cpp-httplib serves a connection on one thread for its life, and a watch holds its
+  // connection while it streams: the pool grows a thread whenever none is idle, up to
+  // kMaxServerThreads, so two controllers and a fleet of agents fit (issue 13: 256+ watches).
+  server_->new_task_queue = [] { return new GrowingPool(kMaxServerThreads); };
   server_->set_keep_alive_max_count(1000);
   // As Go's net/http (the real API server) does: without it an answer written in two pieces
   // waits for the client's delayed ACK, up to 200 ms per request on a kept-alive connection.
@@ -231,11 +297,20 @@ void FakeApiServer::Start() {
   server_->Put(".*", handler);
   server_->Patch(".*", handler);
   server_->Delete(".*", handler);
+  // cpp-httplib listens with a backlog of 5: a burst of connections (two hundred watches
+  // opening at once) would wait for SYN retries, seconds each. Linux takes a second listen()
+  // on the bound socket as a new backlog.
+  auto listening = std::make_shared<int>(-1);
+  server_->set_socket_options([listening](socket_t sock) {
+    httplib::default_socket_options(sock);
+    *listening = sock;
+  });
   if (options_.port == 0) {
     port_ = server_->bind_to_any_port(options_.host);
   } else {
     port_ = server_->bind_to_port(options_.host, options_.port) ? options_.port : -1;
   }
+  if (port_ > 0 && *listening >= 0) ::listen(*listening, 1024);
   if (port_ <= 0) {
     throw std::runtime_error("fake API server: cannot bind " + options_.host + ":" +
                              std::to_string(options_.port));

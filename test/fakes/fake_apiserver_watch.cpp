@@ -153,7 +153,12 @@ void FakeApiServer::Watch(const httplib::Request& request, httplib::Response& re
         } else if (position < compactedThrough_) {
           expire = true;  // the history we would resume from is gone
         } else {
-          for (const auto& event : history_) {
+          // The history is in resourceVersion order: start after `position`.
+          auto first = std::upper_bound(
+              history_.begin(), history_.end(), position,
+              [](uint64_t version, const auto& event) { return version < event->resourceVersion; });
+          for (auto it = first; it != history_.end(); ++it) {
+            const auto& event = *it;
             if (event->resourceVersion <= position) continue;
             position = event->resourceVersion;
             if (event->storeKey != type->StoreKey()) continue;
