@@ -15,14 +15,23 @@ FakeApiServer::Outcome FakeApiServer::Discovery(const std::string& path,
     for (const auto& [key, type] : types_) {
       (void)key;
       if (type->group != group || type->version != version) continue;
-      json resource = {{"name", type->plural},
-                       {"singularName", type->singular},
-                       {"namespaced", type->namespaced},
-                       {"kind", type->kind},
-                       {"verbs", {"create", "delete", "get", "list", "patch", "update", "watch"}}};
+      json resource = {
+          {"name", type->plural},
+          {"singularName", type->singular},
+          {"namespaced", type->namespaced},
+          {"kind", type->kind},
+          {"verbs",
+           {"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}}};
       if (!type->shortNames.empty()) resource["shortNames"] = type->shortNames;
       if (!type->categories.empty()) resource["categories"] = type->categories;
       resources.push_back(resource);
+      if (type->plural == "namespaces" && type->group.empty()) {
+        resources.push_back({{"name", "namespaces/finalize"},
+                             {"singularName", ""},
+                             {"namespaced", false},
+                             {"kind", "Namespace"},
+                             {"verbs", {"update"}}});
+      }
       if (type->statusSubresource) {
         resources.push_back({{"name", type->plural + "/status"},
                              {"singularName", ""},
@@ -264,6 +273,49 @@ json FakeApiServer::Table(const ResourceType& type, const std::vector<json>& obj
           {object["metadata"].value("name", ""),
            std::to_string(phase == "Running" ? containers : 0) + "/" + std::to_string(containers),
            phase, "0", age(object)});
+    };
+  } else if (type.group.empty() && type.plural == "namespaces") {
+    column("Status", "string");
+    column("Age", "string");
+    cells = [age](const json& object) {
+      return json::array({object["metadata"].value("name", ""),
+                          object.value("status", json::object()).value("phase", ""), age(object)});
+    };
+  } else if (type.group.empty() && (type.plural == "configmaps" || type.plural == "secrets")) {
+    const bool secret = type.plural == "secrets";
+    if (secret) column("Type", "string");
+    column("Data", "integer");
+    column("Age", "string");
+    cells = [age, secret](const json& object) {
+      size_t count = object.value("data", json::object()).size() +
+                     object.value("binaryData", json::object()).size();
+      json row = json::array({object["metadata"].value("name", "")});
+      if (secret) row.push_back(object.value("type", ""));
+      row.push_back(count);
+      row.push_back(age(object));
+      return row;
+    };
+  } else if (type.group == "coordination.k8s.io" && type.plural == "leases") {
+    column("Holder", "string");
+    column("Age", "string");
+    cells = [age](const json& object) {
+      json holder = object.value("spec", json::object()).value("holderIdentity", json());
+      return json::array({object["metadata"].value("name", ""),
+                          holder.is_string() ? holder : json(""), age(object)});
+    };
+  } else if (type.group.empty() && type.plural == "events") {
+    column("Type", "string");
+    column("Reason", "string");
+    column("Object", "string");
+    column("Message", "string");
+    cells = [](const json& object) {
+      const json involved = object.value("involvedObject", json::object());
+      std::string kind = involved.value("kind", "");
+      std::transform(kind.begin(), kind.end(), kind.begin(),
+                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+      return json::array({object["metadata"].value("name", ""), object.value("type", ""),
+                          object.value("reason", ""), kind + "/" + involved.value("name", ""),
+                          object.value("message", "")});
     };
   } else {
     column(type.plural == "customresourcedefinitions" ? "Created At" : "Age", "string");

@@ -9,6 +9,7 @@
 #include <httplib.h>
 
 #include <cctype>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -30,6 +31,7 @@ struct FakeApiServer::ResourceType {
   bool statusSubresource = false;
   bool statusOnCreate = false;  // nodes may be created with their status
   bool custom = false;
+  bool requiresResourceVersion = false;  // a PUT must carry one (custom resources, Leases)
   std::vector<std::string> shortNames;
   std::vector<std::string> categories;
   json schema;                           // openAPIV3Schema of a custom resource
@@ -131,6 +133,53 @@ inline json SpecPart(json object, bool statusSubresource) {
   if (statusSubresource) object.erase("status");
   return object;
 }
+
+// A 422 Invalid as apimachinery's NewInvalid words it: `<Kind>[.<group>] "<name>" is invalid:
+// <field>: <message>` (several errors in brackets), each error a StatusCause.
+inline StatusError InvalidError(const std::string& kind, const std::string& group,
+                                const std::string& name, const std::vector<FieldError>& errors) {
+  json causes = json::array();
+  std::string text;
+  for (const auto& error : errors) {
+    causes.push_back(
+        {{"reason", error.reason}, {"field", error.field}, {"message", error.message}});
+    text += (text.empty() ? "" : ", ") + error.field + ": " + error.message;
+  }
+  if (errors.size() > 1) text = "[" + text + "]";
+  std::string qualified = group.empty() ? kind : kind + "." + group;
+  return StatusError{422,
+                     "Invalid",
+                     qualified + " \"" + name + "\" is invalid: " + text,
+                     {{"name", name}, {"group", group}, {"kind", kind}, {"causes", causes}}};
+}
+
+inline bool IsDeleting(const json& object) {
+  return object.contains("metadata") && object["metadata"].contains("deletionTimestamp") &&
+         !object["metadata"]["deletionTimestamp"].is_null();
+}
+
+inline std::vector<std::string> Finalizers(const json& object) {
+  std::vector<std::string> out;
+  if (!object.contains("metadata")) return out;
+  for (const auto& value : object["metadata"].value("finalizers", json::array())) {
+    if (value.is_string()) out.push_back(value.get<std::string>());
+  }
+  return out;
+}
+
+inline std::string NameOfKey(const std::string& key) { return key.substr(key.find('/') + 1); }
+
+// Built-in kinds (fake_apiserver_kinds.cpp). Names: custom resources take any path segment,
+// namespaces an RFC 1123 label, the rest an RFC 1123 subdomain.
+std::vector<FieldError> ValidateName(bool custom, bool label, const std::string& name);
+// Defaulting and conversion on every write (Secrets: stringData into data, type Opaque);
+// throws a 400 StatusError for a body that would not decode.
+void PrepareBuiltin(const std::string& group, const std::string& plural, json& object);
+std::vector<FieldError> ValidateBuiltin(const std::string& group, const std::string& plural,
+                                        const json& object);
+// PrepareBuiltin, ValidateBuiltin and the update-only rules (immutable fields).
+std::vector<FieldError> ValidateBuiltinUpdate(const std::string& group, const std::string& plural,
+                                              json& object, const json& old);
 
 struct Selectors {
   std::optional<LabelSelector> labels;

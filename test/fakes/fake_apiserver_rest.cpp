@@ -58,12 +58,83 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
     SendPlainNotFound(response);
     return {404};
   }
-  if (!subresource.empty() && (subresource != "status" || !type->statusSubresource)) {
+  const bool finalizeWrite = subresource == "finalize" && type->plural == "namespaces" &&
+                             type->group.empty() && request.method == "PUT";
+  if (!subresource.empty() && !finalizeWrite &&
+      (subresource != "status" || !type->statusSubresource)) {
     throw StatusError{404, "NotFound", "the server could not find the requested resource",
                       json::object()};
   }
   const bool statusWrite = subresource == "status";
   const std::string& method = request.method;
+  // dryRun (query, and a DeleteOptions body): only "All" is known.
+  std::vector<std::string> dryRunValues;
+  for (size_t i = 0; i < request.get_param_value_count("dryRun"); ++i) {
+    dryRunValues.push_back(request.get_param_value("dryRun", i));
+  }
+  json deleteOptions = json::object();
+  if (method == "DELETE" && !request.body.empty()) {
+    deleteOptions = json::parse(request.body, nullptr, false);
+    if (deleteOptions.is_discarded() || !deleteOptions.is_object()) {
+      throw StatusError{400, "BadRequest", "the DeleteOptions body is not a JSON object",
+                        json::object()};
+    }
+    for (const auto& value : deleteOptions.value("dryRun", json::array())) {
+      if (value.is_string()) dryRunValues.push_back(value.get<std::string>());
+    }
+  }
+  const std::string optionsKind = method == "POST"    ? "CreateOptions"
+                                  : method == "PUT"   ? "UpdateOptions"
+                                  : method == "PATCH" ? "PatchOptions"
+                                                      : "DeleteOptions";
+  auto invalidOptions = [&optionsKind](const std::string& field, const std::string& message) {
+    return StatusError{
+        422,
+        "Invalid",
+        optionsKind + ".meta.k8s.io \"\" is invalid: " + field + ": " + message,
+        {{"group", "meta.k8s.io"},
+         {"kind", optionsKind},
+         {"causes",
+          json::array(
+              {{{"reason", "FieldValueNotSupported"}, {"field", field}, {"message", message}}})}}};
+  };
+  bool dryRun = false;
+  if (method != "GET" && !dryRunValues.empty()) {
+    std::string list;
+    for (const auto& value : dryRunValues) list += (list.empty() ? "\"" : ", \"") + value + "\"";
+    for (const auto& value : dryRunValues) {
+      if (value != "All") {
+        throw invalidOptions(
+            "dryRun", "Unsupported value: []string{" + list + "}: supported values: \"All\"");
+      }
+    }
+    dryRun = true;
+  }
+  DeleteRequest deletion;
+  deletion.dryRun = dryRun;
+  if (method == "DELETE") {
+    deletion.propagationPolicy = deleteOptions.value("propagationPolicy", "");
+    if (request.has_param("propagationPolicy")) {
+      deletion.propagationPolicy = request.get_param_value("propagationPolicy");
+    }
+    if (deletion.propagationPolicy.empty() && deleteOptions.contains("orphanDependents") &&
+        deleteOptions["orphanDependents"].is_boolean()) {
+      deletion.propagationPolicy =
+          deleteOptions["orphanDependents"].get<bool>() ? "Orphan" : "Background";
+    }
+    if (!deletion.propagationPolicy.empty() && deletion.propagationPolicy != "Foreground" &&
+        deletion.propagationPolicy != "Background" && deletion.propagationPolicy != "Orphan") {
+      throw invalidOptions("propagationPolicy",
+                           "Unsupported value: \"" + deletion.propagationPolicy +
+                               "\": supported values: \"Foreground\", \"Background\", "
+                               "\"Orphan\", \"nil\"");
+    }
+    const json preconditions = deleteOptions.value("preconditions", json::object());
+    if (preconditions.is_object()) {
+      deletion.uid = preconditions.value("uid", "");
+      deletion.resourceVersion = preconditions.value("resourceVersion", "");
+    }
+  }
   auto notFound = [&type](const std::string& missing) {
     return StatusError{404,
                        "NotFound",
@@ -177,10 +248,44 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
     json created;
     {
       std::lock_guard lock(mutex_);
-      created = CreateLocked(*type, ns, std::move(body), true);
+      created = CreateLocked(*type, ns, std::move(body), true, dryRun);
+      SettleLocked();
     }
     SendJson(response, 201, created);
     return {201};
+  }
+
+  if (method == "DELETE" && name.empty() && subresource.empty()) {
+    // deletecollection: each object the selectors pick, as its own DELETE.
+    Selectors selectors;
+    try {
+      if (request.has_param("labelSelector") && !request.get_param_value("labelSelector").empty()) {
+        selectors.labels.emplace(request.get_param_value("labelSelector"));
+      }
+      if (request.has_param("fieldSelector")) {
+        selectors.fields = ParseFieldSelector(request.get_param_value("fieldSelector"));
+      }
+    } catch (const std::invalid_argument& error) {
+      throw StatusError{400, "BadRequest", error.what(), json::object()};
+    }
+    json list = {{"kind", type->listKind},
+                 {"apiVersion", type->ApiVersion()},
+                 {"metadata", json::object()},
+                 {"items", json::array()}};
+    std::lock_guard lock(mutex_);
+    std::vector<std::string> keys;
+    for (const auto& [key, object] : objects_[type->StoreKey()]) {
+      if (!ns.empty() && object["metadata"].value("namespace", "") != ns) continue;
+      if (selectors.Matches(object)) keys.push_back(key);
+    }
+    for (const auto& key : keys) {
+      if (!objects_[type->StoreKey()].count(key)) continue;
+      list["items"].push_back(withTypeMeta(DeleteLocked(*type, key, deletion)));
+    }
+    SettleLocked();
+    list["metadata"]["resourceVersion"] = std::to_string(resourceVersion_);
+    SendJson(response, 200, list);
+    return {200};
   }
 
   if (name.empty()) {
@@ -210,24 +315,11 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
   }
 
   if (method == "DELETE" && subresource.empty()) {
-    if (type->plural == "customresourcedefinitions") {
-      // Also stops serving the kind and drops its objects, as a real CRD deletion ends.
-      json crd = Object(type->ApiVersion(), type->plural, "", name);
-      if (crd.is_null()) throw notFound(name);
-      DeleteCrd(name);
-      SendJson(response, 200, crd);
-      return {200};
-    }
     json deleted;
     {
       std::lock_guard lock(mutex_);
-      auto& store = objects_[type->StoreKey()];
-      auto it = store.find(key);
-      if (it == store.end()) throw notFound(name);
-      deleted = it->second;
-      store.erase(it);
-      deleted["metadata"]["resourceVersion"] = std::to_string(++resourceVersion_);
-      RecordEventLocked(*type, "DELETED", deleted);
+      deleted = DeleteLocked(*type, key, deletion);
+      SettleLocked();
     }
     SendJson(response, 200, deleted);
     return {200};
@@ -261,7 +353,7 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
                           json::object()};
       }
       std::string sent = body["metadata"].value("resourceVersion", "");
-      if (sent.empty() && type->custom) {
+      if (sent.empty() && type->requiresResourceVersion) {
         throw StatusError{422,
                           "Invalid",
                           type->kind + "." + type->group + " \"" + name +
@@ -306,7 +398,25 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
                           {{"name", name}, {"group", type->group}, {"kind", type->plural}}};
       }
     }
-    json result = WriteLocked(*type, key, old, std::move(updated), statusWrite);
+    if (finalizeWrite) {
+      // /finalize: only spec.finalizers is taken.
+      json finalized = old;
+      finalized["spec"]["finalizers"] =
+          updated.value("spec", json::object()).value("finalizers", json::array());
+      if (finalized["spec"]["finalizers"].empty()) finalized["spec"].erase("finalizers");
+      updated = finalized;
+    } else if (!statusWrite && type->plural == "namespaces" && type->group.empty() &&
+               updated.is_object()) {
+      // The namespace strategy: spec.finalizers changes only through /finalize.
+      const json spec = old.value("spec", json::object());
+      if (spec.contains("finalizers")) {
+        updated["spec"]["finalizers"] = spec["finalizers"];
+      } else if (updated.contains("spec") && updated["spec"].is_object()) {
+        updated["spec"].erase("finalizers");
+      }
+    }
+    json result = WriteLocked(*type, key, old, std::move(updated), statusWrite, dryRun);
+    SettleLocked();
     SendJson(response, 200, result);
     return {200};
   }

@@ -17,6 +17,7 @@ void FakeApiServer::RegisterCrdLocked(const json& crd) {
     if (!version.value("served", true)) continue;
     ResourceType type;
     type.custom = true;
+    type.requiresResourceVersion = true;  // no unconditional update for custom resources
     type.crdName = name;
     type.group = spec.at("group").get<std::string>();
     type.version = version.at("name").get<std::string>();
@@ -74,6 +75,11 @@ void FakeApiServer::LoadCrd(const json& crd) {
 
 void FakeApiServer::DeleteCrd(const std::string& name) {
   std::lock_guard lock(mutex_);
+  DeleteCrdLocked(name);
+  SettleLocked();
+}
+
+void FakeApiServer::DeleteCrdLocked(const std::string& name) {
   auto type = types_.at("apiextensions.k8s.io/v1/customresourcedefinitions");
   auto& store = objects_[type->StoreKey()];
   auto it = store.find(ObjectKey("", name));
@@ -118,7 +124,7 @@ void FakeApiServer::RecordEventLocked(const ResourceType& type, const std::strin
 }
 
 json FakeApiServer::CreateLocked(const ResourceType& type, const std::string& ns, json object,
-                                 bool validate) {
+                                 bool validate, bool dryRun) {
   if (!object.is_object()) throw StatusError{400, "BadRequest", "the body is not an object"};
   json& metadata = object["metadata"];
   if (!metadata.is_object()) metadata = json::object();
@@ -138,6 +144,27 @@ json FakeApiServer::CreateLocked(const ResourceType& type, const std::string& ns
                                                 {"field", "metadata.name"},
                                                 {"message", "Required value"}}})}}};
   }
+  if (type.namespaced && validate) {
+    // The NamespaceLifecycle admission plugin.
+    auto namespaces = objects_.find("/namespaces");
+    if (namespaces != objects_.end()) {
+      auto owner = namespaces->second.find(ObjectKey("", ns));
+      if (owner != namespaces->second.end() && IsDeleting(owner->second)) {
+        throw StatusError{
+            403,
+            "Forbidden",
+            type.Qualified() + " \"" + name +
+                "\" is forbidden: unable to create new content in namespace " + ns +
+                " because it is being terminated",
+            {{"name", name},
+             {"group", type.group},
+             {"kind", type.plural},
+             {"causes", json::array({{{"reason", "NamespaceTerminating"},
+                                      {"message", "namespace " + ns + " is being terminated"},
+                                      {"field", "metadata.namespace"}}})}}};
+      }
+    }
+  }
   if (type.namespaced) {
     std::string bodyNs = metadata.value("namespace", "");
     if (!bodyNs.empty() && bodyNs != ns) {
@@ -148,6 +175,17 @@ json FakeApiServer::CreateLocked(const ResourceType& type, const std::string& ns
     metadata["namespace"] = ns;
   } else {
     metadata.erase("namespace");
+  }
+  if (validate) {
+    // Names (and, for built-in kinds, their fields) as the real validation has them.
+    auto errors = ValidateName(type.custom, type.plural == "namespaces", name);
+    if (!type.custom) {
+      PrepareBuiltin(type.group, type.plural, object);
+      for (auto& error : ValidateBuiltin(type.group, type.plural, object)) {
+        errors.push_back(std::move(error));
+      }
+    }
+    if (!errors.empty()) throw InvalidError(type.kind, type.group, name, errors);
   }
   auto& store = objects_[type.StoreKey()];
   std::string key = ObjectKey(type.namespaced ? ns : "", name);
@@ -168,11 +206,20 @@ json FakeApiServer::CreateLocked(const ResourceType& type, const std::string& ns
   metadata["creationTimestamp"] = FormatTimestamp(std::chrono::system_clock::now());
   metadata["generation"] = 1;
   metadata.erase("deletionTimestamp");
+  metadata.erase("deletionGracePeriodSeconds");
   metadata.erase("managedFields");
   if (validate && type.statusSubresource && !type.statusOnCreate) {
     // The status strategy: a create carries no status (a pod starts Pending).
     object.erase("status");
     if (type.plural == "pods") object["status"] = {{"phase", "Pending"}};
+  }
+  if (type.plural == "namespaces" && type.group.empty()) {
+    // The namespace strategy: Active, and the namespace controller's finalizer.
+    if (!object.contains("status") || !object["status"].is_object())
+      object["status"] = json::object();
+    if (!object["status"].contains("phase")) object["status"]["phase"] = "Active";
+    if (!object.contains("spec") || !object["spec"].is_object()) object["spec"] = json::object();
+    if (!object["spec"].contains("finalizers")) object["spec"]["finalizers"] = {"kubernetes"};
   }
   if (type.plural == "customresourcedefinitions") {
     object["status"] = {
@@ -201,15 +248,18 @@ json FakeApiServer::CreateLocked(const ResourceType& type, const std::string& ns
       }
     }
   }
+  // A dry run gets everything a create fills in but a resourceVersion (as etcd's dry run).
+  if (dryRun) return object;
   metadata["resourceVersion"] = std::to_string(++resourceVersion_);
   store[key] = object;
   RecordEventLocked(type, "ADDED", object);
   if (type.plural == "customresourcedefinitions") RegisterCrdLocked(object);
+  if (!metadata.value("ownerReferences", json::array()).empty()) settleNeeded_ = true;
   return object;
 }
 
 json FakeApiServer::WriteLocked(const ResourceType& type, const std::string& key, const json& old,
-                                json updated, bool statusWrite) {
+                                json updated, bool statusWrite, bool dryRun) {
   json result;
   if (statusWrite) {
     // /status: everything but status comes from the stored object.
@@ -232,7 +282,8 @@ json FakeApiServer::WriteLocked(const ResourceType& type, const std::string& key
         result.erase("status");
       }
     }
-    for (const char* immutable : {"name", "namespace", "uid", "creationTimestamp", "generation"}) {
+    for (const char* immutable : {"name", "namespace", "uid", "creationTimestamp", "generation",
+                                  "deletionTimestamp", "deletionGracePeriodSeconds"}) {
       if (old["metadata"].contains(immutable)) {
         result["metadata"][immutable] = old["metadata"][immutable];
       } else {
@@ -241,6 +292,32 @@ json FakeApiServer::WriteLocked(const ResourceType& type, const std::string& key
     }
     result["apiVersion"] = type.ApiVersion();
     result["kind"] = type.kind;
+    std::vector<FieldError> errors;
+    if (IsDeleting(old)) {
+      // ValidateNoNewFinalizers.
+      auto before = Finalizers(old);
+      std::string added;
+      for (const auto& finalizer : Finalizers(result)) {
+        if (std::find(before.begin(), before.end(), finalizer) == before.end() &&
+            added.find("\"" + finalizer + "\"") == std::string::npos) {
+          added += (added.empty() ? "" : ", ") + ("\"" + finalizer + "\"");
+        }
+      }
+      if (!added.empty()) {
+        errors.push_back({"FieldValueForbidden", "metadata.finalizers",
+                          "Forbidden: no new finalizers can be added if the object is being "
+                          "deleted, found new finalizers []string{" +
+                              added + "}"});
+      }
+    }
+    if (!type.custom) {
+      for (auto& error : ValidateBuiltinUpdate(type.group, type.plural, result, old)) {
+        errors.push_back(std::move(error));
+      }
+    }
+    if (!errors.empty()) {
+      throw InvalidError(type.kind, type.group, old["metadata"].value("name", ""), errors);
+    }
   }
   if (type.custom) {
     PruneUnknownFields(result, type.schema);
@@ -269,11 +346,352 @@ json FakeApiServer::WriteLocked(const ResourceType& type, const std::string& key
   if (SpecPart(result, type.statusSubresource) != SpecPart(old, type.statusSubresource)) {
     result["metadata"]["generation"] = old["metadata"].value("generation", 1) + 1;
   }
-  result["metadata"]["resourceVersion"] = std::to_string(++resourceVersion_);
-  objects_[type.StoreKey()][key] = result;
-  RecordEventLocked(type, "MODIFIED", result);
-  if (type.plural == "customresourcedefinitions") RegisterCrdLocked(result);
-  return result;
+  // A dry run answers with the object as it would be stored, at the stored resourceVersion.
+  if (dryRun) return result;
+  if (result["metadata"].value("ownerReferences", json::array()) !=
+      old["metadata"].value("ownerReferences", json::array())) {
+    settleNeeded_ = true;
+  }
+  return CommitLocked(type, key, std::move(result));
+}
+
+json FakeApiServer::CommitLocked(const ResourceType& type, const std::string& key, json object) {
+  object["metadata"]["resourceVersion"] = std::to_string(++resourceVersion_);
+  objects_[type.StoreKey()][key] = object;
+  RecordEventLocked(type, "MODIFIED", object);
+  if (type.plural == "customresourcedefinitions") RegisterCrdLocked(object);
+  if (IsDeleting(object)) {
+    settleNeeded_ = true;
+    bool namespaceHeld =
+        type.plural == "namespaces" && type.group.empty() &&
+        !object.value("spec", json::object()).value("finalizers", json::array()).empty();
+    // The update that drops the last finalizer of an object being deleted deletes it.
+    if (Finalizers(object).empty() && !namespaceHeld) RemoveLocked(type, key);
+  }
+  return object;
+}
+
+void FakeApiServer::RemoveLocked(const ResourceType& type, const std::string& key) {
+  auto& store = objects_[type.StoreKey()];
+  auto it = store.find(key);
+  if (it == store.end()) return;
+  settleNeeded_ = true;
+  if (type.plural == "customresourcedefinitions") {
+    DeleteCrdLocked(NameOfKey(key));
+    return;
+  }
+  json object = it->second;
+  store.erase(it);
+  object["metadata"]["resourceVersion"] = std::to_string(++resourceVersion_);
+  RecordEventLocked(type, "DELETED", object);
+}
+
+json FakeApiServer::DeleteLocked(const ResourceType& type, const std::string& key,
+                                 const DeleteRequest& request) {
+  auto& store = objects_[type.StoreKey()];
+  auto it = store.find(key);
+  const std::string name = NameOfKey(key);
+  if (it == store.end()) {
+    throw StatusError{404,
+                      "NotFound",
+                      type.Qualified() + " \"" + name + "\" not found",
+                      {{"name", name}, {"group", type.group}, {"kind", type.plural}}};
+  }
+  const json old = it->second;
+  auto conflict = [&](const std::string& what) {
+    return StatusError{409,
+                       "Conflict",
+                       "Operation cannot be fulfilled on " + type.Qualified() + " \"" + name +
+                           "\": Precondition failed: " + what,
+                       {{"name", name}, {"group", type.group}, {"kind", type.plural}}};
+  };
+  const std::string uid = old["metadata"].value("uid", "");
+  const std::string version = old["metadata"].value("resourceVersion", "");
+  if (!request.uid.empty() && request.uid != uid) {
+    throw conflict("UID in precondition: " + request.uid + ", UID in object meta: " + uid);
+  }
+  if (!request.resourceVersion.empty() && request.resourceVersion != version) {
+    throw conflict("ResourceVersion in precondition: " + request.resourceVersion +
+                   ", ResourceVersion in object meta: " + version);
+  }
+  const auto now = FormatTimestamp(std::chrono::system_clock::now());
+  if (type.plural == "namespaces" && type.group.empty()) {
+    // The namespace registry: the first DELETE makes it Terminating; the namespace controller
+    // (FinalizeNamespacesLocked) empties it and removes it.
+    if (IsDeleting(old)) {
+      bool free = Finalizers(old).empty() &&
+                  old.value("spec", json::object()).value("finalizers", json::array()).empty();
+      if (free && !request.dryRun) RemoveLocked(type, key);
+      return old;
+    }
+    json updated = old;
+    updated["metadata"]["deletionTimestamp"] = now;
+    updated["status"]["phase"] = "Terminating";
+    if (request.dryRun) return updated;
+    return CommitLocked(type, key, std::move(updated));
+  }
+  // deletionFinalizersForGarbageCollection: an explicit policy sets the collector's
+  // finalizers; none keeps what is there.
+  std::vector<std::string> finalizers = Finalizers(old);
+  auto drop = [&finalizers](const std::string& finalizer) {
+    finalizers.erase(std::remove(finalizers.begin(), finalizers.end(), finalizer),
+                     finalizers.end());
+  };
+  auto add = [&finalizers](const std::string& finalizer) {
+    if (std::find(finalizers.begin(), finalizers.end(), finalizer) == finalizers.end()) {
+      finalizers.push_back(finalizer);
+    }
+  };
+  if (request.propagationPolicy == "Orphan") {
+    add("orphan");
+    drop("foregroundDeletion");
+  } else if (request.propagationPolicy == "Foreground") {
+    add("foregroundDeletion");
+    drop("orphan");
+  } else if (request.propagationPolicy == "Background") {
+    drop("orphan");
+    drop("foregroundDeletion");
+  }
+  if (finalizers.empty() && !IsDeleting(old)) {
+    // Nothing holds it: it goes at once.
+    json deleted = old;
+    if (request.dryRun) return deleted;
+    RemoveLocked(type, key);
+    return deleted;
+  }
+  json updated = old;
+  if (!IsDeleting(old)) {
+    // markAsDeleting: once only, so a second DELETE leaves deletionTimestamp alone.
+    updated["metadata"]["deletionTimestamp"] = now;
+    updated["metadata"]["deletionGracePeriodSeconds"] = 0;
+    updated["metadata"]["generation"] = old["metadata"].value("generation", 1) + 1;
+  }
+  if (finalizers.empty()) {
+    updated["metadata"].erase("finalizers");
+  } else {
+    updated["metadata"]["finalizers"] = finalizers;
+  }
+  if (updated == old) return old;
+  if (request.dryRun) return updated;
+  return CommitLocked(type, key, std::move(updated));
+}
+
+std::shared_ptr<const FakeApiServer::ResourceType> FakeApiServer::TypeForStoreLocked(
+    const std::string& storeKey) const {
+  for (const auto& [key, type] : types_) {
+    (void)key;
+    if (type->StoreKey() == storeKey) return type;
+  }
+  return nullptr;
+}
+
+std::shared_ptr<const FakeApiServer::ResourceType> FakeApiServer::TypeForKindLocked(
+    const std::string& apiVersion, const std::string& kind) const {
+  std::string group =
+      apiVersion.find('/') == std::string::npos ? "" : apiVersion.substr(0, apiVersion.find('/'));
+  std::shared_ptr<const ResourceType> found;
+  for (const auto& [key, type] : types_) {
+    (void)key;
+    if (type->group == group && type->kind == kind) {
+      if (type->ApiVersion() == apiVersion) return type;
+      found = type;
+    }
+  }
+  return found;
+}
+
+void FakeApiServer::SettleLocked() {
+  // Each pass acts on what the last one changed; a few rounds reach the fixed point (the bound
+  // only guards against a cycle of owner references).
+  for (int round = 0; settleNeeded_ && round < 1000; ++round) {
+    settleNeeded_ = false;
+    CollectGarbageLocked();
+    FinalizeNamespacesLocked();
+  }
+}
+
+void FakeApiServer::CollectGarbageLocked() {
+  // Every object by uid, and the dependents of every owner uid.
+  struct Place {
+    std::string storeKey;
+    std::string key;
+  };
+  std::map<std::string, std::vector<Place>> dependents;
+  std::vector<Place> all;
+  for (const auto& [storeKey, store] : objects_) {
+    for (const auto& [key, object] : store) {
+      all.push_back({storeKey, key});
+      for (const auto& reference : object["metadata"].value("ownerReferences", json::array())) {
+        dependents[reference.value("uid", "")].push_back({storeKey, key});
+      }
+    }
+  }
+  auto find = [this](const Place& place) -> json* {
+    auto store = objects_.find(place.storeKey);
+    if (store == objects_.end()) return nullptr;
+    auto it = store->second.find(place.key);
+    return it == store->second.end() ? nullptr : &it->second;
+  };
+  for (const auto& place : all) {
+    json* found = find(place);
+    if (!found) continue;
+    auto type = TypeForStoreLocked(place.storeKey);
+    if (!type) continue;
+    const std::string uid = (*found)["metadata"].value("uid", "");
+    auto finalizers = Finalizers(*found);
+    auto has = [&finalizers](const char* name) {
+      return std::find(finalizers.begin(), finalizers.end(), name) != finalizers.end();
+    };
+    if (IsDeleting(*found) && has("orphan")) {
+      // Orphan: the dependents lose their reference to it, then the finalizer goes.
+      for (const auto& dependent : dependents[uid]) {
+        json* object = find(dependent);
+        auto dependentType = TypeForStoreLocked(dependent.storeKey);
+        if (!object || !dependentType) continue;
+        json updated = *object;
+        json kept = json::array();
+        for (const auto& reference : updated["metadata"]["ownerReferences"]) {
+          if (reference.value("uid", "") != uid) kept.push_back(reference);
+        }
+        if (kept.empty()) {
+          updated["metadata"].erase("ownerReferences");
+        } else {
+          updated["metadata"]["ownerReferences"] = kept;
+        }
+        if (updated != *object) CommitLocked(*dependentType, dependent.key, std::move(updated));
+      }
+      found = find(place);
+      if (!found) continue;
+      json updated = *found;
+      finalizers.erase(std::remove(finalizers.begin(), finalizers.end(), "orphan"),
+                       finalizers.end());
+      updated["metadata"]["finalizers"] = finalizers;
+      if (finalizers.empty()) updated["metadata"].erase("finalizers");
+      CommitLocked(*type, place.key, std::move(updated));
+      continue;
+    }
+    if (IsDeleting(*found) && has("foregroundDeletion")) {
+      // Foreground: every dependent is deleted; those with blockOwnerDeletion hold the owner.
+      bool blocked = false;
+      for (const auto& dependent : dependents[uid]) {
+        json* object = find(dependent);
+        auto dependentType = TypeForStoreLocked(dependent.storeKey);
+        if (!object || !dependentType) continue;
+        if (!IsDeleting(*object)) {
+          DeleteRequest request;
+          const std::string dependentUid = (*object)["metadata"].value("uid", "");
+          request.propagationPolicy = dependents.count(dependentUid) ? "Foreground" : "Background";
+          DeleteLocked(*dependentType, dependent.key, request);
+          object = find(dependent);
+          if (!object) continue;
+        }
+        for (const auto& reference :
+             (*object)["metadata"].value("ownerReferences", json::array())) {
+          if (reference.value("uid", "") == uid && reference.value("blockOwnerDeletion", false)) {
+            blocked = true;
+          }
+        }
+      }
+      found = find(place);
+      if (!found || blocked) continue;
+      json updated = *found;
+      finalizers.erase(std::remove(finalizers.begin(), finalizers.end(), "foregroundDeletion"),
+                       finalizers.end());
+      updated["metadata"]["finalizers"] = finalizers;
+      if (finalizers.empty()) updated["metadata"].erase("finalizers");
+      CommitLocked(*type, place.key, std::move(updated));
+      continue;
+    }
+    // Background: an object whose owners are all gone goes; dangling references beside a
+    // live owner are dropped. An owner of a kind this server does not serve counts as live
+    // (the real collector cannot resolve it either and leaves the object).
+    const json references = (*found)["metadata"].value("ownerReferences", json::array());
+    if (references.empty() || IsDeleting(*found)) continue;
+    const std::string ns = (*found)["metadata"].value("namespace", "");
+    json solid = json::array();
+    bool dangling = false;
+    bool waiting = false;
+    for (const auto& reference : references) {
+      auto ownerType =
+          TypeForKindLocked(reference.value("apiVersion", ""), reference.value("kind", ""));
+      if (!ownerType) {
+        solid.push_back(reference);
+        continue;
+      }
+      auto store = objects_.find(ownerType->StoreKey());
+      const json* owner = nullptr;
+      if (store != objects_.end()) {
+        auto it = store->second.find(
+            ObjectKey(ownerType->namespaced ? ns : "", reference.value("name", "")));
+        if (it != store->second.end() &&
+            it->second["metadata"].value("uid", "") == reference.value("uid", "")) {
+          owner = &it->second;
+        }
+      }
+      if (!owner) {
+        dangling = true;
+      } else if (auto ownerFinalizers = Finalizers(*owner);
+                 IsDeleting(*owner) && std::find(ownerFinalizers.begin(), ownerFinalizers.end(),
+                                                 "foregroundDeletion") != ownerFinalizers.end()) {
+        waiting = true;
+      } else {
+        solid.push_back(reference);
+      }
+    }
+    if (solid.empty() && !waiting) {
+      DeleteLocked(*type, place.key, DeleteRequest{});
+    } else if (!solid.empty() && dangling) {
+      json updated = *found;
+      updated["metadata"]["ownerReferences"] = solid;
+      CommitLocked(*type, place.key, std::move(updated));
+    }
+  }
+}
+
+void FakeApiServer::FinalizeNamespacesLocked() {
+  auto namespaceType = FindType("", "v1", "namespaces");
+  std::vector<std::string> terminating;
+  for (const auto& [key, object] : objects_["/namespaces"]) {
+    if (IsDeleting(object)) terminating.push_back(NameOfKey(key));
+  }
+  for (const auto& ns : terminating) {
+    // The namespace controller deletes the content (each as a DELETE: finalizers hold it)...
+    size_t remaining = 0;
+    for (auto& [storeKey, store] : objects_) {
+      auto type = TypeForStoreLocked(storeKey);
+      if (!type || !type->namespaced) continue;
+      std::vector<std::string> keys;
+      for (auto it = store.lower_bound(ns + "/");
+           it != store.end() && it->first.rfind(ns + "/", 0) == 0; ++it) {
+        keys.push_back(it->first);
+      }
+      for (const auto& key : keys) {
+        auto it = store.find(key);
+        if (it != store.end() && !IsDeleting(it->second)) DeleteLocked(*type, key, DeleteRequest{});
+      }
+      for (auto it = store.lower_bound(ns + "/");
+           it != store.end() && it->first.rfind(ns + "/", 0) == 0; ++it) {
+        ++remaining;
+      }
+    }
+    auto& namespaces = objects_["/namespaces"];
+    auto it = namespaces.find(ObjectKey("", ns));
+    if (it == namespaces.end() || remaining > 0) continue;
+    // ...then, once it is empty, drops its `kubernetes` finalizer, and the namespace goes.
+    json updated = it->second;
+    json kept = json::array();
+    for (const auto& finalizer :
+         updated.value("spec", json::object()).value("finalizers", json::array())) {
+      if (finalizer != "kubernetes") kept.push_back(finalizer);
+    }
+    if (kept != updated.value("spec", json::object()).value("finalizers", json::array())) {
+      updated["spec"]["finalizers"] = kept;
+      if (kept.empty()) updated["spec"].erase("finalizers");
+      CommitLocked(*namespaceType, ObjectKey("", ns), std::move(updated));
+    } else if (Finalizers(updated).empty() && kept.empty()) {
+      RemoveLocked(*namespaceType, ObjectKey("", ns));
+    }
+  }
 }
 
 json FakeApiServer::Seed(const json& object) {
@@ -290,7 +708,9 @@ json FakeApiServer::Seed(const json& object) {
     (void)key;
     if (type->group == group && type->version == version && type->kind == kind) {
       std::string ns = type->namespaced ? object["metadata"].value("namespace", "default") : "";
-      return CreateLocked(*type, ns, object, false);
+      json created = CreateLocked(*type, ns, object, false);
+      SettleLocked();
+      return created;
     }
   }
   throw std::invalid_argument("fake API server: no served kind " + apiVersion + " " + kind);

@@ -16,6 +16,11 @@ namespace cozy::testing {
 
 std::filesystem::path ChartCrdDir();     // charts/gpu/crds
 std::filesystem::path GpuNodeCrdFile();  // charts/gpu/crds/gpunodes.yaml
+// test/fakes/crds: the test-only CRDs of kinds the controller reads but does not own
+// (KubeVirt's VirtualMachineInstance, VirtualMachine, KubeVirt; Cozystack's WorkloadMonitor,
+// Workload), one file each: TestCrdFile("kubevirt.io_virtualmachineinstances.yaml").
+std::filesystem::path TestCrdDir();
+std::filesystem::path TestCrdFile(const std::string& name);
 
 // A started fake API server; with the chart's CRDs unless told otherwise.
 std::unique_ptr<fake::FakeApiServer> StartFakeApiServer(bool withCrds = true);
