@@ -181,6 +181,7 @@ TEST(FakeFinalizers, DeleteHoldsTheObjectUntilTheLastFinalizerGoes) {
             (std::vector<std::string>{"ADDED", "MODIFIED", "MODIFIED", "DELETED"}));
 }
 
+// The cluster side of seed D12 (a namespace deletion goes once finalizers let it).
 TEST(FakeNamespaces, TerminationRemovesContentRefusesCreatesAndEndsWhenEmpty) {
   auto server = StartFakeApiServer(false);
   ASSERT_EQ(Call(*server, "POST", "/api/v1/namespaces", {{"metadata", {{"name", "t1"}}}}).status,
@@ -248,6 +249,7 @@ TEST(FakeNamespaces, TerminationRemovesContentRefusesCreatesAndEndsWhenEmpty) {
   EXPECT_EQ(Call(*server, "POST", kConfigMaps, ConfigMap("fresh")).status, 201);
 }
 
+// What seed E5 (dry runs leave no trace) stands on.
 TEST(FakeDryRun, EveryVerbValidatesAnswersAndStoresAndEmitsNothing) {
   auto server = StartFakeApiServer(false);
   ASSERT_EQ(Call(*server, "POST", kConfigMaps, ConfigMap("kept")).status, 201);
@@ -371,6 +373,7 @@ TEST(FakeGarbageCollector, BackgroundDeletesDependentsAfterTheOwnerGoes) {
   EXPECT_EQ(events[1]["object"]["metadata"]["name"], "dependent");
 }
 
+// The foregroundDeletion finalizer belongs to the garbage collector (seed F8).
 TEST(FakeGarbageCollector, ForegroundDeletesBlockingDependentsFirst) {
   auto server = StartFakeApiServer(false);
   auto owner = Call(*server, "POST", kConfigMaps, ConfigMap("owner")).body;
@@ -513,6 +516,7 @@ TEST(FakeKinds, BuiltinKindsValidateTheBasics) {
             "Lease");
 }
 
+// Seeds G5 and G6 need KubeVirt's kinds withheld, then served while running.
 TEST(FakeCrds, TestOnlyKindsAreServedAndWithheldFileByFile) {
   FakeApiServerOptions options;
   options.crdPaths.push_back(testing::TestCrdDir());
