@@ -2,8 +2,11 @@
 // research/k8s-api.md where the agent and kubectl can tell (discovery, Status errors, the
 // plain 404 of an unserved kind, status subresource, merge and JSON patch, resourceVersion,
 // generation, 409, watch with bookmarks and 410, selectors, CRD schemas and printer columns),
-// plus what no real server has: fault injection and a request log. docs/kubernetes.md has
-// the control API.
+// and where a controller lives (issue 13): ConfigMaps, Secrets, ResourceQuotas, Events and
+// Leases with their validation basics, finalizers and deletionTimestamp, namespace
+// termination, dryRun on every write, delete preconditions, owner-reference garbage
+// collection (background, foreground, orphan), hundreds of concurrent watches; plus what no
+// real server has: fault injection and a request log. docs/kubernetes.md has the control API.
 #pragma once
 
 #include <atomic>
@@ -179,10 +182,39 @@ class FakeApiServer {
   void RegisterCrdLocked(const nlohmann::json& crd);
   void UnregisterCrdLocked(const std::string& name);
 
+  // What a DELETE asks for (DeleteOptions and the dryRun query).
+  struct DeleteRequest {
+    std::string propagationPolicy;  // "" (the default: background), Background, Foreground, Orphan
+    std::string uid;                // preconditions.uid ("" = none)
+    std::string resourceVersion;    // preconditions.resourceVersion ("" = none)
+    bool dryRun = false;
+  };
+
+  // The writes. With dryRun each validates and answers as the real write would and stores
+  // and emits nothing.
   nlohmann::json CreateLocked(const ResourceType& type, const std::string& ns,
-                              nlohmann::json object, bool validate);
+                              nlohmann::json object, bool validate, bool dryRun = false);
   nlohmann::json WriteLocked(const ResourceType& type, const std::string& key,
-                             const nlohmann::json& old, nlohmann::json updated, bool statusWrite);
+                             const nlohmann::json& old, nlohmann::json updated, bool statusWrite,
+                             bool dryRun = false);
+  // A DELETE: preconditions, the garbage collector's finalizers, deletionTimestamp while
+  // finalizers remain, otherwise the object goes.
+  nlohmann::json DeleteLocked(const ResourceType& type, const std::string& key,
+                              const DeleteRequest& request);
+  // Stores a changed object under the next resourceVersion (MODIFIED); an object being
+  // deleted whose last finalizer is gone is then removed (DELETED).
+  nlohmann::json CommitLocked(const ResourceType& type, const std::string& key,
+                              nlohmann::json object);
+  void RemoveLocked(const ResourceType& type, const std::string& key);
+  void DeleteCrdLocked(const std::string& name);
+  // The controllers a real cluster runs beside the API server, run to a fixed point after
+  // every write: the garbage collector and the namespace controller.
+  void SettleLocked();
+  void CollectGarbageLocked();
+  void FinalizeNamespacesLocked();
+  std::shared_ptr<const ResourceType> TypeForStoreLocked(const std::string& storeKey) const;
+  std::shared_ptr<const ResourceType> TypeForKindLocked(const std::string& apiVersion,
+                                                        const std::string& kind) const;
   void RecordEventLocked(const ResourceType& type, const std::string& eventType,
                          const nlohmann::json& object);
   void Watch(const httplib::Request& request, httplib::Response& response,
@@ -203,6 +235,7 @@ class FakeApiServer {
   uint64_t dropGeneration_ = 0;
   uint64_t expireGeneration_ = 0;
   bool stopping_ = false;
+  bool settleNeeded_ = false;  // something the garbage collector or namespaces act on changed
   std::map<std::string, std::shared_ptr<const ResourceType>> types_;  // "group/version/plural"
   // Objects by type ("group/plural") then "namespace/name".
   std::map<std::string, std::map<std::string, nlohmann::json>> objects_;

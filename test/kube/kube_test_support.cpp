@@ -6,9 +6,8 @@ namespace cozy::testing {
 
 std::filesystem::path ChartCrdDir() { return SourceDir() / "charts" / "gpu" / "crds"; }
 std::filesystem::path GpuNodeCrdFile() { return ChartCrdDir() / "gpunodes.yaml"; }
-std::filesystem::path LeaseCrdFile() {
-  return SourceDir() / "test" / "kube" / "testdata" / "leases-crd.yaml";
-}
+std::filesystem::path TestCrdDir() { return SourceDir() / "test" / "fakes" / "crds"; }
+std::filesystem::path TestCrdFile(const std::string& name) { return TestCrdDir() / name; }
 
 std::unique_ptr<fake::FakeApiServer> StartFakeApiServer(bool withCrds) {
   fake::FakeApiServerOptions options;

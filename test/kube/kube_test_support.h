@@ -16,9 +16,11 @@ namespace cozy::testing {
 
 std::filesystem::path ChartCrdDir();     // charts/gpu/crds
 std::filesystem::path GpuNodeCrdFile();  // charts/gpu/crds/gpunodes.yaml
-// test/kube/testdata/leases-crd.yaml: Lease (coordination.k8s.io/v1) as a CRD, until the
-// fake API server serves Lease itself.
-std::filesystem::path LeaseCrdFile();
+// test/fakes/crds: the test-only CRDs of kinds the controller reads but does not own
+// (KubeVirt's VirtualMachineInstance, VirtualMachine, KubeVirt; Cozystack's WorkloadMonitor,
+// Workload), one file each: TestCrdFile("kubevirt.io_virtualmachineinstances.yaml").
+std::filesystem::path TestCrdDir();
+std::filesystem::path TestCrdFile(const std::string& name);
 
 // A started fake API server; with the chart's CRDs unless told otherwise.
 std::unique_ptr<fake::FakeApiServer> StartFakeApiServer(bool withCrds = true);

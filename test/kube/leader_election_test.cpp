@@ -23,9 +23,9 @@ constexpr Duration kRenew = 2s;
 constexpr Duration kRetry = 500ms;
 const std::string kLeasePath = "/apis/coordination.k8s.io/v1/namespaces/cozy-system/leases/ctl";
 
+// The fake serves Lease (coordination.k8s.io/v1) as a built-in kind.
 std::unique_ptr<fake::FakeApiServer> StartWithLeases() {
   fake::FakeApiServerOptions options;
-  options.crdPaths.push_back(testing::LeaseCrdFile());
   options.bookmarkInterval = 100ms;
   auto server = std::make_unique<fake::FakeApiServer>(options);
   server->Start();

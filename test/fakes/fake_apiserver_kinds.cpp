@@ -1,0 +1,382 @@
+// The built-in kinds the fake serves and their validation basics.
+#include "test/fakes/fake_apiserver_internal.h"
+
+#include <algorithm>
+#include <regex>
+
+namespace cozy::fake {
+using namespace internal;  // NOLINT
+
+void FakeApiServer::RegisterBuiltins() {
+  auto add = [this](ResourceType type) {
+    auto shared = std::make_shared<const ResourceType>(std::move(type));
+    types_[shared->group + "/" + shared->version + "/" + shared->plural] = shared;
+  };
+  ResourceType nodes;
+  nodes.version = "v1";
+  nodes.plural = "nodes";
+  nodes.singular = "node";
+  nodes.kind = "Node";
+  nodes.listKind = "NodeList";
+  nodes.statusSubresource = true;
+  nodes.statusOnCreate = true;
+  nodes.shortNames = {"no"};
+  nodes.fieldLabels = {"spec.unschedulable"};
+  add(nodes);
+  ResourceType pods;
+  pods.version = "v1";
+  pods.plural = "pods";
+  pods.singular = "pod";
+  pods.kind = "Pod";
+  pods.listKind = "PodList";
+  pods.namespaced = true;
+  pods.statusSubresource = true;
+  pods.shortNames = {"po"};
+  pods.categories = {"all"};
+  pods.fieldLabels = {"spec.nodeName",           "spec.restartPolicy", "spec.schedulerName",
+                      "spec.serviceAccountName", "status.phase",       "status.podIP",
+                      "status.nominatedNodeName"};
+  add(pods);
+  ResourceType namespaces;
+  namespaces.version = "v1";
+  namespaces.plural = "namespaces";
+  namespaces.singular = "namespace";
+  namespaces.kind = "Namespace";
+  namespaces.listKind = "NamespaceList";
+  namespaces.statusSubresource = true;
+  namespaces.shortNames = {"ns"};
+  namespaces.fieldLabels = {"status.phase"};
+  add(namespaces);
+  ResourceType crds;
+  crds.group = "apiextensions.k8s.io";
+  crds.version = "v1";
+  crds.plural = "customresourcedefinitions";
+  crds.singular = "customresourcedefinition";
+  crds.kind = "CustomResourceDefinition";
+  crds.listKind = "CustomResourceDefinitionList";
+  crds.statusSubresource = true;
+  crds.shortNames = {"crd", "crds"};
+  add(crds);
+  ResourceType configMaps;
+  configMaps.version = "v1";
+  configMaps.plural = "configmaps";
+  configMaps.singular = "configmap";
+  configMaps.kind = "ConfigMap";
+  configMaps.listKind = "ConfigMapList";
+  configMaps.namespaced = true;
+  configMaps.shortNames = {"cm"};
+  add(configMaps);
+  ResourceType secrets;
+  secrets.version = "v1";
+  secrets.plural = "secrets";
+  secrets.singular = "secret";
+  secrets.kind = "Secret";
+  secrets.listKind = "SecretList";
+  secrets.namespaced = true;
+  secrets.fieldLabels = {"type"};
+  add(secrets);
+  ResourceType quotas;
+  quotas.version = "v1";
+  quotas.plural = "resourcequotas";
+  quotas.singular = "resourcequota";
+  quotas.kind = "ResourceQuota";
+  quotas.listKind = "ResourceQuotaList";
+  quotas.namespaced = true;
+  quotas.statusSubresource = true;
+  quotas.shortNames = {"quota"};
+  add(quotas);
+  ResourceType events;
+  events.version = "v1";
+  events.plural = "events";
+  events.singular = "event";
+  events.kind = "Event";
+  events.listKind = "EventList";
+  events.namespaced = true;
+  events.shortNames = {"ev"};
+  events.fieldLabels = {"involvedObject.kind",       "involvedObject.namespace",
+                        "involvedObject.name",       "involvedObject.uid",
+                        "involvedObject.apiVersion", "involvedObject.resourceVersion",
+                        "involvedObject.fieldPath",  "reason",
+                        "reportingComponent",        "type"};
+  add(events);
+  ResourceType leases;
+  leases.group = "coordination.k8s.io";
+  leases.version = "v1";
+  leases.plural = "leases";
+  leases.singular = "lease";
+  leases.kind = "Lease";
+  leases.listKind = "LeaseList";
+  leases.namespaced = true;
+  leases.requiresResourceVersion = true;  // the lease strategy: no unconditional update
+  add(leases);
+}
+
+namespace internal {
+namespace {
+
+FieldError Invalid(const std::string& field, const json& value, const std::string& detail) {
+  return {"FieldValueInvalid", field, "Invalid value: " + value.dump() + ": " + detail};
+}
+
+bool ValidQuantity(const json& value) {
+  if (value.is_number()) return true;
+  if (!value.is_string()) return false;
+  static const std::regex quantity(
+      R"(^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+|[KMGTPE]i|[numkMGTPE])?$)");
+  return std::regex_match(value.get<std::string>(), quantity);
+}
+
+bool NegativeQuantity(const json& value) {
+  if (value.is_number()) return value.get<double>() < 0;
+  return value.is_string() && !value.get<std::string>().empty() &&
+         value.get<std::string>()[0] == '-';
+}
+
+// The `data` keys of ConfigMaps and Secrets (IsConfigMapKey).
+void ValidateKeys(const json& object, const char* member, std::vector<FieldError>& errors) {
+  static const std::regex key("^[-._a-zA-Z0-9]+$");
+  const json members1 = object.value(member, json::object());
+  for (const auto& [name, value] : members1.items()) {
+    (void)value;
+    if (!std::regex_match(name, key) || name == "." || name == ".." || name.size() > 253) {
+      errors.push_back(Invalid(std::string(member) + "[" + name + "]", name,
+                               "a valid config key must consist of alphanumeric characters, "
+                               "'-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or "
+                               "'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"));
+    }
+  }
+}
+
+// A body field of the wrong JSON type does not decode: 400, as the real decoder answers.
+void RequireMapOfStrings(const json& object, const char* member, const std::string& kind) {
+  if (!object.contains(member) || object[member].is_null()) return;
+  auto refuse = [&](const std::string& what) {
+    throw StatusError{400, "BadRequest",
+                      kind + " in version \"v1\" cannot be handled as a " + kind +
+                          ": json: cannot unmarshal " + what + " into Go struct field " + kind +
+                          "." + member + " of type " +
+                          (object[member].is_object() ? "string" : "map[string]string")};
+  };
+  if (!object[member].is_object()) refuse(std::string(object[member].type_name()));
+  for (const auto& [name, value] : object[member].items()) {
+    (void)name;
+    if (!value.is_string()) refuse(std::string(value.type_name()));
+  }
+}
+
+bool ValidBase64(const std::string& text) {
+  static const std::regex base64("^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$");
+  return std::regex_match(text, base64);
+}
+
+std::string Base64(const std::string& text) {
+  static const char* alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  auto byte = [&text](size_t i) -> unsigned {
+    return i < text.size() ? static_cast<unsigned>(static_cast<unsigned char>(text[i])) : 0u;
+  };
+  std::string out;
+  for (size_t i = 0; i < text.size(); i += 3) {
+    unsigned n = (byte(i) << 16) | (byte(i + 1) << 8) | byte(i + 2);
+    out += alphabet[(n >> 18) & 63];
+    out += alphabet[(n >> 12) & 63];
+    out += i + 1 < text.size() ? alphabet[(n >> 6) & 63] : '=';
+    out += i + 2 < text.size() ? alphabet[n & 63] : '=';
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<FieldError> ValidateName(bool custom, bool label, const std::string& name) {
+  std::vector<FieldError> errors;
+  if (custom) {
+    // Custom resources: any path segment name.
+    if (name == "." || name == "..") {
+      errors.push_back(Invalid("metadata.name", name, "may not be '" + name + "'"));
+    }
+    for (const char* bad : {"/", "%"}) {
+      if (name.find(bad) != std::string::npos) {
+        errors.push_back(
+            Invalid("metadata.name", name, std::string("may not contain '") + bad + "'"));
+      }
+    }
+    return errors;
+  }
+  static const std::regex labelPattern("^[a-z0-9]([-a-z0-9]*[a-z0-9])?$");
+  static const std::regex subdomainPattern(
+      R"(^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$)");
+  if (label) {
+    if (name.size() > 63) {
+      errors.push_back(Invalid("metadata.name", name, "must be no more than 63 characters"));
+    }
+    if (!std::regex_match(name, labelPattern)) {
+      errors.push_back(Invalid(
+          "metadata.name", name,
+          "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or "
+          "'-', and must start and end with an alphanumeric character (e.g. 'my-name',  or "
+          "'123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"));
+    }
+    return errors;
+  }
+  if (name.size() > 253) {
+    errors.push_back(Invalid("metadata.name", name, "must be no more than 253 characters"));
+  }
+  if (!std::regex_match(name, subdomainPattern)) {
+    errors.push_back(Invalid(
+        "metadata.name", name,
+        "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
+        "'-' or '.', and must start and end with an alphanumeric character (e.g. "
+        "'example.com', regex used for validation is "
+        "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"));
+  }
+  return errors;
+}
+
+void PrepareBuiltin(const std::string& group, const std::string& plural, json& object) {
+  if (!group.empty() || plural != "secrets") return;
+  RequireMapOfStrings(object, "data", "Secret");
+  RequireMapOfStrings(object, "stringData", "Secret");
+  // Secrets: stringData is write-only, merged into data (base64) on every write.
+  const json members2 = object.value("stringData", json::object());
+  for (const auto& [name, value] : members2.items()) {
+    object["data"][name] = Base64(value.get<std::string>());
+  }
+  object.erase("stringData");
+  if (!object.contains("type") || object["type"] == "") object["type"] = "Opaque";
+  const json members3 = object.value("data", json::object());
+  for (const auto& [name, value] : members3.items()) {
+    (void)name;
+    if (!ValidBase64(value.get<std::string>())) {
+      throw StatusError{400, "BadRequest",
+                        "Secret in version \"v1\" cannot be handled as a Secret: illegal base64 "
+                        "data at input byte 0"};
+    }
+  }
+}
+
+std::vector<FieldError> ValidateBuiltin(const std::string& group, const std::string& plural,
+                                        const json& object) {
+  std::vector<FieldError> errors;
+  const std::string ns = object.value("metadata", json::object()).value("namespace", "");
+  if (group.empty() && plural == "configmaps") {
+    RequireMapOfStrings(object, "data", "ConfigMap");
+    ValidateKeys(object, "data", errors);
+    ValidateKeys(object, "binaryData", errors);
+    size_t total = 0;
+    for (const char* member : {"data", "binaryData"}) {
+      const json members4 = object.value(member, json::object());
+      for (const auto& [name, value] : members4.items()) {
+        total += name.size() + (value.is_string() ? value.get<std::string>().size() : 0);
+      }
+    }
+    const json members5 = object.value("binaryData", json::object());
+    for (const auto& [name, value] : members5.items()) {
+      (void)value;
+      if (object.value("data", json::object()).contains(name)) {
+        errors.push_back(
+            Invalid("data[" + name + "]", name, "duplicate of key present in binaryData"));
+      }
+    }
+    if (total > 1048576) {
+      errors.push_back({"FieldValueTooLong", "", "Too long: must have at most 1048576 bytes"});
+    }
+  } else if (group.empty() && plural == "secrets") {
+    ValidateKeys(object, "data", errors);
+    const std::string type = object.value("type", "Opaque");
+    auto require = [&](const char* key) {
+      if (!object.value("data", json::object()).contains(key)) {
+        errors.push_back(
+            {"FieldValueRequired", std::string("data[") + key + "]", "Required value"});
+      }
+    };
+    if (type == "kubernetes.io/tls") {
+      require("tls.crt");
+      require("tls.key");
+    } else if (type == "kubernetes.io/dockerconfigjson") {
+      require(".dockerconfigjson");
+    }
+  } else if (group.empty() && plural == "resourcequotas") {
+    const json spec = object.value("spec", json::object());
+    const json members6 = spec.value("hard", json::object());
+    for (const auto& [name, value] : members6.items()) {
+      if (!ValidQuantity(value)) {
+        throw StatusError{400, "BadRequest",
+                          "ResourceQuota in version \"v1\" cannot be handled as a "
+                          "ResourceQuota: quantities must match the regular expression "
+                          "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"};
+      }
+      if (NegativeQuantity(value)) {
+        errors.push_back(
+            Invalid("spec.hard[" + name + "]", value, "must be greater than or equal to 0"));
+      }
+    }
+    static const std::set<std::string> scopes = {"Terminating",   "NotTerminating",
+                                                 "BestEffort",    "NotBestEffort",
+                                                 "PriorityClass", "CrossNamespacePodAffinity"};
+    size_t index = 0;
+    for (const auto& scope : spec.value("scopes", json::array())) {
+      if (!scope.is_string() || !scopes.count(scope.get<std::string>())) {
+        errors.push_back({"FieldValueNotSupported", "spec.scopes[" + std::to_string(index) + "]",
+                          "Unsupported value: " + scope.dump()});
+      }
+      ++index;
+    }
+  } else if (group == "coordination.k8s.io" && plural == "leases") {
+    const json spec = object.value("spec", json::object());
+    if (spec.contains("leaseDurationSeconds") &&
+        (!spec["leaseDurationSeconds"].is_number_integer() ||
+         spec["leaseDurationSeconds"].get<int64_t>() <= 0)) {
+      errors.push_back(Invalid("spec.leaseDurationSeconds", spec["leaseDurationSeconds"],
+                               "must be greater than 0"));
+    }
+    if (spec.contains("leaseTransitions") && spec["leaseTransitions"].is_number_integer() &&
+        spec["leaseTransitions"].get<int64_t>() < 0) {
+      errors.push_back(Invalid("spec.leaseTransitions", spec["leaseTransitions"],
+                               "must be greater than or equal to 0"));
+    }
+    for (const char* time : {"acquireTime", "renewTime"}) {
+      if (spec.contains(time) && !spec[time].is_null() &&
+          (!spec[time].is_string() || !ParseTimestamp(spec[time].get<std::string>()))) {
+        throw StatusError{400, "BadRequest",
+                          "Lease in version \"v1\" cannot be handled as a Lease: parsing time " +
+                              spec[time].dump() + " as \"2006-01-02T15:04:05.000000Z07:00\""};
+      }
+    }
+  } else if (group.empty() && plural == "events") {
+    const std::string involved =
+        object.value("involvedObject", json::object()).value("namespace", "");
+    if (!involved.empty() && involved != ns) {
+      errors.push_back(
+          Invalid("involvedObject.namespace", involved, "does not match event.namespace"));
+    }
+  }
+  return errors;
+}
+
+std::vector<FieldError> ValidateBuiltinUpdate(const std::string& group, const std::string& plural,
+                                              json& object, const json& old) {
+  PrepareBuiltin(group, plural, object);
+  auto errors = ValidateBuiltin(group, plural, object);
+  if (group.empty() && (plural == "configmaps" || plural == "secrets") &&
+      old.value("immutable", false)) {
+    for (const char* member : {"data", "binaryData"}) {
+      if (object.value(member, json::object()) != old.value(member, json::object())) {
+        errors.push_back({"FieldValueForbidden", member,
+                          "Forbidden: field is immutable when `immutable` is set"});
+      }
+    }
+    if (!object.value("immutable", false)) {
+      errors.push_back({"FieldValueForbidden", "immutable",
+                        "Forbidden: field is immutable when `immutable` is set"});
+    }
+  }
+  if (group.empty() && plural == "secrets" &&
+      object.value("type", "Opaque") != old.value("type", "Opaque")) {
+    errors.push_back(Invalid("type", object.value("type", ""), "field is immutable"));
+  }
+  return errors;
+}
+
+}  // namespace internal
+
+}  // namespace cozy::fake

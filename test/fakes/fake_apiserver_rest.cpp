@@ -1,0 +1,428 @@
+// The REST handlers: routing a path to its kind, lists, get, create, update, patch, delete.
+#include "test/fakes/fake_apiserver_internal.h"
+
+#include <algorithm>
+
+namespace cozy::fake {
+using namespace internal;  // NOLINT
+
+FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
+                                               httplib::Response& response, size_t logIndex) {
+  const std::string& path = request.path;
+  if (path == "/healthz" || path == "/readyz" || path == "/livez") {
+    response.set_content("ok", "text/plain");
+    return {200};
+  }
+  auto parts = Split(path);
+  bool core = parts.size() >= 2 && parts[0] == "api";
+  bool grouped = parts.size() >= 3 && parts[0] == "apis";
+  if (path == "/api" || path == "/apis" || path == "/version" || path.rfind("/openapi/", 0) == 0 ||
+      (core && parts.size() == 2) || (grouped && parts.size() == 3)) {
+    return Discovery(path, response);
+  }
+  if (!core && !grouped) {
+    SendPlainNotFound(response);
+    return {404};
+  }
+  std::string group = core ? "" : parts[1];
+  std::string version = core ? parts[1] : parts[2];
+  std::vector<std::string> rest(parts.begin() + (core ? 2 : 3), parts.end());
+
+  std::shared_ptr<const ResourceType> type;
+  std::string ns;
+  std::string name;
+  std::string subresource;
+  {
+    std::lock_guard lock(mutex_);
+    if (rest.size() >= 3 && rest[0] == "namespaces") {
+      auto candidate = FindType(group, version, rest[2]);
+      if (candidate && candidate->namespaced && rest.size() <= 5) {
+        type = candidate;
+        ns = rest[1];
+        if (rest.size() >= 4) name = rest[3];
+        if (rest.size() == 5) subresource = rest[4];
+      }
+    }
+    if (!type && !rest.empty() && rest.size() <= 3) {
+      auto candidate = FindType(group, version, rest[0]);
+      // A namespaced kind without a namespace serves only lists and watches.
+      if (candidate && (!candidate->namespaced || rest.size() == 1)) {
+        type = candidate;
+        if (rest.size() >= 2) name = rest[1];
+        if (rest.size() == 3) subresource = rest[2];
+      }
+    }
+  }
+  if (!type) {
+    // The kind is not served here (e.g. its CRD is not loaded): the plain 404, not a Status.
+    SendPlainNotFound(response);
+    return {404};
+  }
+  const bool finalizeWrite = subresource == "finalize" && type->plural == "namespaces" &&
+                             type->group.empty() && request.method == "PUT";
+  if (!subresource.empty() && !finalizeWrite &&
+      (subresource != "status" || !type->statusSubresource)) {
+    throw StatusError{404, "NotFound", "the server could not find the requested resource",
+                      json::object()};
+  }
+  const bool statusWrite = subresource == "status";
+  const std::string& method = request.method;
+  // dryRun (query, and a DeleteOptions body): only "All" is known.
+  std::vector<std::string> dryRunValues;
+  for (size_t i = 0; i < request.get_param_value_count("dryRun"); ++i) {
+    dryRunValues.push_back(request.get_param_value("dryRun", i));
+  }
+  json deleteOptions = json::object();
+  if (method == "DELETE" && !request.body.empty()) {
+    deleteOptions = json::parse(request.body, nullptr, false);
+    if (deleteOptions.is_discarded() || !deleteOptions.is_object()) {
+      throw StatusError{400, "BadRequest", "the DeleteOptions body is not a JSON object",
+                        json::object()};
+    }
+    for (const auto& value : deleteOptions.value("dryRun", json::array())) {
+      if (value.is_string()) dryRunValues.push_back(value.get<std::string>());
+    }
+  }
+  const std::string optionsKind = method == "POST"    ? "CreateOptions"
+                                  : method == "PUT"   ? "UpdateOptions"
+                                  : method == "PATCH" ? "PatchOptions"
+                                                      : "DeleteOptions";
+  auto invalidOptions = [&optionsKind](const std::string& field, const std::string& message) {
+    return StatusError{
+        422,
+        "Invalid",
+        optionsKind + ".meta.k8s.io \"\" is invalid: " + field + ": " + message,
+        {{"group", "meta.k8s.io"},
+         {"kind", optionsKind},
+         {"causes",
+          json::array(
+              {{{"reason", "FieldValueNotSupported"}, {"field", field}, {"message", message}}})}}};
+  };
+  bool dryRun = false;
+  if (method != "GET" && !dryRunValues.empty()) {
+    std::string list;
+    for (const auto& value : dryRunValues) list += (list.empty() ? "\"" : ", \"") + value + "\"";
+    for (const auto& value : dryRunValues) {
+      if (value != "All") {
+        throw invalidOptions(
+            "dryRun", "Unsupported value: []string{" + list + "}: supported values: \"All\"");
+      }
+    }
+    dryRun = true;
+  }
+  DeleteRequest deletion;
+  deletion.dryRun = dryRun;
+  if (method == "DELETE") {
+    deletion.propagationPolicy = deleteOptions.value("propagationPolicy", "");
+    if (request.has_param("propagationPolicy")) {
+      deletion.propagationPolicy = request.get_param_value("propagationPolicy");
+    }
+    if (deletion.propagationPolicy.empty() && deleteOptions.contains("orphanDependents") &&
+        deleteOptions["orphanDependents"].is_boolean()) {
+      deletion.propagationPolicy =
+          deleteOptions["orphanDependents"].get<bool>() ? "Orphan" : "Background";
+    }
+    if (!deletion.propagationPolicy.empty() && deletion.propagationPolicy != "Foreground" &&
+        deletion.propagationPolicy != "Background" && deletion.propagationPolicy != "Orphan") {
+      throw invalidOptions("propagationPolicy",
+                           "Unsupported value: \"" + deletion.propagationPolicy +
+                               "\": supported values: \"Foreground\", \"Background\", "
+                               "\"Orphan\", \"nil\"");
+    }
+    const json preconditions = deleteOptions.value("preconditions", json::object());
+    if (preconditions.is_object()) {
+      deletion.uid = preconditions.value("uid", "");
+      deletion.resourceVersion = preconditions.value("resourceVersion", "");
+    }
+  }
+  auto notFound = [&type](const std::string& missing) {
+    return StatusError{404,
+                       "NotFound",
+                       type->Qualified() + " \"" + missing + "\" not found",
+                       {{"name", missing}, {"group", type->group}, {"kind", type->plural}}};
+  };
+  bool wantsTable = request.get_header_value("Accept").find("as=Table") != std::string::npos;
+  auto withTypeMeta = [&type](json object) {
+    object["apiVersion"] = type->ApiVersion();
+    object["kind"] = type->kind;
+    return object;
+  };
+
+  if (method == "GET" && name.empty()) {
+    Selectors selectors;
+    try {
+      if (request.has_param("labelSelector") && !request.get_param_value("labelSelector").empty()) {
+        selectors.labels.emplace(request.get_param_value("labelSelector"));
+      }
+      if (request.has_param("fieldSelector")) {
+        selectors.fields = ParseFieldSelector(request.get_param_value("fieldSelector"));
+      }
+    } catch (const std::invalid_argument& error) {
+      throw StatusError{400, "BadRequest", error.what(), json::object()};
+    }
+    for (const auto& requirement : selectors.fields) {
+      bool supported = requirement.field == "metadata.name" ||
+                       (type->namespaced && requirement.field == "metadata.namespace") ||
+                       std::find(type->fieldLabels.begin(), type->fieldLabels.end(),
+                                 requirement.field) != type->fieldLabels.end();
+      if (!supported) {
+        throw StatusError{400, "BadRequest", "field label not supported: " + requirement.field,
+                          json::object()};
+      }
+    }
+    if (ParamTrue(request, "watch")) {
+      if (request.has_param("sendInitialEvents")) {
+        // Streaming lists are not implemented: informers fall back to LIST on this error.
+        throw StatusError{422, "Invalid", "sendInitialEvents is not supported by this server",
+                          json::object()};
+      }
+      Watch(request, response, type, ns, logIndex);
+      return {200};
+    }
+    std::vector<json> items;
+    std::string listVersion;
+    {
+      std::lock_guard lock(mutex_);
+      listVersion = std::to_string(resourceVersion_);
+      for (const auto& [key, object] : objects_[type->StoreKey()]) {
+        (void)key;
+        if (!ns.empty() && object["metadata"].value("namespace", "") != ns) continue;
+        if (selectors.Matches(object)) items.push_back(object);
+      }
+    }
+    // Pages: `continue` is the offset into this (always fresh) list.
+    size_t offset =
+        request.has_param("continue") ? std::stoul(request.get_param_value("continue")) : 0;
+    size_t limit = request.has_param("limit") ? std::stoul(request.get_param_value("limit")) : 0;
+    std::string next;
+    if (offset > 0 || (limit > 0 && items.size() > offset + limit)) {
+      size_t end = limit > 0 ? std::min(items.size(), offset + limit) : items.size();
+      if (end < items.size()) next = std::to_string(end);
+      items = std::vector<json>(items.begin() + static_cast<long>(std::min(offset, items.size())),
+                                items.begin() + static_cast<long>(end));
+    }
+    if (wantsTable) {
+      SendJson(response, 200, Table(*type, items, listVersion));
+      return {200};
+    }
+    json list = {{"kind", type->listKind},
+                 {"apiVersion", type->ApiVersion()},
+                 {"metadata", {{"resourceVersion", listVersion}}},
+                 {"items", json::array()}};
+    if (!next.empty()) list["metadata"]["continue"] = next;
+    for (auto& item : items) list["items"].push_back(withTypeMeta(std::move(item)));
+    if (auto fault = TakeModeFault(request, /*listModes=*/true, logIndex)) {
+      // Valid JSON of the wrong shape: what a broken proxy, a version skew or a bug sends.
+      switch (fault->mode) {
+        case FaultMode::kListResourceVersionNumber:
+          list["metadata"]["resourceVersion"] = std::stoull(listVersion);
+          break;
+        case FaultMode::kListItemsNotArray: {
+          json byName = json::object();
+          for (const auto& item : list["items"]) byName[item["metadata"].value("name", "")] = item;
+          list["items"] = byName;
+          break;
+        }
+        case FaultMode::kListWithoutMetadata:
+          list.erase("metadata");
+          break;
+        default:
+          break;
+      }
+    }
+    SendJson(response, 200, list);
+    return {200};
+  }
+
+  if (method == "POST" && name.empty() && subresource.empty()) {
+    json body = json::parse(request.body, nullptr, false);
+    if (body.is_discarded() || !body.is_object()) {
+      throw StatusError{400, "BadRequest", "the request body is not a JSON object", json::object()};
+    }
+    std::string bodyKind = body.value("kind", "");
+    if (!bodyKind.empty() && bodyKind != type->kind) {
+      throw StatusError{400, "BadRequest",
+                        "the kind " + bodyKind + " does not match the resource " + type->plural,
+                        json::object()};
+    }
+    json created;
+    {
+      std::lock_guard lock(mutex_);
+      created = CreateLocked(*type, ns, std::move(body), true, dryRun);
+      SettleLocked();
+    }
+    SendJson(response, 201, created);
+    return {201};
+  }
+
+  if (method == "DELETE" && name.empty() && subresource.empty()) {
+    // deletecollection: each object the selectors pick, as its own DELETE.
+    Selectors selectors;
+    try {
+      if (request.has_param("labelSelector") && !request.get_param_value("labelSelector").empty()) {
+        selectors.labels.emplace(request.get_param_value("labelSelector"));
+      }
+      if (request.has_param("fieldSelector")) {
+        selectors.fields = ParseFieldSelector(request.get_param_value("fieldSelector"));
+      }
+    } catch (const std::invalid_argument& error) {
+      throw StatusError{400, "BadRequest", error.what(), json::object()};
+    }
+    json list = {{"kind", type->listKind},
+                 {"apiVersion", type->ApiVersion()},
+                 {"metadata", json::object()},
+                 {"items", json::array()}};
+    std::lock_guard lock(mutex_);
+    std::vector<std::string> keys;
+    for (const auto& [key, object] : objects_[type->StoreKey()]) {
+      if (!ns.empty() && object["metadata"].value("namespace", "") != ns) continue;
+      if (selectors.Matches(object)) keys.push_back(key);
+    }
+    for (const auto& key : keys) {
+      if (!objects_[type->StoreKey()].count(key)) continue;
+      list["items"].push_back(withTypeMeta(DeleteLocked(*type, key, deletion)));
+    }
+    SettleLocked();
+    list["metadata"]["resourceVersion"] = std::to_string(resourceVersion_);
+    SendJson(response, 200, list);
+    return {200};
+  }
+
+  if (name.empty()) {
+    throw StatusError{405, "MethodNotAllowed",
+                      "the server does not allow this method on the requested resource",
+                      json::object()};
+  }
+  const std::string key = ObjectKey(type->namespaced ? ns : "", name);
+
+  if (method == "GET") {
+    json object;
+    std::string listVersion;
+    {
+      std::lock_guard lock(mutex_);
+      auto& store = objects_[type->StoreKey()];
+      auto it = store.find(key);
+      if (it == store.end()) throw notFound(name);
+      object = it->second;
+      listVersion = std::to_string(resourceVersion_);
+    }
+    if (wantsTable) {
+      SendJson(response, 200, Table(*type, {object}, listVersion));
+    } else {
+      SendJson(response, 200, object);
+    }
+    return {200};
+  }
+
+  if (method == "DELETE" && subresource.empty()) {
+    json deleted;
+    {
+      std::lock_guard lock(mutex_);
+      deleted = DeleteLocked(*type, key, deletion);
+      SettleLocked();
+    }
+    SendJson(response, 200, deleted);
+    return {200};
+  }
+
+  if (method == "PUT" || method == "PATCH") {
+    json body = json::parse(request.body, nullptr, false);
+    if (body.is_discarded()) {
+      throw StatusError{400, "BadRequest", "the request body is not valid JSON", json::object()};
+    }
+    std::string contentType = request.get_header_value("Content-Type");
+    if (auto semicolon = contentType.find(';'); semicolon != std::string::npos) {
+      contentType = contentType.substr(0, semicolon);
+    }
+    std::lock_guard lock(mutex_);
+    auto& store = objects_[type->StoreKey()];
+    auto it = store.find(key);
+    if (it == store.end()) throw notFound(name);
+    const json old = it->second;
+    const std::string currentVersion = old["metadata"].value("resourceVersion", "");
+    json updated;
+    if (method == "PUT") {
+      if (!body.is_object()) {
+        throw StatusError{400, "BadRequest", "the body is not an object", json::object()};
+      }
+      std::string bodyName = body.value("metadata", json::object()).value("name", "");
+      if (bodyName != name) {
+        throw StatusError{400, "BadRequest",
+                          "the name of the object (" + bodyName +
+                              ") does not match the name on the URL (" + name + ")",
+                          json::object()};
+      }
+      std::string sent = body["metadata"].value("resourceVersion", "");
+      if (sent.empty() && type->requiresResourceVersion) {
+        throw StatusError{422,
+                          "Invalid",
+                          type->kind + "." + type->group + " \"" + name +
+                              "\" is invalid: metadata.resourceVersion: Invalid value: 0x0: "
+                              "must be specified for an update",
+                          {{"name", name}, {"group", type->group}, {"kind", type->kind}}};
+      }
+      updated = body;
+    } else if (contentType == "application/merge-patch+json" ||
+               (contentType == "application/strategic-merge-patch+json" && !type->custom)) {
+      // Built-in kinds take strategic merge patches; this fake applies them as RFC 7386
+      // merge patches, which agrees for every patch without list merge keys.
+      updated = old;
+      updated.merge_patch(body);
+    } else if (contentType == "application/json-patch+json") {
+      try {
+        updated = old.patch(body);
+      } catch (const json::exception&) {
+        throw StatusError{422,
+                          "Invalid",
+                          "the server rejected our request due to an error in our request",
+                          {{"name", name}, {"group", type->group}, {"kind", type->kind}}};
+      }
+    } else {
+      throw StatusError{415, "UnsupportedMediaType",
+                        "the body of the request was in an unknown format - accepted media "
+                        "types include: application/json-patch+json, "
+                        "application/merge-patch+json",
+                        json::object()};
+    }
+    if (!updated.is_object()) {
+      throw StatusError{422, "Invalid", "the patched object is not an object", json::object()};
+    }
+    std::string sent = updated.value("metadata", json::object()).value("resourceVersion", "");
+    if (method == "PUT" || (!sent.empty() && sent != currentVersion)) {
+      if (!sent.empty() && sent != currentVersion) {
+        throw StatusError{409,
+                          "Conflict",
+                          "Operation cannot be fulfilled on " + type->Qualified() + " \"" + name +
+                              "\": the object has been modified; please apply your "
+                              "changes to the latest version and try again",
+                          {{"name", name}, {"group", type->group}, {"kind", type->plural}}};
+      }
+    }
+    if (finalizeWrite) {
+      // /finalize: only spec.finalizers is taken.
+      json finalized = old;
+      finalized["spec"]["finalizers"] =
+          updated.value("spec", json::object()).value("finalizers", json::array());
+      if (finalized["spec"]["finalizers"].empty()) finalized["spec"].erase("finalizers");
+      updated = finalized;
+    } else if (!statusWrite && type->plural == "namespaces" && type->group.empty() &&
+               updated.is_object()) {
+      // The namespace strategy: spec.finalizers changes only through /finalize.
+      const json spec = old.value("spec", json::object());
+      if (spec.contains("finalizers")) {
+        updated["spec"]["finalizers"] = spec["finalizers"];
+      } else if (updated.contains("spec") && updated["spec"].is_object()) {
+        updated["spec"].erase("finalizers");
+      }
+    }
+    json result = WriteLocked(*type, key, old, std::move(updated), statusWrite, dryRun);
+    SettleLocked();
+    SendJson(response, 200, result);
+    return {200};
+  }
+  throw StatusError{405, "MethodNotAllowed",
+                    "the server does not allow this method on the requested resource",
+                    json::object()};
+}
+
+}  // namespace cozy::fake
