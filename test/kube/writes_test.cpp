@@ -60,9 +60,11 @@ TEST_F(WritesTest, DryRunAndFieldManagerAreOnEveryWrite) {
   EXPECT_EQ(Last().query, "dryRun=All&fieldManager=gpu-controller");
   client_->MergePatch(kPods + "/p1", {{"metadata", {{"labels", {{"a", "1"}}}}}}, options);
   EXPECT_EQ(Last().query, "dryRun=All&fieldManager=gpu-controller");
-  client_->JsonPatch(kPods + "/p1",
-                     json::array({{{"op", "add"}, {"path", "/metadata/labels/b"}, {"value", "2"}}}),
-                     {.dryRun = false, .fieldManager = "binder"});
+  client_->JsonPatch(
+      kPods + "/p1",
+      // (The dry-run patches above stored nothing: labels do not exist yet.)
+      json::array({{{"op", "add"}, {"path", "/metadata/labels"}, {"value", {{"b", "2"}}}}}),
+      {.dryRun = false, .fieldManager = "binder"});
   EXPECT_EQ(Last().query, "fieldManager=binder");
   client_->MergePatch(kPods + "/p1", {{"metadata", {{"labels", {{"c", "3"}}}}}});
   EXPECT_EQ(Last().query, "");  // nothing asked, nothing sent
