@@ -152,12 +152,12 @@ int Daemon::Run() {
                                  {"sysfsRoot", options_.scan.root},
                                  {"podResources", options_.podResources.endpoint}});
   for (Source* source : sources_) {
-    source->Start(loop_, [this](std::string_view reason, bool debounce) {
-      OnSourceChanged(reason, debounce);
+    source->Start(loop_, [this, source](std::string_view reason, bool debounce) {
+      OnSourceChanged(source, reason, debounce);
     });
   }
   startup_.Arm(options_.startupWait);
-  OnSourceChanged("start", false);  // runs the first pass now when every source is settled
+  OnSourceChanged(nullptr, "start", false);  // runs the first pass now when every source is settled
   resync_.Arm(options_.resync);
   heartbeat_.Arm(std::chrono::seconds(1));
   health_.Heartbeat();
@@ -189,21 +189,21 @@ void Daemon::PostPodPhases(PodPhases phases) {
       return;
     }
     postedPodPhases_ = std::move(phases);
-    OnSourceChanged("pod phases posted", false);
+    OnSourceChanged(podWatch_.get(), "pod phases posted", false);
   });
 }
 
-void Daemon::OnSourceChanged(std::string_view reason, bool debounce) {
+void Daemon::OnSourceChanged(const Source* source, std::string_view reason, bool debounce) {
   if (!started_) {
-    for (const Source* source : sources_) {
-      if (!source->Settled()) {
+    for (const Source* each : sources_) {
+      if (!each->Settled()) {
         return;  // the startup timer runs the first pass at the latest
       }
     }
     Pass();
     return;
   }
-  if (reason == "pod phases changed" || reason == "pod phases posted") {
+  if (source == podWatch_.get()) {
     // A pod that finished frees its devices now; kubelet's lists say so soon after.
     podResources_.Refresh(false);
   }

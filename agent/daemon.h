@@ -92,7 +92,8 @@ class Daemon {
 
  private:
   bool SetUp();
-  void OnSourceChanged(std::string_view reason, bool debounce);
+  // `source`: who changed (nullptr at start).
+  void OnSourceChanged(const Source* source, std::string_view reason, bool debounce);
   void RefreshAll(std::string_view why, bool force);
   void Pass();
   void NotifyStatus();

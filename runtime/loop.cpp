@@ -230,6 +230,11 @@ Signal Loop::AddSignal(int signo, std::function<void(const signalfd_siginfo&)> r
 }
 
 Child Loop::AddChild(std::string name, pid_t pid, std::function<void(int status)> exited) {
+  // sd-event reaps through SIGCHLD, which must be blocked (as for AddSignal).
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &mask, nullptr);
   auto state = NewState(this, std::move(name));
   state->exited = std::move(exited);
   Check(sd_event_add_child(event_, &state->source, pid, WEXITED, &OnChild, state.get()),

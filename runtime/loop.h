@@ -120,6 +120,7 @@ class Loop {
   // Blocks `signo` for the calling thread (call before starting other threads) and delivers it
   // on the loop.
   Signal AddSignal(int signo, std::function<void(const signalfd_siginfo&)> received);
+  // Blocks SIGCHLD for the calling thread; `exited` gets the exit code, or 128 + the signal.
   Child AddChild(std::string name, pid_t pid, std::function<void(int status)> exited);
 
   // Thread-safe: runs `work` on the loop thread soon, in the order posted.

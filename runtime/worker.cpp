@@ -31,11 +31,6 @@ void Worker::Stop() {
   }
 }
 
-size_t Worker::Pending() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return jobs_.size() + (running_ ? 1U : 0U);
-}
-
 void Worker::Main() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
@@ -45,7 +40,6 @@ void Worker::Main() {
     }
     std::function<void()> job = std::move(jobs_.front());
     jobs_.pop_front();
-    running_ = true;
     lock.unlock();
     try {
       job();
@@ -55,7 +49,6 @@ void Worker::Main() {
       LogError("a background job failed", {{"worker", name_}, {"reason", "unknown exception"}});
     }
     lock.lock();
-    running_ = false;
   }
 }
 

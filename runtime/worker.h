@@ -24,17 +24,14 @@ class Worker {
   // Thread-safe. A job that throws is logged with the worker's name; the worker goes on.
   void Run(std::function<void()> job);
   void Stop();
-  // Jobs queued or running.
-  size_t Pending() const;
 
  private:
   void Main();
 
   std::string name_;
-  mutable std::mutex mutex_;
+  std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::function<void()>> jobs_;
-  bool running_ = false;
   bool stopping_ = false;
   std::thread thread_;
 };

@@ -19,7 +19,7 @@ ApiPodWatch::ApiPodWatch(kube::Client& client, const std::string& nodeName)
                                       .watchTimeoutSeconds = 0,
                                       .backoff = {},
                                       .random = {}},
-                [](const kube::WatchEvent&) {}) {}
+                [this](const kube::WatchEvent&) { eventsSinceRead_ = true; }) {}
 
 ApiPodWatch::~ApiPodWatch() {
   stopping_ = true;
@@ -52,27 +52,36 @@ void ApiPodWatch::Main(runtime::Loop& loop, Changed changed) {
       }
       lastError = informer_.LastError();
     }
-    PodPhases phases;
-    for (const auto& [key, pod] : informer_.Cache()) {
-      // Fields of the wrong type (a server or a proxy gone wrong) leave that pod out.
-      try {
-        const auto& metadata = pod.at("metadata");
-        const std::string phase = pod.at("status").at("phase").get<std::string>();
-        if (!phase.empty()) {
-          phases[metadata.at("namespace").get<std::string>() + "/" +
-                 metadata.at("name").get<std::string>()] = phase;
+    // The phases are read again only when the informer delivered something (an event, or a
+    // relist's differences); a quiet node costs no walk over its pods every step.
+    bool phasesChanged = false;
+    if (eventsSinceRead_) {
+      eventsSinceRead_ = false;
+      PodPhases phases;
+      for (const auto& [key, pod] : informer_.Cache()) {
+        // Fields of the wrong type (a server or a proxy gone wrong) leave that pod out.
+        try {
+          const auto& metadata = pod.at("metadata");
+          const std::string phase = pod.at("status").at("phase").get<std::string>();
+          if (!phase.empty()) {
+            phases[metadata.at("namespace").get<std::string>() + "/" +
+                   metadata.at("name").get<std::string>()] = phase;
+          }
+        } catch (const nlohmann::json::exception&) {
+          continue;
         }
-      } catch (const nlohmann::json::exception&) {
-        continue;
+      }
+      phasesChanged = phases != last;
+      if (phasesChanged) {
+        last = std::move(phases);
       }
     }
     // Settled once the first list answered or failed: the first pass then goes ahead with
     // what is known rather than waiting for a server that may not come back.
     const bool settled = informer_.Synced() || !lastError.empty();
-    if (phases != last || (settled && !reportedSettled)) {
-      last = phases;
+    if (phasesChanged || (settled && !reportedSettled)) {
       reportedSettled = reportedSettled || settled;
-      loop.Post([this, phases = std::move(phases), settled, changed] {
+      loop.Post([this, phases = last, settled, changed] {
         const bool differ = phases != phases_;
         const bool nowSettled = settled && !settled_;
         phases_ = phases;

@@ -49,6 +49,7 @@ class ApiPodWatch : public PodWatch {
   kube::Informer informer_;
   std::thread thread_;
   std::atomic<bool> stopping_{false};
+  bool eventsSinceRead_ = true;  // the watch thread's: the cache changed since phases were read
   // Loop-thread state, updated by posted work.
   PodPhases phases_;
   bool settled_ = false;

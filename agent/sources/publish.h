@@ -62,8 +62,6 @@ class PublishSource : public Source {
   // coalesced: the next write carries the latest.
   void Offer(nlohmann::json status);
   const PublishCounters& counters() const { return counters_; }
-  // Whether the server holds the last status offered, as far as the agent knows.
-  bool InSync() const { return confirmed_ && desired_ && *confirmed_ == *desired_ && !forced_; }
 
  private:
   void Kick();

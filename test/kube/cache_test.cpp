@@ -9,7 +9,10 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "test/kube/kube_test_support.h"
+#include "test/support/process.h"
 
 namespace cozy::kube {
 namespace {
@@ -29,14 +32,10 @@ json Pod(const std::string& ns, const std::string& name, const std::string& node
           {"spec", {{"nodeName", node}}}};
 }
 
-template <class Predicate>
-bool WaitUntil(Predicate predicate, Duration timeout) {
-  const auto end = Clock::now() + timeout;
-  while (Clock::now() < end) {
-    if (predicate()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return predicate();
+// The suite's one wait (test/support/process.h), polling every 10 ms.
+bool WaitUntil(const std::function<bool()>& predicate, Duration timeout) {
+  return testing::WaitFor(predicate, std::chrono::duration_cast<std::chrono::milliseconds>(timeout),
+                          10ms);
 }
 
 using Keys = std::vector<std::string>;

@@ -10,8 +10,11 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "kube/informer.h"
 #include "test/kube/kube_test_support.h"
+#include "test/support/process.h"
 
 namespace cozy::kube {
 namespace {
@@ -32,14 +35,10 @@ std::unique_ptr<fake::FakeApiServer> StartWithLeases() {
   return server;
 }
 
-template <class Predicate>
-bool WaitUntil(Predicate predicate, Duration timeout) {
-  const auto end = Clock::now() + timeout;
-  while (Clock::now() < end) {
-    if (predicate()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return predicate();
+// The suite's one wait (test/support/process.h), polling every 10 ms.
+bool WaitUntil(const std::function<bool()>& predicate, Duration timeout) {
+  return testing::WaitFor(predicate, std::chrono::duration_cast<std::chrono::milliseconds>(timeout),
+                          10ms);
 }
 
 // One candidate with its callbacks recorded.

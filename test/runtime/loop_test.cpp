@@ -6,6 +6,8 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include <csignal>
+
 #include <atomic>
 #include <chrono>
 #include <stdexcept>
@@ -147,6 +149,28 @@ TEST_F(LoopTest, AWorkerRunsJobsInOrderOffTheLoopAndSurvivesAThrow) {
   EXPECT_EQ(results, (std::vector<int>{0, 1, 2, 3, 4}));
   EXPECT_GT(ticks, 1);  // the loop ran while the jobs blocked
   EXPECT_TRUE(Logged("job failed"));
+}
+
+TEST_F(LoopTest, AChildIsReapedWithItsExitCode) {
+  Loop loop;
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &mask, nullptr);  // before fork: no SIGCHLD lost to a default handler
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::_exit(3);
+  }
+  int status = -1;
+  Child child = loop.AddChild("child", pid, [&](int code) {
+    status = code;
+    loop.Exit(0);
+  });
+  Timer limit = loop.AddTimer("limit", [&] { loop.Exit(1); });
+  limit.Arm(5s);
+  EXPECT_EQ(loop.Run(), 0);
+  EXPECT_EQ(status, 3);
 }
 
 TEST(Duration, ParsesTheUnitsFlagsUse) {
