@@ -77,7 +77,8 @@ GpuDevice GpuDeviceFromJson(const nlohmann::json& object) {
   out.nodeName = status->OptionalString("nodeName");
   if (std::optional<JsonField> attachment = status->Find("attachment")) {
     out.attachment =
-        Attachment{attachment->Require("vmiName").AsString(), attachment->StringOr("vmiUID", "")};
+        Attachment{attachment->Require("vmiName").AsString(), attachment->StringOr("vmiUID", ""),
+                   attachment->StringOr("attachedAt", "")};
   }
   if (std::optional<JsonField> request = status->Find("bindRequest")) {
     out.bindRequest =
@@ -117,6 +118,9 @@ nlohmann::json ToJson(const GpuDevice& device) {
   if (status.attachment) {
     statusJson["attachment"] = {{"vmiName", status.attachment->vmiName},
                                 {"vmiUID", status.attachment->vmiUid}};
+    if (!status.attachment->attachedAt.empty()) {
+      statusJson["attachment"]["attachedAt"] = status.attachment->attachedAt;
+    }
   }
   if (status.bindRequest) {
     statusJson["bindRequest"] = {{"id", status.bindRequest->id},

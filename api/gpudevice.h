@@ -26,9 +26,15 @@ struct GpuDeviceSpec {
 };
 
 // The VMI a device is attached to; the UID tells a recreated VMI of the same name apart.
+// The webhook attaches at the VMI's CREATE admission, before the VMI exists and so before it
+// has a UID: it records the name and when (attachedAt). The controller then fills vmiUID from
+// the first VMI of that name created at or after attachedAt (to the second, as
+// creationTimestamp is), and clears an attachment whose VMI has not appeared within the
+// attachment grace (--attachment-grace).
 struct Attachment {
   std::string vmiName;
-  std::string vmiUid;  // JSON: vmiUID
+  std::string vmiUid;      // JSON: vmiUID; empty until the controller matched the VMI
+  std::string attachedAt;  // RFC 3339; empty on an attachment written before the field existed
   bool operator==(const Attachment&) const = default;
 };
 

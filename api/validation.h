@@ -13,6 +13,11 @@ std::string CheckDnsLabel(std::string_view name);
 // RFC 1123 subdomain: at most 253 characters, dot-separated labels.
 std::string CheckDnsSubdomain(std::string_view name);
 
+// "<first>-<second>" when that is a DNS subdomain; else its prefix cut to fit and a hash of both
+// names (so the result stays a valid subdomain, its last label within 63 characters). Stable
+// and distinct per pair: names derived from other objects (template devices, usage records).
+std::string JoinSubdomain(std::string_view first, std::string_view second);
+
 // A GPUClass name becomes part of a quota key (`requests.gpu.cozystack.io/<class>`), so it is a
 // DNS label and never `total`, the key of the budget over all classes.
 std::string CheckClassName(std::string_view name);

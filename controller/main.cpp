@@ -1,9 +1,48 @@
-// gpu-controller: the GPU catalog's controller. Today it offers `simulate`, the shared model run
-// offline on a snapshot file; the binder and the webhooks join it in later issues.
+// gpu-controller: the GPU catalog's controller. `run` is the daemon (leader election, caches,
+// the GPU reconciler; the binder and the webhooks join it in later issues); `simulate` runs the
+// shared model offline on a snapshot file.
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <iostream>
 
+#include "controller/daemon/daemon.h"
 #include "controller/simulate.h"
+#include "runtime/duration.h"
+#include "runtime/log.h"
+
+namespace {
+
+constexpr int kExitBadInput = 2;
+
+struct BadFlag {
+  std::string message;
+};
+
+std::chrono::milliseconds PositiveDuration(const std::string& flag, const std::string& text) {
+  const auto duration = cozy::runtime::ParseDuration(text);
+  if (!duration || duration->count() <= 0) {
+    throw BadFlag{flag + " " + text + ": must be a positive duration such as 90s, 2m or 500ms"};
+  }
+  return *duration;
+}
+
+std::vector<std::string> SplitNames(const std::string& text) {
+  std::vector<std::string> names;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = text.find(',', start);
+    std::string name =
+        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    name.erase(0, name.find_first_not_of(" \t"));
+    name.erase(name.find_last_not_of(" \t") + 1);
+    if (!name.empty()) names.push_back(name);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return names;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"gpu-controller: GPU catalog controller for KubeVirt VMs"};
@@ -18,13 +57,56 @@ int main(int argc, char** argv) {
   simulate->add_option("-o,--output", output, "Output format")
       ->check(CLI::IsMember({"json", "table"}));
 
+  CLI::App* run = app.add_subcommand(
+      "run",
+      "Run the controller: leader election, caches and the GPU reconciler (docs/controller.md)");
+  cozy::controller::RunOptions options;
+  std::string resourceNames;
+  std::string rawNames = "allow";
+  std::string grace = "2m", leaseDuration = "15s", renewDeadline = "10s", retryPeriod = "2s";
+  std::string resync = "30s", discoveryInterval = "30s";
+  std::string logFormat = "text";
+  int verbosity = 0;
+  run->add_option("--kubeconfig", options.kubeconfig, "kubeconfig file (default: in-cluster)");
+  run->add_option("--namespace", options.namespaceName,
+                  "Home of the Lease gpu-controller and the settings ConfigMap")
+      ->capture_default_str();
+  run->add_option("--identity", options.identity, "Lease holder identity (default: hostname)");
+  run->add_flag("--enable-gpu", options.enableGpu,
+                "GPUs for VMs: placement, webhooks and the KubeVirt watches");
+  run->add_option("--gpu-resource-names", resourceNames,
+                  "The hoster's GPU resource names, comma separated");
+  run->add_option("--raw-gpu-names", rawNames,
+                  "Whether VMs and pods may request GPU resource names directly")
+      ->check(CLI::IsMember({"allow", "forbid"}))
+      ->capture_default_str();
+  run->add_option("--attachment-grace", grace,
+                  "How long an attachment waits for its VMI to appear (positive)")
+      ->capture_default_str();
+  run->add_option("--lease-duration", leaseDuration)->capture_default_str();
+  run->add_option("--renew-deadline", renewDeadline)->capture_default_str();
+  run->add_option("--retry-period", retryPeriod)->capture_default_str();
+  run->add_option("--health-addr", options.healthAddress,
+                  "/healthz, /readyz and /metrics: host:port, :port or off")
+      ->capture_default_str();
+  run->add_option("--qps", options.qps, "API requests per second (0: no limit)")
+      ->capture_default_str();
+  run->add_option("--burst", options.burst, "API request burst")->capture_default_str();
+  run->add_option("--resync", resync, "A reconciler pass at least this often")
+      ->capture_default_str();
+  run->add_option("--discovery-interval", discoveryInterval,
+                  "How often to ask which optional kinds (KubeVirt, usage records) are served")
+      ->capture_default_str();
+  run->add_option("--log-format", logFormat)->check(CLI::IsMember({"text", "json"}));
+  run->add_flag("-v,--verbose", verbosity, "Debug logs");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& success) {
     return app.exit(success);
   } catch (const CLI::ParseError& error) {
     app.exit(error);
-    return 2;  // bad input, like a malformed snapshot
+    return kExitBadInput;  // bad input, like a malformed snapshot
   }
   if (simulate->parsed()) {
     return cozy::controller::RunSimulate(snapshotPath,
@@ -32,5 +114,35 @@ int main(int argc, char** argv) {
                                                            : cozy::controller::OutputFormat::kJson,
                                          std::cout, std::cerr);
   }
-  return 2;
+  if (run->parsed()) {
+    try {
+      options.gpuResourceNames = SplitNames(resourceNames);
+      options.rawNamesForbidden = rawNames == "forbid";
+      options.attachmentGrace = PositiveDuration("--attachment-grace", grace);
+      options.leaseDuration = PositiveDuration("--lease-duration", leaseDuration);
+      options.renewDeadline = PositiveDuration("--renew-deadline", renewDeadline);
+      options.retryPeriod = PositiveDuration("--retry-period", retryPeriod);
+      options.resync = PositiveDuration("--resync", resync);
+      options.discoveryInterval = PositiveDuration("--discovery-interval", discoveryInterval);
+      if (!std::isfinite(options.qps) || options.qps < 0 || options.burst < 1) {
+        throw BadFlag{"--qps must be 0 or more and --burst at least 1"};
+      }
+    } catch (const BadFlag& bad) {
+      std::cerr << "gpu-controller run: " << bad.message << "\n";
+      return kExitBadInput;
+    }
+    cozy::runtime::Logger::Get().Configure(
+        logFormat == "json" ? cozy::runtime::LogFormat::kJson : cozy::runtime::LogFormat::kText,
+        verbosity);
+    try {
+      return cozy::controller::RunController(options);
+    } catch (const std::invalid_argument& error) {
+      std::cerr << "gpu-controller run: " << error.what() << "\n";
+      return kExitBadInput;
+    } catch (const std::exception& error) {
+      std::cerr << "gpu-controller run: " << error.what() << "\n";
+      return 1;
+    }
+  }
+  return kExitBadInput;
 }

@@ -106,6 +106,7 @@ model::VirtualMachineInstance DecodeVmi(const JsonField& item) {
   vmi.namespaceName = meta.namespaceName;
   vmi.name = meta.name;
   vmi.uid = meta.uid;
+  vmi.creationTimestamp = meta.creationTimestamp;
   if (std::optional<JsonField> spec = item.Find("spec")) {
     if (std::optional<JsonField> tolerations = spec->Find("tolerations")) {
       for (const JsonField& toleration : tolerations->AsArray()) {
@@ -182,6 +183,10 @@ std::string Describe(const nlohmann::json& item, const std::string& kind) {
 }
 
 }  // namespace
+
+model::VirtualMachineInstance VmiFromJson(const nlohmann::json& object) {
+  return DecodeVmi(JsonField(object, ""));
+}
 
 model::Snapshot DecodeSnapshotList(const nlohmann::json& list) {
   model::Snapshot snapshot;

@@ -20,4 +20,9 @@ class SnapshotError : public std::runtime_error {
 
 model::Snapshot DecodeSnapshotList(const nlohmann::json& list);
 
+// One VirtualMachineInstance as the model reads it, from a list item, a watch event or a GET
+// alike: the one reader of status.activePods, the launcher proof (C12). Throws
+// api::DecodeError naming the field.
+model::VirtualMachineInstance VmiFromJson(const nlohmann::json& object);
+
 }  // namespace cozy::controller

@@ -69,6 +69,12 @@ class Cache {
     state_->indexes[name];
   }
 
+  // Called on the cache's thread after each step that changed it (a batch of watch events, a
+  // relist, the first sync); only before Start(). It must return quickly: post, do not work.
+  void SetOnChange(std::function<void()> onChange) {
+    if (thread_.joinable()) throw std::logic_error("Cache::SetOnChange after Start");
+    onChange_ = std::move(onChange);
+  }
   // Lists and watches on the cache's own thread until Stop().
   void Start() {
     if (thread_.joinable()) return;
@@ -319,8 +325,10 @@ class Cache {
       try {
         if (informer_->Stats().lists != lists) {
           Rebuild();
+          if (onChange_) onChange_();
         } else if (!touched_.empty()) {
           ApplyTouched();
+          if (onChange_) onChange_();
         }
       } catch (const std::exception& error) {
         Note(std::string("cache ") + path_ + ": " + error.what());
@@ -354,6 +362,7 @@ class Cache {
   Decode decode_;
   InformerOptions options_;
   std::map<std::string, IndexFunc> indexFuncs_;
+  std::function<void()> onChange_;
   std::unique_ptr<Informer> informer_;
   std::vector<std::string> touched_;  // the cache thread's: keys changed in this step
   std::thread thread_;

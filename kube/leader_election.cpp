@@ -179,12 +179,14 @@ bool LeaderElector::TryAcquireOrRenew() {
       observedLease_ = client_->Create(
           ResourcePath("coordination.k8s.io", "v1", "leases", options_.leaseNamespace), fresh);
       observed_ = desired;
+      transitions_ = observed_->leaseTransitions;
       observedTime_ = now;
       return true;
     }
     LeaderElectionRecord record = LeaderElectionRecord::FromLease(lease);
     if (!observed_ || !(*observed_ == record)) {
       observed_ = record;
+      transitions_ = observed_->leaseTransitions;
       observedTime_ = now;
     }
     observedLease_ = lease;
@@ -209,6 +211,7 @@ bool LeaderElector::TryAcquireOrRenew() {
     updated["spec"] = desired.ToSpec();  // client-go writes the whole spec
     observedLease_ = client_->Update(path, updated);
     observed_ = desired;
+    transitions_ = observed_->leaseTransitions;
     observedTime_ = now;
     return true;
   } catch (const std::exception& error) {
@@ -241,6 +244,7 @@ void LeaderElector::Release() {
     try {
       observedLease_ = client_->Update(LeasePath(), updated);
       observed_ = record;
+      transitions_ = observed_->leaseTransitions;
       released_ = true;
       Log("lease " + lease + ": released");
       return;
@@ -258,6 +262,7 @@ void LeaderElector::Release() {
       if (current.holderIdentity != options_.identity) return;  // not ours to release
       observedLease_ = fresh;
       observed_ = current;
+      transitions_ = observed_->leaseTransitions;
     } catch (const std::exception& error) {
       std::lock_guard lock(mutex_);
       lastError_ = error.what();

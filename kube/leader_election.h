@@ -87,6 +87,8 @@ class LeaderElector {
   std::string LastError() const;
   // Whether the last release (on Stop) was written.
   bool Released() const { return released_.load(); }
+  // The Lease's leaseTransitions as last read or written: how often leadership changed hands.
+  int64_t Transitions() const { return transitions_.load(); }
 
  private:
   void Run();
@@ -106,6 +108,7 @@ class LeaderElector {
   bool stopping_ = false;
   std::atomic<bool> leading_{false};
   std::atomic<bool> released_{false};
+  std::atomic<int64_t> transitions_{0};
   std::string reportedLeader_;  // guarded by mutex_
   std::string lastError_;       // guarded by mutex_
   bool reported_ = false;

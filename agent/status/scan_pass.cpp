@@ -6,17 +6,11 @@
 
 #include "agent/status/status_builder.h"
 #include "api/gpunode.h"
+#include "api/time.h"
 
 namespace cozy::agent {
 
-std::string Rfc3339(std::chrono::system_clock::time_point time) {
-  const std::time_t seconds = std::chrono::system_clock::to_time_t(time);
-  std::tm utc{};
-  gmtime_r(&seconds, &utc);
-  std::array<char, 32> buffer{};
-  const size_t length = std::strftime(buffer.data(), buffer.size(), "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return std::string(buffer.data(), length);
-}
+std::string Rfc3339(std::chrono::system_clock::time_point time) { return api::FormatTime(time); }
 
 HostReading ReadHost(const sysfs::ScanOptions& scan) {
   HostReading reading;

@@ -149,7 +149,7 @@ Snapshot BuildSnapshot(size_t nodes, size_t tenants) {
       // Pairs on one node form one VM's set, half of them running with a launcher pod.
       if (d % 2 == 0 && random.Below(2) == 0) {
         const std::string vmi = "vm-" + std::to_string(vmiCount++);
-        device.status.attachment = api::Attachment{vmi, vmi + "-uid"};
+        device.status.attachment = api::Attachment{vmi, vmi + "-uid", ""};
         snapshot.vmis.push_back({tenant, vmi, vmi + "-uid", NodeName(node), {vmi + "-pod"}, {}});
         model::Pod pod;
         pod.namespaceName = tenant;

@@ -282,40 +282,7 @@ bool IsPermittedHostDevice(const PermittedHostDevices& permitted, std::string_vi
 }
 
 std::string TemplateDeviceName(std::string_view vmiName, std::string_view templateName) {
-  constexpr size_t kMaxName = 253;
-  constexpr size_t kMaxLabel = 63;
-  constexpr size_t kHashDigits = 16;
-  std::string name = std::string(vmiName) + "-" + std::string(templateName);
-  // The template name joins the VMI name's last label, which may leave no room for it.
-  if (api::CheckDnsSubdomain(name).empty()) {
-    return name;
-  }
-  // FNV-1a over both names with a separator, so ("a-b", "c") and ("a", "b-c") differ.
-  uint64_t hash = 14695981039346656037ULL;
-  auto mix = [&hash](std::string_view text) {
-    for (char c : text) {
-      hash ^= static_cast<unsigned char>(c);
-      hash *= 1099511628211ULL;
-    }
-  };
-  mix(vmiName);
-  mix(std::string_view("\0", 1));
-  mix(templateName);
-  std::array<char, kHashDigits + 1> digits{};
-  std::snprintf(digits.data(), digits.size(), "%016llx", static_cast<unsigned long long>(hash));
-  // A cut may leave a label ending in '-' or '.', which a subdomain does not allow.
-  auto trim = [&name] {
-    while (!name.empty() && (name.back() == '-' || name.back() == '.')) {
-      name.pop_back();
-    }
-  };
-  name.resize(std::min(name.size(), kMaxName - kHashDigits - 1));
-  trim();
-  // The hash joins the last label, which must stay within 63 characters too.
-  const size_t lastLabel = name.rfind('.') == std::string::npos ? 0 : name.rfind('.') + 1;
-  name.resize(std::min(name.size(), lastLabel + kMaxLabel - kHashDigits - 1));
-  trim();
-  return name + "-" + digits.data();
+  return api::JoinSubdomain(vmiName, templateName);
 }
 
 std::optional<int64_t> ResolveMaxCount(const api::GpuClassSpec& spec) {

@@ -70,6 +70,7 @@ struct VirtualMachineInstance {
   std::string namespaceName;
   std::string name;
   std::string uid;
+  std::string creationTimestamp;  // RFC 3339, to the second
   std::string nodeName;
   // status.activePods keys: the only proof that a pod is this VMI's launcher.
   std::vector<std::string> activePodUids;

@@ -64,7 +64,7 @@ inline api::GpuDevice MakeDevice(const std::string& ns, const std::string& name,
     device.status.nodeName = node;
   }
   if (!vmi.empty()) {
-    device.status.attachment = api::Attachment{vmi, vmi + "-uid"};
+    device.status.attachment = api::Attachment{vmi, vmi + "-uid", ""};
   }
   return device;
 }

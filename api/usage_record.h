@@ -1,0 +1,56 @@
+// GPU usage records: one Cozystack Workload (cozystack.io/v1alpha1) per held device, under one
+// WorkloadMonitor per tenant namespace. What Cozystack bills and shows a tenant as its GPU
+// usage is read from these, so their shape is a contract, defined here once.
+//
+// The monitor's selector is the reserved key api::kUsageMonitorLabel, which the chart's policy
+// keeps off every tenant object: Cozystack's monitor controller makes Workloads of the pods and
+// volumes its selector matches, so a selector a tenant could match would let tenant labels shape
+// (or forge) GPU usage records. This one matches nothing; only gpu-controller writes records.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "api/gpudevice.h"
+
+namespace cozy::api {
+
+inline constexpr std::string_view kWorkloadGroup = "cozystack.io";
+inline constexpr std::string_view kWorkloadVersion = "v1alpha1";
+inline constexpr std::string_view kWorkloadApiVersion = "cozystack.io/v1alpha1";
+inline constexpr std::string_view kWorkloadKind = "Workload";
+inline constexpr std::string_view kWorkloadMonitorKind = "WorkloadMonitor";
+// Cozystack's own label: the monitor a Workload belongs to. Its Workload controller deletes a
+// Workload whose monitor is missing, so the monitor is written before its records.
+inline constexpr std::string_view kWorkloadMonitorNameLabel = "workloads.cozystack.io/monitor";
+// The monitor gpu-controller keeps in each namespace that holds devices.
+inline constexpr std::string_view kUsageMonitorName = "cozy-gpu-usage";
+// The monitor's and each record's kind and type ("gpu"); a record's type is its class.
+inline constexpr std::string_view kUsageKind = "gpu";
+// The value the monitor's selector asks of the reserved key.
+inline constexpr std::string_view kUsageMonitorLabelValue = "true";
+
+// "gpudevice-<device>", shortened with a hash where that leaves a DNS subdomain.
+std::string UsageRecordName(std::string_view deviceName);
+// `gpu.cozystack.io/<class>`: the key of a record's status.resources, the count its value.
+std::string UsageResourceKey(std::string_view className);
+
+// Whether a device has a usage record: it holds GPUs of its class, as a Bound device does and
+// a Lost one still does (it keeps counting against the tenant's budgets until rebound).
+bool HoldsUsage(const GpuDevice& device);
+
+// The monitor of `namespaceName` as gpu-controller writes it.
+nlohmann::json UsageMonitor(std::string_view namespaceName);
+// The record of a device as gpu-controller writes it: owned by the device (so the garbage
+// collector removes it with the device, should the controller not), labelled with the monitor,
+// its status the class, the count and whether the device is Bound.
+nlohmann::json UsageRecord(const GpuDevice& device);
+// Whether a stored monitor or record already says what `desired` says (labels, owner,
+// selector, spec and status), so an unchanged object is not written again.
+bool UsageObjectCurrent(const nlohmann::json& stored, const nlohmann::json& desired);
+// The device a stored record belongs to (its GPUDevice owner's name), or "" for none.
+std::string UsageRecordDevice(const nlohmann::json& record);
+
+}  // namespace cozy::api

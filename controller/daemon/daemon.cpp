@@ -1,0 +1,622 @@
+#include "controller/daemon/daemon.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+
+#include "api/gpuclass.h"
+#include "api/gpudevice.h"
+#include "api/gpunode_types.h"
+#include "api/keys.h"
+#include "api/usage_record.h"
+#include "controller/reconciler/apply.h"
+#include "controller/reconciler/plan.h"
+#include "controller/snapshot_json.h"
+#include "kube/cache.h"
+#include "kube/client.h"
+#include "kube/config.h"
+#include "kube/discovery.h"
+#include "kube/leader_election.h"
+#include "runtime/health_server.h"
+#include "runtime/log.h"
+#include "runtime/loop.h"
+#include "runtime/metrics.h"
+#include "runtime/worker.h"
+
+namespace cozy::controller {
+namespace {
+
+using runtime::LogFields;
+using runtime::LogInfo;
+using runtime::LogWarning;
+using JsonCache = kube::JsonCache;
+
+const kube::GroupVersionResource kVmiResource{"kubevirt.io", "v1", "virtualmachineinstances"};
+const kube::GroupVersionResource kWorkloadResource{std::string(api::kWorkloadGroup),
+                                                   std::string(api::kWorkloadVersion), "workloads"};
+const kube::GroupVersionResource kMonitorResource{
+    std::string(api::kWorkloadGroup), std::string(api::kWorkloadVersion), "workloadmonitors"};
+
+// A cache of a kind that may come and go with its CRD: started once discovery says the kind is
+// served, dropped when it says it is not (so a reinstalled CRD is listed anew). A discovery
+// that fails changes nothing. Readers take a shared pointer and keep it for their pass.
+template <class T>
+class OptionalCache {
+ public:
+  using Factory = std::function<std::shared_ptr<kube::Cache<T>>()>;
+  explicit OptionalCache(Factory factory) : factory_(std::move(factory)) {}
+  // Returns whether the cache started or went.
+  bool Follow(kube::Served served) {
+    std::shared_ptr<kube::Cache<T>> gone;
+    {
+      std::lock_guard lock(mutex_);
+      if (served == kube::Served::kServed && !cache_) {
+        cache_ = factory_();
+        cache_->Start();
+        return true;
+      }
+      if (served == kube::Served::kNotServed && cache_) {
+        gone = std::move(cache_);
+      }
+    }
+    return gone != nullptr;  // the last holder's release stops its thread
+  }
+  std::shared_ptr<kube::Cache<T>> Get() const {
+    std::lock_guard lock(mutex_);
+    return cache_;
+  }
+  void Stop() {
+    std::shared_ptr<kube::Cache<T>> gone;
+    {
+      std::lock_guard lock(mutex_);
+      gone = std::move(cache_);
+    }
+    if (gone) gone->Stop();
+  }
+
+ private:
+  Factory factory_;
+  mutable std::mutex mutex_;
+  std::shared_ptr<kube::Cache<T>> cache_;
+};
+
+kube::InformerOptions Selected(std::string labelSelector, std::string fieldSelector) {
+  kube::InformerOptions options;
+  options.labelSelector = std::move(labelSelector);
+  options.fieldSelector = std::move(fieldSelector);
+  return options;
+}
+
+std::string Hostname() {
+  std::array<char, 256> name{};
+  if (gethostname(name.data(), name.size() - 1) != 0) {
+    return "";
+  }
+  return name.data();
+}
+
+struct PassResult {
+  double seconds = 0;
+  int planned = 0;
+  ApplyCounts counts;
+  Waiting waiting;
+  std::optional<std::chrono::system_clock::time_point> wakeAt;
+  std::string error;  // the pass could not run (e.g. a decode failure)
+};
+
+class Controller {
+ public:
+  Controller(const RunOptions& options, kube::ClientConfig config)
+      : options_(options),
+        client_(config, ClientOptions(options)),
+        discovery_(client_, kube::DiscoveryOptions{options.discoveryInterval}),
+        classes_(client_, kube::ResourcePath(api::kGroup, api::kVersion, "gpuclasses"),
+                 api::GpuClassFromJson),
+        devices_(client_, kube::ResourcePath(api::kGroup, api::kVersion, "gpudevices"),
+                 api::GpuDeviceFromJson),
+        gpuNodes_(client_, kube::ResourcePath(api::kGroup, api::kVersion, "gpunodes"),
+                  api::GpuNodeInventoryFromJson),
+        // G11: the ConfigMap cache holds only the settings object.
+        settings_(client_, kube::ResourcePath("", "v1", "configmaps", options.namespaceName),
+                  kube::IdentityDecode,
+                  Selected("", "metadata.name=" + std::string(api::kSettingsConfigMapName))),
+        vmis_([this] {
+          auto cache = std::make_shared<kube::Cache<model::VirtualMachineInstance>>(
+              client_, kube::ResourcePath("kubevirt.io", "v1", "virtualmachineinstances"),
+              VmiFromJson);
+          cache->SetOnChange([this] { Changed(); });
+          return cache;
+        }),
+        records_([this] {
+          auto cache = std::make_shared<JsonCache>(
+              client_, kube::ResourcePath(api::kWorkloadGroup, api::kWorkloadVersion, "workloads"),
+              kube::IdentityDecode,
+              Selected(std::string(api::kWorkloadMonitorNameLabel) + "=" +
+                           std::string(api::kUsageMonitorName),
+                       ""));
+          cache->SetOnChange([this] { Changed(); });
+          return cache;
+        }),
+        monitors_([this] {
+          auto cache = std::make_shared<JsonCache>(
+              client_,
+              kube::ResourcePath(api::kWorkloadGroup, api::kWorkloadVersion, "workloadmonitors"),
+              kube::IdentityDecode,
+              Selected("", "metadata.name=" + std::string(api::kUsageMonitorName)));
+          cache->SetOnChange([this] { Changed(); });
+          return cache;
+        }),
+        applier_(client_, leading_),
+        worker_("reconciler"),
+        passDuration_({0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30}) {
+    identity_ = options.identity.empty() ? Hostname() : options.identity;
+    kube::LeaderElectionOptions election;
+    election.leaseNamespace = options.namespaceName;
+    election.leaseName = "gpu-controller";
+    election.identity = identity_;
+    election.leaseDuration = options.leaseDuration;
+    election.renewDeadline = options.renewDeadline;
+    election.retryPeriod = options.retryPeriod;
+    election.onStartedLeading = [this] {
+      leading_ = true;
+      loop_.Post([this] {
+        ++acquisitions_;
+        LogInfo("leading", LogFields{{"identity", identity_}});
+        Trigger();
+      });
+    };
+    election.onStoppedLeading = [this](const std::string& why) {
+      leading_ = false;
+      loop_.Post([why] { LogWarning("stopped leading", LogFields{{"why", why}}); });
+    };
+    election.onNewLeader = [](const std::string& holder) {
+      LogInfo("leader", LogFields{{"holder", holder.empty() ? "(released)" : holder}});
+    };
+    election.log = [](const std::string& message) {
+      runtime::LogDebug("leader election", LogFields{{"message", message}});
+    };
+    elector_ = std::make_unique<kube::LeaderElector>(client_, std::move(election));
+    for (const auto& resource : {kVmiResource, kWorkloadResource, kMonitorResource}) {
+      discovery_.Track(resource);
+    }
+  }
+
+  int Run() {
+    // Signals first: AddSignal blocks them for this thread, and the threads started below
+    // inherit the mask, so SIGTERM reaches the loop and nothing else.
+    runtime::Signal term = loop_.AddSignal(SIGTERM, [this](const signalfd_siginfo&) { Stop(); });
+    runtime::Signal interrupt =
+        loop_.AddSignal(SIGINT, [this](const signalfd_siginfo&) { Stop(); });
+    if (options_.healthAddress != "off" && !health_.Start(options_.healthAddress)) {
+      throw std::runtime_error("--health-addr " + options_.healthAddress + ": " + health_.error());
+    }
+    classes_.SetOnChange([this] { Changed(); });
+    devices_.SetOnChange([this] { Changed(); });
+    gpuNodes_.SetOnChange([this] { Changed(); });
+    settings_.SetOnChange([this] { Changed(); });
+    devices_.AddIndex("class", [](const api::GpuDevice& d) {
+      return std::vector<std::string>{d.spec.className};
+    });
+    devices_.AddIndex("node", [](const api::GpuDevice& d) {
+      return d.status.nodeName ? std::vector<std::string>{*d.status.nodeName}
+                               : std::vector<std::string>{};
+    });
+    devices_.AddIndex("namespace", [](const api::GpuDevice& d) {
+      return std::vector<std::string>{d.metadata.namespaceName};
+    });
+    devices_.AddIndex("vmi", [](const api::GpuDevice& d) {
+      return d.status.attachment ? std::vector<std::string>{d.metadata.namespaceName + "/" +
+                                                            d.status.attachment->vmiName}
+                                 : std::vector<std::string>{};
+    });
+    classes_.Start();
+    devices_.Start();
+    gpuNodes_.Start();
+    settings_.Start();
+    discovery_.Start();
+    elector_->Start();
+
+    passTimer_ = loop_.AddTimer("reconcile", [this] { StartPass(); });
+    resyncTimer_ = loop_.AddTimer("resync", [this] { Trigger(); });
+    tick_ = loop_.AddTimer("tick", [this] { Tick(); });
+    tick_.Arm(std::chrono::milliseconds(0));
+    loop_.EnableWatchdog();
+    LogInfo("gpu-controller running",
+            LogFields{{"identity", identity_},
+                      {"namespace", options_.namespaceName},
+                      {"gpu", options_.enableGpu ? "enabled" : "disabled"},
+                      {"health", options_.healthAddress}});
+    const int code = loop_.Run();
+    discovery_.Stop();
+    vmis_.Stop();
+    records_.Stop();
+    monitors_.Stop();
+    classes_.Stop();
+    devices_.Stop();
+    gpuNodes_.Stop();
+    settings_.Stop();
+    health_.Stop();
+    return code;
+  }
+
+ private:
+  static kube::ClientOptions ClientOptions(const RunOptions& options) {
+    kube::ClientOptions client;
+    client.userAgent = "gpu-controller";
+    kube::SetRateLimit(client, options.qps, options.burst);
+    return client;
+  }
+
+  // Any cache thread: something changed.
+  void Changed() {
+    loop_.Post([this] { Trigger(); });
+  }
+
+  // Loop thread: a pass soon, collapsing a burst of changes into one.
+  void Trigger() {
+    if (stopping_) return;
+    if (passRunning_) {
+      dirty_ = true;
+      return;
+    }
+    if (!passTimer_.Armed()) {
+      passTimer_.Arm(std::chrono::milliseconds(50));
+    }
+  }
+
+  bool CoreSynced() const {
+    return classes_.Synced() && devices_.Synced() && gpuNodes_.Synced() && settings_.Synced();
+  }
+
+  void StartPass() {
+    if (stopping_ || !leading_ || !CoreSynced()) {
+      return;  // leading and syncing both trigger again
+    }
+    passRunning_ = true;
+    dirty_ = false;
+    worker_.Run([this] {
+      PassResult result = RunPass();
+      loop_.Post([this, result = std::move(result)]() mutable { PassDone(std::move(result)); });
+    });
+  }
+
+  // Worker thread.
+  PassResult RunPass() {
+    const auto started = std::chrono::steady_clock::now();
+    PassResult result;
+    try {
+      ReconcileInput input = BuildInput();
+      Plan plan = PlanReconcile(input);
+      result.planned = static_cast<int>(plan.actions.size());
+      result.waiting = plan.waiting;
+      result.wakeAt = plan.wakeAt;
+      result.counts = applier_.Apply(plan.actions, std::chrono::steady_clock::now());
+    } catch (const std::exception& error) {
+      result.error = error.what();
+    }
+    result.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    return result;
+  }
+
+  ReconcileInput BuildInput() {
+    ReconcileInput input;
+    input.now = std::chrono::system_clock::now();
+    input.attachmentGrace =
+        std::chrono::duration_cast<std::chrono::seconds>(options_.attachmentGrace);
+    input.classes = classes_.List();
+    input.devices = devices_.List();
+    input.vmis = VmiLookupForPass();
+
+    const auto records = records_.Get();
+    const auto monitors = monitors_.Get();
+    if (records && monitors && records->Synced() && monitors->Synced()) {
+      input.usageRecords = true;
+      for (const auto& record : records->List()) {
+        input.records[kube::ObjectKey(*record)] = record;
+      }
+      for (const auto& monitor : monitors->List()) {
+        input.monitors[monitor->at("metadata").value("namespace", std::string())] = monitor;
+      }
+    }
+
+    ReconcileInput::Settings settings;
+    settings.namespaceName = options_.namespaceName;
+    settings.name = std::string(api::kSettingsConfigMapName);
+    if (auto stored = settings_.Get(options_.namespaceName + "/" + settings.name)) {
+      settings.stored = *stored;
+    }
+    std::vector<std::vector<std::string>> nodeNames;
+    for (const auto& node : gpuNodes_.List()) {
+      nodeNames.push_back(node->resourceNames);
+    }
+    std::vector<std::string> classNames;
+    for (const auto& gpuClass : input.classes) {
+      classNames.push_back(gpuClass->ResourceName());
+    }
+    settings.data =
+        SettingsData(options_.gpuResourceNames, nodeNames, classNames, options_.rawNamesForbidden);
+    input.settings = std::move(settings);
+    return input;
+  }
+
+  // How this pass tells whether a VMI exists. With GPUs on, from the VMI cache, which every
+  // replica keeps once the kind is served; a kind that is not served, or a cache not synced,
+  // answers "unknown", so nothing is detached (G7). With GPUs off there is no VMI watch: each
+  // VMI an attachment names is read by name, and a 404 (no such VMI, or KubeVirt gone) means
+  // it has ended, so turning GPUs off never leaves a deletion hanging (D12).
+  VmiLookup VmiLookupForPass() {
+    if (options_.enableGpu) {
+      const kube::ResourceState state = discovery_.State(kVmiResource);
+      auto cache = vmis_.Get();
+      return [state, cache](const std::string& ns, const std::string& name) {
+        VmiState vmi;
+        if (state.served != kube::Served::kServed) {
+          vmi.why = "VirtualMachineInstance is " + std::string(kube::ServedName(state.served));
+          return vmi;
+        }
+        if (!cache || !cache->Synced()) {
+          vmi.why = "the VMI cache has not synced";
+          return vmi;
+        }
+        auto found = cache->Get(ns + "/" + name);
+        if (!found) {
+          vmi.presence = VmiState::Presence::kAbsent;
+          return vmi;
+        }
+        vmi.presence = VmiState::Presence::kPresent;
+        vmi.uid = found->uid;
+        vmi.creationTimestamp = found->creationTimestamp;
+        return vmi;
+      };
+    }
+    auto seen = std::make_shared<std::map<std::string, VmiState>>();
+    return [this, seen](const std::string& ns, const std::string& name) {
+      const std::string key = ns + "/" + name;
+      if (auto it = seen->find(key); it != seen->end()) return it->second;
+      VmiState vmi;
+      try {
+        const nlohmann::json object = client_.Get(
+            kube::ResourcePath("kubevirt.io", "v1", "virtualmachineinstances", ns, name));
+        const model::VirtualMachineInstance decoded = VmiFromJson(object);
+        vmi.presence = VmiState::Presence::kPresent;
+        vmi.uid = decoded.uid;
+        vmi.creationTimestamp = decoded.creationTimestamp;
+      } catch (const kube::ApiError& error) {
+        if (error.kind() == kube::ErrorKind::kNotFound ||
+            error.kind() == kube::ErrorKind::kResourceNotServed) {
+          vmi.presence = VmiState::Presence::kAbsent;
+        } else {
+          vmi.why = error.what();
+        }
+      } catch (const std::exception& error) {
+        vmi.why = std::string("VMI ") + key + ": " + error.what();
+      }
+      (*seen)[key] = vmi;
+      return vmi;
+    };
+  }
+
+  void PassDone(PassResult result) {
+    passRunning_ = false;
+    ++passes_;
+    passDuration_.Observe(result.seconds);
+    if (!result.error.empty()) {
+      ++passFailures_;
+      LogWarning("reconcile pass failed", LogFields{{"error", result.error}});
+    }
+    for (const auto& [key, count] : result.counts.writes) {
+      writes_[key] += count;
+    }
+    conflicts_ += result.counts.conflicts;
+    queueDepth_ = result.counts.failed;
+    waiting_ = result.waiting;
+    // Again soon after a failed write (the cache moves on a conflict, a 5xx does not), at the
+    // next grace deadline, and at the resync otherwise.
+    auto next = std::chrono::duration_cast<std::chrono::milliseconds>(options_.resync);
+    if (result.counts.failed > 0 || !result.error.empty()) {
+      next = std::min(next, std::chrono::milliseconds(1000));
+    }
+    if (result.wakeAt) {
+      const auto until = std::chrono::duration_cast<std::chrono::milliseconds>(
+          *result.wakeAt - std::chrono::system_clock::now());
+      next = std::min(
+          next, std::max(until + std::chrono::milliseconds(10), std::chrono::milliseconds(10)));
+    }
+    resyncTimer_.Arm(next);
+    if (dirty_) {
+      dirty_ = false;
+      Trigger();
+    }
+  }
+
+  // Loop thread, every second: the kinds that come and go, health and metrics.
+  void Tick() {
+    if (options_.enableGpu && vmis_.Follow(discovery_.IsServed(kVmiResource))) {
+      LogInfo("VirtualMachineInstance cache",
+              LogFields{{"state", vmis_.Get() ? "started" : "stopped"}});
+      Trigger();
+    }
+    const bool recordsServed = discovery_.IsServed(kWorkloadResource) == kube::Served::kServed &&
+                               discovery_.IsServed(kMonitorResource) == kube::Served::kServed;
+    const kube::Served recordState =
+        recordsServed ? kube::Served::kServed
+                      : (discovery_.IsServed(kWorkloadResource) == kube::Served::kNotServed ||
+                                 discovery_.IsServed(kMonitorResource) == kube::Served::kNotServed
+                             ? kube::Served::kNotServed
+                             : kube::Served::kNotSynced);
+    const bool recordsMoved = records_.Follow(recordState);
+    const bool monitorsMoved = monitors_.Follow(recordState);
+    if (recordsMoved || monitorsMoved) {
+      LogInfo("usage-record caches", LogFields{{"state", records_.Get() ? "started" : "stopped"}});
+      Trigger();
+    }
+    health_.Heartbeat();
+    health_.SetReady(CoreSynced());
+    health_.SetMetrics(Metrics());
+    tick_.Arm(std::chrono::seconds(1));
+  }
+
+  std::string Metrics() const {
+    runtime::MetricsWriter out;
+    out.Family("gpu_controller_leader", "gauge", "1 while this replica holds the Lease.");
+    out.Sample("gpu_controller_leader", "", leading_ ? 1 : 0);
+    out.Family("gpu_controller_leader_acquisitions_total", "counter",
+               "Times this replica became the leader.");
+    out.Sample("gpu_controller_leader_acquisitions_total", "", static_cast<double>(acquisitions_));
+    out.Family("gpu_controller_lease_transitions", "gauge",
+               "The Lease's leaseTransitions as last seen: leadership changes in the cluster.");
+    out.Sample("gpu_controller_lease_transitions", "",
+               static_cast<double>(elector_->Transitions()));
+    out.Family("gpu_controller_reconcile_passes_total", "counter", "Reconciler passes run.");
+    out.Sample("gpu_controller_reconcile_passes_total", "", static_cast<double>(passes_));
+    out.Family("gpu_controller_reconcile_failures_total", "counter",
+               "Reconciler passes that could not plan.");
+    out.Sample("gpu_controller_reconcile_failures_total", "", static_cast<double>(passFailures_));
+    out.Family("gpu_controller_reconcile_duration_seconds", "histogram",
+               "Time of one reconciler pass: plan and writes.");
+    passDuration_.Write(out, "gpu_controller_reconcile_duration_seconds");
+    out.Family("gpu_controller_writes_total", "counter",
+               "Reconciler writes by object kind and result (ok, conflict, gone, forbidden, "
+               "error, skipped).");
+    for (const auto& [key, count] : writes_) {
+      out.Sample("gpu_controller_writes_total",
+                 runtime::Label("kind", key.first) + "," + runtime::Label("result", key.second),
+                 static_cast<double>(count));
+    }
+    out.Family("gpu_controller_conflicts_total", "counter",
+               "Writes refused with 409: a stale read or a concurrent writer.");
+    out.Sample("gpu_controller_conflicts_total", "", static_cast<double>(conflicts_));
+    out.Family("gpu_controller_queue_depth", "gauge",
+               "Writes the last pass planned and could not make; the next pass retries them.");
+    out.Sample("gpu_controller_queue_depth", "", queueDepth_);
+    out.Family("gpu_controller_waiting", "gauge", "Objects waiting, by what they wait for.");
+    out.Sample("gpu_controller_waiting", runtime::Label("for", "vmi-in-use"),
+               waiting_.devicesInUse);
+    out.Sample("gpu_controller_waiting", runtime::Label("for", "class-holders"),
+               waiting_.classesWithHolders);
+    out.Sample("gpu_controller_waiting", runtime::Label("for", "attachment-grace"),
+               waiting_.attachmentsInGrace);
+    out.Sample("gpu_controller_waiting", runtime::Label("for", "vmi-unknown"),
+               waiting_.vmisUnknown);
+    out.Family("gpu_controller_cache_synced", "gauge", "1 once a cache has listed.");
+    out.Family("gpu_controller_cache_objects", "gauge", "Objects in each cache.");
+    auto cacheSamples = [&out](const std::string& name, bool synced, size_t size) {
+      out.Sample("gpu_controller_cache_synced", runtime::Label("cache", name), synced ? 1 : 0);
+      out.Sample("gpu_controller_cache_objects", runtime::Label("cache", name),
+                 static_cast<double>(size));
+    };
+    cacheSamples("gpuclasses", classes_.Synced(), classes_.Size());
+    cacheSamples("gpudevices", devices_.Synced(), devices_.Size());
+    cacheSamples("gpunodes", gpuNodes_.Synced(), gpuNodes_.Size());
+    cacheSamples("settings", settings_.Synced(), settings_.Size());
+    if (auto vmis = vmis_.Get())
+      cacheSamples("virtualmachineinstances", vmis->Synced(), vmis->Size());
+    if (auto records = records_.Get())
+      cacheSamples("workloads", records->Synced(), records->Size());
+    if (auto monitors = monitors_.Get()) {
+      cacheSamples("workloadmonitors", monitors->Synced(), monitors->Size());
+    }
+    out.Family("gpu_controller_loop_callback_failures_total", "counter",
+               "Event-loop callbacks that threw (logged with their source).");
+    out.Sample("gpu_controller_loop_callback_failures_total", "",
+               static_cast<double>(loop_.callbackFailures()));
+    return out.Take();
+  }
+
+  void Stop() {
+    if (stopping_) return;
+    stopping_ = true;
+    LogInfo("stopping: finishing the pass in flight, then releasing the Lease");
+    runtime::Notify("STOPPING=1");
+    leading_ = false;  // the pass in flight makes no further writes
+    worker_.Stop();
+    elector_->Stop();  // a leader releases the Lease (G8)
+    loop_.Exit(0);
+  }
+
+  RunOptions options_;
+  std::string identity_;
+  runtime::Loop loop_;
+  kube::Client client_;
+  kube::Discovery discovery_;
+  kube::Cache<api::GpuClass> classes_;
+  kube::Cache<api::GpuDevice> devices_;
+  kube::Cache<api::GpuNodeInventory> gpuNodes_;
+  JsonCache settings_;
+  OptionalCache<model::VirtualMachineInstance> vmis_;
+  OptionalCache<nlohmann::json> records_;
+  OptionalCache<nlohmann::json> monitors_;
+  std::unique_ptr<kube::LeaderElector> elector_;
+  std::atomic<bool> leading_{false};
+  Applier applier_;  // the worker's
+  runtime::Worker worker_;
+  runtime::HealthServer health_;
+  runtime::Timer passTimer_;
+  runtime::Timer resyncTimer_;
+  runtime::Timer tick_;
+  bool stopping_ = false;
+  bool passRunning_ = false;
+  bool dirty_ = false;
+  // Metrics, loop thread.
+  int64_t acquisitions_ = 0;
+  int64_t passes_ = 0;
+  int64_t passFailures_ = 0;
+  runtime::Histogram passDuration_;
+  std::map<std::pair<std::string, std::string>, int64_t> writes_;
+  int64_t conflicts_ = 0;
+  int queueDepth_ = 0;
+  Waiting waiting_;
+};
+
+}  // namespace
+
+std::map<std::string, std::string> SettingsData(
+    const std::vector<std::string>& hosterNames,
+    const std::vector<std::vector<std::string>>& nodeNames,
+    const std::vector<std::string>& classNames, bool rawNamesForbidden) {
+  std::set<std::string> names(hosterNames.begin(), hosterNames.end());
+  for (const auto& list : nodeNames) names.insert(list.begin(), list.end());
+  names.insert(classNames.begin(), classNames.end());
+  names.erase("");
+  std::string joined;
+  for (const auto& name : names) {
+    joined += (joined.empty() ? "" : ",") + name;
+  }
+  return {
+      {std::string(api::kSettingsResourceNamesKey), joined},
+      {std::string(api::kSettingsRawNamePolicyKey),
+       std::string(rawNamesForbidden ? api::kRawNamePolicyForbidden : api::kRawNamePolicyAllowed)}};
+}
+
+int RunController(const RunOptions& options) {
+  if (options.attachmentGrace <= std::chrono::milliseconds::zero()) {
+    // G9: a zero grace would clear every attachment before its VMI appears.
+    throw std::invalid_argument(
+        "--attachment-grace must be positive: a grace of zero would "
+        "clear every attachment before its VMI appears");
+  }
+  kube::ClientConfig config = kube::LoadConfig(
+      options.kubeconfig.empty() ? std::nullopt
+                                 : std::optional<std::filesystem::path>(options.kubeconfig));
+  // Block the stop signals before any thread starts (the worker starts with the controller):
+  // each thread inherits the mask, so SIGTERM waits for the loop's signalfd instead of killing
+  // the process on whichever thread the kernel picks, and the Lease is released (G8).
+  sigset_t stopSignals;
+  sigemptyset(&stopSignals);
+  sigaddset(&stopSignals, SIGTERM);
+  sigaddset(&stopSignals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stopSignals, nullptr);
+  Controller controller(options, std::move(config));
+  return controller.Run();
+}
+
+}  // namespace cozy::controller

@@ -1,0 +1,53 @@
+// `gpu-controller run`: the controller as a daemon in a cluster. Every replica keeps warm caches
+// (classes, devices, GPUNodes, the settings ConfigMap; with --enable-gpu, VMIs once their kind
+// is served; Cozystack's usage-record kinds once served) and campaigns for the Lease; the
+// leader runs the GPU reconciler (controller/reconciler), which always runs, GPUs on or off
+// (G1). Placement and admission join in later issues and read the same caches.
+//
+// Threads: the event loop (signals, timers, health), one thread per cache, the elector's, the
+// discovery refresher's and the reconciler's worker. Passes never overlap: events that arrive
+// during one collapse into the next.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kube/clock.h"
+
+namespace cozy::controller {
+
+struct RunOptions {
+  std::string kubeconfig;  // empty: in-cluster
+  std::string namespaceName = "cozy-system";
+  std::string identity;  // the Lease holder identity; empty: the hostname
+  bool enableGpu = false;
+  std::vector<std::string> gpuResourceNames;
+  bool rawNamesForbidden = false;
+  std::chrono::milliseconds attachmentGrace = std::chrono::minutes(2);
+  kube::Duration leaseDuration = std::chrono::seconds(15);
+  kube::Duration renewDeadline = std::chrono::seconds(10);
+  kube::Duration retryPeriod = std::chrono::seconds(2);
+  std::string healthAddress = ":8080";
+  double qps = 50;
+  int burst = 100;
+  // A pass at least this often, even when nothing changed: what no watch tells (a VMI's end
+  // with GPUs off, read by name) is seen within it.
+  std::chrono::milliseconds resync = std::chrono::seconds(30);
+  kube::Duration discoveryInterval = std::chrono::seconds(30);
+};
+
+// Runs until SIGTERM or SIGINT; returns the exit code. Throws std::invalid_argument for options
+// that cannot work (a non-positive grace, lease timings client-go refuses).
+int RunController(const RunOptions& options);
+
+// The settings ConfigMap's data: the effective GPU resource-name set (the hoster's names, every
+// GPUNode's resourceNames, every class's resource name), sorted and comma-joined, and the
+// raw-name policy.
+std::map<std::string, std::string> SettingsData(
+    const std::vector<std::string>& hosterNames,
+    const std::vector<std::vector<std::string>>& nodeNames,
+    const std::vector<std::string>& classNames, bool rawNamesForbidden);
+
+}  // namespace cozy::controller

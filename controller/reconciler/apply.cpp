@@ -1,0 +1,156 @@
+#include "controller/reconciler/apply.h"
+
+#include "api/keys.h"
+#include "api/usage_record.h"
+#include "kube/errors.h"
+#include "runtime/log.h"
+
+namespace cozy::controller {
+namespace {
+
+using runtime::LogFields;
+
+// The stored object with the desired one's labels, owner references, spec, status and data
+// laid over it: what an update sends, so fields others own (annotations, a hoster's labels)
+// are kept.
+nlohmann::json Overlay(nlohmann::json stored, const nlohmann::json& desired) {
+  nlohmann::json& metadata = stored["metadata"];
+  const nlohmann::json& want = desired.at("metadata");
+  const nlohmann::json labels = want.value("labels", nlohmann::json::object());
+  for (const auto& [key, value] : labels.items()) {
+    metadata["labels"][key] = value;
+  }
+  if (want.contains("ownerReferences")) {
+    metadata["ownerReferences"] = want.at("ownerReferences");
+  }
+  for (const char* part : {"spec", "status", "data"}) {
+    if (desired.contains(part)) {
+      stored[part] = desired.at(part);
+    }
+  }
+  return stored;
+}
+
+}  // namespace
+
+std::string ActionPath(const Action& action, bool status) {
+  const std::string subresource = status ? "status" : "";
+  switch (action.kind) {
+    case ActionKind::kAddClassFinalizer:
+    case ActionKind::kRemoveClassFinalizer:
+      return kube::ResourcePath(api::kGroup, api::kVersion, "gpuclasses", "", action.name,
+                                subresource);
+    case ActionKind::kApplyMonitor:
+    case ActionKind::kDeleteMonitor:
+      return kube::ResourcePath(api::kWorkloadGroup, api::kWorkloadVersion, "workloadmonitors",
+                                action.namespaceName, action.name);
+    case ActionKind::kApplyRecord:
+    case ActionKind::kDeleteRecord:
+      return kube::ResourcePath(api::kWorkloadGroup, api::kWorkloadVersion, "workloads",
+                                action.namespaceName, action.name);
+    case ActionKind::kApplySettings:
+      return kube::ResourcePath("", "v1", "configmaps", action.namespaceName, action.name);
+    default:
+      return kube::ResourcePath(api::kGroup, api::kVersion, "gpudevices", action.namespaceName,
+                                action.name, subresource);
+  }
+}
+
+Applier::Applier(kube::Client& client, const std::atomic<bool>& leading)
+    : client_(client), leading_(leading) {}
+
+ApplyCounts Applier::Apply(const std::vector<Action>& actions,
+                           std::chrono::steady_clock::time_point now) {
+  ApplyCounts counts;
+  for (auto it = memo_.begin(); it != memo_.end();) {
+    it = now - it->second.at > kMemoLife ? memo_.erase(it) : std::next(it);
+  }
+  for (const Action& action : actions) {
+    const std::string key = action.Key();
+    const std::string kind(TargetKind(action.kind));
+    auto memo = memo_.find(key);
+    if (memo != memo_.end() && memo->second.resourceVersion == action.resourceVersion) {
+      ++counts.writes[{kind, "skipped"}];  // written from this version already; awaiting the watch
+      continue;
+    }
+    if (!leading_.load()) {
+      ++counts.failed;
+      continue;  // stepped down mid-pass: the new leader plans afresh
+    }
+    std::string result = "ok";
+    try {
+      ApplyOne(action);
+      memo_[key] = Memo{action.resourceVersion, now};
+      runtime::LogInfo("reconciled", LogFields{{"action", std::string(ToString(action.kind))},
+                                               {"object", key},
+                                               {"reason", action.reason}});
+    } catch (const kube::ApiError& error) {
+      ++counts.failed;
+      switch (error.kind()) {
+        case kube::ErrorKind::kConflict:
+          // Stale read, or someone else wrote first: the next pass reads again.
+          result = "conflict";
+          ++counts.conflicts;
+          break;
+        case kube::ErrorKind::kNotFound:
+          result = "gone";  // deleted since the cache saw it: nothing left to do
+          memo_[key] = Memo{action.resourceVersion, now};
+          break;
+        case kube::ErrorKind::kForbidden:
+          result = "forbidden";  // e.g. a namespace being terminated refuses creates
+          memo_[key] = Memo{action.resourceVersion, now};
+          break;
+        default:
+          result = "error";
+          break;
+      }
+      auto level = result == "error" ? runtime::LogLevel::kWarning : runtime::LogLevel::kDebug;
+      runtime::Logger::Get().Write(level, "reconcile write failed",
+                                   LogFields{{"action", std::string(ToString(action.kind))},
+                                             {"object", key},
+                                             {"result", result},
+                                             {"error", error.what()}});
+    }
+    ++counts.writes[{kind, result}];
+  }
+  return counts;
+}
+
+void Applier::ApplyOne(const Action& action) {
+  const kube::WriteOptions options{false, kFieldManager};
+  switch (action.kind) {
+    case ActionKind::kAddClassFinalizer:
+    case ActionKind::kRemoveClassFinalizer:
+    case ActionKind::kAddDeviceFinalizer:
+    case ActionKind::kRemoveDeviceFinalizer:
+      client_.MergePatchAt(ActionPath(action), action.body, action.resourceVersion, options);
+      return;
+    case ActionKind::kStampAttachment:
+    case ActionKind::kMatchAttachment:
+    case ActionKind::kClearAttachment:
+      client_.MergePatchAt(ActionPath(action, true), action.body, action.resourceVersion, options);
+      return;
+    case ActionKind::kDeleteTemplateDevice:
+    case ActionKind::kDeleteRecord:
+    case ActionKind::kDeleteMonitor: {
+      kube::DeleteOptions remove;
+      remove.preconditionUid = action.uid;
+      remove.preconditionResourceVersion = action.resourceVersion;
+      client_.Delete(ActionPath(action), remove);
+      return;
+    }
+    case ActionKind::kApplyMonitor:
+    case ActionKind::kApplyRecord:
+    case ActionKind::kApplySettings: {
+      if (!action.stored) {
+        const std::string path = ActionPath(action);
+        client_.Create(path.substr(0, path.rfind('/')), action.body, options);
+      } else {
+        client_.Update(ActionPath(action), Overlay(*action.stored, action.body), options);
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace cozy::controller

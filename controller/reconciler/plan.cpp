@@ -1,0 +1,382 @@
+#include "controller/reconciler/plan.h"
+
+#include <algorithm>
+#include <set>
+
+#include "api/keys.h"
+#include "api/time.h"
+#include "api/usage_record.h"
+
+namespace cozy::controller {
+namespace {
+
+using Clock = std::chrono::system_clock;
+
+bool HasFinalizer(const api::ObjectMeta& meta, std::string_view finalizer) {
+  return std::find(meta.finalizers.begin(), meta.finalizers.end(), finalizer) !=
+         meta.finalizers.end();
+}
+
+// The merge patch that sets metadata.finalizers to the list with `finalizer` added or removed.
+// A merge patch replaces a list whole, so the action carries the resourceVersion it was read
+// at: a finalizer someone added since is never dropped (the write conflicts instead).
+nlohmann::json FinalizersPatch(const api::ObjectMeta& meta, std::string_view finalizer, bool add) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const std::string& item : meta.finalizers) {
+    if (item != finalizer) {
+      list.push_back(item);
+    }
+  }
+  if (add) {
+    list.push_back(finalizer);
+  }
+  return {{"metadata", {{"finalizers", list}}}};
+}
+
+Action ObjectAction(ActionKind kind, const api::ObjectMeta& meta, nlohmann::json body,
+                    std::string reason) {
+  return Action{kind,     meta.namespaceName, meta.name,    meta.resourceVersion,
+                meta.uid, std::move(body),    std::nullopt, std::move(reason)};
+}
+
+Clock::time_point FloorToSecond(Clock::time_point time) {
+  return std::chrono::time_point_cast<std::chrono::seconds>(time) > time
+             ? std::chrono::time_point_cast<std::chrono::seconds>(time) - std::chrono::seconds(1)
+             : std::chrono::time_point_cast<std::chrono::seconds>(time);
+}
+
+bool IsTemplateDevice(const api::GpuDevice& device) {
+  auto it = device.metadata.labels.find(std::string(api::kTemplateDeviceLabel));
+  return it != device.metadata.labels.end() && it->second == api::kTemplateDeviceLabelValue;
+}
+
+// What one device's attachment asks for, and whether a VMI uses (or may use) the device.
+struct AttachmentVerdict {
+  bool inUse = false;
+  std::optional<Action> action;
+};
+
+AttachmentVerdict JudgeAttachment(const api::GpuDevice& device, const ReconcileInput& input,
+                                  Plan& plan) {
+  AttachmentVerdict verdict;
+  const api::Attachment& attachment = *device.status.attachment;
+  const api::ObjectMeta& meta = device.metadata;
+  const bool deleting = meta.deletionTimestamp.has_value();
+  const VmiState vmi = input.vmis(meta.namespaceName, attachment.vmiName);
+  if (vmi.presence == VmiState::Presence::kUnknown) {
+    // G7: a VMI that cannot be told is never read as gone.
+    ++plan.waiting.vmisUnknown;
+    verdict.inUse = true;
+    return verdict;
+  }
+  const std::string who = "VMI " + meta.namespaceName + "/" + attachment.vmiName;
+  auto ended = [&](const std::string& why) {
+    if (deleting) {
+      return;  // released below; nothing else to change on a device that goes
+    }
+    if (IsTemplateDevice(device)) {
+      verdict.action = ObjectAction(ActionKind::kDeleteTemplateDevice, meta, nullptr,
+                                    "template device of " + who + ", which " + why);
+    } else {
+      verdict.action = ObjectAction(ActionKind::kClearAttachment, meta,
+                                    {{"status", {{"attachment", nullptr}}}}, who + " " + why);
+    }
+  };
+  if (!attachment.vmiUid.empty()) {
+    if (vmi.presence == VmiState::Presence::kPresent && vmi.uid == attachment.vmiUid) {
+      verdict.inUse = true;
+    } else {
+      ended(vmi.presence == VmiState::Presence::kPresent ? "was replaced by another of its name"
+                                                         : "has ended");
+    }
+    return verdict;
+  }
+  // Not matched yet: the webhook attached at the VMI's CREATE admission.
+  if (attachment.attachedAt.empty()) {
+    verdict.inUse = true;
+    if (!deleting) {
+      verdict.action =
+          ObjectAction(ActionKind::kStampAttachment, meta,
+                       {{"status", {{"attachment", {{"attachedAt", api::FormatTime(input.now)}}}}}},
+                       "attachment to " + who + " has no attachedAt: the grace counts from now");
+    }
+    return verdict;
+  }
+  const std::optional<Clock::time_point> attachedAt = api::ParseTime(attachment.attachedAt);
+  if (vmi.presence == VmiState::Presence::kPresent && attachedAt) {
+    const std::optional<Clock::time_point> created = api::ParseTime(vmi.creationTimestamp);
+    // creationTimestamp has whole seconds; a VMI made in the second of the attachment counts.
+    if (created && *created >= FloorToSecond(*attachedAt)) {
+      verdict.inUse = true;
+      if (!deleting) {
+        verdict.action =
+            ObjectAction(ActionKind::kMatchAttachment, meta,
+                         {{"status", {{"attachment", {{"vmiUID", vmi.uid}}}}}}, who + " appeared");
+      }
+      return verdict;
+    }
+  }
+  const Clock::time_point deadline = (attachedAt ? *attachedAt : input.now) + input.attachmentGrace;
+  if (!attachedAt || input.now >= deadline) {
+    ended(attachedAt ? "did not appear within the attachment grace"
+                     : "has an attachedAt that does not read (" + attachment.attachedAt + ")");
+    return verdict;
+  }
+  ++plan.waiting.attachmentsInGrace;
+  verdict.inUse = true;
+  if (!plan.wakeAt || deadline < *plan.wakeAt) {
+    plan.wakeAt = deadline;
+  }
+  return verdict;
+}
+
+}  // namespace
+
+std::string_view ToString(ActionKind kind) {
+  switch (kind) {
+    case ActionKind::kAddClassFinalizer:
+      return "add-class-finalizer";
+    case ActionKind::kRemoveClassFinalizer:
+      return "remove-class-finalizer";
+    case ActionKind::kAddDeviceFinalizer:
+      return "add-device-finalizer";
+    case ActionKind::kRemoveDeviceFinalizer:
+      return "remove-device-finalizer";
+    case ActionKind::kStampAttachment:
+      return "stamp-attachment";
+    case ActionKind::kMatchAttachment:
+      return "match-attachment";
+    case ActionKind::kClearAttachment:
+      return "clear-attachment";
+    case ActionKind::kDeleteTemplateDevice:
+      return "delete-template-device";
+    case ActionKind::kApplyMonitor:
+      return "apply-usage-monitor";
+    case ActionKind::kDeleteMonitor:
+      return "delete-usage-monitor";
+    case ActionKind::kApplyRecord:
+      return "apply-usage-record";
+    case ActionKind::kDeleteRecord:
+      return "delete-usage-record";
+    case ActionKind::kApplySettings:
+      return "apply-settings";
+  }
+  return "unknown";
+}
+
+std::string_view TargetKind(ActionKind kind) {
+  switch (kind) {
+    case ActionKind::kAddClassFinalizer:
+    case ActionKind::kRemoveClassFinalizer:
+      return api::kGpuClassKind;
+    case ActionKind::kApplyMonitor:
+    case ActionKind::kDeleteMonitor:
+      return api::kWorkloadMonitorKind;
+    case ActionKind::kApplyRecord:
+    case ActionKind::kDeleteRecord:
+      return api::kWorkloadKind;
+    case ActionKind::kApplySettings:
+      return "ConfigMap";
+    default:
+      return api::kGpuDeviceKind;
+  }
+}
+
+std::string Action::Key() const {
+  std::string key(TargetKind(kind));
+  key += ":";
+  if (!namespaceName.empty()) {
+    key += namespaceName + "/";
+  }
+  return key + name;
+}
+
+Plan PlanReconcile(const ReconcileInput& input) {
+  Plan plan;
+
+  // Classes (D15): every class carries the protection finalizer; a deleting one loses it
+  // when no device names it any more. New orders of it are the policy's to refuse (F5).
+  std::set<std::string> classesHeld;
+  for (const auto& device : input.devices) {
+    classesHeld.insert(device->spec.className);
+  }
+  for (const auto& gpuClass : input.classes) {
+    const api::ObjectMeta& meta = gpuClass->metadata;
+    const bool has = HasFinalizer(meta, api::kClassFinalizer);
+    if (!meta.deletionTimestamp) {
+      if (!has) {
+        plan.actions.push_back(ObjectAction(ActionKind::kAddClassFinalizer, meta,
+                                            FinalizersPatch(meta, api::kClassFinalizer, true),
+                                            "every class is protected while devices hold it"));
+      }
+    } else if (has) {
+      if (classesHeld.count(meta.name) != 0) {
+        ++plan.waiting.classesWithHolders;
+      } else {
+        plan.actions.push_back(ObjectAction(ActionKind::kRemoveClassFinalizer, meta,
+                                            FinalizersPatch(meta, api::kClassFinalizer, false),
+                                            "deleting and no device holds it"));
+      }
+    }
+  }
+
+  // Devices: attachments (D14, D18), the finalizer (D13) and which records stay.
+  std::set<std::string> recordsWanted;  // record keys to keep or write
+  std::set<std::string> namespacesHolding;
+  for (const auto& devicePtr : input.devices) {
+    const api::GpuDevice& device = *devicePtr;
+    const api::ObjectMeta& meta = device.metadata;
+    const bool deleting = meta.deletionTimestamp.has_value();
+    AttachmentVerdict verdict;
+    if (device.status.attachment && !device.status.attachment->vmiName.empty()) {
+      verdict = JudgeAttachment(device, input, plan);
+      if (verdict.action) {
+        plan.actions.push_back(std::move(*verdict.action));
+      }
+    }
+    const std::string recordKey = meta.namespaceName + "/" + api::UsageRecordName(meta.name);
+    const bool recordStored = input.records.count(recordKey) != 0;
+    const bool has = HasFinalizer(meta, api::kDeviceFinalizer);
+    if (!deleting) {
+      if (!has) {
+        plan.actions.push_back(ObjectAction(ActionKind::kAddDeviceFinalizer, meta,
+                                            FinalizersPatch(meta, api::kDeviceFinalizer, true),
+                                            "a held device stays until no VMI uses it"));
+      }
+      if (api::HoldsUsage(device)) {
+        recordsWanted.insert(recordKey);
+        namespacesHolding.insert(meta.namespaceName);
+        if (!input.usageRecords) {
+          continue;
+        }
+        if (input.monitors.count(meta.namespaceName) == 0) {
+          continue;  // the monitor first (planned below); its records in the pass after
+        }
+        const nlohmann::json desired = api::UsageRecord(device);
+        auto stored = input.records.find(recordKey);
+        if (stored == input.records.end() || !api::UsageObjectCurrent(*stored->second, desired)) {
+          Action apply{ActionKind::kApplyRecord,
+                       meta.namespaceName,
+                       api::UsageRecordName(meta.name),
+                       "",
+                       "",
+                       desired,
+                       std::nullopt,
+                       "device " + meta.Key() + " holds " + std::to_string(device.spec.count) +
+                           " of class " + device.spec.className};
+          if (stored != input.records.end()) {
+            apply.stored = *stored->second;
+            apply.resourceVersion =
+                stored->second->at("metadata").value("resourceVersion", std::string());
+          }
+          plan.actions.push_back(std::move(apply));
+        }
+      }
+      continue;
+    }
+    // Deleting: the device, its binding and its record stay while a VMI uses it (D13).
+    if (verdict.inUse) {
+      if (has) {
+        ++plan.waiting.devicesInUse;
+      }
+      if (recordStored) {
+        recordsWanted.insert(recordKey);
+        namespacesHolding.insert(meta.namespaceName);
+      }
+      continue;
+    }
+    if (!has) {
+      continue;
+    }
+    if (input.usageRecords && recordStored) {
+      continue;  // the record goes first (below); the finalizer in the pass after
+    }
+    plan.actions.push_back(ObjectAction(ActionKind::kRemoveDeviceFinalizer, meta,
+                                        FinalizersPatch(meta, api::kDeviceFinalizer, false),
+                                        "released and no VMI uses it"));
+  }
+
+  if (input.usageRecords) {
+    for (const std::string& ns : namespacesHolding) {
+      const nlohmann::json desired = api::UsageMonitor(ns);
+      auto stored = input.monitors.find(ns);
+      if (stored != input.monitors.end() && api::UsageObjectCurrent(*stored->second, desired)) {
+        continue;
+      }
+      Action apply{ActionKind::kApplyMonitor,
+                   ns,
+                   std::string(api::kUsageMonitorName),
+                   "",
+                   "",
+                   desired,
+                   std::nullopt,
+                   "namespace " + ns + " holds devices"};
+      if (stored != input.monitors.end()) {
+        apply.stored = *stored->second;
+        apply.resourceVersion =
+            stored->second->at("metadata").value("resourceVersion", std::string());
+      }
+      plan.actions.push_back(std::move(apply));
+    }
+    std::set<std::string> namespacesWithRecords;
+    for (const auto& [key, recordPtr] : input.records) {
+      const nlohmann::json& record = *recordPtr;
+      const nlohmann::json& metadata = record.at("metadata");
+      if (recordsWanted.count(key) != 0) {
+        namespacesWithRecords.insert(metadata.value("namespace", std::string()));
+        continue;
+      }
+      plan.actions.push_back(Action{
+          ActionKind::kDeleteRecord, metadata.value("namespace", std::string()),
+          metadata.value("name", std::string()), metadata.value("resourceVersion", std::string()),
+          metadata.value("uid", std::string()), nullptr, std::nullopt,
+          "no device holds it (" + api::UsageRecordDevice(record) + ")"});
+    }
+    for (const auto& [ns, monitorPtr] : input.monitors) {
+      const nlohmann::json& monitor = *monitorPtr;
+      if (namespacesHolding.count(ns) != 0 || namespacesWithRecords.count(ns) != 0) {
+        continue;
+      }
+      const nlohmann::json& metadata = monitor.at("metadata");
+      plan.actions.push_back(Action{
+          ActionKind::kDeleteMonitor, ns, metadata.value("name", std::string()),
+          metadata.value("resourceVersion", std::string()), metadata.value("uid", std::string()),
+          nullptr, std::nullopt, "namespace " + ns + " holds no devices"});
+    }
+  }
+
+  // The settings ConfigMap (D17, G10).
+  if (input.settings) {
+    const ReconcileInput::Settings& settings = *input.settings;
+    nlohmann::json data = nlohmann::json::object();
+    for (const auto& [key, value] : settings.data) {
+      data[key] = value;
+    }
+    const nlohmann::json desired = {
+        {"apiVersion", "v1"},
+        {"kind", "ConfigMap"},
+        {"metadata",
+         {{"name", settings.name},
+          {"namespace", settings.namespaceName},
+          {"labels", {{"app.kubernetes.io/managed-by", "gpu-controller"}}}}},
+        {"data", data}};
+    if (!settings.stored || settings.stored->value("data", nlohmann::json::object()) != data) {
+      Action apply{ActionKind::kApplySettings,
+                   settings.namespaceName,
+                   settings.name,
+                   "",
+                   "",
+                   desired,
+                   settings.stored,
+                   "the settings the admission policies read"};
+      if (settings.stored) {
+        apply.resourceVersion =
+            settings.stored->at("metadata").value("resourceVersion", std::string());
+      }
+      plan.actions.push_back(std::move(apply));
+    }
+  }
+  return plan;
+}
+
+}  // namespace cozy::controller

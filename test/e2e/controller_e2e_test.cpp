@@ -1,0 +1,390 @@
+// End to end: `gpu-controller run` as real processes (two replicas where it matters) against the
+// fake API server, with kubectl as the client that tenants and hosters use. Each scenario is named
+// by the catalog item it covers: G1, G8-G11 (the daemon), D12-D16, D18 (the GPU reconciler).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+
+#include "api/time.h"
+#include "test/fakes/fake_apiserver.h"
+#include "test/support/fixture_host.h"
+#include "test/support/process.h"
+
+namespace cozy {
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+using testing::ShellQuote;
+using testing::WaitFor;
+
+const std::string kTenant = "tenant-a";
+
+class ControllerEndToEnd : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fake::FakeApiServerOptions options;
+    options.crdPaths = {testing::SourceDir() / "charts/gpu/crds",
+                        testing::SourceDir() / "test/fakes/crds"};
+    server_ = std::make_unique<fake::FakeApiServer>(options);
+    server_->Start();
+    std::ofstream(Path("kubeconfig")) << server_->Kubeconfig("hoster");
+    for (const std::string& ns : {std::string("cozy-system"), kTenant}) {
+      Apply({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", ns}}}});
+    }
+  }
+
+  void TearDown() override {
+    for (auto& [name, pid] : replicas_) {
+      if (pid > 0) testing::Finish(pid, SIGKILL);
+    }
+    server_->Stop();
+  }
+
+  std::filesystem::path Path(const std::string& name) const { return directory_.path() / name; }
+
+  // Starts a replica named `identity` (its bearer token is the identity, so the request log
+  // tells the replicas apart) with the flags given; returns its health port.
+  int StartReplica(const std::string& identity, std::vector<std::string> flags = {}) {
+    std::ofstream(Path("kubeconfig-" + identity)) << server_->Kubeconfig(identity);
+    const int port = testing::FreePort();
+    std::vector<std::string> arguments = {GPU_CONTROLLER,
+                                          "run",
+                                          "--kubeconfig",
+                                          Path("kubeconfig-" + identity).string(),
+                                          "--identity",
+                                          identity,
+                                          "--health-addr",
+                                          "127.0.0.1:" + std::to_string(port),
+                                          "--discovery-interval",
+                                          "500ms",
+                                          "--resync",
+                                          "1s",
+                                          "-v"};
+    arguments.insert(arguments.end(), flags.begin(), flags.end());
+    replicas_[identity] = testing::Spawn(arguments, Path(identity + ".log"));
+    ports_[identity] = port;
+    return port;
+  }
+
+  int StopReplica(const std::string& identity, int signal = SIGTERM) {
+    return testing::Finish(replicas_[identity], signal);
+  }
+
+  std::string Log(const std::string& identity) const {
+    std::ifstream in(Path(identity + ".log"));
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  std::string Logs() const {
+    std::string all;
+    for (const auto& [name, pid] : replicas_) all += "--- " + name + "\n" + Log(name);
+    return all;
+  }
+
+  // kubectl against the fake server; fails the test when kubectl fails, unless `mayFail`.
+  std::string Kubectl(const std::string& arguments, bool mayFail = false) {
+    const auto result = testing::RunCommand(
+        "kubectl --kubeconfig " + ShellQuote(Path("kubeconfig").string()) + " " + arguments);
+    if (!mayFail) {
+      EXPECT_EQ(result.exitCode, 0) << "kubectl " << arguments << ": " << result.err;
+    }
+    return result.out;
+  }
+  void Apply(const json& object) {
+    const std::filesystem::path file = Path("apply.json");
+    std::ofstream(file) << object.dump();
+    Kubectl("apply -f " + ShellQuote(file.string()));
+  }
+  // The object as kubectl reads it, or null when it does not exist.
+  json Get(const std::string& what, const std::string& ns = "") {
+    const auto result =
+        testing::RunCommand("kubectl --kubeconfig " + ShellQuote(Path("kubeconfig").string()) +
+                            (ns.empty() ? "" : " -n " + ns) + " get " + what + " -o json");
+    if (result.exitCode != 0) return nullptr;
+    return json::parse(result.out);
+  }
+  // Status written the way the binder and the webhook write it: merge patches on /status.
+  void PatchStatus(const std::string& name, const json& status) {
+    Kubectl("-n " + kTenant + " patch gpudevice " + name +
+            " --subresource=status --type=merge -p " + ShellQuote(json{{"status", status}}.dump()));
+  }
+
+  std::string Holder() {
+    const json lease = Get("lease gpu-controller", "cozy-system");
+    return lease.is_object() ? lease["spec"].value("holderIdentity", "") : "";
+  }
+  std::string Metrics(const std::string& identity) {
+    return testing::RunCommand("curl -s http://127.0.0.1:" + std::to_string(ports_[identity]) +
+                               "/metrics")
+        .out;
+  }
+
+  static json Class(const std::string& name) {
+    return {{"apiVersion", "gpu.cozystack.io/v1alpha1"},
+            {"kind", "GPUClass"},
+            {"metadata", {{"name", name}}},
+            {"spec",
+             {{"vendor", "nvidia"},
+              {"model", "A100"},
+              {"mode", "passthrough"},
+              {"source", {{"devicePlugin", {{"resourceName", "nvidia.com/GA100"}}}}}}}};
+  }
+  static json Device(const std::string& name, json labels = json::object()) {
+    return {{"apiVersion", "gpu.cozystack.io/v1alpha1"},
+            {"kind", "GPUDevice"},
+            {"metadata", {{"name", name}, {"namespace", kTenant}, {"labels", labels}}},
+            {"spec", {{"className", "a100"}, {"count", 1}}}};
+  }
+  static json Vmi(const std::string& name) {
+    return {{"apiVersion", "kubevirt.io/v1"},
+            {"kind", "VirtualMachineInstance"},
+            {"metadata", {{"name", name}, {"namespace", kTenant}}},
+            {"spec", {{"domain", {{"devices", json::object()}}}}}};
+  }
+  std::string VmiUid(const std::string& name) {
+    return Get("vmi " + name, kTenant)["metadata"].value("uid", "");
+  }
+  bool HasFinalizer(const json& object, const std::string& finalizer) {
+    if (!object.is_object()) return false;
+    for (const auto& item : object["metadata"].value("finalizers", json::array())) {
+      if (item == finalizer) return true;
+    }
+    return false;
+  }
+  // Waits for the device's protection finalizer: the reconciler has seen the device.
+  void WaitProtected(const std::string& device) {
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          return HasFinalizer(Get("gpudevice " + device, kTenant),
+                              "gpu.cozystack.io/device-protection");
+        },
+        15s))
+        << Logs();
+  }
+
+  testing::TempDir directory_;
+  std::unique_ptr<fake::FakeApiServer> server_;
+  std::map<std::string, pid_t> replicas_;
+  std::map<std::string, int> ports_;
+};
+
+TEST_F(ControllerEndToEnd, G8_OneLeaseHolderAndTheStandbyLeadsSoonAfterTheLeaderStops) {
+  StartReplica("replica-a");
+  ASSERT_TRUE(WaitFor([&] { return Holder() == "replica-a"; }, 15s)) << Logs();
+  StartReplica("replica-b");
+  ASSERT_TRUE(WaitFor([&] {
+    return Metrics("replica-b").find("gpu_controller_leader 0") != std::string::npos;
+  })) << Logs();
+  EXPECT_NE(Metrics("replica-a").find("gpu_controller_leader 1"), std::string::npos);
+  EXPECT_EQ(Holder(), "replica-a");  // the standby does not take a renewed Lease
+
+  // SIGTERM: the leader releases the Lease on its way out, so the standby takes it within about
+  // a retry period (2 s), well before the 15 s lease duration would run out.
+  const auto stopped = std::chrono::steady_clock::now();
+  const int status = StopReplica("replica-a");
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << Log("replica-a");
+  EXPECT_NE(Log("replica-a").find("stopping"), std::string::npos);
+  ASSERT_TRUE(WaitFor([&] { return Holder() == "replica-b"; }, 8s)) << Logs();
+  EXPECT_LT(std::chrono::steady_clock::now() - stopped, 8s);
+  ASSERT_TRUE(WaitFor([&] {
+    return Metrics("replica-b").find("gpu_controller_leader 1") != std::string::npos;
+  })) << Logs();
+  const json lease = Get("lease gpu-controller", "cozy-system");
+  EXPECT_EQ(lease["spec"]["leaseDurationSeconds"], 15);
+  EXPECT_GE(lease["spec"].value("leaseTransitions", 0), 1);
+}
+
+TEST_F(ControllerEndToEnd, G9_ANonPositiveAttachmentGraceIsRefused) {
+  for (const std::string grace : {"0s", "-1s", "0"}) {
+    const auto result = testing::RunCommand(std::string(GPU_CONTROLLER) + " run --kubeconfig " +
+                                            ShellQuote(Path("kubeconfig").string()) +
+                                            " --attachment-grace=" + grace);
+    EXPECT_EQ(result.exitCode, 2) << grace;
+    EXPECT_NE(result.err.find("--attachment-grace"), std::string::npos) << result.err;
+    EXPECT_NE(result.err.find("positive"), std::string::npos) << result.err;
+  }
+  EXPECT_EQ(Holder(), "");  // refused before it touched the cluster
+}
+
+TEST_F(ControllerEndToEnd, G10_G11_SettingsConfigMapCarriesTheFlagsAndIsTheOnlyOneCached) {
+  Apply({{"apiVersion", "v1"},
+         {"kind", "ConfigMap"},
+         {"metadata", {{"name", "unrelated"}, {"namespace", "cozy-system"}}},
+         {"data", {{"big", "x"}}}});
+  StartReplica("replica-a",
+               {"--gpu-resource-names", "nvidia.com/A,nvidia.com/B", "--raw-gpu-names", "forbid"});
+  Apply(Class("a100"));
+  ASSERT_TRUE(WaitFor([&] {
+    const json settings = Get("configmap cozy-gpu-settings", "cozy-system");
+    return settings.is_object() && settings["data"].value("resourceNames", "") ==
+                                       "nvidia.com/A,nvidia.com/B,nvidia.com/GA100";
+  })) << Logs();
+  const json settings = Get("configmap cozy-gpu-settings", "cozy-system");
+  EXPECT_EQ(settings["data"]["rawResourceNames"], "forbidden");
+  // G11: every list and watch of ConfigMaps the controller made selects the settings by name.
+  int configMapReads = 0;
+  for (const auto& request : server_->Requests()) {
+    if (request.method != "GET" || request.bearerToken != "replica-a" ||
+        request.path.find("/configmaps") == std::string::npos ||
+        request.path.find("/configmaps/") != std::string::npos) {
+      continue;
+    }
+    ++configMapReads;
+    EXPECT_TRUE(std::regex_search(
+        request.query,
+        std::regex("(^|&)fieldSelector=metadata\\.name(=|%3D)cozy-gpu-settings(&|$)")))
+        << request.path << "?" << request.query;
+    EXPECT_EQ(request.path, "/api/v1/namespaces/cozy-system/configmaps");
+  }
+  EXPECT_GE(configMapReads, 2);  // the list and the watch
+}
+
+TEST_F(ControllerEndToEnd, G1_D15_ClassWaitsForItsHolderWithGpusOff) {
+  StartReplica("replica-a");
+  Apply(Class("a100"));
+  Apply(Device("held"));
+  WaitProtected("held");
+  ASSERT_TRUE(WaitFor([&] {
+    return HasFinalizer(Get("gpuclass a100"), "gpu.cozystack.io/class-protection");
+  })) << Logs();
+  // G1: with GPUs off nothing places the order.
+  EXPECT_FALSE(Get("gpudevice held", kTenant)["status"].contains("nodeName"));
+
+  Kubectl("delete gpuclass a100 --wait=false");
+  std::this_thread::sleep_for(2s);  // two resyncs: the class must still be there
+  const json deleting = Get("gpuclass a100");
+  ASSERT_TRUE(deleting.is_object()) << Logs();
+  EXPECT_TRUE(deleting["metadata"].contains("deletionTimestamp"));
+
+  Kubectl("-n " + kTenant + " delete gpudevice held --wait=false");
+  ASSERT_TRUE(WaitFor([&] { return Get("gpudevice held", kTenant).is_null(); })) << Logs();
+  ASSERT_TRUE(WaitFor([&] { return Get("gpuclass a100").is_null(); })) << Logs();
+}
+
+TEST_F(ControllerEndToEnd, D12_NamespaceHoldingDevicesIsDeletedWithGpusOff) {
+  StartReplica("replica-a");
+  Apply(Class("a100"));
+  Apply(Device("bound"));
+  Apply(Device("attached"));
+  WaitProtected("bound");
+  WaitProtected("attached");
+  PatchStatus("bound", {{"phase", "Bound"}, {"nodeName", "n1"}});
+  // Attached to a VMI that is gone: with GPUs off the VMI is read by name, and a 404 frees it.
+  PatchStatus("attached", {{"phase", "Bound"},
+                           {"nodeName", "n1"},
+                           {"attachment", {{"vmiName", "vm-gone"}, {"vmiUID", "uid-gone"}}}});
+  ASSERT_TRUE(WaitFor([&] { return Get("workload gpudevice-bound", kTenant).is_object(); }))
+      << Logs();
+  Kubectl("delete namespace " + kTenant + " --wait=false");
+  ASSERT_TRUE(WaitFor([&] { return Get("namespace " + kTenant).is_null(); }, 20s))
+      << Logs() << Get("gpudevices", kTenant).dump(2);
+}
+
+TEST_F(ControllerEndToEnd, D13_D16_ReleasedDeviceAndItsRecordStayUntilTheVmiEnds) {
+  StartReplica("replica-a", {"--enable-gpu"});
+  Apply(Class("a100"));
+  Apply(Vmi("vm1"));
+  Apply(Device("d1", {{"team", "blue"}}));
+  WaitProtected("d1");
+  PatchStatus("d1", {{"phase", "Bound"},
+                     {"nodeName", "n1"},
+                     {"attachment", {{"vmiName", "vm1"}, {"vmiUID", VmiUid("vm1")}}}});
+  // D16: one record, under a monitor whose selector is the reserved key.
+  ASSERT_TRUE(WaitFor([&] { return Get("workload gpudevice-d1", kTenant).is_object(); })) << Logs();
+  const json record = Get("workload gpudevice-d1", kTenant);
+  EXPECT_EQ(record["metadata"]["labels"]["workloads.cozystack.io/monitor"], "cozy-gpu-usage");
+  EXPECT_FALSE(record["metadata"]["labels"].contains("team"));  // tenant labels stay out
+  EXPECT_EQ(record["metadata"]["ownerReferences"][0]["name"], "d1");
+  EXPECT_EQ(record["status"]["resources"]["gpu.cozystack.io/a100"], "1");
+  EXPECT_EQ(record["status"]["operational"], true);
+  const json monitor = Get("workloadmonitor cozy-gpu-usage", kTenant);
+  EXPECT_EQ(monitor["spec"]["selector"], (json{{"gpu.cozystack.io/usage-monitor", "true"}}));
+  // A tenant's labels, even the monitor's own key, do not reach the record.
+  Kubectl("-n " + kTenant +
+          " label gpudevice d1 workloads.cozystack.io/monitor=evil team=red --overwrite");
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_EQ(Get("workload gpudevice-d1", kTenant)["metadata"]["labels"],
+            record["metadata"]["labels"]);
+
+  // D13: released while the VMI runs: device, binding and record stay.
+  Kubectl("-n " + kTenant + " delete gpudevice d1 --wait=false");
+  std::this_thread::sleep_for(2500ms);
+  const json released = Get("gpudevice d1", kTenant);
+  ASSERT_TRUE(released.is_object()) << Logs();
+  EXPECT_TRUE(released["metadata"].contains("deletionTimestamp"));
+  EXPECT_EQ(released["status"]["nodeName"], "n1");
+  EXPECT_TRUE(Get("workload gpudevice-d1", kTenant).is_object());
+  EXPECT_NE(Metrics("replica-a").find("gpu_controller_waiting{for=\"vmi-in-use\"} 1"),
+            std::string::npos);
+
+  Kubectl("-n " + kTenant + " delete vmi vm1");
+  ASSERT_TRUE(WaitFor([&] { return Get("gpudevice d1", kTenant).is_null(); })) << Logs();
+  EXPECT_TRUE(Get("workload gpudevice-d1", kTenant).is_null());
+  ASSERT_TRUE(WaitFor([&] { return Get("workloadmonitor cozy-gpu-usage", kTenant).is_null(); }))
+      << Logs();
+}
+
+TEST_F(ControllerEndToEnd, D14_TemplateDeviceGoesWithItsVmiAndAHeldOrderStays) {
+  StartReplica("replica-a", {"--enable-gpu"});
+  Apply(Class("a100"));
+  Apply(Vmi("vm1"));
+  Apply(Device("vm1-gpu", {{"gpu.cozystack.io/template-device", "true"}}));
+  Apply(Device("held"));
+  WaitProtected("vm1-gpu");
+  WaitProtected("held");
+  const std::string uid = VmiUid("vm1");
+  for (const std::string name : {"vm1-gpu", "held"}) {
+    PatchStatus(name, {{"phase", "Bound"},
+                       {"nodeName", "n1"},
+                       {"attachment", {{"vmiName", "vm1"}, {"vmiUID", uid}}}});
+  }
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_TRUE(Get("gpudevice vm1-gpu", kTenant).is_object());  // its VMI runs
+
+  Kubectl("-n " + kTenant + " delete vmi vm1");
+  ASSERT_TRUE(WaitFor([&] { return Get("gpudevice vm1-gpu", kTenant).is_null(); })) << Logs();
+  ASSERT_TRUE(WaitFor([&] {
+    return !Get("gpudevice held", kTenant)["status"].contains("attachment");
+  })) << Logs();
+  const json held = Get("gpudevice held", kTenant);
+  EXPECT_FALSE(held["metadata"].contains("deletionTimestamp"));
+  EXPECT_EQ(held["status"]["nodeName"], "n1");  // still held, on its node
+}
+
+TEST_F(ControllerEndToEnd, D18_AttachmentWithoutItsVmiIsClearedAfterTheGrace) {
+  StartReplica("replica-a", {"--enable-gpu", "--attachment-grace", "4s"});
+  Apply(Class("a100"));
+  Apply(Device("ghost"));
+  Apply(Device("in-time"));
+  WaitProtected("ghost");
+  WaitProtected("in-time");
+  const std::string now = api::FormatTime(std::chrono::system_clock::now());
+  PatchStatus("ghost", {{"phase", "Bound"},
+                        {"nodeName", "n1"},
+                        {"attachment", {{"vmiName", "never"}, {"attachedAt", now}}}});
+  PatchStatus("in-time", {{"phase", "Bound"},
+                          {"nodeName", "n1"},
+                          {"attachment", {{"vmiName", "vm2"}, {"attachedAt", now}}}});
+  Apply(Vmi("vm2"));
+  // The VMI that appeared is matched: its UID is recorded.
+  ASSERT_TRUE(WaitFor([&] {
+    return Get("gpudevice in-time", kTenant)["status"]["attachment"].value("vmiUID", "") ==
+           VmiUid("vm2");
+  })) << Logs();
+  // The other waits out its grace, then is cleared.
+  ASSERT_TRUE(WaitFor(
+      [&] { return !Get("gpudevice ghost", kTenant)["status"].contains("attachment"); }, 15s))
+      << Logs();
+  EXPECT_TRUE(Get("gpudevice in-time", kTenant)["status"].contains("attachment"));
+  EXPECT_NE(Log("replica-a").find("did not appear within the attachment grace"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cozy
