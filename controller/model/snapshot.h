@@ -70,11 +70,11 @@ struct VirtualMachineInstance {
   std::string namespaceName;
   std::string name;
   std::string uid;
-  std::string creationTimestamp;  // RFC 3339, to the second
   std::string nodeName;
   // status.activePods keys: the only proof that a pod is this VMI's launcher.
   std::vector<std::string> activePodUids;
   std::vector<Toleration> tolerations;  // spec.tolerations
+  std::string creationTimestamp;        // RFC 3339, to the second
 };
 
 // KubeVirt's spec.configuration.permittedHostDevices.
