@@ -6,6 +6,7 @@
 //
 //   gpu-controller-model-bench [nodes] [tenants] [rounds]
 //   gpu-controller-model-bench --once nodes tenants      (for model_growth.sh)
+//   gpu-controller-model-bench --dump nodes tenants [json|table]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -21,6 +22,7 @@
 
 #include "api/keys.h"
 #include "controller/model/model.h"
+#include "controller/simulate.h"
 
 namespace {
 
@@ -325,9 +327,33 @@ int Once(size_t nodes, size_t tenants) {
   return 0;
 }
 
+// The benchmark cluster's whole view and every decision of one pass, printed as `simulate`
+// prints a snapshot's: a change to the model that should not change what it decides is checked by
+// comparing this output, byte for byte, before and after.
+int Dump(size_t nodes, size_t tenants, std::string_view format) {
+  const Snapshot snapshot = BuildSnapshot(nodes, tenants);
+  const model::Model evaluated(snapshot);
+  const model::ClusterView view = evaluated.View();
+  const std::vector<model::Decision> decisions = evaluated.PlanPass();
+  if (format == "table") {
+    std::fputs(cozy::controller::SimulationToTable(view, decisions).c_str(), stdout);
+  } else {
+    std::printf("%s\n", cozy::controller::SimulationToJson(view, decisions).dump(2).c_str());
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc == 4 && std::string_view(argv[1]) == "--once") {
     return Once(std::strtoul(argv[2], nullptr, 10), std::strtoul(argv[3], nullptr, 10));
+  }
+  if ((argc == 4 || argc == 5) && std::string_view(argv[1]) == "--dump") {
+    const std::string_view format = argc == 5 ? argv[4] : "json";
+    if (format != "json" && format != "table") {
+      std::fprintf(stderr, "--dump: the format is json or table, not %s\n", argv[4]);
+      return 2;
+    }
+    return Dump(std::strtoul(argv[2], nullptr, 10), std::strtoul(argv[3], nullptr, 10), format);
   }
   const size_t nodes = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 5000;
   const size_t tenants = argc > 2 ? std::strtoul(argv[2], nullptr, 10) : 2000;

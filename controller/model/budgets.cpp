@@ -1,0 +1,184 @@
+// Budgets: the GPU limits each namespace's ResourceQuotas declare, what is left of them for a
+// tenant's next order, and whether an order fits them.
+#include "controller/model/model_internal.h"
+
+#include <algorithm>
+
+#include "api/json_field.h"
+#include "api/keys.h"
+#include "api/quantity.h"
+#include "controller/model/errors.h"
+
+namespace cozy::model {
+namespace {
+
+void Lower(std::optional<Limit>& slot, Limit limit) {
+  if (!slot || limit.value < slot->value) {
+    slot = std::move(limit);
+  }
+}
+
+void Lower(std::map<size_t, Limit>& slots, size_t index, Limit limit) {
+  const auto it = slots.find(index);
+  if (it == slots.end() || limit.value < it->second.value) {
+    slots[index] = std::move(limit);
+  }
+}
+
+// One budget that caps class `classId` in a namespace of the chain.
+struct Constraint {
+  enum class Kind { kClass, kTotal, kRaw };
+  Kind kind;
+  const Limit* limit;
+  int64_t used;
+  bool blocked;  // a raw key with no GPU key beside it: blocks the class outright
+};
+
+template <typename Visit>
+void ForEachConstraint(const Budget& budget, const Usage& used, size_t classId, size_t resource,
+                       Visit visit) {
+  const auto classLimit = budget.byClass.find(classId);
+  if (classLimit != budget.byClass.end()) {
+    visit(Constraint{Constraint::Kind::kClass, &classLimit->second, Get(used.byClass, classId),
+                     false});
+  }
+  if (budget.total) {
+    visit(Constraint{Constraint::Kind::kTotal, &*budget.total, used.total, false});
+  }
+  // A raw key blocks a class until the same tenant also declares a GPU key covering it; then
+  // it caps devices and raw-name pods together.
+  if (const auto rawLimit = budget.raw.find(resource); rawLimit != budget.raw.end()) {
+    const bool gpuKey = classLimit != budget.byClass.end() || budget.total.has_value();
+    visit(Constraint{Constraint::Kind::kRaw, &rawLimit->second,
+                     Get(used.devicesByResource, resource) + Get(used.rawPodsByResource, resource),
+                     !gpuKey});
+  }
+}
+
+}  // namespace
+
+const Usage& UsageOf(const UsageBy& usageBy, std::string_view ns) {
+  static const Usage kNoUsage;
+  const auto it = usageBy.find(ns);
+  return it == usageBy.end() ? kNoUsage : it->second;
+}
+
+void Model::Index::ReadBudgets() {
+  for (const ResourceQuota& quota : snapshot.quotas) {
+    for (const auto& [key, text] : quota.hard) {
+      const bool gpuKey = key.starts_with(api::kBudgetKeyPrefix);
+      std::optional<size_t> rawResource;
+      if (!gpuKey && key.starts_with(api::kRawQuotaKeyPrefix)) {
+        const auto r =
+            resourceIds.find(std::string_view(key).substr(api::kRawQuotaKeyPrefix.size()));
+        if (r != resourceIds.end()) {
+          rawResource = r->second;
+        }
+      }
+      if (!gpuKey && !rawResource) {
+        continue;
+      }
+      // A budget that cannot be read fails every caller; none may skip it and pass.
+      const api::QuantityResult parsed = api::ParseWholeQuantity(text);
+      if (!parsed.value) {
+        throw InvalidSnapshot("ResourceQuota " + quota.namespaceName + "/" + quota.name,
+                              api::JoinPath("spec.hard", key), parsed.error);
+      }
+      Budget& budget = budgets[quota.namespaceName];
+      Limit limit{*parsed.value, key};
+      if (rawResource) {
+        Lower(budget.raw, *rawResource, std::move(limit));
+        continue;
+      }
+      const std::string_view className = std::string_view(key).substr(api::kBudgetKeyPrefix.size());
+      if (className == api::kTotalBudgetName) {
+        Lower(budget.total, std::move(limit));
+      } else if (const auto c = classIds.find(className); c != classIds.end()) {
+        Lower(budget.byClass, c->second, std::move(limit));
+      }
+    }
+  }
+}
+
+RemainingBudget Model::Index::Remaining(std::string_view tenant, size_t classId,
+                                        const UsageBy& usageBy) const {
+  RemainingBudget result;
+  std::vector<std::string_view> chain;
+  tenants.BudgetChain(tenant, chain);
+  for (const std::string_view ns : chain) {
+    const auto budget = budgets.find(ns);
+    if (budget == budgets.end()) {
+      continue;
+    }
+    ForEachConstraint(budget->second, UsageOf(usageBy, ns), classId, classes[classId].resource,
+                      [&](const Constraint& constraint) {
+                        const int64_t left =
+                            constraint.blocked
+                                ? 0
+                                : std::max<int64_t>(0, constraint.limit->value - constraint.used);
+                        if (!result.remaining || left < *result.remaining) {
+                          result = RemainingBudget{left, std::string(ns), constraint.limit->key,
+                                                   constraint.blocked};
+                        }
+                      });
+  }
+  return result;
+}
+
+std::optional<std::string> Model::Index::CheckBudgets(std::string_view tenant, const Needs& needs,
+                                                      const UsageBy& usageBy,
+                                                      std::vector<std::string_view>& chain) const {
+  tenants.BudgetChain(tenant, chain);
+  for (const std::string_view ns : chain) {
+    const auto budget = budgets.find(ns);
+    if (budget == budgets.end()) {
+      continue;
+    }
+    std::optional<std::string> refusal;
+    for (const auto& [classId, count] : needs.byClass) {
+      const size_t resource = classes[classId].resource;
+      const std::string& className = classes[classId].gpuClass->metadata.name;
+      ForEachConstraint(budget->second, UsageOf(usageBy, ns), classId, resource,
+                        [&](const Constraint& constraint) {
+                          if (refusal) {
+                            return;
+                          }
+                          if (constraint.blocked) {
+                            const std::string name(ns);
+                            refusal = "the raw quota key " + constraint.limit->key + " of " + name +
+                                      " blocks class " + className + " until " + name +
+                                      " also declares " + api::ClassBudgetKey(className) + " or " +
+                                      std::string(api::kTotalBudgetKey);
+                            return;
+                          }
+                          const std::string& key = constraint.limit->key;
+                          int64_t need = count;
+                          if (constraint.kind == Constraint::Kind::kTotal) {
+                            need = needs.total;
+                          } else if (constraint.kind == Constraint::Kind::kRaw) {
+                            need = CountOf(needs.byResource, resource);
+                          }
+                          if (constraint.used + need > constraint.limit->value) {
+                            refusal = "the budget " + key + " of " + std::string(ns) + " is " +
+                                      std::to_string(constraint.limit->value) + " with " +
+                                      std::to_string(constraint.used) + " used; the order needs " +
+                                      std::to_string(need);
+                          }
+                        });
+      if (refusal) {
+        return refusal;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+RemainingBudget Model::Remaining(std::string_view tenant, std::string_view className) const {
+  const auto c = index_->classIds.find(className);
+  if (c == index_->classIds.end()) {
+    return {};
+  }
+  return index_->Remaining(tenant, c->second, index_->usage);
+}
+
+}  // namespace cozy::model

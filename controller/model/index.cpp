@@ -1,0 +1,273 @@
+// Reading a snapshot into the index every other part works on: classes, nodes and the units
+// they serve, each device's numbers, VMI attachments, and every tenant's usage.
+#include "controller/model/model_internal.h"
+
+#include <algorithm>
+#include <memory>
+
+namespace cozy::model {
+namespace {
+
+// Each namespace's own usage while the devices and pods are counted: one row per namespace
+// number in flat arrays, so counting a device adds to a few neighbouring numbers rather than to
+// three small arrays of its own somewhere on the heap.
+class UsageTable {
+ public:
+  UsageTable(size_t classes, size_t resources) : classes_(classes), resources_(resources) {}
+
+  void Add(size_t ns, int64_t count) { Row(total_, ns, 1)[0] += count; }
+  void AddClass(size_t ns, size_t classId, size_t resource, int64_t count) {
+    Row(byClass_, ns, classes_)[classId] += count;
+    Row(devices_, ns, resources_)[resource] += count;
+  }
+  void AddRawPod(size_t ns, size_t resource, int64_t units) {
+    Row(rawPods_, ns, resources_)[resource] += units;
+  }
+  size_t Rows() const { return total_.size(); }
+  Usage Of(size_t ns) const {
+    Usage usage;
+    auto row = [ns](const std::vector<int64_t>& values, size_t width) {
+      const size_t at = ns * width;
+      return at < values.size()
+                 ? std::vector<int64_t>(values.begin() + static_cast<std::ptrdiff_t>(at),
+                                        values.begin() + static_cast<std::ptrdiff_t>(at + width))
+                 : std::vector<int64_t>(width, 0);
+    };
+    usage.byClass = row(byClass_, classes_);
+    usage.devicesByResource = row(devices_, resources_);
+    usage.rawPodsByResource = row(rawPods_, resources_);
+    usage.total = ns < total_.size() ? total_[ns] : 0;
+    return usage;
+  }
+
+ private:
+  // The row of namespace `ns`, growing the table (and the totals) to hold it.
+  int64_t* Row(std::vector<int64_t>& values, size_t ns, size_t width) {
+    if (total_.size() <= ns) {
+      total_.resize(ns + 1, 0);
+    }
+    if (values.size() < (ns + 1) * width) {
+      values.resize((ns + 1) * width, 0);
+    }
+    return values.data() + ns * width;
+  }
+
+  size_t classes_;
+  size_t resources_;
+  std::vector<int64_t> total_;
+  std::vector<int64_t> byClass_;
+  std::vector<int64_t> devices_;
+  std::vector<int64_t> rawPods_;
+};
+
+}  // namespace
+
+Model::Model(const Snapshot& snapshot) : index_(std::make_unique<Index>(snapshot)) {
+  index_->Build();
+}
+
+Model::~Model() = default;
+
+void Model::Index::Build() {
+  // Classes and the resource names they sell, by name.
+  std::vector<const api::GpuClass*> sortedClasses;
+  for (const api::GpuClass& gpuClass : snapshot.classes) {
+    sortedClasses.push_back(&gpuClass);
+  }
+  std::sort(sortedClasses.begin(), sortedClasses.end(),
+            [](const api::GpuClass* a, const api::GpuClass* b) {
+              return a->metadata.name < b->metadata.name;
+            });
+  for (const api::GpuClass* gpuClass : sortedClasses) {
+    const std::string& resourceName = gpuClass->ResourceName();
+    auto [it, inserted] = resourceIds.try_emplace(resourceName, resources.size());
+    if (inserted) {
+      resources.push_back(resourceName);
+    }
+    classIds[gpuClass->metadata.name] = classes.size();
+    classes.push_back(ClassInfo{gpuClass, it->second, ResolveMaxCount(gpuClass->spec), {}, {}});
+  }
+
+  for (const Node& node : snapshot.nodes) {
+    nodes.push_back(&node);
+  }
+  std::sort(nodes.begin(), nodes.end(),
+            [](const Node* a, const Node* b) { return a->name < b->name; });
+  nodeIds.reserve(nodes.size());
+  eligibility.reserve(nodes.size());
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    nodeIds[nodes[n]->name] = n;
+    eligibility.push_back(CheckNodeEligibility(*nodes[n], {}));
+    takesBinds.push_back(eligibility.back().eligible ? 1 : 0);
+  }
+  for (ClassInfo& info : classes) {
+    info.servesNode.resize(nodes.size(), 0);
+    for (size_t n = 0; n < nodes.size(); ++n) {
+      const std::optional<api::LabelSelector>& selector = info.gpuClass->spec.nodeSelector;
+      if (!selector || selector->Matches(nodes[n]->labels)) {
+        info.servesNode[n] = 1;
+        info.nodes.push_back(n);
+      }
+    }
+  }
+
+  // Units a node serves: its GPU functions' allocatable per resource, so an mdev parent serves
+  // as many as kubelet lists; counted here once for every caller.
+  const size_t cells = nodes.size() * resources.size();
+  units.assign(cells, 0);
+  bound.assign(cells, 0);
+  raw.assign(cells, 0);
+  hasGpuNode.assign(nodes.size(), 0);
+  for (const api::GpuNodeInventory& gpuNode : snapshot.gpuNodes) {
+    const auto node = nodeIds.find(gpuNode.nodeName);
+    if (node == nodeIds.end()) {
+      continue;  // its Node is gone; the GPUNode goes with it
+    }
+    hasGpuNode[node->second] = 1;
+    for (const api::InventoryDevice& device : gpuNode.devices) {
+      for (const api::InventoryResource& resource : device.resources) {
+        if (const auto r = resourceIds.find(resource.name); r != resourceIds.end()) {
+          units[At(node->second, r->second)] += resource.allocatable;
+        }
+      }
+    }
+  }
+
+  // Devices: class, the units Bound ones hold, attachments, and budget usage.
+  // By namespace number; only summed below, so order does not matter.
+  UsageTable ownUsage(classes.size(), resources.size());
+  UsageTable ownPending(classes.size(), resources.size());
+
+  deviceClass.assign(snapshot.devices.size(), kNone);
+  nsOf.assign(snapshot.devices.size(), kNone);
+  placedOn.assign(snapshot.devices.size(), kNone);
+  phase.resize(snapshot.devices.size());
+  ordered.resize(snapshot.devices.size());
+  attachedVmi.assign(snapshot.devices.size(), kNone);
+  vmis.reserve(snapshot.vmis.size());
+  for (const VirtualMachineInstance& vmi : snapshot.vmis) {
+    vmis[{vmi.namespaceName, vmi.name}] = &vmi;
+  }
+  std::unordered_map<std::string_view, size_t> goneIds;
+  for (size_t d = 0; d < snapshot.devices.size(); ++d) {
+    const api::GpuDevice& device = snapshot.devices[d];
+    const std::string& ns = device.metadata.namespaceName;
+    phase[d] = device.Phase();
+    ordered[d] = device.spec.count;
+    const bool placed = phase[d] == api::DevicePhase::kBound && device.status.nodeName &&
+                        !device.status.nodeName->empty();
+    if (placed) {
+      const std::string& nodeName = *device.status.nodeName;
+      if (const auto n = nodeIds.find(nodeName); n != nodeIds.end()) {
+        placedOn[d] = n->second;
+      } else {
+        const auto [gone, added] = goneIds.try_emplace(nodeName, nodes.size() + goneNodes.size());
+        if (added) {
+          goneNodes.push_back(nodeName);
+        }
+        placedOn[d] = gone->second;
+      }
+    }
+    nsOf[d] = NamespaceId(ns);
+    ownUsage.Add(nsOf[d], device.spec.count);
+    const bool pending = phase[d] == api::DevicePhase::kPending;
+    if (pending) {
+      ownPending.Add(nsOf[d], device.spec.count);
+    }
+    if (device.status.attachment) {
+      const api::Attachment& attachment = *device.status.attachment;
+      const auto vmi = vmis.find({ns, attachment.vmiName});
+      if (vmi != vmis.end() &&
+          (attachment.vmiUid.empty() || attachment.vmiUid == vmi->second->uid)) {
+        attachedVmi[d] = static_cast<size_t>(vmi->second - snapshot.vmis.data());
+      }
+    }
+    const auto c = classIds.find(device.spec.className);
+    if (c == classIds.end()) {
+      continue;
+    }
+    deviceClass[d] = c->second;
+    const size_t resource = classes[c->second].resource;
+    ownUsage.AddClass(nsOf[d], c->second, resource, device.spec.count);
+    if (pending) {
+      ownPending.AddClass(nsOf[d], c->second, resource, device.spec.count);
+    }
+    if (placed && IsNode(placedOn[d])) {
+      bound[At(placedOn[d], resource)] += device.spec.count;
+    }
+  }
+  vmiDevicesAt.assign(snapshot.vmis.size() + 1, 0);
+  for (const size_t v : attachedVmi) {
+    if (v != kNone) {
+      ++vmiDevicesAt[v + 1];
+    }
+  }
+  for (size_t v = 0; v < snapshot.vmis.size(); ++v) {
+    vmiDevicesAt[v + 1] += vmiDevicesAt[v];
+  }
+  vmiDevices.resize(vmiDevicesAt.back());
+  {
+    std::vector<size_t> next(vmiDevicesAt.begin(), vmiDevicesAt.end() - 1);
+    for (size_t d = 0; d < attachedVmi.size(); ++d) {
+      if (attachedVmi[d] != kNone) {
+        vmiDevices[next[attachedVmi[d]]++] = d;
+      }
+    }
+  }
+
+  // Pods: what no attached device covers is raw-name usage, for budgets (every pod still
+  // holding devices) and for the node it runs on.
+  const std::set<std::string> resourceNames(resources.begin(), resources.end());
+  std::vector<int64_t> budgetCovered, capacityCovered;  // by resource, reused for every pod
+  for (const Pod& pod : snapshot.pods) {
+    if (!PodHoldsDevices(pod)) {
+      continue;
+    }
+    const std::map<std::string, int64_t> requests = PodResourceRequests(pod, resourceNames);
+    if (requests.empty()) {
+      continue;
+    }
+    const VirtualMachineInstance* launcherOf = launchers.LauncherOf(pod);
+    const auto node = nodeIds.find(pod.nodeName);
+    budgetCovered.assign(resources.size(), 0);
+    capacityCovered.assign(resources.size(), 0);
+    if (launcherOf) {
+      BudgetCoverage(*launcherOf, budgetCovered);
+      if (node != nodeIds.end()) {
+        CapacityCoverage(*launcherOf, node->second, capacityCovered);
+      }
+    }
+    for (const auto& [name, requested] : requests) {
+      const size_t r = resourceIds.find(name)->second;
+      ownUsage.AddRawPod(NamespaceId(pod.namespaceName), r,
+                         std::max<int64_t>(0, requested - budgetCovered[r]));
+      if (node != nodeIds.end()) {
+        raw[At(node->second, r)] += std::max<int64_t>(0, requested - capacityCovered[r]);
+      }
+    }
+  }
+
+  // A budget caps the declaring tenant's whole subtree: add each namespace's own usage to
+  // itself and to every ancestor.
+  std::vector<std::string_view> chain;
+  for (size_t id = 0; id < ownUsage.Rows(); ++id) {
+    const Usage own = ownUsage.Of(id);
+    tenants.BudgetChain(*nsNames[id], chain);
+    for (const std::string_view member : chain) {
+      usage[member].Add(own, 1);
+    }
+  }
+  for (size_t id = 0; id < ownPending.Rows(); ++id) {
+    const Usage own = ownPending.Of(id);
+    if (own.total == 0) {
+      continue;  // no Pending device in the namespace
+    }
+    tenants.BudgetChain(*nsNames[id], chain);
+    for (const std::string_view member : chain) {
+      pendingUsage[member].Add(own, 1);
+    }
+  }
+  ReadBudgets();
+}
+
+}  // namespace cozy::model

@@ -1,0 +1,346 @@
+// What the model's parts share (not part of its face, which is model.h): the index a snapshot
+// is read into, budgets and usage, and the binder pass's planner. The parts, by job:
+// index.cpp (reading and indexing the snapshot), budgets.cpp (budgets, remaining budgets and the
+// budget check of an order), views.cpp (the cluster view and a node's class), sets.cpp (grouping
+// devices into the sets the pass takes) and pass.cpp (the pass: its steps and placement).
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "controller/model/model.h"
+
+namespace cozy::model {
+
+inline constexpr size_t kNone = std::numeric_limits<size_t>::max();
+
+struct ClassInfo {
+  const api::GpuClass* gpuClass = nullptr;
+  size_t resource = kNone;
+  std::optional<int64_t> maxCount;
+  std::vector<char> servesNode;  // by node index: its nodeSelector selects the node
+  std::vector<size_t> nodes;     // the node indices it selects, by name
+};
+
+// Usage a namespace's budgets are checked against: its own and its sub-tenants'.
+struct Usage {
+  std::vector<int64_t> byClass;            // GPUs ordered, any phase
+  std::vector<int64_t> devicesByResource;  // GPUs ordered of classes on each resource name
+  std::vector<int64_t> rawPodsByResource;  // pod units no attached device covers
+  int64_t total = 0;
+
+  void Add(const Usage& other, int64_t sign) {
+    auto addAll = [sign](std::vector<int64_t>& into, const std::vector<int64_t>& from) {
+      into.resize(std::max(into.size(), from.size()), 0);
+      for (size_t i = 0; i < from.size(); ++i) {
+        into[i] += sign * from[i];
+      }
+    };
+    addAll(byClass, other.byClass);
+    addAll(devicesByResource, other.devicesByResource);
+    addAll(rawPodsByResource, other.rawPodsByResource);
+    total += sign * other.total;
+  }
+};
+
+// By namespace; the keys view the snapshot's and the tenant tree's strings.
+using UsageBy = std::unordered_map<std::string_view, Usage>;
+
+inline int64_t Get(const std::vector<int64_t>& values, size_t index) {
+  return index < values.size() ? values[index] : 0;
+}
+
+inline void AddAt(std::vector<int64_t>& values, size_t index, int64_t amount) {
+  if (values.size() <= index) {
+    values.resize(index + 1, 0);
+  }
+  values[index] += amount;
+}
+
+struct Limit {
+  int64_t value = 0;
+  std::string key;
+};
+
+// The GPU budgets one namespace declares: the smallest over its ResourceQuotas, since each
+// quota caps on its own.
+struct Budget {
+  std::map<size_t, Limit> byClass;
+  std::optional<Limit> total;
+  std::map<size_t, Limit> raw;  // by resource
+};
+
+// (class or resource id, GPUs), ascending by id.
+using Counts = std::span<const std::pair<size_t, int64_t>>;
+
+inline int64_t CountOf(Counts counts, size_t id) {
+  for (const auto& [at, count] : counts) {
+    if (at == id) {
+      return count;
+    }
+  }
+  return 0;
+}
+
+// What a set of devices needs on one node. The counts view the pass's own arrays.
+struct Needs {
+  Counts byResource;
+  Counts byClass;
+  int64_t total = 0;
+  std::string_view unknownClass;  // set when a member names no existing class
+};
+
+const Usage& UsageOf(const UsageBy& usageBy, std::string_view ns);
+
+struct Model::Index {
+  const Snapshot& snapshot;
+  std::vector<std::string> resources;
+  std::map<std::string, size_t, std::less<>> resourceIds;
+  std::vector<ClassInfo> classes;  // by name
+  std::map<std::string, size_t, std::less<>> classIds;
+  std::vector<const Node*> nodes;  // by name
+  // Hash lookups, viewing the snapshot's strings, wherever the model looks up per device or
+  // pod: ordered maps of strings cost a compare per tree level and a cache miss per node, which
+  // made the model grow faster than the cluster. Nothing iterates them.
+  std::unordered_map<std::string_view, size_t> nodeIds;
+  std::vector<NodeEligibility> eligibility;  // without tolerations
+  std::vector<char> takesBinds;              // eligibility[n].eligible, a byte a node
+  std::vector<char> hasGpuNode;
+  // By node * resources.size() + resource.
+  std::vector<int64_t> units;  // served: allocatable of the GPUNode's devices
+  std::vector<int64_t> bound;  // held by Bound devices
+  std::vector<int64_t> raw;    // held by pods no device holding units covers
+  TenantTree tenants;
+  LauncherIndex launchers;
+  std::map<std::string, Budget, std::less<>> budgets;
+  UsageBy usage;                    // every device
+  UsageBy pendingUsage;             // Pending devices only
+  std::vector<size_t> deviceClass;  // by device; kNone: unknown class
+  // By device: where a Bound device with a node name sits, as a node index, or an index past
+  // the nodes for a name no Node has (goneNodes); kNone when the device is not placed. The pass
+  // compares and looks up these numbers rather than the names in the devices.
+  std::vector<size_t> placedOn;
+  std::vector<api::DevicePhase> phase;  // by device
+  std::vector<int64_t> ordered;         // by device: spec.count
+  // Each VMI's attached devices (matching UID or none) as ranges of one array, by VMI index:
+  // the coverage readers use these numbers instead of reaching back into the devices.
+  std::vector<size_t> attachedVmi;  // by device: the VMI's index, kNone for none
+  std::vector<size_t> vmiDevicesAt;
+  std::vector<size_t> vmiDevices;
+  std::vector<std::string_view> goneNodes;
+  // Keys view the snapshot's own strings, which outlive the index.
+  std::unordered_map<NameKey, const VirtualMachineInstance*, NameKeyHash> vmis;
+  // Namespaces of devices and pods by number. The table owns its keys: a lookup per device then
+  // compares against a short string in a small table, not one inside some far-away device.
+  std::unordered_map<std::string, size_t> nsIds;
+  std::vector<const std::string*> nsNames;  // by number: the table's own key
+  std::vector<size_t> nsOf;                 // by device: its namespace's number
+
+  size_t NamespaceId(const std::string& ns) {
+    const auto [it, added] = nsIds.try_emplace(ns, nsNames.size());
+    if (added) {
+      nsNames.push_back(&it->first);
+    }
+    return it->second;
+  }
+
+  explicit Index(const Snapshot& s) : snapshot(s), tenants(s.namespaces), launchers(s.vmis) {}
+
+  size_t At(size_t node, size_t resource) const { return node * resources.size() + resource; }
+  bool IsNode(size_t placed) const { return placed < nodes.size(); }
+  std::string_view NodeName(size_t placed) const {
+    return IsNode(placed) ? std::string_view(nodes[placed]->name)
+                          : goneNodes[placed - nodes.size()];
+  }
+  int64_t Free(size_t node, size_t resource) const {
+    const size_t at = At(node, resource);
+    return units[at] - bound[at] - raw[at];
+  }
+  const api::GpuDevice& Device(size_t index) const { return snapshot.devices[index]; }
+
+  // Devices attached to the VMI, which is one of the snapshot's; a device naming another UID
+  // was attached to an earlier VMI of the same name.
+  // The VMI the device is attached to, or nullptr (none, gone, or another UID).
+  const VirtualMachineInstance* AttachedVmi(size_t device) const {
+    return attachedVmi[device] == kNone ? nullptr : &snapshot.vmis[attachedVmi[device]];
+  }
+  std::span<const size_t> AttachedTo(const VirtualMachineInstance& vmi) const {
+    const size_t v = static_cast<size_t>(&vmi - snapshot.vmis.data());
+    return std::span<const size_t>(vmiDevices)
+        .subspan(vmiDevicesAt[v], vmiDevicesAt[v + 1] - vmiDevicesAt[v]);
+  }
+
+  // Budget coverage: every attached device covers its launcher pod, a Lost one included, since
+  // a Lost device still counts itself against the budget.
+  void BudgetCoverage(const VirtualMachineInstance& vmi, std::vector<int64_t>& covered) const {
+    covered.assign(resources.size(), 0);
+    for (const size_t device : AttachedTo(vmi)) {
+      if (deviceClass[device] != kNone) {
+        covered[classes[deviceClass[device]].resource] += ordered[device];
+      }
+    }
+  }
+
+  // Capacity coverage: only a device holding units on the pod's node covers it; a Lost device
+  // holds none, so its launcher's GPU is counted on the node.
+  void CapacityCoverage(const VirtualMachineInstance& vmi, size_t node,
+                        std::vector<int64_t>& covered) const {
+    covered.assign(resources.size(), 0);
+    for (const size_t device : AttachedTo(vmi)) {
+      if (deviceClass[device] != kNone && placedOn[device] == node) {
+        covered[classes[deviceClass[device]].resource] += ordered[device];
+      }
+    }
+  }
+
+  void Build();
+  void ReadBudgets();
+  RemainingBudget Remaining(std::string_view tenant, size_t classId, const UsageBy& usageBy) const;
+  // Why the order cannot be made in the tenant, or nullopt. `chain` is a buffer to reuse.
+  std::optional<std::string> CheckBudgets(std::string_view tenant, const Needs& needs,
+                                          const UsageBy& usageBy,
+                                          std::vector<std::string_view>& chain) const;
+};
+
+// ---- the binder pass ----
+//
+// The pass touches every device, so it works on numbers: the index's class and node of each
+// device, sets as ranges of one member array, needs as ranges of one count array, and one
+// buffer of sort keys. Apart from the decisions it returns it makes a handful of allocations
+// per pass rather than several per device, which kept its time growing faster than the cluster.
+
+// The devices one VM names (or one unattached order) move, go Lost and are rebound together.
+struct DeviceSet {
+  std::string_view key;  // "ns/vmi <name> <uid>" or "ns/<device>": sets are taken in its order
+  std::string_view namespaceName;
+  std::string_view name;  // the VMI's name for an attached set, the device's for an order
+  bool attached = false;
+  const VirtualMachineInstance* vmi = nullptr;
+  std::span<const size_t> members;  // device indices, ascending
+  size_t node = kNone;              // where the first member is placed, as Index::placedOn
+  std::string_view created;         // the earliest member's creationTimestamp
+  bool memberDeleting = false;      // a member has a deletionTimestamp
+  // A member is being deleted, or its class is, or it orders more than its class allows: a new
+  // order is refused (BindNew reads the members only then).
+  bool checkMembers = false;
+  Needs needs;
+
+  // "the set of VMI vm1" or "order gpu-1", for messages.
+  std::string Description() const {
+    return (attached ? "the set of VMI " : "order ") + std::string(name);
+  }
+};
+
+// Adds `count` at `id` in a short list kept ascending by id.
+inline void AddCount(std::vector<std::pair<size_t, int64_t>>& counts, size_t id, int64_t count) {
+  auto it = std::lower_bound(counts.begin(), counts.end(), id,
+                             [](const auto& entry, size_t key) { return entry.first < key; });
+  if (it != counts.end() && it->first == id) {
+    it->second += count;
+  } else {
+    counts.insert(it, {id, count});
+  }
+}
+
+// One binder pass over the index: Model::PlanPass makes one and runs it.
+class PassPlanner {
+ public:
+  explicit PassPlanner(const Model::Index& ix);
+  std::vector<Decision> Run();
+
+ private:
+  enum class State { kHeld, kLost, kNew, kMixed };
+
+  // Where a set's key, and its namespace and name within it, sit in keys_. Kept small: the
+  // sort reads these at random.
+  struct SetKey {
+    uint32_t at;
+    uint32_t size;
+    uint32_t nsSize;
+    uint32_t nameAt;  // within the key
+    uint32_t nameSize;
+    bool attached;
+  };
+
+  struct Leaving {
+    DeviceSet* set;
+    size_t node;  // kNone when the node is gone
+    std::string reason;
+  };
+
+  // A held set that stays, with its members at hand: the keep decisions go out by node, and
+  // reaching into the sets in that order missed the cache once they outgrew it.
+  struct Staying {
+    size_t node;
+    DeviceSet* set;  // null for those StaysPut kept: never on a node EvictOverCapacity looks at
+    std::span<const size_t> members;
+  };
+
+  const api::GpuDevice& Device(size_t d) const { return ix_.Device(d); }
+  bool IsPlaced(size_t d) const { return ix_.placedOn[d] != kNone; }
+  int64_t FreeAt(size_t node, size_t resource) const { return free_[ix_.At(node, resource)]; }
+
+  // Grouping the devices into sets (sets.cpp).
+  void GroupSets();
+  template <typename KeyOf>
+  std::vector<size_t> OrderByKey(const std::vector<size_t>& leaders,
+                                 const std::vector<SetKey>& keys, const KeyOf& keyOf) const;
+  State Classify(const DeviceSet& set) const;
+  bool StaysPut(const DeviceSet& set) const;
+
+  // Placement (pass.cpp).
+  void Decide(const DeviceSet& set, Action action, std::string_view node,
+              const std::string& reason);
+  void Decide(size_t d, Action action, std::string_view node, const std::string& reason);
+  void AdjustFree(size_t node, size_t resource, int64_t delta);
+  void Take(size_t node, const Needs& needs, int64_t sign);
+  void ReleasePlaced(const DeviceSet& set);
+  bool Eligible(const DeviceSet& set, size_t node) const;
+  std::optional<int64_t> Slack(const DeviceSet& set, size_t node);
+  size_t FindTarget(const DeviceSet& set, size_t exclude);
+  std::string NoRoom(const DeviceSet& set) const;
+  std::string ClassMissing(const DeviceSet& set) const;
+
+  // The pass's steps, in the order Run takes them (pass.cpp).
+  void Gather(const DeviceSet& set);
+  void MoveHeld(const std::vector<DeviceSet*>& held);
+  void EvictOverCapacity(std::vector<Staying>& staying, std::vector<Leaving>& cordoned,
+                         std::vector<Leaving>& mustLeave);
+  void Rebind(const DeviceSet& set);
+  void BindNew(const DeviceSet& set);
+
+  const Model::Index& ix_;
+  std::vector<int64_t> free_;  // by node and resource, as Index::At
+  // Per class, the nodes it selects that take binds, ordered by free units of its resource name
+  // then by name: the fullest node with room is a lookup rather than a scan.
+  std::vector<std::set<std::pair<int64_t, size_t>>> byFree_;
+  std::vector<std::vector<size_t>> classesByResource_;
+  UsageBy passUsage_;
+  std::vector<std::string_view> chain_;  // BudgetChain's buffer
+  // What the sets view: members, needs and keys of every set, each in one array.
+  std::vector<size_t> keyMembers_;  // each set's members, the sets in key order
+  std::vector<std::pair<size_t, int64_t>> classCounts_;
+  std::vector<std::pair<size_t, int64_t>> resourceCounts_;
+  std::string keys_;
+  std::string created_;
+  std::vector<DeviceSet> sets_;                   // by key
+  std::array<std::vector<DeviceSet*>, 4> steps_;  // by State: the sets each step takes, by key
+  std::vector<Staying> staying_;  // held sets StaysPut kept, by key until MoveHeld orders them
+  std::vector<char> overfull_;    // by node
+  std::vector<Decision> decisions_;
+  std::string names_;           // every device's name, in device order
+  std::vector<size_t> nameAt_;  // by device: where its name starts in names_, then the end
+};
+
+}  // namespace cozy::model

@@ -1,0 +1,494 @@
+// The binder pass: the decisions of one pass over every set, in the order the binder takes
+// them (gather split sets, move held sets off nodes that cannot keep them, rebind Lost sets,
+// bind new orders), and the free units placement books as it goes.
+#include "controller/model/model_internal.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace cozy::model {
+namespace {
+
+std::string DescribeNeeds(const Needs& needs, const std::vector<std::string>& resources) {
+  std::string text;
+  for (const auto& [resource, count] : needs.byResource) {
+    text += (text.empty() ? "" : " and ") + std::to_string(count) + " unit" +
+            (count == 1 ? "" : "s") + " of " + resources[resource];
+  }
+  return text;
+}
+
+}  // namespace
+
+std::string_view ToString(Action action) {
+  switch (action) {
+    case Action::kBind:
+      return "bind";
+    case Action::kMove:
+      return "move";
+    case Action::kLost:
+      return "lost";
+    case Action::kRefuse:
+      return "refuse";
+    case Action::kKeep:
+      break;
+  }
+  return "keep";
+}
+
+PassPlanner::PassPlanner(const Model::Index& ix) : ix_(ix) {
+  free_.resize(ix.units.size());
+  for (size_t i = 0; i < free_.size(); ++i) {
+    free_[i] = ix.units[i] - ix.bound[i] - ix.raw[i];
+  }
+  // Budgets of new orders are checked against what exists besides new orders, plus the
+  // orders this pass accepts, in order.
+  passUsage_ = ix.usage;
+  for (const auto& [ns, pending] : ix.pendingUsage) {
+    passUsage_[ns].Add(pending, -1);
+  }
+  classesByResource_.resize(ix.resources.size());
+  byFree_.resize(ix.classes.size());
+  for (size_t c = 0; c < ix.classes.size(); ++c) {
+    classesByResource_[ix.classes[c].resource].push_back(c);
+    for (size_t node : ix.classes[c].nodes) {
+      if (ix.takesBinds[node]) {
+        byFree_[c].emplace(FreeAt(node, ix.classes[c].resource), node);
+      }
+    }
+  }
+  // Nodes that hold more than they serve; none becomes so during the pass (sets are placed
+  // only where they fit).
+  overfull_.assign(ix.nodes.size(), 0);
+  for (size_t n = 0; n < ix.nodes.size(); ++n) {
+    for (size_t r = 0; r < ix.resources.size(); ++r) {
+      overfull_[n] = static_cast<char>(overfull_[n] || FreeAt(n, r) < 0);
+    }
+  }
+  // One decision per device: sized once, not regrown (each regrowth touches fresh pages).
+  decisions_.reserve(ix.snapshot.devices.size());
+  GroupSets();
+}
+
+std::vector<Decision> PassPlanner::Run() {
+  // Each kind of set in the order it is taken: by key (the sets' own order), new orders
+  // oldest first, then by key.
+  const std::vector<DeviceSet*>& mixed = steps_[static_cast<size_t>(State::kMixed)];
+  const std::vector<DeviceSet*>& held = steps_[static_cast<size_t>(State::kHeld)];
+  const std::vector<DeviceSet*>& lost = steps_[static_cast<size_t>(State::kLost)];
+  std::vector<DeviceSet*>& fresh = steps_[static_cast<size_t>(State::kNew)];
+  std::stable_sort(fresh.begin(), fresh.end(),
+                   [](const DeviceSet* a, const DeviceSet* b) { return a->created < b->created; });
+  for (const DeviceSet* set : mixed) {
+    Gather(*set);
+  }
+  MoveHeld(held);
+  for (const DeviceSet* set : lost) {
+    Rebind(*set);
+  }
+  for (const DeviceSet* set : fresh) {
+    BindNew(*set);
+  }
+  return std::move(decisions_);
+}
+
+void PassPlanner::Decide(const DeviceSet& set, Action action, std::string_view node,
+                         const std::string& reason) {
+  for (const size_t d : set.members) {
+    Decide(d, action, node, reason);
+  }
+}
+
+// The namespace comes from the index's table of namespaces and the name from the pass's own
+// copy of the names: the decisions go out in set order, and reaching into the device records
+// (hundreds of bytes each) in that order missed the cache once they outgrew it.
+void PassPlanner::Decide(size_t d, Action action, std::string_view node,
+                         const std::string& reason) {
+  decisions_.push_back(Decision{*ix_.nsNames[ix_.nsOf[d]],
+                                names_.substr(nameAt_[d], nameAt_[d + 1] - nameAt_[d]), action,
+                                std::string(node), reason});
+}
+
+// Every change of free units goes through here, keeping byFree_ in step. The tree's node is
+// moved to its new place, not freed and allocated again.
+void PassPlanner::AdjustFree(size_t node, size_t resource, int64_t delta) {
+  int64_t& free = free_[ix_.At(node, resource)];
+  if (ix_.takesBinds[node]) {
+    for (const size_t c : classesByResource_[resource]) {
+      if (ix_.classes[c].servesNode[node]) {
+        auto entry = byFree_[c].extract({free, node});
+        entry.value().first = free + delta;
+        byFree_[c].insert(std::move(entry));
+      }
+    }
+  }
+  free += delta;
+}
+
+void PassPlanner::Take(size_t node, const Needs& needs, int64_t sign) {
+  for (const auto& [resource, count] : needs.byResource) {
+    AdjustFree(node, resource, -sign * count);
+  }
+}
+
+// Gives back what the set's Bound members hold on their nodes.
+void PassPlanner::ReleasePlaced(const DeviceSet& set) {
+  for (const size_t d : set.members) {
+    if (ix_.IsNode(ix_.placedOn[d]) && ix_.deviceClass[d] != kNone) {
+      AdjustFree(ix_.placedOn[d], ix_.classes[ix_.deviceClass[d]].resource, Device(d).spec.count);
+    }
+  }
+}
+
+bool PassPlanner::Eligible(const DeviceSet& set, size_t node) const {
+  if (set.vmi && !set.vmi->tolerations.empty()) {
+    return CheckNodeEligibility(*ix_.nodes[node], set.vmi->tolerations).eligible;
+  }
+  return ix_.takesBinds[node] != 0;
+}
+
+// How many units would be left free on the node after placing the set, or nullopt when it
+// does not fit: the smaller, the fuller the node.
+std::optional<int64_t> PassPlanner::Slack(const DeviceSet& set, size_t node) {
+  if (!Eligible(set, node)) {
+    return std::nullopt;
+  }
+  for (const auto& [classId, count] : set.needs.byClass) {
+    if (!ix_.classes[classId].servesNode[node]) {
+      return std::nullopt;
+    }
+  }
+  int64_t slack = 0;
+  for (const auto& [resource, count] : set.needs.byResource) {
+    const int64_t left = FreeAt(node, resource) - count;
+    if (left < 0) {
+      return std::nullopt;
+    }
+    slack += left;
+  }
+  return slack;
+}
+
+// The fullest eligible node with room for the whole set; ties go to the first by name.
+size_t PassPlanner::FindTarget(const DeviceSet& set, size_t exclude) {
+  if (set.needs.byClass.empty()) {
+    return kNone;
+  }
+  // The common shape, one class and no tolerations of its own: the first node of the class's
+  // free-units order with enough room. Other sets look at every node of their first class.
+  if (set.needs.byClass.size() == 1 && (!set.vmi || set.vmi->tolerations.empty())) {
+    const std::set<std::pair<int64_t, size_t>>& order = byFree_[set.needs.byClass.front().first];
+    auto it = order.lower_bound({set.needs.byResource.front().second, 0});
+    while (it != order.end() && it->second == exclude) {
+      ++it;
+    }
+    return it == order.end() ? kNone : it->second;
+  }
+  size_t best = kNone;
+  int64_t bestSlack = 0;
+  for (const size_t node : ix_.classes[set.needs.byClass.front().first].nodes) {
+    if (node == exclude) {
+      continue;
+    }
+    const std::optional<int64_t> slack = Slack(set, node);
+    if (slack && (best == kNone || *slack < bestSlack)) {
+      best = node;
+      bestSlack = *slack;
+    }
+  }
+  return best;
+}
+
+std::string PassPlanner::NoRoom(const DeviceSet& set) const {
+  return "no eligible node has room for " + DescribeNeeds(set.needs, ix_.resources);
+}
+
+std::string PassPlanner::ClassMissing(const DeviceSet& set) const {
+  return "class " + std::string(set.needs.unknownClass) + " does not exist";
+}
+
+// Step 1: a set left partly Lost or split over nodes is gathered onto one node, preferring
+// the node that already holds most of it, or sent whole to Lost.
+void PassPlanner::Gather(const DeviceSet& set) {
+  if (!set.needs.unknownClass.empty()) {
+    Decide(set, Action::kKeep, "", ClassMissing(set));
+    return;
+  }
+  ReleasePlaced(set);
+  // (node, members it holds) for the members' nodes that exist; node indices follow names.
+  std::vector<std::pair<size_t, int64_t>> holding;
+  for (const size_t d : set.members) {
+    if (ix_.IsNode(ix_.placedOn[d])) {
+      AddCount(holding, ix_.placedOn[d], 1);
+    }
+  }
+  std::stable_sort(holding.begin(), holding.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  size_t target = kNone;
+  for (const auto& [node, count] : holding) {
+    if (Slack(set, node)) {
+      target = node;
+      break;
+    }
+  }
+  if (target == kNone) {
+    target = FindTarget(set, kNone);
+  }
+  if (target == kNone) {
+    Decide(set, Action::kLost, "",
+           set.Description() + " cannot be gathered onto one node: " + NoRoom(set));
+    return;
+  }
+  Take(target, set.needs, 1);
+  const std::string& name = ix_.nodes[target]->name;
+  const std::string reason = "gathering " + set.Description() + " onto " + name;
+  for (const size_t d : set.members) {
+    Action action = Action::kBind;
+    if (IsPlaced(d)) {
+      action = ix_.placedOn[d] == target ? Action::kKeep : Action::kMove;
+    }
+    Decide(d, action, name, reason);
+  }
+}
+
+// Step 2: held sets stay unless their node cannot keep them.
+void PassPlanner::MoveHeld(const std::vector<DeviceSet*>& held) {
+  std::vector<Leaving> mustLeave;
+  std::vector<Leaving> cordoned;
+  // Held sets that StaysPut kept were put here as the sets were made; a set this loop keeps
+  // sits on a node that does not take binds, so never on the same node as those.
+  std::vector<Staying>& staying = staying_;
+  for (DeviceSet* set : held) {
+    const size_t n = set->node;
+    const std::string nodeName(ix_.NodeName(n));
+    if (!set->needs.unknownClass.empty()) {
+      Decide(*set, Action::kKeep, nodeName, ClassMissing(*set) + "; left in place");
+      continue;
+    }
+    if (!ix_.IsNode(n)) {
+      mustLeave.push_back({set, kNone, "node " + nodeName + " is gone"});
+      continue;
+    }
+    const Node& node = *ix_.nodes[n];
+    std::string problem;
+    if (!node.ready) {
+      problem = "node " + nodeName + " is not Ready";
+    }
+    for (const auto& [classId, count] : set->needs.byClass) {
+      if (problem.empty() && !ix_.classes[classId].servesNode[n]) {
+        problem = "node " + nodeName + " no longer matches the nodeSelector of class " +
+                  ix_.classes[classId].gpuClass->metadata.name;
+      }
+    }
+    if (problem.empty()) {
+      // Taints the set does not tolerate; the cordon is judged on its own below.
+      static const std::vector<Toleration> kNoTolerations;
+      if (std::optional<std::string> taint =
+              UntoleratedTaint(node, set->vmi ? set->vmi->tolerations : kNoTolerations)) {
+        problem = "node " + nodeName + ": " + *taint;
+      }
+    }
+    if (!problem.empty()) {
+      mustLeave.push_back({set, n, problem});
+    } else if (node.unschedulable) {
+      cordoned.push_back({set, n, ""});
+    } else {
+      staying.push_back({n, set, set->members});
+    }
+  }
+  // By node, keeping the key order on each node: a counting sort, linear in the sets.
+  {
+    std::vector<size_t> at(ix_.nodes.size() + 1, 0);
+    for (const Staying& entry : staying) {
+      ++at[entry.node + 1];
+    }
+    for (size_t n = 0; n < ix_.nodes.size(); ++n) {
+      at[n + 1] += at[n];
+    }
+    std::vector<Staying> byNode(staying.size());
+    for (const Staying& entry : staying) {
+      byNode[at[entry.node]++] = entry;
+    }
+    staying = std::move(byNode);
+  }
+  for (const Leaving& leaving : mustLeave) {
+    ReleasePlaced(*leaving.set);
+  }
+  EvictOverCapacity(staying, cordoned, mustLeave);
+
+  for (const Leaving& leaving : mustLeave) {
+    const size_t target = FindTarget(*leaving.set, leaving.node);
+    if (target == kNone) {
+      Decide(*leaving.set, Action::kLost, "", leaving.reason + "; " + NoRoom(*leaving.set));
+      continue;
+    }
+    Take(target, leaving.set->needs, 1);
+    Decide(*leaving.set, Action::kMove, ix_.nodes[target]->name, leaving.reason);
+  }
+  for (const Leaving& leaving : cordoned) {
+    DeviceSet& set = *leaving.set;
+    const std::string& nodeName = ix_.nodes[leaving.node]->name;
+    std::string stayingClass;
+    for (const auto& [classId, count] : set.needs.byClass) {
+      if (ix_.classes[classId].gpuClass->spec.onCordon == api::OnCordon::kStay) {
+        stayingClass = ix_.classes[classId].gpuClass->metadata.name;
+      }
+    }
+    if (!stayingClass.empty()) {
+      Decide(set, Action::kKeep, nodeName,
+             "node " + nodeName + " is cordoned; class " + stayingClass + " has onCordon Stay");
+      continue;
+    }
+    Take(leaving.node, set.needs, -1);
+    const size_t target = FindTarget(set, leaving.node);
+    if (target == kNone) {
+      Take(leaving.node, set.needs, 1);
+      Decide(set, Action::kKeep, nodeName,
+             "node " + nodeName + " is cordoned, but no other eligible node has room");
+      continue;
+    }
+    Take(target, set.needs, 1);
+    Decide(set, Action::kMove, ix_.nodes[target]->name, "node " + nodeName + " is cordoned");
+  }
+  static const std::string kHeld = "held";
+  for (const Staying& entry : staying) {
+    for (const size_t d : entry.members) {
+      Decide(d, Action::kKeep, ix_.nodes[entry.node]->name, kHeld);
+    }
+  }
+}
+
+// A node that serves fewer units than its bound devices and pods hold (a function failed, an
+// mdev parent lost slots) cannot keep every set: sets leave, last by name first, until the
+// rest fit. Which function a device sits on is not recorded, so no set is preferred.
+void PassPlanner::EvictOverCapacity(std::vector<Staying>& staying, std::vector<Leaving>& cordoned,
+                                    std::vector<Leaving>& mustLeave) {
+  // Only nodes holding more than they serve are looked at; the others keep every set.
+  std::map<size_t, std::vector<std::pair<DeviceSet*, bool>>> onNode;  // set, is cordoned
+  for (size_t node = 0; node < ix_.nodes.size(); ++node) {
+    for (size_t r = 0; r < ix_.resources.size(); ++r) {
+      if (FreeAt(node, r) < 0) {
+        onNode[node];  // also for a node holding only cordoned sets
+        break;
+      }
+    }
+  }
+  if (onNode.empty()) {
+    return;
+  }
+  for (auto& [node, sets] : onNode) {
+    const auto range =
+        std::equal_range(staying.begin(), staying.end(), Staying{node, nullptr, {}},
+                         [](const Staying& a, const Staying& b) { return a.node < b.node; });
+    for (auto it = range.first; it != range.second; ++it) {
+      sets.emplace_back(it->set, false);
+    }
+  }
+  for (const Leaving& leaving : cordoned) {
+    if (const auto it = onNode.find(leaving.node); it != onNode.end()) {
+      it->second.emplace_back(leaving.set, true);
+    }
+  }
+  std::set<const DeviceSet*> evicted;
+  for (auto& [node, sets] : onNode) {
+    std::sort(sets.begin(), sets.end(),
+              [](const auto& a, const auto& b) { return a.first->key > b.first->key; });
+    for (size_t r = 0; r < ix_.resources.size(); ++r) {
+      if (FreeAt(node, r) >= 0) {
+        continue;
+      }
+      const size_t at = ix_.At(node, r);
+      const std::string reason = "node " + ix_.nodes[node]->name + " serves " +
+                                 std::to_string(ix_.units[at]) + " units of " + ix_.resources[r] +
+                                 " but " + std::to_string(ix_.bound[at] + ix_.raw[at]) +
+                                 " are held";
+      for (const auto& [set, isCordoned] : sets) {
+        if (FreeAt(node, r) >= 0) {
+          break;
+        }
+        if (evicted.contains(set) || CountOf(set->needs.byResource, r) == 0) {
+          continue;
+        }
+        evicted.insert(set);
+        ReleasePlaced(*set);
+        mustLeave.push_back({set, node, reason});
+      }
+    }
+  }
+  std::erase_if(staying, [&evicted](const Staying& entry) { return evicted.contains(entry.set); });
+  std::erase_if(cordoned,
+                [&evicted](const Leaving& leaving) { return evicted.contains(leaving.set); });
+}
+
+// Step 3: Lost sets are rebound before new orders take the room.
+void PassPlanner::Rebind(const DeviceSet& set) {
+  if (!set.needs.unknownClass.empty()) {
+    Decide(set, Action::kLost, "", ClassMissing(set));
+    return;
+  }
+  const size_t target = FindTarget(set, kNone);
+  if (target == kNone) {
+    Decide(set, Action::kLost, "", NoRoom(set));
+    return;
+  }
+  Take(target, set.needs, 1);
+  Decide(set, Action::kBind, ix_.nodes[target]->name,
+         "rebinding " + set.Description() + " onto the fullest node with room");
+}
+
+// Step 4: new orders, oldest first, onto the fullest node with room.
+void PassPlanner::BindNew(const DeviceSet& set) {
+  if (!set.needs.unknownClass.empty()) {
+    Decide(set, Action::kRefuse, "", ClassMissing(set));
+    return;
+  }
+  for (size_t i = 0; set.checkMembers && i < set.members.size(); ++i) {
+    const api::GpuDevice& device = Device(set.members[i]);
+    const ClassInfo& info = ix_.classes[ix_.deviceClass[set.members[i]]];
+    if (info.gpuClass->metadata.deletionTimestamp) {
+      Decide(set, Action::kRefuse, "",
+             "class " + info.gpuClass->metadata.name + " is being deleted");
+      return;
+    }
+    if (info.maxCount && device.spec.count > *info.maxCount) {
+      Decide(set, Action::kRefuse, "",
+             device.metadata.name + " orders " + std::to_string(device.spec.count) +
+                 " GPUs; class " + info.gpuClass->metadata.name + " allows at most " +
+                 std::to_string(*info.maxCount));
+      return;
+    }
+    if (device.metadata.deletionTimestamp) {
+      Decide(set, Action::kRefuse, "", device.metadata.name + " is being deleted");
+      return;
+    }
+  }
+  if (std::optional<std::string> refusal =
+          ix_.CheckBudgets(set.namespaceName, set.needs, passUsage_, chain_)) {
+    Decide(set, Action::kRefuse, "", *refusal);
+    return;
+  }
+  const size_t target = FindTarget(set, kNone);
+  if (target == kNone) {
+    Decide(set, Action::kRefuse, "", NoRoom(set));
+    return;
+  }
+  Take(target, set.needs, 1);
+  Usage booked;
+  for (const auto& [classId, count] : set.needs.byClass) {
+    AddAt(booked.byClass, classId, count);
+  }
+  for (const auto& [resource, count] : set.needs.byResource) {
+    AddAt(booked.devicesByResource, resource, count);
+  }
+  booked.total = set.needs.total;
+  ix_.tenants.BudgetChain(set.namespaceName, chain_);
+  for (const std::string_view ns : chain_) {
+    passUsage_[ns].Add(booked, 1);
+  }
+  static const std::string kFullest = "the fullest eligible node with room";
+  Decide(set, Action::kBind, ix_.nodes[target]->name, kFullest);
+}
+
+std::vector<Decision> Model::PlanPass() const { return PassPlanner(*index_).Run(); }
+
+}  // namespace cozy::model

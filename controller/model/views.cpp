@@ -1,0 +1,65 @@
+// What the model shows callers: the whole cluster's view (classes, nodes, tenants) and one
+// node's units of one class.
+#include "controller/model/model_internal.h"
+
+#include <algorithm>
+
+namespace cozy::model {
+
+std::optional<NodeClassView> Model::NodeClass(std::string_view node,
+                                              std::string_view className) const {
+  const Index& ix = *index_;
+  const auto n = ix.nodeIds.find(node);
+  const auto c = ix.classIds.find(className);
+  if (n == ix.nodeIds.end() || c == ix.classIds.end() ||
+      !ix.classes[c->second].servesNode[n->second]) {
+    return std::nullopt;
+  }
+  const size_t at = ix.At(n->second, ix.classes[c->second].resource);
+  const int64_t used = ix.bound[at] + ix.raw[at];
+  return NodeClassView{ix.units[at], used, std::max<int64_t>(0, ix.units[at] - used)};
+}
+
+ClusterView Model::View() const {
+  const Index& ix = *index_;
+  ClusterView view;
+  view.gpuResourceNames = EffectiveGpuResourceNames(ix.snapshot.settings, ix.snapshot.gpuNodes,
+                                                    ix.snapshot.permittedHostDevices);
+  for (const ClassInfo& info : ix.classes) {
+    ClassView classView{info.gpuClass->metadata.name, info.maxCount, 0, 0};
+    for (size_t n : info.nodes) {
+      classView.units += ix.units[ix.At(n, info.resource)];
+      if (ix.eligibility[n].eligible) {
+        classView.free += std::max<int64_t>(0, ix.Free(n, info.resource));
+      }
+    }
+    view.classes.push_back(std::move(classView));
+  }
+  for (size_t n = 0; n < ix.nodes.size(); ++n) {
+    if (!ix.hasGpuNode[n]) {
+      continue;
+    }
+    NodeView nodeView{ix.nodes[n]->name, ix.eligibility[n].eligible, ix.eligibility[n].reasons, {}};
+    for (const ClassInfo& info : ix.classes) {
+      const size_t at = ix.At(n, info.resource);
+      const int64_t used = ix.bound[at] + ix.raw[at];
+      if (info.servesNode[n] && (ix.units[at] > 0 || used > 0)) {
+        nodeView.classes[info.gpuClass->metadata.name] =
+            NodeClassView{ix.units[at], used, std::max<int64_t>(0, ix.units[at] - used)};
+      }
+    }
+    view.nodes.push_back(std::move(nodeView));
+  }
+  for (const std::string& tenant : ix.tenants.Tenants()) {
+    TenantView tenantView{tenant, {}};
+    const Usage& used = UsageOf(ix.usage, tenant);
+    for (size_t c = 0; c < ix.classes.size(); ++c) {
+      tenantView.classes[ix.classes[c].gpuClass->metadata.name] =
+          TenantClassView{Get(used.byClass, c), ix.Remaining(tenant, c, ix.usage)};
+    }
+    view.tenants.push_back(std::move(tenantView));
+  }
+  return view;
+}
+
+}  // namespace cozy::model
