@@ -322,8 +322,9 @@ Plan PlanReconcile(const ReconcileInput& input) {
     for (const auto& [key, recordPtr] : input.records) {
       const nlohmann::json& record = *recordPtr;
       const nlohmann::json& metadata = record.at("metadata");
+      // A monitor goes only once its namespace has no records left (the pass after).
+      namespacesWithRecords.insert(metadata.value("namespace", std::string()));
       if (recordsWanted.count(key) != 0) {
-        namespacesWithRecords.insert(metadata.value("namespace", std::string()));
         continue;
       }
       plan.actions.push_back(Action{

@@ -1,0 +1,269 @@
+// The GPU reconciler's plan, as a pure function (controller/reconciler/plan.h): each D item of
+// the catalog as the decisions it must produce, with no cluster. The end-to-end scenarios in
+// test/e2e/controller_e2e_test.cpp run the same items against the fake API server.
+#include "controller/reconciler/plan.h"
+
+#include <gtest/gtest.h>
+
+#include "api/keys.h"
+#include "api/time.h"
+#include "api/usage_record.h"
+
+namespace cozy::controller {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::system_clock;
+
+const Clock::time_point kNow = *api::ParseTime("2026-12-01T10:00:00Z");
+
+std::shared_ptr<const api::GpuClass> Class(const std::string& name, bool finalizer,
+                                           bool deleting = false) {
+  api::GpuClass c;
+  c.metadata.name = name;
+  c.metadata.resourceVersion = "7";
+  if (finalizer) c.metadata.finalizers = {std::string(api::kClassFinalizer)};
+  if (deleting) c.metadata.deletionTimestamp = "2026-12-01T09:00:00Z";
+  c.spec.source.devicePlugin.resourceName = "nvidia.com/GA100";
+  return std::make_shared<api::GpuClass>(c);
+}
+
+api::GpuDevice Device(const std::string& name, bool finalizer = true) {
+  api::GpuDevice d;
+  d.metadata.name = name;
+  d.metadata.namespaceName = "tenant-a";
+  d.metadata.uid = name + "-uid";
+  d.metadata.resourceVersion = "11";
+  if (finalizer) d.metadata.finalizers = {"other", std::string(api::kDeviceFinalizer)};
+  d.spec.className = "a100";
+  return d;
+}
+
+api::GpuDevice Bound(api::GpuDevice d) {
+  d.status.phase = api::DevicePhase::kBound;
+  d.status.nodeName = "n1";
+  return d;
+}
+
+api::GpuDevice Attached(api::GpuDevice d, const std::string& vmi, const std::string& uid,
+                        const std::string& at = "") {
+  d.status.attachment = api::Attachment{vmi, uid, at};
+  return d;
+}
+
+struct Cluster {
+  std::vector<std::shared_ptr<const api::GpuClass>> classes;
+  std::vector<std::shared_ptr<const api::GpuDevice>> devices;
+  std::map<std::string, VmiState> vmis;  // "ns/name"; absent unless listed
+  bool vmisUnknown = false;
+  bool records = false;
+  std::map<std::string, JsonPtr> storedRecords;
+  std::map<std::string, JsonPtr> storedMonitors;
+
+  void Add(const api::GpuDevice& d) { devices.push_back(std::make_shared<api::GpuDevice>(d)); }
+  void Vmi(const std::string& name, const std::string& uid, const std::string& created) {
+    vmis["tenant-a/" + name] = VmiState{VmiState::Presence::kPresent, uid, created, ""};
+  }
+  Plan PlanAt(Clock::time_point now = kNow) const {
+    ReconcileInput input;
+    input.classes = classes;
+    input.devices = devices;
+    input.vmis = [this](const std::string& ns, const std::string& name) {
+      if (vmisUnknown) return VmiState{VmiState::Presence::kUnknown, "", "", "not served"};
+      auto it = vmis.find(ns + "/" + name);
+      return it == vmis.end() ? VmiState{VmiState::Presence::kAbsent, "", "", ""} : it->second;
+    };
+    input.usageRecords = records;
+    input.records = storedRecords;
+    input.monitors = storedMonitors;
+    input.now = now;
+    input.attachmentGrace = 60s;
+    return PlanReconcile(input);
+  }
+};
+
+std::vector<std::string> Kinds(const Plan& plan) {
+  std::vector<std::string> kinds;
+  for (const Action& action : plan.actions) {
+    kinds.push_back(std::string(ToString(action.kind)) + " " + action.name);
+  }
+  return kinds;
+}
+
+using Strings = std::vector<std::string>;
+
+TEST(ReconcilerD15, EveryClassGetsTheFinalizerAndADeletingOneWaitsForItsHolders) {
+  Cluster cluster;
+  cluster.classes = {Class("a100", false), Class("t4", true, true)};
+  cluster.Add(Device("d1"));
+  cluster.Add(Device("d2"));
+  Plan plan = cluster.PlanAt();
+  // t4 is being deleted and no device names it: it goes at once.
+  EXPECT_EQ(Kinds(plan), (Strings{"add-class-finalizer a100", "remove-class-finalizer t4"}));
+  // The patch keeps what else is there and carries the version it was read at.
+  EXPECT_EQ(plan.actions[0].body["metadata"]["finalizers"],
+            nlohmann::json::array({api::kClassFinalizer}));
+  EXPECT_EQ(plan.actions[0].resourceVersion, "7");
+
+  cluster.classes = {Class("a100", true, true)};
+  plan = cluster.PlanAt();
+  EXPECT_TRUE(plan.actions.empty());
+  EXPECT_EQ(plan.waiting.classesWithHolders, 1);
+  cluster.devices.clear();
+  EXPECT_EQ(Kinds(cluster.PlanAt()), (Strings{"remove-class-finalizer a100"}));
+}
+
+TEST(ReconcilerD13, AReleasedDeviceStaysWhileItsVmiRunsThenItsRecordThenItsFinalizerGo) {
+  Cluster cluster;
+  api::GpuDevice device = Attached(Bound(Device("d1")), "vm1", "vm1-uid");
+  device.metadata.deletionTimestamp = "2026-12-01T09:59:00Z";
+  cluster.Add(device);
+  cluster.Vmi("vm1", "vm1-uid", "2026-12-01T09:00:00Z");
+  cluster.records = true;
+  cluster.storedMonitors["tenant-a"] =
+      std::make_shared<nlohmann::json>(api::UsageMonitor("tenant-a"));
+  auto record = api::UsageRecord(Bound(Device("d1")));
+  record["metadata"]["resourceVersion"] = "3";
+  record["metadata"]["uid"] = "record-uid";
+  cluster.storedRecords["tenant-a/gpudevice-d1"] = std::make_shared<nlohmann::json>(record);
+
+  Plan plan = cluster.PlanAt();
+  EXPECT_TRUE(plan.actions.empty()) << Kinds(plan).front();
+  EXPECT_EQ(plan.waiting.devicesInUse, 1);
+
+  cluster.vmis.clear();  // the VMI ended
+  plan = cluster.PlanAt();
+  ASSERT_EQ(Kinds(plan), (Strings{"delete-usage-record gpudevice-d1"}));
+  EXPECT_EQ(plan.actions[0].uid, "record-uid");  // a delete with preconditions
+  EXPECT_EQ(plan.actions[0].resourceVersion, "3");
+
+  cluster.storedRecords.clear();
+  plan = cluster.PlanAt();
+  ASSERT_EQ(Kinds(plan),
+            (Strings{"remove-device-finalizer d1", "delete-usage-monitor cozy-gpu-usage"}));
+  EXPECT_EQ(plan.actions[0].body["metadata"]["finalizers"], nlohmann::json::array({"other"}));
+}
+
+TEST(ReconcilerG7, AVmiThatCannotBeToldIsNeverReadAsGone) {
+  Cluster cluster;
+  api::GpuDevice released = Attached(Bound(Device("d1")), "vm1", "vm1-uid");
+  released.metadata.deletionTimestamp = "2026-12-01T09:59:00Z";
+  cluster.Add(released);
+  cluster.Add(Attached(Bound(Device("d2")), "vm1", "vm1-uid"));
+  cluster.Add(Attached(Bound(Device("d3")), "vm2", "", "2026-12-01T08:00:00Z"));  // grace long over
+  cluster.vmisUnknown = true;
+  const Plan plan = cluster.PlanAt();
+  EXPECT_TRUE(plan.actions.empty()) << Kinds(plan).front();
+  EXPECT_EQ(plan.waiting.vmisUnknown, 3);
+}
+
+TEST(ReconcilerD14, ATemplateDeviceGoesWithItsVmiAndAHeldOrderIsDetached) {
+  Cluster cluster;
+  api::GpuDevice templated = Attached(Bound(Device("vm1-gpu")), "vm1", "vm1-uid");
+  templated.metadata.labels[std::string(api::kTemplateDeviceLabel)] = "true";
+  cluster.Add(templated);
+  cluster.Add(Attached(Bound(Device("held")), "vm1", "vm1-uid"));
+  cluster.Vmi("vm1", "vm1-uid", "2026-12-01T09:00:00Z");
+  EXPECT_TRUE(cluster.PlanAt().actions.empty());
+
+  // A VMI of the same name but another UID is another VMI: the first one ended.
+  cluster.Vmi("vm1", "other-uid", "2026-12-01T09:30:00Z");
+  const Plan plan = cluster.PlanAt();
+  ASSERT_EQ(Kinds(plan), (Strings{"delete-template-device vm1-gpu", "clear-attachment held"}));
+  EXPECT_EQ(plan.actions[0].uid, "vm1-gpu-uid");
+  EXPECT_EQ(plan.actions[1].body, (nlohmann::json{{"status", {{"attachment", nullptr}}}}));
+}
+
+TEST(ReconcilerD18, AnAttachmentIsMatchedToAVmiMadeAfterItOrClearedAfterTheGrace) {
+  Cluster cluster;
+  cluster.Add(Attached(Bound(Device("d1")), "vm1", "", "2026-12-01T09:59:30.500Z"));
+  // A VMI of that name made before the attachment is not its VMI (a create that failed with
+  // AlreadyExists after the webhook attached).
+  cluster.Vmi("vm1", "old-uid", "2026-12-01T09:00:00Z");
+  Plan plan = cluster.PlanAt();
+  EXPECT_TRUE(plan.actions.empty());
+  EXPECT_EQ(plan.waiting.attachmentsInGrace, 1);
+  ASSERT_TRUE(plan.wakeAt);
+  EXPECT_EQ(api::FormatTime(*plan.wakeAt), "2026-12-01T10:00:30Z");  // attachedAt + 60 s
+
+  // One made in the same second counts (creationTimestamp has whole seconds).
+  cluster.Vmi("vm1", "new-uid", "2026-12-01T09:59:30Z");
+  plan = cluster.PlanAt();
+  ASSERT_EQ(Kinds(plan), (Strings{"match-attachment d1"}));
+  EXPECT_EQ(plan.actions[0].body["status"]["attachment"]["vmiUID"], "new-uid");
+
+  cluster.vmis.clear();
+  EXPECT_TRUE(cluster.PlanAt(kNow + 29s).actions.empty());
+  EXPECT_EQ(Kinds(cluster.PlanAt(kNow + 31s)), (Strings{"clear-attachment d1"}));
+
+  // An attachment without attachedAt gets one, so its grace can run.
+  Cluster stamped;
+  stamped.Add(Attached(Bound(Device("d2")), "vm9", ""));
+  plan = stamped.PlanAt();
+  ASSERT_EQ(Kinds(plan), (Strings{"stamp-attachment d2"}));
+  EXPECT_EQ(plan.actions[0].body["status"]["attachment"]["attachedAt"], "2026-12-01T10:00:00Z");
+}
+
+TEST(ReconcilerD16, RecordsComeAfterTheirMonitorAndIgnoreLabelsOthersAdd) {
+  Cluster cluster;
+  cluster.records = true;
+  cluster.Add(Bound(Device("d1")));
+  cluster.Add(Device("pending"));  // holds nothing: no record
+  EXPECT_EQ(Kinds(cluster.PlanAt()), (Strings{"apply-usage-monitor cozy-gpu-usage"}));
+
+  auto monitor = api::UsageMonitor("tenant-a");
+  EXPECT_EQ(monitor["spec"]["selector"],
+            (nlohmann::json{{api::kUsageMonitorLabel, api::kUsageMonitorLabelValue}}));
+  cluster.storedMonitors["tenant-a"] = std::make_shared<nlohmann::json>(monitor);
+  Plan plan = cluster.PlanAt();
+  ASSERT_EQ(Kinds(plan), (Strings{"apply-usage-record gpudevice-d1"}));
+  EXPECT_FALSE(plan.actions[0].stored);  // a create
+
+  auto record = plan.actions[0].body;
+  record["metadata"]["labels"]["hoster-label"] = "kept";
+  cluster.storedRecords["tenant-a/gpudevice-d1"] = std::make_shared<nlohmann::json>(record);
+  EXPECT_TRUE(cluster.PlanAt().actions.empty());
+
+  // Lost still holds (it counts against the budgets); a record of a device gone is deleted.
+  cluster.devices.clear();
+  api::GpuDevice lost = Device("d1");
+  lost.status.phase = api::DevicePhase::kLost;
+  cluster.Add(lost);
+  record["metadata"]["resourceVersion"] = "5";
+  cluster.storedRecords["tenant-a/gpudevice-d1"] = std::make_shared<nlohmann::json>(record);
+  cluster.storedRecords["tenant-a/gpudevice-gone"] =
+      std::make_shared<nlohmann::json>(api::UsageRecord(Bound(Device("gone"))));
+  plan = cluster.PlanAt();
+  ASSERT_EQ(Kinds(plan), (Strings{"apply-usage-record gpudevice-d1",
+                                  "delete-usage-record gpudevice-gone"}));
+  EXPECT_EQ(plan.actions[0].body["status"]["operational"], false);
+  EXPECT_EQ(plan.actions[0].resourceVersion, "5");
+}
+
+TEST(ReconcilerD12, WithoutRecordsKindsAReleasedDeviceGoesAtOnce) {
+  Cluster cluster;  // Workload kinds not served: records are skipped, nothing waits for them
+  api::GpuDevice released = Bound(Device("d1"));
+  released.metadata.deletionTimestamp = "2026-12-01T09:59:00Z";
+  cluster.Add(released);
+  cluster.Add(Device("new", false));
+  EXPECT_EQ(Kinds(cluster.PlanAt()),
+            (Strings{"remove-device-finalizer d1", "add-device-finalizer new"}));
+}
+
+TEST(ReconcilerG10, SettingsAreWrittenOnlyWhenTheyDiffer) {
+  ReconcileInput input;
+  input.vmis = [](const std::string&, const std::string&) { return VmiState{}; };
+  input.now = kNow;
+  input.settings = ReconcileInput::Settings{
+      std::nullopt, {{"resourceNames", "a,b"}, {"rawResourceNames", "forbidden"}}, "cozy-system",
+      "cozy-gpu-settings"};
+  Plan plan = PlanReconcile(input);
+  ASSERT_EQ(Kinds(plan), (Strings{"apply-settings cozy-gpu-settings"}));
+  input.settings->stored = plan.actions[0].body;
+  EXPECT_TRUE(PlanReconcile(input).actions.empty());
+  input.settings->data["resourceNames"] = "a,b,c";
+  EXPECT_EQ(Kinds(PlanReconcile(input)), (Strings{"apply-settings cozy-gpu-settings"}));
+}
+
+}  // namespace
+}  // namespace cozy::controller
