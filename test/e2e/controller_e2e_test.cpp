@@ -386,5 +386,56 @@ TEST_F(ControllerEndToEnd, D18_AttachmentWithoutItsVmiIsClearedAfterTheGrace) {
   EXPECT_NE(Log("replica-a").find("did not appear within the attachment grace"), std::string::npos);
 }
 
+TEST_F(ControllerEndToEnd, G8_LeaderCutOffStepsDownTheOtherLeadsAndNothingIsWrittenTwice) {
+  const std::vector<std::string> fast = {"--lease-duration", "6s", "--renew-deadline", "4s",
+                                         "--retry-period", "1s"};
+  StartReplica("replica-a", fast);
+  ASSERT_TRUE(WaitFor([&] { return Holder() == "replica-a"; }, 15s)) << Logs();
+  StartReplica("replica-b", fast);
+  Apply(Class("a100"));
+  ASSERT_TRUE(WaitFor([&] {
+    return HasFinalizer(Get("gpuclass a100"), "gpu.cozystack.io/class-protection");
+  })) << Logs();
+
+  // The API server stops answering the leader (every request 401, as for a revoked token): it
+  // cannot renew, steps down after its renew deadline, and the standby takes the Lease once it
+  // has aged a lease duration.
+  // kubectl sends no bearer token over plain HTTP: "" is the hoster's kubectl.
+  server_->SetAcceptedTokens({"replica-b", ""});
+  const auto cut = std::chrono::steady_clock::now();
+  ASSERT_TRUE(WaitFor([&] { return Metrics("replica-a").find("gpu_controller_leader 0") !=
+                                   std::string::npos; }, 10s))
+      << Logs();
+  ASSERT_TRUE(WaitFor([&] { return Holder() == "replica-b"; }, 15s)) << Logs();
+  for (int i = 0; i < 5; ++i) Apply(Device("d" + std::to_string(i)));
+  for (int i = 0; i < 5; ++i) WaitProtected("d" + std::to_string(i));
+
+  // The connection comes back: the old leader stays a standby while the Lease is renewed.
+  server_->SetAcceptedTokens({});
+  const auto back = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(3s);
+  EXPECT_EQ(Holder(), "replica-b");
+  EXPECT_NE(Metrics("replica-a").find("gpu_controller_leader 0"), std::string::npos);
+
+  // Each device's finalizer was written once, by the leader of the moment; the cut-off replica
+  // wrote nothing after the cut (its refused tries are 401s) nor once it was back.
+  std::map<std::string, int> finalizerWrites;
+  for (const auto& request : server_->Requests()) {
+    const bool write = request.method != "GET";
+    if (!write || request.status >= 300) continue;
+    if (request.bearerToken == "replica-a") {
+      EXPECT_LT(request.received, cut) << request.method << " " << request.path;
+    }
+    if (request.method == "PATCH" && request.path.find("/gpudevices/d") != std::string::npos &&
+        request.body.find("device-protection") != std::string::npos) {
+      ++finalizerWrites[request.path];
+      EXPECT_EQ(request.bearerToken, "replica-b") << request.path;
+    }
+  }
+  EXPECT_EQ(finalizerWrites.size(), 5u);
+  for (const auto& [path, count] : finalizerWrites) EXPECT_EQ(count, 1) << path;
+  (void)back;
+}
+
 }  // namespace
 }  // namespace cozy
