@@ -234,8 +234,8 @@ TEST(ReconcilerD16, RecordsComeAfterTheirMonitorAndIgnoreLabelsOthersAdd) {
   cluster.storedRecords["tenant-a/gpudevice-gone"] =
       std::make_shared<nlohmann::json>(api::UsageRecord(Bound(Device("gone"))));
   plan = cluster.PlanAt();
-  ASSERT_EQ(Kinds(plan), (Strings{"apply-usage-record gpudevice-d1",
-                                  "delete-usage-record gpudevice-gone"}));
+  ASSERT_EQ(Kinds(plan),
+            (Strings{"apply-usage-record gpudevice-d1", "delete-usage-record gpudevice-gone"}));
   EXPECT_EQ(plan.actions[0].body["status"]["operational"], false);
   EXPECT_EQ(plan.actions[0].resourceVersion, "5");
 }
@@ -254,9 +254,11 @@ TEST(ReconcilerG10, SettingsAreWrittenOnlyWhenTheyDiffer) {
   ReconcileInput input;
   input.vmis = [](const std::string&, const std::string&) { return VmiState{}; };
   input.now = kNow;
-  input.settings = ReconcileInput::Settings{
-      std::nullopt, {{"resourceNames", "a,b"}, {"rawResourceNames", "forbidden"}}, "cozy-system",
-      "cozy-gpu-settings"};
+  input.settings =
+      ReconcileInput::Settings{std::nullopt,
+                               {{"resourceNames", "a,b"}, {"rawResourceNames", "forbidden"}},
+                               "cozy-system",
+                               "cozy-gpu-settings"};
   Plan plan = PlanReconcile(input);
   ASSERT_EQ(Kinds(plan), (Strings{"apply-settings cozy-gpu-settings"}));
   input.settings->stored = plan.actions[0].body;

@@ -13,6 +13,10 @@
 #include <thread>
 
 #include "api/time.h"
+#include "controller/model/readers.h"
+#include "controller/snapshot_json.h"
+#include "kube/cache.h"
+#include "kube/config.h"
 #include "test/fakes/fake_apiserver.h"
 #include "test/support/fixture_host.h"
 #include "test/support/process.h"
@@ -388,7 +392,7 @@ TEST_F(ControllerEndToEnd, D18_AttachmentWithoutItsVmiIsClearedAfterTheGrace) {
 
 TEST_F(ControllerEndToEnd, G8_LeaderCutOffStepsDownTheOtherLeadsAndNothingIsWrittenTwice) {
   const std::vector<std::string> fast = {"--lease-duration", "6s", "--renew-deadline", "4s",
-                                         "--retry-period", "1s"};
+                                         "--retry-period",   "1s"};
   StartReplica("replica-a", fast);
   ASSERT_TRUE(WaitFor([&] { return Holder() == "replica-a"; }, 15s)) << Logs();
   StartReplica("replica-b", fast);
@@ -403,8 +407,9 @@ TEST_F(ControllerEndToEnd, G8_LeaderCutOffStepsDownTheOtherLeadsAndNothingIsWrit
   // kubectl sends no bearer token over plain HTTP: "" is the hoster's kubectl.
   server_->SetAcceptedTokens({"replica-b", ""});
   const auto cut = std::chrono::steady_clock::now();
-  ASSERT_TRUE(WaitFor([&] { return Metrics("replica-a").find("gpu_controller_leader 0") !=
-                                   std::string::npos; }, 10s))
+  ASSERT_TRUE(WaitFor(
+      [&] { return Metrics("replica-a").find("gpu_controller_leader 0") != std::string::npos; },
+      10s))
       << Logs();
   ASSERT_TRUE(WaitFor([&] { return Holder() == "replica-b"; }, 15s)) << Logs();
   for (int i = 0; i < 5; ++i) Apply(Device("d" + std::to_string(i)));
@@ -435,6 +440,69 @@ TEST_F(ControllerEndToEnd, G8_LeaderCutOffStepsDownTheOtherLeadsAndNothingIsWrit
   EXPECT_EQ(finalizerWrites.size(), 5u);
   for (const auto& [path, count] : finalizerWrites) EXPECT_EQ(count, 1) << path;
   (void)back;
+}
+
+// C12: one reader of the launcher proof, whichever way the VMI arrives: in a listed snapshot
+// (simulate, the binder's list), from the cache the controller's replicas keep (a watch), and
+// from a read of the named VMI (usage records, GPUs off). Each gives LauncherIndex the same VMI,
+// so the same pod is the launcher and an impostor (owner reference and labels set, but not in
+// status.activePods) is not, on every path.
+TEST(LauncherReaderC12, ListCacheAndNamedReadGiveTheSameAnswer) {
+  fake::FakeApiServerOptions options;
+  options.crdPaths = {testing::SourceDir() / "test/fakes/crds"};
+  fake::FakeApiServer server(options);
+  server.Start();
+  const json vmi = {{"apiVersion", "kubevirt.io/v1"},
+                    {"kind", "VirtualMachineInstance"},
+                    {"metadata", {{"name", "vm1"}, {"namespace", kTenant}, {"uid", "vmi-uid"}}},
+                    {"spec", {{"domain", {{"devices", json::object()}}}}},
+                    {"status", {{"nodeName", "n1"}, {"activePods", {{"launcher-uid", "n1"}}}}}};
+  server.Seed({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", kTenant}}}});
+  const json stored = server.Seed(vmi);
+
+  auto answer = [](const model::VirtualMachineInstance& read) {
+    const std::vector<model::VirtualMachineInstance> vmis = {read};
+    const model::LauncherIndex index(vmis);
+    model::Pod launcher;
+    launcher.namespaceName = kTenant;
+    launcher.name = "virt-launcher-vm1-abcde";
+    launcher.uid = "launcher-uid";
+    launcher.nodeName = "n1";
+    launcher.phase = "Running";
+    model::Pod impostor = launcher;
+    impostor.name = "virt-launcher-vm1-fake1";
+    impostor.uid = "impostor-uid";
+    const auto* found = index.LauncherOf(launcher);
+    return std::make_pair(found ? found->name : std::string("none"),
+                          index.LauncherOf(impostor) == nullptr);
+  };
+
+  // A listed snapshot.
+  const model::Snapshot snapshot =
+      controller::DecodeSnapshotList({{"kind", "List"}, {"items", json::array({stored})}});
+  ASSERT_EQ(snapshot.vmis.size(), 1u);
+  // The cache, over a real list and watch.
+  kube::ClientConfig config;
+  config.server = server.url();
+  kube::Client client(config);
+  kube::Cache<model::VirtualMachineInstance> cache(
+      client, "/apis/kubevirt.io/v1/virtualmachineinstances", controller::VmiFromJson);
+  cache.Start();
+  ASSERT_TRUE(WaitFor([&] { return cache.Synced(); }));
+  const auto cached = cache.Get(kTenant + "/vm1");
+  ASSERT_TRUE(cached);
+  // A read of the named VMI.
+  const model::VirtualMachineInstance named = controller::VmiFromJson(
+      client.Get("/apis/kubevirt.io/v1/namespaces/" + kTenant + "/virtualmachineinstances/vm1"));
+
+  const auto expected = std::make_pair(std::string("vm1"), true);
+  EXPECT_EQ(answer(snapshot.vmis[0]), expected);
+  EXPECT_EQ(answer(*cached), expected);
+  EXPECT_EQ(answer(named), expected);
+  EXPECT_EQ(cached->creationTimestamp, named.creationTimestamp);
+  EXPECT_FALSE(named.creationTimestamp.empty());
+  cache.Stop();
+  server.Stop();
 }
 
 }  // namespace
