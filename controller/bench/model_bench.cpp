@@ -152,7 +152,8 @@ Snapshot BuildSnapshot(size_t nodes, size_t tenants) {
       if (d % 2 == 0 && random.Below(2) == 0) {
         const std::string vmi = "vm-" + std::to_string(vmiCount++);
         device.status.attachment = api::Attachment{vmi, vmi + "-uid", ""};
-        snapshot.vmis.push_back({tenant, vmi, vmi + "-uid", NodeName(node), {vmi + "-pod"}, {}, ""});
+        snapshot.vmis.push_back(
+            {tenant, vmi, vmi + "-uid", NodeName(node), {vmi + "-pod"}, {}, ""});
         model::Pod pod;
         pod.namespaceName = tenant;
         pod.name = "virt-launcher-" + vmi;
