@@ -187,6 +187,17 @@ std::string Describe(const nlohmann::json& item, const std::string& kind) {
 model::VirtualMachineInstance VmiFromJson(const nlohmann::json& object) {
   return DecodeVmi(JsonField(object, ""));
 }
+model::Namespace NamespaceFromJson(const nlohmann::json& object) {
+  return DecodeNamespace(JsonField(object, ""));
+}
+model::ResourceQuota QuotaFromJson(const nlohmann::json& object) {
+  return DecodeQuota(JsonField(object, ""));
+}
+model::Node NodeFromJson(const nlohmann::json& object) { return DecodeNode(JsonField(object, "")); }
+model::Pod PodFromJson(const nlohmann::json& object) { return DecodePod(JsonField(object, "")); }
+model::PermittedHostDevices KubeVirtFromJson(const nlohmann::json& object) {
+  return DecodeKubeVirt(JsonField(object, ""));
+}
 
 model::Snapshot DecodeSnapshotList(const nlohmann::json& list) {
   model::Snapshot snapshot;

@@ -25,4 +25,12 @@ model::Snapshot DecodeSnapshotList(const nlohmann::json& list);
 // api::DecodeError naming the field.
 model::VirtualMachineInstance VmiFromJson(const nlohmann::json& object);
 
+// The other kinds of the snapshot, one object each, as the caches of `gpu-controller run` decode
+// them: the same readers `simulate` uses, so the binder and `simulate` read a cluster alike.
+model::Namespace NamespaceFromJson(const nlohmann::json& object);
+model::ResourceQuota QuotaFromJson(const nlohmann::json& object);
+model::Node NodeFromJson(const nlohmann::json& object);
+model::Pod PodFromJson(const nlohmann::json& object);
+model::PermittedHostDevices KubeVirtFromJson(const nlohmann::json& object);
+
 }  // namespace cozy::controller

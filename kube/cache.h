@@ -42,8 +42,16 @@ JsonIndexFunc FieldIndex(const std::string& jsonPointer);  // a string field, "/
 JsonIndexFunc LabelIndex(const std::string& label);        // a label's value
 JsonIndexFunc AnnotationIndex(const std::string& annotation);
 
+// What a daemon needs of any cache, whatever its type: to hear of changes and to know it synced.
+class CacheBase {
+ public:
+  virtual ~CacheBase() = default;
+  virtual void SetOnChange(std::function<void()> onChange) = 0;
+  virtual bool Synced() const = 0;
+};
+
 template <class T>
-class Cache {
+class Cache : public CacheBase {
  public:
   // Turns a stored object into T; one that throws is left out of the cache (counted in
   // DecodeFailures(), described by LastError()).
@@ -58,7 +66,7 @@ class Cache {
         decode_(std::move(decode)),
         options_(std::move(options)),
         state_(std::make_unique<State>()) {}
-  ~Cache() { Stop(); }
+  ~Cache() override { Stop(); }
   Cache(const Cache&) = delete;
   Cache& operator=(const Cache&) = delete;
 
@@ -71,7 +79,7 @@ class Cache {
 
   // Called on the cache's thread after each step that changed it (a batch of watch events, a
   // relist, the first sync); only before Start(). It must return quickly: post, do not work.
-  void SetOnChange(std::function<void()> onChange) {
+  void SetOnChange(std::function<void()> onChange) override {
     if (thread_.joinable()) throw std::logic_error("Cache::SetOnChange after Start");
     onChange_ = std::move(onChange);
   }
@@ -91,7 +99,7 @@ class Cache {
   }
 
   // The first list has been applied.
-  bool Synced() const { return synced_.load(); }
+  bool Synced() const override { return synced_.load(); }
 
   Ptr Get(const std::string& key) const {
     ReadLock lock(*this);

@@ -11,12 +11,15 @@
 #include <mutex>
 #include <set>
 #include <stdexcept>
+#include <thread>
 
 #include "api/gpuclass.h"
 #include "api/gpudevice.h"
 #include "api/gpunode_types.h"
 #include "api/keys.h"
 #include "api/usage_record.h"
+#include "controller/binder/binder.h"
+#include "controller/model/readers.h"
 #include "controller/reconciler/apply.h"
 #include "controller/reconciler/plan.h"
 #include "controller/snapshot_json.h"
@@ -42,6 +45,7 @@ using JsonCache = kube::JsonCache;
 const kube::GroupVersionResource kVmiResource{"kubevirt.io", "v1", "virtualmachineinstances"};
 const kube::GroupVersionResource kWorkloadResource{std::string(api::kWorkloadGroup),
                                                    std::string(api::kWorkloadVersion), "workloads"};
+const kube::GroupVersionResource kKubeVirtResource{"kubevirt.io", "v1", "kubevirts"};
 const kube::GroupVersionResource kMonitorResource{
     std::string(api::kWorkloadGroup), std::string(api::kWorkloadVersion), "workloadmonitors"};
 
@@ -112,6 +116,12 @@ struct PassResult {
   std::string error;  // the pass could not run (e.g. a decode failure)
 };
 
+struct BinderPassResult {
+  bool answersOnly = false;
+  double seconds = 0;
+  BinderResult result;
+};
+
 class Controller {
  public:
   Controller(const RunOptions& options, kube::ClientConfig config)
@@ -145,6 +155,12 @@ class Controller {
           cache->SetOnChange([this] { Changed(); });
           return cache;
         }),
+        kubevirt_([this] {
+          auto cache = std::make_shared<kube::Cache<model::PermittedHostDevices>>(
+              client_, kube::ResourcePath("kubevirt.io", "v1", "kubevirts"), KubeVirtFromJson);
+          cache->SetOnChange([this] { Changed(); });
+          return cache;
+        }),
         monitors_([this] {
           auto cache = std::make_shared<JsonCache>(
               client_,
@@ -155,7 +171,11 @@ class Controller {
           return cache;
         }),
         applier_(client_, leading_),
+        binder_(client_, leading_),
         worker_("reconciler"),
+        binderWorker_("binder"),
+        binderDuration_({0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30}),
+        answerLatency_({0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30}),
         passDuration_({0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30}) {
     identity_ = options.identity.empty() ? Hostname() : options.identity;
     kube::LeaderElectionOptions election;
@@ -184,8 +204,20 @@ class Controller {
       runtime::LogDebug("leader election", LogFields{{"message", message}});
     };
     elector_ = std::make_unique<kube::LeaderElector>(client_, std::move(election));
-    for (const auto& resource : {kVmiResource, kWorkloadResource, kMonitorResource}) {
+    for (const auto& resource :
+         {kVmiResource, kKubeVirtResource, kWorkloadResource, kMonitorResource}) {
       discovery_.Track(resource);
+    }
+    if (options.enableGpu) {
+      // What the binder's model reads besides the GPU objects: every replica keeps these warm.
+      namespaces_ = std::make_unique<kube::Cache<model::Namespace>>(
+          client_, kube::ResourcePath("", "v1", "namespaces"), NamespaceFromJson);
+      quotas_ = std::make_unique<kube::Cache<model::ResourceQuota>>(
+          client_, kube::ResourcePath("", "v1", "resourcequotas"), QuotaFromJson);
+      nodes_ = std::make_unique<kube::Cache<model::Node>>(
+          client_, kube::ResourcePath("", "v1", "nodes"), NodeFromJson);
+      pods_ = std::make_unique<kube::Cache<model::Pod>>(
+          client_, kube::ResourcePath("", "v1", "pods"), PodFromJson);
     }
   }
 
@@ -217,14 +249,28 @@ class Controller {
                                                             d.status.attachment->vmiName}
                                  : std::vector<std::string>{};
     });
+    devices_.AddIndex("pending", [](const api::GpuDevice& d) {
+      return HasPendingRequest(d) ? std::vector<std::string>{"pending"}
+                                  : std::vector<std::string>{};
+    });
     classes_.Start();
     devices_.Start();
     gpuNodes_.Start();
     settings_.Start();
+    for (auto* cache : BinderCaches()) {
+      cache->SetOnChange([this] { Changed(); });
+    }
+    if (namespaces_) {
+      namespaces_->Start();
+      quotas_->Start();
+      nodes_->Start();
+      pods_->Start();
+    }
     discovery_.Start();
     elector_->Start();
 
     passTimer_ = loop_.AddTimer("reconcile", [this] { StartPass(); });
+    binderTimer_ = loop_.AddTimer("bind", [this] { StartBinderPass(); });
     resyncTimer_ = loop_.AddTimer("resync", [this] { Trigger(); });
     tick_ = loop_.AddTimer("tick", [this] { Tick(); });
     tick_.Arm(std::chrono::milliseconds(0));
@@ -237,6 +283,13 @@ class Controller {
     const int code = loop_.Run();
     discovery_.Stop();
     vmis_.Stop();
+    kubevirt_.Stop();
+    if (namespaces_) {
+      namespaces_->Stop();
+      quotas_->Stop();
+      nodes_->Stop();
+      pods_->Stop();
+    }
     records_.Stop();
     monitors_.Stop();
     classes_.Stop();
@@ -263,6 +316,7 @@ class Controller {
   // Loop thread: a pass soon, collapsing a burst of changes into one.
   void Trigger() {
     if (stopping_) return;
+    TriggerBinder();
     if (passRunning_) {
       dirty_ = true;
       return;
@@ -274,6 +328,147 @@ class Controller {
 
   bool CoreSynced() const {
     return classes_.Synced() && devices_.Synced() && gpuNodes_.Synced() && settings_.Synced();
+  }
+
+  // The caches only the binder reads (none with GPUs off).
+  std::vector<kube::CacheBase*> BinderCaches() {
+    if (!namespaces_) return {};
+    return {namespaces_.get(), quotas_.get(), nodes_.get(), pods_.get()};
+  }
+
+  // Readiness: the caches that need no KubeVirt have listed (KubeVirt's never count).
+  bool Ready() {
+    if (!CoreSynced()) return false;
+    for (auto* cache : BinderCaches()) {
+      if (!cache->Synced()) return false;
+    }
+    return true;
+  }
+
+  // Loop thread: the binder's next pass. An unanswered bind request gets a pass that only
+  // answers, at once (D4); anything else a full pass after a short debounce.
+  void TriggerBinder() {
+    if (!options_.enableGpu || stopping_ || !leading_) return;
+    if (devices_.IndexKeys("pending", "pending").empty()) {
+      if (!binderTimer_.Armed()) binderTimer_.Arm(std::chrono::milliseconds(50));
+      binderFull_ = true;
+    } else {
+      binderAnswers_ = true;
+      binderTimer_.Arm(std::chrono::milliseconds(0));
+    }
+  }
+
+  void StartBinderPass() {
+    if (stopping_ || !leading_ || !Ready()) return;
+    if (binderRunning_) {
+      binderAgain_ = true;
+      return;
+    }
+    // A full pass answers too; an answers-only pass goes first when both are due.
+    const bool answersOnly = binderAnswers_ && binderFull_ ? true : !binderFull_;
+    if (answersOnly) {
+      binderAnswers_ = false;
+    } else {
+      binderFull_ = false;
+      binderAnswers_ = false;
+    }
+    binderRunning_ = true;
+    binderWorker_.Run([this, answersOnly] {
+      BinderPassResult pass = RunBinderPass(answersOnly);
+      loop_.Post([this, pass = std::move(pass)]() mutable { BinderPassDone(std::move(pass)); });
+    });
+  }
+
+  // Binder worker.
+  BinderPassResult RunBinderPass(bool answersOnly) {
+    const auto started = std::chrono::steady_clock::now();
+    BinderPassResult pass;
+    pass.answersOnly = answersOnly;
+    try {
+      model::Snapshot snapshot;
+      auto cachedDevices = devices_.List();
+      // D3: the cache must show this binder's last writes; give the watch a moment, then read
+      // past it.
+      for (int i = 0; i < 10 && binder_.CacheBehind(cachedDevices); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        cachedDevices = devices_.List();
+      }
+      bool readPast = false;
+      if (binder_.CacheBehind(cachedDevices)) {
+        snapshot.devices = binder_.ReadDevices();
+        readPast = true;
+      } else {
+        snapshot.devices.reserve(cachedDevices.size());
+        for (const auto& device : cachedDevices) snapshot.devices.push_back(*device);
+      }
+      for (const auto& item : namespaces_->List()) snapshot.namespaces.push_back(*item);
+      for (const auto& item : quotas_->List()) snapshot.quotas.push_back(*item);
+      for (const auto& item : nodes_->List()) snapshot.nodes.push_back(*item);
+      for (const auto& item : pods_->List()) snapshot.pods.push_back(*item);
+      for (const auto& item : gpuNodes_.List()) snapshot.gpuNodes.push_back(*item);
+      for (const auto& item : classes_.List()) snapshot.classes.push_back(*item);
+      bool vmisKnown = false;
+      if (discovery_.IsServed(kVmiResource) == kube::Served::kServed) {
+        if (auto vmis = vmis_.Get(); vmis && vmis->Synced()) {
+          vmisKnown = true;
+          for (const auto& item : vmis->List()) snapshot.vmis.push_back(*item);
+        }
+      }
+      snapshot.permittedHostDevices = PermittedHostDevices();
+      snapshot.settings.resourceNames = options_.gpuResourceNames;
+      pass.result =
+          binder_.Pass(snapshot, answersOnly, vmisKnown, std::chrono::system_clock::now());
+      pass.result.readPastCache = readPast;
+    } catch (const std::exception& error) {
+      pass.result.error = error.what();
+    }
+    pass.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    return pass;
+  }
+
+  model::PermittedHostDevices PermittedHostDevices() const {
+    if (auto kubevirt = kubevirt_.Get(); kubevirt && kubevirt->Synced()) {
+      const auto all = kubevirt->List();
+      if (!all.empty()) return *all.front();
+    }
+    return {};
+  }
+
+  void BinderPassDone(BinderPassResult pass) {
+    binderRunning_ = false;
+    ++binderPasses_[pass.answersOnly ? "answers" : "full"];
+    binderDuration_.Observe(pass.seconds);
+    for (const auto& [action, count] : pass.result.decisions) {
+      binderDecisions_[action] += count;
+    }
+    binderWrites_ += pass.result.writes;
+    binderConflicts_ += pass.result.conflicts;
+    binderFailures_ += pass.result.failures;
+    if (pass.result.readPastCache) ++binderReadsPastCache_;
+    for (double latency : pass.result.answerLatencies) answerLatency_.Observe(latency);
+    if (!pass.result.error.empty()) {
+      ++binderErrors_;
+      if (pass.result.error != lastBinderError_) {
+        LogWarning("binder pass did not run", LogFields{{"error", pass.result.error}});
+      }
+      lastBinderError_ = pass.result.error;
+    } else {
+      lastBinderError_.clear();
+    }
+    // A failed or refused pass runs again soon; an answers-only pass is followed by the full
+    // pass it left the rest to.
+    if (pass.result.incomplete || !pass.result.error.empty()) {
+      binderFull_ = true;
+      binderTimer_.Arm(std::chrono::milliseconds(pass.result.error.empty() ? 50 : 1000));
+    } else if (pass.answersOnly) {
+      binderFull_ = true;
+      binderTimer_.Arm(std::chrono::milliseconds(50));
+    }
+    if (binderAgain_) {
+      binderAgain_ = false;
+      TriggerBinder();
+    }
   }
 
   void StartPass() {
@@ -334,16 +529,12 @@ class Controller {
     if (auto stored = settings_.Get(options_.namespaceName + "/" + settings.name)) {
       settings.stored = *stored;
     }
-    std::vector<std::vector<std::string>> nodeNames;
-    for (const auto& node : gpuNodes_.List()) {
-      nodeNames.push_back(node->resourceNames);
-    }
-    std::vector<std::string> classNames;
-    for (const auto& gpuClass : input.classes) {
-      classNames.push_back(gpuClass->ResourceName());
-    }
-    settings.data =
-        SettingsData(options_.gpuResourceNames, nodeNames, classNames, options_.rawNamesForbidden);
+    std::vector<api::GpuNodeInventory> gpuNodes;
+    for (const auto& node : gpuNodes_.List()) gpuNodes.push_back(*node);
+    std::vector<api::GpuClass> classes;
+    for (const auto& gpuClass : input.classes) classes.push_back(*gpuClass);
+    settings.data = SettingsData(options_.gpuResourceNames, gpuNodes, PermittedHostDevices(),
+                                 classes, options_.rawNamesForbidden);
     input.settings = std::move(settings);
     return input;
   }
@@ -440,6 +631,10 @@ class Controller {
 
   // Loop thread, every second: the kinds that come and go, health and metrics.
   void Tick() {
+    if (options_.enableGpu && kubevirt_.Follow(discovery_.IsServed(kKubeVirtResource))) {
+      LogInfo("KubeVirt cache", LogFields{{"state", kubevirt_.Get() ? "started" : "stopped"}});
+      Trigger();
+    }
     if (options_.enableGpu && vmis_.Follow(discovery_.IsServed(kVmiResource))) {
       LogInfo("VirtualMachineInstance cache",
               LogFields{{"state", vmis_.Get() ? "started" : "stopped"}});
@@ -460,7 +655,7 @@ class Controller {
       Trigger();
     }
     health_.Heartbeat();
-    health_.SetReady(CoreSynced());
+    health_.SetReady(Ready());
     health_.SetMetrics(Metrics());
     tick_.Arm(std::chrono::seconds(1));
   }
@@ -507,6 +702,41 @@ class Controller {
                waiting_.attachmentsInGrace);
     out.Sample("gpu_controller_waiting", runtime::Label("for", "vmi-unknown"),
                waiting_.vmisUnknown);
+    if (options_.enableGpu) {
+      out.Family("gpu_controller_binder_passes_total", "counter",
+                 "Binder passes: full, or answers only (bind requests first).");
+      for (const auto& [kind, count] : binderPasses_) {
+        out.Sample("gpu_controller_binder_passes_total", runtime::Label("kind", kind),
+                   static_cast<double>(count));
+      }
+      out.Family("gpu_controller_binder_pass_duration_seconds", "histogram",
+                 "Time of one binder pass: snapshot, model and writes.");
+      binderDuration_.Write(out, "gpu_controller_binder_pass_duration_seconds");
+      out.Family("gpu_controller_binder_decisions_total", "counter",
+                 "The model's decisions by action, summed over passes.");
+      for (const auto& [action, count] : binderDecisions_) {
+        out.Sample("gpu_controller_binder_decisions_total", runtime::Label("action", action),
+                   static_cast<double>(count));
+      }
+      out.Family("gpu_controller_binder_writes_total", "counter",
+                 "Placement and answer writes that applied.");
+      out.Sample("gpu_controller_binder_writes_total", "", static_cast<double>(binderWrites_));
+      out.Family("gpu_controller_binder_conflicts_total", "counter",
+                 "Placement writes refused with 409 (the pass stops; the next re-reads).");
+      out.Sample("gpu_controller_binder_conflicts_total", "",
+                 static_cast<double>(binderConflicts_));
+      out.Family("gpu_controller_binder_failures_total", "counter",
+                 "Placement writes that failed otherwise, and passes that could not run.");
+      out.Sample("gpu_controller_binder_failures_total", "",
+                 static_cast<double>(binderFailures_ + binderErrors_));
+      out.Family("gpu_controller_binder_device_reads_total", "counter",
+                 "Passes that read GPUDevices past a cache behind the binder's writes (D3).");
+      out.Sample("gpu_controller_binder_device_reads_total", "",
+                 static_cast<double>(binderReadsPastCache_));
+      out.Family("gpu_controller_bind_answer_seconds", "histogram",
+                 "From a bind request's requestedAt to the binder's answer.");
+      answerLatency_.Write(out, "gpu_controller_bind_answer_seconds");
+    }
     out.Family("gpu_controller_cache_synced", "gauge", "1 once a cache has listed.");
     out.Family("gpu_controller_cache_objects", "gauge", "Objects in each cache.");
     auto cacheSamples = [&out](const std::string& name, bool synced, size_t size) {
@@ -518,6 +748,12 @@ class Controller {
     cacheSamples("gpudevices", devices_.Synced(), devices_.Size());
     cacheSamples("gpunodes", gpuNodes_.Synced(), gpuNodes_.Size());
     cacheSamples("settings", settings_.Synced(), settings_.Size());
+    if (namespaces_) {
+      cacheSamples("namespaces", namespaces_->Synced(), namespaces_->Size());
+      cacheSamples("resourcequotas", quotas_->Synced(), quotas_->Size());
+      cacheSamples("nodes", nodes_->Synced(), nodes_->Size());
+      cacheSamples("pods", pods_->Synced(), pods_->Size());
+    }
     if (auto vmis = vmis_.Get())
       cacheSamples("virtualmachineinstances", vmis->Synced(), vmis->Size());
     if (auto records = records_.Get())
@@ -538,6 +774,7 @@ class Controller {
     LogInfo("stopping: finishing the pass in flight, then releasing the Lease");
     runtime::Notify("STOPPING=1");
     leading_ = false;  // the pass in flight makes no further writes
+    binderWorker_.Stop();
     worker_.Stop();
     elector_->Stop();  // a leader releases the Lease (G8)
     loop_.Exit(0);
@@ -552,17 +789,39 @@ class Controller {
   kube::Cache<api::GpuDevice> devices_;
   kube::Cache<api::GpuNodeInventory> gpuNodes_;
   JsonCache settings_;
+  std::unique_ptr<kube::Cache<model::Namespace>> namespaces_;
+  std::unique_ptr<kube::Cache<model::ResourceQuota>> quotas_;
+  std::unique_ptr<kube::Cache<model::Node>> nodes_;
+  std::unique_ptr<kube::Cache<model::Pod>> pods_;
   OptionalCache<model::VirtualMachineInstance> vmis_;
   OptionalCache<nlohmann::json> records_;
+  OptionalCache<model::PermittedHostDevices> kubevirt_;
   OptionalCache<nlohmann::json> monitors_;
   std::unique_ptr<kube::LeaderElector> elector_;
   std::atomic<bool> leading_{false};
   Applier applier_;  // the worker's
+  Binder binder_;    // the binder worker's
   runtime::Worker worker_;
+  runtime::Worker binderWorker_;
   runtime::HealthServer health_;
   runtime::Timer passTimer_;
   runtime::Timer resyncTimer_;
   runtime::Timer tick_;
+  runtime::Timer binderTimer_;
+  bool binderRunning_ = false;
+  bool binderAgain_ = false;
+  bool binderFull_ = false;
+  bool binderAnswers_ = false;
+  std::map<std::string, int64_t> binderPasses_;
+  runtime::Histogram binderDuration_;
+  runtime::Histogram answerLatency_;
+  std::map<std::string, int64_t> binderDecisions_;
+  int64_t binderWrites_ = 0;
+  int64_t binderConflicts_ = 0;
+  int64_t binderFailures_ = 0;
+  int64_t binderErrors_ = 0;
+  int64_t binderReadsPastCache_ = 0;
+  std::string lastBinderError_;
   bool stopping_ = false;
   bool passRunning_ = false;
   bool dirty_ = false;
@@ -579,16 +838,14 @@ class Controller {
 
 }  // namespace
 
-std::map<std::string, std::string> SettingsData(
-    const std::vector<std::string>& hosterNames,
-    const std::vector<std::vector<std::string>>& nodeNames,
-    const std::vector<std::string>& classNames, bool rawNamesForbidden) {
-  std::set<std::string> names(hosterNames.begin(), hosterNames.end());
-  for (const auto& list : nodeNames) names.insert(list.begin(), list.end());
-  names.insert(classNames.begin(), classNames.end());
-  names.erase("");
+std::map<std::string, std::string> SettingsData(const std::vector<std::string>& hosterNames,
+                                                const std::vector<api::GpuNodeInventory>& gpuNodes,
+                                                const model::PermittedHostDevices& permitted,
+                                                const std::vector<api::GpuClass>& classes,
+                                                bool rawNamesForbidden) {
   std::string joined;
-  for (const auto& name : names) {
+  for (const auto& name : model::EffectiveGpuResourceNames(model::Settings{hosterNames}, gpuNodes,
+                                                           permitted, classes)) {
     joined += (joined.empty() ? "" : ",") + name;
   }
   return {

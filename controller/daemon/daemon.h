@@ -14,6 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "api/gpuclass.h"
+#include "api/gpunode_types.h"
+#include "controller/model/snapshot.h"
 #include "kube/clock.h"
 
 namespace cozy::controller {
@@ -42,12 +45,13 @@ struct RunOptions {
 // that cannot work (a non-positive grace, lease timings client-go refuses).
 int RunController(const RunOptions& options);
 
-// The settings ConfigMap's data: the effective GPU resource-name set (the hoster's names, every
-// GPUNode's resourceNames, every class's resource name), sorted and comma-joined, and the
-// raw-name policy.
-std::map<std::string, std::string> SettingsData(
-    const std::vector<std::string>& hosterNames,
-    const std::vector<std::vector<std::string>>& nodeNames,
-    const std::vector<std::string>& classNames, bool rawNamesForbidden);
+// The settings ConfigMap's data: the effective GPU resource-name set as the model computes it
+// (the hoster's names, every GPUNode's resourceNames, every class's resource name, KubeVirt's
+// NVIDIA and mediated permittedHostDevices), sorted and comma-joined, and the raw-name policy.
+std::map<std::string, std::string> SettingsData(const std::vector<std::string>& hosterNames,
+                                                const std::vector<api::GpuNodeInventory>& gpuNodes,
+                                                const model::PermittedHostDevices& permitted,
+                                                const std::vector<api::GpuClass>& classes,
+                                                bool rawNamesForbidden);
 
 }  // namespace cozy::controller

@@ -257,8 +257,12 @@ bool IsNvidiaSelector(std::string_view selector) {
 
 std::set<std::string> EffectiveGpuResourceNames(const Settings& settings,
                                                 const std::vector<api::GpuNodeInventory>& gpuNodes,
-                                                const PermittedHostDevices& permitted) {
+                                                const PermittedHostDevices& permitted,
+                                                const std::vector<api::GpuClass>& classes) {
   std::set<std::string> names(settings.resourceNames.begin(), settings.resourceNames.end());
+  for (const api::GpuClass& gpuClass : classes) {
+    names.insert(gpuClass.ResourceName());
+  }
   for (const api::GpuNodeInventory& gpuNode : gpuNodes) {
     names.insert(gpuNode.resourceNames.begin(), gpuNode.resourceNames.end());
   }

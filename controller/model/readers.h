@@ -86,12 +86,13 @@ NodeEligibility CheckNodeEligibility(const Node& node, const std::vector<Tolerat
 std::optional<std::string> UntoleratedTaint(const Node& node,
                                             const std::vector<Toleration>& tolerations);
 
-// The effective GPU resource-name set: the hoster's list, every GPUNode's resourceNames, and the
-// NVIDIA (vendor 10de) and mediated entries of KubeVirt's permittedHostDevices. A PCI entry of
-// another vendor, such as a ConnectX VF, stays out.
+// The effective GPU resource-name set: the hoster's list, every GPUNode's resourceNames, every
+// class's resource name, and the NVIDIA (vendor 10de) and mediated entries of KubeVirt's
+// permittedHostDevices. A PCI entry of another vendor, such as a ConnectX VF, stays out.
 std::set<std::string> EffectiveGpuResourceNames(const Settings& settings,
                                                 const std::vector<api::GpuNodeInventory>& gpuNodes,
-                                                const PermittedHostDevices& permitted);
+                                                const PermittedHostDevices& permitted,
+                                                const std::vector<api::GpuClass>& classes);
 
 // Whether KubeVirt permits the resource name at all: every PCI and mediated entry counts here,
 // whatever its vendor.

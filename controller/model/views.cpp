@@ -23,8 +23,9 @@ std::optional<NodeClassView> Model::NodeClass(std::string_view node,
 ClusterView Model::View() const {
   const Index& ix = *index_;
   ClusterView view;
-  view.gpuResourceNames = EffectiveGpuResourceNames(ix.snapshot.settings, ix.snapshot.gpuNodes,
-                                                    ix.snapshot.permittedHostDevices);
+  view.gpuResourceNames =
+      EffectiveGpuResourceNames(ix.snapshot.settings, ix.snapshot.gpuNodes,
+                                ix.snapshot.permittedHostDevices, ix.snapshot.classes);
   for (const ClassInfo& info : ix.classes) {
     ClassView classView{info.gpuClass->metadata.name, info.maxCount, 0, 0};
     for (size_t n : info.nodes) {

@@ -288,9 +288,18 @@ TEST(EffectiveGpuResourceNamesC16, TableEntriesJoinTheHostersList) {
   for (const Case& c : cases) {
     api::GpuNodeInventory gpuNode;
     gpuNode.resourceNames = c.gpuNodeNames;
-    EXPECT_EQ(EffectiveGpuResourceNames(Settings{c.hosterList}, {gpuNode}, table), c.expected)
+    EXPECT_EQ(EffectiveGpuResourceNames(Settings{c.hosterList}, {gpuNode}, table, {}), c.expected)
         << c.what;
   }
+}
+
+// C16 (issue 14): a class's resource name is a GPU name too, even before any node reports it,
+// so a pod requesting it directly is raw-name usage and the policies see it.
+TEST(EffectiveGpuResourceNamesC16, ClassResourceNamesJoin) {
+  api::GpuClass gpuClass;
+  gpuClass.spec.source.devicePlugin.resourceName = "nvidia.com/GA100";
+  EXPECT_EQ(EffectiveGpuResourceNames(Settings{{"amd.com/gpu"}}, {}, {}, {gpuClass}),
+            (std::set<std::string>{"amd.com/gpu", "nvidia.com/GA100"}));
 }
 
 // C17: "Whether a class's resource name is in the table at all is still checked against every

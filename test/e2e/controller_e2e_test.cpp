@@ -180,6 +180,52 @@ class ControllerEndToEnd : public ::testing::Test {
         << Logs();
   }
 
+  // A Ready node and its GPUNode serving `units` of nvidia.com/GA100 on one function.
+  void GpuNode(const std::string& node, int units) {
+    Apply({{"apiVersion", "v1"},
+           {"kind", "Node"},
+           {"metadata", {{"name", node}}},
+           {"status", {{"conditions", {{{"type", "Ready"}, {"status", "True"}}}}}}});
+    Apply({{"apiVersion", "gpu.cozystack.io/v1alpha1"},
+           {"kind", "GPUNode"},
+           {"metadata", {{"name", node}}}});
+    const json status = {
+        {"resourceNames", {"nvidia.com/GA100"}},
+        {"summary", {{"gpus", 1}}},
+        {"devices",
+         {{{"pciAddress", "0000:3b:00.0"},
+           {"vendorID", "10de"},
+           {"deviceID", "20b5"},
+           {"classCode", "030200"},
+           {"health", "Healthy"},
+           {"allocatable", units},
+           {"allocated", 0},
+           {"resources",
+            {{{"name", "nvidia.com/GA100"}, {"allocatable", units}, {"allocated", 0}}}}}}}};
+    Kubectl("patch gpunode " + node + " --subresource=status --type=merge -p " +
+            ShellQuote(json{{"status", status}}.dump()));
+  }
+  std::string Phase(const std::string& device) {
+    const json object = Get("gpudevice " + device, kTenant);
+    if (!object.is_object() || !object.contains("status") || !object["status"].is_object()) {
+      return "";
+    }
+    return object["status"].value("phase", "");
+  }
+  // Placement writes in the request log: status patches that set a phase.
+  std::vector<fake::LoggedRequest> PlacementWrites() {
+    std::vector<fake::LoggedRequest> writes;
+    for (const auto& request : server_->Requests()) {
+      if (request.method == "PATCH" && request.status < 300 &&
+          request.path.find("/gpudevices/") != std::string::npos &&
+          request.path.ends_with("/status") &&
+          request.body.find("\"phase\"") != std::string::npos) {
+        writes.push_back(request);
+      }
+    }
+    return writes;
+  }
+
   testing::TempDir directory_;
   std::unique_ptr<fake::FakeApiServer> server_;
   std::map<std::string, pid_t> replicas_;
@@ -299,6 +345,7 @@ TEST_F(ControllerEndToEnd, D12_NamespaceHoldingDevicesIsDeletedWithGpusOff) {
 }
 
 TEST_F(ControllerEndToEnd, D13_D16_ReleasedDeviceAndItsRecordStayUntilTheVmiEnds) {
+  GpuNode("n1", 2);  // with GPUs on the binder keeps what it places only on a real node
   StartReplica("replica-a", {"--enable-gpu"});
   Apply(Class("a100"));
   Apply(Vmi("vm1"));
@@ -343,6 +390,7 @@ TEST_F(ControllerEndToEnd, D13_D16_ReleasedDeviceAndItsRecordStayUntilTheVmiEnds
 }
 
 TEST_F(ControllerEndToEnd, D14_TemplateDeviceGoesWithItsVmiAndAHeldOrderStays) {
+  GpuNode("n1", 2);  // with GPUs on the binder keeps what it places only on a real node
   StartReplica("replica-a", {"--enable-gpu"});
   Apply(Class("a100"));
   Apply(Vmi("vm1"));
@@ -370,6 +418,7 @@ TEST_F(ControllerEndToEnd, D14_TemplateDeviceGoesWithItsVmiAndAHeldOrderStays) {
 }
 
 TEST_F(ControllerEndToEnd, D18_AttachmentWithoutItsVmiIsClearedAfterTheGrace) {
+  GpuNode("n1", 2);  // with GPUs on the binder keeps what it places only on a real node
   StartReplica("replica-a", {"--enable-gpu", "--attachment-grace", "4s"});
   Apply(Class("a100"));
   Apply(Device("ghost"));
@@ -448,6 +497,126 @@ TEST_F(ControllerEndToEnd, G8_LeaderCutOffStepsDownTheOtherLeadsAndNothingIsWrit
   EXPECT_GT(readsAfterRestore, 0);  // it did come back (it reads the Lease as a candidate)
   EXPECT_EQ(finalizerWrites.size(), 5u);
   for (const auto& [path, count] : finalizerWrites) EXPECT_EQ(count, 1) << path;
+}
+
+TEST_F(ControllerEndToEnd, D1_D2_TwoOrdersRaceForTheLastUnitAndOnlyTheLeaderPlaces) {
+  GpuNode("n1", 1);
+  Apply(Class("a100"));
+  StartReplica("replica-a", {"--enable-gpu"});
+  ASSERT_TRUE(WaitFor([&] { return Holder() == "replica-a"; })) << Logs();
+  StartReplica("replica-b", {"--enable-gpu"});
+  // Both orders in one apply: their events reach the binder together or one after the other.
+  const std::filesystem::path file = Path("orders.yaml");
+  std::ofstream(file) << Device("first").dump() << "\n" << Device("second").dump() << "\n";
+  Kubectl("apply -f " + ShellQuote(file.string()));
+  ASSERT_TRUE(WaitFor([&] { return Phase("first") == "Bound" || Phase("second") == "Bound"; }))
+      << Logs();
+  std::this_thread::sleep_for(1500ms);  // passes that follow must not book the unit again
+  const int bound = (Phase("first") == "Bound") + (Phase("second") == "Bound");
+  EXPECT_EQ(bound, 1) << Get("gpudevices", kTenant).dump(2);
+  const auto writes = PlacementWrites();
+  EXPECT_EQ(writes.size(), 1u);  // one write for one bound device
+  for (const auto& write : writes) EXPECT_EQ(write.bearerToken, "replica-a") << write.path;
+  EXPECT_NE(Metrics("replica-a").find("gpu_controller_binder_decisions_total{action=\"bind\"}"),
+            std::string::npos);
+}
+
+TEST_F(ControllerEndToEnd, D4_BindRequestIsAnsweredWhileUsageRecordWritesAreSlow) {
+  GpuNode("n1", 2);
+  Apply(Class("a100"));
+  StartReplica("replica-a", {"--enable-gpu"});
+  Apply(Device("held"));
+  ASSERT_TRUE(WaitFor([&] { return Phase("held") == "Bound"; })) << Logs();
+  // Every usage-record write now takes 4 s.
+  fake::Fault slow;
+  slow.pathPrefix = "/apis/cozystack.io/";
+  slow.method = "POST";
+  slow.latencyMs = 4000;
+  server_->AddFault(slow);
+  slow.method = "PUT";
+  server_->AddFault(slow);
+  // What the VMI webhook will do: an order with a bind request in its status.
+  Apply(Device("wanted"));
+  PatchStatus(
+      "wanted",
+      {{"bindRequest",
+        {{"id", "req-1"}, {"requestedAt", api::FormatTime(std::chrono::system_clock::now())}}}});
+  const auto asked = std::chrono::steady_clock::now();
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return Get("gpudevice wanted", kTenant)["status"]
+                   .value("bindResponse", json::object())
+                   .value("id", "") == "req-1";
+      },
+      10s))
+      << Logs();
+  EXPECT_LT(std::chrono::steady_clock::now() - asked, 3s);  // well inside a webhook's wait
+  const json answered = Get("gpudevice wanted", kTenant);
+  EXPECT_EQ(answered["status"]["bindResponse"]["result"], "Succeeded");
+  EXPECT_EQ(answered["status"]["nodeName"], "n1");
+}
+
+TEST_F(ControllerEndToEnd, D7_ARequestThatCannotBePlacedIsRefusedWithTheModelsReason) {
+  GpuNode("n1", 1);
+  Apply(Class("a100"));
+  StartReplica("replica-a", {"--enable-gpu"});
+  Apply(Device("held"));
+  ASSERT_TRUE(WaitFor([&] { return Phase("held") == "Bound"; })) << Logs();
+  Apply(Device("late"));
+  PatchStatus("late",
+              {{"bindRequest", {{"id", "req-2"}, {"requestedAt", "2026-12-01T00:00:00Z"}}}});
+  ASSERT_TRUE(WaitFor([&] {
+    return Get("gpudevice late", kTenant)["status"]
+               .value("bindResponse", json::object())
+               .value("id", "") == "req-2";
+  })) << Logs();
+  const json refused = Get("gpudevice late", kTenant)["status"];
+  EXPECT_EQ(refused["bindResponse"]["result"], "Failed");
+  EXPECT_EQ(refused["bindResponse"]["reason"], "Refused");
+  EXPECT_FALSE(refused["bindResponse"].value("message", "").empty());
+  EXPECT_FALSE(refused.contains("nodeName"));
+}
+
+TEST_F(ControllerEndToEnd, G5_G6_G7_KubeVirtAbsentThenServedThenGoneWhileAttached) {
+  server_->DeleteCrd("virtualmachineinstances.kubevirt.io");
+  GpuNode("n1", 2);
+  Apply(Class("a100"));
+  StartReplica("replica-a", {"--enable-gpu"});
+  // G5: without KubeVirt's kinds, placement runs.
+  Apply(Device("d1"));
+  ASSERT_TRUE(WaitFor([&] { return Phase("d1") == "Bound"; })) << Logs();
+  // G6: the kind appears; its watch starts without a restart.
+  Kubectl("apply -f " + ShellQuote((testing::SourceDir() /
+                                    "test/fakes/crds/kubevirt.io_virtualmachineinstances.yaml")
+                                       .string()));
+  ASSERT_TRUE(WaitFor([&] {
+    return Log("replica-a").find("VirtualMachineInstance cache state=started") != std::string::npos;
+  })) << Logs();
+  Apply(Vmi("vm1"));
+  PatchStatus("d1", {{"attachment", {{"vmiName", "vm1"}, {"vmiUID", VmiUid("vm1")}}}});
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_TRUE(Get("gpudevice d1", kTenant)["status"].contains("attachment"));
+  // G7: discovery stops showing the kind while d1 is attached (KubeVirt's API in an upgrade:
+  // every kubevirt.io request answers 404, the VMIs themselves untouched). A gap in discovery is
+  // not an ended VMI: the pass fails, and nothing is detached or moved.
+  fake::Fault gap;
+  gap.pathPrefix = "/apis/kubevirt.io";
+  gap.status = 404;
+  server_->AddFault(gap);
+  ASSERT_TRUE(WaitFor([&] {
+    return Log("replica-a").find("VirtualMachineInstances cannot be read while") !=
+           std::string::npos;
+  })) << Logs()
+      << Get("gpudevice d1", kTenant).dump(2);
+  std::this_thread::sleep_for(1500ms);
+  const json d1 = Get("gpudevice d1", kTenant);
+  EXPECT_EQ(d1["status"]["phase"], "Bound");
+  EXPECT_EQ(d1["status"]["attachment"]["vmiName"], "vm1");
+  // The kind is back: placement resumes, and the running VM keeps its device.
+  server_->ClearFaults();
+  Apply(Device("d2"));
+  ASSERT_TRUE(WaitFor([&] { return Phase("d2") == "Bound"; })) << Logs();
+  EXPECT_EQ(Get("gpudevice d1", kTenant)["status"]["attachment"]["vmiName"], "vm1");
 }
 
 // C12: one reader of the launcher proof, whichever way the VMI arrives: in a listed snapshot

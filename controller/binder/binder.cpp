@@ -1,0 +1,182 @@
+#include "controller/binder/binder.h"
+
+#include <unordered_map>
+
+#include "api/keys.h"
+#include "api/time.h"
+#include "kube/errors.h"
+#include "runtime/log.h"
+
+namespace cozy::controller {
+namespace {
+
+using runtime::LogFields;
+
+std::string DevicePath(const api::GpuDevice& device, bool status) {
+  return kube::ResourcePath(api::kGroup, api::kVersion, "gpudevices", device.metadata.namespaceName,
+                            device.metadata.name, status ? "status" : "");
+}
+
+std::string Key(const api::ObjectMeta& meta) { return meta.namespaceName + "/" + meta.name; }
+
+}  // namespace
+
+bool HasPendingRequest(const api::GpuDevice& device) {
+  return device.status.bindRequest && !device.status.bindRequest->id.empty() &&
+         (!device.status.bindResponse ||
+          device.status.bindResponse->id != device.status.bindRequest->id);
+}
+
+Binder::Binder(kube::Client& client, const std::atomic<bool>& leading)
+    : client_(client), leading_(leading) {}
+
+bool Binder::CacheBehind(const std::vector<std::shared_ptr<const api::GpuDevice>>& cached) {
+  if (replaced_.empty()) {
+    return false;
+  }
+  std::unordered_map<std::string, const std::string*> versions;
+  versions.reserve(cached.size());
+  for (const auto& device : cached) {
+    versions[Key(device->metadata)] = &device->metadata.resourceVersion;
+  }
+  bool behind = false;
+  for (auto it = replaced_.begin(); it != replaced_.end();) {
+    auto found = versions.find(it->first);
+    if (found != versions.end() && *found->second == it->second) {
+      behind = true;  // still the version our write replaced
+      ++it;
+    } else {
+      it = replaced_.erase(it);  // the cache has moved on (or the device is gone)
+    }
+  }
+  return behind;
+}
+
+std::vector<api::GpuDevice> Binder::ReadDevices() {
+  const nlohmann::json list =
+      client_.List(kube::ResourcePath(api::kGroup, api::kVersion, "gpudevices"));
+  std::vector<api::GpuDevice> devices;
+  devices.reserve(list["items"].size());
+  for (const auto& item : list["items"]) {
+    devices.push_back(api::GpuDeviceFromJson(item));
+  }
+  // What the list shows is the truth now: no write of ours is missing from it.
+  replaced_.clear();
+  return devices;
+}
+
+BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, bool vmisKnown,
+                          std::chrono::system_clock::time_point now) {
+  BinderResult result;
+  if (!vmisKnown) {
+    for (const api::GpuDevice& device : snapshot.devices) {
+      if (device.status.attachment && !device.status.attachment->vmiName.empty()) {
+        // G7: a kind that is not served (or not synced) is a gap in discovery, not an ended VMI.
+        result.error = "VirtualMachineInstances cannot be read while " + Key(device.metadata) +
+                       " is attached to " + device.status.attachment->vmiName +
+                       ": nothing is placed or detached until they can";
+        return result;
+      }
+    }
+  }
+  std::vector<model::Decision> decisions;
+  try {
+    const model::Model model(snapshot);
+    decisions = model.PlanPass();
+  } catch (const std::exception& error) {
+    result.error = std::string("the model cannot read the cluster: ") + error.what();
+    return result;
+  }
+  std::unordered_map<std::string, const api::GpuDevice*> devices;
+  devices.reserve(snapshot.devices.size());
+  for (const api::GpuDevice& device : snapshot.devices) {
+    devices[Key(device.metadata)] = &device;
+  }
+  for (const model::Decision& decision : decisions) {
+    ++result.decisions[std::string(model::ToString(decision.action))];
+    auto found = devices.find(decision.deviceNamespace + "/" + decision.deviceName);
+    if (found == devices.end()) {
+      continue;
+    }
+    const api::GpuDevice& device = *found->second;
+    const bool pending = HasPendingRequest(device);
+    if (answersOnly && !pending) {
+      continue;
+    }
+    nlohmann::json status = nlohmann::json::object();
+    const std::optional<std::string>& nodeName = device.status.nodeName;
+    switch (decision.action) {
+      case model::Action::kBind:
+      case model::Action::kMove:
+        if (device.Phase() != api::DevicePhase::kBound || !nodeName || *nodeName != decision.node) {
+          status["phase"] = api::ToString(api::DevicePhase::kBound);
+          status["nodeName"] = decision.node;
+        }
+        break;
+      case model::Action::kLost:
+        if (device.Phase() != api::DevicePhase::kLost || nodeName) {
+          status["phase"] = api::ToString(api::DevicePhase::kLost);
+          status["nodeName"] = nullptr;
+        }
+        break;
+      case model::Action::kKeep:
+      case model::Action::kRefuse:
+        break;
+    }
+    if (pending) {
+      const bool placed =
+          (decision.action == model::Action::kBind || decision.action == model::Action::kMove ||
+           decision.action == model::Action::kKeep) &&
+          !decision.node.empty();
+      nlohmann::json response = {{"id", device.status.bindRequest->id},
+                                 {"result", placed ? "Succeeded" : "Failed"}};
+      if (placed) {
+        response["reason"] = "Bound";
+        response["message"] = "bound to node " + decision.node;
+      } else {
+        response["reason"] = decision.action == model::Action::kLost ? "Lost" : "Refused";
+        response["message"] = decision.reason;
+      }
+      status["bindResponse"] = response;
+      if (auto requested = api::ParseTime(device.status.bindRequest->requestedAt)) {
+        result.answerLatencies.push_back(std::chrono::duration<double>(now - *requested).count());
+      }
+    }
+    if (status.empty()) {
+      continue;
+    }
+    if (!leading_.load()) {
+      ++result.failures;
+      continue;  // stepped down mid-pass: the new leader decides afresh
+    }
+    try {
+      client_.MergePatchAt(DevicePath(device, true), {{"status", status}},
+                           device.metadata.resourceVersion,
+                           kube::WriteOptions{false, kFieldManager});
+      replaced_[Key(device.metadata)] = device.metadata.resourceVersion;
+      ++result.writes;
+      runtime::LogInfo(
+          "placed",
+          LogFields{{"device", Key(device.metadata)},
+                    {"action", std::string(model::ToString(decision.action))},
+                    {"node", decision.node},
+                    {"answer", pending ? status["bindResponse"]["result"].get<std::string>() : ""},
+                    {"reason", decision.reason}});
+    } catch (const kube::ApiError& error) {
+      if (error.kind() == kube::ErrorKind::kConflict) {
+        ++result.conflicts;
+      } else {
+        ++result.failures;
+        runtime::LogWarning("placement write failed",
+                            LogFields{{"device", Key(device.metadata)}, {"error", error.what()}});
+      }
+      // The decisions after this one assumed it was written (a move frees the room a later
+      // bind takes): none of them is made, and the next pass decides from what was.
+      result.incomplete = true;
+      break;
+    }
+  }
+  return result;
+}
+
+}  // namespace cozy::controller

@@ -1,0 +1,73 @@
+// The binder: with --enable-gpu, the leader turns the model's decisions for one pass into status
+// writes on GPUDevices, and answers the webhooks' bind requests. It is the only writer of
+// placement (D1); passes never overlap (D2), since one worker thread runs them all.
+//
+// Every write is a status merge patch conditional on the resourceVersion the pass read; a
+// conflict fails that write, counts, and the pass after re-reads. Decisions come from the
+// model alone (controller/model): the binder adds I/O, never a rule.
+//
+// Reading past the cache (D3): a watch event may lag a write, and a pass that planned from a
+// cache still showing a unit free would book it again. The binder remembers, for each device it
+// wrote, the resourceVersion its write replaced; while the cache still shows any device at such a
+// version, the cache is behind its own writes, and the pass reads the GPUDevices from the API
+// server (one consistent LIST) instead. So the LIST is paid only after writes the watch has not
+// delivered yet, not on every pass.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "api/gpudevice.h"
+#include "controller/model/model.h"
+#include "controller/model/snapshot.h"
+#include "kube/client.h"
+
+namespace cozy::controller {
+
+struct BinderResult {
+  std::map<std::string, int64_t> decisions;  // by action (bind, move, lost, keep, refuse)
+  int64_t writes = 0;                        // placement and answer patches that applied
+  int64_t conflicts = 0;
+  int64_t failures = 0;                 // other failed writes
+  std::vector<double> answerLatencies;  // seconds from requestedAt to the answer
+  std::string error;                    // the pass did not run (G7, a bad snapshot)
+  bool readPastCache = false;           // D3: the devices came from a LIST
+  // A write failed: the pass stopped there, since every later decision assumed it; the next
+  // pass decides again from what the server holds.
+  bool incomplete = false;
+};
+
+class Binder {
+ public:
+  inline static const std::string kFieldManager = "gpu-controller-binder";
+
+  // `leading` is read before every write.
+  Binder(kube::Client& client, const std::atomic<bool>& leading);
+
+  // Whether the devices as the cache shows them miss a write of this binder (D3).
+  bool CacheBehind(const std::vector<std::shared_ptr<const api::GpuDevice>>& cached);
+  // The GPUDevices read from the API server, past the cache.
+  std::vector<api::GpuDevice> ReadDevices();
+
+  // One pass over `snapshot`. `answersOnly`: the fast pass (D4), which writes only for devices
+  // with an unanswered bind request, with the full pass's decisions. `vmisKnown`: whether the
+  // snapshot's VMIs are complete (the kind served and its cache synced); while it is not, a
+  // pass with an attached device fails instead of reading the VMI as gone (G7).
+  BinderResult Pass(const model::Snapshot& snapshot, bool answersOnly, bool vmisKnown,
+                    std::chrono::system_clock::time_point now);
+
+ private:
+  kube::Client& client_;
+  const std::atomic<bool>& leading_;
+  std::map<std::string, std::string> replaced_;  // "ns/name" -> the version a write replaced
+};
+
+// Whether a device carries a bind request it has not had an answer to.
+bool HasPendingRequest(const api::GpuDevice& device);
+
+}  // namespace cozy::controller
