@@ -68,6 +68,12 @@ FaultMode ParseFaultMode(std::string_view name);
 inline constexpr uint64_t kEndlessBodyBytes = uint64_t{200} << 20;
 inline constexpr std::chrono::seconds kEndlessFor{30};
 
+// The namespaces every server starts with, as a real cluster has them; the first three may
+// not be deleted (the NamespaceLifecycle plugin's immortal namespaces: 403).
+inline constexpr const char* kSystemNamespaces[] = {"default", "kube-system", "kube-public",
+                                                    "kube-node-lease"};
+inline constexpr const char* kImmortalNamespaces[] = {"default", "kube-system", "kube-public"};
+
 // A fault matches requests by method and path prefix and changes their answer.
 struct Fault {
   std::string method;               // "" = every method
@@ -152,7 +158,8 @@ class FakeApiServer {
   // Loads a CustomResourceDefinition object (as a POST of it would).
   void LoadCrd(const nlohmann::json& crd);
   void DeleteCrd(const std::string& name);
-  // Stores an object as a create would, without validation or the log; returns it.
+  // Stores an object as a create would, without validation, admission (its namespace need not
+  // exist) or the log; returns it. A namespaced object without a namespace goes to "default".
   nlohmann::json Seed(const nlohmann::json& object);
   // The stored object or null.
   nlohmann::json Object(const std::string& apiVersion, const std::string& plural,
@@ -192,6 +199,10 @@ class FakeApiServer {
 
   // The writes. With dryRun each validates and answers as the real write would and stores
   // and emits nothing.
+  // The NamespaceLifecycle admission plugin on a create into `ns`: 404 NotFound for a
+  // namespace that does not exist, 403 Forbidden for one being terminated.
+  void AdmitToNamespaceLocked(const ResourceType& type, const std::string& ns,
+                              const std::string& name) const;
   nlohmann::json CreateLocked(const ResourceType& type, const std::string& ns,
                               nlohmann::json object, bool validate, bool dryRun = false);
   nlohmann::json WriteLocked(const ResourceType& type, const std::string& key,

@@ -315,6 +315,17 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
   }
 
   if (method == "DELETE" && subresource.empty()) {
+    if (type->group.empty() && type->plural == "namespaces" &&
+        std::find_if(std::begin(kImmortalNamespaces), std::end(kImmortalNamespaces),
+                     [&name](const char* immortal) { return name == immortal; }) !=
+            std::end(kImmortalNamespaces)) {
+      // The NamespaceLifecycle admission plugin, before the object is looked at (dryRun too).
+      throw StatusError{
+          403,
+          "Forbidden",
+          "namespaces \"" + name + "\" is forbidden: this namespace may not be deleted",
+          {{"name", name}, {"kind", "namespaces"}}};
+    }
     json deleted;
     {
       std::lock_guard lock(mutex_);

@@ -123,11 +123,58 @@ void FakeApiServer::RecordEventLocked(const ResourceType& type, const std::strin
   changed_.notify_all();
 }
 
+void FakeApiServer::AdmitToNamespaceLocked(const ResourceType& type, const std::string& ns,
+                                           const std::string& name) const {
+  // The NamespaceLifecycle admission plugin (mutating, so before validation and before
+  // generateName: `name` is the name as sent). A missing namespace is the NotFound of a GET of
+  // it; one being terminated refuses new content.
+  auto namespaces = objects_.find("/namespaces");
+  const json* owner = nullptr;
+  if (namespaces != objects_.end()) {
+    auto it = namespaces->second.find(ObjectKey("", ns));
+    if (it != namespaces->second.end()) owner = &it->second;
+  }
+  if (!owner) {
+    throw StatusError{404,
+                      "NotFound",
+                      "namespaces \"" + ns + "\" not found",
+                      {{"name", ns}, {"kind", "namespaces"}}};
+  }
+  if (IsDeleting(*owner)) {
+    // admission.NewForbidden: without a name (generateName), no quoted name.
+    json details = {
+        {"group", type.group},
+        {"kind", type.plural},
+        {"causes", json::array({{{"reason", "NamespaceTerminating"},
+                                 {"message", "namespace " + ns + " is being terminated"},
+                                 {"field", "metadata.namespace"}}})}};
+    if (!name.empty()) details["name"] = name;
+    throw StatusError{403, "Forbidden",
+                      type.Qualified() + (name.empty() ? "" : " \"" + name + "\"") +
+                          " is forbidden: unable to create new content in namespace " + ns +
+                          " because it is being terminated",
+                      details};
+  }
+}
+
 json FakeApiServer::CreateLocked(const ResourceType& type, const std::string& ns, json object,
                                  bool validate, bool dryRun) {
   if (!object.is_object()) throw StatusError{400, "BadRequest", "the body is not an object"};
   json& metadata = object["metadata"];
   if (!metadata.is_object()) metadata = json::object();
+  if (type.namespaced) {
+    // The create handler, before admission: the body's namespace is the URL's or none.
+    std::string bodyNs = metadata.value("namespace", "");
+    if (!bodyNs.empty() && bodyNs != ns) {
+      throw StatusError{400, "BadRequest",
+                        "the namespace of the provided object does not match the namespace "
+                        "sent on the request"};
+    }
+    metadata["namespace"] = ns;
+  } else {
+    metadata.erase("namespace");
+  }
+  if (type.namespaced && validate) AdmitToNamespaceLocked(type, ns, metadata.value("name", ""));
   std::string name = metadata.value("name", "");
   if (name.empty() && !metadata.value("generateName", "").empty()) {
     name = metadata["generateName"].get<std::string>() + std::to_string(++uidCounter_);
@@ -143,38 +190,6 @@ json FakeApiServer::CreateLocked(const ResourceType& type, const std::string& ns
                        {"causes", json::array({{{"reason", "FieldValueRequired"},
                                                 {"field", "metadata.name"},
                                                 {"message", "Required value"}}})}}};
-  }
-  if (type.namespaced && validate) {
-    // The NamespaceLifecycle admission plugin.
-    auto namespaces = objects_.find("/namespaces");
-    if (namespaces != objects_.end()) {
-      auto owner = namespaces->second.find(ObjectKey("", ns));
-      if (owner != namespaces->second.end() && IsDeleting(owner->second)) {
-        throw StatusError{
-            403,
-            "Forbidden",
-            type.Qualified() + " \"" + name +
-                "\" is forbidden: unable to create new content in namespace " + ns +
-                " because it is being terminated",
-            {{"name", name},
-             {"group", type.group},
-             {"kind", type.plural},
-             {"causes", json::array({{{"reason", "NamespaceTerminating"},
-                                      {"message", "namespace " + ns + " is being terminated"},
-                                      {"field", "metadata.namespace"}}})}}};
-      }
-    }
-  }
-  if (type.namespaced) {
-    std::string bodyNs = metadata.value("namespace", "");
-    if (!bodyNs.empty() && bodyNs != ns) {
-      throw StatusError{400, "BadRequest",
-                        "the namespace of the provided object does not match the namespace "
-                        "sent on the request"};
-    }
-    metadata["namespace"] = ns;
-  } else {
-    metadata.erase("namespace");
   }
   if (validate) {
     // Names (and, for built-in kinds, their fields) as the real validation has them.

@@ -12,11 +12,14 @@
 #include <fstream>
 #include <mutex>
 #include <regex>
+#include <set>
 #include <thread>
 
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include "kube/client.h"
+#include "kube/errors.h"
 #include "test/fakes/fake_apiserver.h"
 #include "test/fakes/fake_apiserver_logic.h"
 #include "test/kube/kube_test_support.h"
@@ -60,6 +63,15 @@ json ConfigMap(const std::string& name, const json& finalizers = json::array()) 
                  {"data", {{"k", "v"}}}};
   if (!finalizers.empty()) object["metadata"]["finalizers"] = finalizers;
   return object;
+}
+
+// A started server with the namespace t1 that most tests write into, made as a client makes
+// it: the server refuses a create into a namespace that does not exist.
+std::unique_ptr<FakeApiServer> StartWithNamespace() {
+  auto server = StartFakeApiServer(false);
+  EXPECT_EQ(Call(*server, "POST", "/api/v1/namespaces", {{"metadata", {{"name", "t1"}}}}).status,
+            201);
+  return server;
 }
 
 json OwnerRef(const json& owner, bool block = false) {
@@ -139,7 +151,7 @@ class WatchRecorder {
 };
 
 TEST(FakeFinalizers, DeleteHoldsTheObjectUntilTheLastFinalizerGoes) {
-  auto server = StartFakeApiServer(false);
+  auto server = StartWithNamespace();
   WatchRecorder watch(*server, kConfigMaps);
   auto created = Call(*server, "POST", kConfigMaps, ConfigMap("held", {"test.cozystack.io/hold"}));
   ASSERT_EQ(created.status, 201);
@@ -249,9 +261,91 @@ TEST(FakeNamespaces, TerminationRemovesContentRefusesCreatesAndEndsWhenEmpty) {
   EXPECT_EQ(Call(*server, "POST", kConfigMaps, ConfigMap("fresh")).status, 201);
 }
 
+// The NamespaceLifecycle admission plugin's other half: a create into a namespace that does
+// not exist is the NotFound of that namespace (404, before any validation of the object), as
+// raw HTTP and as the project's client sees it; the four namespaces of a new cluster exist
+// from the start and the first three may not be deleted.
+TEST(FakeNamespaces, ACreateIntoAMissingNamespaceIsNotFoundAndTheSystemOnesExist) {
+  auto server = StartFakeApiServer(false);
+  std::set<std::string> names;
+  const json namespaces = Call(*server, "GET", "/api/v1/namespaces").body;
+  for (const auto& ns : namespaces["items"]) {
+    EXPECT_EQ(ns["status"]["phase"], "Active") << ns;
+    names.insert(ns["metadata"]["name"].get<std::string>());
+  }
+  EXPECT_EQ(names,
+            (std::set<std::string>{"default", "kube-node-lease", "kube-public", "kube-system"}));
+
+  const std::string absentConfigMaps = "/api/v1/namespaces/absent/configmaps";
+  auto refused = Call(*server, "POST", absentConfigMaps, ConfigMap("c"));
+  EXPECT_EQ(refused.status, 404);
+  EXPECT_EQ(refused.body["kind"], "Status");
+  EXPECT_EQ(refused.body["reason"], "NotFound");
+  EXPECT_EQ(refused.body["message"], "namespaces \"absent\" not found");
+  EXPECT_EQ(refused.body["details"], json({{"name", "absent"}, {"kind", "namespaces"}}));
+  // Admission comes before validation and before a dry run's end; every namespaced kind.
+  EXPECT_EQ(Call(*server, "POST", absentConfigMaps, ConfigMap("Not_A_Name")).status, 404);
+  EXPECT_EQ(Call(*server, "POST", absentConfigMaps + "?dryRun=All", ConfigMap("c")).status, 404);
+  EXPECT_EQ(Call(*server, "POST", "/apis/coordination.k8s.io/v1/namespaces/absent/leases",
+                 {{"metadata", {{"name", "l"}}}, {"spec", {{"holderIdentity", "a"}}}})
+                .status,
+            404);
+  // The handler's own check comes first: a body naming another namespace is a 400.
+  json elsewhere = ConfigMap("c");
+  elsewhere["metadata"]["namespace"] = "other";
+  EXPECT_EQ(Call(*server, "POST", absentConfigMaps, elsewhere).status, 400);
+  EXPECT_EQ(Call(*server, "GET", absentConfigMaps + "/c").status, 404);
+
+  // The client's view: kNotFound (the Status names the namespace), not an unserved kind.
+  kube::Client client(testing::ConfigFor(*server),
+                      testing::TestClientOptions(kube::DefaultTimeSource()));
+  try {
+    client.Create(absentConfigMaps, ConfigMap("c"));
+    ADD_FAILURE() << "created into a namespace that does not exist";
+  } catch (const kube::ApiError& error) {
+    EXPECT_EQ(error.kind(), kube::ErrorKind::kNotFound) << error.what();
+    EXPECT_NE(std::string(error.what()).find("namespaces \"absent\" not found"), std::string::npos)
+        << error.what();
+  }
+  // Once the namespace is made, the same create goes through; "default" takes one at once.
+  client.Create("/api/v1/namespaces", {{"metadata", {{"name", "absent"}}}});
+  EXPECT_EQ(client.Create(absentConfigMaps, ConfigMap("c"))["metadata"]["namespace"], "absent");
+  EXPECT_EQ(Call(*server, "POST", "/api/v1/namespaces/default/configmaps", ConfigMap("c")).status,
+            201);
+  // Seed is the test's back door: no admission, the namespace need not exist.
+  json seeded = ConfigMap("seeded");
+  seeded["metadata"]["namespace"] = "nowhere";
+  EXPECT_EQ(server->Seed(seeded)["metadata"]["namespace"], "nowhere");
+
+  // While a namespace terminates, a create with generateName is refused without a name.
+  ASSERT_EQ(Call(*server, "POST", "/api/v1/namespaces/absent/configmaps",
+                 ConfigMap("held", {"test.cozystack.io/hold"}))
+                .status,
+            201);
+  ASSERT_EQ(Call(*server, "DELETE", "/api/v1/namespaces/absent").status, 200);
+  auto generated = Call(*server, "POST", absentConfigMaps,
+                        {{"metadata", {{"generateName", "late-"}}}, {"data", {{"k", "v"}}}});
+  EXPECT_EQ(generated.status, 403);
+  EXPECT_EQ(generated.body["message"],
+            "configmaps is forbidden: unable to create new content in namespace absent because "
+            "it is being terminated");
+
+  // The immortal namespaces (dry run or not); kube-node-lease is not one of them.
+  for (const char* name : {"default", "kube-system", "kube-public"}) {
+    for (const char* query : {"", "?dryRun=All"}) {
+      auto kept = Call(*server, "DELETE", std::string("/api/v1/namespaces/") + name + query);
+      EXPECT_EQ(kept.status, 403) << name << query;
+      EXPECT_EQ(kept.body["reason"], "Forbidden");
+      EXPECT_EQ(kept.body["message"], std::string("namespaces \"") + name +
+                                          "\" is forbidden: this namespace may not be deleted");
+    }
+    EXPECT_EQ(Call(*server, "GET", std::string("/api/v1/namespaces/") + name).status, 200);
+  }
+}
+
 // What seed E5 (dry runs leave no trace) stands on.
 TEST(FakeDryRun, EveryVerbValidatesAnswersAndStoresAndEmitsNothing) {
-  auto server = StartFakeApiServer(false);
+  auto server = StartWithNamespace();
   ASSERT_EQ(Call(*server, "POST", kConfigMaps, ConfigMap("kept")).status, 201);
   const json before = server->Object("v1", "configmaps", "t1", "kept");
   const std::string version = server->CurrentResourceVersion();
@@ -296,7 +390,7 @@ TEST(FakeDryRun, EveryVerbValidatesAnswersAndStoresAndEmitsNothing) {
   auto collection = Call(*server, "DELETE", kConfigMaps + "?dryRun=All");
   EXPECT_EQ(collection.status, 200);
   EXPECT_EQ(collection.body["items"].size(), 1u);
-  auto ns = Call(*server, "DELETE", "/api/v1/namespaces/default?dryRun=All");
+  auto ns = Call(*server, "DELETE", "/api/v1/namespaces/absent?dryRun=All");
   EXPECT_EQ(ns.status, 404);  // nothing made it
 
   // An unknown value is refused (422 Invalid on the options, as ValidateDryRun has it).
@@ -314,7 +408,7 @@ TEST(FakeDryRun, EveryVerbValidatesAnswersAndStoresAndEmitsNothing) {
 }
 
 TEST(FakeDelete, PreconditionsOnUidAndResourceVersionConflict) {
-  auto server = StartFakeApiServer(false);
+  auto server = StartWithNamespace();
   auto created = Call(*server, "POST", kConfigMaps, ConfigMap("c"));
   const std::string uid = created.body["metadata"]["uid"];
   const std::string version = created.body["metadata"]["resourceVersion"];
@@ -343,7 +437,7 @@ TEST(FakeDelete, PreconditionsOnUidAndResourceVersionConflict) {
 }
 
 TEST(FakeGarbageCollector, BackgroundDeletesDependentsAfterTheOwnerGoes) {
-  auto server = StartFakeApiServer(false);
+  auto server = StartWithNamespace();
   auto owner = Call(*server, "POST", kConfigMaps, ConfigMap("owner")).body;
   json dependent = ConfigMap("dependent");
   dependent["metadata"]["ownerReferences"] = {OwnerRef(owner)};
@@ -375,7 +469,7 @@ TEST(FakeGarbageCollector, BackgroundDeletesDependentsAfterTheOwnerGoes) {
 
 // The foregroundDeletion finalizer belongs to the garbage collector (seed F8).
 TEST(FakeGarbageCollector, ForegroundDeletesBlockingDependentsFirst) {
-  auto server = StartFakeApiServer(false);
+  auto server = StartWithNamespace();
   auto owner = Call(*server, "POST", kConfigMaps, ConfigMap("owner")).body;
   json blocking = ConfigMap("blocking", {"test.cozystack.io/hold"});
   blocking["metadata"]["ownerReferences"] = {OwnerRef(owner, true)};
@@ -407,7 +501,7 @@ TEST(FakeGarbageCollector, ForegroundDeletesBlockingDependentsFirst) {
 }
 
 TEST(FakeGarbageCollector, OrphanRemovesTheReferencesAndKeepsTheDependents) {
-  auto server = StartFakeApiServer(false);
+  auto server = StartWithNamespace();
   auto owner = Call(*server, "POST", kConfigMaps, ConfigMap("owner")).body;
   auto other = Call(*server, "POST", kConfigMaps, ConfigMap("other")).body;
   json dependent = ConfigMap("dependent");
@@ -430,7 +524,7 @@ TEST(FakeGarbageCollector, OrphanRemovesTheReferencesAndKeepsTheDependents) {
 }
 
 TEST(FakeKinds, BuiltinKindsValidateTheBasics) {
-  auto server = StartFakeApiServer(false);
+  auto server = StartWithNamespace();
   auto badName = Call(*server, "POST", kConfigMaps, ConfigMap("Not_A_Name"));
   EXPECT_EQ(badName.status, 422);
   EXPECT_EQ(badName.body["details"]["causes"][0]["field"], "metadata.name");
@@ -522,6 +616,8 @@ TEST(FakeCrds, TestOnlyKindsAreServedAndWithheldFileByFile) {
   options.crdPaths.push_back(testing::TestCrdDir());
   FakeApiServer server(options);
   server.Start();
+  ASSERT_EQ(Call(server, "POST", "/api/v1/namespaces", {{"metadata", {{"name", "t1"}}}}).status,
+            201);
   for (const char* path : {"/apis/kubevirt.io/v1/namespaces/t1/virtualmachineinstances",
                            "/apis/kubevirt.io/v1/namespaces/t1/virtualmachines",
                            "/apis/kubevirt.io/v1/namespaces/t1/kubevirts",
@@ -595,7 +691,7 @@ TEST(FakeCrds, TestOnlyKindsAreServedAndWithheldFileByFile) {
 
 // Two controller replicas and a fleet of agents: 200 watches open at once, each sees the event.
 TEST(FakeWatches, TwoHundredConcurrentWatchesEachSeeTheEvent) {
-  auto server = StartFakeApiServer(false);
+  auto server = StartWithNamespace();
   constexpr int kWatches = 200;
   // Pods: a kind every version of the fake serves, so only the number of watches is new.
   const std::string pods = "/api/v1/namespaces/t1/pods";
@@ -721,6 +817,16 @@ reason: Bound
 type: Normal
 message: device bound
 )";
+  // Nothing made the namespace yet: the server refuses, as a real one does.
+  const std::string early = (dir.path() / "early.yaml").string();
+  std::ofstream(early) << "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: early\n"
+                          "  namespace: gpu-system\n";
+  auto refused = testing::RunCommand(kubectl + "apply -f " + early + " 2>&1");
+  EXPECT_NE(refused.exitCode, 0);
+  EXPECT_NE((refused.out + refused.err).find("namespaces \"gpu-system\" not found"),
+            std::string::npos)
+      << refused.out << refused.err;
+  EXPECT_TRUE(std::regex_search(run("get namespaces"), std::regex(R"(kube-system\s+Active)")));
   std::string applied = run("apply -f " + manifest);
   for (const char* what :
        {"namespace/gpu-system created", "configmap/gpu-settings created",
