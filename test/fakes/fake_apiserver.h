@@ -2,11 +2,12 @@
 // research/k8s-api.md where the agent and kubectl can tell (discovery, Status errors, the
 // plain 404 of an unserved kind, status subresource, merge and JSON patch, resourceVersion,
 // generation, 409, watch with bookmarks and 410, selectors, CRD schemas and printer columns),
-// and where a controller lives (issue 13): ConfigMaps, Secrets, ResourceQuotas, Events and
-// Leases with their validation basics, finalizers and deletionTimestamp, namespace
-// termination, dryRun on every write, delete preconditions, owner-reference garbage
-// collection (background, foreground, orphan), hundreds of concurrent watches; plus what no
-// real server has: fault injection and a request log. docs/kubernetes.md has the control API.
+// and where a controller lives (issue 13): ConfigMaps, Secrets, ResourceQuotas, Events (core
+// and events.k8s.io/v1, one storage) and Leases with their validation basics, finalizers and
+// deletionTimestamp, namespaces that must exist and their termination, dryRun on every write,
+// delete preconditions, owner-reference garbage collection (background, foreground, orphan),
+// hundreds of concurrent watches; plus what no real server has: fault injection and a request log.
+// docs/kubernetes.md has the control API.
 #pragma once
 
 #include <atomic>
