@@ -44,7 +44,10 @@ done
 url=$(sed -n 's/^listening on //p' "$work/apiserver.log")
 curl -fsS -X POST -H 'Content-Type: application/json' "$url/_fake/seed" \
   -d '{"apiVersion":"v1","kind":"Node","metadata":{"name":"gpu-node-1"}}' >/dev/null
-# The VM that finished: kubelet 1.32/1.33 still list its device; the API says Succeeded.
+# The VM that finished: kubelet 1.32/1.33 still list its device; the API says Succeeded. Its
+# namespace first, as a cluster has it (seeding would not check, a create would).
+curl -fsS -X POST -H 'Content-Type: application/json' "$url/_fake/seed" \
+  -d '{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"tenant-b"}}' >/dev/null
 curl -fsS -X POST -H 'Content-Type: application/json' "$url/_fake/seed" -d \
   '{"apiVersion":"v1","kind":"Pod","metadata":{"name":"virt-launcher-finished","namespace":"tenant-b"},"spec":{"nodeName":"gpu-node-1"},"status":{"phase":"Succeeded"}}' \
   >/dev/null

@@ -246,6 +246,17 @@ json LoggedRequest::ToJson() const {
 
 FakeApiServer::FakeApiServer(FakeApiServerOptions options) : options_(std::move(options)) {
   RegisterBuiltins();
+  {
+    // The namespaces a real cluster has from the start (the API server's system namespaces
+    // controller makes them); nothing else is made for a client.
+    std::lock_guard lock(mutex_);
+    auto namespaces = types_.at("/v1/namespaces");
+    for (const char* name : kSystemNamespaces) {
+      CreateLocked(*namespaces, "",
+                   {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", name}}}},
+                   false);
+    }
+  }
   for (const auto& path : options_.crdPaths) {
     std::vector<std::filesystem::path> files;
     if (std::filesystem::is_directory(path)) {

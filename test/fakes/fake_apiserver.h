@@ -2,11 +2,12 @@
 // research/k8s-api.md where the agent and kubectl can tell (discovery, Status errors, the
 // plain 404 of an unserved kind, status subresource, merge and JSON patch, resourceVersion,
 // generation, 409, watch with bookmarks and 410, selectors, CRD schemas and printer columns),
-// and where a controller lives (issue 13): ConfigMaps, Secrets, ResourceQuotas, Events and
-// Leases with their validation basics, finalizers and deletionTimestamp, namespace
-// termination, dryRun on every write, delete preconditions, owner-reference garbage
-// collection (background, foreground, orphan), hundreds of concurrent watches; plus what no
-// real server has: fault injection and a request log. docs/kubernetes.md has the control API.
+// and where a controller lives (issue 13): ConfigMaps, Secrets, ResourceQuotas, Events (core
+// and events.k8s.io/v1, one storage) and Leases with their validation basics, finalizers and
+// deletionTimestamp, namespaces that must exist and their termination, dryRun on every write,
+// delete preconditions, owner-reference garbage collection (background, foreground, orphan),
+// hundreds of concurrent watches; plus what no real server has: fault injection and a request log.
+// docs/kubernetes.md has the control API.
 #pragma once
 
 #include <atomic>
@@ -67,6 +68,12 @@ FaultMode ParseFaultMode(std::string_view name);
 
 inline constexpr uint64_t kEndlessBodyBytes = uint64_t{200} << 20;
 inline constexpr std::chrono::seconds kEndlessFor{30};
+
+// The namespaces every server starts with, as a real cluster has them; the first three may
+// not be deleted (the NamespaceLifecycle plugin's immortal namespaces: 403).
+inline constexpr const char* kSystemNamespaces[] = {"default", "kube-system", "kube-public",
+                                                    "kube-node-lease"};
+inline constexpr const char* kImmortalNamespaces[] = {"default", "kube-system", "kube-public"};
 
 // A fault matches requests by method and path prefix and changes their answer.
 struct Fault {
@@ -152,7 +159,8 @@ class FakeApiServer {
   // Loads a CustomResourceDefinition object (as a POST of it would).
   void LoadCrd(const nlohmann::json& crd);
   void DeleteCrd(const std::string& name);
-  // Stores an object as a create would, without validation or the log; returns it.
+  // Stores an object as a create would, without validation, admission (its namespace need not
+  // exist) or the log; returns it. A namespaced object without a namespace goes to "default".
   nlohmann::json Seed(const nlohmann::json& object);
   // The stored object or null.
   nlohmann::json Object(const std::string& apiVersion, const std::string& plural,
@@ -192,6 +200,10 @@ class FakeApiServer {
 
   // The writes. With dryRun each validates and answers as the real write would and stores
   // and emits nothing.
+  // The NamespaceLifecycle admission plugin on a create into `ns`: 404 NotFound for a
+  // namespace that does not exist, 403 Forbidden for one being terminated.
+  void AdmitToNamespaceLocked(const ResourceType& type, const std::string& ns,
+                              const std::string& name) const;
   nlohmann::json CreateLocked(const ResourceType& type, const std::string& ns,
                               nlohmann::json object, bool validate, bool dryRun = false);
   nlohmann::json WriteLocked(const ResourceType& type, const std::string& key,

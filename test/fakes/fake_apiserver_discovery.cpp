@@ -303,12 +303,16 @@ json FakeApiServer::Table(const ResourceType& type, const std::vector<json>& obj
       return json::array({object["metadata"].value("name", ""),
                           holder.is_string() ? holder : json(""), age(object)});
     };
-  } else if (type.group.empty() && type.plural == "events") {
+  } else if (type.plural == "events" && (type.group.empty() || type.group == "events.k8s.io")) {
+    // The same columns for both APIs (one printer for the one stored kind).
     column("Type", "string");
     column("Reason", "string");
     column("Object", "string");
     column("Message", "string");
-    cells = [](const json& object) {
+    cells = [](const json& shown) {
+      const json object = shown.value("apiVersion", "") == "events.k8s.io/v1"
+                              ? ToStorage("events.k8s.io", "events", shown)
+                              : shown;
       const json involved = object.value("involvedObject", json::object());
       std::string kind = involved.value("kind", "");
       std::transform(kind.begin(), kind.end(), kind.begin(),

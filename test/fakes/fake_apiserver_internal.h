@@ -38,9 +38,17 @@ struct FakeApiServer::ResourceType {
   json columns;                          // additionalPrinterColumns
   std::vector<std::string> fieldLabels;  // field selector labels beyond metadata.*
   std::string crdName;
+  // The kind whose storage this one shares, as its key in types_ ("/v1/events": the real
+  // server keeps events.k8s.io/v1 Events as core v1 Events); "" for storage of its own. Its
+  // objects are stored, validated and sent to every watcher in that kind's form, and
+  // converted on the way in and out (ToStorage, FromStorage).
+  std::string storage;
 
   std::string ApiVersion() const { return group.empty() ? version : group + "/" + version; }
-  std::string StoreKey() const { return group + "/" + plural; }
+  std::string StoreKey() const {
+    if (storage.empty()) return group + "/" + plural;
+    return storage.substr(0, storage.find('/')) + storage.substr(storage.rfind('/'));
+  }
   std::string Qualified() const { return group.empty() ? plural : plural + "." + group; }
 };
 
@@ -177,6 +185,14 @@ std::vector<FieldError> ValidateName(bool custom, bool label, const std::string&
 void PrepareBuiltin(const std::string& group, const std::string& plural, json& object);
 std::vector<FieldError> ValidateBuiltin(const std::string& group, const std::string& plural,
                                         const json& object);
+// An object as the storage of its kind keeps it, and back: events.k8s.io/v1 Events are core v1
+// Events with fields renamed (pkg/apis/events/v1/conversion.go: regarding/involvedObject,
+// note/message, reportingController/reportingComponent, deprecatedSource/source,
+// deprecatedFirstTimestamp/firstTimestamp, deprecatedLastTimestamp/lastTimestamp,
+// deprecatedCount/count). The identity for every other kind.
+bool IsEventsV1(const std::string& group, const std::string& plural);
+json ToStorage(const std::string& group, const std::string& plural, json object);
+json FromStorage(const std::string& group, const std::string& plural, json object);
 // PrepareBuiltin, ValidateBuiltin and the update-only rules (immutable fields).
 std::vector<FieldError> ValidateBuiltinUpdate(const std::string& group, const std::string& plural,
                                               json& object, const json& old);

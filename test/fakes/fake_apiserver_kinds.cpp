@@ -99,6 +99,17 @@ void FakeApiServer::RegisterBuiltins() {
                         "involvedObject.fieldPath",  "reason",
                         "reportingComponent",        "type"};
   add(events);
+  // events.k8s.io/v1: the same Events in the newer shape, kept in the core kind's storage (an
+  // Event written through either API is read, listed and watched through both).
+  ResourceType eventsV1 = events;
+  eventsV1.group = "events.k8s.io";
+  eventsV1.storage = "/v1/events";
+  eventsV1.fieldLabels = {"regarding.kind",       "regarding.namespace",
+                          "regarding.name",       "regarding.uid",
+                          "regarding.apiVersion", "regarding.resourceVersion",
+                          "regarding.fieldPath",  "reason",
+                          "reportingController",  "type"};
+  add(eventsV1);
   ResourceType leases;
   leases.group = "coordination.k8s.io";
   leases.version = "v1";
@@ -185,7 +196,202 @@ std::string Base64(const std::string& text) {
   return out;
 }
 
+// The fields events.k8s.io/v1 renames: {its name, the core name}.
+constexpr std::pair<const char*, const char*> kEventRenames[] = {
+    {"regarding", "involvedObject"},
+    {"note", "message"},
+    {"reportingController", "reportingComponent"},
+    {"deprecatedSource", "source"},
+    {"deprecatedFirstTimestamp", "firstTimestamp"},
+    {"deprecatedLastTimestamp", "lastTimestamp"},
+    {"deprecatedCount", "count"}};
+
+// A Go zero value (absent, null, "", 0, {}) as absent, for comparisons as Go makes them.
+json Normalized(const json& object, const char* member) {
+  if (!object.is_object() || !object.contains(member)) return nullptr;
+  const json& value = object[member];
+  if ((value.is_string() && value.get<std::string>().empty()) ||
+      (value.is_number() && value.get<double>() == 0) || (value.is_object() && value.empty())) {
+    return nullptr;
+  }
+  return value;
+}
+
+// A MicroTime or Time field: absent or null is the zero time; a value that does not parse is
+// a decode error (400), as for Leases.
+bool TimeSet(const json& object, const char* member) {
+  if (!object.contains(member) || object[member].is_null()) return false;
+  if (!object[member].is_string() || !ParseTimestamp(object[member].get<std::string>())) {
+    throw StatusError{400, "BadRequest",
+                      "Event in version \"v1\" cannot be handled as a Event: parsing time " +
+                          object[member].dump() + " as \"2006-01-02T15:04:05.000000Z07:00\""};
+  }
+  return true;
+}
+
+std::string StringField(const json& object, const char* member) {
+  return object.contains(member) && object[member].is_string() ? object[member].get<std::string>()
+                                                               : "";
+}
+
+// validation.IsQualifiedName: [prefix/]name, a name of at most 63 characters.
+std::vector<std::string> QualifiedNameErrors(const std::string& value) {
+  static const std::regex name("^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$");
+  static const std::regex subdomain(
+      R"(^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$)");
+  const std::string nameRegex =
+      "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and "
+      "end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex "
+      "used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+  std::vector<std::string> errors;
+  std::string namePart = value;
+  if (auto slash = value.find('/'); slash != std::string::npos) {
+    if (value.find('/', slash + 1) != std::string::npos) {
+      return {
+          "a qualified name must consist of alphanumeric characters, '-', '_' or '.', and "
+          "must start and end with an alphanumeric character (e.g. 'MyName',  or "
+          "'my.name',  or '123-abc', regex used for validation is "
+          "'([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix "
+          "and '/' (e.g. 'example.com/MyName')"};
+    }
+    const std::string prefix = value.substr(0, slash);
+    namePart = value.substr(slash + 1);
+    if (prefix.empty()) {
+      errors.push_back("prefix part must be non-empty");
+    } else if (prefix.size() > 253 || !std::regex_match(prefix, subdomain)) {
+      errors.push_back(
+          "prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
+          "characters, '-' or '.', and must start and end with an alphanumeric character");
+    }
+  }
+  if (namePart.empty()) {
+    errors.push_back("name part must be non-empty");
+  } else if (namePart.size() > 63) {
+    errors.push_back("name part must be no more than 63 characters");
+  }
+  if (!std::regex_match(namePart, name)) errors.push_back(nameRegex);
+  return errors;
+}
+
+// validateV1EventSeries: a series counts at least 2 and says when it was last seen.
+void ValidateEventSeries(const json& event, std::vector<FieldError>& errors) {
+  if (!event.contains("series") || event["series"].is_null()) return;
+  const json& series = event["series"];
+  const json count = series.is_object() ? series.value("count", json(0)) : json(0);
+  if (!count.is_number() || count.get<double>() < 2) {
+    errors.push_back(Invalid("series.count", "", "should be at least 2"));
+  }
+  if (!series.is_object() || !TimeSet(series, "lastObservedTime")) {
+    errors.push_back({"FieldValueRequired", "series.lastObservedTime", "Required value"});
+  }
+}
+
+// pkg/apis/core/validation/events.go on an Event in core form; field paths are the internal
+// type's names (reportingController, not reportingComponent), as the real errors have them.
+// `strict`: ValidateEventCreate's further rules for events.k8s.io/v1.
+void ValidateEvent(const json& event, bool strict, std::vector<FieldError>& errors) {
+  const std::string ns = event.value("metadata", json::object()).value("namespace", "");
+  const json involvedObject = event.value("involvedObject", json::object());
+  const std::string involved =
+      involvedObject.is_object() ? StringField(involvedObject, "namespace") : "";
+  const bool hasEventTime = TimeSet(event, "eventTime");
+  auto mismatch = [&] {
+    errors.push_back(
+        Invalid("involvedObject.namespace", involved, "does not match event.namespace"));
+  };
+  // legacyValidateEvent.
+  if (!hasEventTime) {
+    // An old-style Event: its namespace is the involved object's ("" or "default" for a
+    // cluster-scoped one).
+    if (involved.empty() ? (!ns.empty() && ns != "default") : ns != involved) mismatch();
+  } else {
+    if (involved.empty() && ns != "default" && ns != "kube-system") mismatch();
+    const std::string controller = StringField(event, "reportingComponent");
+    if (controller.empty()) {
+      errors.push_back({"FieldValueRequired", "reportingController", "Required value"});
+    }
+    for (const auto& message : QualifiedNameErrors(controller)) {
+      errors.push_back(Invalid("reportingController", controller, message));
+    }
+    auto required = [&](const char* member, size_t limit) {
+      const std::string value = StringField(event, member);
+      if (value.empty()) errors.push_back({"FieldValueRequired", member, "Required value"});
+      if (value.size() > limit) {
+        errors.push_back(
+            Invalid(member, "", "can have at most " + std::to_string(limit) + " characters"));
+      }
+    };
+    required("reportingInstance", 128);
+    required("action", 128);
+    required("reason", 128);
+    if (StringField(event, "message").size() > 1024) {
+      errors.push_back(Invalid("message", "", "can have at most 1024 characters"));
+    }
+  }
+  if (!strict) return;
+  // ValidateEventCreate for events.k8s.io/v1.
+  ValidateEventSeries(event, errors);
+  if (!hasEventTime) errors.push_back({"FieldValueRequired", "eventTime", "Required value"});
+  const std::string type = StringField(event, "type");
+  if (type != "Normal" && type != "Warning") {
+    errors.push_back(Invalid("type", "", "has invalid value: " + type));
+  }
+  for (const char* deprecated : {"firstTimestamp", "lastTimestamp"}) {
+    if (TimeSet(event, deprecated)) errors.push_back(Invalid(deprecated, "", "needs to be unset"));
+  }
+  if (!Normalized(event, "count").is_null()) {
+    errors.push_back(Invalid("count", "", "needs to be unset"));
+  }
+  const json source = event.value("source", json::object());
+  if (source.is_object() &&
+      (!StringField(source, "component").empty() || !StringField(source, "host").empty())) {
+    errors.push_back(Invalid("source", "", "needs to be unset"));
+  }
+}
+
 }  // namespace
+
+bool IsEventsV1(const std::string& group, const std::string& plural) {
+  return group == "events.k8s.io" && plural == "events";
+}
+
+json ToStorage(const std::string& group, const std::string& plural, json object) {
+  if (!IsEventsV1(group, plural) || !object.is_object()) return object;
+  // The core names are unknown fields of events.k8s.io/v1: the decoder drops them.
+  for (const auto& [mine, core] : kEventRenames) {
+    (void)mine;
+    object.erase(core);
+  }
+  for (const auto& [mine, core] : kEventRenames) {
+    if (auto it = object.find(mine); it != object.end()) {
+      json value = std::move(*it);
+      object.erase(mine);
+      object[core] = std::move(value);
+    }
+  }
+  object["apiVersion"] = "v1";
+  object["kind"] = "Event";
+  return object;
+}
+
+json FromStorage(const std::string& group, const std::string& plural, json object) {
+  if (!IsEventsV1(group, plural) || !object.is_object()) return object;
+  if (object.value("apiVersion", json()) == "events.k8s.io/v1") return object;  // converted
+  for (const auto& [mine, core] : kEventRenames) {
+    (void)core;
+    object.erase(mine);
+  }
+  for (const auto& [mine, core] : kEventRenames) {
+    if (auto it = object.find(core); it != object.end()) {
+      json value = std::move(*it);
+      object.erase(core);
+      object[mine] = std::move(value);
+    }
+  }
+  object["apiVersion"] = "events.k8s.io/v1";
+  object["kind"] = "Event";
+  return object;
+}
 
 std::vector<FieldError> ValidateName(bool custom, bool label, const std::string& name) {
   std::vector<FieldError> errors;
@@ -257,7 +463,6 @@ void PrepareBuiltin(const std::string& group, const std::string& plural, json& o
 std::vector<FieldError> ValidateBuiltin(const std::string& group, const std::string& plural,
                                         const json& object) {
   std::vector<FieldError> errors;
-  const std::string ns = object.value("metadata", json::object()).value("namespace", "");
   if (group.empty() && plural == "configmaps") {
     RequireMapOfStrings(object, "data", "ConfigMap");
     ValidateKeys(object, "data", errors);
@@ -342,13 +547,9 @@ std::vector<FieldError> ValidateBuiltin(const std::string& group, const std::str
                               spec[time].dump() + " as \"2006-01-02T15:04:05.000000Z07:00\""};
       }
     }
-  } else if (group.empty() && plural == "events") {
-    const std::string involved =
-        object.value("involvedObject", json::object()).value("namespace", "");
-    if (!involved.empty() && involved != ns) {
-      errors.push_back(
-          Invalid("involvedObject.namespace", involved, "does not match event.namespace"));
-    }
+  } else if (plural == "events" && (group.empty() || IsEventsV1(group, plural))) {
+    // In core form whichever API it came through (ToStorage).
+    ValidateEvent(object, IsEventsV1(group, plural), errors);
   }
   return errors;
 }
@@ -356,6 +557,34 @@ std::vector<FieldError> ValidateBuiltin(const std::string& group, const std::str
 std::vector<FieldError> ValidateBuiltinUpdate(const std::string& group, const std::string& plural,
                                               json& object, const json& old) {
   PrepareBuiltin(group, plural, object);
+  if (IsEventsV1(group, plural)) {
+    // ValidateEventUpdate for events.k8s.io/v1 (both in core form): the legacy rules, a
+    // changed series checked again, and most fields fixed once written.
+    auto errors = ValidateBuiltin("", plural, object);
+    if (Normalized(object, "series") != Normalized(old, "series")) {
+      ValidateEventSeries(object, errors);
+    }
+    for (const auto& [member, path] : std::initializer_list<std::pair<const char*, const char*>>{
+             {"involvedObject", "involvedObject"},
+             {"reason", "reason"},
+             {"message", "message"},
+             {"source", "source"},
+             {"firstTimestamp", "firstTimestamp"},
+             {"lastTimestamp", "lastTimestamp"},
+             {"count", "count"},
+             {"type", "type"},
+             {"eventTime", "eventTime"},
+             {"action", "action"},
+             {"related", "related"},
+             {"reportingComponent", "reportingController"},
+             {"reportingInstance", "reportingInstance"}}) {
+      json now = Normalized(object, member);
+      if (now != Normalized(old, member)) {
+        errors.push_back(Invalid(path, now, "field is immutable"));
+      }
+    }
+    return errors;
+  }
   auto errors = ValidateBuiltin(group, plural, object);
   if (group.empty() && (plural == "configmaps" || plural == "secrets") &&
       old.value("immutable", false)) {

@@ -142,7 +142,10 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
                        {{"name", missing}, {"group", type->group}, {"kind", type->plural}}};
   };
   bool wantsTable = request.get_header_value("Accept").find("as=Table") != std::string::npos;
+  // An object as this kind shows it: converted from its storage's form (events.k8s.io/v1
+  // Events), then with its apiVersion and kind.
   auto withTypeMeta = [&type](json object) {
+    object = FromStorage(type->group, type->plural, std::move(object));
     object["apiVersion"] = type->ApiVersion();
     object["kind"] = type->kind;
     return object;
@@ -187,7 +190,13 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
       for (const auto& [key, object] : objects_[type->StoreKey()]) {
         (void)key;
         if (!ns.empty() && object["metadata"].value("namespace", "") != ns) continue;
-        if (selectors.Matches(object)) items.push_back(object);
+        if (type->storage.empty()) {
+          if (selectors.Matches(object)) items.push_back(object);
+          continue;
+        }
+        // Selected by this kind's field names (regarding.kind, not involvedObject.kind).
+        json shown = FromStorage(type->group, type->plural, object);
+        if (selectors.Matches(shown)) items.push_back(std::move(shown));
       }
     }
     // Pages: `continue` is the offset into this (always fresh) list.
@@ -276,7 +285,7 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
     std::vector<std::string> keys;
     for (const auto& [key, object] : objects_[type->StoreKey()]) {
       if (!ns.empty() && object["metadata"].value("namespace", "") != ns) continue;
-      if (selectors.Matches(object)) keys.push_back(key);
+      if (selectors.Matches(FromStorage(type->group, type->plural, object))) keys.push_back(key);
     }
     for (const auto& key : keys) {
       if (!objects_[type->StoreKey()].count(key)) continue;
@@ -303,7 +312,7 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
       auto& store = objects_[type->StoreKey()];
       auto it = store.find(key);
       if (it == store.end()) throw notFound(name);
-      object = it->second;
+      object = FromStorage(type->group, type->plural, it->second);
       listVersion = std::to_string(resourceVersion_);
     }
     if (wantsTable) {
@@ -315,10 +324,21 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
   }
 
   if (method == "DELETE" && subresource.empty()) {
+    if (type->group.empty() && type->plural == "namespaces" &&
+        std::find_if(std::begin(kImmortalNamespaces), std::end(kImmortalNamespaces),
+                     [&name](const char* immortal) { return name == immortal; }) !=
+            std::end(kImmortalNamespaces)) {
+      // The NamespaceLifecycle admission plugin, before the object is looked at (dryRun too).
+      throw StatusError{
+          403,
+          "Forbidden",
+          "namespaces \"" + name + "\" is forbidden: this namespace may not be deleted",
+          {{"name", name}, {"kind", "namespaces"}}};
+    }
     json deleted;
     {
       std::lock_guard lock(mutex_);
-      deleted = DeleteLocked(*type, key, deletion);
+      deleted = FromStorage(type->group, type->plural, DeleteLocked(*type, key, deletion));
       SettleLocked();
     }
     SendJson(response, 200, deleted);
@@ -338,7 +358,10 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
     auto& store = objects_[type->StoreKey()];
     auto it = store.find(key);
     if (it == store.end()) throw notFound(name);
-    const json old = it->second;
+    // As stored, and as this kind shows it (the one a patch applies to).
+    const json stored = it->second;
+    const json old =
+        type->storage.empty() ? stored : FromStorage(type->group, type->plural, stored);
     const std::string currentVersion = old["metadata"].value("resourceVersion", "");
     json updated;
     if (method == "PUT") {
@@ -415,7 +438,7 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
         updated["spec"].erase("finalizers");
       }
     }
-    json result = WriteLocked(*type, key, old, std::move(updated), statusWrite, dryRun);
+    json result = WriteLocked(*type, key, stored, std::move(updated), statusWrite, dryRun);
     SettleLocked();
     SendJson(response, 200, result);
     return {200};

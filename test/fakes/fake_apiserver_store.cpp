@@ -123,11 +123,62 @@ void FakeApiServer::RecordEventLocked(const ResourceType& type, const std::strin
   changed_.notify_all();
 }
 
+void FakeApiServer::AdmitToNamespaceLocked(const ResourceType& type, const std::string& ns,
+                                           const std::string& name) const {
+  // The NamespaceLifecycle admission plugin (mutating, so before validation and before
+  // generateName: `name` is the name as sent). A missing namespace is the NotFound of a GET of
+  // it; one being terminated refuses new content.
+  auto namespaces = objects_.find("/namespaces");
+  const json* owner = nullptr;
+  if (namespaces != objects_.end()) {
+    auto it = namespaces->second.find(ObjectKey("", ns));
+    if (it != namespaces->second.end()) owner = &it->second;
+  }
+  if (!owner) {
+    throw StatusError{404,
+                      "NotFound",
+                      "namespaces \"" + ns + "\" not found",
+                      {{"name", ns}, {"kind", "namespaces"}}};
+  }
+  if (IsDeleting(*owner)) {
+    // admission.NewForbidden: without a name (generateName), no quoted name.
+    json details = {
+        {"group", type.group},
+        {"kind", type.plural},
+        {"causes", json::array({{{"reason", "NamespaceTerminating"},
+                                 {"message", "namespace " + ns + " is being terminated"},
+                                 {"field", "metadata.namespace"}}})}};
+    if (!name.empty()) details["name"] = name;
+    throw StatusError{403, "Forbidden",
+                      type.Qualified() + (name.empty() ? "" : " \"" + name + "\"") +
+                          " is forbidden: unable to create new content in namespace " + ns +
+                          " because it is being terminated",
+                      details};
+  }
+}
+
 json FakeApiServer::CreateLocked(const ResourceType& type, const std::string& ns, json object,
                                  bool validate, bool dryRun) {
   if (!object.is_object()) throw StatusError{400, "BadRequest", "the body is not an object"};
+  // A kind kept in another's storage is validated and stored in that kind's form; `type`
+  // still names it in errors and in the answer.
+  const ResourceType& stored = type.storage.empty() ? type : *types_.at(type.storage);
+  if (!type.storage.empty()) object = ToStorage(type.group, type.plural, std::move(object));
   json& metadata = object["metadata"];
   if (!metadata.is_object()) metadata = json::object();
+  if (type.namespaced) {
+    // The create handler, before admission: the body's namespace is the URL's or none.
+    std::string bodyNs = metadata.value("namespace", "");
+    if (!bodyNs.empty() && bodyNs != ns) {
+      throw StatusError{400, "BadRequest",
+                        "the namespace of the provided object does not match the namespace "
+                        "sent on the request"};
+    }
+    metadata["namespace"] = ns;
+  } else {
+    metadata.erase("namespace");
+  }
+  if (type.namespaced && validate) AdmitToNamespaceLocked(type, ns, metadata.value("name", ""));
   std::string name = metadata.value("name", "");
   if (name.empty() && !metadata.value("generateName", "").empty()) {
     name = metadata["generateName"].get<std::string>() + std::to_string(++uidCounter_);
@@ -143,38 +194,6 @@ json FakeApiServer::CreateLocked(const ResourceType& type, const std::string& ns
                        {"causes", json::array({{{"reason", "FieldValueRequired"},
                                                 {"field", "metadata.name"},
                                                 {"message", "Required value"}}})}}};
-  }
-  if (type.namespaced && validate) {
-    // The NamespaceLifecycle admission plugin.
-    auto namespaces = objects_.find("/namespaces");
-    if (namespaces != objects_.end()) {
-      auto owner = namespaces->second.find(ObjectKey("", ns));
-      if (owner != namespaces->second.end() && IsDeleting(owner->second)) {
-        throw StatusError{
-            403,
-            "Forbidden",
-            type.Qualified() + " \"" + name +
-                "\" is forbidden: unable to create new content in namespace " + ns +
-                " because it is being terminated",
-            {{"name", name},
-             {"group", type.group},
-             {"kind", type.plural},
-             {"causes", json::array({{{"reason", "NamespaceTerminating"},
-                                      {"message", "namespace " + ns + " is being terminated"},
-                                      {"field", "metadata.namespace"}}})}}};
-      }
-    }
-  }
-  if (type.namespaced) {
-    std::string bodyNs = metadata.value("namespace", "");
-    if (!bodyNs.empty() && bodyNs != ns) {
-      throw StatusError{400, "BadRequest",
-                        "the namespace of the provided object does not match the namespace "
-                        "sent on the request"};
-    }
-    metadata["namespace"] = ns;
-  } else {
-    metadata.erase("namespace");
   }
   if (validate) {
     // Names (and, for built-in kinds, their fields) as the real validation has them.
@@ -195,8 +214,8 @@ json FakeApiServer::CreateLocked(const ResourceType& type, const std::string& ns
                       type.Qualified() + " \"" + name + "\" already exists",
                       {{"name", name}, {"group", type.group}, {"kind", type.plural}}};
   }
-  object["apiVersion"] = type.ApiVersion();
-  object["kind"] = type.kind;
+  object["apiVersion"] = stored.ApiVersion();
+  object["kind"] = stored.kind;
   metadata["name"] = name;
   metadata["uid"] = "00000000-0000-4000-8000-" + [this] {
     char text[13];
@@ -249,17 +268,24 @@ json FakeApiServer::CreateLocked(const ResourceType& type, const std::string& ns
     }
   }
   // A dry run gets everything a create fills in but a resourceVersion (as etcd's dry run).
-  if (dryRun) return object;
+  if (dryRun) return FromStorage(type.group, type.plural, std::move(object));
   metadata["resourceVersion"] = std::to_string(++resourceVersion_);
   store[key] = object;
-  RecordEventLocked(type, "ADDED", object);
+  RecordEventLocked(stored, "ADDED", object);
   if (type.plural == "customresourcedefinitions") RegisterCrdLocked(object);
   if (!metadata.value("ownerReferences", json::array()).empty()) settleNeeded_ = true;
-  return object;
+  return FromStorage(type.group, type.plural, std::move(object));
 }
 
 json FakeApiServer::WriteLocked(const ResourceType& type, const std::string& key, const json& old,
                                 json updated, bool statusWrite, bool dryRun) {
+  // `old` as stored, `updated` as the client wrote it: a kind kept in another's storage is
+  // compared, validated and stored in that kind's form, and answered in its own.
+  const ResourceType& stored = type.storage.empty() ? type : *types_.at(type.storage);
+  if (!type.storage.empty()) updated = ToStorage(type.group, type.plural, std::move(updated));
+  auto answer = [&type](json object) {
+    return FromStorage(type.group, type.plural, std::move(object));
+  };
   json result;
   if (statusWrite) {
     // /status: everything but status comes from the stored object.
@@ -290,8 +316,8 @@ json FakeApiServer::WriteLocked(const ResourceType& type, const std::string& key
         result["metadata"].erase(immutable);
       }
     }
-    result["apiVersion"] = type.ApiVersion();
-    result["kind"] = type.kind;
+    result["apiVersion"] = stored.ApiVersion();
+    result["kind"] = stored.kind;
     std::vector<FieldError> errors;
     if (IsDeleting(old)) {
       // ValidateNoNewFinalizers.
@@ -341,18 +367,18 @@ json FakeApiServer::WriteLocked(const ResourceType& type, const std::string& key
   // A write that changes nothing is not stored: no new resourceVersion, no event.
   if (Without(result, {"resourceVersion", "managedFields"}) ==
       Without(old, {"resourceVersion", "managedFields"})) {
-    return old;
+    return answer(old);
   }
   if (SpecPart(result, type.statusSubresource) != SpecPart(old, type.statusSubresource)) {
     result["metadata"]["generation"] = old["metadata"].value("generation", 1) + 1;
   }
   // A dry run answers with the object as it would be stored, at the stored resourceVersion.
-  if (dryRun) return result;
+  if (dryRun) return answer(std::move(result));
   if (result["metadata"].value("ownerReferences", json::array()) !=
       old["metadata"].value("ownerReferences", json::array())) {
     settleNeeded_ = true;
   }
-  return CommitLocked(type, key, std::move(result));
+  return answer(CommitLocked(stored, key, std::move(result)));
 }
 
 json FakeApiServer::CommitLocked(const ResourceType& type, const std::string& key, json object) {
@@ -480,7 +506,8 @@ std::shared_ptr<const FakeApiServer::ResourceType> FakeApiServer::TypeForStoreLo
     const std::string& storeKey) const {
   for (const auto& [key, type] : types_) {
     (void)key;
-    if (type->StoreKey() == storeKey) return type;
+    // The kind that owns the storage, not one kept in it (core Events, not events.k8s.io's).
+    if (type->StoreKey() == storeKey && type->storage.empty()) return type;
   }
   return nullptr;
 }
@@ -719,12 +746,16 @@ json FakeApiServer::Seed(const json& object) {
 json FakeApiServer::Object(const std::string& apiVersion, const std::string& plural,
                            const std::string& ns, const std::string& name) const {
   std::lock_guard lock(mutex_);
-  std::string group =
-      apiVersion.find('/') == std::string::npos ? "" : apiVersion.substr(0, apiVersion.find('/'));
-  auto store = objects_.find(group + "/" + plural);
+  const auto slash = apiVersion.find('/');
+  std::string group = slash == std::string::npos ? "" : apiVersion.substr(0, slash);
+  std::string version = slash == std::string::npos ? apiVersion : apiVersion.substr(slash + 1);
+  // Through the kind's storage, in the kind's own form (events.k8s.io/v1 Events as such).
+  auto type = FindType(group, version, plural);
+  auto store = objects_.find(type ? type->StoreKey() : group + "/" + plural);
   if (store == objects_.end()) return nullptr;
   auto it = store->second.find(ObjectKey(ns, name));
-  return it == store->second.end() ? json(nullptr) : it->second;
+  if (it == store->second.end()) return nullptr;
+  return FromStorage(group, plural, it->second);
 }
 
 std::string FakeApiServer::CurrentResourceVersion() const {

@@ -38,8 +38,9 @@ void FakeApiServer::Watch(const httplib::Request& request, httplib::Response& re
       for (const auto& [key, object] : objects_[type->StoreKey()]) {
         (void)key;
         if (!ns.empty() && object["metadata"].value("namespace", "") != ns) continue;
-        if (selectors.Matches(object)) {
-          initial.push_back({{"type", "ADDED"}, {"object", object}});
+        json shown = FromStorage(type->group, type->plural, object);
+        if (selectors.Matches(shown)) {
+          initial.push_back({{"type", "ADDED"}, {"object", std::move(shown)}});
         }
       }
       position = resourceVersion_;
@@ -163,8 +164,10 @@ void FakeApiServer::Watch(const httplib::Request& request, httplib::Response& re
             position = event->resourceVersion;
             if (event->storeKey != type->StoreKey()) continue;
             if (!ns.empty() && event->object["metadata"].value("namespace", "") != ns) continue;
-            if (!selectors.Matches(event->object)) continue;
-            batch.push_back({{"type", event->type}, {"object", event->object}});
+            // The history holds the storage's form; each watcher sees its kind's.
+            json shown = FromStorage(type->group, type->plural, event->object);
+            if (!selectors.Matches(shown)) continue;
+            batch.push_back({{"type", event->type}, {"object", std::move(shown)}});
           }
         }
       }

@@ -91,6 +91,7 @@ TEST(Cache, IndexesAnswerAfterSyncAndAfterUpdatesAndDeletes) {
   EXPECT_EQ(cache.IndexKeys("byClass", "a100"), Keys{"tenant-a/p3"});
   EXPECT_TRUE(cache.IndexValues("byVmi").empty());
   EXPECT_EQ(cache.Get("tenant-a/p1"), nullptr);
+  client.Create("/api/v1/namespaces", {{"metadata", {{"name", "tenant-c"}}}});
   client.Create("/api/v1/namespaces/tenant-c/pods", Pod("tenant-c", "p4", "n2", "t4", "vmi4"));
   ASSERT_TRUE(WaitUntil([&] { return cache.IndexKeys("byVmi", "vmi4").size() == 1; }, 5s));
   EXPECT_EQ(cache.IndexKeys("byNode", "n2"), (Keys{"tenant-b/p2", "tenant-c/p4"}));

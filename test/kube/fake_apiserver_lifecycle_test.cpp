@@ -12,11 +12,14 @@
 #include <fstream>
 #include <mutex>
 #include <regex>
+#include <set>
 #include <thread>
 
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include "kube/client.h"
+#include "kube/errors.h"
 #include "test/fakes/fake_apiserver.h"
 #include "test/fakes/fake_apiserver_logic.h"
 #include "test/kube/kube_test_support.h"
@@ -60,6 +63,15 @@ json ConfigMap(const std::string& name, const json& finalizers = json::array()) 
                  {"data", {{"k", "v"}}}};
   if (!finalizers.empty()) object["metadata"]["finalizers"] = finalizers;
   return object;
+}
+
+// A started server with the namespace t1 that most tests write into, made as a client makes
+// it: the server refuses a create into a namespace that does not exist.
+std::unique_ptr<FakeApiServer> StartWithNamespace() {
+  auto server = StartFakeApiServer(false);
+  EXPECT_EQ(Call(*server, "POST", "/api/v1/namespaces", {{"metadata", {{"name", "t1"}}}}).status,
+            201);
+  return server;
 }
 
 json OwnerRef(const json& owner, bool block = false) {
@@ -139,7 +151,7 @@ class WatchRecorder {
 };
 
 TEST(FakeFinalizers, DeleteHoldsTheObjectUntilTheLastFinalizerGoes) {
-  auto server = StartFakeApiServer(false);
+  auto server = StartWithNamespace();
   WatchRecorder watch(*server, kConfigMaps);
   auto created = Call(*server, "POST", kConfigMaps, ConfigMap("held", {"test.cozystack.io/hold"}));
   ASSERT_EQ(created.status, 201);
@@ -249,9 +261,91 @@ TEST(FakeNamespaces, TerminationRemovesContentRefusesCreatesAndEndsWhenEmpty) {
   EXPECT_EQ(Call(*server, "POST", kConfigMaps, ConfigMap("fresh")).status, 201);
 }
 
+// The NamespaceLifecycle admission plugin's other half: a create into a namespace that does
+// not exist is the NotFound of that namespace (404, before any validation of the object), as
+// raw HTTP and as the project's client sees it; the four namespaces of a new cluster exist
+// from the start and the first three may not be deleted.
+TEST(FakeNamespaces, ACreateIntoAMissingNamespaceIsNotFoundAndTheSystemOnesExist) {
+  auto server = StartFakeApiServer(false);
+  std::set<std::string> names;
+  const json namespaces = Call(*server, "GET", "/api/v1/namespaces").body;
+  for (const auto& ns : namespaces["items"]) {
+    EXPECT_EQ(ns["status"]["phase"], "Active") << ns;
+    names.insert(ns["metadata"]["name"].get<std::string>());
+  }
+  EXPECT_EQ(names,
+            (std::set<std::string>{"default", "kube-node-lease", "kube-public", "kube-system"}));
+
+  const std::string absentConfigMaps = "/api/v1/namespaces/absent/configmaps";
+  auto refused = Call(*server, "POST", absentConfigMaps, ConfigMap("c"));
+  EXPECT_EQ(refused.status, 404);
+  EXPECT_EQ(refused.body["kind"], "Status");
+  EXPECT_EQ(refused.body["reason"], "NotFound");
+  EXPECT_EQ(refused.body["message"], "namespaces \"absent\" not found");
+  EXPECT_EQ(refused.body["details"], json({{"name", "absent"}, {"kind", "namespaces"}}));
+  // Admission comes before validation and before a dry run's end; every namespaced kind.
+  EXPECT_EQ(Call(*server, "POST", absentConfigMaps, ConfigMap("Not_A_Name")).status, 404);
+  EXPECT_EQ(Call(*server, "POST", absentConfigMaps + "?dryRun=All", ConfigMap("c")).status, 404);
+  EXPECT_EQ(Call(*server, "POST", "/apis/coordination.k8s.io/v1/namespaces/absent/leases",
+                 {{"metadata", {{"name", "l"}}}, {"spec", {{"holderIdentity", "a"}}}})
+                .status,
+            404);
+  // The handler's own check comes first: a body naming another namespace is a 400.
+  json elsewhere = ConfigMap("c");
+  elsewhere["metadata"]["namespace"] = "other";
+  EXPECT_EQ(Call(*server, "POST", absentConfigMaps, elsewhere).status, 400);
+  EXPECT_EQ(Call(*server, "GET", absentConfigMaps + "/c").status, 404);
+
+  // The client's view: kNotFound (the Status names the namespace), not an unserved kind.
+  kube::Client client(testing::ConfigFor(*server),
+                      testing::TestClientOptions(kube::DefaultTimeSource()));
+  try {
+    client.Create(absentConfigMaps, ConfigMap("c"));
+    ADD_FAILURE() << "created into a namespace that does not exist";
+  } catch (const kube::ApiError& error) {
+    EXPECT_EQ(error.kind(), kube::ErrorKind::kNotFound) << error.what();
+    EXPECT_NE(std::string(error.what()).find("namespaces \"absent\" not found"), std::string::npos)
+        << error.what();
+  }
+  // Once the namespace is made, the same create goes through; "default" takes one at once.
+  client.Create("/api/v1/namespaces", {{"metadata", {{"name", "absent"}}}});
+  EXPECT_EQ(client.Create(absentConfigMaps, ConfigMap("c"))["metadata"]["namespace"], "absent");
+  EXPECT_EQ(Call(*server, "POST", "/api/v1/namespaces/default/configmaps", ConfigMap("c")).status,
+            201);
+  // Seed is the test's back door: no admission, the namespace need not exist.
+  json seeded = ConfigMap("seeded");
+  seeded["metadata"]["namespace"] = "nowhere";
+  EXPECT_EQ(server->Seed(seeded)["metadata"]["namespace"], "nowhere");
+
+  // While a namespace terminates, a create with generateName is refused without a name.
+  ASSERT_EQ(Call(*server, "POST", "/api/v1/namespaces/absent/configmaps",
+                 ConfigMap("held", {"test.cozystack.io/hold"}))
+                .status,
+            201);
+  ASSERT_EQ(Call(*server, "DELETE", "/api/v1/namespaces/absent").status, 200);
+  auto generated = Call(*server, "POST", absentConfigMaps,
+                        {{"metadata", {{"generateName", "late-"}}}, {"data", {{"k", "v"}}}});
+  EXPECT_EQ(generated.status, 403);
+  EXPECT_EQ(generated.body["message"],
+            "configmaps is forbidden: unable to create new content in namespace absent because "
+            "it is being terminated");
+
+  // The immortal namespaces (dry run or not); kube-node-lease is not one of them.
+  for (const char* name : {"default", "kube-system", "kube-public"}) {
+    for (const char* query : {"", "?dryRun=All"}) {
+      auto kept = Call(*server, "DELETE", std::string("/api/v1/namespaces/") + name + query);
+      EXPECT_EQ(kept.status, 403) << name << query;
+      EXPECT_EQ(kept.body["reason"], "Forbidden");
+      EXPECT_EQ(kept.body["message"], std::string("namespaces \"") + name +
+                                          "\" is forbidden: this namespace may not be deleted");
+    }
+    EXPECT_EQ(Call(*server, "GET", std::string("/api/v1/namespaces/") + name).status, 200);
+  }
+}
+
 // What seed E5 (dry runs leave no trace) stands on.
 TEST(FakeDryRun, EveryVerbValidatesAnswersAndStoresAndEmitsNothing) {
-  auto server = StartFakeApiServer(false);
+  auto server = StartWithNamespace();
   ASSERT_EQ(Call(*server, "POST", kConfigMaps, ConfigMap("kept")).status, 201);
   const json before = server->Object("v1", "configmaps", "t1", "kept");
   const std::string version = server->CurrentResourceVersion();
@@ -296,7 +390,7 @@ TEST(FakeDryRun, EveryVerbValidatesAnswersAndStoresAndEmitsNothing) {
   auto collection = Call(*server, "DELETE", kConfigMaps + "?dryRun=All");
   EXPECT_EQ(collection.status, 200);
   EXPECT_EQ(collection.body["items"].size(), 1u);
-  auto ns = Call(*server, "DELETE", "/api/v1/namespaces/default?dryRun=All");
+  auto ns = Call(*server, "DELETE", "/api/v1/namespaces/absent?dryRun=All");
   EXPECT_EQ(ns.status, 404);  // nothing made it
 
   // An unknown value is refused (422 Invalid on the options, as ValidateDryRun has it).
@@ -314,7 +408,7 @@ TEST(FakeDryRun, EveryVerbValidatesAnswersAndStoresAndEmitsNothing) {
 }
 
 TEST(FakeDelete, PreconditionsOnUidAndResourceVersionConflict) {
-  auto server = StartFakeApiServer(false);
+  auto server = StartWithNamespace();
   auto created = Call(*server, "POST", kConfigMaps, ConfigMap("c"));
   const std::string uid = created.body["metadata"]["uid"];
   const std::string version = created.body["metadata"]["resourceVersion"];
@@ -343,7 +437,7 @@ TEST(FakeDelete, PreconditionsOnUidAndResourceVersionConflict) {
 }
 
 TEST(FakeGarbageCollector, BackgroundDeletesDependentsAfterTheOwnerGoes) {
-  auto server = StartFakeApiServer(false);
+  auto server = StartWithNamespace();
   auto owner = Call(*server, "POST", kConfigMaps, ConfigMap("owner")).body;
   json dependent = ConfigMap("dependent");
   dependent["metadata"]["ownerReferences"] = {OwnerRef(owner)};
@@ -375,7 +469,7 @@ TEST(FakeGarbageCollector, BackgroundDeletesDependentsAfterTheOwnerGoes) {
 
 // The foregroundDeletion finalizer belongs to the garbage collector (seed F8).
 TEST(FakeGarbageCollector, ForegroundDeletesBlockingDependentsFirst) {
-  auto server = StartFakeApiServer(false);
+  auto server = StartWithNamespace();
   auto owner = Call(*server, "POST", kConfigMaps, ConfigMap("owner")).body;
   json blocking = ConfigMap("blocking", {"test.cozystack.io/hold"});
   blocking["metadata"]["ownerReferences"] = {OwnerRef(owner, true)};
@@ -407,7 +501,7 @@ TEST(FakeGarbageCollector, ForegroundDeletesBlockingDependentsFirst) {
 }
 
 TEST(FakeGarbageCollector, OrphanRemovesTheReferencesAndKeepsTheDependents) {
-  auto server = StartFakeApiServer(false);
+  auto server = StartWithNamespace();
   auto owner = Call(*server, "POST", kConfigMaps, ConfigMap("owner")).body;
   auto other = Call(*server, "POST", kConfigMaps, ConfigMap("other")).body;
   json dependent = ConfigMap("dependent");
@@ -430,7 +524,7 @@ TEST(FakeGarbageCollector, OrphanRemovesTheReferencesAndKeepsTheDependents) {
 }
 
 TEST(FakeKinds, BuiltinKindsValidateTheBasics) {
-  auto server = StartFakeApiServer(false);
+  auto server = StartWithNamespace();
   auto badName = Call(*server, "POST", kConfigMaps, ConfigMap("Not_A_Name"));
   EXPECT_EQ(badName.status, 422);
   EXPECT_EQ(badName.body["details"]["causes"][0]["field"], "metadata.name");
@@ -516,12 +610,208 @@ TEST(FakeKinds, BuiltinKindsValidateTheBasics) {
             "Lease");
 }
 
+// An events.k8s.io/v1 Event as client-go's events recorder writes it.
+json EventV1(const std::string& name) {
+  return {{"apiVersion", "events.k8s.io/v1"},
+          {"kind", "Event"},
+          {"metadata", {{"name", name}}},
+          {"eventTime", "2025-01-02T03:04:05.000000Z"},
+          {"reportingController", "gpu.cozystack.io/controller"},
+          {"reportingInstance", "gpu-controller-0"},
+          {"action", "Bind"},
+          {"reason", "Bound"},
+          {"type", "Normal"},
+          {"note", "bound to node n1"},
+          {"regarding",
+           {{"apiVersion", "gpu.cozystack.io/v1alpha1"},
+            {"kind", "GPUDevice"},
+            {"name", "gpu-1"},
+            {"namespace", "t1"}}}};
+}
+
+std::set<std::string> CauseFields(const json& status) {
+  std::set<std::string> fields;
+  for (const auto& cause : status["details"].value("causes", json::array())) {
+    fields.insert(cause.value("field", ""));
+  }
+  return fields;
+}
+
+// events.k8s.io/v1 is served and is the same storage as core v1 Events, as on a real server:
+// written through one API, read, listed, selected and watched through both, each in its own
+// shape; the v1 API's validation (pkg/apis/core/validation/events.go) on create and update.
+TEST(FakeKinds, EventsV1IsServedAndSharesTheCoreEventsStorage) {
+  auto server = StartWithNamespace();
+  bool listed = false;
+  const json groups = Call(*server, "GET", "/apis").body["groups"];
+  for (const auto& group : groups) {
+    listed = listed || (group["name"] == "events.k8s.io" &&
+                        group["preferredVersion"]["groupVersion"] == "events.k8s.io/v1");
+  }
+  EXPECT_TRUE(listed);
+  const json resources = Call(*server, "GET", "/apis/events.k8s.io/v1").body["resources"];
+  ASSERT_EQ(resources.size(), 1u) << resources;
+  EXPECT_EQ(resources[0]["name"], "events");
+  EXPECT_EQ(resources[0]["singularName"], "event");
+  EXPECT_EQ(resources[0]["kind"], "Event");
+  EXPECT_EQ(resources[0]["namespaced"], true);
+  EXPECT_EQ(resources[0]["shortNames"], json({"ev"}));
+
+  const std::string v1 = "/apis/events.k8s.io/v1/namespaces/t1/events";
+  const std::string core = "/api/v1/namespaces/t1/events";
+  WatchRecorder watch(*server, v1);
+  auto created = Call(*server, "POST", v1, EventV1("gpu-1.bound"));
+  ASSERT_EQ(created.status, 201) << created.body;
+  EXPECT_EQ(created.body["apiVersion"], "events.k8s.io/v1");
+  EXPECT_EQ(created.body["regarding"]["name"], "gpu-1");
+  EXPECT_EQ(created.body["note"], "bound to node n1");
+  EXPECT_EQ(created.body["reportingController"], "gpu.cozystack.io/controller");
+  EXPECT_FALSE(created.body.contains("involvedObject"));
+  EXPECT_EQ(server->Object("events.k8s.io/v1", "events", "t1", "gpu-1.bound"), created.body);
+
+  // The same object through the core API, in the core shape.
+  auto asCore = Call(*server, "GET", core + "/gpu-1.bound");
+  ASSERT_EQ(asCore.status, 200);
+  EXPECT_EQ(asCore.body["apiVersion"], "v1");
+  EXPECT_EQ(asCore.body["involvedObject"]["kind"], "GPUDevice");
+  EXPECT_EQ(asCore.body["message"], "bound to node n1");
+  EXPECT_EQ(asCore.body["reportingComponent"], "gpu.cozystack.io/controller");
+  EXPECT_EQ(asCore.body["eventTime"], "2025-01-02T03:04:05.000000Z");
+  EXPECT_FALSE(asCore.body.contains("regarding"));
+  EXPECT_EQ(asCore.body["metadata"]["resourceVersion"],
+            created.body["metadata"]["resourceVersion"]);
+  // Field selectors by each API's names.
+  EXPECT_EQ(Call(*server, "GET", core + "?fieldSelector=involvedObject.name%3Dgpu-1")
+                .body["items"]
+                .size(),
+            1u);
+  auto selected =
+      Call(*server, "GET", v1 + "?fieldSelector=regarding.name%3Dgpu-1%2Creason%3DBound");
+  ASSERT_EQ(selected.body["items"].size(), 1u) << selected.body;
+  EXPECT_EQ(selected.body["items"][0]["note"], "bound to node n1");
+  EXPECT_EQ(
+      Call(*server, "GET", v1 + "?fieldSelector=reportingController%3Dother").body["items"].size(),
+      0u);
+  EXPECT_EQ(Call(*server, "GET", v1 + "?fieldSelector=involvedObject.name%3Dgpu-1").status, 400);
+
+  // A core Event (old style, no eventTime) reaches the v1 watch in the v1 shape.
+  ASSERT_EQ(Call(*server, "POST", core,
+                 {{"metadata", {{"name", "pod.1"}}},
+                  {"involvedObject", {{"kind", "Pod"}, {"name", "p"}, {"namespace", "t1"}}},
+                  {"reason", "Started"},
+                  {"message", "started"},
+                  {"count", 2},
+                  {"type", "Normal"}})
+                .status,
+            201);
+  EXPECT_EQ(watch.TypesFor("pod.1", "ADDED"), std::vector<std::string>{"ADDED"});
+  for (const auto& event : watch.Events()) {
+    const json& object = event["object"];
+    EXPECT_EQ(object["apiVersion"], "events.k8s.io/v1") << object;
+    EXPECT_TRUE(object.contains("regarding")) << object;
+    EXPECT_FALSE(object.contains("involvedObject")) << object;
+    if (object["metadata"]["name"] == "pod.1") {
+      EXPECT_EQ(object["note"], "started");
+      EXPECT_EQ(object["deprecatedCount"], 2);
+    }
+  }
+
+  // Create: what events.k8s.io/v1 requires.
+  auto refuse = [&](json event, const std::set<std::string>& fields) {
+    auto answer = Call(*server, "POST", v1, event);
+    EXPECT_EQ(answer.status, 422) << event;
+    EXPECT_EQ(answer.body["reason"], "Invalid");
+    EXPECT_EQ(answer.body["details"]["kind"], "Event");
+    EXPECT_EQ(answer.body["details"]["group"], "events.k8s.io");
+    EXPECT_EQ(CauseFields(answer.body), fields) << answer.body;
+    return answer.body;
+  };
+  json bare = {{"metadata", {{"name", "bare"}}},
+               {"eventTime", "2025-01-02T03:04:05.000000Z"},
+               {"regarding", {{"kind", "Pod"}, {"name", "p"}, {"namespace", "t1"}}}};
+  json missing =
+      refuse(bare, {"reportingController", "reportingInstance", "action", "reason", "type"});
+  EXPECT_NE(missing.value("message", "").find("Event.events.k8s.io \"bare\" is invalid: "),
+            std::string::npos)
+      << missing;
+  EXPECT_NE(missing.value("message", "").find("reportingController: Required value"),
+            std::string::npos);
+  json noTime = EventV1("no-time");
+  noTime.erase("eventTime");
+  refuse(noTime, {"eventTime"});
+  json info = EventV1("info");
+  info["type"] = "Info";
+  auto badType = refuse(info, {"type"});
+  EXPECT_EQ(badType["details"]["causes"][0]["message"],
+            "Invalid value: \"\": has invalid value: Info");
+  json counted = EventV1("counted");
+  counted["deprecatedCount"] = 3;
+  refuse(counted, {"count"});
+  json shortSeries = EventV1("series");
+  shortSeries["series"] = {{"count", 1}, {"lastObservedTime", "2025-01-02T03:04:06.000000Z"}};
+  refuse(shortSeries, {"series.count"});
+  json clusterScoped = EventV1("cluster");
+  clusterScoped["regarding"].erase("namespace");
+  refuse(clusterScoped, {"involvedObject.namespace"});  // only default or kube-system
+  json badController = EventV1("controller");
+  badController["reportingController"] = "not a name";
+  refuse(badController, {"reportingController"});
+  json badTime = EventV1("time");
+  badTime["eventTime"] = "yesterday";
+  EXPECT_EQ(Call(*server, "POST", v1, badTime).status, 400);
+  // A cluster-scoped object's Event lives in default.
+  clusterScoped["regarding"] = {{"kind", "Node"}, {"name", "n1"}};
+  EXPECT_EQ(Call(*server, "POST", "/apis/events.k8s.io/v1/namespaces/default/events", clusterScoped)
+                .status,
+            201);
+  // The core API keeps its legacy rules only: an eventTime brings reportingComponent & co.
+  auto coreNew = Call(*server, "POST", core,
+                      {{"metadata", {{"name", "core-new"}}},
+                       {"eventTime", "2025-01-02T03:04:05.000000Z"},
+                       {"involvedObject", {{"kind", "Pod"}, {"name", "p"}, {"namespace", "t1"}}},
+                       {"type", "Info"}});
+  EXPECT_EQ(coreNew.status, 422);
+  EXPECT_EQ(
+      CauseFields(coreNew.body),
+      (std::set<std::string>{"reportingController", "reportingInstance", "action", "reason"}));
+
+  // Update: a series may grow; what the event says may not change.
+  auto series =
+      Call(*server, "PATCH", v1 + "/gpu-1.bound",
+           {{"series", {{"count", 2}, {"lastObservedTime", "2025-01-02T03:05:05.000000Z"}}}},
+           "application/merge-patch+json");
+  ASSERT_EQ(series.status, 200) << series.body;
+  EXPECT_EQ(series.body["series"]["count"], 2);
+  EXPECT_EQ(series.body["apiVersion"], "events.k8s.io/v1");
+  EXPECT_EQ(Call(*server, "GET", core + "/gpu-1.bound").body["series"]["count"], 2);
+  auto renote = Call(*server, "PATCH", v1 + "/gpu-1.bound", {{"note", "something else"}},
+                     "application/merge-patch+json");
+  EXPECT_EQ(renote.status, 422);
+  EXPECT_EQ(CauseFields(renote.body), std::set<std::string>{"message"});
+  json put = Call(*server, "GET", v1 + "/gpu-1.bound").body;
+  put["action"] = "Unbind";
+  EXPECT_EQ(Call(*server, "PUT", v1 + "/gpu-1.bound", put).status, 422);
+
+  // Delete through one API: gone from both.
+  EXPECT_EQ(Call(*server, "DELETE", v1 + "/gpu-1.bound").body["apiVersion"], "events.k8s.io/v1");
+  EXPECT_EQ(Call(*server, "GET", core + "/gpu-1.bound").status, 404);
+  EXPECT_EQ(watch.TypesFor("gpu-1.bound", "DELETED"),
+            (std::vector<std::string>{"ADDED", "MODIFIED", "DELETED"}));
+  // And a missing namespace is a missing namespace.
+  EXPECT_EQ(
+      Call(*server, "POST", "/apis/events.k8s.io/v1/namespaces/absent/events", EventV1("lost"))
+          .status,
+      404);
+}
+
 // Seeds G5 and G6 need KubeVirt's kinds withheld, then served while running.
 TEST(FakeCrds, TestOnlyKindsAreServedAndWithheldFileByFile) {
   FakeApiServerOptions options;
   options.crdPaths.push_back(testing::TestCrdDir());
   FakeApiServer server(options);
   server.Start();
+  ASSERT_EQ(Call(server, "POST", "/api/v1/namespaces", {{"metadata", {{"name", "t1"}}}}).status,
+            201);
   for (const char* path : {"/apis/kubevirt.io/v1/namespaces/t1/virtualmachineinstances",
                            "/apis/kubevirt.io/v1/namespaces/t1/virtualmachines",
                            "/apis/kubevirt.io/v1/namespaces/t1/kubevirts",
@@ -595,7 +885,7 @@ TEST(FakeCrds, TestOnlyKindsAreServedAndWithheldFileByFile) {
 
 // Two controller replicas and a fleet of agents: 200 watches open at once, each sees the event.
 TEST(FakeWatches, TwoHundredConcurrentWatchesEachSeeTheEvent) {
-  auto server = StartFakeApiServer(false);
+  auto server = StartWithNamespace();
   constexpr int kWatches = 200;
   // Pods: a kind every version of the fake serves, so only the number of watches is new.
   const std::string pods = "/api/v1/namespaces/t1/pods";
@@ -720,12 +1010,40 @@ involvedObject:
 reason: Bound
 type: Normal
 message: device bound
+---
+apiVersion: events.k8s.io/v1
+kind: Event
+metadata:
+  name: gpu-1.bound
+  namespace: gpu-system
+eventTime: "2025-01-02T03:04:05.000000Z"
+reportingController: gpu.cozystack.io/controller
+reportingInstance: gpu-controller-0
+action: Bind
+reason: Bound
+type: Normal
+note: gpu-1 bound to n1
+regarding:
+  apiVersion: gpu.cozystack.io/v1alpha1
+  kind: GPUDevice
+  name: gpu-1
+  namespace: gpu-system
 )";
+  // Nothing made the namespace yet: the server refuses, as a real one does.
+  const std::string early = (dir.path() / "early.yaml").string();
+  std::ofstream(early) << "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: early\n"
+                          "  namespace: gpu-system\n";
+  auto refused = testing::RunCommand(kubectl + "apply -f " + early + " 2>&1");
+  EXPECT_NE(refused.exitCode, 0);
+  EXPECT_NE((refused.out + refused.err).find("namespaces \"gpu-system\" not found"),
+            std::string::npos)
+      << refused.out << refused.err;
+  EXPECT_TRUE(std::regex_search(run("get namespaces"), std::regex(R"(kube-system\s+Active)")));
   std::string applied = run("apply -f " + manifest);
-  for (const char* what :
-       {"namespace/gpu-system created", "configmap/gpu-settings created",
-        "secret/gpu-token created", "resourcequota/gpus created",
-        "lease.coordination.k8s.io/gpu-controller created", "event/vm.1 created"}) {
+  for (const char* what : {"namespace/gpu-system created", "configmap/gpu-settings created",
+                           "secret/gpu-token created", "resourcequota/gpus created",
+                           "lease.coordination.k8s.io/gpu-controller created", "event/vm.1 created",
+                           "event.events.k8s.io/gpu-1.bound created"}) {
     EXPECT_NE(applied.find(what), std::string::npos) << what << "\n" << applied;
   }
   EXPECT_NE(run("apply -f " + manifest).find("configmap/gpu-settings unchanged"),
@@ -741,7 +1059,14 @@ message: device bound
                                 std::regex(R"(gpu-controller\s+replica-a\s+)")));
   EXPECT_NE(run("-n gpu-system get quota gpus -o yaml").find("requests.nvidia.com/gpu"),
             std::string::npos);
-  EXPECT_NE(run("-n gpu-system get events").find("device bound"), std::string::npos);
+  // One storage: `get events` (core) shows both Events, the events.k8s.io one too.
+  const std::string events = run("-n gpu-system get events");
+  EXPECT_NE(events.find("device bound"), std::string::npos) << events;
+  EXPECT_NE(events.find("gpu-1 bound to n1"), std::string::npos) << events;
+  EXPECT_TRUE(std::regex_search(run("-n gpu-system get events.events.k8s.io"),
+                                std::regex(R"(gpu-1\.bound\s+Normal\s+Bound\s+gpudevice/gpu-1)")));
+  EXPECT_EQ(run("-n gpu-system get events.v1.events.k8s.io gpu-1.bound -o jsonpath={.note}"),
+            "gpu-1 bound to n1");
   std::string resources = run("api-resources --no-headers");
   for (const char* kind : {"ConfigMap", "Secret", "ResourceQuota", "Lease", "Event"}) {
     EXPECT_NE(resources.find(kind), std::string::npos) << kind;

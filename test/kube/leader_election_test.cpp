@@ -26,11 +26,14 @@ constexpr Duration kRenew = 2s;
 constexpr Duration kRetry = 500ms;
 const std::string kLeasePath = "/apis/coordination.k8s.io/v1/namespaces/cozy-system/leases/ctl";
 
-// The fake serves Lease (coordination.k8s.io/v1) as a built-in kind.
+// The fake serves Lease (coordination.k8s.io/v1) as a built-in kind; the Lease's namespace
+// must exist before the first candidate creates it there, as on a real cluster.
 std::unique_ptr<fake::FakeApiServer> StartWithLeases() {
   fake::FakeApiServerOptions options;
   options.bookmarkInterval = 100ms;
   auto server = std::make_unique<fake::FakeApiServer>(options);
+  server->Seed(
+      {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "cozy-system"}}}});
   server->Start();
   return server;
 }

@@ -39,6 +39,7 @@ class WritesTest : public ::testing::Test {
     server_ = testing::StartFakeApiServer(false);
     client_ =
         std::make_unique<Client>(testing::ConfigFor(*server_), testing::TestClientOptions(time_));
+    client_->Create("/api/v1/namespaces", {{"metadata", {{"name", "tenant"}}}});
     client_->Create(kPods, Pod("p1"));
     server_->ClearRequests();
   }
