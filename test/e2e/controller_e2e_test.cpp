@@ -619,6 +619,93 @@ TEST_F(ControllerEndToEnd, G5_G6_G7_KubeVirtAbsentThenServedThenGoneWhileAttache
   EXPECT_EQ(Get("gpudevice d1", kTenant)["status"]["attachment"]["vmiName"], "vm1");
 }
 
+TEST_F(ControllerEndToEnd, D8_D9_ALostSetWinsTheLastUnitAndNewOrdersGoToTheFullestNode) {
+  GpuNode("n1", 2);
+  GpuNode("n2", 2);
+  Apply(Class("a100"));
+  // Before the controller starts: one order held on n1, one Lost (its node failed), one new
+  // order, and a VM whose two devices fit only on two different nodes.
+  Apply(Device("held"));
+  PatchStatus("held", {{"phase", "Bound"}, {"nodeName", "n1"}});
+  Apply(Device("filler"));
+  PatchStatus("filler", {{"phase", "Bound"}, {"nodeName", "n2"}});
+  Apply(Device("lost"));
+  PatchStatus("lost", {{"phase", "Lost"}});
+  Apply(Device("new"));
+  StartReplica("replica-a", {"--enable-gpu"});
+  // One unit is free on each node: the Lost set is rebound before the new order takes a unit,
+  // then the new order goes to the fullest node with room (never spreading to a fresh one).
+  ASSERT_TRUE(WaitFor([&] { return Phase("lost") == "Bound" && Phase("new") == "Bound"; }))
+      << Logs() << Get("gpudevices", kTenant).dump(2);
+  EXPECT_EQ(Get("gpudevice lost", kTenant)["status"]["nodeName"], "n1");  // the fuller, by name
+  EXPECT_EQ(Get("gpudevice new", kTenant)["status"]["nodeName"], "n2");
+  std::string placed;
+  for (const auto& write : PlacementWrites()) placed += write.path + " ";
+  EXPECT_LT(placed.find("/lost/"), placed.find("/new/")) << placed;  // Lost first
+}
+
+TEST_F(ControllerEndToEnd, D6_AVmsTwoDevicesThatFitOnlyOnDifferentNodesAreRefusedTogether) {
+  GpuNode("n1", 1);
+  GpuNode("n2", 1);
+  Apply(Class("a100"));
+  // As the VMI webhook leaves them: both attached to one VMI, each with a bind request.
+  Apply(Vmi("vm2"));
+  for (const std::string name : {"a", "b"}) {
+    Apply(Device(name));
+    PatchStatus(
+        name, {{"attachment", {{"vmiName", "vm2"}, {"vmiUID", VmiUid("vm2")}}},
+               {"bindRequest", {{"id", "req-" + name}, {"requestedAt", "2026-12-01T00:00:00Z"}}}});
+  }
+  StartReplica("replica-a", {"--enable-gpu"});
+  ASSERT_TRUE(WaitFor([&] {
+    return Get("gpudevice a", kTenant)["status"]
+                   .value("bindResponse", json::object())
+                   .value("id", "") == "req-a" &&
+           Get("gpudevice b", kTenant)["status"]
+                   .value("bindResponse", json::object())
+                   .value("id", "") == "req-b";
+  })) << Logs();
+  for (const std::string name : {"a", "b"}) {
+    const json status = Get("gpudevice " + name, kTenant)["status"];
+    EXPECT_EQ(status["bindResponse"]["result"], "Failed") << name;
+    EXPECT_FALSE(status.contains("nodeName")) << name;
+  }
+  EXPECT_TRUE(PlacementWrites().empty());  // answers only, no unit booked
+}
+
+TEST_F(ControllerEndToEnd, D10_ACordonMovesASetOnlyWithRoomElsewhereAndNeverAStayClass) {
+  GpuNode("n1", 1);
+  GpuNode("n2", 1);
+  Apply(Class("a100"));
+  json stay = Class("t4");
+  stay["spec"]["onCordon"] = "Stay";
+  Apply(stay);
+  Apply(Device("moves"));
+  PatchStatus("moves", {{"phase", "Bound"}, {"nodeName", "n1"}});
+  StartReplica("replica-a", {"--enable-gpu"});
+  ASSERT_TRUE(WaitFor([&] {
+    return HasFinalizer(Get("gpudevice moves", kTenant), "gpu.cozystack.io/device-protection");
+  })) << Logs();
+  // Cordon n1: n2 has room, so the set moves.
+  Kubectl("cordon n1");
+  ASSERT_TRUE(WaitFor([&] {
+    return Get("gpudevice moves", kTenant)["status"].value("nodeName", "") == "n2";
+  })) << Logs();
+  // Cordon n2 as well: nowhere else has room, so the set stays where it is, Bound.
+  Kubectl("cordon n2");
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_EQ(Get("gpudevice moves", kTenant)["status"]["nodeName"], "n2");
+  EXPECT_EQ(Phase("moves"), "Bound");
+  // A class with onCordon Stay keeps its node even when another has room.
+  Kubectl("uncordon n1");
+  json stays = Device("stays");
+  stays["spec"]["className"] = "t4";
+  Apply(stays);
+  PatchStatus("stays", {{"phase", "Bound"}, {"nodeName", "n2"}});
+  std::this_thread::sleep_for(2s);
+  EXPECT_EQ(Get("gpudevice stays", kTenant)["status"]["nodeName"], "n2");
+}
+
 // C12: one reader of the launcher proof, whichever way the VMI arrives: in a listed snapshot
 // (simulate, the binder's list), from the cache the controller's replicas keep (a watch), and
 // from a read of the named VMI (usage records, GPUs off). Each gives LauncherIndex the same VMI,
