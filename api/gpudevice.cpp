@@ -135,15 +135,7 @@ nlohmann::json ToJson(const GpuDevice& device) {
   if (!status.conditions.empty()) {
     nlohmann::json conditions = nlohmann::json::array();
     for (const Condition& condition : status.conditions) {
-      nlohmann::json item = {{"type", condition.type},
-                             {"status", condition.status},
-                             {"reason", condition.reason},
-                             {"message", condition.message},
-                             {"lastTransitionTime", condition.lastTransitionTime}};
-      if (condition.observedGeneration) {
-        item["observedGeneration"] = *condition.observedGeneration;
-      }
-      conditions.push_back(std::move(item));
+      conditions.push_back(ToJson(condition));
     }
     statusJson["conditions"] = std::move(conditions);
   }

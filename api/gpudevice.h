@@ -52,17 +52,6 @@ struct BindResponse {
   bool operator==(const BindResponse&) const = default;
 };
 
-// metav1.Condition.
-struct Condition {
-  std::string type;
-  std::string status;  // True, False, Unknown
-  std::string reason;
-  std::string message;
-  std::string lastTransitionTime;
-  std::optional<int64_t> observedGeneration;
-  bool operator==(const Condition&) const = default;
-};
-
 struct GpuDeviceStatus {
   std::optional<DevicePhase> phase;  // absent on a new order: read as Pending
   std::optional<std::string> nodeName;

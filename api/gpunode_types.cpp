@@ -15,6 +15,14 @@ GpuNodeInventory GpuNodeInventoryFromJson(const nlohmann::json& object) {
   if (std::optional<JsonField> names = status->Find("resourceNames")) {
     inventory.resourceNames = names->AsStringList();
   }
+  if (std::optional<JsonField> conditions = status->Find("conditions")) {
+    for (const JsonField& item : conditions->AsArray()) {
+      inventory.conditions.push_back(Condition{
+          item.Require("type").AsString(), item.Require("status").AsString(),
+          item.StringOr("reason", ""), item.StringOr("message", ""),
+          item.StringOr("lastTransitionTime", ""), item.OptionalInt("observedGeneration")});
+    }
+  }
   if (std::optional<JsonField> devices = status->Find("devices")) {
     for (const JsonField& item : devices->AsArray()) {
       InventoryDevice device;

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "api/meta.h"
+
 namespace cozy::api {
 
 // `status.devices[].resources[]`: what one device plugin makes of one function.
@@ -33,6 +35,7 @@ struct GpuNodeInventory {
   std::string nodeName;
   std::vector<std::string> resourceNames;  // status.resourceNames
   std::vector<InventoryDevice> devices;    // status.devices
+  std::vector<Condition> conditions;       // status.conditions: the binder's
   bool operator==(const GpuNodeInventory&) const = default;
 };
 

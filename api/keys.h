@@ -63,6 +63,10 @@ inline constexpr std::string_view kSettingsRawNamePolicyKey = "rawResourceNames"
 inline constexpr std::string_view kRawNamePolicyAllowed = "allowed";
 inline constexpr std::string_view kRawNamePolicyForbidden = "forbidden";
 
+// The condition the binder keeps on each GPUNode: whether the node takes binds now (True) and,
+// when not, why (reason Cordoned, NotReady, Tainted or NodeMissing; the message in words).
+inline constexpr std::string_view kTakesBindsCondition = "TakesBinds";
+
 // Kubernetes' own node taints for a cordon and for node health. The model leaves them to the
 // node's `spec.unschedulable` and Ready condition, so a stale taint never decides alone.
 inline constexpr std::string_view kTaintUnschedulable = "node.kubernetes.io/unschedulable";

@@ -135,4 +135,18 @@ nlohmann::json ToJson(const LabelSelector& selector) {
   return json;
 }
 
+nlohmann::json ToJson(const Condition& condition) {
+  nlohmann::json item = {{"type", condition.type},
+                         {"status", condition.status},
+                         {"reason", condition.reason},
+                         {"message", condition.message}};
+  if (!condition.lastTransitionTime.empty()) {
+    item["lastTransitionTime"] = condition.lastTransitionTime;
+  }
+  if (condition.observedGeneration) {
+    item["observedGeneration"] = *condition.observedGeneration;
+  }
+  return item;
+}
+
 }  // namespace cozy::api

@@ -36,6 +36,19 @@ struct ObjectMeta {
 ObjectMeta ObjectMetaFromJson(const JsonField& metadata);
 nlohmann::json ToJson(const ObjectMeta& metadata);
 
+// metav1.Condition.
+struct Condition {
+  std::string type;
+  std::string status;  // True, False, Unknown
+  std::string reason;
+  std::string message;
+  std::string lastTransitionTime;
+  std::optional<int64_t> observedGeneration;
+  bool operator==(const Condition&) const = default;
+};
+
+nlohmann::json ToJson(const Condition& condition);
+
 // metav1.LabelSelectorRequirement. Operators: In, NotIn, Exists, DoesNotExist.
 struct LabelSelectorRequirement {
   std::string key;

@@ -4,6 +4,7 @@
 
 #include "api/keys.h"
 #include "api/time.h"
+#include "controller/model/readers.h"
 #include "kube/errors.h"
 #include "runtime/log.h"
 
@@ -177,6 +178,80 @@ BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, boo
     }
   }
   return result;
+}
+
+api::Condition TakesBinds(const model::Node* node, const std::string& name) {
+  api::Condition condition;
+  condition.type = std::string(api::kTakesBindsCondition);
+  if (node == nullptr) {
+    condition.status = "False";
+    condition.reason = "NodeMissing";
+    condition.message = "no Node named " + name;
+    return condition;
+  }
+  const model::NodeEligibility eligibility = model::CheckNodeEligibility(*node, {});
+  if (eligibility.eligible) {
+    condition.status = "True";
+    condition.reason = "Eligible";
+    condition.message = "schedulable, Ready and without a taint a VM must tolerate";
+    return condition;
+  }
+  condition.status = "False";
+  condition.reason = eligibility.cordoned ? "Cordoned" : (!node->ready ? "NotReady" : "Tainted");
+  for (const std::string& reason : eligibility.reasons) {
+    condition.message += (condition.message.empty() ? "" : "; ") + reason;
+  }
+  return condition;
+}
+
+int64_t Binder::WriteNodeConditions(const model::Snapshot& snapshot,
+                                    std::chrono::system_clock::time_point now) {
+  std::unordered_map<std::string, const model::Node*> nodes;
+  for (const model::Node& node : snapshot.nodes) {
+    nodes[node.name] = &node;
+  }
+  int64_t writes = 0;
+  for (const api::GpuNodeInventory& gpuNode : snapshot.gpuNodes) {
+    auto found = nodes.find(gpuNode.nodeName);
+    api::Condition wanted =
+        TakesBinds(found == nodes.end() ? nullptr : found->second, gpuNode.nodeName);
+    nlohmann::json conditions = nlohmann::json::array();
+    bool same = false;
+    bool present = false;
+    for (const api::Condition& condition : gpuNode.conditions) {
+      if (condition.type != wanted.type) {
+        conditions.push_back(api::ToJson(condition));
+        continue;
+      }
+      present = true;
+      same = condition.status == wanted.status && condition.reason == wanted.reason &&
+             condition.message == wanted.message;
+      // The transition time moves only when the status does.
+      wanted.lastTransitionTime =
+          condition.status == wanted.status ? condition.lastTransitionTime : api::FormatTime(now);
+    }
+    if (present && same) {
+      continue;
+    }
+    if (wanted.lastTransitionTime.empty()) {
+      wanted.lastTransitionTime = api::FormatTime(now);
+    }
+    conditions.push_back(api::ToJson(wanted));
+    if (!leading_.load()) {
+      break;
+    }
+    try {
+      client_.MergePatch(kube::ResourcePath(api::kGroup, api::kVersion, "gpunodes", "",
+                                            gpuNode.nodeName, "status"),
+                         {{"status", {{"conditions", conditions}}}},
+                         kube::WriteOptions{false, kFieldManager});
+      ++writes;
+    } catch (const kube::ApiError& error) {
+      runtime::LogWarning("GPUNode condition write failed",
+                          LogFields{{"node", gpuNode.nodeName}, {"error", error.what()}});
+    }
+  }
+  return writes;
 }
 
 }  // namespace cozy::controller

@@ -32,6 +32,7 @@ namespace cozy::controller {
 struct BinderResult {
   std::map<std::string, int64_t> decisions;  // by action (bind, move, lost, keep, refuse)
   int64_t writes = 0;                        // placement and answer patches that applied
+  int64_t conditionWrites = 0;               // GPUNode TakesBinds conditions that changed
   int64_t conflicts = 0;
   int64_t failures = 0;                 // other failed writes
   std::vector<double> answerLatencies;  // seconds from requestedAt to the answer
@@ -60,6 +61,11 @@ class Binder {
   // pass with an attached device fails instead of reading the VMI as gone (G7).
   BinderResult Pass(const model::Snapshot& snapshot, bool answersOnly, bool vmisKnown,
                     std::chrono::system_clock::time_point now);
+
+  // The TakesBinds condition of every GPUNode, written where it changed (a status merge patch of
+  // status.conditions, which only the binder writes). Returns the writes made.
+  int64_t WriteNodeConditions(const model::Snapshot& snapshot,
+                              std::chrono::system_clock::time_point now);
 
  private:
   kube::Client& client_;

@@ -416,9 +416,12 @@ class Controller {
       }
       snapshot.permittedHostDevices = PermittedHostDevices();
       snapshot.settings.resourceNames = options_.gpuResourceNames;
-      pass.result =
-          binder_.Pass(snapshot, answersOnly, vmisKnown, std::chrono::system_clock::now());
+      const auto now = std::chrono::system_clock::now();
+      pass.result = binder_.Pass(snapshot, answersOnly, vmisKnown, now);
       pass.result.readPastCache = readPast;
+      if (!answersOnly) {
+        pass.result.conditionWrites = binder_.WriteNodeConditions(snapshot, now);
+      }
     } catch (const std::exception& error) {
       pass.result.error = error.what();
     }
@@ -443,6 +446,7 @@ class Controller {
       binderDecisions_[action] += count;
     }
     binderWrites_ += pass.result.writes;
+    conditionWrites_ += pass.result.conditionWrites;
     binderConflicts_ += pass.result.conflicts;
     binderFailures_ += pass.result.failures;
     if (pass.result.readPastCache) ++binderReadsPastCache_;
@@ -721,6 +725,10 @@ class Controller {
       out.Family("gpu_controller_binder_writes_total", "counter",
                  "Placement and answer writes that applied.");
       out.Sample("gpu_controller_binder_writes_total", "", static_cast<double>(binderWrites_));
+      out.Family("gpu_controller_node_condition_writes_total", "counter",
+                 "GPUNode TakesBinds conditions written (only when they change).");
+      out.Sample("gpu_controller_node_condition_writes_total", "",
+                 static_cast<double>(conditionWrites_));
       out.Family("gpu_controller_binder_conflicts_total", "counter",
                  "Placement writes refused with 409 (the pass stops; the next re-reads).");
       out.Sample("gpu_controller_binder_conflicts_total", "",
@@ -817,6 +825,7 @@ class Controller {
   runtime::Histogram answerLatency_;
   std::map<std::string, int64_t> binderDecisions_;
   int64_t binderWrites_ = 0;
+  int64_t conditionWrites_ = 0;
   int64_t binderConflicts_ = 0;
   int64_t binderFailures_ = 0;
   int64_t binderErrors_ = 0;

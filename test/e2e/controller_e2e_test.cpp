@@ -696,6 +696,21 @@ TEST_F(ControllerEndToEnd, D10_ACordonMovesASetOnlyWithRoomElsewhereAndNeverASta
   std::this_thread::sleep_for(1500ms);
   EXPECT_EQ(Get("gpudevice moves", kTenant)["status"]["nodeName"], "n2");
   EXPECT_EQ(Phase("moves"), "Bound");
+  // Each GPUNode says whether it takes binds, and why not; written once per change.
+  ASSERT_TRUE(WaitFor([&] {
+    for (const auto& condition : Get("gpunode n1")["status"].value("conditions", json::array())) {
+      if (condition["type"] == "TakesBinds") return condition["reason"] == "Cordoned";
+    }
+    return false;
+  })) << Logs();
+  json takesBinds;
+  const json cordoned = Get("gpunode n1");
+  for (const auto& condition : cordoned["status"]["conditions"]) takesBinds = condition;
+  EXPECT_EQ(takesBinds["status"], "False");
+  EXPECT_NE(takesBinds.value("message", "").find("cordon"), std::string::npos) << takesBinds;
+  const std::string version = Get("gpunode n1")["metadata"]["resourceVersion"];
+  std::this_thread::sleep_for(1500ms);  // passes go on; an unchanged condition is not written
+  EXPECT_EQ(Get("gpunode n1")["metadata"]["resourceVersion"], version);
   // A class with onCordon Stay keeps its node even when another has room.
   Kubectl("uncordon n1");
   json stays = Device("stays");
@@ -704,6 +719,13 @@ TEST_F(ControllerEndToEnd, D10_ACordonMovesASetOnlyWithRoomElsewhereAndNeverASta
   PatchStatus("stays", {{"phase", "Bound"}, {"nodeName", "n2"}});
   std::this_thread::sleep_for(2s);
   EXPECT_EQ(Get("gpudevice stays", kTenant)["status"]["nodeName"], "n2");
+  const json uncordoned = Get("gpunode n1");
+  for (const auto& condition : uncordoned["status"]["conditions"]) {
+    if (condition["type"] == "TakesBinds") {
+      EXPECT_EQ(condition["status"], "True");  // uncordoned
+      EXPECT_EQ(condition["reason"], "Eligible");
+    }
+  }
 }
 
 // C12: one reader of the launcher proof, whichever way the VMI arrives: in a listed snapshot
