@@ -6,6 +6,7 @@
 #include "api/time.h"
 #include "controller/model/readers.h"
 #include "kube/errors.h"
+#include "kube/leader_election.h"
 #include "runtime/log.h"
 
 namespace cozy::controller {
@@ -28,8 +29,73 @@ bool HasPendingRequest(const api::GpuDevice& device) {
           device.status.bindResponse->id != device.status.bindRequest->id);
 }
 
-Binder::Binder(kube::Client& client, const std::atomic<bool>& leading)
-    : client_(client), leading_(leading) {}
+Binder::Binder(kube::Client& client, const std::atomic<bool>& leading, std::string identity)
+    : client_(client), leading_(leading), identity_(std::move(identity)) {}
+
+void Binder::Event(const api::GpuDevice& device, const model::Decision& decision,
+                   std::chrono::system_clock::time_point now, BinderResult& result) {
+  std::string reason, type = "Normal", action;
+  switch (decision.action) {
+    case model::Action::kBind:
+      reason = "Bound", action = "Bind";
+      break;
+    case model::Action::kMove:
+      reason = "Moved", action = "Move";
+      break;
+    case model::Action::kLost:
+      reason = "Lost", action = "Place", type = "Warning";
+      break;
+    case model::Action::kRefuse:
+      reason = "Refused", action = "Place", type = "Warning";
+      break;
+    case model::Action::kKeep:
+      return;
+  }
+  std::string note =
+      decision.node.empty() ? decision.reason : "node " + decision.node + ": " + decision.reason;
+  if (note.size() > 1024) note.resize(1024);  // the API's limit on an Event's note
+  const std::string key = device.metadata.uid + "\n" + reason + "\n" + note;
+  auto sent = eventsSent_.find(key);
+  if ((sent != eventsSent_.end() && now - sent->second < kEventRepeat) ||
+      eventsThisPass_ >= kEventsPerPass) {
+    ++result.eventsSuppressed;
+    return;
+  }
+  for (auto it = eventsSent_.begin(); it != eventsSent_.end();) {
+    it = now - it->second >= kEventRepeat ? eventsSent_.erase(it) : std::next(it);
+  }
+  const std::string time = kube::FormatMicroTime(now);
+  const nlohmann::json event = {
+      {"apiVersion", "events.k8s.io/v1"},
+      {"kind", "Event"},
+      {"metadata",
+       {{"generateName", device.metadata.name.substr(0, 200) + "."},
+        {"namespace", device.metadata.namespaceName}}},
+      {"eventTime", time},
+      {"reportingController", "gpu.cozystack.io/gpu-controller"},
+      {"reportingInstance", identity_.empty() ? std::string("gpu-controller") : identity_},
+      {"action", action},
+      {"reason", reason},
+      {"type", type},
+      {"note", note},
+      {"regarding",
+       {{"apiVersion", api::kApiVersion},
+        {"kind", api::kGpuDeviceKind},
+        {"namespace", device.metadata.namespaceName},
+        {"name", device.metadata.name},
+        {"uid", device.metadata.uid}}}};
+  try {
+    client_.Create(
+        kube::ResourcePath("events.k8s.io", "v1", "events", device.metadata.namespaceName), event,
+        kube::WriteOptions{false, kFieldManager});
+    eventsSent_[key] = now;
+    ++eventsThisPass_;
+    ++result.events;
+  } catch (const kube::ApiError& error) {
+    runtime::LogDebug("event not written",
+                      LogFields{{"device", Key(device.metadata)}, {"error", error.what()}});
+  }
+}
 
 bool Binder::CacheBehind(const std::vector<std::shared_ptr<const api::GpuDevice>>& cached) {
   if (replaced_.empty()) {
@@ -93,6 +159,7 @@ BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, boo
   for (const api::GpuDevice& device : snapshot.devices) {
     devices[Key(device.metadata)] = &device;
   }
+  eventsThisPass_ = 0;
   for (const model::Decision& decision : decisions) {
     ++result.decisions[std::string(model::ToString(decision.action))];
     auto found = devices.find(decision.deviceNamespace + "/" + decision.deviceName);
@@ -144,6 +211,9 @@ BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, boo
       }
     }
     if (status.empty()) {
+      if (decision.action == model::Action::kRefuse && leading_.load()) {
+        Event(device, decision, now, result);  // a refused order: the tenant learns why
+      }
       continue;
     }
     if (!leading_.load()) {
@@ -156,6 +226,7 @@ BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, boo
                            kube::WriteOptions{false, kFieldManager});
       replaced_[Key(device.metadata)] = device.metadata.resourceVersion;
       ++result.writes;
+      Event(device, decision, now, result);
       runtime::LogInfo(
           "placed",
           LogFields{{"device", Key(device.metadata)},

@@ -33,6 +33,8 @@ struct BinderResult {
   std::map<std::string, int64_t> decisions;  // by action (bind, move, lost, keep, refuse)
   int64_t writes = 0;                        // placement and answer patches that applied
   int64_t conditionWrites = 0;               // GPUNode TakesBinds conditions that changed
+  int64_t events = 0;                        // Events written for tenants
+  int64_t eventsSuppressed = 0;              // repeats held back by the rate limit
   int64_t conflicts = 0;
   int64_t failures = 0;                 // other failed writes
   std::vector<double> answerLatencies;  // seconds from requestedAt to the answer
@@ -47,8 +49,15 @@ class Binder {
  public:
   inline static const std::string kFieldManager = "gpu-controller-binder";
 
-  // `leading` is read before every write.
-  Binder(kube::Client& client, const std::atomic<bool>& leading);
+  // Events: what a tenant must know about a device (bound, moved, Lost, refused and why), as
+  // events.k8s.io/v1 Events regarding the GPUDevice. The same event (device, reason, message)
+  // is written at most once per kEventRepeat, and at most kEventsPerPass per pass, so a pending
+  // order refused pass after pass does not flood the namespace.
+  static constexpr std::chrono::minutes kEventRepeat{10};
+  static constexpr int kEventsPerPass = 100;
+
+  // `leading` is read before every write; `identity` names this replica in Events.
+  Binder(kube::Client& client, const std::atomic<bool>& leading, std::string identity = "");
 
   // Whether the devices as the cache shows them miss a write of this binder (D3).
   bool CacheBehind(const std::vector<std::shared_ptr<const api::GpuDevice>>& cached);
@@ -70,7 +79,14 @@ class Binder {
  private:
   kube::Client& client_;
   const std::atomic<bool>& leading_;
+  void Event(const api::GpuDevice& device, const model::Decision& decision,
+             std::chrono::system_clock::time_point now, BinderResult& result);
+
+  std::string identity_;
   std::map<std::string, std::string> replaced_;  // "ns/name" -> the version a write replaced
+  // (device uid, reason, message) -> when it was last written
+  std::map<std::string, std::chrono::system_clock::time_point> eventsSent_;
+  int eventsThisPass_ = 0;
 };
 
 // Whether a device carries a bind request it has not had an answer to.

@@ -171,7 +171,7 @@ class Controller {
           return cache;
         }),
         applier_(client_, leading_),
-        binder_(client_, leading_),
+        binder_(client_, leading_, options.identity.empty() ? Hostname() : options.identity),
         worker_("reconciler"),
         binderWorker_("binder"),
         binderDuration_({0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30}),
@@ -447,6 +447,8 @@ class Controller {
     }
     binderWrites_ += pass.result.writes;
     conditionWrites_ += pass.result.conditionWrites;
+    events_ += pass.result.events;
+    eventsSuppressed_ += pass.result.eventsSuppressed;
     binderConflicts_ += pass.result.conflicts;
     binderFailures_ += pass.result.failures;
     if (pass.result.readPastCache) ++binderReadsPastCache_;
@@ -729,6 +731,12 @@ class Controller {
                  "GPUNode TakesBinds conditions written (only when they change).");
       out.Sample("gpu_controller_node_condition_writes_total", "",
                  static_cast<double>(conditionWrites_));
+      out.Family("gpu_controller_events_total", "counter",
+                 "Events written for tenants (written) and repeats held back (suppressed).");
+      out.Sample("gpu_controller_events_total", runtime::Label("result", "written"),
+                 static_cast<double>(events_));
+      out.Sample("gpu_controller_events_total", runtime::Label("result", "suppressed"),
+                 static_cast<double>(eventsSuppressed_));
       out.Family("gpu_controller_binder_conflicts_total", "counter",
                  "Placement writes refused with 409 (the pass stops; the next re-reads).");
       out.Sample("gpu_controller_binder_conflicts_total", "",
@@ -826,6 +834,8 @@ class Controller {
   std::map<std::string, int64_t> binderDecisions_;
   int64_t binderWrites_ = 0;
   int64_t conditionWrites_ = 0;
+  int64_t events_ = 0;
+  int64_t eventsSuppressed_ = 0;
   int64_t binderConflicts_ = 0;
   int64_t binderFailures_ = 0;
   int64_t binderErrors_ = 0;

@@ -575,6 +575,21 @@ TEST_F(ControllerEndToEnd, D7_ARequestThatCannotBePlacedIsRefusedWithTheModelsRe
   EXPECT_EQ(refused["bindResponse"]["reason"], "Refused");
   EXPECT_FALSE(refused["bindResponse"].value("message", "").empty());
   EXPECT_FALSE(refused.contains("nodeName"));
+  // The tenant sees why in Events regarding the device, once, however many passes refuse it.
+  std::this_thread::sleep_for(2s);  // resyncs every second refuse it again
+  const json events = Get("events.events.k8s.io", kTenant);
+  int refusals = 0, bound = 0;
+  for (const auto& event : events["items"]) {
+    if (event["regarding"]["name"] == "late" && event["reason"] == "Refused") {
+      ++refusals;
+      EXPECT_EQ(event["type"], "Warning");
+      EXPECT_EQ(event["note"], refused["bindResponse"]["message"]);
+      EXPECT_EQ(event["reportingController"], "gpu.cozystack.io/gpu-controller");
+    }
+    bound += event["regarding"]["name"] == "held" && event["reason"] == "Bound";
+  }
+  EXPECT_EQ(refusals, 1) << events.dump(2);
+  EXPECT_EQ(bound, 1);
 }
 
 TEST_F(ControllerEndToEnd, G5_G6_G7_KubeVirtAbsentThenServedThenGoneWhileAttached) {
