@@ -743,6 +743,36 @@ TEST_F(ControllerEndToEnd, D10_ACordonMovesASetOnlyWithRoomElsewhereAndNeverASta
   }
 }
 
+TEST_F(ControllerEndToEnd, D17_KubeVirtsTableJoinsTheSettingsNameSet) {
+  Apply({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "kubevirt"}}}});
+  StartReplica("replica-a", {"--enable-gpu", "--gpu-resource-names", "nvidia.com/A"});
+  Apply(Class("a100"));
+  auto names = [&] {
+    const json settings = Get("configmap cozy-gpu-settings", "cozy-system");
+    return settings.is_object() ? settings["data"].value("resourceNames", "") : "";
+  };
+  ASSERT_TRUE(WaitFor([&] { return names() == "nvidia.com/A,nvidia.com/GA100"; }))
+      << names() << Logs();
+  // An NVIDIA PCI entry and a mediated entry join; another vendor's PCI entry (a ConnectX VF)
+  // does not.
+  Apply({{"apiVersion", "kubevirt.io/v1"},
+         {"kind", "KubeVirt"},
+         {"metadata", {{"name", "kubevirt"}, {"namespace", "kubevirt"}}},
+         {"spec",
+          {{"configuration",
+            {{"permittedHostDevices",
+              {{"pciHostDevices",
+                {{{"pciVendorSelector", "10DE:20B5"}, {"resourceName", "nvidia.com/PCI_X"}},
+                 {{"pciVendorSelector", "15B3:101E"}, {"resourceName", "mellanox.com/VF"}}}},
+               {"mediatedDevices",
+                {{{"mdevNameSelector", "NVIDIA A2-4Q"},
+                  {"resourceName", "nvidia.com/MDEV_Y"}}}}}}}}}}});
+  ASSERT_TRUE(WaitFor([&] {
+    return names() == "nvidia.com/A,nvidia.com/GA100,nvidia.com/MDEV_Y,nvidia.com/PCI_X";
+  })) << names()
+      << Logs();
+}
+
 // C12: one reader of the launcher proof, whichever way the VMI arrives: in a listed snapshot
 // (simulate, the binder's list), from the cache the controller's replicas keep (a watch), and
 // from a read of the named VMI (usage records, GPUs off). Each gives LauncherIndex the same VMI,
