@@ -773,6 +773,51 @@ TEST_F(ControllerEndToEnd, D17_KubeVirtsTableJoinsTheSettingsNameSet) {
       << Logs();
 }
 
+TEST_F(ControllerEndToEnd, D1_ALeaderChangeInTheMiddleOfAPassWritesEachPlacementOnce) {
+  GpuNode("n1", 64);
+  Apply(Class("a100"));
+  StartReplica("replica-a", {"--enable-gpu"});
+  ASSERT_TRUE(WaitFor([&] { return Holder() == "replica-a"; })) << Logs();
+  StartReplica("replica-b", {"--enable-gpu"});
+  // Every placement write takes 150 ms, so a pass over 30 new orders takes seconds.
+  fake::Fault slow;
+  slow.method = "PATCH";
+  slow.pathPrefix = "/apis/gpu.cozystack.io/v1alpha1/namespaces/" + kTenant + "/gpudevices/";
+  slow.latencyMs = 150;
+  server_->AddFault(slow);
+  const std::filesystem::path file = Path("orders.yaml");
+  {
+    std::ofstream out(file);
+    for (int i = 0; i < 30; ++i) out << Device("o" + std::to_string(i)).dump() << "\n";
+  }
+  Kubectl("apply -f " + ShellQuote(file.string()));
+  ASSERT_TRUE(WaitFor([&] { return !PlacementWrites().empty(); })) << Logs();
+  std::this_thread::sleep_for(500ms);
+  StopReplica("replica-a");  // mid-pass: it stops writing, releases, the standby goes on
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (int i = 0; i < 30; ++i) {
+          if (Phase("o" + std::to_string(i)) != "Bound") return false;
+        }
+        return true;
+      },
+      30s))
+      << Logs();
+  std::map<std::string, int> perDevice;
+  std::chrono::steady_clock::time_point lastOfA{},
+      firstOfB = std::chrono::steady_clock::time_point::max();
+  for (const auto& write : PlacementWrites()) {
+    ++perDevice[write.path];
+    if (write.bearerToken == "replica-a") lastOfA = std::max(lastOfA, write.received);
+    if (write.bearerToken == "replica-b") firstOfB = std::min(firstOfB, write.received);
+  }
+  EXPECT_EQ(perDevice.size(), 30u);
+  for (const auto& [path, count] : perDevice) EXPECT_EQ(count, 1) << path;
+  ASSERT_NE(lastOfA, std::chrono::steady_clock::time_point{}) << "the leader placed nothing";
+  ASSERT_NE(firstOfB, std::chrono::steady_clock::time_point::max()) << "the standby placed nothing";
+  EXPECT_LT(lastOfA, firstOfB);  // never two writers at once
+}
+
 // C12: one reader of the launcher proof, whichever way the VMI arrives: in a listed snapshot
 // (simulate, the binder's list), from the cache the controller's replicas keep (a watch), and
 // from a read of the named VMI (usage records, GPUs off). Each gives LauncherIndex the same VMI,
