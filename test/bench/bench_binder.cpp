@@ -198,6 +198,25 @@ int main(int argc, char** argv) {
   }
   std::printf("writes in a quiet %d s (the Lease's renewals aside): %d\n", quietSeconds,
               quietWrites);
+  // The controller's own account of the burst.
+  const std::string metrics =
+      cozy::testing::RunCommand("curl -s http://127.0.0.1:" + std::to_string(port) + "/metrics")
+          .out;
+  for (const char* name :
+       {"gpu_controller_binder_passes_total{kind=\"answers\"}",
+        "gpu_controller_binder_passes_total{kind=\"full\"}",
+        "gpu_controller_binder_pass_duration_seconds_sum",
+        "gpu_controller_binder_device_reads_total", "gpu_controller_binder_conflicts_total"}) {
+    const size_t found = metrics.find("\n" + std::string(name) + " ");
+    const size_t at = found == std::string::npos ? found : found + 1;
+    std::printf("  %s %s\n", name,
+                at == std::string::npos
+                    ? "0"
+                    : metrics
+                          .substr(at + std::string(name).size() + 1,
+                                  metrics.find('\n', at) - at - std::string(name).size() - 1)
+                          .c_str());
+  }
   cozy::testing::Finish(controller);
 
   // The peer: the model's pass over the same cluster (the requests' devices included), no API.
