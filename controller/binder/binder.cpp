@@ -97,39 +97,54 @@ void Binder::Event(const api::GpuDevice& device, const model::Decision& decision
   }
 }
 
-bool Binder::CacheBehind(const std::vector<std::shared_ptr<const api::GpuDevice>>& cached) {
+std::vector<std::string> Binder::StaleInCache(
+    const std::vector<std::shared_ptr<const api::GpuDevice>>& cached) {
+  std::vector<std::string> stale;
   if (replaced_.empty()) {
-    return false;
+    return stale;
   }
   std::unordered_map<std::string, const std::string*> versions;
   versions.reserve(cached.size());
   for (const auto& device : cached) {
     versions[Key(device->metadata)] = &device->metadata.resourceVersion;
   }
-  bool behind = false;
   for (auto it = replaced_.begin(); it != replaced_.end();) {
     auto found = versions.find(it->first);
     if (found != versions.end() && *found->second == it->second) {
-      behind = true;  // still the version our write replaced
+      stale.push_back(it->first);  // still the version our write replaced
       ++it;
     } else {
       it = replaced_.erase(it);  // the cache has moved on (or the device is gone)
     }
   }
-  return behind;
+  return stale;
 }
 
-std::vector<api::GpuDevice> Binder::ReadDevices() {
-  const nlohmann::json list =
-      client_.List(kube::ResourcePath(api::kGroup, api::kVersion, "gpudevices"));
-  std::vector<api::GpuDevice> devices;
-  devices.reserve(list["items"].size());
-  for (const auto& item : list["items"]) {
-    devices.push_back(api::GpuDeviceFromJson(item));
+int Binder::ReadPast(const std::vector<std::shared_ptr<const api::GpuDevice>>& cached,
+                     const std::vector<std::string>& stale, std::vector<api::GpuDevice>& devices) {
+  std::unordered_map<std::string, std::optional<api::GpuDevice>> fresh;
+  for (const std::string& key : stale) {
+    const size_t slash = key.find('/');
+    try {
+      fresh[key] = api::GpuDeviceFromJson(client_.Get(kube::ResourcePath(
+          api::kGroup, api::kVersion, "gpudevices", key.substr(0, slash), key.substr(slash + 1))));
+    } catch (const kube::ApiError& error) {
+      if (error.kind() != kube::ErrorKind::kNotFound) throw;
+      fresh[key] = std::nullopt;  // deleted since
+    }
+    replaced_.erase(key);  // what the server holds now is what the pass sees
   }
-  // What the list shows is the truth now: no write of ours is missing from it.
-  replaced_.clear();
-  return devices;
+  devices.clear();
+  devices.reserve(cached.size());
+  for (const auto& device : cached) {
+    auto found = fresh.find(Key(device->metadata));
+    if (found == fresh.end()) {
+      devices.push_back(*device);
+    } else if (found->second) {
+      devices.push_back(*found->second);
+    }
+  }
+  return static_cast<int>(stale.size());
 }
 
 BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, bool vmisKnown,

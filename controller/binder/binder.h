@@ -8,10 +8,10 @@
 //
 // Reading past the cache (D3): a watch event may lag a write, and a pass that planned from a
 // cache still showing a unit free would book it again. The binder remembers, for each device it
-// wrote, the resourceVersion its write replaced; while the cache still shows any device at such a
-// version, the cache is behind its own writes, and the pass reads the GPUDevices from the API
-// server (one consistent LIST) instead. So the LIST is paid only after writes the watch has not
-// delivered yet, not on every pass.
+// wrote, the resourceVersion its write replaced; a device the cache still shows at such a
+// version is stale, and the pass reads that device from the API server (a GET) instead. The
+// cost is bounded by the binder's own recent writes, never by the size of the cluster, and it
+// is paid only while the watch has not delivered them.
 #pragma once
 
 #include <atomic>
@@ -39,7 +39,7 @@ struct BinderResult {
   int64_t failures = 0;                 // other failed writes
   std::vector<double> answerLatencies;  // seconds from requestedAt to the answer
   std::string error;                    // the pass did not run (G7, a bad snapshot)
-  bool readPastCache = false;           // D3: the devices came from a LIST
+  int readPastCache = 0;                // D3: devices read past the cache
   // A write failed: the pass stopped there, since every later decision assumed it; the next
   // pass decides again from what the server holds.
   bool incomplete = false;
@@ -59,10 +59,13 @@ class Binder {
   // `leading` is read before every write; `identity` names this replica in Events.
   Binder(kube::Client& client, const std::atomic<bool>& leading, std::string identity = "");
 
-  // Whether the devices as the cache shows them miss a write of this binder (D3).
-  bool CacheBehind(const std::vector<std::shared_ptr<const api::GpuDevice>>& cached);
-  // The GPUDevices read from the API server, past the cache.
-  std::vector<api::GpuDevice> ReadDevices();
+  // The devices ("namespace/name") the cache shows without a write of this binder (D3).
+  std::vector<std::string> StaleInCache(
+      const std::vector<std::shared_ptr<const api::GpuDevice>>& cached);
+  // The devices as the pass must see them: the cache's, with each stale one read from the API
+  // server (and left out when it is gone). Returns the number read.
+  int ReadPast(const std::vector<std::shared_ptr<const api::GpuDevice>>& cached,
+               const std::vector<std::string>& stale, std::vector<api::GpuDevice>& devices);
 
   // One pass over `snapshot`. `answersOnly`: the fast pass (D4), which writes only for devices
   // with an unanswered bind request, with the full pass's decisions. `vmisKnown`: whether the

@@ -388,19 +388,14 @@ class Controller {
       model::Snapshot snapshot;
       auto cachedDevices = devices_.List();
       // D3: the cache must show this binder's last writes; give the watch a moment, then read
-      // past it.
-      for (int i = 0; i < 10 && binder_.CacheBehind(cachedDevices); ++i) {
+      // the devices it still shows stale past it.
+      std::vector<std::string> stale = binder_.StaleInCache(cachedDevices);
+      for (int i = 0; i < 10 && !stale.empty(); ++i) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
         cachedDevices = devices_.List();
+        stale = binder_.StaleInCache(cachedDevices);
       }
-      bool readPast = false;
-      if (binder_.CacheBehind(cachedDevices)) {
-        snapshot.devices = binder_.ReadDevices();
-        readPast = true;
-      } else {
-        snapshot.devices.reserve(cachedDevices.size());
-        for (const auto& device : cachedDevices) snapshot.devices.push_back(*device);
-      }
+      const int readPast = binder_.ReadPast(cachedDevices, stale, snapshot.devices);
       for (const auto& item : namespaces_->List()) snapshot.namespaces.push_back(*item);
       for (const auto& item : quotas_->List()) snapshot.quotas.push_back(*item);
       for (const auto& item : nodes_->List()) snapshot.nodes.push_back(*item);
@@ -451,7 +446,7 @@ class Controller {
     eventsSuppressed_ += pass.result.eventsSuppressed;
     binderConflicts_ += pass.result.conflicts;
     binderFailures_ += pass.result.failures;
-    if (pass.result.readPastCache) ++binderReadsPastCache_;
+    binderReadsPastCache_ += pass.result.readPastCache;
     for (double latency : pass.result.answerLatencies) answerLatency_.Observe(latency);
     if (!pass.result.error.empty()) {
       ++binderErrors_;
@@ -746,7 +741,7 @@ class Controller {
       out.Sample("gpu_controller_binder_failures_total", "",
                  static_cast<double>(binderFailures_ + binderErrors_));
       out.Family("gpu_controller_binder_device_reads_total", "counter",
-                 "Passes that read GPUDevices past a cache behind the binder's writes (D3).");
+                 "GPUDevices read past a cache still behind the binder's writes (D3).");
       out.Sample("gpu_controller_binder_device_reads_total", "",
                  static_cast<double>(binderReadsPastCache_));
       out.Family("gpu_controller_bind_answer_seconds", "histogram",

@@ -90,19 +90,24 @@ class BinderTest : public ::testing::Test {
 TEST_F(BinderTest, D3_ACacheBehindTheBindersWritesIsReadPastAndNoUnitIsBookedTwice) {
   Binder binder(*client_, leading_);
   const model::Snapshot before = Read();
-  EXPECT_FALSE(binder.CacheBehind(Shared(before)));
+  EXPECT_TRUE(binder.StaleInCache(Shared(before)).empty());
   BinderResult first = binder.Pass(before, false, true, std::chrono::system_clock::now());
   ASSERT_TRUE(first.error.empty()) << first.error;
 
   EXPECT_EQ(first.writes, 1);  // the oldest order takes the one unit; the other is refused
   EXPECT_EQ(Bound(), 1);
 
-  // A watch that has not delivered the write leaves the cache showing the unit free.
-  EXPECT_TRUE(binder.CacheBehind(Shared(before)));
-  // Read past it: the list shows the bind, so the next pass books nothing.
+  // A watch that has not delivered the write leaves the cache showing the unit free: the
+  // written device, and only it, is stale.
+  const std::vector<std::string> staleKeys = binder.StaleInCache(Shared(before));
+  EXPECT_EQ(staleKeys, (std::vector<std::string>{"t1/d1"}));
+  // Read past it: one GET shows the bind, so the next pass books nothing.
+  server_->ClearRequests();
   model::Snapshot fresh = before;
-  fresh.devices = binder.ReadDevices();
-  EXPECT_FALSE(binder.CacheBehind(Shared(fresh)));
+  EXPECT_EQ(binder.ReadPast(Shared(before), staleKeys, fresh.devices), 1);
+  EXPECT_EQ(server_->Requests().size(), 1u);  // a GET of d1, not a LIST of every device
+  EXPECT_EQ(fresh.devices.size(), 2u);
+  EXPECT_TRUE(binder.StaleInCache(Shared(fresh)).empty());
   BinderResult second = binder.Pass(fresh, false, true, std::chrono::system_clock::now());
   EXPECT_EQ(second.writes, 0);
   EXPECT_EQ(Bound(), 1);
