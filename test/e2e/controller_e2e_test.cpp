@@ -556,7 +556,7 @@ TEST_F(ControllerEndToEnd, D4_BindRequestIsAnsweredWhileUsageRecordWritesAreSlow
   EXPECT_EQ(answered["status"]["nodeName"], "n1");
 }
 
-TEST_F(ControllerEndToEnd, D7_ARequestThatCannotBePlacedIsRefusedWithTheModelsReason) {
+TEST_F(ControllerEndToEnd, D9_ARequestThatCannotBePlacedIsRefusedWithTheModelsReasonAndOneEvent) {
   GpuNode("n1", 1);
   Apply(Class("a100"));
   StartReplica("replica-a", {"--enable-gpu"});
@@ -634,7 +634,7 @@ TEST_F(ControllerEndToEnd, G5_G6_G7_KubeVirtAbsentThenServedThenGoneWhileAttache
   EXPECT_EQ(Get("gpudevice d1", kTenant)["status"]["attachment"]["vmiName"], "vm1");
 }
 
-TEST_F(ControllerEndToEnd, D8_D9_ALostSetWinsTheLastUnitAndNewOrdersGoToTheFullestNode) {
+TEST_F(ControllerEndToEnd, D5_D6_ALostSetWinsTheLastUnitAndNewOrdersGoToTheFullestNode) {
   GpuNode("n1", 2);
   GpuNode("n2", 2);
   Apply(Class("a100"));
@@ -659,7 +659,7 @@ TEST_F(ControllerEndToEnd, D8_D9_ALostSetWinsTheLastUnitAndNewOrdersGoToTheFulle
   EXPECT_LT(placed.find("/lost/"), placed.find("/new/")) << placed;  // Lost first
 }
 
-TEST_F(ControllerEndToEnd, D6_AVmsTwoDevicesThatFitOnlyOnDifferentNodesAreRefusedTogether) {
+TEST_F(ControllerEndToEnd, D9_AVmsTwoDevicesThatFitOnlyOnDifferentNodesAreRefusedTogether) {
   GpuNode("n1", 1);
   GpuNode("n2", 1);
   Apply(Class("a100"));
@@ -706,11 +706,21 @@ TEST_F(ControllerEndToEnd, D10_ACordonMovesASetOnlyWithRoomElsewhereAndNeverASta
   ASSERT_TRUE(WaitFor([&] {
     return Get("gpudevice moves", kTenant)["status"].value("nodeName", "") == "n2";
   })) << Logs();
-  // Cordon n2 as well: nowhere else has room, so the set stays where it is, Bound.
+  // Cordon n2 as well: nowhere else has room, so the set stays where it is, Bound, and a bind
+  // request for it is answered Succeeded in place (the pod webhook pins the VM there).
   Kubectl("cordon n2");
   std::this_thread::sleep_for(1500ms);
   EXPECT_EQ(Get("gpudevice moves", kTenant)["status"]["nodeName"], "n2");
   EXPECT_EQ(Phase("moves"), "Bound");
+  PatchStatus("moves",
+              {{"bindRequest", {{"id", "req-c"}, {"requestedAt", "2026-12-01T00:00:00Z"}}}});
+  ASSERT_TRUE(WaitFor([&] {
+    return Get("gpudevice moves", kTenant)["status"]
+               .value("bindResponse", json::object())
+               .value("id", "") == "req-c";
+  })) << Logs();
+  EXPECT_EQ(Get("gpudevice moves", kTenant)["status"]["bindResponse"]["result"], "Succeeded");
+  EXPECT_EQ(Get("gpudevice moves", kTenant)["status"]["nodeName"], "n2");
   // Each GPUNode says whether it takes binds, and why not; written once per change.
   ASSERT_TRUE(WaitFor([&] {
     for (const auto& condition : Get("gpunode n1")["status"].value("conditions", json::array())) {
