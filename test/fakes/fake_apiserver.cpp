@@ -653,6 +653,7 @@ void FakeApiServer::SendEndless(const httplib::Request& request, httplib::Respon
                                     return produce(offset, length, sink);
                                   });
   } else {
+    StreamUncompressed(request);
     response.set_chunked_content_provider(
         "application/json", [produce](size_t offset, httplib::DataSink& sink) {
           return produce(offset, std::numeric_limits<uint64_t>::max(), sink);

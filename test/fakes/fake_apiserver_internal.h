@@ -87,6 +87,18 @@ inline void SendJson(httplib::Response& response, int code, const json& body) {
   response.set_content(body.dump(), "application/json");
 }
 
+// A streamed answer (a watch, an endless fault body) goes out uncompressed, as kube-apiserver
+// sends every watch (WatchServer.HandleHTTP: identity, flushed after each burst of events).
+// cpp-httplib 0.11 compresses a chunked answer of type application/json whenever the request
+// accepts gzip or br (kubectl's Go transport always does), and its compressors flush only at
+// the end of the stream: every event would sit in zlib's buffer until the watch ends, so
+// `kubectl delete`'s wait for the DELETED event timed out. cpp-httplib has no per-response
+// switch; it reads the request's Accept-Encoding after the handler returns, and the Request is
+// its own non-const object (Server::process_request), so dropping the header here is defined.
+inline void StreamUncompressed(const httplib::Request& request) {
+  const_cast<httplib::Request&>(request).headers.erase("Accept-Encoding");  // NOLINT
+}
+
 inline void SendPlainNotFound(httplib::Response& response) {
   // What the end of kube-apiserver's handler chain answers for a kind it does not serve.
   response.status = 404;

@@ -196,6 +196,7 @@ void FakeApiServer::Watch(const httplib::Request& request, httplib::Response& re
     return true;
   };
   response.status = 200;
+  StreamUncompressed(request);
   response.set_chunked_content_provider("application/json", streamer);
 }
 

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <fstream>
 #include <mutex>
@@ -943,6 +944,61 @@ TEST(FakeWatches, TwoHundredConcurrentWatchesEachSeeTheEvent) {
   for (int fd : sockets) close(fd);
 }
 
+// A client that accepts gzip (kubectl's Go transport always does) gets its watch as
+// kube-apiserver sends one: uncompressed, each event as it happens. cpp-httplib used to gzip the
+// stream and hold every event in the compressor until the watch ended, so `kubectl delete`
+// never saw the DELETED event it waits for.
+TEST(FakeWatches, AWatchThatAcceptsGzipGetsEachEventUncompressedAtOnce) {
+  auto server = StartWithNamespace();
+  ASSERT_EQ(
+      Call(*server, "POST", kConfigMaps, ConfigMap("held", {"test.cozystack.io/hold"})).status,
+      201);
+  const std::string request = "GET " + kConfigMaps +
+                              "?watch=true&fieldSelector=metadata.name%3Dheld&resourceVersion=" +
+                              server->CurrentResourceVersion() +
+                              " HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: application/json\r\n"
+                              "Accept-Encoding: gzip, br\r\n\r\n";
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(server->port()));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  ASSERT_EQ(send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+  std::string received;
+  // Reads until `text` has come in plain bytes, or 10 s: bounded, so a regression fails.
+  auto readUntil = [&](const std::string& text) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (received.find(text) != std::string::npos) return true;
+      pollfd one{fd, POLLIN, 0};
+      if (poll(&one, 1, 100) > 0 && (one.revents & POLLIN)) {
+        char buffer[4096];
+        ssize_t got = recv(fd, buffer, sizeof buffer, 0);
+        if (got <= 0) break;
+        received.append(buffer, static_cast<size_t>(got));
+      }
+    }
+    return received.find(text) != std::string::npos;
+  };
+  ASSERT_TRUE(readUntil("\r\n\r\n"));
+  const std::string headers = received.substr(0, received.find("\r\n\r\n"));
+  EXPECT_EQ(headers.rfind("HTTP/1.1 200", 0), 0u) << headers;
+  EXPECT_EQ(headers.find("Content-Encoding"), std::string::npos) << headers;
+  EXPECT_NE(headers.find("Transfer-Encoding: chunked"), std::string::npos) << headers;
+  // The DELETE marks it; the update that drops the finalizer removes it: MODIFIED, MODIFIED,
+  // DELETED, each readable while the watch is still open.
+  ASSERT_EQ(Call(*server, "DELETE", kConfigMaps + "/held").status, 200);
+  EXPECT_TRUE(readUntil("\"deletionTimestamp\"")) << received;
+  ASSERT_EQ(Call(*server, "PATCH", kConfigMaps + "/held", {{"metadata", {{"finalizers", nullptr}}}},
+                 "application/merge-patch+json")
+                .status,
+            200);
+  EXPECT_TRUE(readUntil("\"type\":\"DELETED\"")) << received;
+  close(fd);
+}
+
 // kubectl as the client of each built-in kind: apply (create, then configure), get, delete.
 TEST(Kubectl, AppliesAndGetsTheBuiltinKindsAndWaitsOnFinalizers) {
   if (testing::RunCommand("command -v kubectl").exitCode != 0) {
@@ -1089,6 +1145,79 @@ regarding:
   auto gone = testing::RunCommand(kubectl + "get namespace gpu-system 2>&1");
   EXPECT_NE(gone.exitCode, 0);
   EXPECT_NE((gone.out + gone.err).find("NotFound"), std::string::npos) << gone.out << gone.err;
+}
+
+// `kubectl delete` waits (--wait=true, its default) until the object is gone: a GET, then a
+// LIST and a watch from the list's resourceVersion with fieldSelector metadata.name=<name>,
+// until the DELETED event (pkg/cmd/wait IsDeleted, watchtools.UntilWithSync). Another client
+// drops the finalizer once that watch is open; kubectl must return promptly, for a namespaced
+// and a cluster-scoped object and for a namespace whose content the namespace controller
+// removes once its finalizer is gone. kubectl's own --timeout bounds a regression.
+TEST(Kubectl, DeleteReturnsOnceAFinalizedObjectIsGone) {
+  if (testing::RunCommand("command -v kubectl").exitCode != 0) {
+    GTEST_SKIP() << "kubectl is not installed";
+  }
+  auto server = StartWithNamespace();
+  testing::TempDir dir;
+  std::ofstream(dir.path() / "kubeconfig") << server->Kubeconfig();
+  const std::string kubectl = "kubectl --kubeconfig " + (dir.path() / "kubeconfig").string() +
+                              " --cache-dir " + (dir.path() / "cache").string() + " ";
+  const json hold = {"test.cozystack.io/hold"};
+  const json release = {{"metadata", {{"finalizers", nullptr}}}};
+  // Runs `kubectl delete <args>`; once its watch on `watchPath` for `name` is open, sends
+  // `release` to `releasePath`; expects kubectl to be done within 10 s of that.
+  auto deleteAndRelease = [&](const std::string& args, const std::string& watchPath,
+                              const std::string& name, const std::string& releasePath) {
+    SCOPED_TRACE("kubectl delete " + args);
+    server->ClearRequests();
+    testing::CommandResult result;
+    std::atomic<bool> done = false;
+    std::thread run([&] {
+      result =
+          testing::RunCommand("timeout 40 " + kubectl + "delete " + args + " --timeout=20s 2>&1");
+      done = true;
+    });
+    bool watching = testing::WaitFor([&] {
+      for (const auto& request : server->Requests()) {
+        if (request.path == watchPath && request.query.find("watch=true") != std::string::npos &&
+            request.query.find("metadata.name=" + name) != std::string::npos) {
+          return true;
+        }
+      }
+      return false;
+    });
+    EXPECT_TRUE(watching) << "kubectl opened no watch on " << watchPath;
+    EXPECT_FALSE(done) << "kubectl returned while the finalizer held the object: " << result.out;
+    EXPECT_EQ(Call(*server, "PATCH", releasePath, release, "application/merge-patch+json").status,
+              200);
+    auto released = std::chrono::steady_clock::now();
+    run.join();
+    EXPECT_EQ(result.exitCode, 0) << result.out << result.err;
+    EXPECT_LT(std::chrono::steady_clock::now() - released, std::chrono::seconds(10)) << result.out;
+    EXPECT_EQ(Call(*server, "GET", releasePath).status, 404);
+  };
+
+  // Namespaced.
+  ASSERT_EQ(Call(*server, "POST", kConfigMaps, ConfigMap("held", hold)).status, 201);
+  deleteAndRelease("-n t1 configmap held", kConfigMaps, "held", kConfigMaps + "/held");
+
+  // Cluster-scoped.
+  json node = testing::NodeObject("n1");
+  node["metadata"]["finalizers"] = hold;
+  ASSERT_EQ(Call(*server, "POST", "/api/v1/nodes", node).status, 201);
+  deleteAndRelease("node n1", "/api/v1/nodes", "n1", "/api/v1/nodes/n1");
+
+  // A namespace stays Terminating while a finalizer holds its content; freeing that lets the
+  // namespace controller empty and remove it.
+  ASSERT_EQ(Call(*server, "POST", kConfigMaps, ConfigMap("content", hold)).status, 201);
+  deleteAndRelease("namespace t1", "/api/v1/namespaces", "t1", kConfigMaps + "/content");
+  EXPECT_EQ(Call(*server, "GET", "/api/v1/namespaces/t1").status, 404);
+
+  // Nothing holds it: the GET after the DELETE finds nothing, no watch is needed.
+  ASSERT_EQ(Call(*server, "POST", "/api/v1/nodes", testing::NodeObject("n2")).status, 201);
+  auto plain = testing::RunCommand("timeout 40 " + kubectl + "delete node n2 --timeout=20s 2>&1");
+  EXPECT_EQ(plain.exitCode, 0) << plain.out << plain.err;
+  EXPECT_EQ(Call(*server, "GET", "/api/v1/nodes/n2").status, 404);
 }
 
 }  // namespace
