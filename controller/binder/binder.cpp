@@ -132,7 +132,8 @@ int Binder::ReadPast(const std::vector<std::shared_ptr<const api::GpuDevice>>& c
       if (error.kind() != kube::ErrorKind::kNotFound) throw;
       fresh[key] = std::nullopt;  // deleted since
     }
-    replaced_.erase(key);  // what the server holds now is what the pass sees
+    // The marker stays until the cache itself moves past the version: every pass until then
+    // reads the device again rather than plan from the stale copy.
   }
   devices.clear();
   devices.reserve(cached.size());

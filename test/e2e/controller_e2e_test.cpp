@@ -521,6 +521,56 @@ TEST_F(ControllerEndToEnd, D1_D2_TwoOrdersRaceForTheLastUnitAndOnlyTheLeaderPlac
             std::string::npos);
 }
 
+TEST_F(ControllerEndToEnd, D3_ADelayedDeviceWatchAndTwoRequestsForTheLastUnitBindOne) {
+  GpuNode("n1", 0);  // no room yet: both orders wait, unplaced
+  Apply(Class("a100"));
+  StartReplica("replica-a", {"--enable-gpu"});
+  Apply(Device("d1"));
+  Apply(Device("d2"));
+  WaitProtected("d1");
+  WaitProtected("d2");
+  PatchStatus("d1", {{"bindRequest", {{"id", "r1"}, {"requestedAt", "2026-12-01T00:00:00Z"}}}});
+  ASSERT_TRUE(WaitFor([&] {
+    return Get("gpudevice d1", kTenant)["status"]
+               .value("bindResponse", json::object())
+               .value("id", "") == "r1";
+  })) << Logs();
+  // The device watch stalls: the stream ends and its re-watch is answered only 6 s later, so
+  // the controller's device cache is frozen meanwhile (the GPUNode watch is not).
+  fake::Fault stall;
+  stall.pathPrefix = "/apis/gpu.cozystack.io/v1alpha1/gpudevices";
+  stall.watchOnly = true;
+  stall.latencyMs = 6000;
+  server_->AddFault(stall);
+  server_->DropWatches();
+  std::this_thread::sleep_for(300ms);
+  // A unit frees up: the binder binds d1 (the older order), a write its frozen cache cannot see.
+  GpuNode("n1", 1);
+  ASSERT_TRUE(WaitFor([&] { return Phase("d1") == "Bound"; }, 5s)) << Logs();
+  // A second request for the last unit, and another pass while the cache still shows d1 Pending.
+  PatchStatus("d2", {{"bindRequest", {{"id", "r2"}, {"requestedAt", "2026-12-01T00:00:00Z"}}}});
+  Kubectl("label node n1 touched=yes");
+  server_->ClearFaults();
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return Get("gpudevice d2", kTenant)["status"]
+                   .value("bindResponse", json::object())
+                   .value("id", "") == "r2";
+      },
+      20s))
+      << Logs();
+  EXPECT_EQ(Phase("d1"), "Bound");
+  EXPECT_EQ(Phase("d2"), "");
+  EXPECT_EQ(Get("gpudevice d2", kTenant)["status"]["bindResponse"]["result"], "Failed");
+  // The pass during the stall read d1 past the cache: it did not plan from the stale view.
+  const std::string metrics = Metrics("replica-a");
+  EXPECT_EQ(metrics.find("gpu_controller_binder_device_reads_total 0\n"), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("gpu_controller_binder_conflicts_total 0\n"), std::string::npos)
+      << metrics;
+  EXPECT_EQ(PlacementWrites().size(), 1u);
+}
+
 TEST_F(ControllerEndToEnd, D4_BindRequestIsAnsweredWhileUsageRecordWritesAreSlow) {
   GpuNode("n1", 2);
   Apply(Class("a100"));
