@@ -90,12 +90,7 @@ GpuDevice GpuDeviceFromJson(const nlohmann::json& object) {
         response->StringOr("reason", ""), response->StringOr("message", "")};
   }
   if (std::optional<JsonField> conditions = status->Find("conditions")) {
-    for (const JsonField& item : conditions->AsArray()) {
-      out.conditions.push_back(Condition{
-          item.Require("type").AsString(), item.Require("status").AsString(),
-          item.StringOr("reason", ""), item.StringOr("message", ""),
-          item.StringOr("lastTransitionTime", ""), item.OptionalInt("observedGeneration")});
-    }
+    out.conditions = ConditionsFromJson(*conditions);
   }
   return device;
 }

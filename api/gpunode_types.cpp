@@ -16,12 +16,7 @@ GpuNodeInventory GpuNodeInventoryFromJson(const nlohmann::json& object) {
     inventory.resourceNames = names->AsStringList();
   }
   if (std::optional<JsonField> conditions = status->Find("conditions")) {
-    for (const JsonField& item : conditions->AsArray()) {
-      inventory.conditions.push_back(Condition{
-          item.Require("type").AsString(), item.Require("status").AsString(),
-          item.StringOr("reason", ""), item.StringOr("message", ""),
-          item.StringOr("lastTransitionTime", ""), item.OptionalInt("observedGeneration")});
-    }
+    inventory.conditions = ConditionsFromJson(*conditions);
   }
   if (std::optional<JsonField> devices = status->Find("devices")) {
     for (const JsonField& item : devices->AsArray()) {

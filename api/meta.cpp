@@ -135,6 +135,17 @@ nlohmann::json ToJson(const LabelSelector& selector) {
   return json;
 }
 
+std::vector<Condition> ConditionsFromJson(const JsonField& conditions) {
+  std::vector<Condition> all;
+  for (const JsonField& item : conditions.AsArray()) {
+    all.push_back(Condition{item.Require("type").AsString(), item.Require("status").AsString(),
+                            item.StringOr("reason", ""), item.StringOr("message", ""),
+                            item.StringOr("lastTransitionTime", ""),
+                            item.OptionalInt("observedGeneration")});
+  }
+  return all;
+}
+
 nlohmann::json ToJson(const Condition& condition) {
   nlohmann::json item = {{"type", condition.type},
                          {"status", condition.status},

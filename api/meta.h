@@ -47,6 +47,8 @@ struct Condition {
   bool operator==(const Condition&) const = default;
 };
 
+// A status.conditions array; throws DecodeError naming the field.
+std::vector<Condition> ConditionsFromJson(const JsonField& conditions);
 nlohmann::json ToJson(const Condition& condition);
 
 // metav1.LabelSelectorRequirement. Operators: In, NotIn, Exists, DoesNotExist.
