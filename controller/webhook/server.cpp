@@ -1,0 +1,290 @@
+#include "controller/webhook/server.h"
+
+#include <httplib.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <tuple>
+
+#include "runtime/duration.h"
+#include "runtime/log.h"
+
+namespace cozy::controller::webhook {
+namespace {
+
+using runtime::LogFields;
+
+std::string OpenSslError() {
+  std::string text;
+  while (unsigned long code = ERR_get_error()) {
+    char buffer[256];
+    ERR_error_string_n(code, buffer, sizeof buffer);
+    if (!text.empty()) text += "; ";
+    text += buffer;
+  }
+  return text.empty() ? "unknown OpenSSL error" : text;
+}
+
+struct FileStamp {
+  dev_t device = 0;
+  ino_t inode = 0;
+  off_t size = 0;
+  int64_t mtimeNs = 0;
+  bool operator==(const FileStamp&) const = default;
+};
+
+// stat() follows symlinks: kubelet's swap of `..data` gives the names a new inode.
+std::optional<FileStamp> Stamp(const std::filesystem::path& path) {
+  struct stat info {};
+  if (stat(path.c_str(), &info) != 0) return std::nullopt;
+  return FileStamp{info.st_dev, info.st_ino, info.st_size,
+                   int64_t{info.st_mtim.tv_sec} * 1'000'000'000 + info.st_mtim.tv_nsec};
+}
+
+std::string ReadFile(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(path.string() + ": cannot be read");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+// One loaded pair: the leaf, the rest of the chain and the key.
+struct CertificatePair {
+  X509* leaf = nullptr;
+  STACK_OF(X509) * chain = nullptr;
+  EVP_PKEY* key = nullptr;
+  CertificatePair() = default;
+  CertificatePair(const CertificatePair&) = delete;
+  CertificatePair& operator=(const CertificatePair&) = delete;
+  ~CertificatePair() {
+    if (leaf) X509_free(leaf);
+    if (chain) sk_X509_pop_free(chain, X509_free);
+    if (key) EVP_PKEY_free(key);
+  }
+};
+
+class Server::Certificates {
+ public:
+  explicit Certificates(std::filesystem::path dir)
+      : certPath_(dir / "tls.crt"), keyPath_(dir / "tls.key") {}
+
+  // Loads the pair now; throws naming the file and the problem.
+  void LoadOrThrow() {
+    std::lock_guard lock(mutex_);
+    auto stamps = std::make_pair(Stamp(certPath_), Stamp(keyPath_));
+    current_ = Load();
+    stamps_ = stamps;
+    ++loads_;
+  }
+
+  // The pair for a handshake: re-read when either file changed since the last look.
+  std::shared_ptr<const CertificatePair> Current() {
+    std::lock_guard lock(mutex_);
+    auto stamps = std::make_pair(Stamp(certPath_), Stamp(keyPath_));
+    if (stamps != stamps_ && stamps.first && stamps.second) {
+      stamps_ = stamps;  // a pair that fails is not retried until the files change again
+      try {
+        current_ = Load();
+        ++loads_;
+        runtime::LogInfo("serving certificate loaded", LogFields{{"file", certPath_.string()}});
+      } catch (const std::exception& error) {
+        ++errors_;
+        runtime::LogWarning("serving certificate not reloaded; the previous one is served",
+                            LogFields{{"error", error.what()}});
+      }
+    }
+    return current_;
+  }
+
+  std::pair<int64_t, int64_t> Counts() const {
+    std::lock_guard lock(mutex_);
+    return {loads_, errors_};
+  }
+
+ private:
+  std::shared_ptr<const CertificatePair> Load() const {
+    const std::string certText = ReadFile(certPath_);
+    const std::string keyText = ReadFile(keyPath_);
+    auto pair = std::make_shared<CertificatePair>();
+    BIO* certBio = BIO_new_mem_buf(certText.data(), static_cast<int>(certText.size()));
+    pair->leaf = PEM_read_bio_X509(certBio, nullptr, nullptr, nullptr);
+    if (!pair->leaf) {
+      BIO_free(certBio);
+      throw std::runtime_error(certPath_.string() + ": no PEM certificate: " + OpenSslError());
+    }
+    pair->chain = sk_X509_new_null();
+    while (X509* next = PEM_read_bio_X509(certBio, nullptr, nullptr, nullptr)) {
+      sk_X509_push(pair->chain, next);
+    }
+    ERR_clear_error();  // the end of the file reads as an error
+    BIO_free(certBio);
+    BIO* keyBio = BIO_new_mem_buf(keyText.data(), static_cast<int>(keyText.size()));
+    pair->key = PEM_read_bio_PrivateKey(keyBio, nullptr, nullptr, nullptr);
+    BIO_free(keyBio);
+    if (!pair->key) {
+      throw std::runtime_error(keyPath_.string() + ": no PEM private key: " + OpenSslError());
+    }
+    if (X509_check_private_key(pair->leaf, pair->key) != 1) {
+      ERR_clear_error();
+      throw std::runtime_error(keyPath_.string() + ": the key does not match the certificate in " +
+                               certPath_.string());
+    }
+    return pair;
+  }
+
+  const std::filesystem::path certPath_;
+  const std::filesystem::path keyPath_;
+  mutable std::mutex mutex_;
+  std::pair<std::optional<FileStamp>, std::optional<FileStamp>> stamps_;
+  std::shared_ptr<const CertificatePair> current_;
+  int64_t loads_ = 0;
+  int64_t errors_ = 0;
+};
+
+namespace {
+
+// OpenSSL's certificate callback: called on every handshake before the server's certificate
+// is chosen, so the pair served is whatever the files hold now.
+int UseCurrentCertificate(SSL* ssl, void* arg) {
+  auto* certificates = static_cast<Server::Certificates*>(arg);
+  const std::shared_ptr<const CertificatePair> pair = certificates->Current();
+  if (!pair) return 0;
+  if (SSL_use_certificate(ssl, pair->leaf) != 1 || SSL_use_PrivateKey(ssl, pair->key) != 1 ||
+      SSL_set1_chain(ssl, pair->chain) != 1) {
+    return 0;
+  }
+  return 1;
+}
+
+}  // namespace
+
+std::chrono::milliseconds RequestTimeout(const std::string& parameter) {
+  if (auto parsed = runtime::ParseDuration(parameter); parsed && parsed->count() > 0) {
+    return *parsed;
+  }
+  return std::chrono::seconds(10);
+}
+
+Server::Server(ServerOptions options)
+    : options_(std::move(options)),
+      certificates_(std::make_unique<Certificates>(options_.certDir)) {}
+
+Server::~Server() { Stop(); }
+
+void Server::Handle(const std::string& path, Handler handler) {
+  handlers_[path] = std::move(handler);
+}
+
+std::optional<Server::WaitSlot> Server::TryWait() {
+  size_t now = waiting_.load();
+  do {
+    if (now >= options_.maxWaiting) return std::nullopt;
+  } while (!waiting_.compare_exchange_weak(now, now + 1));
+  return WaitSlot(waiting_);
+}
+
+Server::Stats Server::stats() const {
+  std::lock_guard lock(statsMutex_);
+  Stats stats = stats_;
+  std::tie(stats.certificateLoads, stats.certificateErrors) = certificates_->Counts();
+  return stats;
+}
+
+void Server::Start() {
+  certificates_->LoadOrThrow();
+  Certificates* certificates = certificates_.get();
+  server_ = std::make_unique<httplib::SSLServer>([certificates](SSL_CTX& context) {
+    SSL_CTX_set_min_proto_version(&context, TLS1_2_VERSION);
+    SSL_CTX_set_options(&context, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
+    SSL_CTX_set_cert_cb(&context, UseCurrentCertificate, certificates);
+    return true;
+  });
+  if (!server_->is_valid()) {
+    throw std::runtime_error("webhook server: cannot set up TLS: " + OpenSslError());
+  }
+  const size_t threads = options_.threads;
+  server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  server_->set_payload_max_length(options_.maxBodyBytes);
+  server_->set_read_timeout(options_.readTimeout);
+  server_->set_write_timeout(options_.readTimeout);
+  server_->set_keep_alive_timeout(5);
+  for (const auto& [path, handler] : handlers_) {
+    server_->Post(path, [this, path = path, handler = handler](const httplib::Request& request,
+                                                               httplib::Response& response) {
+      const auto received = std::chrono::steady_clock::now();
+      {
+        std::lock_guard lock(statsMutex_);
+        ++stats_.requests;
+        ++stats_.byPath[path];
+      }
+      auto fail = [&](int status, const std::string& why) {
+        {
+          std::lock_guard lock(statsMutex_);
+          ++stats_.failures;
+        }
+        runtime::LogWarning(
+            "admission request not answered",
+            LogFields{{"path", path}, {"status", std::to_string(status)}, {"error", why}});
+        response.status = status;
+        response.set_content(path + ": " + why + "\n", "text/plain; charset=utf-8");
+      };
+      nlohmann::json review;
+      try {
+        review = nlohmann::json::parse(request.body);
+      } catch (const std::exception& error) {
+        fail(400, std::string("the body is not JSON: ") + error.what());
+        return;
+      }
+      // The API server stops waiting after `timeout`; the answer needs its way back.
+      const auto timeout = RequestTimeout(request.get_param_value("timeout"));
+      const auto margin =
+          std::min<std::chrono::milliseconds>(timeout / 10, std::chrono::seconds(1));
+      RequestContext context{received + timeout - margin};
+      try {
+        response.set_content(handler(review, context).dump(), "application/json");
+      } catch (const std::exception& error) {
+        fail(500, error.what());
+      }
+    });
+  }
+  std::string host = "0.0.0.0";
+  int port = 0;
+  const auto colon = options_.address.rfind(':');
+  try {
+    if (colon == std::string::npos) throw std::invalid_argument("no port");
+    if (colon > 0) host = options_.address.substr(0, colon);
+    size_t used = 0;
+    const std::string portText = options_.address.substr(colon + 1);
+    port = std::stoi(portText, &used);
+    if (used != portText.size() || port < 0 || port > 65535) throw std::invalid_argument("port");
+  } catch (const std::exception&) {
+    throw std::runtime_error("--webhook-addr " + options_.address + ": not HOST:PORT or :PORT");
+  }
+  port_ =
+      port == 0 ? server_->bind_to_any_port(host) : (server_->bind_to_port(host, port) ? port : -1);
+  if (port_ <= 0) {
+    throw std::runtime_error("--webhook-addr " + options_.address + ": cannot listen");
+  }
+  serving_ = true;
+  thread_ = std::thread([this] {
+    server_->listen_after_bind();
+    serving_ = false;
+  });
+}
+
+void Server::Stop() {
+  if (server_) server_->stop();
+  if (thread_.joinable()) thread_.join();
+  serving_ = false;
+}
+
+}  // namespace cozy::controller::webhook

@@ -1,0 +1,274 @@
+// The admission webhooks' HTTPS server (issue 15): a real TLS handshake against certificates
+// the openssl CLI makes per run, laid out as kubelet mounts a Secret (`..data` a symlink to a
+// timestamped directory, `tls.crt` and `tls.key` symlinks through it). A replaced pair is served
+// from the next handshake on; a broken one leaves the last good pair in use; the API server's
+// `timeout` sets each request's deadline; requests that wait never keep the others waiting.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "controller/webhook/server.h"
+#include "test/support/fixture_host.h"
+
+namespace cozy::controller::webhook {
+namespace {
+
+namespace fs = std::filesystem;
+using cozy::testing::RunCommand;
+using cozy::testing::ShellQuote;
+using nlohmann::json;
+
+class WebhookServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string d = ShellQuote(dir_.path().string());
+    // One CA; two serving certificates for the Service's name, told apart by their CN.
+    const std::string script =
+        "cd " + d +
+        " && openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 1 "
+        "-subj /CN=webhook-ca 2>/dev/null"
+        " && printf 'subjectAltName=DNS:gpu-controller-webhook.cozy-system.svc,IP:127.0.0.1\\n'"
+        " > san.ext"
+        " && for n in first second; do"
+        "   openssl req -newkey rsa:2048 -nodes -keyout $n.key -out $n.csr -subj /CN=$n "
+        "   2>/dev/null &&"
+        "   openssl x509 -req -in $n.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out $n.crt "
+        "   -days 1 -extfile san.ext 2>/dev/null || exit 1;"
+        " done";
+    const auto made = RunCommand(script);
+    ASSERT_EQ(made.exitCode, 0) << made.err;
+    certDir_ = dir_.path() / "secret";
+    fs::create_directories(certDir_);
+    Publish("first");
+    fs::create_symlink("..data/tls.crt", certDir_ / "tls.crt");
+    fs::create_symlink("..data/tls.key", certDir_ / "tls.key");
+  }
+
+  // As kubelet updates a Secret volume: a new timestamped directory, then `..data` swapped to
+  // it by renaming a new symlink over the old one.
+  void Publish(const std::string& name, const std::string& keyName = "") {
+    const fs::path version = certDir_ / ("..version-" + std::to_string(++versions_));
+    fs::create_directories(version);
+    fs::copy_file(dir_.path() / (name + ".crt"), version / "tls.crt");
+    fs::copy_file(dir_.path() / ((keyName.empty() ? name : keyName) + ".key"), version / "tls.key");
+    const fs::path next = certDir_ / "..data_tmp";
+    fs::create_symlink(version.filename(), next);
+    fs::rename(next, certDir_ / "..data");
+  }
+
+  // The subject the server presents on a fresh handshake, as openssl s_client sees it.
+  std::string ServedSubject(int port) {
+    const auto shown =
+        RunCommand("openssl s_client -connect 127.0.0.1:" + std::to_string(port) +
+                   " -servername gpu-controller-webhook.cozy-system.svc </dev/null 2>/dev/null"
+                   " | openssl x509 -noout -subject");
+    return shown.out;
+  }
+
+  httplib::Result Post(int port, const std::string& path, const std::string& body) {
+    httplib::SSLClient client("127.0.0.1", port);
+    client.set_ca_cert_path((dir_.path() / "ca.crt").c_str());
+    client.enable_server_certificate_verification(true);
+    client.set_read_timeout(std::chrono::seconds(10));
+    return client.Post(path.c_str(), body, "application/json");
+  }
+
+  static json Echo(const json& review, const RequestContext&) {
+    return {{"apiVersion", "admission.k8s.io/v1"},
+            {"kind", "AdmissionReview"},
+            {"response", {{"uid", review["request"]["uid"]}, {"allowed", true}}}};
+  }
+
+  cozy::testing::TempDir dir_;
+  fs::path certDir_;
+  int versions_ = 0;
+};
+
+TEST_F(WebhookServerTest, AnswersAReviewOverVerifiedTls) {
+  ServerOptions options;
+  options.address = "127.0.0.1:0";
+  options.certDir = certDir_;
+  Server server(options);
+  server.Handle("/validate/gpudevices", Echo);
+  server.Start();
+  ASSERT_TRUE(server.serving());
+  auto answer = Post(server.port(), "/validate/gpudevices",
+                     R"({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview",)"
+                     R"("request":{"uid":"u-1"}})");
+  ASSERT_TRUE(answer) << httplib::to_string(answer.error());
+  EXPECT_EQ(answer->status, 200);
+  EXPECT_EQ(json::parse(answer->body)["response"]["uid"], "u-1");
+  // Not JSON: 400, which the API server reads as a failed call (failurePolicy Fail denies).
+  auto bad = Post(server.port(), "/validate/gpudevices", "{not json");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  // A path nobody serves.
+  auto unknown = Post(server.port(), "/mutate/nothing", "{}");
+  ASSERT_TRUE(unknown);
+  EXPECT_EQ(unknown->status, 404);
+  EXPECT_EQ(server.stats().requests, 2);
+  EXPECT_EQ(server.stats().failures, 1);
+}
+
+TEST_F(WebhookServerTest, AHandlerThatThrowsIsA500NamingThePath) {
+  ServerOptions options;
+  options.address = "127.0.0.1:0";
+  options.certDir = certDir_;
+  Server server(options);
+  server.Handle("/mutate/pods", [](const json&, const RequestContext&) -> json {
+    throw std::runtime_error("the review has no request");
+  });
+  server.Start();
+  auto answer = Post(server.port(), "/mutate/pods", "{}");
+  ASSERT_TRUE(answer);
+  EXPECT_EQ(answer->status, 500);
+  EXPECT_NE(answer->body.find("/mutate/pods: the review has no request"), std::string::npos)
+      << answer->body;
+}
+
+TEST_F(WebhookServerTest, ReplacedCertificateFilesAreServedFromTheNextHandshake) {
+  ServerOptions options;
+  options.address = "127.0.0.1:0";
+  options.certDir = certDir_;
+  Server server(options);
+  server.Handle("/validate/gpudevices", Echo);
+  server.Start();
+  EXPECT_NE(ServedSubject(server.port()).find("CN = first"), std::string::npos);
+  Publish("second");
+  EXPECT_NE(ServedSubject(server.port()).find("CN = second"), std::string::npos);
+  EXPECT_EQ(server.stats().certificateLoads, 2);
+  // A pair whose key does not match: logged, counted, and the last good pair stays.
+  Publish("first", "second");
+  EXPECT_NE(ServedSubject(server.port()).find("CN = second"), std::string::npos);
+  EXPECT_EQ(server.stats().certificateErrors, 1);
+  auto answer = Post(server.port(), "/validate/gpudevices", R"({"request":{"uid":"u-2"}})");
+  ASSERT_TRUE(answer) << httplib::to_string(answer.error());
+  EXPECT_EQ(answer->status, 200);
+  // Fixed again: served again.
+  Publish("first");
+  EXPECT_NE(ServedSubject(server.port()).find("CN = first"), std::string::npos);
+}
+
+TEST_F(WebhookServerTest, StartFailsNamingAMissingOrMismatchedFile) {
+  ServerOptions options;
+  options.address = "127.0.0.1:0";
+  options.certDir = dir_.path() / "nowhere";
+  Server missing(options);
+  try {
+    missing.Start();
+    FAIL() << "started without a certificate";
+  } catch (const std::runtime_error& error) {
+    EXPECT_NE(std::string(error.what()).find("nowhere/tls.crt"), std::string::npos) << error.what();
+  }
+  Publish("first", "second");
+  options.certDir = certDir_;
+  Server mismatched(options);
+  try {
+    mismatched.Start();
+    FAIL() << "started with a key that does not match";
+  } catch (const std::runtime_error& error) {
+    EXPECT_NE(std::string(error.what()).find("does not match"), std::string::npos) << error.what();
+  }
+  options.address = "127.0.0.1:notaport";
+  Publish("first");
+  Server badAddress(options);
+  EXPECT_THROW(badAddress.Start(), std::runtime_error);
+}
+
+TEST_F(WebhookServerTest, TheApiServersTimeoutSetsTheDeadline) {
+  EXPECT_EQ(RequestTimeout("30s"), std::chrono::seconds(30));
+  EXPECT_EQ(RequestTimeout("5s"), std::chrono::seconds(5));
+  EXPECT_EQ(RequestTimeout(""), std::chrono::seconds(10));  // the API server's default
+  EXPECT_EQ(RequestTimeout("soon"), std::chrono::seconds(10));
+  ServerOptions options;
+  options.address = "127.0.0.1:0";
+  options.certDir = certDir_;
+  Server server(options);
+  std::mutex mutex;
+  std::vector<std::chrono::milliseconds> left;
+  server.Handle("/mutate/virtualmachineinstances",
+                [&](const json& review, const RequestContext& context) {
+                  std::lock_guard lock(mutex);
+                  left.push_back(std::chrono::duration_cast<std::chrono::milliseconds>(
+                      context.deadline - std::chrono::steady_clock::now()));
+                  return Echo(review, context);
+                });
+  server.Start();
+  ASSERT_TRUE(Post(server.port(), "/mutate/virtualmachineinstances?timeout=5s",
+                   R"({"request":{"uid":"a"}})"));
+  ASSERT_TRUE(Post(server.port(), "/mutate/virtualmachineinstances?timeout=30s",
+                   R"({"request":{"uid":"b"}})"));
+  ASSERT_EQ(left.size(), 2u);
+  // 5 s less a tenth for the way back; 30 s less at most one second.
+  EXPECT_LE(left[0], std::chrono::milliseconds(4500));
+  EXPECT_GT(left[0], std::chrono::milliseconds(3500));
+  EXPECT_LE(left[1], std::chrono::seconds(29));
+  EXPECT_GT(left[1], std::chrono::seconds(27));
+}
+
+TEST_F(WebhookServerTest, RequestsThatWaitNeverKeepTheOthersWaiting) {
+  ServerOptions options;
+  options.address = "127.0.0.1:0";
+  options.certDir = certDir_;
+  options.threads = 4;
+  options.maxWaiting = 2;
+  Server server(options);
+  std::mutex mutex;
+  std::condition_variable released;
+  bool release = false;
+  int waiting = 0;
+  int turnedAway = 0;
+  server.Handle("/mutate/virtualmachineinstances",
+                [&](const json& review, const RequestContext& context) {
+                  auto slot = server.TryWait();
+                  std::unique_lock lock(mutex);
+                  if (!slot) {
+                    ++turnedAway;
+                    return Echo(review, context);
+                  }
+                  ++waiting;
+                  released.notify_all();
+                  released.wait(lock, [&] { return release; });
+                  return Echo(review, context);
+                });
+  server.Handle("/validate/gpudevices", Echo);
+  server.Start();
+  std::vector<std::future<httplib::Result>> slow;
+  for (int i = 0; i < 2; ++i) {
+    slow.push_back(std::async(std::launch::async, [&] {
+      return Post(server.port(), "/mutate/virtualmachineinstances", R"({"request":{"uid":"s"}})");
+    }));
+  }
+  {
+    std::unique_lock lock(mutex);
+    ASSERT_TRUE(released.wait_for(lock, std::chrono::seconds(20), [&] { return waiting == 2; }));
+  }
+  // Both slots are taken: a third start is turned away at once, and an order is answered while
+  // the two still wait.
+  auto third = Post(server.port(), "/mutate/virtualmachineinstances", R"({"request":{"uid":"t"}})");
+  ASSERT_TRUE(third);
+  auto order = Post(server.port(), "/validate/gpudevices", R"({"request":{"uid":"o"}})");
+  ASSERT_TRUE(order);
+  EXPECT_EQ(order->status, 200);
+  {
+    std::lock_guard lock(mutex);
+    EXPECT_EQ(turnedAway, 1);
+    EXPECT_EQ(waiting, 2);
+    release = true;
+  }
+  released.notify_all();
+  for (auto& request : slow) {
+    auto answer = request.get();
+    ASSERT_TRUE(answer);
+    EXPECT_EQ(answer->status, 200);
+  }
+}
+
+}  // namespace
+}  // namespace cozy::controller::webhook
