@@ -34,7 +34,7 @@ echo "   and an API server with the GPUNode CRD and the node gpu-node-1"
 build/test/fakes/fake_kubelet --socket "$work/kubelet.sock" \
   --scenario fixtures/kubelet/t4-vgpu-4.json >"$work/kubelet.log" 2>&1 &
 pids+=($!)
-build/test/fakes/fake_apiserver --crds charts/gpu/crds --kubeconfig-out "$work/kubeconfig" \
+build/test/fakes/fake_apiserver --crds charts/gpu/templates/crds --kubeconfig-out "$work/kubeconfig" \
   >"$work/apiserver.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do

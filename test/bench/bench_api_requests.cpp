@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
       work / "root");
 
   cozy::fake::FakeApiServerOptions options;
-  options.crdPaths = {std::filesystem::path(COZY_SOURCE_DIR) / "charts/gpu/crds"};
+  options.crdPaths = {std::filesystem::path(COZY_SOURCE_DIR) / "charts/gpu/templates/crds"};
   cozy::fake::FakeApiServer server(options);
   server.Start();
   server.Seed({{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", "n1"}}}});

@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
   const std::filesystem::path work = ::mkdtemp(pattern);
 
   cozy::fake::FakeApiServerOptions options;
-  options.crdPaths = {std::filesystem::path(COZY_SOURCE_DIR) / "charts/gpu/crds"};
+  options.crdPaths = {std::filesystem::path(COZY_SOURCE_DIR) / "charts/gpu/templates/crds"};
   cozy::fake::FakeApiServer server(options);
   server.Start();
   json all = json::array();  // the same cluster for the model alone

@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
   const cozy::testing::TempDir work;
 
   cozy::fake::FakeApiServerOptions options;
-  options.crdPaths = {cozy::testing::SourceDir() / "charts/gpu/crds"};
+  options.crdPaths = {cozy::testing::SourceDir() / "charts/gpu/templates/crds"};
   cozy::fake::FakeApiServer server(options);
   server.Start();
   server.Seed({{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", "n1"}}}});

@@ -1,4 +1,4 @@
-// The GPUClass and GPUDevice CRDs (charts/gpu/crds/): the structural facts the API server
+// The GPUClass and GPUDevice CRDs (charts/gpu/templates/crds/): the structural facts the API server
 // enforces for us, and agreement with api/validation.h on the same name tables.
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
@@ -14,7 +14,7 @@ namespace cozy::api {
 namespace {
 
 YAML::Node LoadCrd(const std::string& file) {
-  return YAML::LoadFile(std::string(COZY_SOURCE_DIR) + "/charts/gpu/crds/" + file);
+  return YAML::LoadFile(std::string(COZY_SOURCE_DIR) + "/charts/gpu/templates/crds/" + file);
 }
 
 YAML::Node Version(const YAML::Node& crd) { return crd["spec"]["versions"][0]; }

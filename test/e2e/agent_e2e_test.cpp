@@ -37,7 +37,7 @@ class AgentEndToEnd : public ::testing::Test {
  protected:
   void SetUp() override {
     fake::FakeApiServerOptions options;
-    options.crdPaths = {testing::SourceDir() / "charts/gpu/crds"};
+    options.crdPaths = {testing::SourceDir() / "charts/gpu/templates/crds"};
     server_ = std::make_unique<fake::FakeApiServer>(options);
     server_->Start();
     server_->Seed(
@@ -205,7 +205,7 @@ TEST_F(AgentEndToEnd, MissingCrdAtStartThenPublishesOnceTheCrdIsAdded) {
   const auto applied = testing::RunCommand(
       "kubectl --kubeconfig " + testing::ShellQuote((directory_.path() / "kubeconfig").string()) +
       " apply -f " +
-      testing::ShellQuote((testing::SourceDir() / "charts/gpu/crds/gpunodes.yaml").string()));
+      testing::ShellQuote((testing::SourceDir() / "charts/gpu/templates/crds/gpunodes.yaml").string()));
   // kubectl is the real client here (scripts/install-deps.sh installs one).
   ASSERT_EQ(applied.exitCode, 0) << applied.err;
   ASSERT_TRUE(WaitFor([&] { return Published(); }, 20s)) << AgentLog();

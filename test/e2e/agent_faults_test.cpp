@@ -31,7 +31,7 @@ class AgentFaults : public ::testing::Test {
  protected:
   void SetUp() override {
     fake::FakeApiServerOptions options;
-    options.crdPaths = {testing::SourceDir() / "charts/gpu/crds"};
+    options.crdPaths = {testing::SourceDir() / "charts/gpu/templates/crds"};
     server_ = std::make_unique<fake::FakeApiServer>(options);
     server_->Start();
     server_->Seed(

@@ -36,7 +36,7 @@ class ControllerEndToEnd : public ::testing::Test {
  protected:
   void SetUp() override {
     fake::FakeApiServerOptions options;
-    options.crdPaths = {testing::SourceDir() / "charts/gpu/crds",
+    options.crdPaths = {testing::SourceDir() / "charts/gpu/templates/crds",
                         testing::SourceDir() / "test/fakes/crds"};
     server_ = std::make_unique<fake::FakeApiServer>(options);
     server_->Start();

@@ -14,8 +14,8 @@
 
 namespace cozy::testing {
 
-std::filesystem::path ChartCrdDir();     // charts/gpu/crds
-std::filesystem::path GpuNodeCrdFile();  // charts/gpu/crds/gpunodes.yaml
+std::filesystem::path ChartCrdDir();     // charts/gpu/templates/crds
+std::filesystem::path GpuNodeCrdFile();  // charts/gpu/templates/crds/gpunodes.yaml
 // test/fakes/crds: the test-only CRDs of kinds the controller reads but does not own
 // (KubeVirt's VirtualMachineInstance, VirtualMachine, KubeVirt; Cozystack's WorkloadMonitor,
 // Workload), one file each: TestCrdFile("kubevirt.io_virtualmachineinstances.yaml").

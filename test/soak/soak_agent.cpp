@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
       (cozy::testing::SourceDir() / "fixtures/kubelet/a100-kubevirt-pci.json").string());
 
   cozy::fake::FakeApiServerOptions options;
-  options.crdPaths = {cozy::testing::SourceDir() / "charts/gpu/crds"};
+  options.crdPaths = {cozy::testing::SourceDir() / "charts/gpu/templates/crds"};
   options.bookmarkInterval = 500ms;
   cozy::fake::FakeApiServer server(options);
   server.Start();

@@ -162,7 +162,7 @@ UmockdevReplay::~UmockdevReplay() {
 
 bool UmockdevReplay::Start(const ReplayOptions& options) {
   fake::FakeApiServerOptions serverOptions;
-  serverOptions.crdPaths = {SourceDir() / "charts/gpu/crds"};
+  serverOptions.crdPaths = {SourceDir() / "charts/gpu/templates/crds"};
   server_ = std::make_unique<fake::FakeApiServer>(serverOptions);
   server_->Start();
   server_->Seed({{"apiVersion", "v1"},

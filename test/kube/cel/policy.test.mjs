@@ -29,7 +29,9 @@ if (!renderedFile || !namespace) {
 const documents = parseAllDocuments(readFileSync(renderedFile, "utf8")).map((d) => d.toJS());
 const policy = documents.find((d) => d.kind === "ValidatingAdmissionPolicy");
 const binding = documents.find((d) => d.kind === "ValidatingAdmissionPolicyBinding");
-const clusterRoleBinding = documents.find((d) => d.kind === "ClusterRoleBinding");
+// The agent's: the chart also binds the controller's roles.
+const clusterRoleBinding = documents.find((d) => d.kind === "ClusterRoleBinding" &&
+  d.metadata.name === "gpu-agent");
 
 const NODE_NAME = "authentication.kubernetes.io/node-name";
 const AGENT = `system:serviceaccount:${namespace}:gpu-agent`;
