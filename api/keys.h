@@ -32,6 +32,13 @@ inline constexpr std::string_view kDeviceReferenceLabel = "gpu.cozystack.io/devi
 inline constexpr std::string_view kDeviceReferenceLabelValue = "true";
 inline constexpr std::string_view kDeviceReferenceAnnotation = "gpu.cozystack.io/device-references";
 
+// vGPU entitlement: the hoster sets this label, with value "true", on a tenant namespace or
+// on any of its ancestor tenant namespaces; orders of a vgpu class (GPUDevice, or a VMI's device
+// template) are refused in a namespace whose budget chain carries none. A namespace that is no
+// tenant's is its own chain: the hoster labels it as well. Tenants cannot write namespace labels.
+inline constexpr std::string_view kVgpuEntitledLabel = "gpu.cozystack.io/vgpu-entitled";
+inline constexpr std::string_view kVgpuEntitledLabelValue = "true";
+
 // The reserved key the GPU usage records' WorkloadMonitor selects on; no tenant object may
 // carry it, so the monitor matches nothing and tenant labels cannot shape usage records.
 inline constexpr std::string_view kUsageMonitorLabel = "gpu.cozystack.io/usage-monitor";

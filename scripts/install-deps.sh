@@ -21,6 +21,8 @@ packages=(
   nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
   # Kubernetes client; HTTP servers (health and metrics, the fake API server)
   libcurl4-openssl-dev libcpp-httplib-dev
+  # base64 of admission patches (OpenSSL libcrypto)
+  libssl-dev
   # promtool validates the metrics exposition in tests
   prometheus
   # tests and benchmarks

@@ -181,4 +181,41 @@ RemainingBudget Model::Remaining(std::string_view tenant, std::string_view class
   return index_->Remaining(tenant, c->second, index_->usage);
 }
 
+std::optional<std::string> Model::CheckNewOrder(
+    std::string_view ns, const std::map<std::string, int64_t>& counts) const {
+  const Index& ix = *index_;
+  std::vector<std::pair<size_t, int64_t>> byClass;
+  std::vector<std::pair<size_t, int64_t>> byResource;
+  Needs needs;
+  for (const auto& [className, count] : counts) {
+    const auto c = ix.classIds.find(className);
+    if (c == ix.classIds.end()) {
+      continue;
+    }
+    AddCount(byClass, c->second, count);
+    AddCount(byResource, ix.classes[c->second].resource, count);
+    needs.total += count;
+  }
+  needs.byClass = Counts(byClass);
+  needs.byResource = Counts(byResource);
+  std::vector<std::string_view> chain;
+  return ix.CheckBudgets(ns, needs, ix.usage, chain);
+}
+
+bool Model::VgpuEntitled(std::string_view ns) const {
+  const Index& ix = *index_;
+  std::vector<std::string_view> chain;
+  ix.tenants.BudgetChain(ns, chain);
+  for (const Namespace& candidate : ix.snapshot.namespaces) {
+    if (std::find(chain.begin(), chain.end(), candidate.name) == chain.end()) {
+      continue;
+    }
+    const auto label = candidate.labels.find(std::string(api::kVgpuEntitledLabel));
+    if (label != candidate.labels.end() && label->second == api::kVgpuEntitledLabelValue) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace cozy::model

@@ -37,6 +37,16 @@ struct NodeView {
   std::map<std::string, NodeClassView> classes;
 };
 
+// One class's room now, for a check per order without the whole View(): its free units on the
+// nodes it selects that take binds (no tolerations), and the node with the most of them.
+struct ClassRoom {
+  const api::GpuClass* gpuClass = nullptr;  // the snapshot's
+  std::optional<int64_t> maxCount;          // resolved (ResolveMaxCount)
+  int64_t free = 0;                         // as ClassView::free
+  int64_t largestNodeFree = 0;              // the most free units on one such node
+  std::string largestNode;                  // that node (the first by name on a tie); "" if none
+};
+
 // What a later order of a class in a tenant is checked against.
 struct RemainingBudget {
   std::optional<int64_t> remaining;  // nullopt: no budget applies
@@ -89,6 +99,15 @@ class Model {
   RemainingBudget Remaining(std::string_view tenant, std::string_view className) const;
   // Free units of a class on one node, or nullopt when the node does not serve the class.
   std::optional<NodeClassView> NodeClass(std::string_view node, std::string_view className) const;
+  // The class's room, or nullopt when no class has the name.
+  std::optional<ClassRoom> Room(std::string_view className) const;
+  // Why a new order of these GPUs (class name -> count, all in `ns`) would exceed a budget of
+  // `ns` or of an ancestor, counted on top of every existing order, or nullopt; as the binder
+  // checks a new order (raw keys blocking included). Unknown classes are left out.
+  std::optional<std::string> CheckNewOrder(std::string_view ns,
+                                           const std::map<std::string, int64_t>& counts) const;
+  // Whether `ns` or an ancestor tenant namespace carries api::kVgpuEntitledLabel "true".
+  bool VgpuEntitled(std::string_view ns) const;
   // The decisions of one binder pass, in the order the binder takes them: restore the set
   // invariant, move held sets off nodes that cannot keep them, rebind Lost sets, bind new orders.
   std::vector<Decision> PlanPass() const;

@@ -20,6 +20,28 @@ std::optional<NodeClassView> Model::NodeClass(std::string_view node,
   return NodeClassView{ix.units[at], used, std::max<int64_t>(0, ix.units[at] - used)};
 }
 
+std::optional<ClassRoom> Model::Room(std::string_view className) const {
+  const Index& ix = *index_;
+  const auto c = ix.classIds.find(className);
+  if (c == ix.classIds.end()) {
+    return std::nullopt;
+  }
+  const ClassInfo& info = ix.classes[c->second];
+  ClassRoom room{info.gpuClass, info.maxCount, 0, 0, ""};
+  for (const size_t n : info.nodes) {  // by name
+    if (!ix.eligibility[n].eligible) {
+      continue;
+    }
+    const int64_t free = std::max<int64_t>(0, ix.Free(n, info.resource));
+    room.free += free;
+    if (room.largestNode.empty() || free > room.largestNodeFree) {
+      room.largestNodeFree = free;
+      room.largestNode = ix.nodes[n]->name;
+    }
+  }
+  return room;
+}
+
 ClusterView Model::View() const {
   const Index& ix = *index_;
   ClusterView view;

@@ -1,0 +1,73 @@
+#include "controller/admission/orders.h"
+
+#include "api/keys.h"
+#include "controller/model/readers.h"
+
+namespace cozy::admission {
+namespace {
+
+std::string Gpus(int64_t count) { return std::to_string(count) + (count == 1 ? " GPU" : " GPUs"); }
+
+}  // namespace
+
+std::optional<std::string> CheckClassOrder(const model::Model& model, std::string_view ns,
+                                           std::string_view className, int64_t count,
+                                           std::string_view what) {
+  const std::string head =
+      std::string(what) + " orders " + Gpus(count) + " of class " + std::string(className);
+  const std::optional<model::ClassRoom> room = model.Room(className);
+  if (!room) {
+    return head + ", but no GPUClass " + std::string(className) + " exists";
+  }
+  if (room->gpuClass->metadata.deletionTimestamp) {
+    return head + ", but class " + std::string(className) +
+           " is being deleted and takes no new orders";
+  }
+  if (room->maxCount && count > *room->maxCount) {
+    return head + ", but class " + std::string(className) + " allows at most " +
+           Gpus(*room->maxCount) + " per order";
+  }
+  if (room->gpuClass->spec.mode == api::GpuMode::kVgpu && !model.VgpuEntitled(ns)) {
+    return head + ", a vGPU class, but namespace " + std::string(ns) +
+           " is not entitled to vGPUs (ask the hoster to label it or a parent tenant " +
+           std::string(api::kVgpuEntitledLabel) + "=" + std::string(api::kVgpuEntitledLabelValue) +
+           ")";
+  }
+  if (count > room->free) {
+    return head + ", but only " + std::to_string(room->free) +
+           " are free on the nodes that take orders now";
+  }
+  if (count > room->largestNodeFree) {
+    return head + ", but no single node has that many free: " + std::to_string(room->free) +
+           " are free in all, at most " + std::to_string(room->largestNodeFree) + " on node " +
+           room->largestNode + ", and one order's GPUs must share a node";
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> CheckOrder(const model::Model& model, const model::Snapshot& snapshot,
+                                      const api::GpuDevice& order) {
+  (void)snapshot;  // every rule reads the model, which was built from it
+  const std::string& ns = order.metadata.namespaceName;
+  const std::string& className = order.spec.className;
+  const std::string what = "GPUDevice " + ns + "/" + order.metadata.name;
+  if (std::optional<std::string> refusal =
+          CheckClassOrder(model, ns, className, order.spec.count, what)) {
+    return refusal;
+  }
+  if (std::optional<std::string> budget =
+          model.CheckNewOrder(ns, {{className, order.spec.count}})) {
+    const model::RemainingBudget remaining = model.Remaining(ns, className);
+    std::string left;
+    if (remaining.remaining) {
+      left = "; " + std::to_string(*remaining.remaining) + " of class " + className +
+             " remain to order in " + ns + " (limited by " + remaining.key + " of " +
+             remaining.limitedBy + ")";
+    }
+    return what + " orders " + Gpus(order.spec.count) + " of class " + className + ", but " +
+           *budget + left;
+  }
+  return std::nullopt;
+}
+
+}  // namespace cozy::admission

@@ -1,0 +1,328 @@
+#include "controller/admission/vmi.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <map>
+
+#include "api/json_field.h"
+#include "api/keys.h"
+#include "api/validation.h"
+#include "controller/admission/orders.h"
+#include "controller/model/readers.h"
+
+namespace cozy::admission {
+namespace {
+
+using api::JsonField;
+
+std::string Hash(std::string_view text) {
+  uint64_t hash = 14695981039346656037ULL;  // FNV-1a
+  for (const char c : text) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 1099511628211ULL;
+  }
+  std::array<char, 17> digits{};
+  std::snprintf(digits.data(), digits.size(), "%016llx", static_cast<unsigned long long>(hash));
+  return std::string(digits.data(), 10);
+}
+
+const nlohmann::json* At(const nlohmann::json& object, std::initializer_list<const char*> path) {
+  const nlohmann::json* at = &object;
+  for (const char* key : path) {
+    if (!at->is_object()) {
+      return nullptr;
+    }
+    const auto it = at->find(key);
+    if (it == at->end() || it->is_null()) {
+      return nullptr;
+    }
+    at = &*it;
+  }
+  return at;
+}
+
+struct Member {
+  std::string name;
+  const api::GpuDevice* existing = nullptr;  // null: a template to create
+  std::string className;
+  int64_t count = 0;
+};
+
+}  // namespace
+
+std::string GpuEntryName(std::string_view deviceName, int64_t index) {
+  const std::string suffix = "-" + std::to_string(index);
+  std::string name = std::string(kGpuEntryPrefix) + std::string(deviceName) + suffix;
+  if (api::CheckDnsLabel(name).empty()) {
+    return name;
+  }
+  // Dots become dashes and the device name is cut; the hash of the whole name keeps it distinct.
+  const std::string hash = "-" + Hash(deviceName);
+  const size_t room = 63 - kGpuEntryPrefix.size() - hash.size() - suffix.size();
+  std::string head(deviceName.substr(0, room));
+  std::replace(head.begin(), head.end(), '.', '-');
+  while (!head.empty() && head.back() == '-') {
+    head.pop_back();
+  }
+  return std::string(kGpuEntryPrefix) + head + hash + suffix;
+}
+
+bool IsWebhookGpuEntryName(std::string_view name) { return name.starts_with(kGpuEntryPrefix); }
+
+VmiGpuEntries OwnGpuEntries(const nlohmann::json& vmi,
+                            const std::set<std::string>& gpuResourceNames) {
+  VmiGpuEntries entries;
+  const JsonField root(vmi, "");
+  const std::optional<JsonField> spec = root.Find("spec");
+  const std::optional<JsonField> domain = spec ? spec->Find("domain") : std::nullopt;
+  if (!domain) {
+    return entries;
+  }
+  if (const auto devices = domain->Find("devices")) {
+    if (const auto gpus = devices->Find("gpus")) {
+      for (const JsonField& gpu : gpus->AsArray()) {
+        GpuEntry entry{gpu.path(), gpu.StringOr("name", ""), gpu.StringOr("deviceName", "")};
+        (IsWebhookGpuEntryName(entry.name) ? entries.webhook : entries.own)
+            .push_back(std::move(entry));
+      }
+    }
+    if (const auto hostDevices = devices->Find("hostDevices")) {
+      for (const JsonField& device : hostDevices->AsArray()) {
+        std::string resource = device.StringOr("deviceName", "");
+        if (gpuResourceNames.contains(resource)) {
+          entries.own.push_back({device.path(), device.StringOr("name", ""), std::move(resource)});
+        }
+      }
+    }
+  }
+  if (const auto resources = domain->Find("resources")) {
+    for (const char* list : {"requests", "limits"}) {
+      if (const auto values = resources->Find(list)) {
+        for (const auto& [key, value] : values->AsObjectMembers()) {
+          if (gpuResourceNames.contains(key)) {
+            entries.own.push_back({value.path(), "", key});
+          }
+        }
+      }
+    }
+  }
+  return entries;
+}
+
+VmiStartPlan PlanVmiStart(const model::Snapshot& snapshot, const model::Model& model,
+                          const VmiInput& input) {
+  VmiStartPlan plan;
+  const std::string& ns = input.namespaceName;
+  const std::string vmiText = "VMI " + ns + "/" + input.vmiName;
+  auto refuse = [&plan](std::string message) {
+    plan.refusal = std::move(message);
+    return plan;
+  };
+  auto find = [&snapshot, &ns](std::string_view name) -> const api::GpuDevice* {
+    for (const api::GpuDevice& device : snapshot.devices) {
+      if (device.metadata.namespaceName == ns && device.metadata.name == name) {
+        return &device;
+      }
+    }
+    return nullptr;
+  };
+  // The checks every existing member takes: it may be attached to this VMI's name only.
+  auto checkExisting = [&](const api::GpuDevice& device) -> std::optional<std::string> {
+    const std::string& name = device.metadata.name;
+    if (device.metadata.deletionTimestamp) {
+      return vmiText + " references GPUDevice " + name + ", which is being deleted";
+    }
+    if (device.status.attachment && device.status.attachment->vmiName != input.vmiName) {
+      return vmiText + " references GPUDevice " + name + ", which is attached to VMI " +
+             device.status.attachment->vmiName;
+    }
+    return std::nullopt;
+  };
+
+  // With raw names forbidden a GPU reaches a VM only through a device reference.
+  if (input.rawNamesForbidden && !input.entries.own.empty()) {
+    const GpuEntry& entry = input.entries.own.front();
+    return refuse(vmiText + " carries its own GPU entry " + entry.field +
+                  (entry.name.empty() ? "" : " (" + entry.name + ")") + " for " +
+                  entry.resourceName +
+                  "; raw GPU resource names are forbidden here: reference a GPUDevice instead");
+  }
+
+  std::vector<Member> members;
+  for (const std::string& name : input.references.devices) {
+    const api::GpuDevice* device = find(name);
+    if (!device) {
+      return refuse(vmiText + " references GPUDevice " + name + ", which does not exist in " + ns);
+    }
+    if (std::optional<std::string> refusal = checkExisting(*device)) {
+      return refuse(*refusal);
+    }
+    members.push_back({name, device, device->spec.className, device->spec.count});
+  }
+  std::map<std::string, int64_t> newCounts;  // by class: the templates to create, together
+  for (const api::DeviceReferences::Template& item : input.references.templates) {
+    const std::string name = model::TemplateDeviceName(input.vmiName, item.name);
+    const std::string what = vmiText + " (device template " + item.name + ")";
+    if (const api::GpuDevice* device = find(name)) {
+      // Created by an earlier call for this VMI: held now, if it is that template's device.
+      const auto mark = device->metadata.labels.find(std::string(api::kTemplateDeviceLabel));
+      if (mark == device->metadata.labels.end() || mark->second != api::kTemplateDeviceLabelValue ||
+          device->spec.className != item.className || device->spec.count != item.count) {
+        return refuse(what + ": GPUDevice " + name +
+                      " already exists and is not this template's device");
+      }
+      if (std::optional<std::string> refusal = checkExisting(*device)) {
+        return refuse(*refusal);
+      }
+      members.push_back({name, device, item.className, item.count});
+      continue;
+    }
+    if (std::optional<std::string> refusal =
+            CheckClassOrder(model, ns, item.className, item.count, what)) {
+      return refuse(*refusal);
+    }
+    newCounts[item.className] += item.count;
+    members.push_back({name, nullptr, item.className, item.count});
+  }
+  if (std::optional<std::string> budget = model.CheckNewOrder(ns, newCounts)) {
+    return refuse(vmiText + " orders device templates over a budget: " + *budget);
+  }
+
+  // Placement: one binder pass on a copy where the whole set asks to be bound for this VMI.
+  model::Snapshot trial = snapshot;
+  const api::Attachment attachment{input.vmiName, "", input.now};
+  const api::BindRequest request{"admission-plan", input.now};
+  for (const Member& member : members) {
+    if (member.existing) {
+      api::GpuDevice& device =
+          trial.devices[static_cast<size_t>(member.existing - snapshot.devices.data())];
+      device.status.attachment = attachment;
+      device.status.bindRequest = request;
+      continue;
+    }
+    api::GpuDevice device;
+    device.metadata.namespaceName = ns;
+    device.metadata.name = member.name;
+    device.metadata.creationTimestamp = input.now;
+    device.metadata.labels[std::string(api::kTemplateDeviceLabel)] =
+        std::string(api::kTemplateDeviceLabelValue);
+    device.spec.className = member.className;
+    device.spec.count = member.count;
+    plan.templateDevices.push_back(api::ToJson(device));
+    plan.templateDevices.back().erase("status");
+    device.status.attachment = attachment;
+    device.status.bindRequest = request;
+    trial.devices.push_back(std::move(device));
+  }
+  // The VMI as the pass sees it: its tolerations decide the nodes it may go to. An older VMI
+  // of the name (being replaced) leaves the copy; its pods then count as raw usage.
+  std::erase_if(trial.vmis, [&](const model::VirtualMachineInstance& vmi) {
+    return vmi.namespaceName == ns && vmi.name == input.vmiName;
+  });
+  model::VirtualMachineInstance vmi;
+  vmi.namespaceName = ns;
+  vmi.name = input.vmiName;
+  vmi.tolerations = input.tolerations;
+  vmi.creationTimestamp = input.now;
+  trial.vmis.push_back(std::move(vmi));
+
+  const std::vector<model::Decision> decisions = model::Model(trial).PlanPass();
+  for (const Member& member : members) {
+    const auto decision = std::find_if(decisions.begin(), decisions.end(), [&](const auto& d) {
+      return d.deviceNamespace == ns && d.deviceName == member.name;
+    });
+    if (decision == decisions.end()) {
+      return refuse(vmiText + ": the model decided nothing for GPUDevice " + member.name);
+    }
+    const bool placed = decision->action == model::Action::kBind ||
+                        decision->action == model::Action::kMove ||
+                        decision->action == model::Action::kKeep;
+    if (!placed || decision->node.empty()) {
+      return refuse(vmiText + " cannot start: its GPUs cannot be placed on one node now: " +
+                    decision->reason);
+    }
+    if (!plan.node.empty() && plan.node != decision->node) {
+      return refuse(vmiText + " cannot start: its GPUs would be split over nodes " + plan.node +
+                    " and " + decision->node);
+    }
+    plan.node = decision->node;
+  }
+  for (const Member& member : members) {
+    if (member.existing) {
+      plan.heldDevices.push_back(member.name);
+    }
+    const std::optional<model::ClassRoom> room = model.Room(member.className);
+    plan.devices.push_back(
+        {member.name, room ? room->gpuClass->ResourceName() : std::string(), member.count});
+  }
+  return plan;
+}
+
+nlohmann::json VmiGpuPatch(const nlohmann::json& vmi, const std::vector<PlacedDevice>& devices) {
+  nlohmann::json desired = nlohmann::json::array();
+  for (const PlacedDevice& device : devices) {
+    for (int64_t i = 0; i < device.count; ++i) {
+      desired.push_back(
+          {{"name", GpuEntryName(device.deviceName, i)}, {"deviceName", device.resourceName}});
+    }
+  }
+  nlohmann::json ops = nlohmann::json::array();
+  const nlohmann::json* gpus = At(vmi, {"spec", "domain", "devices", "gpus"});
+  if (gpus == nullptr || !gpus->is_array()) {
+    if (desired.empty()) {
+      return ops;
+    }
+    // Add at the first missing parent, carrying what lies below it.
+    nlohmann::json value = desired;
+    std::string path = "/spec/domain/devices/gpus";
+    const std::array<std::pair<std::initializer_list<const char*>, const char*>, 3> parents = {{
+        {{"spec", "domain", "devices"}, "gpus"},
+        {{"spec", "domain"}, "devices"},
+        {{"spec"}, "domain"},
+    }};
+    for (const auto& [parent, key] : parents) {
+      if (At(vmi, parent) != nullptr) {
+        break;
+      }
+      value = nlohmann::json{{key, std::move(value)}};
+      path = path.substr(0, path.rfind('/'));
+    }
+    ops.push_back({{"op", "add"}, {"path", path}, {"value", std::move(value)}});
+    return ops;
+  }
+  // Keep the webhook entries that are wanted (first of each), remove the rest, add what lacks.
+  std::vector<bool> present(desired.size(), false);
+  std::vector<size_t> stale;
+  for (size_t i = 0; i < gpus->size(); ++i) {
+    const nlohmann::json& entry = (*gpus)[i];
+    const std::string name = entry.is_object() ? entry.value("name", "") : "";
+    if (!IsWebhookGpuEntryName(name)) {
+      continue;
+    }
+    bool wanted = false;
+    for (size_t d = 0; d < desired.size() && !wanted; ++d) {
+      // Name and deviceName: fields another mutator may add to the entry do not make it stale.
+      if (!present[d] && name == desired[d]["name"] && entry.contains("deviceName") &&
+          entry["deviceName"] == desired[d]["deviceName"]) {
+        present[d] = true;
+        wanted = true;
+      }
+    }
+    if (!wanted) {
+      stale.push_back(i);
+    }
+  }
+  for (auto it = stale.rbegin(); it != stale.rend(); ++it) {
+    ops.push_back({{"op", "remove"}, {"path", "/spec/domain/devices/gpus/" + std::to_string(*it)}});
+  }
+  for (size_t d = 0; d < desired.size(); ++d) {
+    if (!present[d]) {
+      ops.push_back(
+          {{"op", "add"}, {"path", "/spec/domain/devices/gpus/-"}, {"value", desired[d]}});
+    }
+  }
+  return ops;
+}
+
+}  // namespace cozy::admission
