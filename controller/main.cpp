@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
   std::string resourceNames;
   std::string rawNames = "allow";
   std::string grace = "2m", leaseDuration = "15s", renewDeadline = "10s", retryPeriod = "2s";
-  std::string resync = "30s", discoveryInterval = "30s";
+  std::string resync = "30s", discoveryInterval = "30s", bindWait = "8s";
   std::string logFormat = "text";
   int verbosity = 0;
   run->add_option("--kubeconfig", options.kubeconfig, "kubeconfig file (default: in-cluster)");
@@ -97,6 +97,15 @@ int main(int argc, char** argv) {
   run->add_option("--discovery-interval", discoveryInterval,
                   "How often to ask which optional kinds (KubeVirt, usage records) are served")
       ->capture_default_str();
+  run->add_option("--webhook-addr", options.webhookAddress,
+                  "Admission webhooks (with --enable-gpu): HTTPS on host:port or :port")
+      ->capture_default_str();
+  run->add_option("--webhook-cert-dir", options.webhookCertDir,
+                  "Directory holding tls.crt and tls.key, re-read when they change")
+      ->capture_default_str();
+  run->add_option("--bind-wait", bindWait,
+                  "How long a VM start waits for the binder to place its GPUs (positive)")
+      ->capture_default_str();
   run->add_option("--log-format", logFormat)->check(CLI::IsMember({"text", "json"}));
   run->add_flag("-v,--verbose", verbosity, "Debug logs");
 
@@ -124,6 +133,7 @@ int main(int argc, char** argv) {
       options.retryPeriod = PositiveDuration("--retry-period", retryPeriod);
       options.resync = PositiveDuration("--resync", resync);
       options.discoveryInterval = PositiveDuration("--discovery-interval", discoveryInterval);
+      options.bindWait = PositiveDuration("--bind-wait", bindWait);
       if (!std::isfinite(options.qps) || options.qps < 0 || options.burst < 1) {
         throw BadFlag{"--qps must be 0 or more and --burst at least 1"};
       }

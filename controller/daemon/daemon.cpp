@@ -23,6 +23,8 @@
 #include "controller/reconciler/apply.h"
 #include "controller/reconciler/plan.h"
 #include "controller/snapshot_json.h"
+#include "controller/webhook/server.h"
+#include "controller/webhook/webhooks.h"
 #include "kube/cache.h"
 #include "kube/client.h"
 #include "kube/config.h"
@@ -122,7 +124,7 @@ struct BinderPassResult {
   BinderResult result;
 };
 
-class Controller {
+class Controller : public webhook::ClusterSource {
  public:
   Controller(const RunOptions& options, kube::ClientConfig config)
       : options_(options),
@@ -268,6 +270,7 @@ class Controller {
     }
     discovery_.Start();
     elector_->Start();
+    if (options_.enableGpu) StartWebhooks();
 
     passTimer_ = loop_.AddTimer("reconcile", [this] { StartPass(); });
     binderTimer_ = loop_.AddTimer("bind", [this] { StartBinderPass(); });
@@ -281,6 +284,7 @@ class Controller {
                       {"gpu", options_.enableGpu ? "enabled" : "disabled"},
                       {"health", options_.healthAddress}});
     const int code = loop_.Run();
+    if (webhookServer_) webhookServer_->Stop();
     discovery_.Stop();
     vmis_.Stop();
     kubevirt_.Stop();
@@ -308,8 +312,33 @@ class Controller {
     return client;
   }
 
+  // G2, G3: the webhooks only with GPUs on, served by every replica from the caches started
+  // above. Their writes go through a client of their own whose requests end well inside the
+  // API server's webhook timeout.
+  void StartWebhooks() {
+    kube::ClientOptions options = ClientOptions(options_);
+    options.userAgent = "gpu-controller-webhook";
+    options.requestTimeout = std::chrono::seconds(3);
+    options.maxRetries = 1;
+    webhookClient_ = std::make_unique<kube::Client>(client_.config(), options);
+    webhook::WebhookOptions webhookOptions;
+    webhookOptions.bindWait = options_.bindWait;
+    webhooks_ = std::make_unique<webhook::Webhooks>(*webhookClient_, *this, webhookOptions);
+    webhook::ServerOptions serverOptions;
+    serverOptions.address = options_.webhookAddress;
+    serverOptions.certDir = options_.webhookCertDir;
+    webhookServer_ = std::make_unique<webhook::Server>(serverOptions);
+    webhooks_->Register(*webhookServer_);
+    webhookServer_->Start();
+    LogInfo("admission webhooks serving",
+            LogFields{{"address", options_.webhookAddress},
+                      {"port", std::to_string(webhookServer_->port())},
+                      {"certDir", options_.webhookCertDir}});
+  }
+
   // Any cache thread: something changed.
   void Changed() {
+    ++generation_;
     loop_.Post([this] { Trigger(); });
   }
 
@@ -336,11 +365,12 @@ class Controller {
     return {namespaces_.get(), quotas_.get(), nodes_.get(), pods_.get()};
   }
 
-  // Readiness: the caches that need no KubeVirt have listed (KubeVirt's never count).
-  bool Ready() {
+  // Readiness: the caches that need no KubeVirt have listed (KubeVirt's never count, G4).
+  bool Ready() const {
     if (!CoreSynced()) return false;
-    for (auto* cache : BinderCaches()) {
-      if (!cache->Synced()) return false;
+    if (namespaces_ &&
+        !(namespaces_->Synced() && quotas_->Synced() && nodes_->Synced() && pods_->Synced())) {
+      return false;
     }
     return true;
   }
@@ -396,21 +426,7 @@ class Controller {
         stale = binder_.StaleInCache(cachedDevices);
       }
       const int readPast = binder_.ReadPast(cachedDevices, stale, snapshot.devices);
-      for (const auto& item : namespaces_->List()) snapshot.namespaces.push_back(*item);
-      for (const auto& item : quotas_->List()) snapshot.quotas.push_back(*item);
-      for (const auto& item : nodes_->List()) snapshot.nodes.push_back(*item);
-      for (const auto& item : pods_->List()) snapshot.pods.push_back(*item);
-      for (const auto& item : gpuNodes_.List()) snapshot.gpuNodes.push_back(*item);
-      for (const auto& item : classes_.List()) snapshot.classes.push_back(*item);
-      bool vmisKnown = false;
-      if (discovery_.IsServed(kVmiResource) == kube::Served::kServed) {
-        if (auto vmis = vmis_.Get(); vmis && vmis->Synced()) {
-          vmisKnown = true;
-          for (const auto& item : vmis->List()) snapshot.vmis.push_back(*item);
-        }
-      }
-      snapshot.permittedHostDevices = PermittedHostDevices();
-      snapshot.settings.resourceNames = options_.gpuResourceNames;
+      const bool vmisKnown = FillSnapshot(snapshot);
       const auto now = std::chrono::system_clock::now();
       pass.result = binder_.Pass(snapshot, answersOnly, vmisKnown, now);
       pass.result.readPastCache = readPast;
@@ -423,6 +439,63 @@ class Controller {
     pass.seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     return pass;
+  }
+
+  // Everything but the devices, as the caches show it; returns whether the VMIs are known
+  // (their kind served and its cache synced). Any thread.
+  bool FillSnapshot(model::Snapshot& snapshot) const {
+    for (const auto& item : namespaces_->List()) snapshot.namespaces.push_back(*item);
+    for (const auto& item : quotas_->List()) snapshot.quotas.push_back(*item);
+    for (const auto& item : nodes_->List()) snapshot.nodes.push_back(*item);
+    for (const auto& item : pods_->List()) snapshot.pods.push_back(*item);
+    for (const auto& item : gpuNodes_.List()) snapshot.gpuNodes.push_back(*item);
+    for (const auto& item : classes_.List()) snapshot.classes.push_back(*item);
+    bool vmisKnown = false;
+    if (discovery_.IsServed(kVmiResource) == kube::Served::kServed) {
+      if (auto vmis = vmis_.Get(); vmis && vmis->Synced()) {
+        vmisKnown = true;
+        for (const auto& item : vmis->List()) snapshot.vmis.push_back(*item);
+      }
+    }
+    snapshot.permittedHostDevices = PermittedHostDevices();
+    snapshot.settings.resourceNames = options_.gpuResourceNames;
+    return vmisKnown;
+  }
+
+  // webhook::ClusterSource, on the webhook server's threads.
+  bool Synced() const override { return Ready(); }
+
+  std::shared_ptr<const webhook::Prepared> Prepare() override {
+    std::lock_guard lock(preparedMutex_);
+    // Read the generation before the caches: a change during the build makes the next
+    // request build again rather than keep a state older than it claims.
+    const uint64_t generation = generation_.load();
+    if (prepared_ && preparedGeneration_ == generation) return prepared_;
+    auto prepared = std::make_shared<webhook::Prepared>();
+    for (const auto& item : devices_.List()) prepared->snapshot.devices.push_back(*item);
+    FillSnapshot(prepared->snapshot);
+    prepared->gpuResourceNames = model::EffectiveGpuResourceNames(
+        prepared->snapshot.settings, prepared->snapshot.gpuNodes,
+        prepared->snapshot.permittedHostDevices, prepared->snapshot.classes);
+    prepared->rawNamesForbidden = options_.rawNamesForbidden;
+    try {
+      prepared->model = std::make_unique<model::Model>(prepared->snapshot);
+    } catch (const std::exception& error) {
+      prepared->modelError = error.what();
+    }
+    prepared_ = prepared;
+    preparedGeneration_ = generation;
+    return prepared_;
+  }
+
+  std::shared_ptr<const api::GpuDevice> Device(const std::string& ns,
+                                               const std::string& name) const override {
+    return devices_.Get(ns + "/" + name);
+  }
+
+  std::vector<std::shared_ptr<const api::GpuDevice>> AttachedTo(
+      const std::string& ns, const std::string& vmiName) const override {
+    return devices_.ByIndex("vmi", ns + "/" + vmiName);
   }
 
   model::PermittedHostDevices PermittedHostDevices() const {
@@ -655,8 +728,14 @@ class Controller {
       LogInfo("usage-record caches", LogFields{{"state", records_.Get() ? "started" : "stopped"}});
       Trigger();
     }
+    if (webhooks_) {
+      webhook::WebhookStats stats = webhooks_->TakeStats();
+      for (double seconds : stats.latencies) webhookLatency_.Observe(seconds);
+      webhookStats_ = std::move(stats);
+    }
     health_.Heartbeat();
-    health_.SetReady(Ready());
+    // With GPUs on, ready also means the webhooks answer: the API server may be sent here.
+    health_.SetReady(Ready() && (!webhookServer_ || webhookServer_->serving()));
     health_.SetMetrics(Metrics());
     tick_.Arm(std::chrono::seconds(1));
   }
@@ -748,6 +827,46 @@ class Controller {
                  "From a bind request's requestedAt to the binder's answer.");
       answerLatency_.Write(out, "gpu_controller_bind_answer_seconds");
     }
+    if (webhooks_) {
+      out.Family("gpu_controller_admission_total", "counter",
+                 "Admission answers by webhook and result (allowed, refused, error).");
+      for (const auto& [key, count] : webhookStats_.answers) {
+        const auto slash = key.find('/');
+        out.Sample("gpu_controller_admission_total",
+                   runtime::Label("webhook", key.substr(0, slash)) + "," +
+                       runtime::Label("result", key.substr(slash + 1)),
+                   static_cast<double>(count));
+      }
+      out.Family("gpu_controller_admission_duration_seconds", "histogram",
+                 "Time to answer one admission request, the VMI webhook's wait included.");
+      webhookLatency_.Write(out, "gpu_controller_admission_duration_seconds");
+      out.Family("gpu_controller_admission_writes_total", "counter",
+                 "The VMI webhook's writes: template devices created, attachments, conflicts, "
+                 "rollbacks.");
+      out.Sample("gpu_controller_admission_writes_total", runtime::Label("kind", "template"),
+                 static_cast<double>(webhookStats_.templatesCreated));
+      out.Sample("gpu_controller_admission_writes_total", runtime::Label("kind", "attachment"),
+                 static_cast<double>(webhookStats_.attachments));
+      out.Sample("gpu_controller_admission_writes_total", runtime::Label("kind", "conflict"),
+                 static_cast<double>(webhookStats_.attachConflicts));
+      out.Sample("gpu_controller_admission_writes_total", runtime::Label("kind", "rollback"),
+                 static_cast<double>(webhookStats_.rollbacks));
+      out.Family("gpu_controller_admission_reinvocations_total", "counter",
+                 "VMI admissions that found their own answered request and wrote nothing (E9).");
+      out.Sample("gpu_controller_admission_reinvocations_total", "",
+                 static_cast<double>(webhookStats_.reinvocations));
+      out.Family("gpu_controller_admission_bind_timeouts_total", "counter",
+                 "VMI admissions the binder did not answer within the bound (E8).");
+      out.Sample("gpu_controller_admission_bind_timeouts_total", "",
+                 static_cast<double>(webhookStats_.bindTimeouts));
+      const auto server = webhookServer_->stats();
+      out.Family("gpu_controller_webhook_certificate_loads_total", "counter",
+                 "Serving certificate loads (result ok) and pairs that did not load (error).");
+      out.Sample("gpu_controller_webhook_certificate_loads_total", runtime::Label("result", "ok"),
+                 static_cast<double>(server.certificateLoads));
+      out.Sample("gpu_controller_webhook_certificate_loads_total",
+                 runtime::Label("result", "error"), static_cast<double>(server.certificateErrors));
+    }
     out.Family("gpu_controller_cache_synced", "gauge", "1 once a cache has listed.");
     out.Family("gpu_controller_cache_objects", "gauge", "Objects in each cache.");
     auto cacheSamples = [&out](const std::string& name, bool synced, size_t size) {
@@ -793,6 +912,17 @@ class Controller {
 
   RunOptions options_;
   std::string identity_;
+  // The webhooks' view: the snapshot and model for one state of the caches, built again when
+  // a cache changed (generation_ counts changes).
+  std::atomic<uint64_t> generation_{0};
+  std::mutex preparedMutex_;
+  std::shared_ptr<const webhook::Prepared> prepared_;
+  uint64_t preparedGeneration_ = 0;
+  std::unique_ptr<kube::Client> webhookClient_;
+  std::unique_ptr<webhook::Webhooks> webhooks_;
+  std::unique_ptr<webhook::Server> webhookServer_;
+  webhook::WebhookStats webhookStats_;  // loop thread, from TakeStats
+  runtime::Histogram webhookLatency_{{0.001, 0.0025, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10}};
   runtime::Loop loop_;
   kube::Client client_;
   kube::Discovery discovery_;

@@ -39,6 +39,12 @@ struct RunOptions {
   // with GPUs off, read by name) is seen within it.
   std::chrono::milliseconds resync = std::chrono::seconds(30);
   kube::Duration discoveryInterval = std::chrono::seconds(30);
+  // The admission webhooks (only with enableGpu): HTTPS on this address, the serving pair
+  // `tls.crt` / `tls.key` read from the directory (reloaded when they change), and how long
+  // the VMI webhook waits for the binder's answer (E8).
+  std::string webhookAddress = ":9443";
+  std::string webhookCertDir = "/tmp/k8s-webhook-server/serving-certs";
+  std::chrono::milliseconds bindWait = std::chrono::seconds(8);
 };
 
 // Runs until SIGTERM or SIGINT; returns the exit code. Throws std::invalid_argument for options

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -81,10 +82,37 @@ class ControllerEndToEnd : public ::testing::Test {
                                           "--resync",
                                           "1s",
                                           "-v"};
+    const bool gpu = std::find(flags.begin(), flags.end(), "--enable-gpu") != flags.end();
+    if (gpu && std::find(flags.begin(), flags.end(), "--webhook-cert-dir") == flags.end()) {
+      // The webhooks come with GPUs; a scenario that does not call them serves them anyway.
+      arguments.insert(arguments.end(), {"--webhook-addr", "127.0.0.1:0", "--webhook-cert-dir",
+                                         WebhookCertificates()});
+    }
     arguments.insert(arguments.end(), flags.begin(), flags.end());
     replicas_[identity] = testing::Spawn(arguments, Path(identity + ".log"));
     ports_[identity] = port;
     return port;
+  }
+
+  // The webhooks' serving pair for the Service gpu-controller-webhook.cozy-system.svc, made once
+  // per test by the openssl CLI into certs/ (tls.crt, tls.key, as a mounted Secret); its CA is
+  // ca.crt, and caBundle_ the CA as a webhook configuration's caBundle (base64).
+  std::string WebhookCertificates() {
+    if (caBundle_.empty()) {
+      const auto made = testing::RunCommand(
+          "cd " + ShellQuote(directory_.path().string()) +
+          " && openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 1 "
+          "-subj /CN=webhook-ca 2>/dev/null"
+          " && printf 'subjectAltName=DNS:gpu-controller-webhook.cozy-system.svc\\n' > san.ext"
+          " && openssl req -newkey rsa:2048 -nodes -keyout tls.key -out tls.csr -subj /CN=webhook "
+          "2>/dev/null"
+          " && openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -CAcreateserial "
+          "-out tls.crt -days 1 -extfile san.ext 2>/dev/null"
+          " && mkdir -p certs && cp tls.crt tls.key certs/ && base64 -w0 ca.crt");
+      EXPECT_EQ(made.exitCode, 0) << made.err;
+      caBundle_ = made.out;
+    }
+    return Path("certs").string();
   }
 
   int StopReplica(const std::string& identity, int signal = SIGTERM) {
@@ -232,6 +260,7 @@ class ControllerEndToEnd : public ::testing::Test {
   std::unique_ptr<fake::FakeApiServer> server_;
   std::map<std::string, pid_t> replicas_;
   std::map<std::string, int> ports_;
+  std::string caBundle_;
 };
 
 }  // namespace cozy::e2e

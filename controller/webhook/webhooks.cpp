@@ -1,0 +1,496 @@
+#include "controller/webhook/webhooks.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "api/device_references.h"
+#include "api/keys.h"
+#include "api/time.h"
+#include "controller/admission/orders.h"
+#include "controller/admission/pod.h"
+#include "controller/admission/review.h"
+#include "controller/admission/vmi.h"
+#include "controller/model/readers.h"
+#include "controller/snapshot_json.h"
+#include "kube/errors.h"
+#include "kube/watch.h"
+#include "runtime/log.h"
+
+namespace cozy::controller::webhook {
+namespace {
+
+using nlohmann::json;
+using runtime::LogFields;
+using Clock = std::chrono::steady_clock;
+
+std::string Collection(const std::string& ns) {
+  return kube::ResourcePath(api::kGroup, api::kVersion, "gpudevices", ns);
+}
+std::string DevicePath(const std::string& ns, const std::string& name, bool status = false) {
+  return kube::ResourcePath(api::kGroup, api::kVersion, "gpudevices", ns, name,
+                            status ? "status" : "");
+}
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+const json* Find(const json& object, std::initializer_list<const char*> path) {
+  const json* at = &object;
+  for (const char* key : path) {
+    if (!at->is_object()) return nullptr;
+    auto it = at->find(key);
+    if (it == at->end()) return nullptr;
+    at = &*it;
+  }
+  return at;
+}
+
+std::string StringAt(const json& object, std::initializer_list<const char*> path) {
+  const json* at = Find(object, path);
+  return at && at->is_string() ? at->get<std::string>() : "";
+}
+
+json Encode(const admission::AdmissionResponse& response) {
+  return admission::EncodeAdmissionReview(response);
+}
+
+std::string NowText() { return api::FormatTime(std::chrono::system_clock::now()); }
+
+// A device answered for this request id: its result and message.
+struct Answer {
+  bool answered = false;
+  bool succeeded = false;
+  std::string node;
+  std::string message;
+};
+
+Answer AnswerFor(const api::GpuDevice& device, const std::string& requestId) {
+  Answer answer;
+  const auto& response = device.status.bindResponse;
+  if (!response || response->id != requestId) return answer;
+  answer.answered = true;
+  answer.succeeded = response->result == api::BindResult::kSucceeded;
+  answer.message = response->message;
+  if (device.Phase() == api::DevicePhase::kBound && device.status.nodeName) {
+    answer.node = *device.status.nodeName;
+  }
+  return answer;
+}
+
+}  // namespace
+
+Webhooks::Webhooks(kube::Client& client, ClusterSource& cluster, WebhookOptions options)
+    : client_(client), cluster_(cluster), options_(options) {}
+
+void Webhooks::Register(Server& server) {
+  server_ = &server;
+  server.Handle("/validate/gpudevices", [this](const json& review, const RequestContext& context) {
+    return ValidateGpuDevice(review, context);
+  });
+  server.Handle("/mutate/virtualmachineinstances",
+                [this](const json& review, const RequestContext& context) {
+                  return MutateVmi(review, context);
+                });
+  server.Handle("/mutate/pods", [this](const json& review, const RequestContext& context) {
+    return MutatePod(review, context);
+  });
+}
+
+void Webhooks::Count(const std::string& webhook, const json& answer, double seconds) {
+  const json* allowed = Find(answer, {"response", "allowed"});
+  const std::string result =
+      allowed && allowed->is_boolean() ? (allowed->get<bool>() ? "allowed" : "refused") : "error";
+  std::lock_guard lock(mutex_);
+  ++stats_.answers[webhook + "/" + result];
+  stats_.latencies.push_back(seconds);
+  stats_.latenciesByWebhook[webhook].push_back(seconds);
+}
+
+WebhookStats Webhooks::TakeStats() {
+  std::lock_guard lock(mutex_);
+  WebhookStats stats = stats_;
+  stats_.latencies.clear();
+  stats_.latenciesByWebhook.clear();
+  return stats;
+}
+
+json Webhooks::ValidateGpuDevice(const json& review, const RequestContext&) {
+  const auto started = Clock::now();
+  const admission::AdmissionRequest request = admission::DecodeAdmissionReview(review);
+  json answer;
+  if (request.operation != admission::Operation::kCreate) {
+    answer = Encode(admission::Allow(request));
+  } else if (!cluster_.Synced()) {
+    answer =
+        Encode(admission::Refuse(request,
+                                 "gpu-controller is starting and has not read the GPU catalog yet; "
+                                 "try again in a few seconds"));
+  } else {
+    try {
+      json object = request.object;
+      if (StringAt(object, {"metadata", "namespace"}).empty()) {
+        object["metadata"]["namespace"] = request.namespaceName;
+      }
+      const api::GpuDevice order = api::GpuDeviceFromJson(object);
+      const std::shared_ptr<const Prepared> prepared = cluster_.Prepare();
+      if (!prepared->model) {
+        answer = Encode(
+            admission::Refuse(request, "the GPU catalog cannot be read: " + prepared->modelError));
+      } else if (auto refusal =
+                     admission::CheckOrder(*prepared->model, prepared->snapshot, order)) {
+        answer = Encode(admission::Refuse(request, *refusal));
+      } else {
+        answer = Encode(admission::Allow(request));
+      }
+    } catch (const api::DecodeError& error) {
+      answer = Encode(
+          admission::Refuse(request, std::string("the GPUDevice is not valid: ") + error.what()));
+    }
+  }
+  Count("gpudevices", answer, Seconds(started));
+  return answer;
+}
+
+json Webhooks::MutatePod(const json& review, const RequestContext&) {
+  const auto started = Clock::now();
+  const admission::AdmissionRequest request = admission::DecodeAdmissionReview(review);
+  json answer;
+  const std::string ns = request.namespaceName;
+  if (request.operation != admission::Operation::kCreate) {
+    answer = Encode(admission::Allow(request));
+  } else if (!cluster_.Synced()) {
+    answer =
+        Encode(admission::Refuse(request,
+                                 "gpu-controller is starting and has not read the GPU devices yet; "
+                                 "try again in a few seconds"));
+  } else {
+    const std::string vmiName = admission::LauncherVmiName(request.object).value_or("");
+    if (vmiName.empty()) {
+      answer = Encode(admission::Refuse(
+          request, "the pod carries the " + std::string(api::kDeviceReferenceLabel) +
+                       " label but names no VirtualMachineInstance: only a virt-launcher pod "
+                       "may carry it"));
+    } else {
+      std::vector<api::GpuDevice> devices;
+      for (const auto& device : cluster_.AttachedTo(ns, vmiName)) devices.push_back(*device);
+      const auto placed = [&] {
+        return !devices.empty() && std::all_of(devices.begin(), devices.end(), [](const auto& d) {
+          return d.Phase() == api::DevicePhase::kBound && d.status.nodeName;
+        });
+      };
+      if (!placed()) {
+        // The cache may lag the VMI webhook's writes by a moment: ask the API server.
+        devices.clear();
+        const json list = client_.List(Collection(ns));
+        for (const json& item : list["items"]) {
+          api::GpuDevice device = api::GpuDeviceFromJson(item);
+          if (device.status.attachment && device.status.attachment->vmiName == vmiName) {
+            devices.push_back(std::move(device));
+          }
+        }
+      }
+      std::set<std::string> nodes;
+      std::string notPlaced;
+      for (const api::GpuDevice& device : devices) {
+        if (device.Phase() == api::DevicePhase::kBound && device.status.nodeName) {
+          nodes.insert(*device.status.nodeName);
+        } else if (notPlaced.empty()) {
+          notPlaced = "GPUDevice " + device.metadata.name + " is " +
+                      std::string(api::ToString(device.Phase())) + ", not bound to a node";
+        }
+      }
+      if (devices.empty()) {
+        answer = Encode(admission::Refuse(request, "no GPUDevice in namespace " + ns +
+                                                       " is attached to VirtualMachineInstance " +
+                                                       vmiName + ": its GPUs were not attached"));
+      } else if (!notPlaced.empty()) {
+        answer = Encode(admission::Refuse(
+            request, notPlaced + "; the launcher of " + vmiName + " would start without it"));
+      } else if (nodes.size() != 1) {
+        answer = Encode(admission::Refuse(
+            request, "the GPUDevices of " + vmiName + " are bound to different nodes"));
+      } else {
+        answer = Encode(
+            admission::Allow(request, admission::PodAffinityPatch(request.object, *nodes.begin())));
+      }
+    }
+  }
+  Count("pods", answer, Seconds(started));
+  return answer;
+}
+
+json Webhooks::MutateVmi(const json& review, const RequestContext& context) {
+  const auto started = Clock::now();
+  const admission::AdmissionRequest request = admission::DecodeAdmissionReview(review);
+  json answer;
+  if (request.operation != admission::Operation::kCreate) {
+    answer = Encode(admission::Allow(request));
+  } else if (!cluster_.Synced()) {
+    answer =
+        Encode(admission::Refuse(request,
+                                 "gpu-controller is starting and has not read the GPU catalog yet; "
+                                 "try again in a few seconds"));
+  } else {
+    const std::optional<Server::WaitSlot> slot =
+        server_ ? server_->TryWait() : std::optional<Server::WaitSlot>();
+    if (server_ && !slot) {
+      answer = Encode(admission::Refuse(request,
+                                        "too many VM starts are waiting for GPU placement on this "
+                                        "gpu-controller replica; try again in a few seconds"));
+    } else {
+      const std::string name =
+          request.name.empty() ? StringAt(request.object, {"metadata", "name"}) : request.name;
+      answer = StartVmi(request, name, context);
+    }
+  }
+  Count("virtualmachineinstances", answer, Seconds(started));
+  return answer;
+}
+
+json Webhooks::StartVmi(const admission::AdmissionRequest& request, const std::string& name,
+                        const RequestContext& context) {
+  const auto started = Clock::now();
+  const std::string& ns = request.namespaceName;
+  const json& vmi = request.object;
+  auto refuseNow = [&](const std::string& message) {
+    return Encode(admission::Refuse(request, message));
+  };
+  const std::string annotation = StringAt(
+      vmi, {"metadata", "annotations", std::string(api::kDeviceReferenceAnnotation).c_str()});
+  if (annotation.empty()) {
+    return refuseNow("VirtualMachineInstance " + name + " carries the " +
+                     std::string(api::kDeviceReferenceLabel) + " label but no " +
+                     std::string(api::kDeviceReferenceAnnotation) +
+                     " annotation naming its GPU devices");
+  }
+  admission::VmiInput input;
+  input.namespaceName = ns;
+  input.vmiName = name;
+  input.now = NowText();
+  try {
+    input.references = api::ParseDeviceReferences(annotation);
+  } catch (const std::exception& error) {
+    return refuseNow("the " + std::string(api::kDeviceReferenceAnnotation) + " annotation of " +
+                     name + " cannot be read: " + error.what());
+  }
+  const std::shared_ptr<const Prepared> prepared = cluster_.Prepare();
+  if (!prepared->model) {
+    return refuseNow("the GPU catalog cannot be read: " + prepared->modelError);
+  }
+  const model::Snapshot& snapshot = prepared->snapshot;
+  try {
+    input.entries = admission::OwnGpuEntries(vmi, prepared->gpuResourceNames);
+  } catch (const std::exception& error) {
+    return refuseNow(std::string("the VirtualMachineInstance cannot be read: ") + error.what());
+  }
+  input.rawNamesForbidden = prepared->rawNamesForbidden;
+  input.tolerations = VmiFromJson(vmi).tolerations;
+
+  // E5: every refusal check before any write. A device attached to a running VMI of this very
+  // name is that VMI's: a second create of the name would fail after admission, but only after
+  // its attachment had been taken over.
+  std::vector<std::string> members;
+  for (const std::string& device : input.references.devices) members.push_back(device);
+  for (const auto& t : input.references.templates) {
+    members.push_back(model::TemplateDeviceName(name, t.name));
+  }
+  for (const std::string& member : members) {
+    const auto device = cluster_.Device(ns, member);
+    if (!device || !device->status.attachment || device->status.attachment->vmiUid.empty()) {
+      continue;
+    }
+    for (const auto& running : snapshot.vmis) {
+      if (running.namespaceName == ns && running.name == device->status.attachment->vmiName &&
+          running.uid == device->status.attachment->vmiUid) {
+        return refuseNow("GPUDevice " + member +
+                         " is in use by the running VirtualMachineInstance " + running.name);
+      }
+    }
+  }
+  const admission::VmiStartPlan plan = admission::PlanVmiStart(snapshot, *prepared->model, input);
+  if (plan.refusal) return refuseNow(*plan.refusal);
+  const json patch = admission::VmiGpuPatch(vmi, plan.devices);
+  if (request.dryRun) return Encode(admission::Allow(request, patch));  // E5: nothing written
+
+  // E9: a reinvocation (or a retry) finds the request it made for this VMI answered: the set is
+  // its own, and nothing is written again.
+  {
+    bool own = !members.empty();
+    std::set<std::string> nodes;
+    const auto now = std::chrono::system_clock::now();
+    for (const std::string& member : members) {
+      const auto device = cluster_.Device(ns, member);
+      if (!device || !device->status.attachment || device->status.attachment->vmiName != name ||
+          !device->status.attachment->vmiUid.empty() || !device->status.bindRequest) {
+        own = false;
+        break;
+      }
+      const Answer answer = AnswerFor(*device, device->status.bindRequest->id);
+      const auto requested = api::ParseTime(device->status.bindRequest->requestedAt);
+      if (!answer.succeeded || answer.node.empty() || !requested ||
+          now - *requested > options_.recentAnswer) {
+        own = false;
+        break;
+      }
+      nodes.insert(answer.node);
+    }
+    if (own && nodes.size() == 1) {
+      std::lock_guard lock(mutex_);
+      ++stats_.reinvocations;
+      return Encode(admission::Allow(request, patch));
+    }
+  }
+
+  const kube::WriteOptions write{false, kFieldManager};
+  std::vector<std::string> created;
+  std::vector<std::string> attached;
+  auto refuse = [&](const std::string& message) {
+    Rollback(ns, attached, created, request.uid);
+    return Encode(admission::Refuse(request, message));
+  };
+
+  // E6: the template devices, marked so the controller deletes them with their VMI.
+  for (const json& device : plan.templateDevices) {
+    const std::string deviceName = StringAt(device, {"metadata", "name"});
+    try {
+      client_.Create(Collection(ns), device, write);
+      created.push_back(deviceName);
+      std::lock_guard lock(mutex_);
+      ++stats_.templatesCreated;
+    } catch (const kube::ApiError& error) {
+      if (error.kind() != kube::ErrorKind::kAlreadyExists) {
+        return refuse("template GPUDevice " + deviceName +
+                      " could not be created: " + error.what());
+      }
+      // Left by an earlier try for this VMI: it is ours if it is marked, asks for the same and
+      // is attached to nothing else.
+      const api::GpuDevice existing =
+          api::GpuDeviceFromJson(client_.Get(DevicePath(ns, deviceName)));
+      const auto mark = existing.metadata.labels.find(std::string(api::kTemplateDeviceLabel));
+      const bool marked =
+          mark != existing.metadata.labels.end() && mark->second == api::kTemplateDeviceLabelValue;
+      const bool free = !existing.status.attachment || existing.status.attachment->vmiName == name;
+      if (!marked || !free || existing.metadata.deletionTimestamp ||
+          existing.spec.className != StringAt(device, {"spec", "className"})) {
+        return refuse("GPUDevice " + deviceName +
+                      " already exists and is not a template device of this VM");
+      }
+    }
+  }
+
+  // E7: attach each member and ask for placement, each write conditional on the version read,
+  // so of two VMIs racing for one device exactly one attaches it.
+  const std::string& now = input.now;
+  for (const std::string& member : members) {
+    bool done = false;
+    for (int attempt = 0; attempt < 4 && !done; ++attempt) {
+      api::GpuDevice current;
+      try {
+        current = api::GpuDeviceFromJson(client_.Get(DevicePath(ns, member)));
+      } catch (const kube::ApiError& error) {
+        if (error.kind() == kube::ErrorKind::kNotFound) {
+          return refuse("GPUDevice " + member + " was deleted while the VM was starting");
+        }
+        return refuse("GPUDevice " + member + " cannot be read: " + error.what());
+      }
+      if (current.metadata.deletionTimestamp) {
+        return refuse("GPUDevice " + member + " is being deleted");
+      }
+      if (current.status.attachment && current.status.attachment->vmiName != name) {
+        return refuse("GPUDevice " + member + " is attached to VirtualMachineInstance " +
+                      current.status.attachment->vmiName);
+      }
+      json status = {{"attachment", {{"vmiName", name}, {"vmiUID", nullptr}, {"attachedAt", now}}},
+                     {"bindRequest", {{"id", request.uid}, {"requestedAt", now}}}};
+      try {
+        client_.MergePatchAt(DevicePath(ns, member, true), {{"status", status}},
+                             current.metadata.resourceVersion, write);
+        attached.push_back(member);
+        done = true;
+        std::lock_guard lock(mutex_);
+        ++stats_.attachments;
+      } catch (const kube::ApiError& error) {
+        if (error.kind() != kube::ErrorKind::kConflict) {
+          return refuse("GPUDevice " + member + " could not be attached: " + error.what());
+        }
+        std::lock_guard lock(mutex_);
+        ++stats_.attachConflicts;
+      }
+    }
+    if (!done) return refuse("GPUDevice " + member + " kept changing; try again");
+  }
+
+  // E8: the leader's binder places the set on one node, or says why not; wait a bounded time.
+  const auto deadline = std::min(context.deadline, started + options_.bindWait);
+  while (true) {
+    std::set<std::string> nodes;
+    bool all = true;
+    for (const std::string& member : members) {
+      const auto device = cluster_.Device(ns, member);
+      const Answer answer = device ? AnswerFor(*device, request.uid) : Answer{};
+      if (!answer.answered) {
+        all = false;
+        continue;
+      }
+      if (!answer.succeeded || answer.node.empty()) {
+        return refuse("GPUDevice " + member + " cannot be placed: " + answer.message);
+      }
+      nodes.insert(answer.node);
+    }
+    // Members attached one after the other may be answered apart for a moment, until a pass
+    // gathers the set: only one node for all of them is the answer.
+    if (all && nodes.size() == 1) {
+      runtime::LogInfo("vm gpus placed", LogFields{{"vmi", ns + "/" + name},
+                                                   {"node", *nodes.begin()},
+                                                   {"devices", std::to_string(members.size())}});
+      return Encode(admission::Allow(request, patch));
+    }
+    if (Clock::now() >= deadline) {
+      {
+        std::lock_guard lock(mutex_);
+        ++stats_.bindTimeouts;
+      }
+      const auto waited =
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
+      return refuse("gpu-controller's binder did not place the GPUs of " + name + " within " +
+                    std::to_string(waited) +
+                    " ms (is its leader running?); nothing was kept, start the VM again");
+    }
+    std::this_thread::sleep_for(options_.pollInterval);
+  }
+}
+
+void Webhooks::Rollback(const std::string& ns, const std::vector<std::string>& attached,
+                        const std::vector<std::string>& created, const std::string& requestId) {
+  if (attached.empty() && created.empty()) return;
+  {
+    std::lock_guard lock(mutex_);
+    ++stats_.rollbacks;
+  }
+  const kube::WriteOptions write{false, kFieldManager};
+  for (const std::string& member : attached) {
+    if (std::find(created.begin(), created.end(), member) != created.end()) continue;
+    try {
+      const api::GpuDevice current = api::GpuDeviceFromJson(client_.Get(DevicePath(ns, member)));
+      if (!current.status.bindRequest || current.status.bindRequest->id != requestId) continue;
+      client_.MergePatchAt(DevicePath(ns, member, true),
+                           {{"status", {{"attachment", nullptr}, {"bindRequest", nullptr}}}},
+                           current.metadata.resourceVersion, write);
+    } catch (const std::exception& error) {
+      // The reconciler clears an attachment whose VMI never appears (D18).
+      runtime::LogWarning("attachment not rolled back",
+                          LogFields{{"device", ns + "/" + member}, {"error", error.what()}});
+    }
+  }
+  for (const std::string& member : created) {
+    try {
+      client_.Delete(DevicePath(ns, member));
+    } catch (const std::exception& error) {
+      runtime::LogWarning("template device not rolled back",
+                          LogFields{{"device", ns + "/" + member}, {"error", error.what()}});
+    }
+  }
+}
+
+}  // namespace cozy::controller::webhook
