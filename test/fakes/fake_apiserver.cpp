@@ -468,6 +468,34 @@ bool FakeApiServer::HandleControl(const httplib::Request& request, httplib::Resp
       json body = json::parse(request.body);
       SetAcceptedTokens(body.value("accepted", std::set<std::string>{}));
       SendJson(response, 200, json::object());
+    } else if (path == "/_fake/users" && method == "PUT") {
+      // {"token": "...", "user": {"username", "uid", "groups", "extra"}}
+      json body = json::parse(request.body);
+      if (!body.is_object() || !body.contains("token") || !body["token"].is_string()) {
+        throw std::invalid_argument("a user is {\"token\": a string, \"user\": {...}}");
+      }
+      SetUser(body["token"].get<std::string>(),
+              UserInfo::FromJson(body.value("user", json::object())));
+      SendJson(response, 200, json::object());
+    } else if (path == "/_fake/service-endpoints" && method == "PUT") {
+      // {"namespace", "name", "port", "host" (default 127.0.0.1)}
+      json body = json::parse(request.body);
+      if (!body.is_object() || !body.value("namespace", json()).is_string() ||
+          !body.value("name", json()).is_string() ||
+          !body.value("port", json()).is_number_integer()) {
+        throw std::invalid_argument(
+            "a service endpoint is {\"namespace\", \"name\", \"port\", \"host\"?}");
+      }
+      SetServiceEndpoint(body["namespace"].get<std::string>(), body["name"].get<std::string>(),
+                         body["port"].get<int>(), body.value("host", "127.0.0.1"));
+      SendJson(response, 200, json::object());
+    } else if (path == "/_fake/virt-api-mutator" && method == "PUT") {
+      json body = json::parse(request.body);
+      if (!body.is_object() || !body.value("enabled", json()).is_boolean()) {
+        throw std::invalid_argument("the virt-api stand-in is {\"enabled\": true or false}");
+      }
+      EnableVirtApiMutator(body["enabled"].get<bool>());
+      SendJson(response, 200, json::object());
     } else if (path == "/_fake/seed" && method == "POST") {
       SendJson(response, 201, Seed(json::parse(request.body)));
     } else {

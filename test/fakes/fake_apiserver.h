@@ -117,6 +117,21 @@ struct LoggedRequest {
   nlohmann::json ToJson() const;
 };
 
+// Who a bearer token authenticates as: sent to admission webhooks as AdmissionReview
+// request.userInfo (authentication.k8s.io/v1 UserInfo; extra values are string lists).
+struct UserInfo {
+  std::string username;
+  std::string uid;
+  std::vector<std::string> groups;
+  std::map<std::string, std::vector<std::string>> extra;
+  nlohmann::json ToJson() const;
+  // Strict: {username, uid?, groups?, extra?}; throws std::invalid_argument.
+  static UserInfo FromJson(const nlohmann::json& json);
+};
+
+// What an unknown or empty token authenticates as (a cluster admin's client certificate).
+UserInfo DefaultAdmin();
+
 struct FakeApiServerOptions {
   std::string host = "127.0.0.1";
   int port = 0;                                 // 0: any free port
@@ -130,6 +145,9 @@ struct FakeApiServerOptions {
 
 class FakeApiServer {
  public:
+  // One write as admission sees it (defined in fake_apiserver_internal.h).
+  struct Admission;
+
   explicit FakeApiServer(FakeApiServerOptions options = {});
   ~FakeApiServer();
   FakeApiServer(const FakeApiServer&) = delete;
@@ -156,6 +174,23 @@ class FakeApiServer {
   void DropWatches();    // ends every open watch stream (a clean end of stream)
   void ExpireWatches();  // sends every open watch a 410 Expired ERROR event, compacts history
   void Compact();        // forgets every event so far: a resume from an older RV gets 410
+  // Admission (docs/kubernetes.md "Admission webhooks"). The user a bearer token stands for,
+  // as admission webhooks see it; the real authenticator's group `system:authenticated` is
+  // added when missing. A token without a user is DefaultAdmin(). (Whether a token is accepted
+  // at all is SetAcceptedTokens'.)
+  void SetUser(const std::string& token, UserInfo user);
+  // Where a webhook's clientConfig.service is served: `<name>.<ns>.svc:<port>` is connected
+  // to host:port instead (the certificate is still verified for `<name>.<ns>.svc`). A service
+  // without an endpoint fails the call as a real server does when it has none.
+  void SetServiceEndpoint(const std::string& ns, const std::string& name, int port,
+                          std::string host = "127.0.0.1");
+  // A stand-in for KubeVirt virt-api's VirtualMachineInstance mutating webhook, run as if it
+  // were the webhook of a MutatingWebhookConfiguration named "virt-api-mutator" (so a
+  // configuration named before it runs first): on CREATE of kubevirt.io/v1
+  // virtualmachineinstances it sets spec.domain.machine.type q35 and
+  // spec.domain.firmware.uuid when missing and the kubevirt.io/latest-observed-api-version and
+  // kubevirt.io/storage-observed-api-version annotations.
+  void EnableVirtApiMutator(bool enabled = true);
   // Loads a CustomResourceDefinition object (as a POST of it would).
   void LoadCrd(const nlohmann::json& crd);
   void DeleteCrd(const std::string& name);
@@ -189,6 +224,17 @@ class FakeApiServer {
   void RegisterBuiltins();
   void RegisterCrdLocked(const nlohmann::json& crd);
   void UnregisterCrdLocked(const std::string& name);
+
+  // Admission webhooks (fake_apiserver_admission.cpp). Neither holds mutex_ while a webhook
+  // is called. Mutating: returns the object as the webhooks (and the virt-api stand-in) left
+  // it; throws StatusError for a denial or a failed call under failurePolicy Fail. Warnings
+  // go out as Warning headers on `response`.
+  nlohmann::json AdmitMutating(const Admission& admission, httplib::Response& response);
+  void AdmitValidating(const Admission& admission, httplib::Response& response);
+  // Whether any webhook configuration exists, or the virt-api stand-in is on (otherwise
+  // writes take the short path without admission).
+  bool AdmissionConfiguredLocked() const;
+  UserInfo UserFor(const httplib::Request& request) const;
 
   // What a DELETE asks for (DeleteOptions and the dryRun query).
   struct DeleteRequest {
@@ -256,6 +302,10 @@ class FakeApiServer {
   std::chrono::milliseconds requestDelay_{0};
   std::vector<LoggedRequest> log_;
   std::set<std::string> acceptedTokens_;
+  std::map<std::string, UserInfo> users_;
+  std::map<std::string, std::pair<std::string, int>> serviceEndpoints_;  // "ns/name" -> host, port
+  bool virtApiMutator_ = false;
+  std::atomic<uint64_t> admissionUid_{0};
 };
 
 }  // namespace cozy::fake

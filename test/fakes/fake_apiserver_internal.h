@@ -63,6 +63,20 @@ struct FakeApiServer::Outcome {
   int status;
 };
 
+// One write as admission sees it (kubernetes/apiserver admission.Attributes).
+struct FakeApiServer::Admission {
+  std::shared_ptr<const ResourceType> type;
+  std::string operation;  // CREATE, UPDATE (PUT and every PATCH), DELETE
+  std::string subresource;
+  std::string ns;
+  std::string name;
+  json object;     // null on DELETE
+  json oldObject;  // null on CREATE
+  bool dryRun = false;
+  json options;  // CreateOptions, UpdateOptions or DeleteOptions (meta.k8s.io/v1)
+  UserInfo user;
+};
+
 namespace internal {
 
 // An error answered as a Status object.

@@ -120,6 +120,21 @@ void FakeApiServer::RegisterBuiltins() {
   leases.namespaced = true;
   leases.requiresResourceVersion = true;  // the lease strategy: no unconditional update
   add(leases);
+  // Admission webhook configurations (cluster-scoped; read on every write that goes through
+  // admission, fake_apiserver_admission.cpp).
+  for (const char* prefix : {"Mutating", "Validating"}) {
+    ResourceType webhooks;
+    webhooks.group = "admissionregistration.k8s.io";
+    webhooks.version = "v1";
+    webhooks.kind = std::string(prefix) + "WebhookConfiguration";
+    webhooks.listKind = webhooks.kind + "List";
+    webhooks.singular = webhooks.kind;
+    std::transform(webhooks.singular.begin(), webhooks.singular.end(), webhooks.singular.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    webhooks.plural = webhooks.singular + "s";
+    webhooks.categories = {"api-extensions"};
+    add(webhooks);
+  }
 }
 
 namespace internal {

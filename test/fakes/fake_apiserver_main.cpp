@@ -19,9 +19,18 @@ int main(int argc, char** argv) {
   std::string kubeconfigOut;
   std::string token;
   std::vector<cozy::fake::Fault> faults;
+  bool virtApiMutator = false;
+  struct Endpoint {
+    std::string ns, name, host;
+    int port;
+  };
+  std::vector<Endpoint> endpoints;
+  std::vector<std::pair<std::string, cozy::fake::UserInfo>> users;
   const char* usage =
       "usage: fake_apiserver [--port N] [--crds DIR_OR_FILE]... [--kubeconfig-out FILE] "
-      "[--token TOKEN] [--bookmark-interval-ms MS] [--request-delay-ms MS] [--fault JSON]...\n";
+      "[--token TOKEN] [--bookmark-interval-ms MS] [--request-delay-ms MS] [--fault JSON]... "
+      "[--virt-api-mutator] [--service-endpoint NS/NAME=[HOST:]PORT]... "
+      "[--user TOKEN=JSON]...\n";
   auto number = [](const std::string& flag, const std::string& text) {
     try {
       size_t end = 0;
@@ -63,6 +72,39 @@ int main(int argc, char** argv) {
         std::cerr << "fake_apiserver: --fault " << text << ": " << error.what() << "\n";
         return 2;
       }
+    } else if (arg == "--virt-api-mutator") {
+      virtApiMutator = true;
+    } else if (arg == "--service-endpoint") {
+      // NS/NAME=PORT or NS/NAME=HOST:PORT, as PUT /_fake/service-endpoints.
+      std::string text = value();
+      auto slash = text.find('/');
+      auto equals = text.find('=');
+      if (slash == std::string::npos || equals == std::string::npos || equals < slash) {
+        std::cerr << "fake_apiserver: --service-endpoint takes NS/NAME=[HOST:]PORT, not \"" << text
+                  << "\"\n";
+        return 2;
+      }
+      std::string target = text.substr(equals + 1);
+      std::string host = "127.0.0.1";
+      if (auto colon = target.rfind(':'); colon != std::string::npos) {
+        host = target.substr(0, colon);
+        target = target.substr(colon + 1);
+      }
+      endpoints.push_back({text.substr(0, slash), text.substr(slash + 1, equals - slash - 1), host,
+                           number(arg, target)});
+    } else if (arg == "--user") {
+      // TOKEN=JSON, the JSON of PUT /_fake/users' "user".
+      std::string text = value();
+      auto equals = text.find('=');
+      try {
+        if (equals == std::string::npos) throw std::invalid_argument("no '='");
+        users.emplace_back(
+            text.substr(0, equals),
+            cozy::fake::UserInfo::FromJson(nlohmann::json::parse(text.substr(equals + 1))));
+      } catch (const std::exception& error) {
+        std::cerr << "fake_apiserver: --user " << text << ": " << error.what() << "\n";
+        return 2;
+      }
     } else {
       std::cerr << usage;
       return 2;
@@ -71,6 +113,11 @@ int main(int argc, char** argv) {
   try {
     cozy::fake::FakeApiServer server(options);
     for (const auto& fault : faults) server.AddFault(fault);
+    server.EnableVirtApiMutator(virtApiMutator);
+    for (const auto& endpoint : endpoints) {
+      server.SetServiceEndpoint(endpoint.ns, endpoint.name, endpoint.port, endpoint.host);
+    }
+    for (const auto& [userToken, user] : users) server.SetUser(userToken, user);
     server.Start();
     if (!kubeconfigOut.empty()) std::ofstream(kubeconfigOut) << server.Kubeconfig(token);
     std::cout << "listening on " << server.url() << std::endl;

@@ -142,6 +142,35 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
                        {{"name", missing}, {"group", type->group}, {"kind", type->plural}}};
   };
   bool wantsTable = request.get_header_value("Accept").find("as=Table") != std::string::npos;
+  // An object already in this kind's form, with its apiVersion and kind.
+  auto shownAs = [&type](json object) {
+    object["apiVersion"] = type->ApiVersion();
+    object["kind"] = type->kind;
+    return object;
+  };
+  // What admission sees of this request; its options as the real server sends them
+  // (a PATCH arrives as UPDATE with UpdateOptions: handlers/patch.go).
+  auto admissionFor = [&](const std::string& operation) {
+    Admission admission;
+    admission.type = type;
+    admission.operation = operation;
+    admission.subresource = subresource;
+    admission.ns = type->namespaced ? ns : "";
+    admission.name = name;
+    admission.dryRun = dryRun;
+    admission.user = UserFor(request);
+    json options = operation == "DELETE" ? deleteOptions : json::object();
+    options["apiVersion"] = "meta.k8s.io/v1";
+    options["kind"] = operation == "CREATE"   ? "CreateOptions"
+                      : operation == "UPDATE" ? "UpdateOptions"
+                                              : "DeleteOptions";
+    if (dryRun) options["dryRun"] = json::array({"All"});
+    if (operation != "DELETE" && request.has_param("fieldManager")) {
+      options["fieldManager"] = request.get_param_value("fieldManager");
+    }
+    admission.options = options;
+    return admission;
+  };
   // An object as this kind shows it: converted from its storage's form (events.k8s.io/v1
   // Events), then with its apiVersion and kind.
   auto withTypeMeta = [&type](json object) {
@@ -254,6 +283,34 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
                         "the kind " + bodyKind + " does not match the resource " + type->plural,
                         json::object()};
     }
+    bool admit = false;
+    {
+      std::lock_guard lock(mutex_);
+      admit = AdmissionConfiguredLocked();
+      // NamespaceLifecycle comes before the webhooks in the admission chain.
+      if (admit && type->namespaced) {
+        AdmitToNamespaceLocked(*type, ns, body.value("metadata", json::object()).value("name", ""));
+      }
+    }
+    if (admit) {
+      // Mutating webhooks see the decoded object (namespace set, no uid yet); validating
+      // ones the object as it would be stored (a dry run of the create).
+      Admission admission = admissionFor("CREATE");
+      if (!body.contains("metadata") || !body["metadata"].is_object()) {
+        body["metadata"] = json::object();
+      }
+      if (type->namespaced) body["metadata"]["namespace"] = ns;
+      body["apiVersion"] = type->ApiVersion();
+      body["kind"] = type->kind;
+      admission.name = body["metadata"].value("name", "");
+      admission.object = body;
+      body = AdmitMutating(admission, response);
+      {
+        std::lock_guard lock(mutex_);
+        admission.object = shownAs(CreateLocked(*type, ns, body, true, /*dryRun=*/true));
+      }
+      AdmitValidating(admission, response);
+    }
     json created;
     {
       std::lock_guard lock(mutex_);
@@ -335,6 +392,21 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
           "namespaces \"" + name + "\" is forbidden: this namespace may not be deleted",
           {{"name", name}, {"kind", "namespaces"}}};
     }
+    json existing;
+    {
+      std::lock_guard lock(mutex_);
+      if (AdmissionConfiguredLocked()) {
+        auto& store = objects_[type->StoreKey()];
+        if (auto it = store.find(key); it != store.end()) existing = withTypeMeta(it->second);
+      }
+    }
+    if (!existing.is_null()) {
+      // DELETE: oldObject is the object, object is null, options the DeleteOptions.
+      Admission admission = admissionFor("DELETE");
+      admission.oldObject = existing;
+      AdmitMutating(admission, response);
+      AdmitValidating(admission, response);
+    }
     json deleted;
     {
       std::lock_guard lock(mutex_);
@@ -354,7 +426,7 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
     if (auto semicolon = contentType.find(';'); semicolon != std::string::npos) {
       contentType = contentType.substr(0, semicolon);
     }
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
     auto& store = objects_[type->StoreKey()];
     auto it = store.find(key);
     if (it == store.end()) throw notFound(name);
@@ -437,6 +509,41 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
       } else if (updated.contains("spec") && updated["spec"].is_object()) {
         updated["spec"].erase("finalizers");
       }
+    }
+    if (AdmissionConfiguredLocked()) {
+      // UPDATE admission without the lock: mutating webhooks, the built-in validation (a dry
+      // run of the write), validating webhooks. A write that lands meanwhile is a 409 (the
+      // real server retries a patch on it; this fake does not).
+      const std::string storedVersion = stored["metadata"].value("resourceVersion", "");
+      auto unchanged = [&] {
+        auto& now = objects_[type->StoreKey()];
+        auto found = now.find(key);
+        if (found == now.end()) throw notFound(name);
+        if (found->second["metadata"].value("resourceVersion", "") != storedVersion) {
+          throw StatusError{409,
+                            "Conflict",
+                            "Operation cannot be fulfilled on " + type->Qualified() + " \"" + name +
+                                "\": the object has been modified; please apply your "
+                                "changes to the latest version and try again",
+                            {{"name", name}, {"group", type->group}, {"kind", type->plural}}};
+        }
+      };
+      Admission admission = admissionFor("UPDATE");
+      admission.oldObject = shownAs(old);
+      json shown = updated;
+      shown["apiVersion"] = type->ApiVersion();
+      shown["kind"] = type->kind;
+      admission.object = shown;
+      lock.unlock();
+      updated = AdmitMutating(admission, response);
+      lock.lock();
+      unchanged();
+      admission.object =
+          shownAs(WriteLocked(*type, key, stored, updated, statusWrite, /*dryRun=*/true));
+      lock.unlock();
+      AdmitValidating(admission, response);
+      lock.lock();
+      unchanged();
     }
     json result = WriteLocked(*type, key, stored, std::move(updated), statusWrite, dryRun);
     SettleLocked();
