@@ -1,0 +1,422 @@
+// End to end, the admission webhooks (issue 15): `gpu-controller run --enable-gpu` replicas
+// serving HTTPS with a certificate the openssl CLI makes per run, the webhook configurations
+// rendered from the chart, and the fake API server calling them as a real one does (rules,
+// selectors, caBundle, failurePolicy, reinvocation after a stand-in for virt-api's own VMI
+// mutator). kubectl is the tenant's client: what it prints is what a tenant reads.
+// Each scenario is named by the catalog items it covers (E1-E13, G2-G4, H2, H3).
+#include <future>
+
+#include "test/chart/chart_render.h"
+#include "test/e2e/controller_fixture.h"
+
+namespace cozy::e2e {
+namespace {
+
+const std::string kService = "gpu-controller-webhook";
+const std::string kServiceNamespace = "cozy-system";
+
+class AdmissionEndToEnd : public ControllerEndToEnd {
+ protected:
+  void SetUp() override {
+    ControllerEndToEnd::SetUp();
+    WebhookCertificates();
+    ApplyWebhookConfigurations();
+    Apply(Class("a100"));
+    GpuNode("n1", 2);
+    GpuNode("n2", 2);
+  }
+
+  // The chart's webhook configurations with GPUs on, as the hoster installs them, with this
+  // run's CA as their caBundle (cert-manager's injector writes it in a cluster).
+  void ApplyWebhookConfigurations() {
+    YAML::Node values = YAML::Load("gpu: {enabled: true}");
+    chart::Release release;
+    release.ns = kServiceNamespace;
+    int applied = 0;
+    for (const auto& document :
+         chart::RenderChart(testing::SourceDir() / "charts/gpu", values, release)) {
+      YAML::Node node = YAML::Load(document.text);
+      const std::string kind = node["kind"] ? node["kind"].as<std::string>() : "";
+      if (kind != "MutatingWebhookConfiguration" && kind != "ValidatingWebhookConfiguration") {
+        continue;
+      }
+      std::ofstream(Path("webhooks.yaml")) << document.text;
+      json object = json::parse(testing::RunCommand("kubectl create --dry-run=client -o json -f " +
+                                                    ShellQuote(Path("webhooks.yaml").string()))
+                                    .out);
+      for (json& webhook : object["webhooks"]) {
+        webhook["clientConfig"]["caBundle"] = caBundle_;
+      }
+      object["metadata"].erase("annotations");  // cert-manager's inject-ca-from
+      webhookConfigurations_.push_back(object);
+      Apply(object);
+      ++applied;
+    }
+    ASSERT_EQ(applied, 2) << "the chart renders one validating and one mutating configuration";
+  }
+
+  // A replica with its webhooks on a port of its own; the Service sends the API server there
+  // when `serve` (the last one so started wins, as one endpoint of the Service).
+  int StartWebhookReplica(const std::string& identity, std::vector<std::string> flags = {},
+                          bool serve = true) {
+    const int port = testing::FreePort();
+    std::vector<std::string> all = {"--enable-gpu",
+                                    "--webhook-addr",
+                                    "127.0.0.1:" + std::to_string(port),
+                                    "--webhook-cert-dir",
+                                    WebhookCertificates(),
+                                    "--bind-wait",
+                                    "4s"};
+    all.insert(all.end(), flags.begin(), flags.end());
+    StartReplica(identity, all);
+    webhookPorts_[identity] = port;
+    if (serve) server_->SetServiceEndpoint(kServiceNamespace, kService, port);
+    return port;
+  }
+
+  bool Ready(const std::string& identity) {
+    return testing::RunCommand("curl -sf http://127.0.0.1:" + std::to_string(ports_[identity]) +
+                               "/readyz")
+               .exitCode == 0;
+  }
+  void WaitReady(const std::string& identity) {
+    ASSERT_TRUE(WaitFor([&] { return Ready(identity); }, 20s)) << Logs();
+  }
+  void WaitLeader(const std::string& identity) {
+    ASSERT_TRUE(WaitFor([&] { return Holder() == identity; }, 20s)) << Logs();
+  }
+
+  // kubectl create; returns (exit code, stdout + stderr).
+  std::pair<int, std::string> Create(const json& object, const std::string& extra = "") {
+    const std::string file = Path("create-" + std::to_string(++files_) + ".json").string();
+    std::ofstream(file) << object.dump();
+    const auto result =
+        testing::RunCommand("kubectl --kubeconfig " + ShellQuote(Path("kubeconfig").string()) +
+                            " create " + extra + " -o json -f " + ShellQuote(file));
+    return {result.exitCode, result.out + result.err};
+  }
+
+  static json Order(const std::string& name, const std::string& className, int count) {
+    json device = Device(name);
+    device["spec"] = {{"className", className}, {"count", count}};
+    return device;
+  }
+  // A VMI referencing held devices and templates, labelled and annotated as the vm-instance
+  // chart renders a VM's template.
+  static json VmWithGpus(const std::string& name, const std::vector<std::string>& devices,
+                         const json& templates = json::array()) {
+    json vmi = Vmi(name);
+    json references = json::object();
+    if (!devices.empty()) references["devices"] = devices;
+    if (!templates.empty()) references["templates"] = templates;
+    vmi["metadata"]["labels"] = {{"gpu.cozystack.io/device-references", "true"}};
+    vmi["metadata"]["annotations"] = {{"gpu.cozystack.io/device-references", references.dump()}};
+    return vmi;
+  }
+  static json Template(const std::string& name, const std::string& className, int count) {
+    return {{"name", name}, {"className", className}, {"count", count}};
+  }
+  // The launcher pod virt-controller creates for a VMI.
+  json Launcher(const std::string& vmi) {
+    return {{"apiVersion", "v1"},
+            {"kind", "Pod"},
+            {"metadata",
+             {{"name", "virt-launcher-" + vmi + "-abcde"},
+              {"namespace", kTenant},
+              {"labels",
+               {{"gpu.cozystack.io/device-references", "true"},
+                {"kubevirt.io", "virt-launcher"},
+                {"vm.kubevirt.io/name", vmi}}},
+              {"ownerReferences",
+               {{{"apiVersion", "kubevirt.io/v1"},
+                 {"kind", "VirtualMachineInstance"},
+                 {"name", vmi},
+                 {"uid", VmiUid(vmi)},
+                 {"controller", true}}}}}},
+            {"spec", {{"containers", {{{"name", "compute"}, {"image", "virt-launcher"}}}}}}};
+  }
+
+  // The status PATCHes that attached devices (the webhook's bind requests).
+  int AttachWrites() {
+    int writes = 0;
+    for (const auto& request : server_->Requests()) {
+      if (request.method == "PATCH" && request.status < 300 && request.path.ends_with("/status") &&
+          request.body.find("\"bindRequest\"") != std::string::npos &&
+          request.body.find("\"attachment\"") != std::string::npos) {
+        ++writes;
+      }
+    }
+    return writes;
+  }
+
+  std::vector<json> webhookConfigurations_;
+  std::map<std::string, int> webhookPorts_;
+  int files_ = 0;
+};
+
+TEST_F(AdmissionEndToEnd, E1_E2_E3_E4_AnOrderThatCannotBeMetIsRefusedAtApplyWithItsReason) {
+  StartWebhookReplica("replica-a");
+  WaitReady("replica-a");
+  // E1: a class nobody offers.
+  auto [code, out] = Create(Order("unknown", "h100", 1));
+  EXPECT_NE(code, 0);
+  EXPECT_NE(out.find("h100"), std::string::npos) << out;
+  EXPECT_NE(out.find("denied the request"), std::string::npos) << out;
+  // E1: over the class's maxCount.
+  json limited = Class("a100-one");
+  limited["spec"]["maxCount"] = 1;
+  Apply(limited);
+  std::tie(code, out) = Create(Order("two-of-one", "a100-one", 2));
+  EXPECT_NE(code, 0);
+  EXPECT_NE(out.find("a100-one"), std::string::npos) << out;
+  // E2: 2 + 2 free on two nodes: 3 cannot go on one node.
+  std::tie(code, out) = Create(Order("three", "a100", 3));
+  EXPECT_NE(code, 0);
+  EXPECT_NE(out.find("3"), std::string::npos) << out;
+  std::tie(code, out) = Create(Order("two", "a100", 2));
+  EXPECT_EQ(code, 0) << out;
+  // E3: the parent tenant's budget is full although the child's has room.
+  Kubectl("label namespace " + kTenant + " tenant.cozystack.io/tenant-root=");
+  Apply({{"apiVersion", "v1"},
+         {"kind", "Namespace"},
+         {"metadata",
+          {{"name", "tenant-root"}, {"labels", {{"tenant.cozystack.io/tenant-root", ""}}}}}});
+  Apply({{"apiVersion", "v1"},
+         {"kind", "ResourceQuota"},
+         {"metadata", {{"name", "gpu"}, {"namespace", "tenant-root"}}},
+         {"spec", {{"hard", {{"requests.gpu.cozystack.io/a100", "2"}}}}}});
+  Apply({{"apiVersion", "v1"},
+         {"kind", "ResourceQuota"},
+         {"metadata", {{"name", "gpu"}, {"namespace", kTenant}}},
+         {"spec", {{"hard", {{"requests.gpu.cozystack.io/a100", "8"}}}}}});
+  // The webhook reads the quotas from its cache: the first tries may come before it has them.
+  int attempt = 0;
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        std::tie(code, out) = Create(Order("over-parent-" + std::to_string(++attempt), "a100", 1));
+        return code != 0;
+      },
+      10s))
+      << "the parent's budget (2, both used) did not refuse a third GPU";
+  EXPECT_NE(out.find("tenant-root"), std::string::npos) << out;
+  // E4: a vGPU class without the entitlement, then with it.
+  json vgpu = Class("a100-vgpu");
+  vgpu["spec"]["mode"] = "vgpu";
+  vgpu["spec"]["profile"] = "A100-4C";
+  vgpu["spec"]["source"]["devicePlugin"]["resourceName"] = "nvidia.com/GA100";
+  Apply(vgpu);
+  Kubectl("delete resourcequota gpu -n tenant-root");
+  std::tie(code, out) = Create(Order("vgpu", "a100-vgpu", 1));
+  EXPECT_NE(code, 0);
+  EXPECT_NE(out.find("entitle"), std::string::npos) << out;
+  Kubectl("label namespace tenant-root gpu.cozystack.io/vgpu-entitled=true");
+  EXPECT_TRUE(WaitFor([&] { return Create(Order("vgpu", "a100-vgpu", 1)).first == 0; }, 10s))
+      << Logs();
+}
+
+TEST_F(AdmissionEndToEnd, E5_ADryRunAndARefusedStartLeaveNoTrace) {
+  StartWebhookReplica("replica-a");
+  WaitReady("replica-a");
+  WaitLeader("replica-a");
+  ASSERT_EQ(Create(Order("held", "a100", 1)).first, 0);
+  // A dry run is admitted with its patch and writes nothing.
+  auto [code, out] =
+      Create(VmWithGpus("vm-dry", {"held"}, {Template("scratch", "a100", 1)}), "--dry-run=server");
+  ASSERT_EQ(code, 0) << out << Logs();
+  const json shown = json::parse(out);
+  EXPECT_EQ(shown["spec"]["domain"]["devices"]["gpus"].size(), 2u) << shown.dump();
+  EXPECT_TRUE(Get("gpudevice vm-dry-scratch", kTenant).is_null());
+  EXPECT_FALSE(Get("gpudevice held", kTenant)["status"].contains("attachment"));
+  // A refused start (a template of a class nobody offers) writes nothing either.
+  std::tie(code, out) =
+      Create(VmWithGpus("vm-refused", {"held"}, {Template("scratch", "h100", 1)}));
+  EXPECT_NE(code, 0);
+  EXPECT_NE(out.find("h100"), std::string::npos) << out;
+  EXPECT_TRUE(Get("gpudevice vm-refused-scratch", kTenant).is_null());
+  EXPECT_FALSE(Get("gpudevice held", kTenant)["status"].contains("attachment"));
+  EXPECT_TRUE(Get("vmi vm-refused", kTenant).is_null());
+  EXPECT_EQ(AttachWrites(), 0);
+}
+
+TEST_F(AdmissionEndToEnd, E6_E8_E9_E10_E13_AVmGetsItsGpusOnOneNodeAndItsLauncherIsPinned) {
+  StartWebhookReplica("replica-a");
+  WaitReady("replica-a");
+  WaitLeader("replica-a");
+  server_->EnableVirtApiMutator();
+  ASSERT_EQ(Create(Order("held", "a100", 1)).first, 0);
+  auto [code, out] = Create(VmWithGpus("vm1", {"held"}, {Template("scratch", "a100", 1)}));
+  ASSERT_EQ(code, 0) << out << Logs();
+  const json vmi = Get("vmi vm1", kTenant);
+  // E10: one gpus entry per GPU, no resources key as well.
+  const json& gpus = vmi["spec"]["domain"]["devices"]["gpus"];
+  ASSERT_EQ(gpus.size(), 2u) << vmi.dump();
+  for (const json& entry : gpus) EXPECT_EQ(entry["deviceName"], "nvidia.com/GA100");
+  EXPECT_FALSE(vmi["spec"]["domain"].contains("resources")) << vmi.dump();
+  // virt-api's stand-in ran after the webhook, which was called again (E9) and wrote nothing.
+  EXPECT_EQ(vmi["spec"]["domain"]["machine"]["type"], "q35") << vmi.dump();
+  EXPECT_EQ(AttachWrites(), 2) << "one attachment per device, none from the reinvocation";
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return Metrics("replica-a").find("gpu_controller_admission_reinvocations_total 1") !=
+               std::string::npos;
+      },
+      5s))
+      << Metrics("replica-a");
+  // E6: the template device exists, marked; both are on one node, attached to vm1.
+  const json scratch = Get("gpudevice vm1-scratch", kTenant);
+  ASSERT_TRUE(scratch.is_object());
+  EXPECT_EQ(scratch["metadata"]["labels"]["gpu.cozystack.io/template-device"], "true");
+  const json held = Get("gpudevice held", kTenant);
+  EXPECT_EQ(held["status"]["phase"], "Bound");
+  EXPECT_EQ(scratch["status"]["phase"], "Bound");
+  const std::string node = held["status"]["nodeName"];
+  EXPECT_EQ(scratch["status"]["nodeName"], node);
+  EXPECT_EQ(held["status"]["attachment"]["vmiName"], "vm1");
+  // E13: the launcher pod gets a required node affinity to that node.
+  std::tie(code, out) = Create(Launcher("vm1"));
+  ASSERT_EQ(code, 0) << out << Logs();
+  const json pod = json::parse(out);
+  const json& terms = pod["spec"]["affinity"]["nodeAffinity"]
+                         ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
+  ASSERT_FALSE(terms.empty()) << pod.dump();
+  bool pinned = false;
+  for (const json& expression : terms[0]["matchExpressions"]) {
+    if (expression["key"] == "kubernetes.io/hostname" && expression["values"] == json{node}) {
+      pinned = true;
+    }
+  }
+  EXPECT_TRUE(pinned) << pod.dump();
+}
+
+TEST_F(AdmissionEndToEnd, E7_TwoVmsRaceForOneHeldDeviceAndOneGetsIt) {
+  StartWebhookReplica("replica-a");
+  WaitReady("replica-a");
+  WaitLeader("replica-a");
+  ASSERT_EQ(Create(Order("held", "a100", 1)).first, 0);
+  auto a = std::async(std::launch::async, [&] { return Create(VmWithGpus("vm-a", {"held"})); });
+  auto b = std::async(std::launch::async, [&] { return Create(VmWithGpus("vm-b", {"held"})); });
+  const auto [codeA, outA] = a.get();
+  const auto [codeB, outB] = b.get();
+  EXPECT_NE(codeA == 0, codeB == 0) << outA << "\n" << outB << Logs();
+  const std::string winner = codeA == 0 ? "vm-a" : "vm-b";
+  EXPECT_EQ(Get("gpudevice held", kTenant)["status"]["attachment"]["vmiName"], winner);
+  EXPECT_NE((codeA == 0 ? outB : outA).find("attached to"), std::string::npos)
+      << (codeA == 0 ? outB : outA);
+}
+
+TEST_F(AdmissionEndToEnd, E7_AnOrderAndAVmRaceForTheLastUnitAndOneGetsIt) {
+  StartWebhookReplica("replica-a");
+  WaitReady("replica-a");
+  WaitLeader("replica-a");
+  // Three of the four units are held: one is left.
+  ASSERT_EQ(Create(Order("two", "a100", 2)).first, 0);
+  ASSERT_EQ(Create(Order("one", "a100", 1)).first, 0);
+  ASSERT_TRUE(WaitFor([&] { return Phase("two") == "Bound" && Phase("one") == "Bound"; }, 10s));
+  auto order = std::async(std::launch::async, [&] { return Create(Order("last", "a100", 1)); });
+  auto vm = std::async(std::launch::async, [&] {
+    return Create(VmWithGpus("vm1", {}, {Template("scratch", "a100", 1)}));
+  });
+  const auto [orderCode, orderOut] = order.get();
+  const auto [vmCode, vmOut] = vm.get();
+  // The VM either started on the last unit or was refused; the order either holds it or waits
+  // refused: never both bound.
+  std::this_thread::sleep_for(1s);
+  const bool vmBound = vmCode == 0 && Phase("vm1-scratch") == "Bound";
+  const bool orderBound = orderCode == 0 && Phase("last") == "Bound";
+  EXPECT_FALSE(vmBound && orderBound) << vmOut << orderOut;
+  EXPECT_TRUE(vmBound || orderBound) << vmOut << orderOut << Logs();
+  if (vmCode == 0) {
+    EXPECT_TRUE(vmBound) << "a started VM holds its GPU";
+  }
+}
+
+TEST_F(AdmissionEndToEnd, E8_WithTheBinderStoppedAStartIsRefusedWithinTheBoundAndLeavesNothing) {
+  // Someone else holds the Lease for an hour: this replica serves the webhooks, never binds.
+  Apply({{"apiVersion", "coordination.k8s.io/v1"},
+         {"kind", "Lease"},
+         {"metadata", {{"name", "gpu-controller"}, {"namespace", "cozy-system"}}},
+         {"spec",
+          {{"holderIdentity", "ghost"},
+           {"leaseDurationSeconds", 3600},
+           {"renewTime", api::FormatTime(std::chrono::system_clock::now())}}}});
+  StartWebhookReplica("replica-a", {"--bind-wait", "2s"});
+  WaitReady("replica-a");
+  ASSERT_EQ(Create(Order("held", "a100", 1)).first, 0);
+  const auto started = std::chrono::steady_clock::now();
+  auto [code, out] = Create(VmWithGpus("vm1", {"held"}, {Template("scratch", "a100", 1)}));
+  const auto took = std::chrono::steady_clock::now() - started;
+  EXPECT_NE(code, 0);
+  EXPECT_NE(out.find("did not place"), std::string::npos) << out;
+  EXPECT_LT(took, 10s) << "the API server's timeout, not the webhook's bound, ended the call";
+  // Rolled back: no attachment, no template device.
+  EXPECT_FALSE(Get("gpudevice held", kTenant)["status"].contains("attachment"));
+  EXPECT_TRUE(WaitFor([&] { return Get("gpudevice vm1-scratch", kTenant).is_null(); }, 10s));
+}
+
+TEST_F(AdmissionEndToEnd, H2_H3_WithTheControllerDownOnlyGpuObjectsAreRefused) {
+  // No replica runs: the configurations fail closed, but select only what they must.
+  for (const json& configuration : webhookConfigurations_) {
+    for (const json& webhook : configuration["webhooks"]) {
+      EXPECT_EQ(webhook.value("failurePolicy", ""), "Fail") << webhook.dump();  // H2
+    }
+  }
+  server_->SetServiceEndpoint(kServiceNamespace, kService, testing::FreePort());
+  auto [code, out] = Create(Vmi("plain"));
+  EXPECT_EQ(code, 0) << "an unlabelled VMI starts: " << out;
+  std::tie(code, out) = Create(VmWithGpus("vm1", {"held"}));
+  EXPECT_NE(code, 0);
+  EXPECT_NE(out.find("failed calling webhook"), std::string::npos) << out;
+  std::tie(code, out) = Create(Order("held", "a100", 1));
+  EXPECT_NE(code, 0) << "every order goes through the webhook";
+  json pod = {{"apiVersion", "v1"},
+              {"kind", "Pod"},
+              {"metadata", {{"name", "plain"}, {"namespace", kTenant}}},
+              {"spec", {{"containers", {{{"name", "c"}, {"image", "busybox"}}}}}}};
+  EXPECT_EQ(Create(pod).first, 0) << "an unlabelled pod starts";
+  pod["metadata"]["name"] = "labelled-not-launcher";
+  pod["metadata"]["labels"] = {{"gpu.cozystack.io/device-references", "true"}};
+  EXPECT_EQ(Create(pod).first, 0) << "the pod webhook also needs the virt-launcher label";
+  pod["metadata"]["name"] = "launcher";
+  pod["metadata"]["labels"]["kubevirt.io"] = "virt-launcher";
+  EXPECT_NE(Create(pod).first, 0);
+}
+
+TEST_F(AdmissionEndToEnd, G2_WithoutGpusThereIsNoWebhookServerAndNoCertificateIsNeeded) {
+  const int webhookPort = testing::FreePort();
+  StartReplica("replica-a", {"--webhook-addr", "127.0.0.1:" + std::to_string(webhookPort),
+                             "--webhook-cert-dir", Path("nowhere").string()});
+  WaitReady("replica-a");
+  EXPECT_NE(testing::RunCommand("curl -sk https://127.0.0.1:" + std::to_string(webhookPort) +
+                                "/validate/gpudevices -d {}")
+                .exitCode,
+            0)
+      << "nothing listens on the webhook port";
+  // With GPUs on, a missing certificate stops the start with a message naming the file.
+  const auto result = testing::RunCommand(
+      std::string(GPU_CONTROLLER) + " run --kubeconfig " + ShellQuote(Path("kubeconfig").string()) +
+      " --enable-gpu --health-addr off --webhook-addr 127.0.0.1:0 --webhook-cert-dir " +
+      ShellQuote(Path("nowhere").string()));
+  EXPECT_EQ(result.exitCode, 1);
+  EXPECT_NE(result.err.find("nowhere/tls.crt"), std::string::npos) << result.err;
+}
+
+TEST_F(AdmissionEndToEnd, G3_G4_ANonLeaderAnswersWarmAndReadinessNeverWaitsForKubeVirt) {
+  // KubeVirt is not installed: its CRDs are gone before any replica starts.
+  server_->DeleteCrd("virtualmachineinstances.kubevirt.io");
+  server_->DeleteCrd("kubevirts.kubevirt.io");
+  StartWebhookReplica("replica-a", {}, false);
+  WaitLeader("replica-a");
+  StartWebhookReplica("replica-b");  // the Service's endpoint: a replica that does not lead
+  WaitReady("replica-b");            // G4: ready without KubeVirt
+  EXPECT_EQ(Holder(), "replica-a");
+  // G3: its first admission is answered from warm caches: the order is checked against the
+  // class and the nodes it has already read.
+  auto [code, out] = Create(Order("three", "a100", 3));
+  EXPECT_NE(code, 0);
+  EXPECT_NE(out.find("a100"), std::string::npos) << out;
+  EXPECT_EQ(Create(Order("two", "a100", 2)).first, 0);
+  EXPECT_NE(Metrics("replica-b").find("gpu_controller_admission_total"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cozy::e2e
