@@ -41,9 +41,8 @@ class AdmissionEndToEnd : public ControllerEndToEnd {
         continue;
       }
       std::ofstream(Path("webhooks.yaml")) << document.text;
-      json object = json::parse(testing::RunCommand("kubectl create --dry-run=client -o json -f " +
-                                                    ShellQuote(Path("webhooks.yaml").string()))
-                                    .out);
+      json object = json::parse(Kubectl("create --dry-run=client -o json -f " +
+                                        ShellQuote(Path("webhooks.yaml").string())));
       for (json& webhook : object["webhooks"]) {
         webhook["clientConfig"]["caBundle"] = caBundle_;
       }
