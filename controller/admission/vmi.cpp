@@ -166,6 +166,10 @@ VmiStartPlan PlanVmiStart(const model::Snapshot& snapshot, const model::Model& m
   for (const api::DeviceReferences::Template& item : input.references.templates) {
     const std::string name = model::TemplateDeviceName(input.vmiName, item.name);
     const std::string what = vmiText + " (device template " + item.name + ")";
+    if (std::find(input.references.devices.begin(), input.references.devices.end(), name) !=
+        input.references.devices.end()) {
+      return refuse(what + ": its device " + name + " is also referenced as a held device");
+    }
     if (const api::GpuDevice* device = find(name)) {
       // Created by an earlier call for this VMI: held now, if it is that template's device.
       const auto mark = device->metadata.labels.find(std::string(api::kTemplateDeviceLabel));

@@ -201,5 +201,38 @@ TEST(OrderCheckE2, FromTheReviewToTheAnswer) {
             "a node");
 }
 
+// ---- the model's per-class queries the checks read ----
+
+TEST(ModelRoomE2, FreeUnitsAndTheLargestNodeWithoutTheWholeView) {
+  Snapshot snapshot = BaseSnapshot();
+  AddNode(snapshot, "n1", 2);
+  AddNode(snapshot, "n2", 3);
+  AddNode(snapshot, "n3", 8);
+  snapshot.nodes[2].ready = false;  // takes no binds: its units are not free to order
+  snapshot.devices = {Bound("tenant-a", "held", "a100", 1, "n2")};
+  const model::Model model(snapshot);
+  const std::optional<model::ClassRoom> room = model.Room("a100");
+  ASSERT_TRUE(room);
+  EXPECT_EQ(room->free, 4);
+  EXPECT_EQ(room->largestNodeFree, 2);
+  EXPECT_EQ(room->largestNode, "n1");  // a tie goes to the first by name
+  EXPECT_EQ(room->maxCount, std::nullopt);
+  EXPECT_EQ(model.Room("h100"), std::nullopt);
+  // The same numbers as the whole view.
+  const model::ClusterView view = model.View();
+  EXPECT_EQ(view.classes[0].free, room->free);
+}
+
+TEST(ModelCheckNewOrderE3, SeveralClassesTogetherAgainstTheTotal) {
+  Snapshot snapshot = BaseSnapshot();
+  snapshot.classes.push_back(MakeClass("l40s", "nvidia.com/AD102GL_L40S"));
+  snapshot.quotas = {MakeQuota("tenant-a", {{"requests.gpu.cozystack.io/total", "3"}})};
+  const model::Model model(snapshot);
+  EXPECT_EQ(model.CheckNewOrder("tenant-a", {{"a100", 2}, {"l40s", 1}}), std::nullopt);
+  EXPECT_TRUE(
+      Contains(model.CheckNewOrder("tenant-a", {{"a100", 2}, {"l40s", 2}}), "the order needs 4"));
+  EXPECT_EQ(model.CheckNewOrder("tenant-b", {{"a100", 9}}), std::nullopt);
+}
+
 }  // namespace
 }  // namespace cozy::admission

@@ -130,6 +130,7 @@ TEST(VmiStartPlanE5, EveryRefusalBeforeAnyWrite) {
                       Pending("tenant-a", "going", "a100", 1)};
   snapshot.devices[2].metadata.deletionTimestamp = "2026-12-01T09:00:00Z";
   snapshot.devices.push_back(Bound("tenant-b", "elsewhere", "a100", 0, "n1"));
+  snapshot.devices.push_back(Pending("tenant-a", "vm1-dup", "a100", 1));
   struct Case {
     const char* what;
     DeviceReferences refs;
@@ -142,6 +143,7 @@ TEST(VmiStartPlanE5, EveryRefusalBeforeAnyWrite) {
       {"attached to another VMI", {{"theirs"}, {}}, "attached to VMI vm2"},
       {"template of an unknown class (E1)", {{"held"}, {{"gpu", "h100", 1}}}, "no GPUClass h100"},
       {"no room on one node", {{"held"}, {{"gpu", "a100", 2}}}, "cannot be placed on one node"},
+      {"template device also held", {{"vm1-dup"}, {{"dup", "a100", 1}}}, "also referenced"},
   };
   for (const Case& c : cases) {
     const VmiStartPlan plan = Plan(snapshot, Input(c.refs));
