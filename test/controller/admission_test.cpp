@@ -133,7 +133,8 @@ TEST(DeviceReferencesE12, ReadsEveryValueTheChartPins) {
     const std::string annotation = pin.at("annotation").get<std::string>();
     EXPECT_NO_THROW({
       const DeviceReferences refs = api::ParseDeviceReferences(annotation);
-      EXPECT_EQ(api::ToAnnotation(refs), annotation);
+      // The chart may write an empty list the writer here leaves out: the same references.
+      EXPECT_EQ(api::ParseDeviceReferences(api::ToAnnotation(refs)), refs);
     }) << annotation;
   }
 }
