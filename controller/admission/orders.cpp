@@ -12,7 +12,7 @@ std::string Gpus(int64_t count) { return std::to_string(count) + (count == 1 ? "
 
 std::optional<std::string> CheckClassOrder(const model::Model& model, std::string_view ns,
                                            std::string_view className, int64_t count,
-                                           std::string_view what) {
+                                           std::string_view what, bool checkRoom) {
   const std::string head =
       std::string(what) + " orders " + Gpus(count) + " of class " + std::string(className);
   const std::optional<model::ClassRoom> room = model.Room(className);
@@ -32,6 +32,9 @@ std::optional<std::string> CheckClassOrder(const model::Model& model, std::strin
            " is not entitled to vGPUs (ask the hoster to label it or a parent tenant " +
            std::string(api::kVgpuEntitledLabel) + "=" + std::string(api::kVgpuEntitledLabelValue) +
            ")";
+  }
+  if (!checkRoom) {
+    return std::nullopt;
   }
   if (count > room->free) {
     return head + ", but only " + std::to_string(room->free) +

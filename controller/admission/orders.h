@@ -26,11 +26,13 @@ namespace cozy::admission {
 std::optional<std::string> CheckOrder(const model::Model& model, const model::Snapshot& snapshot,
                                       const api::GpuDevice& order);
 
-// E1, E4 and E2 for `count` GPUs of a class ordered in `ns`, worded for `what` ("GPUDevice
-// tenant-a/g1", "template gpu of VMI vm1"). The VMI webhook runs it per device template; the
-// budget check of several orders together is model::Model::CheckNewOrder.
+// E1, E4 and, with `checkRoom`, E2 for `count` GPUs of a class ordered in `ns`, worded for
+// `what` ("GPUDevice tenant-a/g1"). The VMI webhook runs it per device template without E2:
+// its placement pass decides room for the whole set, with the VMI's tolerations and the room
+// its held devices leave when they move, which the room of nodes without tolerations cannot.
+// The budget check of several orders together is model::Model::CheckNewOrder.
 std::optional<std::string> CheckClassOrder(const model::Model& model, std::string_view ns,
                                            std::string_view className, int64_t count,
-                                           std::string_view what);
+                                           std::string_view what, bool checkRoom = true);
 
 }  // namespace cozy::admission

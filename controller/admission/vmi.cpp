@@ -115,9 +115,11 @@ VmiStartPlan PlanVmiStart(const model::Snapshot& snapshot, const model::Model& m
   VmiStartPlan plan;
   const std::string& ns = input.namespaceName;
   const std::string vmiText = "VMI " + ns + "/" + input.vmiName;
-  auto refuse = [&plan](std::string message) {
-    plan.refusal = std::move(message);
-    return plan;
+  // A refusal carries nothing to write, whatever the plan had gathered.
+  auto refuse = [](std::string message) {
+    VmiStartPlan refused;
+    refused.refusal = std::move(message);
+    return refused;
   };
   auto find = [&snapshot, &ns](std::string_view name) -> const api::GpuDevice* {
     for (const api::GpuDevice& device : snapshot.devices) {
@@ -164,6 +166,10 @@ VmiStartPlan PlanVmiStart(const model::Snapshot& snapshot, const model::Model& m
   for (const api::DeviceReferences::Template& item : input.references.templates) {
     const std::string name = model::TemplateDeviceName(input.vmiName, item.name);
     const std::string what = vmiText + " (device template " + item.name + ")";
+    if (std::find(input.references.devices.begin(), input.references.devices.end(), name) !=
+        input.references.devices.end()) {
+      return refuse(what + ": its device " + name + " is also referenced as a held device");
+    }
     if (const api::GpuDevice* device = find(name)) {
       // Created by an earlier call for this VMI: held now, if it is that template's device.
       const auto mark = device->metadata.labels.find(std::string(api::kTemplateDeviceLabel));
@@ -179,7 +185,7 @@ VmiStartPlan PlanVmiStart(const model::Snapshot& snapshot, const model::Model& m
       continue;
     }
     if (std::optional<std::string> refusal =
-            CheckClassOrder(model, ns, item.className, item.count, what)) {
+            CheckClassOrder(model, ns, item.className, item.count, what, /*checkRoom=*/false)) {
       return refuse(*refusal);
     }
     newCounts[item.className] += item.count;
@@ -276,17 +282,17 @@ nlohmann::json VmiGpuPatch(const nlohmann::json& vmi, const std::vector<PlacedDe
     // Add at the first missing parent, carrying what lies below it.
     nlohmann::json value = desired;
     std::string path = "/spec/domain/devices/gpus";
-    const std::array<std::pair<std::initializer_list<const char*>, const char*>, 3> parents = {{
-        {{"spec", "domain", "devices"}, "gpus"},
-        {{"spec", "domain"}, "devices"},
-        {{"spec"}, "domain"},
-    }};
-    for (const auto& [parent, key] : parents) {
-      if (At(vmi, parent) != nullptr) {
-        break;
+    if (At(vmi, {"spec", "domain", "devices"}) == nullptr) {
+      value = nlohmann::json{{"gpus", std::move(value)}};
+      path = "/spec/domain/devices";
+      if (At(vmi, {"spec", "domain"}) == nullptr) {
+        value = nlohmann::json{{"devices", std::move(value)}};
+        path = "/spec/domain";
+        if (At(vmi, {"spec"}) == nullptr) {
+          value = nlohmann::json{{"domain", std::move(value)}};
+          path = "/spec";
+        }
       }
-      value = nlohmann::json{{key, std::move(value)}};
-      path = path.substr(0, path.rfind('/'));
     }
     ops.push_back({{"op", "add"}, {"path", path}, {"value", std::move(value)}});
     return ops;

@@ -78,7 +78,7 @@ struct VmiStartPlan {
 // Runs every refusal check of a VMI start, writing nothing:
 //   each referenced device exists in the VMI's namespace, is not being deleted, is not attached
 //   to another VMI name (this one's is a retry or a reinvocation);
-//   each new template passes CheckClassOrder (E1, E2, E4) and all new templates together the
+//   each new template passes CheckClassOrder (E1, E4; room is the pass's) and all together the
 //   budgets (E3, Model::CheckNewOrder); a template device that already exists is taken as held
 //   when it carries the template mark, the template's spec and no other VMI's attachment;
 //   with raw names forbidden, the VMI carries no GPU entry of its own (the webhook's are

@@ -1,0 +1,450 @@
+// The VMI webhook's pure part: its own GPU entries (E11), the start plan that runs every
+// refusal check before anything is written (E5, with E1-E4 for templates and E6's mark), the
+// gpus patch (E9, E10), and the pod webhook's pin (E13).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "api/device_references.h"
+#include "api/keys.h"
+#include "api/validation.h"
+#include "controller/admission/pod.h"
+#include "controller/admission/review.h"
+#include "controller/admission/vmi.h"
+#include "controller/model/readers.h"
+#include "test/controller/model_fixtures.h"
+
+namespace cozy::admission {
+namespace {
+
+using namespace cozy::model::testing;
+using api::DeviceReferences;
+using model::Snapshot;
+using nlohmann::json;
+
+json ReadTestdata(const std::string& name) {
+  std::ifstream in(std::filesystem::path(COZY_SOURCE_DIR) / "test/controller/testdata/admission" /
+                   name);
+  EXPECT_TRUE(in) << name;
+  std::stringstream text;
+  text << in.rdbuf();
+  return json::parse(text.str());
+}
+
+bool Contains(const std::optional<std::string>& text, const std::string& part) {
+  return text && text->find(part) != std::string::npos;
+}
+
+Snapshot BaseSnapshot() {
+  Snapshot snapshot;
+  snapshot.classes = {MakeClass("a100", kA100)};
+  snapshot.namespaces = {MakeTenant("tenant-root", {}), MakeTenant("tenant-a", {"tenant-root"}),
+                         MakeTenant("tenant-b", {"tenant-root"})};
+  return snapshot;
+}
+
+void AddNode(Snapshot& snapshot, const std::string& name, int gpus,
+             const std::string& resource = kA100) {
+  snapshot.nodes.push_back(MakeNode(name));
+  snapshot.gpuNodes.push_back(MakeGpuNode(name, resource, gpus));
+}
+
+VmiInput Input(DeviceReferences references) {
+  VmiInput input;
+  input.namespaceName = "tenant-a";
+  input.vmiName = "vm1";
+  input.references = std::move(references);
+  input.now = "2026-12-01T10:00:00Z";
+  return input;
+}
+
+VmiStartPlan Plan(const Snapshot& snapshot, const VmiInput& input) {
+  const model::Model model(snapshot);
+  return PlanVmiStart(snapshot, model, input);
+}
+
+// A refused plan carries nothing to write.
+void ExpectNothingToWrite(const VmiStartPlan& plan) {
+  EXPECT_TRUE(plan.heldDevices.empty());
+  EXPECT_TRUE(plan.templateDevices.empty());
+  EXPECT_TRUE(plan.devices.empty());
+  EXPECT_TRUE(plan.node.empty());
+}
+
+// ---- own GPU entries (E11) ----
+
+json VmiWithDevices(json devices, json resources = json::object()) {
+  return {{"spec", {{"domain", {{"devices", std::move(devices)}, {"resources", resources}}}}}};
+}
+
+// E11: "the VMI webhook adds them when it looks for a VMI's own GPU entries" — a hostDevice on
+// a table-only name is a GPU entry; a ConnectX VF is not.
+TEST(OwnGpuEntriesE11, TableOnlyNvidiaNameIsAGpuEntryConnectXIsNot) {
+  model::PermittedHostDevices permitted;
+  permitted.pciHostDevices = {{"10DE:2236", "nvidia.com/GA102GL_A10"},
+                              {"15B3:101E", "mellanox.com/cx7_vf"}};
+  permitted.mediatedDevices = {{"NVIDIA A2-4Q", "nvidia.com/NVIDIA_A2-4Q"}};
+  const std::set<std::string> names =
+      model::EffectiveGpuResourceNames(model::Settings{}, {}, permitted, {});
+  const json vmi =
+      VmiWithDevices({{"hostDevices",
+                       {{{"name", "a10"}, {"deviceName", "nvidia.com/GA102GL_A10"}},
+                        {{"name", "vf"}, {"deviceName", "mellanox.com/cx7_vf"}},
+                        {{"name", "mdev"}, {"deviceName", "nvidia.com/NVIDIA_A2-4Q"}}}}});
+  const VmiGpuEntries entries = OwnGpuEntries(vmi, names);
+  ASSERT_EQ(entries.own.size(), 2U);
+  EXPECT_EQ(entries.own[0],
+            (GpuEntry{"spec.domain.devices.hostDevices[0]", "a10", "nvidia.com/GA102GL_A10"}));
+  EXPECT_EQ(entries.own[1].resourceName, "nvidia.com/NVIDIA_A2-4Q");
+  EXPECT_TRUE(entries.webhook.empty());
+}
+
+TEST(OwnGpuEntriesE11, EveryGpusEntryAndGpuResourceKeysWebhookEntriesApart) {
+  const std::set<std::string> names = {kA100};
+  const json vmi =
+      VmiWithDevices({{"gpus",
+                       {{{"name", "mine"}, {"deviceName", "vendor.example/other"}},
+                        {{"name", GpuEntryName("held", 0)}, {"deviceName", kA100}}}}},
+                     {{"requests", {{kA100, "1"}, {"memory", "1Gi"}}}, {"limits", {{kA100, "1"}}}});
+  const VmiGpuEntries entries = OwnGpuEntries(vmi, names);
+  ASSERT_EQ(entries.own.size(), 3U);
+  EXPECT_EQ(entries.own[0].name, "mine");  // any gpus entry, whatever its deviceName
+  EXPECT_EQ(entries.own[1].field, "spec.domain.resources.requests[\"nvidia.com/GA100\"]");
+  EXPECT_EQ(entries.own[2].field, "spec.domain.resources.limits[\"nvidia.com/GA100\"]");
+  ASSERT_EQ(entries.webhook.size(), 1U);
+  EXPECT_EQ(entries.webhook[0].name, "cozy-gpu-held-0");
+  EXPECT_TRUE(OwnGpuEntries(json{{"spec", json::object()}}, names).own.empty());
+}
+
+// ---- the start plan (E5, E6, E9; E1-E4 for templates) ----
+
+// E5: "a dry run and a refused start leave no trace" — each refusal is found before anything
+// is written: the plan then holds nothing to create or attach.
+TEST(VmiStartPlanE5, EveryRefusalBeforeAnyWrite) {
+  Snapshot snapshot = BaseSnapshot();
+  AddNode(snapshot, "n1", 2);
+  snapshot.devices = {Bound("tenant-a", "held", "a100", 1, "n1"),
+                      Bound("tenant-a", "theirs", "a100", 1, "n1", "vm2"),
+                      Pending("tenant-a", "going", "a100", 1)};
+  snapshot.devices[2].metadata.deletionTimestamp = "2026-12-01T09:00:00Z";
+  snapshot.devices.push_back(Bound("tenant-b", "elsewhere", "a100", 0, "n1"));
+  snapshot.devices.push_back(Pending("tenant-a", "vm1-dup", "a100", 1));
+  struct Case {
+    const char* what;
+    DeviceReferences refs;
+    const char* refusal;
+  };
+  const std::vector<Case> cases = {
+      {"missing device", {{"held", "nope"}, {{"gpu", "a100", 1}}}, "nope, which does not exist"},
+      {"another namespace's device", {{"elsewhere"}, {}}, "elsewhere, which does not exist"},
+      {"device being deleted", {{"going"}, {}}, "going, which is being deleted"},
+      {"attached to another VMI", {{"theirs"}, {}}, "attached to VMI vm2"},
+      {"template of an unknown class (E1)", {{"held"}, {{"gpu", "h100", 1}}}, "no GPUClass h100"},
+      {"no room on one node", {{"held"}, {{"gpu", "a100", 2}}}, "cannot be placed on one node"},
+      {"template device also held", {{"vm1-dup"}, {{"dup", "a100", 1}}}, "also referenced"},
+  };
+  for (const Case& c : cases) {
+    const VmiStartPlan plan = Plan(snapshot, Input(c.refs));
+    EXPECT_TRUE(Contains(plan.refusal, c.refusal)) << c.what << ": " << plan.refusal.value_or("-");
+    ExpectNothingToWrite(plan);
+  }
+}
+
+// E6: "one template: one marked device" — with a held device, the whole set on one node.
+TEST(VmiStartPlanE6, TemplatesBecomeMarkedDevicesReadyToCreate) {
+  Snapshot snapshot = BaseSnapshot();
+  AddNode(snapshot, "n1", 2);
+  AddNode(snapshot, "n2", 4);
+  snapshot.devices = {Bound("tenant-a", "held", "a100", 1, "n1")};
+  const VmiStartPlan plan = Plan(snapshot, Input({{"held"}, {{"gpu", "a100", 1}}}));
+  ASSERT_FALSE(plan.refusal) << *plan.refusal;
+  EXPECT_EQ(plan.heldDevices, std::vector<std::string>{"held"});
+  EXPECT_EQ(plan.node, "n1");  // the held device's node has room for the template
+  ASSERT_EQ(plan.templateDevices.size(), 1U);
+  const json& device = plan.templateDevices[0];
+  EXPECT_EQ(device["apiVersion"], "gpu.cozystack.io/v1alpha1");
+  EXPECT_EQ(device["kind"], "GPUDevice");
+  EXPECT_EQ(device["metadata"]["name"], model::TemplateDeviceName("vm1", "gpu"));
+  EXPECT_EQ(device["metadata"]["namespace"], "tenant-a");
+  EXPECT_EQ(device["metadata"]["labels"], (json{{"gpu.cozystack.io/template-device", "true"}}));
+  EXPECT_EQ(device["spec"], (json{{"className", "a100"}, {"count", 1}}));
+  EXPECT_FALSE(device.contains("status"));
+  EXPECT_EQ(api::GpuDeviceFromJson(device).spec.count, 1);  // what the CRD accepts
+  EXPECT_EQ(plan.devices, (std::vector<PlacedDevice>{{"held", kA100, 1}, {"vm1-gpu", kA100, 1}}));
+}
+
+// The model moves a held set that cannot grow where it is, as the binder would.
+TEST(VmiStartPlanE5, SetGoesWhereTheWholeOfItFits) {
+  Snapshot snapshot = BaseSnapshot();
+  AddNode(snapshot, "n1", 1);
+  AddNode(snapshot, "n2", 4);
+  snapshot.devices = {Bound("tenant-a", "held", "a100", 1, "n1")};
+  VmiStartPlan plan = Plan(snapshot, Input({{"held"}, {{"gpu", "a100", 2}}}));
+  ASSERT_FALSE(plan.refusal) << *plan.refusal;
+  EXPECT_EQ(plan.node, "n2");
+  snapshot.nodes[1].unschedulable = true;
+  plan = Plan(snapshot, Input({{"held"}, {{"gpu", "a100", 2}}}));
+  EXPECT_TRUE(Contains(plan.refusal, "no eligible node has room for 3 units of nvidia.com/GA100"))
+      << plan.refusal.value_or("admitted");
+  ExpectNothingToWrite(plan);
+}
+
+// The VMI's tolerations decide which nodes the set may go to.
+TEST(VmiStartPlanE5, TheVmisTolerationsCount) {
+  Snapshot snapshot = BaseSnapshot();
+  AddNode(snapshot, "n1", 2);
+  snapshot.nodes[0].taints = {{"gpu", "", "NoSchedule"}};
+  VmiInput input = Input({{}, {{"gpu", "a100", 1}}});
+  EXPECT_TRUE(Plan(snapshot, input).refusal);
+  input.tolerations = {{"gpu", "Exists", "", "NoSchedule"}};
+  const VmiStartPlan plan = Plan(snapshot, input);
+  ASSERT_FALSE(plan.refusal) << *plan.refusal;
+  EXPECT_EQ(plan.node, "n1");
+}
+
+// E3 for templates: "all templates counted together against budgets".
+TEST(VmiStartPlanE3, TemplatesCountTogetherAgainstBudgets) {
+  Snapshot snapshot = BaseSnapshot();
+  AddNode(snapshot, "n1", 8);
+  snapshot.quotas = {MakeQuota("tenant-root", {{"requests.gpu.cozystack.io/a100", "3"}})};
+  const DeviceReferences two = {{}, {{"a", "a100", 2}, {"b", "a100", 2}}};
+  VmiStartPlan plan = Plan(snapshot, Input(two));
+  EXPECT_TRUE(Contains(plan.refusal, "of tenant-root is 3 with 0 used; the order needs 4"))
+      << plan.refusal.value_or("admitted");
+  ExpectNothingToWrite(plan);
+  plan = Plan(snapshot, Input({{}, {{"a", "a100", 2}, {"b", "a100", 1}}}));
+  EXPECT_FALSE(plan.refusal) << plan.refusal.value_or("");
+  EXPECT_EQ(plan.templateDevices.size(), 2U);
+}
+
+// E4 for templates: a vgpu template without the entitlement.
+TEST(VmiStartPlanE4, VgpuTemplateNeedsTheEntitlement) {
+  Snapshot snapshot = BaseSnapshot();
+  snapshot.classes.push_back(MakeClass("a2-4q", kA2Vgpu, api::GpuMode::kVgpu));
+  AddNode(snapshot, "n1", 2, kA2Vgpu);
+  const DeviceReferences refs = {{}, {{"gpu", "a2-4q", 1}}};
+  EXPECT_TRUE(Contains(Plan(snapshot, Input(refs)).refusal, "not entitled to vGPUs"));
+  snapshot.namespaces[0].labels[std::string(api::kVgpuEntitledLabel)] = "true";
+  EXPECT_FALSE(Plan(snapshot, Input(refs)).refusal);
+}
+
+TEST(VmiStartPlanE5, RawNamesForbiddenRefusesTheVmisOwnEntries) {
+  Snapshot snapshot = BaseSnapshot();
+  AddNode(snapshot, "n1", 2);
+  VmiInput input = Input({{}, {{"gpu", "a100", 1}}});
+  input.entries.own = {{"spec.domain.devices.gpus[0]", "mine", kA100}};
+  input.entries.webhook = {{"spec.domain.devices.gpus[1]", "cozy-gpu-x-0", kA100}};
+  input.rawNamesForbidden = true;
+  const VmiStartPlan plan = Plan(snapshot, input);
+  EXPECT_TRUE(Contains(plan.refusal, "own GPU entry spec.domain.devices.gpus[0] (mine)"))
+      << plan.refusal.value_or("admitted");
+  ExpectNothingToWrite(plan);
+  input.entries.own.clear();  // the webhook's own entries are replaced, not refused
+  EXPECT_FALSE(Plan(snapshot, input).refusal);
+  input.entries.own = {{"spec.domain.devices.gpus[0]", "mine", kA100}};
+  input.rawNamesForbidden = false;
+  EXPECT_FALSE(Plan(snapshot, input).refusal);
+}
+
+// E9: "a recent answered request for the same VMI is taken as its own" — on a reinvocation the
+// devices the first call attached and created are this VMI's: nothing is created twice.
+TEST(VmiStartPlanE9, ReinvocationTakesItsOwnAttachmentsAndTemplateDevices) {
+  Snapshot snapshot = BaseSnapshot();
+  AddNode(snapshot, "n1", 2);
+  api::GpuDevice created =
+      Pending("tenant-a", model::TemplateDeviceName("vm1", "gpu"), "a100", 1, "vm1");
+  created.status.attachment->vmiUid = "";
+  created.metadata.labels[std::string(api::kTemplateDeviceLabel)] = "true";
+  snapshot.devices = {Bound("tenant-a", "held", "a100", 1, "n1", "vm1"), created};
+  snapshot.devices[0].status.attachment->vmiUid = "";
+  const DeviceReferences refs = {{"held"}, {{"gpu", "a100", 1}}};
+  VmiStartPlan plan = Plan(snapshot, Input(refs));
+  ASSERT_FALSE(plan.refusal) << *plan.refusal;
+  EXPECT_TRUE(plan.templateDevices.empty());
+  EXPECT_EQ(plan.heldDevices, (std::vector<std::string>{"held", "vm1-gpu"}));
+  EXPECT_EQ(plan.node, "n1");
+  // A device of that name that is not the template's is refused, not taken.
+  snapshot.devices[1].metadata.labels.clear();
+  plan = Plan(snapshot, Input(refs));
+  EXPECT_TRUE(Contains(plan.refusal, "already exists and is not this template's device"));
+  // Nor is one another VMI of that name... holds: attached to vm2.
+  snapshot.devices[1].metadata.labels[std::string(api::kTemplateDeviceLabel)] = "true";
+  snapshot.devices[1].status.attachment->vmiName = "vm2";
+  EXPECT_TRUE(Contains(Plan(snapshot, Input(refs)).refusal, "attached to VMI vm2"));
+}
+
+// ---- the gpus patch (E9, E10) ----
+
+// E10: "count 2: two entries, resources untouched".
+TEST(VmiGpuPatchE10, OneEntryPerGpuAndNoResourcesKey) {
+  const json vmi = ReadTestdata("vmi-create-dryrun.json")["request"]["object"];
+  const json ops = VmiGpuPatch(vmi, {{"held", kA100, 2}, {"vm1-gpu", "nvidia.com/other", 1}});
+  const json patched = vmi.patch(ops);
+  EXPECT_EQ(patched["spec"]["domain"]["devices"]["gpus"],
+            (json{{{"name", "cozy-gpu-held-0"}, {"deviceName", kA100}},
+                  {{"name", "cozy-gpu-held-1"}, {"deviceName", kA100}},
+                  {{"name", "cozy-gpu-vm1-gpu-0"}, {"deviceName", "nvidia.com/other"}}}));
+  EXPECT_EQ(patched["spec"]["domain"]["resources"], vmi["spec"]["domain"]["resources"]);
+  for (const json& op : ops) {
+    EXPECT_EQ(op["path"].get<std::string>().find("/resources"), std::string::npos) << op;
+  }
+  // Only the gpus list changed.
+  json without = patched;
+  without["spec"]["domain"]["devices"].erase("gpus");
+  EXPECT_EQ(without, vmi);
+}
+
+TEST(VmiGpuPatchE10, AddsMissingParents) {
+  const std::vector<PlacedDevice> devices = {{"d", kA100, 1}};
+  const json gpus = json::array({{{"name", "cozy-gpu-d-0"}, {"deviceName", kA100}}});
+  for (const json& vmi :
+       {json{{"spec", {{"domain", {{"devices", json::object()}}}}}},
+        json{{"spec", {{"domain", json::object()}}}}, json{{"spec", json::object()}}}) {
+    const json ops = VmiGpuPatch(vmi, devices);
+    ASSERT_EQ(ops.size(), 1U) << vmi;
+    EXPECT_EQ(vmi.patch(ops)["spec"]["domain"]["devices"]["gpus"], gpus) << ops;
+  }
+  EXPECT_EQ(VmiGpuPatch(json{{"spec", json::object()}}, {}), json::array());
+}
+
+// E9: "call twice for one VMI: same patch, no second write" — the patched VMI gets no ops, and
+// the reinvocation payload (virt-api's mutations since) neither.
+TEST(VmiGpuPatchE9, IdempotentAndStaleEntriesReplaced) {
+  const std::vector<PlacedDevice> devices = {{"held", kA100, 1}, {"vm1-gpu", kA100, 1}};
+  const json first = ReadTestdata("vmi-create-dryrun.json")["request"]["object"];
+  const json ops = VmiGpuPatch(first, devices);
+  EXPECT_EQ(VmiGpuPatch(first.patch(ops), devices), json::array());
+  const AdmissionRequest again = DecodeAdmissionReview(ReadTestdata("vmi-reinvocation.json"));
+  EXPECT_EQ(VmiGpuPatch(again.object, devices), json::array());
+  // Another set: the stale webhook entry goes, the tenant's own stays, the new one comes.
+  json vmi = again.object;
+  vmi["spec"]["domain"]["devices"]["gpus"].insert(
+      vmi["spec"]["domain"]["devices"]["gpus"].begin(),
+      json{{"name", "tenants"}, {"deviceName", "vendor.example/x"}});
+  const json patched = vmi.patch(VmiGpuPatch(vmi, {{"held", kA100, 1}, {"other", kA100, 1}}));
+  EXPECT_EQ(patched["spec"]["domain"]["devices"]["gpus"],
+            (json{{{"name", "tenants"}, {"deviceName", "vendor.example/x"}},
+                  {{"name", "cozy-gpu-held-0"}, {"deviceName", kA100}},
+                  {{"name", "cozy-gpu-other-0"}, {"deviceName", kA100}}}));
+  // An entry of ours with fields another mutator added still counts as ours.
+  json tagged = first.patch(ops);
+  tagged["spec"]["domain"]["devices"]["gpus"][0]["tag"] = "x";
+  EXPECT_EQ(VmiGpuPatch(tagged, devices), json::array());
+}
+
+TEST(VmiGpuPatchE10, EntryNamesAreDnsLabelsDistinctPerDeviceAndIndex) {
+  const std::string longName(200, 'a');
+  const std::vector<std::pair<std::string, int64_t>> inputs = {
+      {"held", 0},   {"held", 1},         {"gpu.a", 0},  {"gpu-a", 0},
+      {longName, 0}, {longName + "b", 0}, {longName, 12}};
+  std::set<std::string> names;
+  for (const auto& [device, index] : inputs) {
+    const std::string name = GpuEntryName(device, index);
+    EXPECT_EQ(api::CheckDnsLabel(name), "") << name;
+    EXPECT_TRUE(IsWebhookGpuEntryName(name)) << name;
+    EXPECT_EQ(name, GpuEntryName(device, index));
+    names.insert(name);
+  }
+  EXPECT_EQ(names.size(), inputs.size());
+  EXPECT_EQ(GpuEntryName("held", 1), "cozy-gpu-held-1");
+}
+
+// The VMI review from the wire to the answer: annotation, entries, plan, patch.
+TEST(VmiStartPlanE10, FromTheReviewToThePatch) {
+  Snapshot snapshot = BaseSnapshot();
+  AddNode(snapshot, "n1", 2);
+  snapshot.nodes[0].taints = {{"gpu", "", "NoSchedule"}};
+  snapshot.devices = {Bound("tenant-a", "held", "a100", 1, "n1")};
+  const model::Model model(snapshot);
+  const AdmissionRequest request = DecodeAdmissionReview(ReadTestdata("vmi-create-dryrun.json"));
+  VmiInput input;
+  input.namespaceName = request.namespaceName;
+  input.vmiName = request.name;
+  input.references = api::ParseDeviceReferences(
+      request.object["metadata"]["annotations"][std::string(api::kDeviceReferenceAnnotation)]
+          .get<std::string>());
+  input.entries = OwnGpuEntries(request.object, {kA100});
+  input.rawNamesForbidden = true;
+  input.tolerations = {{"gpu", "Exists", "", "NoSchedule"}};
+  const VmiStartPlan plan = PlanVmiStart(snapshot, model, input);
+  ASSERT_FALSE(plan.refusal) << *plan.refusal;
+  const json answer =
+      EncodeAdmissionReview(Allow(request, VmiGpuPatch(request.object, plan.devices)));
+  EXPECT_EQ(answer["response"]["patchType"], "JSONPatch");
+  EXPECT_EQ(answer["response"]["uid"], "7d4b2a10-1e2f-4a3b-8c9d-0e1f2a3b4c5d");
+}
+
+// ---- the launcher pod's pin (E13) ----
+
+json Terms(const json& pod) {
+  return pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            ["nodeSelectorTerms"];
+}
+
+const json kOnN1 = {{"key", "kubernetes.io/hostname"}, {"operator", "In"}, {"values", {"n1"}}};
+
+// E13: "set on n1: pod gets required affinity to n1" — in every ORed term.
+TEST(PodAffinityPatchE13, EveryTermGetsTheNode) {
+  const json pod = ReadTestdata("pod-create.json")["request"]["object"];
+  const json ops = PodAffinityPatch(pod, "n1");
+  const json patched = pod.patch(ops);
+  const json terms = Terms(patched);
+  ASSERT_EQ(terms.size(), 2U);
+  EXPECT_EQ(terms[0]["matchExpressions"],
+            (json{{{"key", "topology.kubernetes.io/zone"}, {"operator", "In"}, {"values", {"z1"}}},
+                  kOnN1}));
+  EXPECT_EQ(terms[1]["matchExpressions"], json::array({kOnN1}));
+  EXPECT_EQ(terms[1]["matchFields"], Terms(pod)[1]["matchFields"]);
+  EXPECT_EQ(PodAffinityPatch(patched, "n1"), json::array());  // idempotent
+  // Only the affinity changed; the VMI is not what gets pinned.
+  json without = patched;
+  without["spec"].erase("affinity");
+  json original = pod;
+  original["spec"].erase("affinity");
+  EXPECT_EQ(without, original);
+}
+
+TEST(PodAffinityPatchE13, CreatesWhatIsMissing) {
+  const json bare = {{"metadata", {{"name", "p"}}}, {"spec", {{"containers", json::array()}}}};
+  const json term = {{"matchExpressions", {kOnN1}}};
+  const json withPreferred = {
+      {"spec",
+       {{"affinity",
+         {{"nodeAffinity",
+           {{"preferredDuringSchedulingIgnoredDuringExecution", json::array()}}}}}}}};
+  const json emptyTerms = {{"spec",
+                            {{"affinity",
+                              {{"nodeAffinity",
+                                {{"requiredDuringSchedulingIgnoredDuringExecution",
+                                  {{"nodeSelectorTerms", json::array()}}}}}}}}}};
+  for (const json& pod :
+       {bare, json{{"spec", {{"affinity", {{"podAntiAffinity", json::object()}}}}}}, withPreferred,
+        emptyTerms}) {
+    const json patched = pod.patch(PodAffinityPatch(pod, "n1"));
+    EXPECT_EQ(Terms(patched), json::array({term})) << pod;
+    EXPECT_EQ(PodAffinityPatch(patched, "n1"), json::array()) << pod;
+  }
+  // Another node than the one pinned: the term gets the new node too (and is then unsatisfiable
+  // unless the node is the same, as a pin must be).
+  const json onN1 = bare.patch(PodAffinityPatch(bare, "n1"));
+  EXPECT_EQ(PodAffinityPatch(onN1, "n2").size(), 1U);
+}
+
+TEST(LauncherVmiNameE13, OwnerReferenceOrLabelAndNeitherWhenTheyDisagree) {
+  json pod = ReadTestdata("pod-create.json")["request"]["object"];
+  EXPECT_EQ(LauncherVmiName(pod), "vm1");
+  pod["metadata"]["labels"]["vm.kubevirt.io/name"] = "vm2";
+  EXPECT_EQ(LauncherVmiName(pod), std::nullopt);
+  pod["metadata"]["labels"].erase("vm.kubevirt.io/name");
+  EXPECT_EQ(LauncherVmiName(pod), "vm1");
+  pod["metadata"]["ownerReferences"][0]["controller"] = false;
+  EXPECT_EQ(LauncherVmiName(pod), std::nullopt);
+  pod["metadata"]["labels"]["vm.kubevirt.io/name"] = "vm1";
+  EXPECT_EQ(LauncherVmiName(pod), "vm1");
+  EXPECT_EQ(LauncherVmiName(json::object()), std::nullopt);
+}
+
+}  // namespace
+}  // namespace cozy::admission
