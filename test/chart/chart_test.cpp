@@ -505,7 +505,7 @@ TEST(ChartController, GpuOffRendersNoWebhookServiceCertificateOrGpuFlag) {
                            "MutatingWebhookConfiguration", "Issuer", "Certificate"}) {
     EXPECT_TRUE(OfKind(documents, kind).empty()) << kind;
   }
-  EXPECT_TRUE(OfKind(documents, "ClusterRole").size() == 2u);  // the agent's, the controller's
+  EXPECT_EQ(OfKind(documents, "ClusterRole").size(), 2u);  // the agent's, the controller's
   const auto args = Strings(Controller(documents)["args"]);
   for (const auto& arg : args) {
     EXPECT_FALSE(arg.starts_with("--enable-gpu") || arg.starts_with("--webhook") ||
@@ -1109,6 +1109,8 @@ TEST(VmInstanceChart, WithoutGpusTheTemplateHasNoDeviceReferences) {
   EXPECT_FALSE(metadata["labels"][std::string(api::kDeviceReferenceLabel)].IsDefined());
   EXPECT_FALSE(metadata["annotations"].IsDefined());
   EXPECT_EQ(vm["spec"]["template"]["spec"]["domain"]["cpu"]["cores"].as<int>(0), 2);
+  const YAML::Node chart = YAML::LoadFile((kVmChart / "Chart.yaml").string());
+  EXPECT_EQ(chart["version"].as<std::string>(""), COZY_VERSION);
 }
 
 // The annotation pinned, character for character, for every case in vm-instance-pins.json (read
