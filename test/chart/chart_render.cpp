@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <regex>
 #include <sstream>
@@ -107,10 +109,14 @@ class Renderer {
         return word;
       }
       if (word == "if") {
-        const bool condition = Truthy(Evaluate(Trim(body.substr(2)), token.line));
+        const bool condition = Condition(Trim(body.substr(2)), token.line);
         std::string stop = RenderBlock(out, emit && condition);
         if (stop == "else") stop = RenderBlock(out, emit && !condition);
         if (stop != "end") Fail(token.line, "'if' without 'end'");
+        continue;
+      }
+      if (word == "range") {
+        Range(Trim(body.substr(5)), token.line, out, emit);
         continue;
       }
       // A skipped branch is still checked against the subset, not for its values.
@@ -119,21 +125,84 @@ class Renderer {
     return "";
   }
 
-  // `.Values.a.b`, `.Release.Name|Namespace`, `.Chart.Name|Version|AppVersion`.
+  // `if X` or `if or X Y ...` (Go's `or`: true when any argument is).
+  bool Condition(const std::string& expression, int line) const {
+    if (!expression.starts_with("or ")) return Truthy(Evaluate(expression, line));
+    std::stringstream arguments(expression.substr(3));
+    bool any = false;
+    int count = 0;
+    for (std::string argument; arguments >> argument; ++count) {
+      any = Truthy(Evaluate(argument, line)) || any;  // every argument is checked
+    }
+    if (count < 2) Fail(line, "'or' takes two or more arguments");
+    return any;
+  }
+
+  // `range $item := LIST` or `range $index, $item := LIST` ... `end`: the block once per item
+  // with the variables bound (Go's range over a slice; no `else`, no range over `.`).
+  void Range(const std::string& clause, int line, std::string& out, bool emit) {
+    static const std::regex form(
+        R"(^(?:\$([A-Za-z_][A-Za-z0-9_]*)\s*,\s*)?\$([A-Za-z_][A-Za-z0-9_]*)\s*:=\s*(\S+)$)");
+    std::smatch match;
+    if (!std::regex_match(clause, match, form)) {
+      Fail(line, "'range " + clause + "' is " + kSubset + ": use 'range $i, $x := LIST'");
+    }
+    const std::string index = match[1].str();
+    const std::string item = match[2].str();
+    const YAML::Node list = Evaluate(match[3].str(), line);
+    if (emit && list.IsDefined() && !list.IsNull() && !list.IsSequence()) {
+      Fail(line, match[3].str() + " is not a list: range takes lists only");
+    }
+    const size_t start = position_;
+    // YAML::Node's operator= writes through to the node it refers to: bind by erase and
+    // emplace, restore by move, never assign one node over another.
+    auto saved = variables_;
+    const auto body = [&](bool emitItem, const YAML::Node& at, const YAML::Node& value) {
+      position_ = start;
+      if (!index.empty()) {
+        variables_.erase(index);
+        variables_.emplace(index, at);
+      }
+      variables_.erase(item);
+      variables_.emplace(item, value);
+      const std::string stop = RenderBlock(out, emitItem);
+      if (stop == "else") Fail(line, "'range' with 'else' is " + std::string(kSubset));
+      if (stop != "end") Fail(line, "'range' without 'end'");
+    };
+    const size_t items = emit && list.IsSequence() ? list.size() : 0;
+    if (items == 0) body(false, YAML::Node(), YAML::Node());  // checked, not emitted
+    for (size_t i = 0; i < items; ++i) body(true, YAML::Node(i), list[i]);
+    variables_ = std::move(saved);
+  }
+
+  // A path of keys below `node`; an undefined node when one is missing.
+  static YAML::Node Lookup(const YAML::Node& root, const std::string& path) {
+    // Node::reset, not operator=, which would overwrite the value in the tree.
+    YAML::Node node;
+    node.reset(root);
+    std::stringstream keys(path);
+    for (std::string key; std::getline(keys, key, '.');) {
+      if (key.empty()) continue;
+      if (!node.IsMap() || !node[key].IsDefined()) return YAML::Node();
+      const YAML::Node next = node[key];
+      node.reset(next);
+    }
+    return node;
+  }
+
+  // `.Values.a.b`, `$var.a.b`, `.Release.Name|Namespace`, `.Chart.Name|Version|AppVersion`.
   YAML::Node Evaluate(const std::string& expression, int line) const {
     static const std::regex values(R"(^\.Values((\.[A-Za-z_][A-Za-z0-9_]*)+)$)");
+    static const std::regex variable(
+        R"(^\$([A-Za-z_][A-Za-z0-9_]*)((\.[A-Za-z_][A-Za-z0-9_]*)*)$)");
     std::smatch match;
     if (std::regex_match(expression, match, values)) {
-      // Node::reset, not operator=, which would overwrite the value in the tree.
-      YAML::Node node;
-      node.reset(context_.values);
-      std::stringstream keys(match[1].str().substr(1));
-      for (std::string key; std::getline(keys, key, '.');) {
-        if (!node.IsMap() || !node[key].IsDefined()) return YAML::Node();
-        const YAML::Node next = node[key];
-        node.reset(next);
-      }
-      return node;
+      return Lookup(context_.values, match[1].str());
+    }
+    if (std::regex_match(expression, match, variable)) {
+      const auto found = variables_.find(match[1].str());
+      if (found == variables_.end()) Fail(line, "undefined variable $" + match[1].str());
+      return Lookup(found->second, match[2].str());
     }
     if (expression == ".Release.Name") return YAML::Node(context_.release.name);
     if (expression == ".Release.Namespace") return YAML::Node(context_.release.ns);
@@ -165,7 +234,25 @@ class Renderer {
     for (std::string stage; std::getline(pipeline, stage, '|');) stages.push_back(Trim(stage));
     static const std::regex toYaml(R"(^toYaml\s+(\S+)$)");
     static const std::regex nindent(R"(^nindent\s+([0-9]+)$)");
+    static const std::regex toJson(R"(^toJson\s+(\S+)$)");
+    static const std::regex join(R"re(^join\s+"([^"\\]*)"\s+(\S+)$)re");
     std::smatch match;
+    if (std::regex_match(stages[0], match, toJson) || std::regex_match(stages[0], match, join)) {
+      const bool isJoin = stages[0].starts_with("join");
+      const std::string target = match[isJoin ? 2 : 1].str();
+      if (stages.size() != 1) Fail(line, "'" + body + "': no pipeline after toJson or join");
+      const YAML::Node node = Evaluate(target, line);
+      if (!emit) return "";
+      if (!node.IsDefined() || node.IsNull()) Fail(line, target + " has no value");
+      if (!isJoin) return ToJson(node);
+      if (!node.IsSequence()) Fail(line, target + " is not a list: join takes lists only");
+      std::string out;
+      for (size_t i = 0; i < node.size(); ++i) {
+        if (!node[i].IsScalar()) Fail(line, target + " holds a map or list: join takes scalars");
+        out += (i == 0 ? "" : match[1].str()) + node[i].Scalar();
+      }
+      return out;
+    }
     if (std::regex_match(stages[0], match, toYaml)) {
       std::smatch indent;
       if (stages.size() != 2 || !std::regex_match(stages[1], indent, nindent)) {
@@ -200,9 +287,42 @@ class Renderer {
 
   const Context& context_;
   std::string file_;
+  std::map<std::string, YAML::Node> variables_;
   std::vector<Token> tokens_;
   size_t position_ = 0;
 };
+
+std::string JsonString(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char escaped[8];
+          std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
+          out += escaped;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
 
 void Emit(YAML::Emitter& out, const YAML::Node& node) {
   switch (node.Type()) {
@@ -272,6 +392,40 @@ std::string ToYaml(const YAML::Node& node) {
   return text;
 }
 
+std::string ToJson(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map: {
+      std::map<std::string, YAML::Node> sorted;  // Go's encoding/json sorts map keys
+      for (const auto& entry : node) sorted.emplace(entry.first.Scalar(), entry.second);
+      std::string out = "{";
+      for (const auto& [key, value] : sorted) {
+        out += (out.size() > 1 ? "," : "") + JsonString(key) + ":" + ToJson(value);
+      }
+      return out + "}";
+    }
+    case YAML::NodeType::Sequence: {
+      std::string out = "[";
+      for (size_t i = 0; i < node.size(); ++i) out += (i ? "," : "") + ToJson(node[i]);
+      return out + "]";
+    }
+    case YAML::NodeType::Scalar: {
+      const std::string& text = node.Scalar();
+      if (node.Tag() == "!") return JsonString(text);  // quoted: always a string
+      static const std::regex number(R"(^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?$)");
+      static const std::regex truth(R"(^(true|True|TRUE|false|False|FALSE)$)");
+      static const std::regex null(R"(^(~|null|Null|NULL)$)");
+      if (std::regex_match(text, number)) return text;
+      if (std::regex_match(text, truth)) {
+        return text[0] == 't' || text[0] == 'T' ? "true" : "false";
+      }
+      if (std::regex_match(text, null)) return "null";
+      return JsonString(text);
+    }
+    default:
+      return "null";
+  }
+}
+
 std::vector<RenderedDocument> RenderChart(const std::filesystem::path& chartDir,
                                           const YAML::Node& overrides, const Release& release) {
   Context context;
@@ -279,11 +433,16 @@ std::vector<RenderedDocument> RenderChart(const std::filesystem::path& chartDir,
   context.values = MergeValues(YAML::LoadFile((chartDir / "values.yaml").string()), overrides);
   context.release = release;
   std::vector<std::filesystem::path> files;
-  for (const auto& entry : std::filesystem::directory_iterator(chartDir / "templates")) {
+  // Helm renders the templates of subdirectories too (templates/crds/).
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(chartDir / "templates")) {
+    if (entry.is_directory()) continue;
     const std::string name = entry.path().filename().string();
     if (!entry.is_regular_file() || !(name.ends_with(".yaml") || name.ends_with(".yml")) ||
         name.starts_with("_")) {
-      throw RenderError("templates/" + name + ": only plain .yaml templates are " + kSubset);
+      throw RenderError(
+          "templates/" +
+          std::filesystem::relative(entry.path(), chartDir / "templates").generic_string() +
+          ": only plain .yaml templates are " + kSubset);
     }
     files.push_back(entry.path());
   }
@@ -291,7 +450,8 @@ std::vector<RenderedDocument> RenderChart(const std::filesystem::path& chartDir,
   std::vector<RenderedDocument> documents;
   static const std::regex separator(R"((^|\n)---[ \t]*(\n|$))");
   for (const auto& path : files) {
-    const std::string source = "templates/" + path.filename().string();
+    const std::string source =
+        "templates/" + std::filesystem::relative(path, chartDir / "templates").generic_string();
     const std::string rendered = RenderTemplate(ReadFile(path), context, source);
     std::sregex_token_iterator part(rendered.begin(), rendered.end(), separator, -1);
     for (; part != std::sregex_token_iterator(); ++part) {

@@ -42,6 +42,11 @@ YAML::Node MergeValues(const YAML::Node& base, const YAML::Node& overrides);
 // toYaml as Helm prints it: block style, quoted strings stay quoted, no trailing newline.
 std::string ToYaml(const YAML::Node& node);
 
+// toJson as Helm prints it: compact, map keys sorted (Go's encoding/json), unquoted numbers,
+// booleans and nulls as JSON's, every other scalar a string. Unlike Go, <, > and & stay as they
+// are (Go writes \u003c, \u003e, \u0026).
+std::string ToJson(const YAML::Node& node);
+
 struct RenderedDocument {
   std::string source;  // templates/<file>
   std::string text;    // one YAML document

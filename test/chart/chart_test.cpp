@@ -3,13 +3,17 @@
 // take them: they parse, name what exists, mount the host read-only, ask for the least RBAC.
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
+#include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "api/keys.h"
 #include "test/chart/chart_render.h"
 #include "test/support/fixture_host.h"
 
@@ -36,6 +40,20 @@ YAML::Node Custom() {
   return YAML::LoadFile(std::string(COZY_SOURCE_DIR) + "/test/chart/custom-values.yaml");
 }
 
+// GPU on with cert-manager issuing the webhook's certificate, and GPU settings of a hoster.
+YAML::Node GpuOn() {
+  return YAML::Load(
+      "gpu: {enabled: true, resourceNames: [nvidia.com/GA100, nvidia.com/TU104GL_Tesla_T4],"
+      " rawGpuNames: forbid, attachmentGrace: 90s}");
+}
+
+// GPU on with the hoster's own CA bundle and serving certificate Secret instead of cert-manager.
+YAML::Node HosterCertificate() {
+  return YAML::Load(
+      "gpu: {enabled: true, webhook: {certManager: false, caBundle: Q0EgYnVuZGxlCg==,"
+      " existingSecret: hoster-webhook-tls}}");
+}
+
 std::vector<YAML::Node> OfKind(const std::vector<YAML::Node>& documents, const std::string& kind) {
   std::vector<YAML::Node> found;
   for (const auto& document : documents) {
@@ -47,6 +65,17 @@ std::vector<YAML::Node> OfKind(const std::vector<YAML::Node>& documents, const s
 YAML::Node Only(const std::vector<YAML::Node>& documents, const std::string& kind) {
   const auto found = OfKind(documents, kind);
   EXPECT_EQ(found.size(), 1u) << kind;
+  return found.empty() ? YAML::Node() : found[0];
+}
+
+// The one object of `kind` named `name`.
+YAML::Node Named(const std::vector<YAML::Node>& documents, const std::string& kind,
+                 const std::string& name) {
+  std::vector<YAML::Node> found;
+  for (const auto& document : OfKind(documents, kind)) {
+    if (document["metadata"]["name"].as<std::string>("") == name) found.push_back(document);
+  }
+  EXPECT_EQ(found.size(), 1u) << kind << " " << name;
   return found.empty() ? YAML::Node() : found[0];
 }
 
@@ -74,8 +103,18 @@ TEST(Chart, EveryDocumentParsesWithAKnownKindAndApiVersion) {
       {"ClusterRoleBinding", "rbac.authorization.k8s.io/v1"},
       {"ValidatingAdmissionPolicy", "admissionregistration.k8s.io/v1"},
       {"ValidatingAdmissionPolicyBinding", "admissionregistration.k8s.io/v1"},
+      {"CustomResourceDefinition", "apiextensions.k8s.io/v1"},
+      {"Deployment", "apps/v1"},
+      {"PodDisruptionBudget", "policy/v1"},
+      {"Role", "rbac.authorization.k8s.io/v1"},
+      {"RoleBinding", "rbac.authorization.k8s.io/v1"},
+      {"Service", "v1"},
+      {"Issuer", "cert-manager.io/v1"},
+      {"Certificate", "cert-manager.io/v1"},
+      {"ValidatingWebhookConfiguration", "admissionregistration.k8s.io/v1"},
+      {"MutatingWebhookConfiguration", "admissionregistration.k8s.io/v1"},
   };
-  for (const auto& overrides : {YAML::Node(), Custom()}) {
+  for (const auto& overrides : {YAML::Node(), Custom(), GpuOn(), HosterCertificate()}) {
     const auto documents = Render(overrides);
     ASSERT_GE(documents.size(), 4u);
     for (const auto& document : documents) {
@@ -85,32 +124,55 @@ TEST(Chart, EveryDocumentParsesWithAKnownKindAndApiVersion) {
       EXPECT_EQ(document["apiVersion"].as<std::string>(""), apiVersions.at(kind)) << kind;
       EXPECT_FALSE(document["metadata"]["name"].as<std::string>("").empty()) << kind;
     }
-    for (const char* kind : {"DaemonSet", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"}) {
+    for (const char* kind : {"DaemonSet", "Deployment", "PodDisruptionBudget", "Role"}) {
       EXPECT_EQ(OfKind(documents, kind).size(), 1u) << kind;
+    }
+    EXPECT_EQ(OfKind(documents, "ServiceAccount").size(), 2u);  // the agent's, the controller's
+    // Two names of one kind would be one object to the API server.
+    std::set<std::string> keys;
+    for (const auto& document : documents) {
+      const std::string key = document["kind"].as<std::string>("") + " " +
+                              document["metadata"]["namespace"].as<std::string>("") + "/" +
+                              document["metadata"]["name"].as<std::string>("");
+      EXPECT_TRUE(keys.insert(key).second) << key << " twice";
     }
   }
 }
 
 TEST(Chart, NamespacedObjectsGoToTheReleaseNamespace) {
-  const auto documents = Render();
-  for (const char* kind : {"DaemonSet", "ServiceAccount"}) {
-    EXPECT_EQ(Only(documents, kind)["metadata"]["namespace"].as<std::string>(""), "cozy-gpu");
-  }
-  for (const char* kind : {"ClusterRole", "ClusterRoleBinding"}) {
-    EXPECT_FALSE(Only(documents, kind)["metadata"]["namespace"].IsDefined()) << kind;
+  const std::set<std::string> clusterScoped = {
+      "ClusterRole",
+      "ClusterRoleBinding",
+      "CustomResourceDefinition",
+      "ValidatingAdmissionPolicy",
+      "ValidatingAdmissionPolicyBinding",
+      "ValidatingWebhookConfiguration",
+      "MutatingWebhookConfiguration",
+  };
+  Release release;
+  release.ns = "gpu-system";
+  for (const auto& overrides : {YAML::Node(), GpuOn()}) {
+    for (const auto& document : Render(overrides, release)) {
+      const std::string kind = document["kind"].as<std::string>("");
+      if (clusterScoped.contains(kind)) {
+        EXPECT_FALSE(document["metadata"]["namespace"].IsDefined()) << kind;
+      } else {
+        EXPECT_EQ(document["metadata"]["namespace"].as<std::string>(""), "gpu-system") << kind;
+      }
+    }
   }
 }
 
 TEST(Chart, DaemonSetRunsAsTheBoundServiceAccount) {
   const auto documents = Render();
-  const YAML::Node account = Only(documents, "ServiceAccount");
+  const YAML::Node account = Named(documents, "ServiceAccount", "gpu-agent");
   const std::string name = account["metadata"]["name"].as<std::string>();
   const YAML::Node daemonSet = Only(documents, "DaemonSet");
   EXPECT_EQ(PodSpec(documents)["serviceAccountName"].as<std::string>(""), name);
-  const YAML::Node binding = Only(documents, "ClusterRoleBinding");
+  const YAML::Node binding = Named(documents, "ClusterRoleBinding", "gpu-agent");
   EXPECT_EQ(binding["roleRef"]["kind"].as<std::string>(""), "ClusterRole");
   EXPECT_EQ(binding["roleRef"]["name"].as<std::string>(""),
-            Only(documents, "ClusterRole")["metadata"]["name"].as<std::string>());
+            Named(documents, "ClusterRole", "gpu-agent")["metadata"]["name"].as<std::string>());
   // The DaemonSet's account, and the group of bare-metal agents the node-bound policy binds
   // (test/kube/cel checks the policy names the same group); nobody else.
   ASSERT_EQ(binding["subjects"].size(), 2u);
@@ -136,7 +198,7 @@ TEST(Chart, NodeBoundPolicyNamesTheAgentsServiceAccount) {
   Release release;
   release.ns = "gpu-system";
   const auto documents = Render(YAML::Node(), release);
-  const YAML::Node account = Only(documents, "ServiceAccount");
+  const YAML::Node account = Named(documents, "ServiceAccount", "gpu-agent");
   EXPECT_EQ(account["metadata"]["namespace"].as<std::string>(""), "gpu-system");
   const std::string user =
       "system:serviceaccount:gpu-system:" + account["metadata"]["name"].as<std::string>();
@@ -375,7 +437,7 @@ TEST(Chart, RbacIsExactlyTheLeastTheAgentNeeds) {
   for (const auto& overrides : {YAML::Node(), Custom()}) {
     const auto documents = Render(overrides);
     std::set<Rule> rules;
-    for (const auto& rule : Only(documents, "ClusterRole")["rules"]) {
+    for (const auto& rule : Named(documents, "ClusterRole", "gpu-agent")["rules"]) {
       for (const char* key : {"resourceNames", "nonResourceURLs"}) {
         EXPECT_FALSE(rule[key].IsDefined()) << key;
       }
@@ -391,14 +453,21 @@ TEST(Chart, RbacIsExactlyTheLeastTheAgentNeeds) {
       }
     }
     EXPECT_EQ(rules, expected);
-    EXPECT_TRUE(OfKind(documents, "Role").empty());
-    EXPECT_TRUE(OfKind(documents, "RoleBinding").empty());
+    // The agent is bound to its ClusterRole and nothing else.
+    for (const char* kind : {"ClusterRoleBinding", "RoleBinding"}) {
+      for (const auto& binding : OfKind(documents, kind)) {
+        for (const auto& subject : binding["subjects"]) {
+          if (subject["name"].as<std::string>("") != "gpu-agent") continue;
+          EXPECT_EQ(binding["roleRef"]["name"].as<std::string>(""), "gpu-agent") << kind;
+        }
+      }
+    }
   }
 }
 
 TEST(Chart, CrdsParseAndTheGpuNodeHasTheStatusTheAgentPatches) {
   size_t count = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(kChart / "crds")) {
+  for (const auto& entry : std::filesystem::directory_iterator(kChart / "templates/crds")) {
     const YAML::Node crd = YAML::LoadFile(entry.path().string());
     ++count;
     EXPECT_EQ(crd["apiVersion"].as<std::string>(""), "apiextensions.k8s.io/v1");
@@ -410,6 +479,482 @@ TEST(Chart, CrdsParseAndTheGpuNodeHasTheStatusTheAgentPatches) {
     }
   }
   EXPECT_GE(count, 2u);
+}
+
+// ---- gpu-controller ----
+
+const char* const kWebhookKinds[] = {"ValidatingWebhookConfiguration",
+                                     "MutatingWebhookConfiguration"};
+
+YAML::Node Controller(const std::vector<YAML::Node>& documents) {
+  const YAML::Node containers =
+      Named(documents, "Deployment", "gpu-controller")["spec"]["template"]["spec"]["containers"];
+  EXPECT_EQ(containers.size(), 1u);
+  return containers[0];
+}
+
+bool HasArg(const std::vector<std::string>& args, const std::string& arg) {
+  return std::find(args.begin(), args.end(), arg) != args.end();
+}
+
+// H1: GPU off (the default) renders the controller and nothing of GPU admission: no Service,
+// no webhook configurations, no certificate, no --enable-gpu, no GPU-only RBAC.
+TEST(ChartController, GpuOffRendersNoWebhookServiceCertificateOrGpuFlag) {
+  const auto documents = Render();
+  for (const char* kind : {"Service", "ValidatingWebhookConfiguration",
+                           "MutatingWebhookConfiguration", "Issuer", "Certificate"}) {
+    EXPECT_TRUE(OfKind(documents, kind).empty()) << kind;
+  }
+  EXPECT_TRUE(OfKind(documents, "ClusterRole").size() == 2u);  // the agent's, the controller's
+  const auto args = Strings(Controller(documents)["args"]);
+  for (const auto& arg : args) {
+    EXPECT_FALSE(arg.starts_with("--enable-gpu") || arg.starts_with("--webhook") ||
+                 arg.starts_with("--gpu-resource-names") || arg.starts_with("--raw-gpu-names") ||
+                 arg.starts_with("--attachment-grace"))
+        << arg;
+  }
+  EXPECT_FALSE(Controller(documents)["volumeMounts"].IsDefined());
+  // The reconciler runs on every cluster: the Deployment, its bindings and the PDB do.
+  Named(documents, "Deployment", "gpu-controller");
+  Named(documents, "PodDisruptionBudget", "gpu-controller");
+  Named(documents, "Role", "gpu-controller");
+}
+
+// H1: GPU on renders all of it, and the GPU flags come from values.
+TEST(ChartController, GpuOnRendersWebhooksCertificateAndGpuFlags) {
+  const auto documents = Render(GpuOn());
+  const auto args = Strings(Controller(documents)["args"]);
+  for (const char* arg :
+       {"--enable-gpu", "--gpu-resource-names=nvidia.com/GA100,nvidia.com/TU104GL_Tesla_T4",
+        "--raw-gpu-names=forbid", "--attachment-grace=90s", "--webhook-addr=:9443",
+        "--webhook-cert-dir=/etc/gpu-controller/webhook-tls"}) {
+    EXPECT_TRUE(HasArg(args, arg)) << arg;
+  }
+  Named(documents, "Service", "gpu-controller-webhook");
+  Named(documents, "ValidatingWebhookConfiguration", "cozy-gpu");
+  Named(documents, "MutatingWebhookConfiguration", "cozy-gpu");
+  Named(documents, "ClusterRole", "gpu-controller-gpu");
+  EXPECT_EQ(OfKind(documents, "Certificate").size(), 2u);  // the CA, the serving certificate
+  EXPECT_EQ(OfKind(documents, "Issuer").size(), 2u);       // self-signed, the CA's
+  // Defaults: no resource names (the flag is left out), raw names allowed, a 2m grace.
+  const auto defaults = Strings(Controller(Render(YAML::Load("gpu: {enabled: true}")))["args"]);
+  EXPECT_TRUE(HasArg(defaults, "--raw-gpu-names=allow"));
+  EXPECT_TRUE(HasArg(defaults, "--attachment-grace=2m"));
+  for (const auto& arg : defaults) EXPECT_FALSE(arg.starts_with("--gpu-resource-names")) << arg;
+}
+
+// The Service sends 443 to the webhook port and exposes the metrics (health) port for scraping.
+TEST(ChartController, WebhookServiceMapsHttpsAndMetricsToTheControllersPorts) {
+  const auto documents = Render(GpuOn());
+  const YAML::Node service = Named(documents, "Service", "gpu-controller-webhook");
+  const YAML::Node pod = Named(documents, "Deployment", "gpu-controller")["spec"]["template"];
+  for (const auto& label : service["spec"]["selector"]) {
+    EXPECT_EQ(pod["metadata"]["labels"][label.first.Scalar()].as<std::string>(""),
+              label.second.Scalar());
+  }
+  std::map<std::string, int> containerPorts;
+  for (const auto& port : Controller(documents)["ports"]) {
+    containerPorts[port["name"].as<std::string>()] = port["containerPort"].as<int>();
+  }
+  EXPECT_EQ(containerPorts.at("webhook"), 9443);
+  EXPECT_EQ(containerPorts.at("health"), 8080);
+  std::map<std::string, std::pair<int, std::string>> ports;
+  for (const auto& port : service["spec"]["ports"]) {
+    ports[port["name"].as<std::string>()] = {port["port"].as<int>(),
+                                             port["targetPort"].as<std::string>()};
+  }
+  EXPECT_EQ(ports.at("https"), (std::pair<int, std::string>{443, "webhook"}));
+  EXPECT_EQ(ports.at("metrics"), (std::pair<int, std::string>{8080, "health"}));
+}
+
+struct Webhook {
+  std::string configuration;
+  YAML::Node node;
+};
+
+std::map<std::string, Webhook> Webhooks(const std::vector<YAML::Node>& documents) {
+  std::map<std::string, Webhook> webhooks;
+  for (const char* kind : kWebhookKinds) {
+    for (const auto& configuration : OfKind(documents, kind)) {
+      for (const auto& webhook : configuration["webhooks"]) {
+        webhooks[webhook["name"].as<std::string>()] = {kind, webhook};
+      }
+    }
+  }
+  return webhooks;
+}
+
+// H2: every webhook fails closed; each speaks admission/v1 to its path on the Service.
+TEST(ChartController, EveryWebhookFailsClosed) {
+  for (const auto& overrides : {GpuOn(), HosterCertificate()}) {
+    const auto webhooks = Webhooks(Render(overrides));
+    ASSERT_EQ(webhooks.size(), 3u);
+    const std::map<std::string, std::string> paths = {
+        {"gpudevices.gpu.cozystack.io", "/validate/gpudevices"},
+        {"virtualmachineinstances.gpu.cozystack.io", "/mutate/virtualmachineinstances"},
+        {"pods.gpu.cozystack.io", "/mutate/pods"},
+    };
+    for (const auto& [name, webhook] : webhooks) {
+      EXPECT_EQ(webhook.node["failurePolicy"].as<std::string>(""), "Fail") << name;  // H2
+      EXPECT_EQ(Strings(webhook.node["admissionReviewVersions"]), std::vector<std::string>{"v1"});
+      const YAML::Node service = webhook.node["clientConfig"]["service"];
+      EXPECT_EQ(service["name"].as<std::string>(""), "gpu-controller-webhook") << name;
+      EXPECT_EQ(service["namespace"].as<std::string>(""), "cozy-gpu") << name;
+      EXPECT_EQ(service["port"].as<int>(0), 443) << name;
+      ASSERT_TRUE(paths.contains(name)) << name;
+      EXPECT_EQ(service["path"].as<std::string>(""), paths.at(name));
+      EXPECT_FALSE(webhook.node["clientConfig"]["url"].IsDefined()) << name;
+    }
+    EXPECT_EQ(webhooks.at("gpudevices.gpu.cozystack.io").configuration,
+              "ValidatingWebhookConfiguration");
+    EXPECT_EQ(webhooks.at("virtualmachineinstances.gpu.cozystack.io").configuration,
+              "MutatingWebhookConfiguration");
+    EXPECT_EQ(webhooks.at("pods.gpu.cozystack.io").configuration, "MutatingWebhookConfiguration");
+  }
+}
+
+using RuleView = std::tuple<std::vector<std::string>, std::vector<std::string>,
+                            std::vector<std::string>, std::vector<std::string>>;
+
+RuleView OnlyRule(const YAML::Node& webhook) {
+  EXPECT_EQ(webhook["rules"].size(), 1u);
+  const YAML::Node rule = webhook["rules"][0];
+  return {Strings(rule["apiGroups"]), Strings(rule["apiVersions"]), Strings(rule["operations"]),
+          Strings(rule["resources"])};
+}
+
+std::map<std::string, std::string> MatchLabels(const YAML::Node& webhook) {
+  std::map<std::string, std::string> labels;
+  for (const auto& entry : webhook["objectSelector"]["matchLabels"]) {
+    if (entry.second.Scalar() == "true") {
+      EXPECT_EQ(entry.second.Tag(), "!") << entry.first.Scalar() << " must be a string";
+    }
+    labels[entry.first.Scalar()] = entry.second.Scalar();
+  }
+  EXPECT_FALSE(webhook["objectSelector"]["matchExpressions"].IsDefined());
+  return labels;
+}
+
+// H3: the GPUDevice webhook sees every order (CREATE, never the status subresource); the VMI
+// webhook only VMIs with the device-reference label; the pod webhook only launcher pods with
+// it. The VMI webhook is called again after later mutators (IfNeeded), and has side effects
+// only outside dry runs.
+TEST(ChartController, WebhooksSelectWhatTheyMustAndNothingElse) {
+  const auto webhooks = Webhooks(Render(GpuOn()));
+  const std::string label(api::kDeviceReferenceLabel);
+  const std::string labelValue(api::kDeviceReferenceLabelValue);
+
+  const YAML::Node devices = webhooks.at("gpudevices.gpu.cozystack.io").node;
+  EXPECT_EQ(
+      OnlyRule(devices),
+      (RuleView{
+          {std::string(api::kGroup)}, {std::string(api::kVersion)}, {"CREATE"}, {"gpudevices"}}));
+  EXPECT_FALSE(devices["objectSelector"].IsDefined()) << "every order, labelled or not";
+  EXPECT_FALSE(devices["namespaceSelector"].IsDefined()) << "every namespace's orders";
+  EXPECT_EQ(devices["sideEffects"].as<std::string>(""), "None");
+
+  const YAML::Node vmis = webhooks.at("virtualmachineinstances.gpu.cozystack.io").node;
+  EXPECT_EQ(OnlyRule(vmis),
+            (RuleView{{"kubevirt.io"}, {"v1"}, {"CREATE"}, {"virtualmachineinstances"}}));
+  EXPECT_EQ(MatchLabels(vmis), (std::map<std::string, std::string>{{label, labelValue}}));
+  EXPECT_EQ(vmis["sideEffects"].as<std::string>(""), "NoneOnDryRun");
+  EXPECT_EQ(vmis["reinvocationPolicy"].as<std::string>(""), "IfNeeded");
+  EXPECT_EQ(vmis["timeoutSeconds"].as<int>(0), 15);
+
+  const YAML::Node pods = webhooks.at("pods.gpu.cozystack.io").node;
+  EXPECT_EQ(OnlyRule(pods), (RuleView{{""}, {"v1"}, {"CREATE"}, {"pods"}}));
+  EXPECT_EQ(MatchLabels(pods), (std::map<std::string, std::string>{
+                                   {label, labelValue}, {"kubevirt.io", "virt-launcher"}}));
+  EXPECT_EQ(pods["sideEffects"].as<std::string>(""), "None");
+
+  for (const auto& [name, webhook] : webhooks) {
+    const RuleView rule = OnlyRule(webhook.node);
+    for (const auto& resource : std::get<3>(rule)) {
+      EXPECT_EQ(resource.find('/'), std::string::npos) << name << ": a subresource " << resource;
+      EXPECT_NE(resource, "*") << name;
+    }
+    const int timeout = webhook.node["timeoutSeconds"].as<int>(0);
+    EXPECT_TRUE(timeout >= 1 && timeout <= 30) << name << " " << timeout;
+  }
+}
+
+// The CA: cert-manager's injector (inject-ca-from naming the serving Certificate), or the
+// hoster's bundle on every webhook and the hoster's Secret mounted.
+TEST(ChartController, WebhookCaComesFromCertManagerOrTheHoster) {
+  const auto managed = Render(GpuOn());
+  for (const char* kind : kWebhookKinds) {
+    const YAML::Node configuration = Named(managed, kind, "cozy-gpu");
+    EXPECT_EQ(
+        configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"].as<std::string>(
+            ""),
+        "cozy-gpu/gpu-controller-webhook")
+        << kind;
+    for (const auto& webhook : configuration["webhooks"]) {
+      EXPECT_FALSE(webhook["clientConfig"]["caBundle"].IsDefined()) << kind;
+    }
+  }
+  const YAML::Node serving = Named(managed, "Certificate", "gpu-controller-webhook");
+  EXPECT_EQ(Strings(serving["spec"]["dnsNames"]).at(0), "gpu-controller-webhook.cozy-gpu.svc");
+  EXPECT_EQ(Strings(serving["spec"]["usages"]), std::vector<std::string>{"server auth"});
+  EXPECT_TRUE(Named(managed, "Certificate", "gpu-controller-ca")["spec"]["isCA"].as<bool>(false));
+  EXPECT_TRUE(Named(managed, "Issuer", "gpu-controller-selfsigned")["spec"]["selfSigned"]);
+  EXPECT_EQ(
+      Named(managed, "Issuer", "gpu-controller-ca")["spec"]["ca"]["secretName"].as<std::string>(""),
+      "gpu-controller-ca");
+
+  const auto hosted = Render(HosterCertificate());
+  EXPECT_TRUE(OfKind(hosted, "Certificate").empty());
+  EXPECT_TRUE(OfKind(hosted, "Issuer").empty());
+  for (const char* kind : kWebhookKinds) {
+    const YAML::Node configuration = Named(hosted, kind, "cozy-gpu");
+    EXPECT_FALSE(configuration["metadata"]["annotations"].IsDefined()) << kind;
+    for (const auto& webhook : configuration["webhooks"]) {
+      EXPECT_EQ(webhook["clientConfig"]["caBundle"].as<std::string>(""), "Q0EgYnVuZGxlCg==");
+    }
+  }
+  const YAML::Node volumes =
+      Named(hosted, "Deployment", "gpu-controller")["spec"]["template"]["spec"]["volumes"];
+  ASSERT_EQ(volumes.size(), 1u);
+  EXPECT_EQ(volumes[0]["secret"]["secretName"].as<std::string>(""), "hoster-webhook-tls");
+}
+
+// Every object one object of the render names exists in the render: the webhooks' Service,
+// the Secret the serving Certificate writes and the Deployment mounts, the Issuers the
+// Certificates and the CA Issuer name, the ServiceAccount of the Deployment and of every
+// binding, the roles the bindings grant, the Certificate inject-ca-from names.
+TEST(ChartController, EveryObjectTheRenderNamesIsInTheRender) {
+  for (const auto& overrides : {YAML::Node(), GpuOn()}) {
+    const auto documents = Render(overrides);
+    std::set<std::string> present;  // "Kind namespace/name"
+    const auto key = [](const std::string& kind, const std::string& ns, const std::string& name) {
+      return kind + " " + ns + "/" + name;
+    };
+    for (const auto& document : documents) {
+      present.insert(key(document["kind"].as<std::string>(),
+                         document["metadata"]["namespace"].as<std::string>(""),
+                         document["metadata"]["name"].as<std::string>()));
+    }
+    // Secrets the render creates: those its Certificates write.
+    for (const auto& certificate : OfKind(documents, "Certificate")) {
+      present.insert(
+          key("Secret", "cozy-gpu", certificate["spec"]["secretName"].as<std::string>()));
+    }
+    std::vector<std::string> named;
+    for (const auto& document : OfKind(documents, "Deployment")) {
+      const YAML::Node pod = document["spec"]["template"]["spec"];
+      named.push_back(
+          key("ServiceAccount", "cozy-gpu", pod["serviceAccountName"].as<std::string>("")));
+      for (const auto& volume : pod["volumes"]) {
+        if (volume["secret"]) {
+          named.push_back(
+              key("Secret", "cozy-gpu", volume["secret"]["secretName"].as<std::string>("")));
+        }
+      }
+    }
+    for (const char* kind : {"ClusterRoleBinding", "RoleBinding"}) {
+      for (const auto& binding : OfKind(documents, kind)) {
+        const std::string roleKind = binding["roleRef"]["kind"].as<std::string>("");
+        named.push_back(key(roleKind, roleKind == "Role" ? "cozy-gpu" : "",
+                            binding["roleRef"]["name"].as<std::string>("")));
+        for (const auto& subject : binding["subjects"]) {
+          if (subject["kind"].as<std::string>("") != "ServiceAccount") continue;
+          named.push_back(key("ServiceAccount", subject["namespace"].as<std::string>(""),
+                              subject["name"].as<std::string>("")));
+        }
+      }
+    }
+    for (const auto& certificate : OfKind(documents, "Certificate")) {
+      EXPECT_EQ(certificate["spec"]["issuerRef"]["kind"].as<std::string>(""), "Issuer");
+      named.push_back(
+          key("Issuer", "cozy-gpu", certificate["spec"]["issuerRef"]["name"].as<std::string>("")));
+    }
+    for (const auto& issuer : OfKind(documents, "Issuer")) {
+      if (issuer["spec"]["ca"]) {
+        named.push_back(
+            key("Secret", "cozy-gpu", issuer["spec"]["ca"]["secretName"].as<std::string>("")));
+      }
+    }
+    for (const char* kind : kWebhookKinds) {
+      for (const auto& configuration : OfKind(documents, kind)) {
+        const std::string inject =
+            configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+                .as<std::string>("");
+        if (!inject.empty()) {
+          named.push_back(key("Certificate", inject.substr(0, inject.find('/')),
+                              inject.substr(inject.find('/') + 1)));
+        }
+        for (const auto& webhook : configuration["webhooks"]) {
+          const YAML::Node service = webhook["clientConfig"]["service"];
+          named.push_back(key("Service", service["namespace"].as<std::string>(""),
+                              service["name"].as<std::string>("")));
+        }
+      }
+    }
+    for (const auto& policyBinding : OfKind(documents, "ValidatingAdmissionPolicyBinding")) {
+      named.push_back(key("ValidatingAdmissionPolicy", "",
+                          policyBinding["spec"]["policyName"].as<std::string>()));
+    }
+    EXPECT_GE(named.size(), 6u);
+    for (const auto& name : named) EXPECT_TRUE(present.contains(name)) << name << " is missing";
+  }
+}
+
+// H4: two replicas behind a PDB that keeps one, spread across nodes, probed on the health
+// port, locked down, the Lease holder named after the pod, the namespace the release's.
+TEST(ChartController, RunsTwoReplicasBehindAPdbProbedAndLockedDown) {
+  for (const auto& overrides : {YAML::Node(), GpuOn()}) {
+    Release release;
+    release.ns = "gpu-system";
+    const auto documents = Render(overrides, release);
+    const YAML::Node deployment = Named(documents, "Deployment", "gpu-controller");
+    EXPECT_EQ(deployment["spec"]["replicas"].as<int>(0), 2);
+    EXPECT_EQ(deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"].as<int>(-1), 0);
+    const YAML::Node pdb = Named(documents, "PodDisruptionBudget", "gpu-controller");
+    EXPECT_EQ(pdb["spec"]["minAvailable"].as<int>(0), 1);
+    EXPECT_EQ(ToYaml(pdb["spec"]["selector"]), ToYaml(deployment["spec"]["selector"]));
+    const YAML::Node labels = deployment["spec"]["template"]["metadata"]["labels"];
+    for (const auto& label : deployment["spec"]["selector"]["matchLabels"]) {
+      EXPECT_EQ(labels[label.first.Scalar()].as<std::string>(""), label.second.Scalar());
+    }
+    const YAML::Node pod = deployment["spec"]["template"]["spec"];
+    const YAML::Node spread =
+        pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"];
+    ASSERT_EQ(spread.size(), 1u);
+    EXPECT_EQ(spread[0]["podAffinityTerm"]["topologyKey"].as<std::string>(""),
+              "kubernetes.io/hostname");
+    EXPECT_EQ(ToYaml(spread[0]["podAffinityTerm"]["labelSelector"]["matchLabels"]),
+              ToYaml(deployment["spec"]["selector"]["matchLabels"]));
+    EXPECT_TRUE(pod["securityContext"]["runAsNonRoot"].as<bool>(false));
+    EXPECT_NE(pod["securityContext"]["runAsUser"].as<int>(0), 0);
+    EXPECT_EQ(pod["securityContext"]["seccompProfile"]["type"].as<std::string>(""),
+              "RuntimeDefault");
+    EXPECT_FALSE(pod["hostNetwork"].as<bool>(false));
+
+    const YAML::Node controller = Controller(documents);
+    const YAML::Node security = controller["securityContext"];
+    EXPECT_FALSE(security["allowPrivilegeEscalation"].as<bool>(true));
+    EXPECT_TRUE(security["readOnlyRootFilesystem"].as<bool>(false));
+    EXPECT_EQ(Strings(security["capabilities"]["drop"]), std::vector<std::string>{"ALL"});
+    EXPECT_FALSE(security["capabilities"]["add"].IsDefined());
+    EXPECT_FALSE(security["privileged"].as<bool>(false));
+
+    const auto args = Strings(controller["args"]);
+    EXPECT_EQ(args.at(0), "run");
+    EXPECT_TRUE(HasArg(args, "--namespace=gpu-system"));
+    EXPECT_TRUE(HasArg(args, "--identity=$(POD_NAME)"));
+    EXPECT_TRUE(HasArg(args, "--health-addr=:8080"));
+    ExpectFieldEnv(controller, "POD_NAME", "metadata.name");
+    const std::map<std::string, std::string> paths = {{"livenessProbe", "/healthz"},
+                                                      {"readinessProbe", "/readyz"}};
+    for (const auto& [probe, path] : paths) {
+      EXPECT_EQ(controller[probe]["httpGet"]["path"].as<std::string>(""), path);
+      EXPECT_EQ(controller[probe]["httpGet"]["port"].as<std::string>(""), "health");
+    }
+    EXPECT_EQ(controller["resources"]["requests"]["memory"].as<std::string>(""), "128Mi");
+    EXPECT_EQ(controller["resources"]["limits"]["memory"].as<std::string>(""), "512Mi");
+    EXPECT_EQ(controller["image"].as<std::string>(""),
+              "ghcr.io/cozystack/cozy-gpu/gpu-controller:" COZY_VERSION);
+  }
+  YAML::Node pinned = YAML::Load("controller: {image: {digest: 'sha256:0123'}}");
+  EXPECT_EQ(Controller(Render(pinned))["image"].as<std::string>(""),
+            "ghcr.io/cozystack/cozy-gpu/gpu-controller@sha256:0123");
+}
+
+// The Lease and the settings ConfigMap the Role names are the controller's (api/keys.h), in the
+// release namespace the controller is told (--namespace).
+TEST(ChartController, RoleNamesTheLeaseAndTheSettingsConfigMap) {
+  const auto documents = Render();
+  const YAML::Node role = Named(documents, "Role", "gpu-controller");
+  std::set<std::string> named;
+  for (const auto& rule : role["rules"]) {
+    for (const auto& name : Strings(rule["resourceNames"])) named.insert(name);
+    if (!rule["resourceNames"]) {
+      EXPECT_EQ(Strings(rule["verbs"]), std::vector<std::string>{"create"})
+          << "only create goes without a name";
+    }
+  }
+  EXPECT_EQ(named,
+            (std::set<std::string>{"gpu-controller", std::string(api::kSettingsConfigMapName)}));
+}
+
+// The least the controller needs; each rule beside a code path (controller-rbac.yaml). No
+// wildcard; the GPU-only grants only with GPU on.
+TEST(ChartController, RbacIsExactlyTheLeastTheControllerNeeds) {
+  using Rule = std::tuple<std::string, std::string, std::set<std::string>>;
+  const auto rulesOf = [](const YAML::Node& role) {
+    std::map<std::pair<std::string, std::string>, std::set<std::string>> merged;
+    for (const auto& rule : role["rules"]) {
+      EXPECT_FALSE(rule["nonResourceURLs"].IsDefined());
+      const auto verbs = Strings(rule["verbs"]);
+      for (const auto& verb : verbs) EXPECT_NE(verb, "*");
+      for (const auto& group : Strings(rule["apiGroups"])) {
+        EXPECT_NE(group, "*");
+        for (const auto& resource : Strings(rule["resources"])) {
+          EXPECT_NE(resource, "*");
+          EXPECT_FALSE(resource.ends_with("/*")) << resource;
+          merged[{group, resource}].insert(verbs.begin(), verbs.end());
+        }
+      }
+    }
+    std::set<Rule> rules;
+    for (const auto& [at, verbs] : merged) rules.insert({at.first, at.second, verbs});
+    return rules;
+  };
+  const std::set<Rule> always = {
+      {"gpu.cozystack.io", "gpuclasses", {"list", "watch", "patch"}},
+      {"gpu.cozystack.io", "gpudevices", {"list", "watch", "patch", "delete"}},
+      {"gpu.cozystack.io", "gpudevices/status", {"patch"}},
+      {"gpu.cozystack.io", "gpunodes", {"list", "watch"}},
+      {"kubevirt.io", "virtualmachineinstances", {"get"}},
+      {"cozystack.io", "workloads", {"list", "watch", "create", "update", "delete"}},
+      {"cozystack.io", "workloadmonitors", {"list", "watch", "create", "update", "delete"}},
+  };
+  const std::set<Rule> gpu = {
+      {"", "namespaces", {"list", "watch"}},
+      {"", "resourcequotas", {"list", "watch"}},
+      {"", "nodes", {"list", "watch"}},
+      {"", "pods", {"list", "watch"}},
+      {"kubevirt.io", "virtualmachineinstances", {"list", "watch"}},
+      {"kubevirt.io", "kubevirts", {"list", "watch"}},
+      {"gpu.cozystack.io", "gpudevices", {"get", "create"}},
+      {"gpu.cozystack.io", "gpunodes/status", {"patch"}},
+      {"events.k8s.io", "events", {"create"}},
+  };
+  const std::set<Rule> namespaced = {
+      {"coordination.k8s.io", "leases", {"get", "create", "update"}},
+      {"", "configmaps", {"list", "watch", "create", "update"}},
+  };
+  for (const auto& overrides : {YAML::Node(), GpuOn()}) {
+    const auto documents = Render(overrides);
+    EXPECT_EQ(rulesOf(Named(documents, "ClusterRole", "gpu-controller")), always);
+    EXPECT_EQ(rulesOf(Named(documents, "Role", "gpu-controller")), namespaced);
+    const bool on = overrides.IsDefined() && !overrides.IsNull();
+    for (const auto& role : OfKind(documents, "ClusterRole")) {
+      const std::string name = role["metadata"]["name"].as<std::string>();
+      if (name == "gpu-controller-gpu") {
+        EXPECT_EQ(rulesOf(role), gpu);
+      }
+    }
+    EXPECT_EQ(OfKind(documents, "ClusterRole").size(), on ? 3u : 2u);
+    EXPECT_EQ(OfKind(documents, "ClusterRoleBinding").size(), on ? 3u : 2u);
+  }
+}
+
+// H5: the CRDs are templates (Helm upgrades them; it never upgrades crds/) kept on uninstall.
+TEST(ChartController, CrdsAreTemplatesKeptOnUninstall) {
+  EXPECT_FALSE(std::filesystem::exists(kChart / "crds")) << "Helm never upgrades crds/";
+  for (const auto& overrides : {YAML::Node(), GpuOn()}) {
+    std::set<std::string> names;
+    for (const auto& crd : OfKind(Render(overrides), "CustomResourceDefinition")) {
+      names.insert(crd["metadata"]["name"].as<std::string>());
+      EXPECT_EQ(crd["metadata"]["annotations"]["helm.sh/resource-policy"].as<std::string>(""),
+                "keep")
+          << crd["metadata"]["name"];
+    }
+    EXPECT_EQ(names,
+              (std::set<std::string>{"gpuclasses.gpu.cozystack.io", "gpudevices.gpu.cozystack.io",
+                                     "gpunodes.gpu.cozystack.io"}));
+  }
 }
 
 // The renderer itself: the subset it knows, and refusal of everything else.
@@ -452,6 +997,32 @@ TEST(ChartRenderer, RendersTheSubsetAsHelmDoes) {
             "2");
 }
 
+// range over a list with variables, toJson, join and `if or` (added for the controller's flags
+// and vm-instance's annotation), as Helm renders them.
+TEST(ChartRenderer, RendersRangeToJsonJoinAndOr) {
+  const Context context = TestContext();
+  EXPECT_EQ(RenderTemplate("{{ range $i, $x := .Values.a.list }}{{ if $i }},{{ end }}{{ $x }}"
+                           "{{ end }}",
+                           context),
+            "1,two");
+  EXPECT_EQ(RenderTemplate("[{{ range $x := .Values.a.list }}<{{ $x }}>{{ end }}]", context),
+            "[<1><two>]");
+  EXPECT_EQ(RenderTemplate("[{{ range $x := .Values.a.missing }}{{ $x.y }}{{ end }}]", context),
+            "[]");
+  EXPECT_EQ(RenderTemplate("{{ toJson .Values.a }}", context),
+            R"({"b":"x","empty":"","f":false,"list":[1,"two"],"map":{"k":"v","q":"true"},)"
+            R"("n":7,"nil":null,"none":{},"s":"false","t":true,"zero":0})");
+  EXPECT_EQ(RenderTemplate("{{ toJson .Values.a.b }}", context), "\"x\"");
+  EXPECT_EQ(RenderTemplate("{{ join \",\" .Values.a.list }}", context), "1,two");
+  EXPECT_EQ(RenderTemplate("{{ if or .Values.a.f .Values.a.list }}y{{ else }}n{{ end }}", context),
+            "y");
+  EXPECT_EQ(RenderTemplate("{{ if or .Values.a.f .Values.a.none }}y{{ else }}n{{ end }}", context),
+            "n");
+  Context quoted;
+  quoted.values = YAML::Load(R"({s: "a\"b\\c\nd"})");
+  EXPECT_EQ(RenderTemplate("{{ toJson .Values.s }}", quoted), R"("a\"b\\c\nd")");
+}
+
 TEST(ChartRenderer, RefusesWhatIsOutsideTheSubset) {
   const Context context = TestContext();
   const std::vector<std::pair<std::string, std::string>> cases = {
@@ -475,6 +1046,14 @@ TEST(ChartRenderer, RefusesWhatIsOutsideTheSubset) {
       {"x {{ .Values.a.b ", "'{{' without '}}'"},
       {"{{-.Values.a.b }}", "needs a space"},
       {"a\n\n{{ lookup \"v1\" \"Node\" \"\" \"\" }}", "t.yaml:3:"},
+      {"{{ range $x := .Values.a.list }}x{{ else }}y{{ end }}", "'range' with 'else'"},
+      {"{{ range $x := .Values.a.map }}x{{ end }}", "range takes lists only"},
+      {"{{ range $x := .Values.a.list }}x", "'range' without 'end'"},
+      {"{{ $x }}", "undefined variable $x"},
+      {"{{ toJson .Values.a.map | quote }}", "no pipeline after toJson"},
+      {"{{ join \",\" .Values.a.map }}", "join takes lists only"},
+      {"{{ if or .Values.a.t }}x{{ end }}", "two or more arguments"},
+      {"{{ if and .Values.a.t .Values.a.f }}x{{ end }}", "outside the chart's template subset"},
   };
   for (const auto& [text, message] : cases) {
     try {
@@ -497,6 +1076,98 @@ TEST(ChartRenderer, MergesValuesAsHelmDoes) {
   EXPECT_EQ(merged["s"].as<std::string>(), "x");
   EXPECT_EQ(merged["t"].as<std::string>(), "y");
 }
+
+// ---- charts/vm-instance: the example tenant VM ----
+
+namespace vm {
+
+const std::filesystem::path kVmChart =
+    std::filesystem::path(COZY_SOURCE_DIR) / "charts/vm-instance";
+
+YAML::Node VirtualMachine(const YAML::Node& overrides) {
+  const auto documents = RenderChart(kVmChart, overrides, Release{"vm1", "tenant-a"});
+  EXPECT_EQ(documents.size(), 1u);
+  if (documents.empty()) return YAML::Node();
+  const YAML::Node vm = YAML::Load(documents[0].text);
+  EXPECT_EQ(vm["apiVersion"].as<std::string>(""), "kubevirt.io/v1");
+  EXPECT_EQ(vm["kind"].as<std::string>(""), "VirtualMachine");
+  return vm;
+}
+
+nlohmann::json Pins() {
+  std::ifstream in(std::string(COZY_SOURCE_DIR) + "/test/chart/vm-instance-pins.json");
+  return nlohmann::json::parse(in);
+}
+
+// Without GPUs the VMI template carries neither the label nor the annotation: the webhooks never
+// see it.
+TEST(VmInstanceChart, WithoutGpusTheTemplateHasNoDeviceReferences) {
+  const YAML::Node vm = VirtualMachine(YAML::Node());
+  EXPECT_EQ(vm["metadata"]["name"].as<std::string>(""), "vm1");
+  EXPECT_EQ(vm["metadata"]["namespace"].as<std::string>(""), "tenant-a");
+  const YAML::Node metadata = vm["spec"]["template"]["metadata"];
+  EXPECT_FALSE(metadata["labels"][std::string(api::kDeviceReferenceLabel)].IsDefined());
+  EXPECT_FALSE(metadata["annotations"].IsDefined());
+  EXPECT_EQ(vm["spec"]["template"]["spec"]["domain"]["cpu"]["cores"].as<int>(0), 2);
+}
+
+// The annotation pinned, character for character, for every case in vm-instance-pins.json (read
+// back through the VMI webhook's parser by another test); with it, the label the webhooks select.
+TEST(VmInstanceChart, DeviceReferenceAnnotationIsPinned) {
+  const nlohmann::json pins = Pins();
+  ASSERT_GE(pins.size(), 4u);
+  bool devicesOnly = false, templatesOnly = false, both = false, several = false;
+  for (const auto& pin : pins) {
+    const std::string values = pin.at("values").dump();
+    const std::string annotation = pin.at("annotation").get<std::string>();
+    // JSON is YAML: the values go in as a values file would.
+    const YAML::Node vm = VirtualMachine(YAML::Load(values));
+    const YAML::Node metadata = vm["spec"]["template"]["metadata"];
+    EXPECT_EQ(
+        metadata["annotations"][std::string(api::kDeviceReferenceAnnotation)].as<std::string>(""),
+        annotation)
+        << values;
+    const YAML::Node label = metadata["labels"][std::string(api::kDeviceReferenceLabel)];
+    EXPECT_EQ(label.as<std::string>(""), api::kDeviceReferenceLabelValue) << values;
+    EXPECT_EQ(label.Tag(), "!") << "the label value must stay a string";
+    EXPECT_EQ(metadata["annotations"].size(), 1u);
+
+    // The pin itself has the contract's shape: compact, keys in this order, empty lists left
+    // out, and says what the values say.
+    const auto parsed = nlohmann::ordered_json::parse(annotation);
+    EXPECT_EQ(parsed.dump(), annotation) << "not compact";
+    std::vector<std::string> keys;
+    for (const auto& [key, unused] : parsed.items()) keys.push_back(key);
+    const nlohmann::json gpus = pin.at("values").at("gpus");
+    const auto devices = gpus.value("devices", nlohmann::json::array());
+    const auto templates = gpus.value("templates", nlohmann::json::array());
+    std::vector<std::string> expectedKeys;
+    if (!devices.empty()) expectedKeys.push_back("devices");
+    if (!templates.empty()) expectedKeys.push_back("templates");
+    EXPECT_EQ(keys, expectedKeys) << annotation;
+    if (!devices.empty()) {
+      EXPECT_EQ(nlohmann::json(parsed.at("devices")), devices);
+    }
+    if (!templates.empty()) {
+      ASSERT_EQ(parsed.at("templates").size(), templates.size());
+      for (size_t i = 0; i < templates.size(); ++i) {
+        std::vector<std::string> order;
+        for (const auto& [key, unused] : parsed.at("templates")[i].items()) order.push_back(key);
+        EXPECT_EQ(order, (std::vector<std::string>{"name", "className", "count"})) << annotation;
+        EXPECT_EQ(nlohmann::json(parsed.at("templates")[i]), templates[i]);
+        EXPECT_TRUE(parsed.at("templates")[i].at("count").is_number_integer()) << annotation;
+      }
+    }
+    devicesOnly = devicesOnly || (devices.size() == 1 && templates.empty());
+    templatesOnly = templatesOnly || (devices.empty() && templates.size() == 1);
+    both = both || (!devices.empty() && !templates.empty());
+    several = several || (devices.size() > 1 && templates.size() > 1);
+  }
+  EXPECT_TRUE(devicesOnly && templatesOnly && both && several)
+      << "pins cover devices only, templates only, both, and several of each";
+}
+
+}  // namespace vm
 
 }  // namespace
 }  // namespace cozy::chart

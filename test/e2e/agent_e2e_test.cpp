@@ -205,7 +205,8 @@ TEST_F(AgentEndToEnd, MissingCrdAtStartThenPublishesOnceTheCrdIsAdded) {
   const auto applied = testing::RunCommand(
       "kubectl --kubeconfig " + testing::ShellQuote((directory_.path() / "kubeconfig").string()) +
       " apply -f " +
-      testing::ShellQuote((testing::SourceDir() / "charts/gpu/templates/crds/gpunodes.yaml").string()));
+      testing::ShellQuote(
+          (testing::SourceDir() / "charts/gpu/templates/crds/gpunodes.yaml").string()));
   // kubectl is the real client here (scripts/install-deps.sh installs one).
   ASSERT_EQ(applied.exitCode, 0) << applied.err;
   ASSERT_TRUE(WaitFor([&] { return Published(); }, 20s)) << AgentLog();

@@ -4,7 +4,9 @@
 
 namespace cozy::testing {
 
-std::filesystem::path ChartCrdDir() { return SourceDir() / "charts" / "gpu" / "templates" / "crds"; }
+std::filesystem::path ChartCrdDir() {
+  return SourceDir() / "charts" / "gpu" / "templates" / "crds";
+}
 std::filesystem::path GpuNodeCrdFile() { return ChartCrdDir() / "gpunodes.yaml"; }
 std::filesystem::path TestCrdDir() { return SourceDir() / "test" / "fakes" / "crds"; }
 std::filesystem::path TestCrdFile(const std::string& name) { return TestCrdDir() / name; }
