@@ -321,6 +321,12 @@ test("harness: matchConditions, variables, messageExpression, failurePolicy, val
   assert.equal(run({ validations: [{ expression:
     `namespaceObject.metadata.name == 'tenant-a' && '${TENANT_KEY}' in namespaceObject.metadata.labels` }] })
     .allowed, true);
+  // Without paramKind, params is null; request carries userInfo.extra and dryRun.
+  const withExtra = create("ConfigMap", { username: "u", extra: { "x/y": ["v"] } }, cm("x"));
+  withExtra.request.dryRun = true;
+  assert.equal(admit(toyPolicy({ validations: [{ expression: "params == null && " +
+    "request.userInfo.extra['x/y'][0] == 'v' && request.dryRun && request.operation == 'CREATE' " +
+    "&& !has(request.subResource)" }] }), withExtra, { cluster: c }).allowed, true);
   // Warn: not denied, warned.
   const warned = run({ validations: refuseAll }, toyBinding({ validationActions: ["Warn"] }));
   assert.deepEqual([warned.allowed, warned.warnings], [true, ["refused"]]);
