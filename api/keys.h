@@ -47,6 +47,12 @@ inline constexpr std::string_view kUsageMonitorLabel = "gpu.cozystack.io/usage-m
 // namespace (tenant-root, tenant-a, ...); the key's suffix names the ancestor.
 inline constexpr std::string_view kTenantLabelPrefix = "tenant.cozystack.io/";
 
+// The one key that selects tenant namespaces: the platform sets it (any value) on every tenant
+// namespace, tenant-root included, and tenants cannot write Namespace labels. The chart's
+// raw-name and usage-monitor policy bindings select `Exists` on it (docs/policies.md, F16).
+// Not under kTenantLabelPrefix, which would read it as an ancestor named "tenant-namespace".
+inline constexpr std::string_view kTenantNamespaceLabel = "gpu.cozystack.io/tenant-namespace";
+
 // GPU budgets, as they appear in a tenant's ResourceQuota `spec.hard`.
 inline constexpr std::string_view kBudgetKeyPrefix = "requests.gpu.cozystack.io/";
 // The class name reserved for the budget over all classes; no GPUClass may take it.

@@ -27,8 +27,11 @@ if (!renderedFile || !namespace) {
   process.exit(1);
 }
 const documents = parseAllDocuments(readFileSync(renderedFile, "utf8")).map((d) => d.toJS());
-const policy = documents.find((d) => d.kind === "ValidatingAdmissionPolicy");
-const binding = documents.find((d) => d.kind === "ValidatingAdmissionPolicyBinding");
+// The chart renders other policies too (docs/policies.md; policies.test.mjs runs them).
+const policy = documents.find((d) => d.kind === "ValidatingAdmissionPolicy" &&
+  d.metadata.name === "gpu-agent-own-gpunode");
+const binding = documents.find((d) => d.kind === "ValidatingAdmissionPolicyBinding" &&
+  d.spec.policyName === "gpu-agent-own-gpunode");
 // The agent's: the chart also binds the controller's roles.
 const clusterRoleBinding = documents.find((d) => d.kind === "ClusterRoleBinding" &&
   d.metadata.name === "gpu-agent");
@@ -102,7 +105,7 @@ function remove(userInfo, oldObject) {
 // The chart's policy on one write. The policy never errors on a well-formed request: an error
 // here would be a denial for the wrong reason (or, in a broken harness, a silent pass).
 function decide(write) {
-  const decision = admit(policy, write);
+  const decision = admit(policy, write, { binding });
   assert.deepEqual(decision.errors, [], "the policy errored");
   return decision;
 }
