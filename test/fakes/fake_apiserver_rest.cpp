@@ -528,13 +528,10 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
                             {{"name", name}, {"group", type->group}, {"kind", type->plural}}};
         }
       };
+      lock.unlock();  // (admissionFor takes it to read the user)
       Admission admission = admissionFor("UPDATE");
       admission.oldObject = shownAs(old);
-      json shown = updated;
-      shown["apiVersion"] = type->ApiVersion();
-      shown["kind"] = type->kind;
-      admission.object = shown;
-      lock.unlock();
+      admission.object = shownAs(updated);
       updated = AdmitMutating(admission, response);
       lock.lock();
       unchanged();
