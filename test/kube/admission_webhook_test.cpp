@@ -1,7 +1,7 @@
 // The fake API server calls admission webhooks as kube-apiserver does (docs/kubernetes.md
 // "Admission webhooks"): a real HTTPS webhook (cpp-httplib's SSLServer with a certificate for
-// `hook.webhooks.svc` made by the openssl CLI per run), reached through the fake's service
-// endpoint map; kubectl as a client where it shows the behaviour.
+// `hook.webhooks.svc` made by the openssl CLI per run, P-256 keys for speed), reached through the
+// fake's service endpoint map; kubectl as a client where it shows the behaviour.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -34,11 +34,14 @@ class AdmissionTest : public ::testing::Test {
     const std::string d = ShellQuote(dir_.path().string());
     const std::string script =
         "cd " + d +
-        " && openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 1 "
+        " && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "
+        "ca.key -out ca.crt -days 1 "
         "-subj /CN=webhook-ca 2>/dev/null"
-        " && openssl req -x509 -newkey rsa:2048 -nodes -keyout other.key -out other.crt "
+        " && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "
+        "other.key -out other.crt "
         "-days 1 -subj /CN=other-ca 2>/dev/null"
-        " && openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr "
+        " && openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "
+        "server.key -out server.csr "
         "-subj /CN=hook.webhooks.svc 2>/dev/null"
         " && printf 'subjectAltName=DNS:hook.webhooks.svc,IP:127.0.0.1\\n' > san.ext"
         " && openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial "
