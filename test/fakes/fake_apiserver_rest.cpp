@@ -299,7 +299,16 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
       if (!body.contains("metadata") || !body["metadata"].is_object()) {
         body["metadata"] = json::object();
       }
-      if (type->namespaced) body["metadata"]["namespace"] = ns;
+      if (type->namespaced) {
+        // The create handler's check comes before admission (CreateLocked repeats it).
+        const std::string bodyNs = body["metadata"].value("namespace", "");
+        if (!bodyNs.empty() && bodyNs != ns) {
+          throw StatusError{400, "BadRequest",
+                            "the namespace of the provided object does not match the namespace "
+                            "sent on the request"};
+        }
+        body["metadata"]["namespace"] = ns;
+      }
       body["apiVersion"] = type->ApiVersion();
       body["kind"] = type->kind;
       admission.name = body["metadata"].value("name", "");
