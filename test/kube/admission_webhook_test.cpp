@@ -14,6 +14,7 @@
 #include "test/fakes/fake_apiserver.h"
 #include "test/kube/kube_test_support.h"
 #include "test/support/fixture_host.h"
+#include "test/support/process.h"
 
 namespace cozy::fake {
 namespace {
@@ -162,7 +163,8 @@ class AdmissionTest : public ::testing::Test {
   }
   std::string Kubectl() const {
     std::ofstream(dir_.path() / "kubeconfig") << server_->Kubeconfig();
-    return "kubectl --kubeconfig " + ShellQuote((dir_.path() / "kubeconfig").string()) + " ";
+    return "kubectl --kubeconfig " + ShellQuote((dir_.path() / "kubeconfig").string()) +
+           " --cache-dir " + ShellQuote((dir_.path() / "kube-cache").string()) + " ";
   }
 
   testing::TempDir dir_;
@@ -531,6 +533,65 @@ TEST_F(AdmissionTest, KubectlAppliesConfigurationsAndSeesDenialsAndServerDryRuns
       std::string::npos)
       << refused.out;
   EXPECT_TRUE(server_->Object("v1", "configmaps", "apps", "c1").is_null());
+}
+
+// The `fake_apiserver` program as a demo script runs it: the stand-in, a service endpoint and
+// a user from flags; the endpoint moved through the control API.
+TEST_F(AdmissionTest, TheProgramTakesTheStandInEndpointsAndUsersFromFlags) {
+  const int port = testing::FreePort();
+  ASSERT_GT(port, 0);
+  pid_t pid =
+      testing::Spawn({COZY_FAKE_APISERVER_BINARY, "--port", std::to_string(port), "--crds",
+                      testing::TestCrdFile("kubevirt.io_virtualmachineinstances.yaml").string(),
+                      "--virt-api-mutator", "--service-endpoint", "webhooks/hook=127.0.0.1:1",
+                      "--user", R"(bob-token={"username":"bob","groups":["ops"]})"},
+                     dir_.path() / "program.log");
+  ASSERT_GT(pid, 0);
+  ASSERT_TRUE(testing::WaitFor([&] {
+    std::ifstream in(dir_.path() / "program.log");
+    return std::string(std::istreambuf_iterator<char>(in), {}).find("listening on") !=
+           std::string::npos;
+  }));
+  httplib::Client program("127.0.0.1", port);
+  json hook = Webhook("vmi.gpu.cozystack.io", "/vmi",
+                      Rule({"CREATE"}, {"virtualmachineinstances"}, "kubevirt.io"));
+  hook["reinvocationPolicy"] = "IfNeeded";
+  json config = {{"apiVersion", "admissionregistration.k8s.io/v1"},
+                 {"kind", "MutatingWebhookConfiguration"},
+                 {"metadata", {{"name", "cozy-gpu"}}},
+                 {"webhooks", json::array({hook})}};
+  ASSERT_EQ(program
+                .Post("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+                      config.dump(), "application/json")
+                ->status,
+            201);
+  const std::string vmis = "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstances";
+  // The flag's endpoint (port 1) is closed: the call fails closed.
+  EXPECT_EQ(program.Post(vmis, Vmi("vm1").dump(), "application/json")->status, 500);
+  auto moved =
+      program.Put("/_fake/service-endpoints",
+                  json{{"namespace", "webhooks"}, {"name", "hook"}, {"port", port_}}.dump(),
+                  "application/json");
+  ASSERT_EQ(moved->status, 200) << moved->body;
+  Respond([](const std::string&, const json& request) {
+    if (request["object"]["metadata"].value("annotations", json::object()).contains("gpu")) {
+      return json{{"allowed", true}};
+    }
+    return Patch(json::array(
+        {{{"op", "add"}, {"path", "/metadata/annotations"}, {"value", {{"gpu", "planned"}}}}}));
+  });
+  auto created = program.Post(vmis, {{"Authorization", "Bearer bob-token"}}, Vmi("vm1").dump(),
+                              "application/json");
+  ASSERT_EQ(created->status, 201) << created->body;
+  auto calls = Calls();
+  ASSERT_EQ(calls.size(), 2u);  // reinvoked after the stand-in
+  EXPECT_EQ(calls[1].request["object"]["spec"]["domain"]["machine"]["type"], "q35");
+  EXPECT_EQ(calls[0].request["userInfo"]["username"], "bob");
+  EXPECT_EQ(calls[0].request["userInfo"]["groups"], (json{"ops", "system:authenticated"}));
+  json stored = json::parse(created->body);
+  EXPECT_EQ(stored["metadata"]["annotations"]["gpu"], "planned");
+  EXPECT_EQ(stored["metadata"]["annotations"]["kubevirt.io/latest-observed-api-version"], "v1");
+  EXPECT_EQ(testing::Finish(pid), 0);
 }
 
 }  // namespace
