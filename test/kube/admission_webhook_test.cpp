@@ -62,7 +62,7 @@ class AdmissionTest : public ::testing::Test {
         respond = respond_;
       }
       json response = respond ? respond(request.path, review["request"]) : json{{"allowed", true}};
-      response["uid"] = review["request"]["uid"];
+      if (!response.contains("uid")) response["uid"] = review["request"]["uid"];
       out.set_content(json{{"apiVersion", "admission.k8s.io/v1"},
                            {"kind", "AdmissionReview"},
                            {"response", response}}
@@ -291,6 +291,43 @@ TEST_F(AdmissionTest, AWebhookThatIsDownFailsClosedUnlessItsPolicyIsIgnore) {
   hook["failurePolicy"] = "Ignore";
   Configure("Validating", "down", {hook});
   EXPECT_EQ(Post("/api/v1/namespaces/apps/configmaps", ConfigMap("c1"))->status, 201);
+}
+
+// VerifyAdmissionResponse and the review versions: a wrong uid, a patch from a validating
+// webhook, a webhook that takes no v1 review are call failures (failurePolicy Fail: 500).
+TEST_F(AdmissionTest, BadAnswersAndUnknownReviewVersionsAreCallFailures) {
+  Configure("Validating", "bad",
+            {Webhook("bad.example.com", "/validate", Rule({"CREATE"}, {"configmaps"}))});
+  Respond([](const std::string&, const json&) { return json{{"allowed", true}, {"uid", "x"}}; });
+  auto refused = Post("/api/v1/namespaces/apps/configmaps", ConfigMap("c1"));
+  ASSERT_EQ(refused->status, 500) << refused->body;
+  EXPECT_EQ(json::parse(refused->body)["message"].get<std::string>().rfind(
+                "Internal error occurred: failed calling webhook \"bad.example.com\": received "
+                "invalid webhook response: expected response.uid=",
+                0),
+            0u)
+      << refused->body;
+  Respond([](const std::string&, const json&) { return Patch(json::array()); });
+  refused = Post("/api/v1/namespaces/apps/configmaps", ConfigMap("c1"));
+  ASSERT_EQ(refused->status, 500) << refused->body;
+  EXPECT_NE(refused->body.find("validating webhook may not return response.patch"),
+            std::string::npos)
+      << refused->body;
+  ASSERT_EQ(client_
+                ->Delete("/apis/admissionregistration.k8s.io/v1/"
+                         "validatingwebhookconfigurations/bad")
+                ->status,
+            200);
+  Respond(nullptr);
+  json old = Webhook("old.example.com", "/validate", Rule({"CREATE"}, {"configmaps"}));
+  old["admissionReviewVersions"] = {"v1beta1"};
+  Configure("Validating", "old", {old});
+  refused = Post("/api/v1/namespaces/apps/configmaps", ConfigMap("c1"));
+  ASSERT_EQ(refused->status, 500) << refused->body;
+  EXPECT_NE(refused->body.find("webhook does not accept known AdmissionReview versions"),
+            std::string::npos)
+      << refused->body;
+  EXPECT_EQ(Calls().size(), 2u);
 }
 
 TEST_F(AdmissionTest, AWrongCaBundleFailsClosed) {
