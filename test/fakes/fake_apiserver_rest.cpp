@@ -318,6 +318,10 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
         std::lock_guard lock(mutex_);
         admission.object = shownAs(CreateLocked(*type, ns, body, true, /*dryRun=*/true));
       }
+      // A generated name is the one validating webhooks saw.
+      if (body["metadata"].value("name", "").empty()) {
+        body["metadata"]["name"] = admission.object["metadata"].value("name", "");
+      }
       AdmitValidating(admission, response);
     }
     json created;
@@ -347,14 +351,29 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
                  {"apiVersion", type->ApiVersion()},
                  {"metadata", json::object()},
                  {"items", json::array()}};
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
     std::vector<std::string> keys;
     for (const auto& [key, object] : objects_[type->StoreKey()]) {
       if (!ns.empty() && object["metadata"].value("namespace", "") != ns) continue;
       if (selectors.Matches(FromStorage(type->group, type->plural, object))) keys.push_back(key);
     }
+    const bool admit = AdmissionConfiguredLocked();
     for (const auto& key : keys) {
       if (!objects_[type->StoreKey()].count(key)) continue;
+      if (admit) {
+        // Each object's DELETE is admitted on its own, without the lock; a denial ends the
+        // collection there (what was deleted stays deleted), as the first error of the real
+        // server's parallel deletes does.
+        json existing = withTypeMeta(objects_[type->StoreKey()][key]);
+        lock.unlock();
+        Admission admission = admissionFor("DELETE");
+        admission.name = NameOfKey(key);
+        admission.oldObject = std::move(existing);
+        AdmitMutating(admission, response);
+        AdmitValidating(admission, response);
+        lock.lock();
+        if (!objects_[type->StoreKey()].count(key)) continue;
+      }
       list["items"].push_back(withTypeMeta(DeleteLocked(*type, key, deletion)));
     }
     SettleLocked();

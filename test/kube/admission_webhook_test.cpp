@@ -244,6 +244,35 @@ TEST_F(AdmissionTest, UpdatesAndDeletesCarryTheOldObjectAndTheirOptions) {
   EXPECT_EQ(calls[1].request["options"]["apiVersion"], "meta.k8s.io/v1");
 }
 
+TEST_F(AdmissionTest, ADeleteCollectionAdmitsEachObjectAndAGeneratedNameIsTheOneSeen) {
+  for (const char* name : {"a", "keep", "z"}) {
+    ASSERT_EQ(Post("/api/v1/namespaces/apps/configmaps", ConfigMap(name))->status, 201);
+  }
+  Configure("Validating", "keep",
+            {Webhook("keep.example.com", "/validate", Rule({"CREATE", "DELETE"}, {"configmaps"}))});
+  Respond([](const std::string&, const json& request) {
+    if (request["operation"] == "DELETE" && request["name"] == "keep") {
+      return json{{"allowed", false}, {"status", {{"code", 403}, {"message", "kept"}}}};
+    }
+    return json{{"allowed", true}};
+  });
+  auto refused = client_->Delete("/api/v1/namespaces/apps/configmaps");
+  ASSERT_EQ(refused->status, 403) << refused->body;
+  EXPECT_TRUE(server_->Object("v1", "configmaps", "apps", "a").is_null());
+  EXPECT_FALSE(server_->Object("v1", "configmaps", "apps", "keep").is_null());
+  EXPECT_FALSE(server_->Object("v1", "configmaps", "apps", "z").is_null());
+  json generated = ConfigMap("");
+  generated["metadata"].erase("name");
+  generated["metadata"]["generateName"] = "gen-";
+  auto created = Post("/api/v1/namespaces/apps/configmaps", generated);
+  ASSERT_EQ(created->status, 201) << created->body;
+  auto calls = Calls();
+  ASSERT_EQ(calls.size(), 3u);
+  EXPECT_FALSE(calls[2].request.contains("name"));
+  EXPECT_EQ(calls[2].request["object"]["metadata"]["name"],
+            json::parse(created->body)["metadata"]["name"]);
+}
+
 TEST_F(AdmissionTest, ADenialAnswersWithTheWebhooksCodeAndMessage) {
   Configure("Validating", "deny",
             {Webhook("deny.example.com", "/validate", Rule({"CREATE"}, {"configmaps"}))});
