@@ -6,7 +6,9 @@
 // and events.k8s.io/v1, one storage) and Leases with their validation basics, finalizers and
 // deletionTimestamp, namespaces that must exist and their termination, dryRun on every write,
 // delete preconditions, owner-reference garbage collection (background, foreground, orphan),
-// hundreds of concurrent watches; plus what no real server has: fault injection and a request log.
+// hundreds of concurrent watches, admission webhooks (mutating with reinvocation, validating,
+// over HTTPS with their caBundle); plus what no real server has: fault injection, a request
+// log, a service-endpoint map for webhooks and a virt-api VMI mutator stand-in.
 // docs/kubernetes.md has the control API.
 #pragma once
 

@@ -247,7 +247,7 @@ json CallWebhook(const json& webhook, const json& review,
   }
   url += (url.find('?') == std::string::npos ? "?" : "&") + std::string("timeout=") +
          std::to_string(timeoutSeconds) + "s";
-  const std::string post = "Post \"" + url + "\": ";
+  const std::string post = "failed to call webhook: Post \"" + url + "\": ";
   if (!missingService.empty())
     throw CallError{post + "service \"" + missingService + "\" not found"};
   std::string ca;
@@ -299,7 +299,7 @@ json CallWebhook(const json& webhook, const json& review,
     throw CallError{post + (errorText[0] ? errorText : curl_easy_strerror(code))};
   }
   if (status != 200) {
-    throw CallError{"an error on the server (\"" + answer.substr(0, 200) +
+    throw CallError{"failed to call webhook: an error on the server (\"" + answer.substr(0, 200) +
                     "\") has prevented the request from succeeding (code " +
                     std::to_string(status) + ")"};
   }

@@ -3,7 +3,8 @@
 // fake_apiserver.cpp (the server, control API, faults), fake_apiserver_store.cpp (objects,
 // writes, deletion, finalizers, garbage collection, namespaces), fake_apiserver_kinds.cpp
 // (built-in kinds and their validation), fake_apiserver_rest.cpp (the REST handlers),
-// fake_apiserver_watch.cpp (watches), fake_apiserver_discovery.cpp (discovery and tables).
+// fake_apiserver_watch.cpp (watches), fake_apiserver_discovery.cpp (discovery and tables),
+// fake_apiserver_admission.cpp (admission webhooks).
 #pragma once
 
 #include <httplib.h>

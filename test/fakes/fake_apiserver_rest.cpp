@@ -299,7 +299,16 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
       if (!body.contains("metadata") || !body["metadata"].is_object()) {
         body["metadata"] = json::object();
       }
-      if (type->namespaced) body["metadata"]["namespace"] = ns;
+      if (type->namespaced) {
+        // The create handler's check comes before admission (CreateLocked repeats it).
+        const std::string bodyNs = body["metadata"].value("namespace", "");
+        if (!bodyNs.empty() && bodyNs != ns) {
+          throw StatusError{400, "BadRequest",
+                            "the namespace of the provided object does not match the namespace "
+                            "sent on the request"};
+        }
+        body["metadata"]["namespace"] = ns;
+      }
       body["apiVersion"] = type->ApiVersion();
       body["kind"] = type->kind;
       admission.name = body["metadata"].value("name", "");
@@ -308,6 +317,10 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
       {
         std::lock_guard lock(mutex_);
         admission.object = shownAs(CreateLocked(*type, ns, body, true, /*dryRun=*/true));
+      }
+      // A generated name is the one validating webhooks saw.
+      if (body["metadata"].value("name", "").empty()) {
+        body["metadata"]["name"] = admission.object["metadata"].value("name", "");
       }
       AdmitValidating(admission, response);
     }
@@ -338,14 +351,29 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
                  {"apiVersion", type->ApiVersion()},
                  {"metadata", json::object()},
                  {"items", json::array()}};
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
     std::vector<std::string> keys;
     for (const auto& [key, object] : objects_[type->StoreKey()]) {
       if (!ns.empty() && object["metadata"].value("namespace", "") != ns) continue;
       if (selectors.Matches(FromStorage(type->group, type->plural, object))) keys.push_back(key);
     }
+    const bool admit = AdmissionConfiguredLocked();
     for (const auto& key : keys) {
       if (!objects_[type->StoreKey()].count(key)) continue;
+      if (admit) {
+        // Each object's DELETE is admitted on its own, without the lock; a denial ends the
+        // collection there (what was deleted stays deleted), as the first error of the real
+        // server's parallel deletes does.
+        json existing = withTypeMeta(objects_[type->StoreKey()][key]);
+        lock.unlock();
+        Admission admission = admissionFor("DELETE");
+        admission.name = NameOfKey(key);
+        admission.oldObject = std::move(existing);
+        AdmitMutating(admission, response);
+        AdmitValidating(admission, response);
+        lock.lock();
+        if (!objects_[type->StoreKey()].count(key)) continue;
+      }
       list["items"].push_back(withTypeMeta(DeleteLocked(*type, key, deletion)));
     }
     SettleLocked();
@@ -528,13 +556,10 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
                             {{"name", name}, {"group", type->group}, {"kind", type->plural}}};
         }
       };
+      lock.unlock();  // (admissionFor takes it to read the user)
       Admission admission = admissionFor("UPDATE");
       admission.oldObject = shownAs(old);
-      json shown = updated;
-      shown["apiVersion"] = type->ApiVersion();
-      shown["kind"] = type->kind;
-      admission.object = shown;
-      lock.unlock();
+      admission.object = shownAs(updated);
       updated = AdmitMutating(admission, response);
       lock.lock();
       unchanged();
