@@ -59,13 +59,12 @@ class AdmissionEndToEnd : public ControllerEndToEnd {
   int StartWebhookReplica(const std::string& identity, std::vector<std::string> flags = {},
                           bool serve = true) {
     const int port = testing::FreePort();
-    std::vector<std::string> all = {"--enable-gpu",
-                                    "--webhook-addr",
-                                    "127.0.0.1:" + std::to_string(port),
-                                    "--webhook-cert-dir",
-                                    WebhookCertificates(),
-                                    "--bind-wait",
-                                    "4s"};
+    std::vector<std::string> all = {"--enable-gpu", "--webhook-addr",
+                                    "127.0.0.1:" + std::to_string(port), "--webhook-cert-dir",
+                                    WebhookCertificates()};
+    if (std::find(flags.begin(), flags.end(), "--bind-wait") == flags.end()) {
+      all.insert(all.end(), {"--bind-wait", "4s"});
+    }
     all.insert(all.end(), flags.begin(), flags.end());
     StartReplica(identity, all);
     webhookPorts_[identity] = port;
@@ -220,7 +219,8 @@ TEST_F(AdmissionEndToEnd, E5_ADryRunAndARefusedStartLeaveNoTrace) {
   ASSERT_EQ(Create(Order("held", "a100", 1)).first, 0);
   // A dry run is admitted with its patch and writes nothing.
   auto [code, out] =
-      Create(VmWithGpus("vm-dry", {"held"}, {Template("scratch", "a100", 1)}), "--dry-run=server");
+      Create(VmWithGpus("vm-dry", {"held"}, json::array({Template("scratch", "a100", 1)})),
+             "--dry-run=server");
   ASSERT_EQ(code, 0) << out << Logs();
   const json shown = json::parse(out);
   EXPECT_EQ(shown["spec"]["domain"]["devices"]["gpus"].size(), 2u) << shown.dump();
@@ -228,7 +228,7 @@ TEST_F(AdmissionEndToEnd, E5_ADryRunAndARefusedStartLeaveNoTrace) {
   EXPECT_FALSE(Get("gpudevice held", kTenant)["status"].contains("attachment"));
   // A refused start (a template of a class nobody offers) writes nothing either.
   std::tie(code, out) =
-      Create(VmWithGpus("vm-refused", {"held"}, {Template("scratch", "h100", 1)}));
+      Create(VmWithGpus("vm-refused", {"held"}, json::array({Template("scratch", "h100", 1)})));
   EXPECT_NE(code, 0);
   EXPECT_NE(out.find("h100"), std::string::npos) << out;
   EXPECT_TRUE(Get("gpudevice vm-refused-scratch", kTenant).is_null());
@@ -243,7 +243,8 @@ TEST_F(AdmissionEndToEnd, E6_E8_E9_E10_E13_AVmGetsItsGpusOnOneNodeAndItsLauncher
   WaitLeader("replica-a");
   server_->EnableVirtApiMutator();
   ASSERT_EQ(Create(Order("held", "a100", 1)).first, 0);
-  auto [code, out] = Create(VmWithGpus("vm1", {"held"}, {Template("scratch", "a100", 1)}));
+  auto [code, out] =
+      Create(VmWithGpus("vm1", {"held"}, json::array({Template("scratch", "a100", 1)})));
   ASSERT_EQ(code, 0) << out << Logs();
   const json vmi = Get("vmi vm1", kTenant);
   // E10: one gpus entry per GPU, no resources key as well.
@@ -313,7 +314,7 @@ TEST_F(AdmissionEndToEnd, E7_AnOrderAndAVmRaceForTheLastUnitAndOneGetsIt) {
   ASSERT_TRUE(WaitFor([&] { return Phase("two") == "Bound" && Phase("one") == "Bound"; }, 10s));
   auto order = std::async(std::launch::async, [&] { return Create(Order("last", "a100", 1)); });
   auto vm = std::async(std::launch::async, [&] {
-    return Create(VmWithGpus("vm1", {}, {Template("scratch", "a100", 1)}));
+    return Create(VmWithGpus("vm1", {}, json::array({Template("scratch", "a100", 1)})));
   });
   const auto [orderCode, orderOut] = order.get();
   const auto [vmCode, vmOut] = vm.get();
@@ -342,7 +343,8 @@ TEST_F(AdmissionEndToEnd, E8_WithTheBinderStoppedAStartIsRefusedWithinTheBoundAn
   WaitReady("replica-a");
   ASSERT_EQ(Create(Order("held", "a100", 1)).first, 0);
   const auto started = std::chrono::steady_clock::now();
-  auto [code, out] = Create(VmWithGpus("vm1", {"held"}, {Template("scratch", "a100", 1)}));
+  auto [code, out] =
+      Create(VmWithGpus("vm1", {"held"}, json::array({Template("scratch", "a100", 1)})));
   const auto took = std::chrono::steady_clock::now() - started;
   EXPECT_NE(code, 0);
   EXPECT_NE(out.find("did not place"), std::string::npos) << out;
