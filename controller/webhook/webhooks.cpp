@@ -115,17 +115,27 @@ WebhookStats Webhooks::TakeStats() {
   return stats;
 }
 
+// What every webhook answers before looking at the object: only CREATE is checked (the rules
+// send nothing else; an UPDATE that reaches here anyway is let through), and nothing is decided
+// before the caches have listed.
+std::optional<json> Webhooks::Early(const admission::AdmissionRequest& request) const {
+  if (request.operation != admission::Operation::kCreate) {
+    return Encode(admission::Allow(request));
+  }
+  if (!cluster_.Synced()) {
+    return Encode(admission::Refuse(request,
+                                    "gpu-controller is starting and has not read the GPU catalog "
+                                    "yet; try again in a few seconds"));
+  }
+  return std::nullopt;
+}
+
 json Webhooks::ValidateGpuDevice(const json& review, const RequestContext&) {
   const auto started = Clock::now();
   const admission::AdmissionRequest request = admission::DecodeAdmissionReview(review);
   json answer;
-  if (request.operation != admission::Operation::kCreate) {
-    answer = Encode(admission::Allow(request));
-  } else if (!cluster_.Synced()) {
-    answer =
-        Encode(admission::Refuse(request,
-                                 "gpu-controller is starting and has not read the GPU catalog yet; "
-                                 "try again in a few seconds"));
+  if (auto early = Early(request)) {
+    answer = std::move(*early);
   } else {
     try {
       json object = request.object;
@@ -157,13 +167,8 @@ json Webhooks::MutatePod(const json& review, const RequestContext&) {
   const admission::AdmissionRequest request = admission::DecodeAdmissionReview(review);
   json answer;
   const std::string ns = request.namespaceName;
-  if (request.operation != admission::Operation::kCreate) {
-    answer = Encode(admission::Allow(request));
-  } else if (!cluster_.Synced()) {
-    answer =
-        Encode(admission::Refuse(request,
-                                 "gpu-controller is starting and has not read the GPU devices yet; "
-                                 "try again in a few seconds"));
+  if (auto early = Early(request)) {
+    answer = std::move(*early);
   } else {
     const std::string vmiName = admission::LauncherVmiName(request.object).value_or("");
     if (vmiName.empty()) {
@@ -224,13 +229,8 @@ json Webhooks::MutateVmi(const json& review, const RequestContext& context) {
   const auto started = Clock::now();
   const admission::AdmissionRequest request = admission::DecodeAdmissionReview(review);
   json answer;
-  if (request.operation != admission::Operation::kCreate) {
-    answer = Encode(admission::Allow(request));
-  } else if (!cluster_.Synced()) {
-    answer =
-        Encode(admission::Refuse(request,
-                                 "gpu-controller is starting and has not read the GPU catalog yet; "
-                                 "try again in a few seconds"));
+  if (auto early = Early(request)) {
+    answer = std::move(*early);
   } else {
     const std::optional<Server::WaitSlot> slot =
         server_ ? server_->TryWait() : std::optional<Server::WaitSlot>();

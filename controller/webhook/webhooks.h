@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -102,7 +103,7 @@ class Webhooks {
   WebhookStats TakeStats();
 
  private:
-  struct Member;
+  std::optional<nlohmann::json> Early(const admission::AdmissionRequest& request) const;
   nlohmann::json StartVmi(const admission::AdmissionRequest& request, const std::string& name,
                           const RequestContext& context);
   void Rollback(const std::string& ns, const std::vector<std::string>& attached,

@@ -23,6 +23,7 @@
 #include "controller/snapshot_json.h"
 #include "test/fakes/fake_apiserver.h"
 #include "test/support/fixture_host.h"
+#include "test/support/gpu_objects.h"
 #include "test/support/process.h"
 
 namespace {
@@ -34,32 +35,10 @@ constexpr int kTenants = 100;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-json Node(int n) {
-  return {{"apiVersion", "v1"},
-          {"kind", "Node"},
-          {"metadata", {{"name", "node-" + std::to_string(n)}}},
-          {"status", {{"conditions", {{{"type", "Ready"}, {"status", "True"}}}}}}};
-}
+json Node(int n) { return cozy::testing::ReadyNode("node-" + std::to_string(n)); }
 
 json GpuNode(int n) {
-  return {{"apiVersion", "gpu.cozystack.io/v1alpha1"},
-          {"kind", "GPUNode"},
-          {"metadata", {{"name", "node-" + std::to_string(n)}}},
-          {"status",
-           {{"resourceNames", {"nvidia.com/GA100"}},
-            {"summary", {{"gpus", 1}}},
-            {"devices",
-             {{{"pciAddress", "0000:3b:00.0"},
-               {"vendorID", "10de"},
-               {"deviceID", "20b5"},
-               {"classCode", "030200"},
-               {"health", "Healthy"},
-               {"allocatable", kGpusPerNode},
-               {"allocated", 0},
-               {"resources",
-                {{{"name", "nvidia.com/GA100"},
-                  {"allocatable", kGpusPerNode},
-                  {"allocated", 0}}}}}}}}}};
+  return cozy::testing::GpuNodeObject("node-" + std::to_string(n), kGpusPerNode);
 }
 
 json Device(int i, const std::string& node, const std::string& requestId) {

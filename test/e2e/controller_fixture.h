@@ -23,6 +23,7 @@
 #include "kube/config.h"
 #include "test/fakes/fake_apiserver.h"
 #include "test/support/fixture_host.h"
+#include "test/support/gpu_objects.h"
 #include "test/support/process.h"
 #include "test/support/tcp_proxy.h"
 
@@ -212,26 +213,11 @@ class ControllerEndToEnd : public ::testing::Test {
 
   // A Ready node and its GPUNode serving `units` of nvidia.com/GA100 on one function.
   void GpuNode(const std::string& node, int units) {
-    Apply({{"apiVersion", "v1"},
-           {"kind", "Node"},
-           {"metadata", {{"name", node}}},
-           {"status", {{"conditions", {{{"type", "Ready"}, {"status", "True"}}}}}}});
+    Apply(testing::ReadyNode(node));
     Apply({{"apiVersion", "gpu.cozystack.io/v1alpha1"},
            {"kind", "GPUNode"},
            {"metadata", {{"name", node}}}});
-    const json status = {
-        {"resourceNames", {"nvidia.com/GA100"}},
-        {"summary", {{"gpus", 1}}},
-        {"devices",
-         {{{"pciAddress", "0000:3b:00.0"},
-           {"vendorID", "10de"},
-           {"deviceID", "20b5"},
-           {"classCode", "030200"},
-           {"health", "Healthy"},
-           {"allocatable", units},
-           {"allocated", 0},
-           {"resources",
-            {{{"name", "nvidia.com/GA100"}, {"allocatable", units}, {"allocated", 0}}}}}}}};
+    const json status = testing::GpuNodeStatus(units);
     Kubectl("patch gpunode " + node + " --subresource=status --type=merge -p " +
             ShellQuote(json{{"status", status}}.dump()));
   }
