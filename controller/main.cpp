@@ -7,6 +7,7 @@
 
 #include "controller/daemon/daemon.h"
 #include "controller/simulate.h"
+#include "controller/snapshot_json.h"
 #include "runtime/duration.h"
 #include "runtime/log.h"
 
@@ -24,22 +25,6 @@ std::chrono::milliseconds PositiveDuration(const std::string& flag, const std::s
     throw BadFlag{flag + " " + text + ": must be a positive duration such as 90s, 2m or 500ms"};
   }
   return *duration;
-}
-
-std::vector<std::string> SplitNames(const std::string& text) {
-  std::vector<std::string> names;
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = text.find(',', start);
-    std::string name =
-        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    name.erase(0, name.find_first_not_of(" \t"));
-    name.erase(name.find_last_not_of(" \t") + 1);
-    if (!name.empty()) names.push_back(name);
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return names;
 }
 
 }  // namespace
@@ -125,7 +110,7 @@ int main(int argc, char** argv) {
   }
   if (run->parsed()) {
     try {
-      options.gpuResourceNames = SplitNames(resourceNames);
+      options.gpuResourceNames = cozy::controller::SplitResourceNames(resourceNames);
       options.rawNamesForbidden = rawNames == "forbid";
       options.attachmentGrace = PositiveDuration("--attachment-grace", grace);
       options.leaseDuration = PositiveDuration("--lease-duration", leaseDuration);

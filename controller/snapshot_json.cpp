@@ -153,20 +153,6 @@ model::PermittedHostDevices DecodeKubeVirt(const JsonField& item) {
   return permitted;
 }
 
-std::vector<std::string> SplitList(const std::string& text) {
-  std::vector<std::string> items;
-  std::stringstream stream(text);
-  std::string item;
-  while (std::getline(stream, item, ',')) {
-    const size_t start = item.find_first_not_of(" \n\t");
-    const size_t end = item.find_last_not_of(" \n\t");
-    if (start != std::string::npos) {
-      items.push_back(item.substr(start, end - start + 1));
-    }
-  }
-  return items;
-}
-
 // "GPUClass a100", "Pod tenant-a/p": how a message names the item, as far as it can be read.
 std::string Describe(const nlohmann::json& item, const std::string& kind) {
   std::string name;
@@ -242,7 +228,7 @@ model::Snapshot DecodeSnapshotList(const nlohmann::json& list) {
           const std::map<std::string, std::string> data = item.StringMapOr("data");
           if (const auto it = data.find(std::string(api::kSettingsResourceNamesKey));
               it != data.end()) {
-            snapshot.settings.resourceNames = SplitList(it->second);
+            snapshot.settings.resourceNames = SplitResourceNames(it->second);
           }
         }
       }
@@ -252,6 +238,20 @@ model::Snapshot DecodeSnapshotList(const nlohmann::json& list) {
     }
   }
   return snapshot;
+}
+
+std::vector<std::string> SplitResourceNames(const std::string& text) {
+  std::vector<std::string> items;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    const size_t start = item.find_first_not_of(" \n\t");
+    const size_t end = item.find_last_not_of(" \n\t");
+    if (start != std::string::npos) {
+      items.push_back(item.substr(start, end - start + 1));
+    }
+  }
+  return items;
 }
 
 }  // namespace cozy::controller

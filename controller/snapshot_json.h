@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "controller/model/snapshot.h"
 
@@ -32,5 +33,9 @@ model::ResourceQuota QuotaFromJson(const nlohmann::json& object);
 model::Node NodeFromJson(const nlohmann::json& object);
 model::Pod PodFromJson(const nlohmann::json& object);
 model::PermittedHostDevices KubeVirtFromJson(const nlohmann::json& object);
+
+// A comma-separated list of resource names (the settings ConfigMap's `resourceNames`, the
+// --gpu-resource-names flag): each trimmed of blanks, empty ones dropped.
+std::vector<std::string> SplitResourceNames(const std::string& text);
 
 }  // namespace cozy::controller

@@ -128,6 +128,7 @@ class Controller : public webhook::ClusterSource {
  public:
   Controller(const RunOptions& options, kube::ClientConfig config)
       : options_(options),
+        identity_(options.identity.empty() ? Hostname() : options.identity),
         client_(config, ClientOptions(options)),
         discovery_(client_, kube::DiscoveryOptions{options.discoveryInterval}),
         classes_(client_, kube::ResourcePath(api::kGroup, api::kVersion, "gpuclasses"),
@@ -173,13 +174,12 @@ class Controller : public webhook::ClusterSource {
           return cache;
         }),
         applier_(client_, leading_),
-        binder_(client_, leading_, options.identity.empty() ? Hostname() : options.identity),
+        binder_(client_, leading_, identity_),
         worker_("reconciler"),
         binderWorker_("binder"),
         binderDuration_({0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30}),
         answerLatency_({0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30}),
         passDuration_({0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30}) {
-    identity_ = options.identity.empty() ? Hostname() : options.identity;
     kube::LeaderElectionOptions election;
     election.leaseNamespace = options.namespaceName;
     election.leaseName = "gpu-controller";
