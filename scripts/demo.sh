@@ -298,7 +298,7 @@ order train 1 >"$work/train.yaml"
 wait_for 20 "the GPUDevice webhook admitting a dry run of an order of 1 $class" \
   kc create --dry-run=server -f "$work/train.yaml"
 echo "\$ kubectl create -f big.yaml        # 3 x $class: the class has 4 free, at most 2 on one node"
-if kc create -f "$work/big.yaml" >"$work/big.out" 2>&1; then
+if kc create -f - <"$work/big.yaml" >"$work/big.out" 2>&1; then
   fail "the order of 3 was admitted; it cannot be met (2 free on each node)"
 fi
 sed 's/^/  /' "$work/big.out"
