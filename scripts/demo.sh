@@ -309,8 +309,8 @@ wait_for 15 "GPUDevice train Bound" field_is gpudevice/train '{.status.phase}' "
 show get gpudevices -n "$tenant" -o wide
 held_node=$(jp gpudevice/train '{.status.nodeName}' "$tenant")
 echo "  -> train is Bound on $held_node"
-wait_for 15 "the usage record of train (Workload gpudevice-train)" \
-  kc get workload gpudevice-train -n "$tenant"
+wait_for 15 "the usage record of train (Workload gpudevice-train, operational)" \
+  field_is workload/gpudevice-train '{.status.operational}' "$tenant" true
 show get workloads -n "$tenant"
 
 # =================================================================================================
@@ -383,7 +383,10 @@ show cordon "$held_node"
 wait_for 15 "train moving off the cordoned $held_node (class $class: onCordon Move)" \
   field_is gpudevice/train '{.status.nodeName}' "$tenant" "$other_node"
 show get gpudevices -n "$tenant" -o wide
-show get events -n "$tenant" --field-selector reason=Moved -o custom-columns=REASON:.reason,OBJECT:.involvedObject.name,MESSAGE:.message
+moved_event() { kc get events -n "$tenant" --field-selector reason=Moved -o name | grep -q .; }
+wait_for 10 "the binder's Moved Event for train" moved_event
+show get events -n "$tenant" --field-selector reason=Moved \
+  -o custom-columns=REASON:.reason,OBJECT:.involvedObject.name,MESSAGE:.message
 echo "  -> train moved to $other_node (a class with onCordon: Stay keeps it on $held_node)"
 catalog
 show delete vmi vm1 -n "$tenant"

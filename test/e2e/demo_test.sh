@@ -51,7 +51,7 @@ for run in 1 2; do
   check $run "the catalog: a100, maxCount 4, 4 units, 4 free" '^  a100 +4 +4 +4$'
   check $run "the catalog: each node eligible with 2 free" '^  gpu-node-1 +yes +a100 +2 +0 +2$'
   # 2. The order of 3 refused at once with its reason, the order of 1 bound.
-  check $run "the order of 3 refused by the webhook" 'denied the request: .*\b3\b'
+  check $run "the order of 3 refused by the webhook" 'denied the request: .*no single node has that many free'
   check $run "train Bound" '^  -> train is Bound on gpu-node-[12]$'
   check $run "train's usage record" '^  gpudevice-train +gpu +a100 +true'
   # 3. The VMI got its gpus entry; the launcher is pinned to the GPU's node.
