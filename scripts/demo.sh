@@ -216,7 +216,8 @@ status:
   conditions: [{type: Ready, status: "True"}]
 EOF
 done
-kc apply -f "$work/cluster.yaml" >/dev/null || fail "kubectl could not apply the namespaces and nodes"
+kc apply -f "$work/cluster.yaml" >/dev/null ||
+  fail "kubectl could not apply the namespaces and nodes"
 kc apply -f "$work/webhooks.yaml" >/dev/null || fail "kubectl could not apply the chart's webhooks"
 
 # --- Each node: its sysfs tree, its kubelet (both A100 free), its agent.
@@ -288,8 +289,8 @@ step=2
 echo
 echo "== 2. A tenant orders GPUDevices: one that cannot be met is refused at once, one that can is bound"
 order() { # order NAME COUNT: the GPUDevice's YAML
-  printf 'apiVersion: gpu.cozystack.io/v1alpha1\nkind: GPUDevice\nmetadata: {name: %s, namespace: %s}\nspec: {className: %s, count: %s}\n' \
-    "$1" "$tenant" "$class" "$2"
+  printf '%s\n' "apiVersion: gpu.cozystack.io/v1alpha1" "kind: GPUDevice" \
+    "metadata: {name: $1, namespace: $tenant}" "spec: {className: $class, count: $2}"
 }
 order big 3 >"$work/big.yaml"
 order train 1 >"$work/train.yaml"
@@ -364,12 +365,11 @@ spec:
 EOF
 echo "\$ kubectl create -f launcher.yaml   # virt-launcher-vm1-x7k2p, as virt-controller creates it"
 kc create -f "$work/launcher.yaml" 2>&1 | sed 's/^/  /' || fail "the launcher pod was refused"
-affinity='{.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0]}'
+terms='{.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms'
 echo "\$ kubectl get pod virt-launcher-vm1-x7k2p -o jsonpath='{.spec.affinity...matchExpressions[0]}'"
-echo "  $(jp pod/virt-launcher-vm1-x7k2p "$affinity" "$tenant")"
+echo "  $(jp pod/virt-launcher-vm1-x7k2p "${terms}[0].matchExpressions[0]}" "$tenant")"
 pinned=$(jp pod/virt-launcher-vm1-x7k2p \
-  '{.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[?(@.key=="kubernetes.io/hostname")].values[0]}' \
-  "$tenant")
+  "${terms}[0].matchExpressions[?(@.key==\"kubernetes.io/hostname\")].values[0]}" "$tenant")
 [ "$pinned" = "$held_node" ] || fail "the launcher is pinned to '$pinned', not to $held_node"
 echo "  -> the launcher pod is pinned to $pinned, the node of its GPU"
 
@@ -392,7 +392,8 @@ catalog
 show delete vmi vm1 -n "$tenant"
 wait_for 15 "train detached from the ended vm1" \
   field_is gpudevice/train '{.status.attachment.vmiName}' "$tenant" ""
-test -z "$(kc get pods -n "$tenant" -o name 2>/dev/null)" || fail "the launcher pod outlived its VMI"
+test -z "$(kc get pods -n "$tenant" -o name 2>/dev/null)" ||
+  fail "the launcher pod outlived its VMI"
 echo "  -> vm1 ended: its launcher pod went with it, train is detached (still held)"
 show delete gpudevice train -n "$tenant" --timeout=20s
 wait_for 15 "GPUDevice train gone" absent gpudevice/train "$tenant"
