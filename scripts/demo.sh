@@ -204,6 +204,23 @@ apiVersion: v1
 kind: Namespace
 metadata: {name: $tenant}
 EOF
+# KubeVirt's own table of the host devices it passes through (what virt-handler's device plugin
+# advertises on the nodes; the controller reads it as a GPU resource name).
+cat >>"$work/cluster.yaml" <<EOF
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: kubevirt}
+---
+apiVersion: kubevirt.io/v1
+kind: KubeVirt
+metadata: {name: kubevirt, namespace: kubevirt}
+spec:
+  configuration:
+    developerConfiguration: {featureGates: [HostDevices]}
+    permittedHostDevices:
+      pciHostDevices: [{pciVendorSelector: "10DE:20F1", resourceName: $resource}]
+EOF
 for node in "${nodes[@]}"; do
   cat >>"$work/cluster.yaml" <<EOF
 ---
