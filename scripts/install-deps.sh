@@ -23,6 +23,8 @@ packages=(
   libcurl4-openssl-dev libcpp-httplib-dev
   # base64 of admission patches (OpenSSL libcrypto)
   libssl-dev
+  # the demo and the tests: openssl makes the webhooks' certificates, curl asks health endpoints
+  openssl curl
   # promtool validates the metrics exposition in tests
   prometheus
   # tests and benchmarks

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# demo_test: runs scripts/demo.sh on what the build has built (--no-setup BUILD_DIR), twice,
+# and checks each step's outcome in what it prints, that it stopped everything it started, and
+# that the second run did the same as the first.
+#   test/e2e/demo_test.sh SOURCE_DIR BUILD_DIR
+# Exit 0 passed, 1 failed, 77 skipped (a tool the demo calls is missing).
+set -uo pipefail
+source_dir=$1
+build_dir=$2
+
+for tool in kubectl openssl curl; do
+  if ! command -v "$tool" >/dev/null; then
+    echo "SKIP: $tool is not installed (scripts/install-deps.sh installs it)"
+    exit 77
+  fi
+done
+
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/demo-test.XXXXXX")
+trap 'rm -rf "$scratch"' EXIT
+failures=0
+check() { # check RUN WHAT EXTENDED-REGEX: the run's output has a line matching it
+  if ! grep -Eq -- "$3" "$scratch/run$1.out"; then
+    echo "FAIL (run $1): $2: no line matches /$3/"
+    failures=$((failures + 1))
+  fi
+}
+value() { sed -nE "s/$2/\\1/p" "$scratch/run$1.out" | head -n1; } # value RUN SED-REGEX-WITH-GROUP
+
+for run in 1 2; do
+  mkdir "$scratch/tmp$run"
+  started=$SECONDS
+  TMPDIR="$scratch/tmp$run" bash "$source_dir/scripts/demo.sh" --no-setup "$build_dir" \
+    >"$scratch/run$run.out" 2>&1
+  status=$?
+  took=$((SECONDS - started))
+  echo "run $run: exit $status in ${took}s"
+  if [ "$status" -ne 0 ]; then
+    echo "FAIL (run $run): the demo exited $status; its output:"
+    cat "$scratch/run$run.out"
+    exit 1
+  fi
+  if [ "$took" -gt 90 ]; then
+    echo "FAIL (run $run): took ${took}s, over the 90 s bound (it should take well under 60 s)"
+    failures=$((failures + 1))
+  fi
+
+  # 1. Both nodes published; the class is served; the catalog shows its 4 free units.
+  check $run "GPUNode gpu-node-1 listed" '^  gpu-node-1 +2 +2 +2 +0 '
+  check $run "GPUNode gpu-node-2 listed" '^  gpu-node-2 +2 +2 +2 +0 '
+  check $run "the class applied" 'gpuclass\.gpu\.cozystack\.io/a100 created'
+  check $run "the catalog: a100, maxCount 4, 4 units, 4 free" '^  a100 +4 +4 +4$'
+  check $run "the catalog: each node eligible with 2 free" '^  gpu-node-1 +yes +a100 +2 +0 +2$'
+  # 2. The order of 3 refused at once with its reason, the order of 1 bound.
+  check $run "the order of 3 refused by the webhook" 'denied the request: .*no single node has that many free'
+  check $run "train Bound" '^  -> train is Bound on gpu-node-[12]$'
+  check $run "train's usage record" '^  gpudevice-train +gpu +a100 +true'
+  # 3. The VMI got its gpus entry; the launcher is pinned to the GPU's node.
+  check $run "vm1's gpus entry" '^  gpus entry: cozy-gpu-train-0=nvidia\.com/GA100_A100_PCIE_40GB$'
+  check $run "train attached to vm1" '^  train +a100 +1 +Bound +gpu-node-[12] +vm1 '
+  check $run "the launcher pinned" '^  -> the launcher pod is pinned to gpu-node-[12], the node of its GPU$'
+  bound=$(value $run '^  -> train is Bound on (gpu-node-[12])$')
+  pinned=$(value $run '^  -> the launcher pod is pinned to (gpu-node-[12]),.*')
+  if [ -z "$bound" ] || [ "$bound" != "$pinned" ]; then
+    echo "FAIL (run $run): bound on '$bound', launcher pinned to '$pinned'"
+    failures=$((failures + 1))
+  fi
+  # 4. Cordoned: the set moved (class onCordon Move) with its Event; the VM ended; released.
+  check $run "the node cordoned" "^  node/$bound cordoned$"
+  moved=$(value $run '^  -> train moved to (gpu-node-[12]) .*')
+  if [ -z "$moved" ] || [ "$moved" = "$bound" ]; then
+    echo "FAIL (run $run): train did not move off the cordoned $bound (moved to '$moved')"
+    failures=$((failures + 1))
+  fi
+  check $run "the Moved event" "^  Moved +train +.*cordoned"
+  check $run "the catalog: the cordoned node takes no binds" "^  $bound +no +a100 +2 +0 +2 +cordoned$"
+  check $run "vm1 deleted" 'virtualmachineinstance\.kubevirt\.io "vm1" deleted'
+  check $run "the launcher went with vm1, train detached" '^  -> vm1 ended: its launcher pod went with it'
+  check $run "train deleted" 'gpudevice\.gpu\.cozystack\.io "train" deleted'
+  check $run "nothing left of train" '^  No resources found in tenant-a namespace\.$'
+  check $run "train released" '^  -> train released: its usage record is gone$'
+  check $run "the end" '^== demo complete'
+
+  # Everything it started has stopped and its files are gone.
+  if [ -n "$(ls -A "$scratch/tmp$run")" ]; then
+    echo "FAIL (run $run): left files behind: $(ls -A "$scratch/tmp$run")"
+    failures=$((failures + 1))
+  fi
+  for cmdline in /proc/[0-9]*/cmdline; do
+    if tr '\0' ' ' <"$cmdline" 2>/dev/null | grep -q -- "$scratch/tmp$run/"; then
+      echo "FAIL (run $run): a process it started still runs: $(tr '\0' ' ' <"$cmdline")"
+      failures=$((failures + 1))
+    fi
+  done
+done
+
+# The second run showed the same steps (node names may swap: the binder picks among equals).
+normalize() { sed -E 's/gpu-node-[12]/gpu-node-N/g; s/[0-9]+(s|m[0-9]+s)\b/AGE/g; s/(uid|Lease holder): .*/\1: X/' "$1" | grep -E '^(==|  ->)'; }
+if ! diff <(normalize "$scratch/run1.out") <(normalize "$scratch/run2.out") >"$scratch/diff"; then
+  echo "FAIL: the second run's steps differ from the first's:"
+  cat "$scratch/diff"
+  failures=$((failures + 1))
+fi
+
+if [ "$failures" -ne 0 ]; then
+  echo "--- run 1's output"
+  cat "$scratch/run1.out"
+  exit 1
+fi
+echo "--- run 1's output"
+cat "$scratch/run1.out"
+echo "PASS: both runs showed every step"
