@@ -103,12 +103,16 @@ wait_for() {
     sleep 0.2
   done
 }
-# free_port VAR: a port nothing listens on now (bash's /dev/tcp: no extra tool), none given twice.
+# free_port VAR: a port nothing listens on now (bash's /dev/tcp: no extra tool), none given twice,
+# and below the kernel's ephemeral range, where the programs' own outgoing connections (to the
+# API server, kubectl's, curl's) take their source ports and could take it before it is bound.
+read -r ephemeral_low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || ephemeral_low=32768
+[ "$ephemeral_low" -gt 12000 ] || fail "the ephemeral port range starts at $ephemeral_low"
 taken_ports=" "
 free_port() {
   local port
   for _ in $(seq 100); do
-    port=$((20000 + RANDOM % 40000))
+    port=$((10000 + RANDOM % (ephemeral_low - 10000)))
     case "$taken_ports" in *" $port "*) continue ;; esac
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
       taken_ports+="$port "
