@@ -105,9 +105,22 @@ int main(int argc, char** argv) {
 
   std::ofstream(work / "kubeconfig") << server.Kubeconfig("binder");
   const int port = cozy::testing::FreePort();
+  // GPUs on means the admission webhooks serve too, which need a serving pair (never called
+  // here): a self-signed one made by the openssl CLI.
+  const auto certificate = cozy::testing::RunCommand(
+      "mkdir -p " + cozy::testing::ShellQuote((work / "certs").string()) + " && cd " +
+      cozy::testing::ShellQuote((work / "certs").string()) +
+      " && openssl req -x509 -newkey rsa:2048 -nodes -keyout tls.key -out tls.crt -days 1"
+      " -subj /CN=bench 2>/dev/null");
+  if (certificate.exitCode != 0) {
+    std::fprintf(stderr, "openssl could not make the webhooks' certificate: %s\n",
+                 certificate.err.c_str());
+    return 1;
+  }
   pid_t controller = cozy::testing::Spawn(
       {GPU_CONTROLLER, "run", "--kubeconfig", (work / "kubeconfig").string(), "--identity", "bench",
-       "--enable-gpu", "--health-addr", "127.0.0.1:" + std::to_string(port), "--qps", "0"},
+       "--enable-gpu", "--health-addr", "127.0.0.1:" + std::to_string(port), "--qps", "0",
+       "--webhook-addr", "127.0.0.1:0", "--webhook-cert-dir", (work / "certs").string()},
       work / "controller.log");
   const auto starting = Clock::now();
   const bool ready = cozy::testing::WaitFor(
