@@ -104,14 +104,12 @@ void Webhooks::Count(const std::string& webhook, const json& answer, double seco
   std::lock_guard lock(mutex_);
   ++stats_.answers[webhook + "/" + result];
   stats_.latencies.push_back(seconds);
-  stats_.latenciesByWebhook[webhook].push_back(seconds);
 }
 
 WebhookStats Webhooks::TakeStats() {
   std::lock_guard lock(mutex_);
   WebhookStats stats = stats_;
   stats_.latencies.clear();
-  stats_.latenciesByWebhook.clear();
   return stats;
 }
 

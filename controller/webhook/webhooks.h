@@ -77,7 +77,6 @@ struct WebhookOptions {
 struct WebhookStats {
   std::map<std::string, int64_t> answers;  // "<webhook>/<allowed|refused|error>"
   std::vector<double> latencies;           // seconds, since the last TakeStats
-  std::map<std::string, std::vector<double>> latenciesByWebhook;
   int64_t templatesCreated = 0;
   int64_t attachments = 0;
   int64_t attachConflicts = 0;
