@@ -156,7 +156,7 @@ json ExplainDevice(const model::Snapshot& snapshot, const model::Model& model,
   }
   const model::RemainingBudget budget = model.Remaining(ns, className);
   explanation["budget"] = {{"tenant", ns},
-                           {"used", used},
+                           {"ordered", used},
                            {"remaining", OptionalNumber(budget.remaining)},
                            {"limitedBy", OptionalText(budget.limitedBy)},
                            {"key", OptionalText(budget.key)},
@@ -210,9 +210,9 @@ std::string ExplanationToTable(const json& explanation) {
     out << ": " << decision["reason"].get<std::string>() << "\n";
   }
   const json& budget = explanation["budget"];
-  out << "BUDGET:    " << budget["used"].dump() << " used in "
-      << budget["tenant"].get<std::string>() << ", " << text(budget["remaining"], "unlimited")
-      << " remaining";
+  out << "BUDGET:    " << budget["ordered"].dump() << " ordered in "
+      << budget["tenant"].get<std::string>() << " and its sub-tenants, "
+      << text(budget["remaining"], "unlimited") << " remaining";
   if (!budget["limitedBy"].is_null()) {
     out << ", limited by " << budget["limitedBy"].get<std::string>() << " ("
         << text(budget["key"], "-")

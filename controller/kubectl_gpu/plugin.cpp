@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
@@ -136,11 +137,35 @@ void Print(const json& document, const std::string& output, const std::string& t
   }
 }
 
+// A string a YAML reader could take for something else: empty, a YAML 1.1 boolean or null
+// word, or one that starts like a number. yaml-cpp quotes the rest where their characters
+// need it.
+bool NeedsQuotes(const std::string& text) {
+  if (text.empty()) return true;
+  std::string lower;
+  for (const char c : text) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* word : {"true", "false", "yes", "no", "on", "off", "y", "n", "null", "~"}) {
+    if (lower == word) return true;
+  }
+  return std::isdigit(static_cast<unsigned char>(text[0])) != 0 || text[0] == '+' ||
+         text[0] == '-' || text[0] == '.';
+}
+
+void EmitString(YAML::Emitter& emitter, const std::string& text) {
+  if (NeedsQuotes(text)) emitter << YAML::DoubleQuoted;
+  emitter << text;
+}
+
 void EmitYaml(YAML::Emitter& emitter, const json& value) {
-  if (value.is_object()) {
+  if (value.empty() && (value.is_object() || value.is_array())) {
+    emitter << YAML::Flow << (value.is_object() ? YAML::BeginMap : YAML::BeginSeq)
+            << (value.is_object() ? YAML::EndMap : YAML::EndSeq);
+  } else if (value.is_object()) {
     emitter << YAML::BeginMap;
     for (const auto& [key, member] : value.items()) {
-      emitter << YAML::Key << YAML::DoubleQuoted << key << YAML::Value;
+      emitter << YAML::Key;
+      EmitString(emitter, key);
+      emitter << YAML::Value;
       EmitYaml(emitter, member);
     }
     emitter << YAML::EndMap;
@@ -149,7 +174,7 @@ void EmitYaml(YAML::Emitter& emitter, const json& value) {
     for (const json& item : value) EmitYaml(emitter, item);
     emitter << YAML::EndSeq;
   } else if (value.is_string()) {
-    emitter << YAML::DoubleQuoted << value.get<std::string>();
+    EmitString(emitter, value.get<std::string>());
   } else if (value.is_null()) {
     emitter << YAML::Null;
   } else if (value.is_boolean()) {

@@ -36,7 +36,8 @@ std::string CatalogToTable(const nlohmann::json& catalog, bool perNode);
 nlohmann::json NodesToJson(const model::Snapshot& snapshot, const model::ClusterView& view);
 std::string NodesToTable(const nlohmann::json& nodes);
 
-// JSON as block YAML: every string double-quoted, so "yes" or "1" stay strings when read back.
+// JSON as block YAML; a string that a reader could take for a number, a boolean or null (e.g.
+// "1", "yes") is quoted, so it stays a string when read back.
 std::string ToYaml(const nlohmann::json& document);
 
 }  // namespace cozy::controller::plugin

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "controller/kubectl_gpu/plugin.h"
 #include "test/fakes/fake_apiserver.h"
 #include "test/support/fixture_host.h"
 #include "test/support/gpu_objects.h"
@@ -357,6 +358,29 @@ TEST_F(KubectlGpu, KubectlFindsThePluginOnPath) {
   const auto bad = RunCommand(path + "kubectl gpu nodes --kubeconfig " +
                               ShellQuote(Path("kubeconfig").string()) + " --context nope");
   EXPECT_EQ(bad.exitCode, 2) << bad.err;
+}
+
+// -o yaml: strings a reader could take for a number, a boolean or null come back as strings.
+TEST(KubectlGpuYaml, StringsStayStrings) {
+  const json document = {{"words", {"yes", "No", "on", "null", "~", "", "1", "-1", ".5", "1e3"}},
+                         {"plain", "gpu-1"},
+                         {"number", 2},
+                         {"flag", true},
+                         {"none", nullptr},
+                         {"empty", json::array()}};
+  const std::string text = controller::plugin::ToYaml(document);
+  const YAML::Node yaml = YAML::Load(text);
+  ASSERT_EQ(yaml["words"].size(), document["words"].size()) << text;
+  for (size_t i = 0; i < document["words"].size(); ++i) {
+    EXPECT_EQ(yaml["words"][i].Tag(), "!") << text;  // quoted: a string, whatever it reads like
+    EXPECT_EQ(yaml["words"][i].as<std::string>(), document["words"][i].get<std::string>());
+  }
+  EXPECT_NE(text.find("plain: gpu-1\n"), std::string::npos) << text;
+  EXPECT_EQ(yaml["number"].as<int>(), 2);
+  EXPECT_TRUE(yaml["flag"].as<bool>());
+  EXPECT_TRUE(yaml["none"].IsNull());
+  EXPECT_TRUE(yaml["empty"].IsSequence());
+  EXPECT_EQ(yaml["empty"].size(), 0u);
 }
 
 }  // namespace
