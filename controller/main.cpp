@@ -39,6 +39,10 @@ int main(int argc, char** argv) {
   std::string snapshotPath;
   std::string output = "json";
   simulate->add_option("--snapshot", snapshotPath, "The snapshot file")->required();
+  std::string device;
+  simulate->add_option("--device", device,
+                       "Only why this GPUDevice (namespace/name) stands as it does, as "
+                       "`kubectl gpu why` says it on a live cluster");
   simulate->add_option("-o,--output", output, "Output format")
       ->check(CLI::IsMember({"json", "table"}));
 
@@ -106,7 +110,7 @@ int main(int argc, char** argv) {
     return cozy::controller::RunSimulate(snapshotPath,
                                          output == "table" ? cozy::controller::OutputFormat::kTable
                                                            : cozy::controller::OutputFormat::kJson,
-                                         std::cout, std::cerr);
+                                         std::cout, std::cerr, device);
   }
   if (run->parsed()) {
     try {

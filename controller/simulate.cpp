@@ -7,6 +7,7 @@
 
 #include "controller/model/errors.h"
 #include "controller/snapshot_json.h"
+#include "controller/table.h"
 
 namespace cozy::controller {
 namespace {
@@ -21,43 +22,6 @@ json OptionalText(const std::string& text) { return text.empty() ? json(nullptr)
 
 std::string Number(const std::optional<int64_t>& value, const char* none) {
   return value ? std::to_string(*value) : none;
-}
-
-// Columns padded to their widest cell.
-class Table {
- public:
-  explicit Table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
-  void Add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
-  void Print(std::ostream& out) const {
-    std::vector<size_t> widths(rows_.front().size(), 0);
-    for (const auto& row : rows_) {
-      for (size_t i = 0; i < row.size(); ++i) {
-        widths[i] = std::max(widths[i], row[i].size());
-      }
-    }
-    for (const auto& row : rows_) {
-      std::string line;
-      for (size_t i = 0; i < row.size(); ++i) {
-        line += row[i];
-        if (i + 1 < row.size()) {
-          line += std::string(widths[i] - row[i].size() + 2, ' ');
-        }
-      }
-      line.erase(line.find_last_not_of(' ') + 1);
-      out << line << "\n";
-    }
-  }
-
- private:
-  std::vector<std::vector<std::string>> rows_;
-};
-
-std::string Join(const std::vector<std::string>& items, const char* separator) {
-  std::string text;
-  for (const std::string& item : items) {
-    text += (text.empty() ? "" : separator) + item;
-  }
-  return text;
 }
 
 }  // namespace
@@ -155,8 +119,130 @@ std::string SimulationToTable(const model::ClusterView& view,
   return out.str();
 }
 
+json ExplainDevice(const model::Snapshot& snapshot, const model::Model& model,
+                   const model::ClusterView& view, const std::vector<model::Decision>& decisions,
+                   const std::string& ns, const std::string& name) {
+  const api::GpuDevice* device = nullptr;
+  for (const api::GpuDevice& candidate : snapshot.devices) {
+    if (candidate.metadata.namespaceName == ns && candidate.metadata.name == name) {
+      device = &candidate;
+    }
+  }
+  if (device == nullptr) {
+    return nullptr;
+  }
+  const std::string& className = device->spec.className;
+  json explanation = {{"device", ns + "/" + name},
+                      {"class", className},
+                      {"count", device->spec.count},
+                      {"phase", std::string(api::ToString(device->Phase()))},
+                      {"boundNode", OptionalText(device->status.nodeName.value_or(""))}};
+  json decision = nullptr;
+  for (const model::Decision& candidate : decisions) {
+    if (candidate.deviceNamespace == ns && candidate.deviceName == name) {
+      decision = {{"action", model::ToString(candidate.action)},
+                  {"node", OptionalText(candidate.node)},
+                  {"reason", candidate.reason}};
+    }
+  }
+  explanation["decision"] = std::move(decision);
+  int64_t used = 0;
+  for (const model::TenantView& tenant : view.tenants) {
+    if (tenant.name == ns) {
+      if (const auto it = tenant.classes.find(className); it != tenant.classes.end()) {
+        used = it->second.used;
+      }
+    }
+  }
+  const model::RemainingBudget budget = model.Remaining(ns, className);
+  explanation["budget"] = {{"tenant", ns},
+                           {"ordered", used},
+                           {"remaining", OptionalNumber(budget.remaining)},
+                           {"limitedBy", OptionalText(budget.limitedBy)},
+                           {"key", OptionalText(budget.key)},
+                           {"blockedByRawKey", budget.blockedByRawKey}};
+  json room = nullptr;
+  if (const std::optional<model::ClassRoom> found = model.Room(className)) {
+    room = {{"maxCount", OptionalNumber(found->maxCount)},
+            {"free", found->free},
+            {"largestNodeFree", found->largestNodeFree},
+            {"largestNode", OptionalText(found->largestNode)}};
+  }
+  explanation["room"] = std::move(room);
+  json nodes = json::array();
+  for (const model::NodeView& node : view.nodes) {
+    const auto it = node.classes.find(className);
+    if (it == node.classes.end()) {
+      continue;
+    }
+    nodes.push_back({{"name", node.name},
+                     {"takesBinds", node.eligible},
+                     {"reasons", node.reasons},
+                     {"units", it->second.units},
+                     {"used", it->second.used},
+                     {"free", it->second.free}});
+  }
+  explanation["nodes"] = std::move(nodes);
+  return explanation;
+}
+
+std::string ExplanationToTable(const json& explanation) {
+  std::ostringstream out;
+  const auto text = [](const json& value, const char* none) {
+    return value.is_null() ? std::string(none)
+                           : (value.is_string() ? value.get<std::string>() : value.dump());
+  };
+  out << "DEVICE:    " << explanation["device"].get<std::string>() << " ("
+      << explanation["count"].dump() << " x " << explanation["class"].get<std::string>() << ", "
+      << explanation["phase"].get<std::string>();
+  if (!explanation["boundNode"].is_null()) {
+    out << " on " << explanation["boundNode"].get<std::string>();
+  }
+  out << ")\n";
+  const json& decision = explanation["decision"];
+  if (decision.is_null()) {
+    out << "DECISION:  none: the pass leaves this order alone\n";
+  } else {
+    out << "DECISION:  " << decision["action"].get<std::string>();
+    if (!decision["node"].is_null()) {
+      out << " on " << decision["node"].get<std::string>();
+    }
+    out << ": " << decision["reason"].get<std::string>() << "\n";
+  }
+  const json& budget = explanation["budget"];
+  out << "BUDGET:    " << budget["ordered"].dump() << " ordered in "
+      << budget["tenant"].get<std::string>() << " and its sub-tenants, "
+      << text(budget["remaining"], "unlimited") << " remaining";
+  if (!budget["limitedBy"].is_null()) {
+    out << ", limited by " << budget["limitedBy"].get<std::string>() << " ("
+        << text(budget["key"], "-")
+        << (budget["blockedByRawKey"].get<bool>() ? ", a raw key without a GPU key" : "") << ")";
+  }
+  out << "\n";
+  const json& room = explanation["room"];
+  if (room.is_null()) {
+    out << "CLASS:     no GPUClass " << explanation["class"].get<std::string>() << "\n";
+  } else {
+    out << "CLASS:     " << room["free"].dump() << " free on nodes that take binds, at most "
+        << room["largestNodeFree"].dump() << " on one node";
+    if (!room["largestNode"].is_null()) {
+      out << " (" << room["largestNode"].get<std::string>() << ")";
+    }
+    out << ", max count " << text(room["maxCount"], "unlimited") << "\n";
+  }
+  out << "\n";
+  Table nodes({"NODE", "TAKES BINDS", "UNITS", "USED", "FREE", "WHY NOT"});
+  for (const json& node : explanation["nodes"]) {
+    nodes.Add({node["name"].get<std::string>(), node["takesBinds"].get<bool>() ? "yes" : "no",
+               node["units"].dump(), node["used"].dump(), node["free"].dump(),
+               Join(node["reasons"].get<std::vector<std::string>>(), "; ")});
+  }
+  nodes.Print(out);
+  return out.str();
+}
+
 int RunSimulate(const std::string& snapshotPath, OutputFormat format, std::ostream& out,
-                std::ostream& err) {
+                std::ostream& err, const std::string& device) {
   std::ifstream file(snapshotPath);
   if (!file) {
     err << "simulate: cannot read " << snapshotPath << "\n";
@@ -174,6 +260,22 @@ int RunSimulate(const std::string& snapshotPath, OutputFormat format, std::ostre
     const model::Model model(snapshot);
     const model::ClusterView view = model.View();
     const std::vector<model::Decision> decisions = model.PlanPass();
+    if (!device.empty()) {
+      const size_t slash = device.find('/');
+      const json explanation =
+          slash == std::string::npos
+              ? json(nullptr)
+              : ExplainDevice(snapshot, model, view, decisions, device.substr(0, slash),
+                              device.substr(slash + 1));
+      if (explanation.is_null()) {
+        err << "simulate: " << snapshotPath << ": no GPUDevice " << device
+            << " (give it as namespace/name)\n";
+        return 2;
+      }
+      out << (format == OutputFormat::kTable ? ExplanationToTable(explanation)
+                                             : explanation.dump(2) + "\n");
+      return 0;
+    }
     if (format == OutputFormat::kTable) {
       out << SimulationToTable(view, decisions);
     } else {

@@ -115,6 +115,33 @@ TEST(Simulate, TableIsForPeople) {
   }
 }
 
+// --device: one order's explanation, the one `kubectl gpu why` prints on a live cluster.
+TEST(Simulate, DeviceExplainsOneOrder) {
+  const RunResult table =
+      RunController("simulate --snapshot " + kSnapshot + " --device tenant-a/spare -o table");
+  ASSERT_EQ(table.exitCode, 0) << table.err;
+  for (const char* text :
+       {"DEVICE:    tenant-a/spare (1 x a100, Bound on gpu-2)",
+        "DECISION:  move on gpu-1: node gpu-2 is cordoned",
+        "limited by tenant-root (requests.gpu.cozystack.io/a100)", "gpu-2  no", "cordoned"}) {
+    EXPECT_NE(table.out.find(text), std::string::npos) << text << "\n" << table.out;
+  }
+  const RunResult result =
+      RunController("simulate --snapshot " + kSnapshot + " --device tenant-a/spare");
+  ASSERT_EQ(result.exitCode, 0) << result.err;
+  const json explanation = json::parse(result.out);
+  EXPECT_EQ(explanation["decision"],
+            (json{{"action", "move"}, {"node", "gpu-1"}, {"reason", "node gpu-2 is cordoned"}}));
+  EXPECT_EQ(explanation["boundNode"], "gpu-2");
+  EXPECT_EQ(explanation["budget"]["limitedBy"], "tenant-root");
+  for (const std::string device : {"tenant-a/nope", "spare"}) {
+    const RunResult missing =
+        RunController("simulate --snapshot " + kSnapshot + " --device " + device);
+    EXPECT_EQ(missing.exitCode, 2) << device;
+    EXPECT_NE(missing.err.find("no GPUDevice " + device), std::string::npos) << missing.err;
+  }
+}
+
 struct MalformedCase {
   const char* what;
   std::function<void(json&)> mutate;

@@ -1,0 +1,375 @@
+#include "controller/kubectl_gpu/plugin.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <ostream>
+#include <sstream>
+
+#include "api/keys.h"
+#include "controller/model/errors.h"
+#include "controller/simulate.h"
+#include "controller/snapshot_json.h"
+#include "controller/table.h"
+#include "kube/client.h"
+#include "kube/config.h"
+#include "kube/errors.h"
+
+namespace cozy::controller::plugin {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+// A kubeconfig or server the command cannot use: printed as is, exit 2.
+struct Unusable {
+  std::string message;
+};
+
+json OptionalNumber(const std::optional<int64_t>& value) {
+  return value ? json(*value) : json(nullptr);
+}
+
+std::string Text(const json& value, const char* none) {
+  if (value.is_null()) return none;
+  return value.is_string() ? value.get<std::string>() : value.dump();
+}
+
+// The kubeconfig file as kubectl picks it: --kubeconfig, else the first file of $KUBECONFIG
+// that exists (kubectl merges them; the first one found is where a context usually lives),
+// else ~/.kube/config.
+fs::path KubeconfigPath(const std::string& flag) {
+  if (!flag.empty()) {
+    if (!fs::exists(flag)) throw Unusable{"kubeconfig " + flag + " (--kubeconfig): no such file"};
+    return flag;
+  }
+  if (const char* env = std::getenv("KUBECONFIG"); env != nullptr && *env != '\0') {
+    std::stringstream list(env);
+    std::string entry;
+    while (std::getline(list, entry, ':')) {
+      if (!entry.empty() && fs::exists(entry)) return entry;
+    }
+    throw Unusable{std::string("kubeconfig: no file of KUBECONFIG=") + env + " exists"};
+  }
+  const char* home = std::getenv("HOME");
+  const fs::path file = fs::path(home == nullptr ? "" : home) / ".kube" / "config";
+  if (!fs::exists(file)) {
+    throw Unusable{"kubeconfig " + file.string() +
+                   ": no such file (give --kubeconfig or set KUBECONFIG)"};
+  }
+  return file;
+}
+
+struct Kind {
+  const char* kind;
+  const char* apiVersion;
+  std::string path;
+  bool optional;  // unserved (its CRD or KubeVirt not installed): no items, not an error
+};
+
+// What the model reads, listed once each, as `simulate` reads them from a file.
+std::vector<Kind> Kinds() {
+  const std::string group(api::kGroup), version(api::kVersion);
+  return {
+      {"Namespace", "v1", kube::ResourcePath("", "v1", "namespaces"), false},
+      {"ResourceQuota", "v1", kube::ResourcePath("", "v1", "resourcequotas"), false},
+      {"Node", "v1", kube::ResourcePath("", "v1", "nodes"), false},
+      {"Pod", "v1", kube::ResourcePath("", "v1", "pods"), false},
+      {"GPUNode", "gpu.cozystack.io/v1alpha1", kube::ResourcePath(group, version, "gpunodes"),
+       true},
+      {"GPUClass", "gpu.cozystack.io/v1alpha1", kube::ResourcePath(group, version, "gpuclasses"),
+       true},
+      {"GPUDevice", "gpu.cozystack.io/v1alpha1", kube::ResourcePath(group, version, "gpudevices"),
+       true},
+      {"VirtualMachineInstance", "kubevirt.io/v1",
+       kube::ResourcePath("kubevirt.io", "v1", "virtualmachineinstances"), true},
+      {"KubeVirt", "kubevirt.io/v1", kube::ResourcePath("kubevirt.io", "v1", "kubevirts"), true},
+  };
+}
+
+// Pages of 500, as kubectl reads a large list.
+const kube::ListOptions kListOptions{"", "", "", 500};
+
+// The cluster as one Kubernetes List, each item with its kind, for DecodeSnapshotList.
+json ReadCluster(kube::Client& client) {
+  json items = json::array();
+  for (const Kind& kind : Kinds()) {
+    json list;
+    try {
+      list = client.List(kind.path, kListOptions);
+    } catch (const kube::ApiError& error) {
+      if (kind.optional && error.kind() == kube::ErrorKind::kResourceNotServed) continue;
+      throw;
+    }
+    for (json& item : list["items"]) {
+      item["kind"] = kind.kind;
+      item["apiVersion"] = kind.apiVersion;
+      items.push_back(std::move(item));
+    }
+  }
+  // The hoster's extra GPU resource names, where the controller keeps them.
+  try {
+    json settings =
+        client.Get(kube::ResourcePath("", "v1", "configmaps", std::string(api::kSettingsNamespace),
+                                      std::string(api::kSettingsConfigMapName)));
+    settings["kind"] = "ConfigMap";
+    items.push_back(std::move(settings));
+  } catch (const kube::ApiError& error) {
+    if (error.kind() != kube::ErrorKind::kNotFound &&
+        error.kind() != kube::ErrorKind::kResourceNotServed) {
+      throw;
+    }
+  }
+  return {{"apiVersion", "v1"}, {"kind", "List"}, {"items", std::move(items)}};
+}
+
+void Print(const json& document, const std::string& output, const std::string& table,
+           std::ostream& out) {
+  if (output == "json") {
+    out << document.dump(2) << "\n";
+  } else if (output == "yaml") {
+    out << ToYaml(document);
+  } else {
+    out << table;
+  }
+}
+
+// A string a YAML reader could take for something else: empty, a YAML 1.1 boolean or null
+// word, or one that starts like a number. yaml-cpp quotes the rest where their characters
+// need it.
+bool NeedsQuotes(const std::string& text) {
+  if (text.empty()) return true;
+  std::string lower;
+  for (const char c : text) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* word : {"true", "false", "yes", "no", "on", "off", "y", "n", "null", "~"}) {
+    if (lower == word) return true;
+  }
+  return std::isdigit(static_cast<unsigned char>(text[0])) != 0 || text[0] == '+' ||
+         text[0] == '-' || text[0] == '.';
+}
+
+void EmitString(YAML::Emitter& emitter, const std::string& text) {
+  if (NeedsQuotes(text)) emitter << YAML::DoubleQuoted;
+  emitter << text;
+}
+
+void EmitYaml(YAML::Emitter& emitter, const json& value) {
+  if (value.empty() && (value.is_object() || value.is_array())) {
+    emitter << YAML::Flow << (value.is_object() ? YAML::BeginMap : YAML::BeginSeq)
+            << (value.is_object() ? YAML::EndMap : YAML::EndSeq);
+  } else if (value.is_object()) {
+    emitter << YAML::BeginMap;
+    for (const auto& [key, member] : value.items()) {
+      emitter << YAML::Key;
+      EmitString(emitter, key);
+      emitter << YAML::Value;
+      EmitYaml(emitter, member);
+    }
+    emitter << YAML::EndMap;
+  } else if (value.is_array()) {
+    emitter << YAML::BeginSeq;
+    for (const json& item : value) EmitYaml(emitter, item);
+    emitter << YAML::EndSeq;
+  } else if (value.is_string()) {
+    EmitString(emitter, value.get<std::string>());
+  } else if (value.is_null()) {
+    emitter << YAML::Null;
+  } else if (value.is_boolean()) {
+    emitter << YAML::TrueFalseBool << value.get<bool>();
+  } else {
+    emitter << value.dump();  // numbers as JSON writes them
+  }
+}
+
+}  // namespace
+
+std::string ToYaml(const json& document) {
+  YAML::Emitter emitter;
+  emitter.SetIndent(2);
+  EmitYaml(emitter, document);
+  return std::string(emitter.c_str()) + "\n";
+}
+
+json CatalogToJson(const model::ClusterView& view, bool perNode) {
+  json classes = json::array();
+  for (const model::ClassView& c : view.classes) {
+    int64_t used = 0;
+    json nodes = json::array();
+    for (const model::NodeView& node : view.nodes) {
+      const auto it = node.classes.find(c.name);
+      if (it == node.classes.end()) continue;
+      used += it->second.used;
+      nodes.push_back({{"name", node.name},
+                       {"takesBinds", node.eligible},
+                       {"units", it->second.units},
+                       {"used", it->second.used},
+                       {"free", it->second.free}});
+    }
+    json entry = {{"name", c.name},
+                  {"maxCount", OptionalNumber(c.maxCount)},
+                  {"units", c.units},
+                  {"used", used},
+                  {"free", c.free}};
+    if (perNode) entry["nodes"] = std::move(nodes);
+    classes.push_back(std::move(entry));
+  }
+  return {{"classes", std::move(classes)}};
+}
+
+std::string CatalogToTable(const json& catalog, bool perNode) {
+  std::ostringstream out;
+  if (!perNode) {
+    Table table({"CLASS", "UNITS", "USED", "FREE", "MAXCOUNT"});
+    for (const json& c : catalog["classes"]) {
+      table.Add({c["name"].get<std::string>(), c["units"].dump(), c["used"].dump(),
+                 c["free"].dump(), Text(c["maxCount"], "-")});
+    }
+    table.Print(out);
+    return out.str();
+  }
+  Table table({"CLASS", "NODE", "TAKES BINDS", "UNITS", "USED", "FREE"});
+  for (const json& c : catalog["classes"]) {
+    table.Add({c["name"].get<std::string>(), "(all)", "-", c["units"].dump(), c["used"].dump(),
+               c["free"].dump()});
+    for (const json& node : c["nodes"]) {
+      table.Add({c["name"].get<std::string>(), node["name"].get<std::string>(),
+                 node["takesBinds"].get<bool>() ? "yes" : "no", node["units"].dump(),
+                 node["used"].dump(), node["free"].dump()});
+    }
+  }
+  table.Print(out);
+  return out.str();
+}
+
+json NodesToJson(const model::Snapshot& snapshot, const model::ClusterView& view) {
+  json nodes = json::array();
+  for (const api::GpuNodeInventory& gpuNode : snapshot.gpuNodes) {
+    int64_t units = 0, allocated = 0;
+    for (const api::InventoryDevice& device : gpuNode.devices) {
+      units += device.allocatable;
+      allocated += device.allocated;
+    }
+    json entry = {{"name", gpuNode.nodeName},
+                  {"functions", gpuNode.devices.size()},
+                  {"resourceNames", gpuNode.resourceNames},
+                  {"units", units},
+                  {"allocated", allocated}};
+    const model::NodeView* nodeView = nullptr;
+    for (const model::NodeView& candidate : view.nodes) {
+      if (candidate.name == gpuNode.nodeName) nodeView = &candidate;
+    }
+    json classes = json::object();
+    if (nodeView != nullptr) {
+      for (const auto& [name, c] : nodeView->classes) {
+        classes[name] = {{"units", c.units}, {"used", c.used}, {"free", c.free}};
+      }
+    }
+    entry["classes"] = std::move(classes);
+    entry["takesBinds"] = nodeView != nullptr && nodeView->eligible;
+    entry["reasons"] = nodeView != nullptr ? json(nodeView->reasons)
+                                           : json::array({"no Node named " + gpuNode.nodeName});
+    // What the binder last wrote (the TakesBinds condition), beside the model's answer now.
+    json condition = nullptr;
+    for (const api::Condition& c : gpuNode.conditions) {
+      if (c.type == api::kTakesBindsCondition) {
+        condition = {{"status", c.status}, {"reason", c.reason}, {"message", c.message}};
+      }
+    }
+    entry["condition"] = std::move(condition);
+    nodes.push_back(std::move(entry));
+  }
+  return {{"nodes", std::move(nodes)}};
+}
+
+std::string NodesToTable(const json& nodes) {
+  std::ostringstream out;
+  Table table({"NODE", "FUNCTIONS", "UNITS", "ALLOCATED", "CLASSES", "TAKES BINDS", "WHY NOT"});
+  for (const json& node : nodes["nodes"]) {
+    std::vector<std::string> classes;
+    for (const auto& [name, c] : node["classes"].items()) {
+      classes.push_back(name + " " + c["free"].dump() + "/" + c["units"].dump() + " free");
+    }
+    table.Add({node["name"].get<std::string>(), node["functions"].dump(), node["units"].dump(),
+               node["allocated"].dump(), classes.empty() ? "-" : Join(classes, ", "),
+               node["takesBinds"].get<bool>() ? "yes" : "no",
+               Join(node["reasons"].get<std::vector<std::string>>(), "; ")});
+  }
+  table.Print(out);
+  return out.str();
+}
+
+int Run(const Options& options, std::ostream& out, std::ostream& err) {
+  std::string where;  // "context C of kubeconfig F (server S)", for messages
+  try {
+    const fs::path file = KubeconfigPath(options.kubeconfig);
+    kube::ClientConfig config;
+    try {
+      config = kube::LoadKubeconfig(file, options.context);
+    } catch (const kube::ConfigError& error) {
+      throw Unusable{error.what()};
+    }
+    where = "context \"" + config.contextName + "\" of kubeconfig " + file.string() + " (server " +
+            config.server + ")";
+    const std::string ns =
+        options.namespaceName.empty() ? config.namespace_ : options.namespaceName;
+    kube::ClientOptions clientOptions;
+    clientOptions.maxRetries = 1;
+    clientOptions.qps = 0;
+    clientOptions.userAgent = "kubectl-gpu";
+    kube::Client client(config, clientOptions);
+
+    const json list = ReadCluster(client);
+    const model::Snapshot snapshot = DecodeSnapshotList(list);
+    const model::Model model(snapshot);
+    const model::ClusterView view = model.View();
+    if (options.command == "catalog") {
+      const json catalog = CatalogToJson(view, options.perNode);
+      Print(catalog, options.output, CatalogToTable(catalog, options.perNode), out);
+    } else if (options.command == "nodes") {
+      const json nodes = NodesToJson(snapshot, view);
+      Print(nodes, options.output, NodesToTable(nodes), out);
+    } else {
+      const std::vector<model::Decision> decisions = model.PlanPass();
+      const json explanation = ExplainDevice(snapshot, model, view, decisions, ns, options.device);
+      if (explanation.is_null()) {
+        err << "kubectl gpu why: no GPUDevice " << options.device << " in namespace " << ns << "\n";
+        return kExitFailure;
+      }
+      Print(explanation, options.output, ExplanationToTable(explanation), out);
+    }
+    return 0;
+  } catch (const Unusable& unusable) {
+    err << "kubectl gpu: " << unusable.message << "\n";
+    return kExitBadInput;
+  } catch (const kube::ApiError& error) {
+    switch (error.kind()) {
+      case kube::ErrorKind::kTransport:
+        err << "kubectl gpu: cannot reach the API server of " << where << ": " << error.message()
+            << "\n";
+        return kExitBadInput;
+      case kube::ErrorKind::kUnauthorized:
+      case kube::ErrorKind::kForbidden:
+        err << "kubectl gpu: the API server refused the credentials of " << where << ": "
+            << error.httpStatus() << " " << error.method() << " " << error.path() << ": "
+            << error.message() << "\n";
+        return kExitBadInput;
+      default:
+        err << "kubectl gpu: " << error.what() << "\n";
+        return kExitFailure;
+    }
+  } catch (const SnapshotError& error) {
+    err << "kubectl gpu: the cluster's objects: " << error.what() << "\n";
+    return kExitFailure;
+  } catch (const model::InvalidSnapshot& error) {
+    err << "kubectl gpu: the cluster's objects: " << error.what() << "\n";
+    return kExitFailure;
+  } catch (const std::exception& error) {
+    err << "kubectl gpu: " << error.what() << "\n";
+    return kExitFailure;
+  }
+}
+
+}  // namespace cozy::controller::plugin

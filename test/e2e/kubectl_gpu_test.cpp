@@ -1,0 +1,387 @@
+// `kubectl gpu` against the fake API server on a state like the demo's: two GPU nodes (one
+// cordoned), a class, a tenant with a budget and orders bound, pending and refused. Each
+// command in each output format, --namespace and --context, kubeconfigs it cannot use, and one
+// run through kubectl's own plugin discovery.
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "controller/kubectl_gpu/plugin.h"
+#include "test/fakes/fake_apiserver.h"
+#include "test/support/fixture_host.h"
+#include "test/support/gpu_objects.h"
+#include "test/support/process.h"
+
+namespace cozy::e2e {
+namespace {
+
+using nlohmann::json;
+using testing::RunCommand;
+using testing::ShellQuote;
+
+json Namespace(const std::string& name, json labels = json::object()) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Namespace"},
+          {"metadata", {{"name", name}, {"labels", labels}}}};
+}
+
+json Device(const std::string& ns, const std::string& name, int count,
+            json status = json::object()) {
+  json device = {{"apiVersion", "gpu.cozystack.io/v1alpha1"},
+                 {"kind", "GPUDevice"},
+                 {"metadata", {{"name", name}, {"namespace", ns}}},
+                 {"spec", {{"className", "a100"}, {"count", count}}}};
+  if (!status.empty()) device["status"] = status;
+  return device;
+}
+
+// The lines of a table, each split on runs of two or more blanks.
+std::vector<std::vector<std::string>> Rows(const std::string& text) {
+  std::vector<std::vector<std::string>> rows;
+  std::stringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    std::vector<std::string> cells;
+    size_t start = 0;
+    while (start < line.size()) {
+      size_t gap = line.find("  ", start);
+      cells.push_back(
+          line.substr(start, gap == std::string::npos ? std::string::npos : gap - start));
+      if (gap == std::string::npos) break;
+      start = line.find_first_not_of(' ', gap);
+    }
+    rows.push_back(std::move(cells));
+  }
+  return rows;
+}
+
+class KubectlGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fake::FakeApiServerOptions options;
+    options.crdPaths = {testing::SourceDir() / "charts/gpu/templates/crds",
+                        testing::SourceDir() / "test/fakes/crds"};
+    server_ = std::make_unique<fake::FakeApiServer>(options);
+    server_->Start();
+    server_->SetAcceptedTokens({"hoster"});
+    // The demo's cluster: gpu-1 and gpu-2 serve 2 units each; gpu-2 is cordoned.
+    server_->Seed(Namespace("tenant-root"));
+    server_->Seed(Namespace("tenant-a", {{"tenant.cozystack.io/tenant-root", "true"}}));
+    server_->Seed(Namespace("tenant-b", {{"tenant.cozystack.io/tenant-root", "true"}}));
+    server_->Seed(testing::ReadyNode("gpu-1"));
+    json cordoned = testing::ReadyNode("gpu-2");
+    cordoned["spec"] = {{"unschedulable", true}};
+    server_->Seed(cordoned);
+    server_->Seed(testing::GpuNodeObject("gpu-1", 2));
+    server_->Seed(testing::GpuNodeObject("gpu-2", 2));
+    server_->Seed({{"apiVersion", "gpu.cozystack.io/v1alpha1"},
+                   {"kind", "GPUClass"},
+                   {"metadata", {{"name", "a100"}}},
+                   {"spec",
+                    {{"vendor", "nvidia"},
+                     {"model", "A100"},
+                     {"mode", "passthrough"},
+                     {"source", {{"devicePlugin", {{"resourceName", "nvidia.com/GA100"}}}}}}}});
+    // tenant-a may hold 2 A100s: one is bound, one pending order fits, a second does not.
+    server_->Seed({{"apiVersion", "v1"},
+                   {"kind", "ResourceQuota"},
+                   {"metadata", {{"name", "gpus"}, {"namespace", "tenant-a"}}},
+                   {"spec", {{"hard", {{"requests.gpu.cozystack.io/a100", "2"}}}}}});
+    server_->Seed(Device("tenant-a", "bound", 1, {{"phase", "Bound"}, {"nodeName", "gpu-1"}}));
+    server_->Seed(Device("tenant-a", "pending", 1));
+    server_->Seed(Device("tenant-a", "too-many", 2));
+    server_->Seed(Device("tenant-b", "other", 1));
+
+    const std::string url = server_->url();
+    std::ofstream(Path("kubeconfig")) << "apiVersion: v1\n"
+                                         "kind: Config\n"
+                                         "current-context: demo\n"
+                                         "clusters:\n"
+                                         "- name: fake\n"
+                                         "  cluster: {server: '"
+                                      << url
+                                      << "'}\n"
+                                         "- name: nowhere\n"
+                                         "  cluster: {server: 'http://127.0.0.1:"
+                                      << testing::FreePort()
+                                      << "'}\n"
+                                         "users:\n"
+                                         "- name: hoster\n"
+                                         "  user: {token: hoster}\n"
+                                         "- name: stranger\n"
+                                         "  user: {token: stranger}\n"
+                                         "contexts:\n"
+                                         "- name: demo\n"
+                                         "  context: {cluster: fake, user: hoster, namespace: "
+                                         "tenant-a}\n"
+                                         "- name: team-b\n"
+                                         "  context: {cluster: fake, user: hoster, namespace: "
+                                         "tenant-b}\n"
+                                         "- name: nowhere\n"
+                                         "  context: {cluster: nowhere, user: hoster}\n"
+                                         "- name: stranger\n"
+                                         "  context: {cluster: fake, user: stranger}\n";
+  }
+  void TearDown() override { server_->Stop(); }
+
+  std::filesystem::path Path(const std::string& name) const { return directory_.path() / name; }
+
+  // kubectl-gpu with the test's kubeconfig (unless `kubeconfig` is false) and `arguments`.
+  testing::CommandResult Plugin(const std::string& arguments, bool kubeconfig = true) {
+    return RunCommand(
+        std::string(KUBECTL_GPU) + " " + arguments +
+        (kubeconfig ? " --kubeconfig " + ShellQuote(Path("kubeconfig").string()) : ""));
+  }
+  json PluginJson(const std::string& arguments) {
+    const auto result = Plugin(arguments + " -o json");
+    EXPECT_EQ(result.exitCode, 0) << arguments << ": " << result.err;
+    return result.exitCode == 0 ? json::parse(result.out) : json();
+  }
+  YAML::Node PluginYaml(const std::string& arguments) {
+    const auto result = Plugin(arguments + " -o yaml");
+    EXPECT_EQ(result.exitCode, 0) << arguments << ": " << result.err;
+    return YAML::Load(result.out);
+  }
+
+  testing::TempDir directory_;
+  std::unique_ptr<fake::FakeApiServer> server_;
+};
+
+TEST_F(KubectlGpu, CatalogTableShowsTotalUsedAndFreeUnits) {
+  const auto result = Plugin("catalog");
+  ASSERT_EQ(result.exitCode, 0) << result.err;
+  EXPECT_EQ(result.err, "");
+  const auto rows = Rows(result.out);
+  ASSERT_EQ(rows.size(), 2u) << result.out;
+  EXPECT_EQ(rows[0], (std::vector<std::string>{"CLASS", "UNITS", "USED", "FREE", "MAXCOUNT"}));
+  // 4 units on two nodes, 1 held by the bound order; gpu-2 is cordoned, so 1 free.
+  EXPECT_EQ(rows[1], (std::vector<std::string>{"a100", "4", "1", "1", "-"})) << result.out;
+}
+
+TEST_F(KubectlGpu, CatalogPerNodeInEachFormat) {
+  const auto table = Plugin("catalog --nodes");
+  ASSERT_EQ(table.exitCode, 0) << table.err;
+  const auto rows = Rows(table.out);
+  ASSERT_EQ(rows.size(), 4u) << table.out;
+  EXPECT_EQ(rows[0],
+            (std::vector<std::string>{"CLASS", "NODE", "TAKES BINDS", "UNITS", "USED", "FREE"}));
+  EXPECT_EQ(rows[2], (std::vector<std::string>{"a100", "gpu-1", "yes", "2", "1", "1"}));
+  EXPECT_EQ(rows[3], (std::vector<std::string>{"a100", "gpu-2", "no", "2", "0", "2"}));
+
+  const json catalog = PluginJson("catalog --nodes");
+  ASSERT_EQ(catalog["classes"].size(), 1u) << catalog.dump(2);
+  const json& a100 = catalog["classes"][0];
+  EXPECT_EQ(a100["name"], "a100");
+  EXPECT_EQ(a100["units"], 4);
+  EXPECT_EQ(a100["used"], 1);
+  EXPECT_EQ(a100["free"], 1);
+  EXPECT_TRUE(a100["maxCount"].is_null());
+  ASSERT_EQ(a100["nodes"].size(), 2u);
+  EXPECT_EQ(
+      a100["nodes"][1],
+      (json{{"name", "gpu-2"}, {"takesBinds", false}, {"units", 2}, {"used", 0}, {"free", 2}}));
+  // Without --nodes, no per-node list.
+  EXPECT_FALSE(PluginJson("catalog")["classes"][0].contains("nodes"));
+
+  const YAML::Node yaml = PluginYaml("catalog --nodes");
+  EXPECT_EQ(yaml["classes"][0]["name"].as<std::string>(), "a100");
+  EXPECT_EQ(yaml["classes"][0]["free"].as<int>(), 1);
+  EXPECT_TRUE(yaml["classes"][0]["maxCount"].IsNull());
+  EXPECT_EQ(yaml["classes"][0]["nodes"][0]["name"].as<std::string>(), "gpu-1");
+  EXPECT_TRUE(yaml["classes"][0]["nodes"][0]["takesBinds"].as<bool>());
+}
+
+TEST_F(KubectlGpu, NodesSayWhichTakeBindsAndWhyNotInEachFormat) {
+  const auto table = Plugin("nodes");
+  ASSERT_EQ(table.exitCode, 0) << table.err;
+  const auto rows = Rows(table.out);
+  ASSERT_EQ(rows.size(), 3u) << table.out;
+  EXPECT_EQ(rows[0], (std::vector<std::string>{"NODE", "FUNCTIONS", "UNITS", "ALLOCATED", "CLASSES",
+                                               "TAKES BINDS", "WHY NOT"}));
+  EXPECT_EQ(rows[1], (std::vector<std::string>{"gpu-1", "1", "2", "0", "a100 1/2 free", "yes"}))
+      << table.out;
+  ASSERT_EQ(rows[2].size(), 7u) << table.out;
+  EXPECT_EQ(rows[2][0], "gpu-2");
+  EXPECT_EQ(rows[2][5], "no");
+  EXPECT_NE(rows[2][6].find("cordon"), std::string::npos) << table.out;
+
+  const json nodes = PluginJson("nodes");
+  ASSERT_EQ(nodes["nodes"].size(), 2u) << nodes.dump(2);
+  const json& first = nodes["nodes"][0];
+  EXPECT_EQ(first["name"], "gpu-1");
+  EXPECT_EQ(first["functions"], 1);
+  EXPECT_EQ(first["units"], 2);
+  EXPECT_EQ(first["resourceNames"], json::array({"nvidia.com/GA100"}));
+  EXPECT_EQ(first["takesBinds"], true);
+  EXPECT_EQ(first["reasons"], json::array());
+  EXPECT_EQ(first["classes"]["a100"], (json{{"units", 2}, {"used", 1}, {"free", 1}}));
+  EXPECT_TRUE(first["condition"].is_null());  // no binder ran to write TakesBinds
+  EXPECT_EQ(nodes["nodes"][1]["takesBinds"], false);
+  EXPECT_FALSE(nodes["nodes"][1]["reasons"].empty());
+
+  const YAML::Node yaml = PluginYaml("nodes");
+  EXPECT_EQ(yaml["nodes"][1]["name"].as<std::string>(), "gpu-2");
+  EXPECT_FALSE(yaml["nodes"][1]["takesBinds"].as<bool>());
+  EXPECT_EQ(yaml["nodes"][1]["reasons"][0].as<std::string>(),
+            nodes["nodes"][1]["reasons"][0].get<std::string>());
+}
+
+TEST_F(KubectlGpu, WhyExplainsPendingAndRefusedOrdersInEachFormat) {
+  // The context's namespace (tenant-a) is the default.
+  const json pending = PluginJson("why pending");
+  EXPECT_EQ(pending["device"], "tenant-a/pending");
+  EXPECT_EQ(pending["phase"], "Pending");
+  EXPECT_EQ(pending["decision"]["action"], "bind") << pending.dump(2);
+  EXPECT_EQ(pending["decision"]["node"], "gpu-1") << pending.dump(2);
+  EXPECT_EQ(pending["budget"]["limitedBy"], "tenant-a");
+  EXPECT_EQ(pending["budget"]["key"], "requests.gpu.cozystack.io/a100");
+  EXPECT_EQ(pending["room"]["largestNode"], "gpu-1");
+  ASSERT_EQ(pending["nodes"].size(), 2u);
+  EXPECT_EQ(pending["nodes"][1]["name"], "gpu-2");
+  EXPECT_EQ(pending["nodes"][1]["takesBinds"], false);
+
+  const json refused = PluginJson("why too-many");
+  EXPECT_EQ(refused["count"], 2);
+  EXPECT_EQ(refused["decision"]["action"], "refuse") << refused.dump(2);
+  EXPECT_TRUE(refused["decision"]["node"].is_null());
+  EXPECT_FALSE(refused["decision"]["reason"].get<std::string>().empty());
+
+  const auto table = Plugin("why too-many");
+  ASSERT_EQ(table.exitCode, 0) << table.err;
+  EXPECT_NE(table.out.find("DEVICE:    tenant-a/too-many (2 x a100, Pending)"), std::string::npos)
+      << table.out;
+  EXPECT_NE(
+      table.out.find("DECISION:  refuse: " + refused["decision"]["reason"].get<std::string>()),
+      std::string::npos)
+      << table.out;
+  EXPECT_NE(table.out.find("limited by tenant-a (requests.gpu.cozystack.io/a100)"),
+            std::string::npos)
+      << table.out;
+  EXPECT_NE(table.out.find("NODE   TAKES BINDS  UNITS  USED  FREE  WHY NOT"), std::string::npos)
+      << table.out;
+
+  const YAML::Node yaml = PluginYaml("why too-many");
+  EXPECT_EQ(yaml["decision"]["action"].as<std::string>(), "refuse");
+  EXPECT_EQ(yaml["decision"]["reason"].as<std::string>(),
+            refused["decision"]["reason"].get<std::string>());
+  EXPECT_EQ(yaml["count"].as<int>(), 2);
+}
+
+TEST_F(KubectlGpu, WhyIsTheSimulateExplanationOfTheSameCluster) {
+  // The cluster as `kubectl get -o json` gives it, read offline by `gpu-controller simulate`.
+  const std::string kubectl = "kubectl --kubeconfig " + ShellQuote(Path("kubeconfig").string());
+  if (RunCommand("command -v kubectl").exitCode != 0) GTEST_SKIP() << "kubectl is not installed";
+  server_->SetAcceptedTokens({});  // kubectl sends no bearer token over plain HTTP
+  const auto list = RunCommand(kubectl +
+                               " get namespaces,resourcequotas,nodes,pods,gpunodes,"
+                               "gpuclasses,gpudevices -A -o json");
+  ASSERT_EQ(list.exitCode, 0) << list.err;
+  std::ofstream(Path("snapshot.json")) << list.out;
+  const auto offline = RunCommand(std::string(GPU_CONTROLLER) + " simulate --snapshot " +
+                                  ShellQuote(Path("snapshot.json").string()) +
+                                  " --device tenant-a/too-many -o json");
+  ASSERT_EQ(offline.exitCode, 0) << offline.err;
+  EXPECT_EQ(json::parse(offline.out), PluginJson("why too-many"));
+}
+
+TEST_F(KubectlGpu, NamespaceAndContextAreHonoured) {
+  // -n picks the order's namespace over the context's.
+  EXPECT_EQ(PluginJson("why other -n tenant-b")["device"], "tenant-b/other");
+  EXPECT_EQ(PluginJson("--namespace tenant-b why other")["device"], "tenant-b/other");
+  const auto missing = Plugin("why other");  // not in tenant-a
+  EXPECT_EQ(missing.exitCode, 1);
+  EXPECT_EQ(missing.err, "kubectl gpu why: no GPUDevice other in namespace tenant-a\n");
+  // --context picks another context, and with it its namespace.
+  EXPECT_EQ(PluginJson("why other --context team-b")["device"], "tenant-b/other");
+  // KUBECONFIG is read when --kubeconfig is not given.
+  const auto fromEnv = RunCommand("KUBECONFIG=" + ShellQuote(Path("kubeconfig").string()) + " " +
+                                  KUBECTL_GPU + " why pending -o json");
+  ASSERT_EQ(fromEnv.exitCode, 0) << fromEnv.err;
+  EXPECT_EQ(json::parse(fromEnv.out)["device"], "tenant-a/pending");
+}
+
+TEST_F(KubectlGpu, AKubeconfigItCannotUseIsAClearErrorAndExitTwo) {
+  const std::string file = Path("kubeconfig").string();
+  struct Case {
+    std::string arguments;
+    std::string expected;  // the one line on stderr starts so
+  };
+  const std::vector<Case> cases = {
+      {"catalog --kubeconfig " + Path("absent").string(),
+       "kubectl gpu: kubeconfig " + Path("absent").string() + " (--kubeconfig): no such file\n"},
+      {"catalog --kubeconfig " + file + " --context nope",
+       "kubectl gpu: kubeconfig " + file + ": context \"nope\" not found\n"},
+      {"catalog --kubeconfig " + file + " --context nowhere",
+       "kubectl gpu: cannot reach the API server of context \"nowhere\" of kubeconfig " + file +
+           " (server http://127.0.0.1:"},
+      {"nodes --kubeconfig " + file + " --context stranger",
+       "kubectl gpu: the API server refused the credentials of context \"stranger\" of "
+       "kubeconfig " +
+           file + " (server " + server_->url() + "): 401 GET /api/v1/namespaces"},
+  };
+  for (const Case& c : cases) {
+    const auto result = Plugin(c.arguments, /*kubeconfig=*/false);
+    EXPECT_EQ(result.exitCode, 2) << c.arguments << ": " << result.err;
+    EXPECT_TRUE(result.err.starts_with(c.expected)) << c.arguments << ":\n" << result.err;
+    EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << result.err;
+    EXPECT_EQ(result.out, "");
+  }
+  const auto noFile =
+      RunCommand("KUBECONFIG=" + Path("absent").string() + " " + KUBECTL_GPU + " catalog");
+  EXPECT_EQ(noFile.exitCode, 2);
+  EXPECT_EQ(noFile.err, "kubectl gpu: kubeconfig: no file of KUBECONFIG=" +
+                            Path("absent").string() + " exists\n");
+}
+
+TEST_F(KubectlGpu, KubectlFindsThePluginOnPath) {
+  if (RunCommand("command -v kubectl").exitCode != 0) GTEST_SKIP() << "kubectl is not installed";
+  std::filesystem::create_directories(Path("bin"));
+  std::filesystem::create_symlink(KUBECTL_GPU, Path("bin/kubectl-gpu"));
+  const std::string path = "PATH=" + ShellQuote(Path("bin").string()) + ":\"$PATH\" ";
+  const auto plugins = RunCommand(path + "kubectl plugin list");
+  EXPECT_NE(plugins.out.find(Path("bin/kubectl-gpu").string()), std::string::npos)
+      << plugins.out << plugins.err;
+  const auto catalog = RunCommand(path + "kubectl gpu catalog --kubeconfig " +
+                                  ShellQuote(Path("kubeconfig").string()));
+  ASSERT_EQ(catalog.exitCode, 0) << catalog.err;
+  EXPECT_EQ(catalog.out, Plugin("catalog").out);
+  const auto why = RunCommand(path + "KUBECONFIG=" + ShellQuote(Path("kubeconfig").string()) +
+                              " kubectl gpu why too-many -n tenant-a -o json");
+  ASSERT_EQ(why.exitCode, 0) << why.err;
+  EXPECT_EQ(json::parse(why.out)["decision"]["action"], "refuse");
+  const auto bad = RunCommand(path + "kubectl gpu nodes --kubeconfig " +
+                              ShellQuote(Path("kubeconfig").string()) + " --context nope");
+  EXPECT_EQ(bad.exitCode, 2) << bad.err;
+}
+
+// -o yaml: strings a reader could take for a number, a boolean or null come back as strings.
+TEST(KubectlGpuYaml, StringsStayStrings) {
+  const json document = {{"words", {"yes", "No", "on", "null", "~", "", "1", "-1", ".5", "1e3"}},
+                         {"plain", "gpu-1"},
+                         {"number", 2},
+                         {"flag", true},
+                         {"none", nullptr},
+                         {"empty", json::array()}};
+  const std::string text = controller::plugin::ToYaml(document);
+  const YAML::Node yaml = YAML::Load(text);
+  ASSERT_EQ(yaml["words"].size(), document["words"].size()) << text;
+  for (size_t i = 0; i < document["words"].size(); ++i) {
+    EXPECT_EQ(yaml["words"][i].Tag(), "!") << text;  // quoted: a string, whatever it reads like
+    EXPECT_EQ(yaml["words"][i].as<std::string>(), document["words"][i].get<std::string>());
+  }
+  EXPECT_NE(text.find("plain: gpu-1\n"), std::string::npos) << text;
+  EXPECT_EQ(yaml["number"].as<int>(), 2);
+  EXPECT_TRUE(yaml["flag"].as<bool>());
+  EXPECT_TRUE(yaml["none"].IsNull());
+  EXPECT_TRUE(yaml["empty"].IsSequence());
+  EXPECT_EQ(yaml["empty"].size(), 0u);
+}
+
+}  // namespace
+}  // namespace cozy::e2e
