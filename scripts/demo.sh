@@ -37,21 +37,22 @@ if [ "$setup" -eq 1 ]; then
   cd "$source_dir"
   scripts/install-deps.sh >/dev/null
   cmake -S . -B build -G Ninja >/dev/null
-  cmake --build build -j"$(nproc)" --target gpu-agent gpu-agent-full gpu-controller \
+  cmake --build build -j"$(nproc)" --target gpu-agent gpu-agent-full gpu-controller kubectl-gpu \
     gpu-fixture fake_kubelet fake_apiserver chart-render >/dev/null
 fi
 
 agent_bin="$build_dir/agent/gpu-agent"
 controller_bin="$build_dir/controller/gpu-controller"
+plugin_bin="$build_dir/controller/kubectl-gpu"
 fixture_bin="$build_dir/fixtures/sysfs/gpu-fixture"
 kubelet_bin="$build_dir/test/fakes/fake_kubelet"
 apiserver_bin="$build_dir/test/fakes/fake_apiserver"
 render_bin="$build_dir/test/chart/chart-render"
-for program in "$agent_bin" "$controller_bin" "$fixture_bin" "$kubelet_bin" "$apiserver_bin" \
+for program in "$agent_bin" "$controller_bin" "$plugin_bin" "$fixture_bin" "$kubelet_bin" "$apiserver_bin" \
   "$render_bin"; do
   [ -x "$program" ] || {
     echo "demo: $program is not built (ninja -C $build_dir gpu-agent gpu-agent-full" \
-      "gpu-controller gpu-fixture fake_kubelet fake_apiserver chart-render)" >&2
+      "gpu-controller kubectl-gpu gpu-fixture fake_kubelet fake_apiserver chart-render)" >&2
     exit 2
   }
 done
@@ -135,14 +136,14 @@ jp() { kc get "$1" ${3:+-n "$3"} -o "jsonpath=$2" 2>/dev/null; } # jp WHAT JSONP
 field_is() { [ "$(jp "$1" "$2" "$3")" = "$4" ]; }                # field_is WHAT JSONPATH NS VALUE
 field_set() { [ -n "$(jp "$1" "$2" "$3")" ]; }                   # field_set WHAT JSONPATH NS
 absent() { ! kc get "$1" ${2:+-n "$2"} >/dev/null 2>&1; }        # absent WHAT [NS]
-# The catalog as the model sees it: `gpu-controller simulate` on what kubectl reads now.
-catalog() {
-  kc get ns,resourcequotas,nodes,pods,gpunodes,gpuclasses,gpudevices,vmi -A -o json \
-    >"$work/cluster.json"
-  echo "\$ gpu-controller simulate --snapshot <(kubectl get ...,gpuclasses,gpudevices -A -o json) -o table"
-  "$controller_bin" simulate --snapshot "$work/cluster.json" -o table |
-    awk 'BEGIN { block = 0 } /^$/ { block++; next } block == 1 || block == 2' | sed 's/^/  /'
+# The catalog as the controller's model sees it, through kubectl's plugin discovery: kubectl finds
+# kubectl-gpu on PATH (docs/kubectl-gpu.md). Plugins take kubectl's flags after their name.
+gpu() { # gpu ARGS...: prints "$ kubectl gpu ARGS" and its output, indented
+  echo "\$ kubectl gpu $*"
+  PATH="$build_dir/controller:$PATH" kubectl gpu "$@" --kubeconfig "$work/kubeconfig" 2>&1 |
+    sed 's/^/  /'
 }
+catalog() { gpu catalog --nodes; }
 
 host=a100-vfio
 class=a100
@@ -409,7 +410,8 @@ wait_for 10 "the binder's Moved Event for train" moved_event
 show get events -n "$tenant" --field-selector reason=Moved \
   -o custom-columns=REASON:.reason,OBJECT:.involvedObject.name,MESSAGE:.message
 echo "  -> train moved to $other_node (a class with onCordon: Stay keeps it on $held_node)"
-catalog
+gpu nodes
+gpu why train -n "$tenant"
 show delete vmi vm1 -n "$tenant"
 wait_for 15 "train detached from the ended vm1" \
   field_is gpudevice/train '{.status.attachment.vmiName}' "$tenant" ""

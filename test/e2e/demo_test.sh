@@ -48,8 +48,8 @@ for run in 1 2; do
   check $run "GPUNode gpu-node-1 listed" '^  gpu-node-1 +2 +2 +2 +0 '
   check $run "GPUNode gpu-node-2 listed" '^  gpu-node-2 +2 +2 +2 +0 '
   check $run "the class applied" 'gpuclass\.gpu\.cozystack\.io/a100 created'
-  check $run "the catalog: a100, maxCount 4, 4 units, 4 free" '^  a100 +4 +4 +4$'
-  check $run "the catalog: each node eligible with 2 free" '^  gpu-node-1 +yes +a100 +2 +0 +2$'
+  check $run "kubectl gpu catalog: a100, 4 units, 0 used, 4 free" '^  a100 +\(all\) +- +4 +0 +4$'
+  check $run "kubectl gpu catalog: each node takes binds, 2 free" '^  a100 +gpu-node-1 +yes +2 +0 +2$'
   # 2. The order of 3 refused at once with its reason, the order of 1 bound.
   check $run "the order of 3 refused by the webhook" 'denied the request: .*no single node has that many free'
   check $run "train Bound" '^  -> train is Bound on gpu-node-[12]$'
@@ -72,7 +72,8 @@ for run in 1 2; do
     failures=$((failures + 1))
   fi
   check $run "the Moved event" "^  Moved +train +.*cordoned"
-  check $run "the catalog: the cordoned node takes no binds" "^  $bound +no +a100 +2 +0 +2 +cordoned$"
+  check $run "kubectl gpu nodes: the cordoned node takes no binds" "^  $bound +2 +2 +0 +a100 2/2 free +no +cordoned$"
+  check $run "kubectl gpu why: train kept where it moved" "^  DECISION: +keep on $moved: held$"
   check $run "vm1 deleted" 'virtualmachineinstance\.kubevirt\.io "vm1" deleted'
   check $run "the launcher went with vm1, train detached" '^  -> vm1 ended: its launcher pod went with it'
   check $run "train deleted" 'gpudevice\.gpu\.cozystack\.io "train" deleted'
