@@ -1,5 +1,6 @@
 #include "controller/binder/binder.h"
 
+#include <algorithm>
 #include <unordered_map>
 
 #include "api/keys.h"
@@ -20,6 +21,14 @@ std::string DevicePath(const api::GpuDevice& device, bool status) {
 }
 
 std::string Key(const api::ObjectMeta& meta) { return meta.namespaceName + "/" + meta.name; }
+
+// Whether writing `decision` takes `device` off a node it is bound on now.
+bool FreesUnits(const api::GpuDevice& device, const model::Decision& decision) {
+  const std::optional<std::string>& node = device.status.nodeName;
+  if (!node || device.Phase() != api::DevicePhase::kBound) return false;
+  return decision.action == model::Action::kLost ||
+         (decision.action == model::Action::kMove && decision.node != *node);
+}
 
 }  // namespace
 
@@ -97,10 +106,34 @@ void Binder::Event(const api::GpuDevice& device, const model::Decision& decision
   }
 }
 
+int Binder::Resync(const std::vector<std::shared_ptr<const api::GpuDevice>>& cached,
+                   const std::vector<api::GpuDevice>& listed) {
+  std::unordered_map<std::string, const std::string*> versions;
+  versions.reserve(cached.size());
+  for (const auto& device : cached) {
+    versions[Key(device->metadata)] = &device->metadata.resourceVersion;
+  }
+  unsettled_.clear();
+  for (const api::GpuDevice& device : listed) {
+    const std::string key = Key(device.metadata);
+    auto found = versions.find(key);
+    if (found == versions.end()) {
+      unsettled_[key] = "";  // on the server, not yet in the cache
+    } else {
+      if (*found->second != device.metadata.resourceVersion) unsettled_[key] = *found->second;
+      versions.erase(found);
+    }
+  }
+  for (const auto& [key, version] : versions) {
+    unsettled_[key] = *version;  // in the cache, deleted on the server since
+  }
+  return static_cast<int>(unsettled_.size());
+}
+
 std::vector<std::string> Binder::StaleInCache(
     const std::vector<std::shared_ptr<const api::GpuDevice>>& cached) {
   std::vector<std::string> stale;
-  if (replaced_.empty()) {
+  if (replaced_.empty() && unsettled_.empty()) {
     return stale;
   }
   std::unordered_map<std::string, const std::string*> versions;
@@ -116,6 +149,11 @@ std::vector<std::string> Binder::StaleInCache(
     } else {
       it = replaced_.erase(it);  // the cache has moved on (or the device is gone)
     }
+  }
+  // After a leader change, read past each until ReadPast finds the cache showing the server's
+  // version.
+  for (const auto& [key, version] : unsettled_) {
+    if (std::find(stale.begin(), stale.end(), key) == stale.end()) stale.push_back(key);
   }
   return stale;
 }
@@ -138,11 +176,27 @@ int Binder::ReadPast(const std::vector<std::shared_ptr<const api::GpuDevice>>& c
   devices.clear();
   devices.reserve(cached.size());
   for (const auto& device : cached) {
-    auto found = fresh.find(Key(device->metadata));
+    const std::string key = Key(device->metadata);
+    auto found = fresh.find(key);
     if (found == fresh.end()) {
       devices.push_back(*device);
-    } else if (found->second) {
+      continue;
+    }
+    if (found->second) {
       devices.push_back(*found->second);
+      if (found->second->metadata.resourceVersion == device->metadata.resourceVersion) {
+        unsettled_.erase(key);  // the cache shows what the server has
+      }
+    }
+    fresh.erase(found);
+  }
+  for (const std::string& key : stale) {  // in the order read, so every pass plans alike
+    auto found = fresh.find(key);
+    if (found == fresh.end()) continue;
+    if (found->second) {
+      devices.push_back(std::move(*found->second));  // the cache does not have it yet
+    } else {
+      unsettled_.erase(key);  // gone from both
     }
   }
   return static_cast<int>(stale.size());
@@ -176,7 +230,18 @@ BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, boo
     devices[Key(device.metadata)] = &device;
   }
   eventsThisPass_ = 0;
-  for (const model::Decision& decision : decisions) {
+  // An answers-only pass still writes a decision that frees units before the last pending
+  // one: a bind after it in the plan may take the units it frees, and answering that bind
+  // without the move or loss written would book a unit twice.
+  size_t lastPending = 0;
+  if (answersOnly) {
+    for (size_t i = 0; i < decisions.size(); ++i) {
+      auto found = devices.find(decisions[i].deviceNamespace + "/" + decisions[i].deviceName);
+      if (found != devices.end() && HasPendingRequest(*found->second)) lastPending = i + 1;
+    }
+  }
+  for (size_t index = 0; index < decisions.size(); ++index) {
+    const model::Decision& decision = decisions[index];
     ++result.decisions[std::string(model::ToString(decision.action))];
     auto found = devices.find(decision.deviceNamespace + "/" + decision.deviceName);
     if (found == devices.end()) {
@@ -184,7 +249,7 @@ BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, boo
     }
     const api::GpuDevice& device = *found->second;
     const bool pending = HasPendingRequest(device);
-    if (answersOnly && !pending) {
+    if (answersOnly && !pending && !(index < lastPending && FreesUnits(device, decision))) {
       continue;
     }
     nlohmann::json status = nlohmann::json::object();

@@ -12,6 +12,12 @@
 // version is stale, and the pass reads that device from the API server (a GET) instead. The
 // cost is bounded by the binder's own recent writes, never by the size of the cluster, and it
 // is paid only while the watch has not delivered them.
+//
+// A new leader (D3 across a leader change): its cache may still lag the writes of the leader
+// before it, which its own markers know nothing of. Before its first pass it lists the devices
+// from the API server (Resync) and marks every device the cache shows otherwise (an older
+// version, missing, or deleted since); a marked device is read past, one GET a pass, until the
+// cache shows the version the server has.
 #pragma once
 
 #include <atomic>
@@ -40,6 +46,7 @@ struct BinderResult {
   std::vector<double> answerLatencies;  // seconds from requestedAt to the answer
   std::string error;                    // the pass did not run (G7, a bad snapshot)
   int readPastCache = 0;                // D3: devices read past the cache
+  int resyncMarked = 0;                 // D3: devices the cache showed otherwise on taking the lead
   // A write failed: the pass stopped there, since every later decision assumed it; the next
   // pass decides again from what the server holds.
   bool incomplete = false;
@@ -59,16 +66,26 @@ class Binder {
   // `leading` is read before every write; `identity` names this replica in Events.
   Binder(kube::Client& client, const std::atomic<bool>& leading, std::string identity = "");
 
-  // The devices ("namespace/name") the cache shows without a write of this binder (D3).
+  // After taking the lead: `cached` as the cache showed it before `listed` was read from the API
+  // server. Marks each device whose cached copy differs from the list (D3 across a leader
+  // change); returns the number marked.
+  int Resync(const std::vector<std::shared_ptr<const api::GpuDevice>>& cached,
+             const std::vector<api::GpuDevice>& listed);
+
+  // The devices ("namespace/name") the cache shows without a write of this binder or of the
+  // leader before it (D3).
   std::vector<std::string> StaleInCache(
       const std::vector<std::shared_ptr<const api::GpuDevice>>& cached);
   // The devices as the pass must see them: the cache's, with each stale one read from the API
-  // server (and left out when it is gone). Returns the number read.
+  // server (left out when it is gone, added when the cache does not have it yet). Returns the
+  // number read.
   int ReadPast(const std::vector<std::shared_ptr<const api::GpuDevice>>& cached,
                const std::vector<std::string>& stale, std::vector<api::GpuDevice>& devices);
 
   // One pass over `snapshot`. `answersOnly`: the fast pass (D4), which writes only for devices
-  // with an unanswered bind request, with the full pass's decisions. `vmisKnown`: whether the
+  // with an unanswered bind request, with the full pass's decisions, and the decisions before
+  // them that free units (a move off a node, a device lost), since a later bind in the plan may
+  // take what they free. `vmisKnown`: whether the
   // snapshot's VMIs are complete (the kind served and its cache synced); while it is not, a
   // pass with an attached device fails instead of reading the VMI as gone (G7).
   BinderResult Pass(const model::Snapshot& snapshot, bool answersOnly, bool vmisKnown,
@@ -87,6 +104,9 @@ class Binder {
 
   std::string identity_;
   std::map<std::string, std::string> replaced_;  // "ns/name" -> the version a write replaced
+  // "ns/name" -> the version the cache showed when the list after taking the lead differed
+  // ("" for a device the cache did not have); dropped once the cache shows the server's.
+  std::map<std::string, std::string> unsettled_;
   // (device uid, reason, message) -> when it was last written
   std::map<std::string, std::chrono::system_clock::time_point> eventsSent_;
   int eventsThisPass_ = 0;

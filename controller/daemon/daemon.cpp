@@ -188,6 +188,7 @@ class Controller : public webhook::ClusterSource {
     election.renewDeadline = options.renewDeadline;
     election.retryPeriod = options.retryPeriod;
     election.onStartedLeading = [this] {
+      binderResync_ = true;  // before leading_: the first pass reads the server (D3)
       leading_ = true;
       loop_.Post([this] {
         ++acquisitions_;
@@ -417,6 +418,22 @@ class Controller : public webhook::ClusterSource {
     try {
       model::Snapshot snapshot;
       auto cachedDevices = devices_.List();
+      if (binderResync_.load()) {
+        // D3 across a leader change: the cache may lag the last leader's writes, which this
+        // binder's own markers know nothing of. One list from the server marks each device
+        // the cache shows otherwise, read past until the cache shows the server's version.
+        std::vector<api::GpuDevice> listed;
+        const nlohmann::json list =
+            client_.List(kube::ResourcePath(api::kGroup, api::kVersion, "gpudevices"));
+        for (const nlohmann::json& item : list["items"]) {
+          listed.push_back(api::GpuDeviceFromJson(item));
+        }
+        pass.result.resyncMarked = binder_.Resync(cachedDevices, listed);
+        binderResync_ = false;
+        LogInfo("binder read the devices from the API server on taking the lead",
+                LogFields{{"devices", std::to_string(listed.size())},
+                          {"cacheBehind", std::to_string(pass.result.resyncMarked)}});
+      }
       // D3: the cache must show this binder's last writes; give the watch a moment, then read
       // the devices it still shows stale past it.
       std::vector<std::string> stale = binder_.StaleInCache(cachedDevices);
@@ -428,8 +445,10 @@ class Controller : public webhook::ClusterSource {
       const int readPast = binder_.ReadPast(cachedDevices, stale, snapshot.devices);
       const bool vmisKnown = FillSnapshot(snapshot);
       const auto now = std::chrono::system_clock::now();
+      const int resyncMarked = pass.result.resyncMarked;
       pass.result = binder_.Pass(snapshot, answersOnly, vmisKnown, now);
       pass.result.readPastCache = readPast;
+      pass.result.resyncMarked = resyncMarked;
       if (!answersOnly) {
         pass.result.conditionWrites = binder_.WriteNodeConditions(snapshot, now);
       }
@@ -940,8 +959,9 @@ class Controller : public webhook::ClusterSource {
   OptionalCache<nlohmann::json> monitors_;
   std::unique_ptr<kube::LeaderElector> elector_;
   std::atomic<bool> leading_{false};
-  Applier applier_;  // the worker's
-  Binder binder_;    // the binder worker's
+  std::atomic<bool> binderResync_{false};  // the next binder pass lists the devices first
+  Applier applier_;                        // the worker's
+  Binder binder_;                          // the binder worker's
   runtime::Worker worker_;
   runtime::Worker binderWorker_;
   runtime::HealthServer health_;

@@ -1,9 +1,13 @@
 // The binder against the fake API server, without the daemon around it: D3 (a cache behind the
-// binder's own writes is read past, and a stale pass cannot book a unit twice), and the writes a
-// pass makes for its decisions.
+// binder's own writes, or the last leader's, is read past, and a stale pass cannot book a unit
+// twice), D4 (an answers-only pass writes what its answers stand on), and the writes a pass
+// makes for its decisions.
 #include "controller/binder/binder.h"
 
 #include <gtest/gtest.h>
+
+#include <map>
+#include <utility>
 
 #include "controller/snapshot_json.h"
 #include "test/kube/kube_test_support.h"
@@ -121,6 +125,108 @@ TEST_F(BinderTest, D3_ACacheBehindTheBindersWritesIsReadPastAndNoUnitIsBookedTwi
   EXPECT_EQ(stale.conflicts, 1);
   EXPECT_TRUE(stale.incomplete);
   EXPECT_EQ(Bound(), 1);
+}
+
+TEST_F(BinderTest, D3_ANewLeaderReadsPastACacheBehindTheLastLeadersWrites) {
+  // The last leader bound d1, the oldest order, onto the one unit. The new leader's cache has
+  // not even seen d1 yet: planned from it alone, d2 would take the unit d1 holds.
+  const model::Snapshot before = Read();
+  Binder last(*client_, leading_);
+  ASSERT_EQ(last.Pass(before, false, true, std::chrono::system_clock::now()).writes, 1);
+  ASSERT_EQ(Bound(), 1);
+  model::Snapshot behind = before;
+  std::erase_if(behind.devices, [](const api::GpuDevice& d) { return d.metadata.name == "d1"; });
+  bool wouldBindD2 = false;
+  for (const model::Decision& decision : model::Model(behind).PlanPass()) {
+    wouldBindD2 |= decision.deviceName == "d2" && decision.action == model::Action::kBind;
+  }
+  ASSERT_TRUE(wouldBindD2) << "the scenario no longer shows the hazard";
+
+  // On taking the lead, one list marks the device the cache lacks; it is read past (a GET)
+  // until the cache shows it, and d2 is refused.
+  Binder next(*client_, leading_);
+  std::vector<api::GpuDevice> listed = Read().devices;
+  EXPECT_EQ(next.Resync(Shared(behind), listed), 1);
+  const std::vector<std::string> stale = next.StaleInCache(Shared(behind));
+  EXPECT_EQ(stale, (std::vector<std::string>{"t1/d1"}));
+  model::Snapshot seen = behind;
+  EXPECT_EQ(next.ReadPast(Shared(behind), stale, seen.devices), 1);
+  ASSERT_EQ(seen.devices.size(), 2u);
+  BinderResult pass = next.Pass(seen, false, true, std::chrono::system_clock::now());
+  ASSERT_TRUE(pass.error.empty()) << pass.error;
+  EXPECT_EQ(pass.writes, 0);
+  EXPECT_EQ(pass.decisions["refuse"], 1);
+  EXPECT_EQ(Bound(), 1);
+  // Still behind: still read past. Once the cache shows the server's version: done.
+  EXPECT_EQ(next.StaleInCache(Shared(behind)), stale);
+  const model::Snapshot caughtUp = Read();
+  model::Snapshot again = caughtUp;
+  next.ReadPast(Shared(caughtUp), next.StaleInCache(Shared(caughtUp)), again.devices);
+  EXPECT_TRUE(next.StaleInCache(Shared(caughtUp)).empty());
+
+  // A cache showing an older version of a device than the list is marked as well.
+  Binder third(*client_, leading_);
+  EXPECT_EQ(third.Resync(Shared(before), listed), 1);  // d1: Pending in the cache, Bound listed
+  EXPECT_EQ(third.StaleInCache(Shared(before)), stale);
+  EXPECT_EQ(Binder(*client_, leading_).Resync(Shared(caughtUp), listed), 0);
+}
+
+TEST_F(BinderTest, D4_AnAnswersOnlyPassWritesTheMoveThatFreesTheUnitItAnswersWith) {
+  // n2 joins with one unit; class pool-a serves only nodes labelled pool=a, which n1 no longer
+  // is. d1 (pool-a) holds n1's unit and must move to n2; d3 (a100, any node) asks to be bound
+  // and the plan gives it the unit d1's move frees on n1.
+  server_->Seed({{"apiVersion", "v1"},
+                 {"kind", "Node"},
+                 {"metadata", {{"name", "n2"}, {"labels", {{"pool", "a"}}}}},
+                 {"status", {{"conditions", {{{"type", "Ready"}, {"status", "True"}}}}}}});
+  server_->Seed(
+      {{"apiVersion", "gpu.cozystack.io/v1alpha1"},
+       {"kind", "GPUNode"},
+       {"metadata", {{"name", "n2"}}},
+       {"status",
+        {{"resourceNames", {"nvidia.com/GA100"}},
+         {"devices",
+          {{{"pciAddress", "0000:3b:00.0"},
+            {"resources",
+             {{{"name", "nvidia.com/GA100"}, {"allocatable", 1}, {"allocated", 0}}}}}}}}}});
+  server_->Seed({{"apiVersion", "gpu.cozystack.io/v1alpha1"},
+                 {"kind", "GPUClass"},
+                 {"metadata", {{"name", "pool-a"}}},
+                 {"spec",
+                  {{"vendor", "nvidia"},
+                   {"model", "A100"},
+                   {"mode", "passthrough"},
+                   {"nodeSelector", {{"matchLabels", {{"pool", "a"}}}}},
+                   {"source", {{"devicePlugin", {{"resourceName", "nvidia.com/GA100"}}}}}}}});
+  const std::string devices = "/apis/gpu.cozystack.io/v1alpha1/namespaces/t1/gpudevices/";
+  client_->Delete(devices + "d2");
+  client_->MergePatch(devices + "d1", {{"spec", {{"className", "pool-a"}}}});
+  client_->MergePatch(devices + "d1/status",
+                      {{"status", {{"phase", "Bound"}, {"nodeName", "n1"}}}});
+  server_->Seed({{"apiVersion", "gpu.cozystack.io/v1alpha1"},
+                 {"kind", "GPUDevice"},
+                 {"metadata", {{"name", "d3"}, {"namespace", "t1"}}},
+                 {"spec", {{"className", "a100"}, {"count", 1}}}});
+  client_->MergePatch(
+      devices + "d3/status",
+      {{"status", {{"bindRequest", {{"id", "r1"}, {"requestedAt", "2026-12-01T00:00:00Z"}}}}}});
+  const model::Snapshot snapshot = Read();
+  std::map<std::string, std::pair<model::Action, std::string>> plan;
+  for (const model::Decision& d : model::Model(snapshot).PlanPass()) {
+    plan[d.deviceName] = {d.action, d.node};
+  }
+  ASSERT_EQ(plan["d1"], std::make_pair(model::Action::kMove, std::string("n2")));
+  ASSERT_EQ(plan["d3"], std::make_pair(model::Action::kBind, std::string("n1")));
+
+  Binder binder(*client_, leading_);
+  BinderResult pass = binder.Pass(snapshot, true, true, std::chrono::system_clock::now());
+  ASSERT_TRUE(pass.error.empty()) << pass.error;
+  EXPECT_EQ(pass.writes, 2);  // the move, then the answer it makes room for
+  const json d1 = client_->Get(devices + "d1");
+  const json d3 = client_->Get(devices + "d3");
+  EXPECT_EQ(d1["status"]["nodeName"], "n2");
+  EXPECT_EQ(d3["status"]["nodeName"], "n1");
+  EXPECT_EQ(d3["status"]["bindResponse"]["result"], "Succeeded");
 }
 
 TEST_F(BinderTest, NothingIsWrittenAfterSteppingDown) {

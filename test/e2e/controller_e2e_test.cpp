@@ -290,7 +290,10 @@ TEST_F(ControllerEndToEnd, D1_D2_TwoOrdersRaceForTheLastUnitAndOnlyTheLeaderPlac
   EXPECT_EQ(bound, 1) << Get("gpudevices", kTenant).dump(2);
   const auto writes = PlacementWrites();
   EXPECT_EQ(writes.size(), 1u);  // one write for one bound device
-  for (const auto& write : writes) EXPECT_EQ(write.bearerToken, "replica-a") << write.path;
+  // Not even a refused attempt from the standby: it never tries.
+  for (const auto& write : PlacementWrites(true)) {
+    EXPECT_EQ(write.bearerToken, "replica-a") << write.path << " " << write.status;
+  }
   EXPECT_NE(Metrics("replica-a").find("gpu_controller_binder_decisions_total{action=\"bind\"}"),
             std::string::npos);
 }
@@ -343,6 +346,51 @@ TEST_F(ControllerEndToEnd, D3_ADelayedDeviceWatchAndTwoRequestsForTheLastUnitBin
   EXPECT_NE(metrics.find("gpu_controller_binder_conflicts_total 0\n"), std::string::npos)
       << metrics;
   EXPECT_EQ(PlacementWrites().size(), 1u);
+}
+
+// D3 across a leader change: the new leader's device cache lags a move the last leader wrote.
+// Planned from that cache alone, the moved device still holds its old unit and the new unit
+// it took looks free, so the waiting order would be bound there too: one unit booked twice.
+TEST_F(ControllerEndToEnd, D3_ANewLeaderWhoseCacheLagsTheLastLeadersMoveBooksNoUnitTwice) {
+  GpuNode("n1", 1);
+  GpuNode("n2", 0);
+  Apply(Class("a100"));  // onCordon Move, the CRD's default
+  StartReplica("replica-a", {"--enable-gpu"});
+  ASSERT_TRUE(WaitFor([&] { return Holder() == "replica-a"; })) << Logs();
+  StartReplica("replica-b", {"--enable-gpu"});
+  Apply(Device("d1"));
+  ASSERT_TRUE(WaitFor([&] { return Phase("d1") == "Bound"; })) << Logs();
+  Apply(Device("d2"));  // no room: it waits
+  WaitProtected("d2");
+  std::this_thread::sleep_for(1s);  // both replicas' caches show d1 on n1 and d2 waiting
+  auto nodeOf = [&](const std::string& device) {
+    const json object = Get("gpudevice " + device, kTenant);
+    return object.is_object() ? object["status"].value("nodeName", "") : std::string();
+  };
+  ASSERT_EQ(nodeOf("d1"), "n1");
+  // Every device watch stalls: both replicas' device caches freeze.
+  fake::Fault stall;
+  stall.pathPrefix = "/apis/gpu.cozystack.io/v1alpha1/gpudevices";
+  stall.watchOnly = true;
+  stall.latencyMs = 10000;
+  server_->AddFault(stall);
+  server_->DropWatches();
+  std::this_thread::sleep_for(300ms);
+  // n1 is cordoned, then n2 gains a unit: the leader moves d1 to n2 (d2 still has no room).
+  Kubectl("cordon n1");
+  std::this_thread::sleep_for(300ms);
+  GpuNode("n2", 1);
+  ASSERT_TRUE(WaitFor([&] { return nodeOf("d1") == "n2"; }, 5s)) << Logs();
+  // The leader goes; the standby leads with a cache still showing d1 on n1.
+  StopReplica("replica-a");
+  ASSERT_TRUE(WaitFor([&] { return Holder() == "replica-b"; }, 10s)) << Logs();
+  Kubectl("uncordon n1");  // n1 takes binds again: d2 has room there, and only there
+  ASSERT_TRUE(WaitFor([&] { return Phase("d2") == "Bound"; }, 8s)) << Logs();
+  EXPECT_EQ(nodeOf("d1"), "n2");
+  EXPECT_EQ(nodeOf("d2"), "n1") << "d2 was booked onto the unit d1 holds";
+  server_->ClearFaults();
+  EXPECT_NE(Log("replica-b").find("binder read the devices from the API server"), std::string::npos)
+      << Log("replica-b");
 }
 
 TEST_F(ControllerEndToEnd, D4_BindRequestIsAnsweredWhileUsageRecordWritesAreSlow) {
@@ -640,8 +688,8 @@ TEST_F(ControllerEndToEnd, D1_ALeaderChangeInTheMiddleOfAPassWritesEachPlacement
   std::map<std::string, int> perDevice;
   std::chrono::steady_clock::time_point lastOfA{},
       firstOfB = std::chrono::steady_clock::time_point::max();
-  for (const auto& write : PlacementWrites()) {
-    ++perDevice[write.path];
+  for (const auto& write : PlacementWrites()) ++perDevice[write.path];
+  for (const auto& write : PlacementWrites(true)) {  // attempts too: who tried to write, when
     if (write.bearerToken == "replica-a") lastOfA = std::max(lastOfA, write.received);
     if (write.bearerToken == "replica-b") firstOfB = std::min(firstOfB, write.received);
   }

@@ -228,11 +228,12 @@ class ControllerEndToEnd : public ::testing::Test {
     }
     return object["status"].value("phase", "");
   }
-  // Placement writes in the request log: status patches that set a phase.
-  std::vector<fake::LoggedRequest> PlacementWrites() {
+  // Placement writes in the request log: status patches that set a phase; those that applied,
+  // or with `attempts` every one the server was sent, refused or not (who tried to write).
+  std::vector<fake::LoggedRequest> PlacementWrites(bool attempts = false) {
     std::vector<fake::LoggedRequest> writes;
     for (const auto& request : server_->Requests()) {
-      if (request.method == "PATCH" && request.status < 300 &&
+      if (request.method == "PATCH" && (attempts || request.status < 300) &&
           request.path.find("/gpudevices/") != std::string::npos &&
           request.path.ends_with("/status") &&
           request.body.find("\"phase\"") != std::string::npos) {
