@@ -30,7 +30,11 @@ namespace {
 using nlohmann::json;
 using namespace std::chrono_literals;
 
+#ifdef COZY_SANITIZED
+constexpr int kDevices = 10000;  // a quarter under the sanitizers (test/kube/CMakeLists.txt)
+#else
 constexpr int kDevices = 40000;
+#endif
 constexpr int kNamespaces = 40;  // tenants, 1,000 devices each
 constexpr int kNodes = 400;      // 100 devices bound to each
 // At least this many relists, and relists for at least two renew deadlines, so that a Lease
