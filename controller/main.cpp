@@ -1,6 +1,6 @@
 // gpu-controller: the GPU catalog's controller. `run` is the daemon (leader election, caches,
-// the GPU reconciler; the binder and the webhooks join it in later issues); `simulate` runs the
-// shared model offline on a snapshot file.
+// the GPU reconciler, and with --enable-gpu the binder and the admission webhooks); `simulate`
+// runs the shared model offline on a snapshot file.
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <iostream>

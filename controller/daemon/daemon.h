@@ -2,7 +2,8 @@
 // (classes, devices, GPUNodes, the settings ConfigMap; with --enable-gpu, VMIs once their kind
 // is served; Cozystack's usage-record kinds once served) and campaigns for the Lease; the
 // leader runs the GPU reconciler (controller/reconciler), which always runs, GPUs on or off
-// (G1). Placement and admission join in later issues and read the same caches.
+// (G1). With --enable-gpu the leader's binder places orders (controller/binder) and every
+// replica serves the admission webhooks (controller/webhook), all from the same caches.
 //
 // Threads: the event loop (signals, timers, health), one thread per cache, the elector's, the
 // discovery refresher's and the reconciler's worker. Passes never overlap: events that arrive

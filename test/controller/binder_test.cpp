@@ -38,6 +38,9 @@ class BinderTest : public ::testing::Test {
           {{"resourceNames", {"nvidia.com/GA100"}},
            {"devices",
             {{{"pciAddress", "0000:3b:00.0"},
+              {"vendorID", "10de"},
+              {"deviceID", "20b5"},
+              {"classCode", "030200"},
               {"resources",
                {{{"name", "nvidia.com/GA100"}, {"allocatable", 1}, {"allocated", 0}}}}}}}}}});
     server_->Seed({{"apiVersion", "gpu.cozystack.io/v1alpha1"},
@@ -187,6 +190,9 @@ TEST_F(BinderTest, D4_AnAnswersOnlyPassWritesTheMoveThatFreesTheUnitItAnswersWit
         {{"resourceNames", {"nvidia.com/GA100"}},
          {"devices",
           {{{"pciAddress", "0000:3b:00.0"},
+            {"vendorID", "10de"},
+            {"deviceID", "20b5"},
+            {"classCode", "030200"},
             {"resources",
              {{{"name", "nvidia.com/GA100"}, {"allocatable", 1}, {"allocated", 0}}}}}}}}}});
   server_->Seed({{"apiVersion", "gpu.cozystack.io/v1alpha1"},
@@ -227,6 +233,59 @@ TEST_F(BinderTest, D4_AnAnswersOnlyPassWritesTheMoveThatFreesTheUnitItAnswersWit
   EXPECT_EQ(d1["status"]["nodeName"], "n2");
   EXPECT_EQ(d3["status"]["nodeName"], "n1");
   EXPECT_EQ(d3["status"]["bindResponse"]["result"], "Succeeded");
+}
+
+TEST_F(BinderTest, TakesBindsSaysWhyANodeDoesNotAndIsWrittenOnlyWhenItChanges) {
+  auto node = [](const std::string& name, const std::string& ready, json spec) {
+    return json{{"apiVersion", "v1"},
+                {"kind", "Node"},
+                {"metadata", {{"name", name}}},
+                {"spec", spec},
+                {"status", {{"conditions", {{{"type", "Ready"}, {"status", ready}}}}}}};
+  };
+  server_->Seed(node("cordoned", "True", {{"unschedulable", true}}));
+  server_->Seed(node("down", "False", json::object()));
+  server_->Seed(node("tainted", "True",
+                     {{"taints", {{{"key", "gpu-maintenance"}, {"effect", "NoSchedule"}}}}}));
+  for (const std::string name : {"cordoned", "down", "tainted", "no-node"}) {
+    server_->Seed({{"apiVersion", "gpu.cozystack.io/v1alpha1"},
+                   {"kind", "GPUNode"},
+                   {"metadata", {{"name", name}}},
+                   {"status", {{"resourceNames", json::array()}, {"devices", json::array()}}}});
+  }
+  auto condition = [&](const std::string& name) {
+    const json object = client_->Get("/apis/gpu.cozystack.io/v1alpha1/gpunodes/" + name);
+    for (const json& c : object["status"].value("conditions", json::array())) {
+      if (c["type"] == "TakesBinds") return c;
+    }
+    return json();
+  };
+  Binder binder(*client_, leading_);
+  const auto now = std::chrono::system_clock::now();
+  EXPECT_EQ(binder.WriteNodeConditions(Read(), now), 5);
+  EXPECT_EQ(condition("n1")["status"], "True");
+  EXPECT_EQ(condition("n1")["reason"], "Eligible");
+  const std::map<std::string, std::string> reasons = {{"cordoned", "Cordoned"},
+                                                      {"down", "NotReady"},
+                                                      {"tainted", "Tainted"},
+                                                      {"no-node", "NodeMissing"}};
+  for (const auto& [name, reason] : reasons) {
+    const json c = condition(name);
+    EXPECT_EQ(c["status"], "False") << name;
+    EXPECT_EQ(c["reason"], reason) << name;
+    EXPECT_FALSE(c.value("message", "").empty()) << name;
+  }
+  EXPECT_NE(condition("tainted")["message"].get<std::string>().find("gpu-maintenance"),
+            std::string::npos)
+      << condition("tainted");
+  // Unchanged: nothing written. The cordon lifted: only that node, its transition time moved.
+  EXPECT_EQ(binder.WriteNodeConditions(Read(), now + std::chrono::seconds(5)), 0);
+  const json before = condition("cordoned");
+  client_->MergePatch("/api/v1/nodes/cordoned", {{"spec", {{"unschedulable", false}}}});
+  EXPECT_EQ(binder.WriteNodeConditions(Read(), now + std::chrono::seconds(10)), 1);
+  const json after = condition("cordoned");
+  EXPECT_EQ(after["status"], "True");
+  EXPECT_NE(after["lastTransitionTime"], before["lastTransitionTime"]);
 }
 
 TEST_F(BinderTest, NothingIsWrittenAfterSteppingDown) {

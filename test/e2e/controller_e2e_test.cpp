@@ -32,6 +32,58 @@ TEST_F(ControllerEndToEnd, G8_OneLeaseHolderAndTheStandbyLeadsSoonAfterTheLeader
   EXPECT_GE(lease["spec"].value("leaseTransitions", 0), 1);
 }
 
+// G1 with GPUs off, as a hoster's monitoring sees it: /healthz and /readyz answer once the
+// caches have listed; a 409 on the class finalizer's first write is counted as a conflict, the
+// write it left undone shows as queue depth until a later pass makes it, and each pass is timed.
+TEST_F(ControllerEndToEnd, G1_HealthAndTheReconcilersMetricsWithGpusOff) {
+  Apply(Class("a100"));
+  fake::Fault conflict = fake::Fault::Answer(409, 1, "PATCH");
+  conflict.pathPrefix = "/apis/gpu.cozystack.io/v1alpha1/gpuclasses";
+  server_->AddFault(conflict);
+  StartReplica("replica-a");
+  ASSERT_TRUE(WaitFor([&] { return Holder() == "replica-a"; }, 15s)) << Logs();
+  ASSERT_TRUE(WaitFor([&] {
+    return HasFinalizer(Get("gpuclass a100"), "gpu.cozystack.io/class-protection");
+  })) << Logs();
+  const std::string base = "http://127.0.0.1:" + std::to_string(ports_["replica-a"]);
+  for (const char* path : {"/healthz", "/readyz"}) {  // as of the loop's next tick (1 s)
+    EXPECT_TRUE(WaitFor([&] {
+      return testing::RunCommand("curl -s -o /dev/null -w '%{http_code}' " + base + path).out ==
+             "200";
+    })) << path;
+  }
+  // The metrics, too, as of the last tick: wait for the write after the conflict.
+  std::string metrics;
+  ASSERT_TRUE(WaitFor([&] {
+    metrics = Metrics("replica-a");
+    return metrics.find("{kind=\"GPUClass\",result=\"ok\"} 1\n") != std::string::npos;
+  })) << metrics;
+  EXPECT_NE(metrics.find("gpu_controller_queue_depth 0\n"), std::string::npos) << metrics;
+  for (const std::string sample :
+       {"gpu_controller_leader 1\n", "gpu_controller_leader_acquisitions_total 1\n",
+        "gpu_controller_lease_transitions 0\n", "gpu_controller_conflicts_total 1\n",
+        "gpu_controller_writes_total{kind=\"GPUClass\",result=\"conflict\"} 1\n",
+        "gpu_controller_writes_total{kind=\"GPUClass\",result=\"ok\"} 1\n"}) {
+    EXPECT_NE(metrics.find(sample), std::string::npos) << sample << metrics;
+  }
+  for (const std::string zero : {"gpu_controller_reconcile_passes_total 0\n",
+                                 "gpu_controller_reconcile_duration_seconds_count 0\n"}) {
+    EXPECT_EQ(metrics.find(zero), std::string::npos) << zero << metrics;
+  }
+  EXPECT_NE(metrics.find("gpu_controller_reconcile_duration_seconds_count "), std::string::npos);
+  // A standby's: not leading, and the Lease's transitions as it reads them.
+  StartReplica("replica-b");
+  ASSERT_TRUE(WaitFor([&] {
+    return Metrics("replica-b").find("gpu_controller_leader 0\n") != std::string::npos;
+  })) << Logs();
+  // Ready too, though it writes nothing: a standby's caches are warm for the day it leads.
+  EXPECT_TRUE(WaitFor([&] {
+    return testing::RunCommand("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:" +
+                               std::to_string(ports_["replica-b"]) + "/readyz")
+               .out == "200";
+  }));
+}
+
 TEST_F(ControllerEndToEnd, G9_ANonPositiveAttachmentGraceIsRefused) {
   for (const std::string grace : {"0s", "-1s", "0"}) {
     const auto result = testing::RunCommand(std::string(GPU_CONTROLLER) + " run --kubeconfig " +

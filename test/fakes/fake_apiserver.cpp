@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <ctime>
 #include <limits>
+#include <map>
 #include <sstream>
 
 #include "test/fakes/fake_apiserver_logic.h"
@@ -591,10 +592,15 @@ void FakeApiServer::Serve(const httplib::Request& request, httplib::Response& re
       response.set_content("Too many requests, please try again later.\n",
                            "text/plain; charset=utf-8");
     } else {
-      std::string reason = code == 503   ? "ServiceUnavailable"
-                           : code == 504 ? "Timeout"
-                           : code >= 500 ? "InternalError"
-                                         : "BadRequest";
+      // The Status reason the API server gives each code (metav1.StatusReason), so a client
+      // that reads the reason before the code classifies an injected answer as a real one.
+      static const std::map<int, std::string> kReasons = {
+          {401, "Unauthorized"}, {403, "Forbidden"}, {404, "NotFound"},           {409, "Conflict"},
+          {410, "Expired"},      {422, "Invalid"},   {503, "ServiceUnavailable"}, {504, "Timeout"}};
+      auto known = kReasons.find(code);
+      std::string reason = known != kReasons.end() ? known->second
+                           : code >= 500           ? "InternalError"
+                                                   : "BadRequest";
       json details = json::object();
       if (fault->retryAfterSeconds > 0) details["retryAfterSeconds"] = fault->retryAfterSeconds;
       SendJson(response, code, StatusBody(code, reason, "injected fault", details));
