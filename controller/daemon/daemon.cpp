@@ -19,6 +19,7 @@
 #include "api/keys.h"
 #include "api/usage_record.h"
 #include "controller/binder/binder.h"
+#include "controller/binder/loop.h"
 #include "controller/model/readers.h"
 #include "controller/reconciler/apply.h"
 #include "controller/reconciler/plan.h"
@@ -118,13 +119,7 @@ struct PassResult {
   std::string error;  // the pass could not run (e.g. a decode failure)
 };
 
-struct BinderPassResult {
-  bool answersOnly = false;
-  double seconds = 0;
-  BinderResult result;
-};
-
-class Controller : public webhook::ClusterSource {
+class Controller : public webhook::ClusterSource, public BinderSource {
  public:
   Controller(const RunOptions& options, kube::ClientConfig config)
       : options_(options),
@@ -174,11 +169,7 @@ class Controller : public webhook::ClusterSource {
           return cache;
         }),
         applier_(client_, leading_),
-        binder_(client_, leading_, identity_),
         worker_("reconciler"),
-        binderWorker_("binder"),
-        binderDuration_({0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30}),
-        answerLatency_({0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30}),
         passDuration_({0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30}) {
     kube::LeaderElectionOptions election;
     election.leaseNamespace = options.namespaceName;
@@ -188,7 +179,7 @@ class Controller : public webhook::ClusterSource {
     election.renewDeadline = options.renewDeadline;
     election.retryPeriod = options.retryPeriod;
     election.onStartedLeading = [this] {
-      binderResync_ = true;  // before leading_: the first pass reads the server (D3)
+      if (binder_) binder_->TookTheLead();  // before leading_: its first pass lists (D3)
       leading_ = true;
       loop_.Post([this] {
         ++acquisitions_;
@@ -221,6 +212,7 @@ class Controller : public webhook::ClusterSource {
           client_, kube::ResourcePath("", "v1", "nodes"), NodeFromJson);
       pods_ = std::make_unique<kube::Cache<model::Pod>>(
           client_, kube::ResourcePath("", "v1", "pods"), PodFromJson);
+      binder_ = std::make_unique<BinderLoop>(loop_, client_, leading_, identity_, *this);
     }
   }
 
@@ -274,7 +266,7 @@ class Controller : public webhook::ClusterSource {
     if (options_.enableGpu) StartWebhooks();
 
     passTimer_ = loop_.AddTimer("reconcile", [this] { StartPass(); });
-    binderTimer_ = loop_.AddTimer("bind", [this] { StartBinderPass(); });
+    if (binder_) binder_->Start();
     resyncTimer_ = loop_.AddTimer("resync", [this] { Trigger(); });
     tick_ = loop_.AddTimer("tick", [this] { Tick(); });
     tick_.Arm(std::chrono::milliseconds(0));
@@ -346,7 +338,7 @@ class Controller : public webhook::ClusterSource {
   // Loop thread: a pass soon, collapsing a burst of changes into one.
   void Trigger() {
     if (stopping_) return;
-    TriggerBinder();
+    if (binder_) binder_->Trigger();
     if (passRunning_) {
       dirty_ = true;
       return;
@@ -376,93 +368,18 @@ class Controller : public webhook::ClusterSource {
     return true;
   }
 
-  // Loop thread: the binder's next pass. An unanswered bind request gets a pass that only
-  // answers, at once (D4); anything else a full pass after a short debounce.
-  void TriggerBinder() {
-    if (!options_.enableGpu || stopping_ || !leading_) return;
-    if (devices_.IndexKeys("pending", "pending").empty()) {
-      if (!binderTimer_.Armed()) binderTimer_.Arm(std::chrono::milliseconds(50));
-      binderFull_ = true;
-    } else {
-      binderAnswers_ = true;
-      binderTimer_.Arm(std::chrono::milliseconds(0));
-    }
+  // BinderSource, for the binder's loop.
+  bool BinderCachesSynced() const override { return Ready(); }
+  bool AnyUnansweredRequest() const override {
+    return !devices_.IndexKeys("pending", "pending").empty();
   }
-
-  void StartBinderPass() {
-    if (stopping_ || !leading_ || !Ready()) return;
-    if (binderRunning_) {
-      binderAgain_ = true;
-      return;
-    }
-    // A full pass answers too; an answers-only pass goes first when both are due.
-    const bool answersOnly = binderAnswers_ && binderFull_ ? true : !binderFull_;
-    if (answersOnly) {
-      binderAnswers_ = false;
-    } else {
-      binderFull_ = false;
-      binderAnswers_ = false;
-    }
-    binderRunning_ = true;
-    binderWorker_.Run([this, answersOnly] {
-      BinderPassResult pass = RunBinderPass(answersOnly);
-      loop_.Post([this, pass = std::move(pass)]() mutable { BinderPassDone(std::move(pass)); });
-    });
-  }
-
-  // Binder worker.
-  BinderPassResult RunBinderPass(bool answersOnly) {
-    const auto started = std::chrono::steady_clock::now();
-    BinderPassResult pass;
-    pass.answersOnly = answersOnly;
-    try {
-      model::Snapshot snapshot;
-      auto cachedDevices = devices_.List();
-      if (binderResync_.load()) {
-        // D3 across a leader change: the cache may lag the last leader's writes, which this
-        // binder's own markers know nothing of. One list from the server marks each device
-        // the cache shows otherwise, read past until the cache shows the server's version.
-        std::vector<api::GpuDevice> listed;
-        const nlohmann::json list =
-            client_.List(kube::ResourcePath(api::kGroup, api::kVersion, "gpudevices"));
-        for (const nlohmann::json& item : list["items"]) {
-          listed.push_back(api::GpuDeviceFromJson(item));
-        }
-        pass.result.resyncMarked = binder_.Resync(cachedDevices, listed);
-        binderResync_ = false;
-        LogInfo("binder read the devices from the API server on taking the lead",
-                LogFields{{"devices", std::to_string(listed.size())},
-                          {"cacheBehind", std::to_string(pass.result.resyncMarked)}});
-      }
-      // D3: the cache must show this binder's last writes; give the watch a moment, then read
-      // the devices it still shows stale past it.
-      std::vector<std::string> stale = binder_.StaleInCache(cachedDevices);
-      for (int i = 0; i < 10 && !stale.empty(); ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        cachedDevices = devices_.List();
-        stale = binder_.StaleInCache(cachedDevices);
-      }
-      const int readPast = binder_.ReadPast(cachedDevices, stale, snapshot.devices);
-      const bool vmisKnown = FillSnapshot(snapshot);
-      const auto now = std::chrono::system_clock::now();
-      const int resyncMarked = pass.result.resyncMarked;
-      pass.result = binder_.Pass(snapshot, answersOnly, vmisKnown, now);
-      pass.result.readPastCache = readPast;
-      pass.result.resyncMarked = resyncMarked;
-      if (!answersOnly) {
-        pass.result.conditionWrites = binder_.WriteNodeConditions(snapshot, now);
-      }
-    } catch (const std::exception& error) {
-      pass.result.error = error.what();
-    }
-    pass.seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    return pass;
+  std::vector<std::shared_ptr<const api::GpuDevice>> CachedDevices() const override {
+    return devices_.List();
   }
 
   // Everything but the devices, as the caches show it; returns whether the VMIs are known
   // (their kind served and its cache synced). Any thread.
-  bool FillSnapshot(model::Snapshot& snapshot) const {
+  bool FillSnapshot(model::Snapshot& snapshot) const override {
     for (const auto& item : namespaces_->List()) snapshot.namespaces.push_back(*item);
     for (const auto& item : quotas_->List()) snapshot.quotas.push_back(*item);
     for (const auto& item : nodes_->List()) snapshot.nodes.push_back(*item);
@@ -523,45 +440,6 @@ class Controller : public webhook::ClusterSource {
       if (!all.empty()) return *all.front();
     }
     return {};
-  }
-
-  void BinderPassDone(BinderPassResult pass) {
-    binderRunning_ = false;
-    ++binderPasses_[pass.answersOnly ? "answers" : "full"];
-    binderDuration_.Observe(pass.seconds);
-    for (const auto& [action, count] : pass.result.decisions) {
-      binderDecisions_[action] += count;
-    }
-    binderWrites_ += pass.result.writes;
-    conditionWrites_ += pass.result.conditionWrites;
-    events_ += pass.result.events;
-    eventsSuppressed_ += pass.result.eventsSuppressed;
-    binderConflicts_ += pass.result.conflicts;
-    binderFailures_ += pass.result.failures;
-    binderReadsPastCache_ += pass.result.readPastCache;
-    for (double latency : pass.result.answerLatencies) answerLatency_.Observe(latency);
-    if (!pass.result.error.empty()) {
-      ++binderErrors_;
-      if (pass.result.error != lastBinderError_) {
-        LogWarning("binder pass did not run", LogFields{{"error", pass.result.error}});
-      }
-      lastBinderError_ = pass.result.error;
-    } else {
-      lastBinderError_.clear();
-    }
-    // A failed or refused pass runs again soon; an answers-only pass is followed by the full
-    // pass it left the rest to.
-    if (pass.result.incomplete || !pass.result.error.empty()) {
-      binderFull_ = true;
-      binderTimer_.Arm(std::chrono::milliseconds(pass.result.error.empty() ? 50 : 1000));
-    } else if (pass.answersOnly) {
-      binderFull_ = true;
-      binderTimer_.Arm(std::chrono::milliseconds(50));
-    }
-    if (binderAgain_) {
-      binderAgain_ = false;
-      TriggerBinder();
-    }
   }
 
   void StartPass() {
@@ -801,51 +679,7 @@ class Controller : public webhook::ClusterSource {
                waiting_.attachmentsInGrace);
     out.Sample("gpu_controller_waiting", runtime::Label("for", "vmi-unknown"),
                waiting_.vmisUnknown);
-    if (options_.enableGpu) {
-      out.Family("gpu_controller_binder_passes_total", "counter",
-                 "Binder passes: full, or answers only (bind requests first).");
-      for (const auto& [kind, count] : binderPasses_) {
-        out.Sample("gpu_controller_binder_passes_total", runtime::Label("kind", kind),
-                   static_cast<double>(count));
-      }
-      out.Family("gpu_controller_binder_pass_duration_seconds", "histogram",
-                 "Time of one binder pass: snapshot, model and writes.");
-      binderDuration_.Write(out, "gpu_controller_binder_pass_duration_seconds");
-      out.Family("gpu_controller_binder_decisions_total", "counter",
-                 "The model's decisions by action, summed over passes.");
-      for (const auto& [action, count] : binderDecisions_) {
-        out.Sample("gpu_controller_binder_decisions_total", runtime::Label("action", action),
-                   static_cast<double>(count));
-      }
-      out.Family("gpu_controller_binder_writes_total", "counter",
-                 "Placement and answer writes that applied.");
-      out.Sample("gpu_controller_binder_writes_total", "", static_cast<double>(binderWrites_));
-      out.Family("gpu_controller_node_condition_writes_total", "counter",
-                 "GPUNode TakesBinds conditions written (only when they change).");
-      out.Sample("gpu_controller_node_condition_writes_total", "",
-                 static_cast<double>(conditionWrites_));
-      out.Family("gpu_controller_events_total", "counter",
-                 "Events written for tenants (written) and repeats held back (suppressed).");
-      out.Sample("gpu_controller_events_total", runtime::Label("result", "written"),
-                 static_cast<double>(events_));
-      out.Sample("gpu_controller_events_total", runtime::Label("result", "suppressed"),
-                 static_cast<double>(eventsSuppressed_));
-      out.Family("gpu_controller_binder_conflicts_total", "counter",
-                 "Placement writes refused with 409 (the pass stops; the next re-reads).");
-      out.Sample("gpu_controller_binder_conflicts_total", "",
-                 static_cast<double>(binderConflicts_));
-      out.Family("gpu_controller_binder_failures_total", "counter",
-                 "Placement writes that failed otherwise, and passes that could not run.");
-      out.Sample("gpu_controller_binder_failures_total", "",
-                 static_cast<double>(binderFailures_ + binderErrors_));
-      out.Family("gpu_controller_binder_device_reads_total", "counter",
-                 "GPUDevices read past a cache still behind the binder's writes (D3).");
-      out.Sample("gpu_controller_binder_device_reads_total", "",
-                 static_cast<double>(binderReadsPastCache_));
-      out.Family("gpu_controller_bind_answer_seconds", "histogram",
-                 "From a bind request's requestedAt to the binder's answer.");
-      answerLatency_.Write(out, "gpu_controller_bind_answer_seconds");
-    }
+    if (binder_) binder_->WriteMetrics(out);
     if (webhooks_) {
       out.Family("gpu_controller_admission_total", "counter",
                  "Admission answers by webhook and result (allowed, refused, error).");
@@ -923,7 +757,7 @@ class Controller : public webhook::ClusterSource {
     LogInfo("stopping: finishing the pass in flight, then releasing the Lease");
     runtime::Notify("STOPPING=1");
     leading_ = false;  // the pass in flight makes no further writes
-    binderWorker_.Stop();
+    if (binder_) binder_->Stop();
     worker_.Stop();
     elector_->Stop();  // a leader releases the Lease (G8)
     loop_.Exit(0);
@@ -959,33 +793,13 @@ class Controller : public webhook::ClusterSource {
   OptionalCache<nlohmann::json> monitors_;
   std::unique_ptr<kube::LeaderElector> elector_;
   std::atomic<bool> leading_{false};
-  std::atomic<bool> binderResync_{false};  // the next binder pass lists the devices first
-  Applier applier_;                        // the worker's
-  Binder binder_;                          // the binder worker's
+  Applier applier_;                     // the worker's
+  std::unique_ptr<BinderLoop> binder_;  // with --enable-gpu
   runtime::Worker worker_;
-  runtime::Worker binderWorker_;
   runtime::HealthServer health_;
   runtime::Timer passTimer_;
   runtime::Timer resyncTimer_;
   runtime::Timer tick_;
-  runtime::Timer binderTimer_;
-  bool binderRunning_ = false;
-  bool binderAgain_ = false;
-  bool binderFull_ = false;
-  bool binderAnswers_ = false;
-  std::map<std::string, int64_t> binderPasses_;
-  runtime::Histogram binderDuration_;
-  runtime::Histogram answerLatency_;
-  std::map<std::string, int64_t> binderDecisions_;
-  int64_t binderWrites_ = 0;
-  int64_t conditionWrites_ = 0;
-  int64_t events_ = 0;
-  int64_t eventsSuppressed_ = 0;
-  int64_t binderConflicts_ = 0;
-  int64_t binderFailures_ = 0;
-  int64_t binderErrors_ = 0;
-  int64_t binderReadsPastCache_ = 0;
-  std::string lastBinderError_;
   bool stopping_ = false;
   bool passRunning_ = false;
   bool dirty_ = false;

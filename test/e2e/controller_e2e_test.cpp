@@ -215,6 +215,32 @@ TEST_F(ControllerEndToEnd, D13_D16_ReleasedDeviceAndItsRecordStayUntilTheVmiEnds
       << Logs();
 }
 
+// D13 with GPUs off: no VMI cache (KubeVirt may not even be watched), so the reconciler asks
+// for the attached VMI by name. While it runs, the released device and its binding stay; once
+// it is gone (seen at the next resync, as nothing watches VMIs), the device goes.
+TEST_F(ControllerEndToEnd, D13_WithGpusOffAReleasedDeviceStaysWhileItsVmiRuns) {
+  StartReplica("replica-a");
+  Apply(Class("a100"));
+  Apply(Vmi("vm1"));
+  Apply(Device("d1"));
+  WaitProtected("d1");
+  PatchStatus("d1", {{"phase", "Bound"},
+                     {"nodeName", "n1"},
+                     {"attachment", {{"vmiName", "vm1"}, {"vmiUID", VmiUid("vm1")}}}});
+  Kubectl("-n " + kTenant + " delete gpudevice d1 --wait=false");
+  std::this_thread::sleep_for(2500ms);  // two resyncs
+  const json released = Get("gpudevice d1", kTenant);
+  ASSERT_TRUE(released.is_object()) << Logs();
+  EXPECT_TRUE(released["metadata"].contains("deletionTimestamp"));
+  EXPECT_EQ(released["status"]["nodeName"], "n1");
+  EXPECT_EQ(released["status"]["attachment"]["vmiName"], "vm1");
+  EXPECT_NE(Metrics("replica-a").find("gpu_controller_waiting{for=\"vmi-in-use\"} 1"),
+            std::string::npos)
+      << Metrics("replica-a");
+  Kubectl("-n " + kTenant + " delete vmi vm1");
+  ASSERT_TRUE(WaitFor([&] { return Get("gpudevice d1", kTenant).is_null(); })) << Logs();
+}
+
 TEST_F(ControllerEndToEnd, D14_TemplateDeviceGoesWithItsVmiAndAHeldOrderStays) {
   GpuNode("n1", 2);  // with GPUs on the binder keeps what it places only on a real node
   StartReplica("replica-a", {"--enable-gpu"});

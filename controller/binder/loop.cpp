@@ -1,0 +1,191 @@
+#include "controller/binder/loop.h"
+
+#include <thread>
+#include <utility>
+
+#include "api/keys.h"
+#include "runtime/log.h"
+
+namespace cozy::controller {
+
+using runtime::LogFields;
+
+BinderLoop::BinderLoop(runtime::Loop& loop, kube::Client& client, const std::atomic<bool>& leading,
+                       std::string identity, BinderSource& source)
+    : loop_(loop),
+      client_(client),
+      leading_(leading),
+      source_(source),
+      binder_(client, leading, std::move(identity)),
+      worker_("binder"),
+      duration_({0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30}),
+      answerLatency_({0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30}) {}
+
+void BinderLoop::Start() {
+  timer_ = loop_.AddTimer("bind", [this] { StartPass(); });
+}
+
+void BinderLoop::Trigger() {
+  if (stopping_ || !leading_) return;
+  if (source_.AnyUnansweredRequest()) {
+    answers_ = true;
+    timer_.Arm(std::chrono::milliseconds(0));
+  } else {
+    if (!timer_.Armed()) timer_.Arm(std::chrono::milliseconds(50));
+    full_ = true;
+  }
+}
+
+void BinderLoop::Stop() {
+  stopping_ = true;
+  worker_.Stop();
+}
+
+void BinderLoop::StartPass() {
+  if (stopping_ || !leading_ || !source_.BinderCachesSynced()) return;
+  if (running_) {
+    again_ = true;
+    return;
+  }
+  // A full pass answers too; an answers-only pass goes first when both are due.
+  const bool answersOnly = answers_ || !full_;
+  if (!answersOnly) full_ = false;
+  answers_ = false;
+  running_ = true;
+  worker_.Run([this, answersOnly] {
+    PassResult pass = RunPass(answersOnly);
+    loop_.Post([this, pass = std::move(pass)]() mutable { PassDone(std::move(pass)); });
+  });
+}
+
+BinderLoop::PassResult BinderLoop::RunPass(bool answersOnly) {
+  const auto started = std::chrono::steady_clock::now();
+  PassResult pass;
+  pass.answersOnly = answersOnly;
+  try {
+    model::Snapshot snapshot;
+    auto cachedDevices = source_.CachedDevices();
+    int resyncMarked = 0;
+    if (resync_.load()) {
+      // D3 across a leader change: the cache may lag the last leader's writes, which this
+      // binder's own markers know nothing of. One list from the server marks each device the
+      // cache shows otherwise, read past until the cache shows the server's version.
+      std::vector<api::GpuDevice> listed;
+      const nlohmann::json list =
+          client_.List(kube::ResourcePath(api::kGroup, api::kVersion, "gpudevices"));
+      for (const nlohmann::json& item : list["items"]) {
+        listed.push_back(api::GpuDeviceFromJson(item));
+      }
+      resyncMarked = binder_.Resync(cachedDevices, listed);
+      resync_ = false;
+      runtime::LogInfo("binder read the devices from the API server on taking the lead",
+                       LogFields{{"devices", std::to_string(listed.size())},
+                                 {"cacheBehind", std::to_string(resyncMarked)}});
+    }
+    // D3: the cache must show this binder's last writes; give the watch a moment, then read
+    // the devices it still shows stale past it.
+    std::vector<std::string> stale = binder_.StaleInCache(cachedDevices);
+    for (int i = 0; i < 10 && !stale.empty(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      cachedDevices = source_.CachedDevices();
+      stale = binder_.StaleInCache(cachedDevices);
+    }
+    const int readPast = binder_.ReadPast(cachedDevices, stale, snapshot.devices);
+    const bool vmisKnown = source_.FillSnapshot(snapshot);
+    const auto now = std::chrono::system_clock::now();
+    pass.result = binder_.Pass(snapshot, answersOnly, vmisKnown, now);
+    pass.result.readPastCache = readPast;
+    pass.result.resyncMarked = resyncMarked;
+    if (!answersOnly) {
+      pass.result.conditionWrites = binder_.WriteNodeConditions(snapshot, now);
+    }
+  } catch (const std::exception& error) {
+    pass.result.error = error.what();
+  }
+  pass.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return pass;
+}
+
+void BinderLoop::PassDone(PassResult pass) {
+  running_ = false;
+  ++passes_[pass.answersOnly ? "answers" : "full"];
+  duration_.Observe(pass.seconds);
+  for (const auto& [action, count] : pass.result.decisions) {
+    decisions_[action] += count;
+  }
+  writes_ += pass.result.writes;
+  conditionWrites_ += pass.result.conditionWrites;
+  events_ += pass.result.events;
+  eventsSuppressed_ += pass.result.eventsSuppressed;
+  conflicts_ += pass.result.conflicts;
+  failures_ += pass.result.failures;
+  readsPastCache_ += pass.result.readPastCache;
+  for (double latency : pass.result.answerLatencies) answerLatency_.Observe(latency);
+  if (!pass.result.error.empty()) {
+    ++errors_;
+    if (pass.result.error != lastError_) {
+      runtime::LogWarning("binder pass did not run", LogFields{{"error", pass.result.error}});
+    }
+    lastError_ = pass.result.error;
+  } else {
+    lastError_.clear();
+  }
+  // A failed or refused pass runs again soon; an answers-only pass is followed by the full
+  // pass it left the rest to.
+  if (pass.result.incomplete || !pass.result.error.empty()) {
+    full_ = true;
+    timer_.Arm(std::chrono::milliseconds(pass.result.error.empty() ? 50 : 1000));
+  } else if (pass.answersOnly) {
+    full_ = true;
+    timer_.Arm(std::chrono::milliseconds(50));
+  }
+  if (again_) {
+    again_ = false;
+    Trigger();
+  }
+}
+
+void BinderLoop::WriteMetrics(runtime::MetricsWriter& out) const {
+  out.Family("gpu_controller_binder_passes_total", "counter",
+             "Binder passes: full, or answers only (bind requests first).");
+  for (const auto& [kind, count] : passes_) {
+    out.Sample("gpu_controller_binder_passes_total", runtime::Label("kind", kind),
+               static_cast<double>(count));
+  }
+  out.Family("gpu_controller_binder_pass_duration_seconds", "histogram",
+             "Time of one binder pass: snapshot, model and writes.");
+  duration_.Write(out, "gpu_controller_binder_pass_duration_seconds");
+  out.Family("gpu_controller_binder_decisions_total", "counter",
+             "The model's decisions by action, summed over passes.");
+  for (const auto& [action, count] : decisions_) {
+    out.Sample("gpu_controller_binder_decisions_total", runtime::Label("action", action),
+               static_cast<double>(count));
+  }
+  out.Family("gpu_controller_binder_writes_total", "counter",
+             "Placement and answer writes that applied.");
+  out.Sample("gpu_controller_binder_writes_total", "", static_cast<double>(writes_));
+  out.Family("gpu_controller_node_condition_writes_total", "counter",
+             "GPUNode TakesBinds conditions written (only when they change).");
+  out.Sample("gpu_controller_node_condition_writes_total", "",
+             static_cast<double>(conditionWrites_));
+  out.Family("gpu_controller_events_total", "counter",
+             "Events written for tenants (written) and repeats held back (suppressed).");
+  out.Sample("gpu_controller_events_total", runtime::Label("result", "written"),
+             static_cast<double>(events_));
+  out.Sample("gpu_controller_events_total", runtime::Label("result", "suppressed"),
+             static_cast<double>(eventsSuppressed_));
+  out.Family("gpu_controller_binder_conflicts_total", "counter",
+             "Placement writes refused with 409 (the pass stops; the next re-reads).");
+  out.Sample("gpu_controller_binder_conflicts_total", "", static_cast<double>(conflicts_));
+  out.Family("gpu_controller_binder_failures_total", "counter",
+             "Placement writes that failed otherwise, and passes that could not run.");
+  out.Sample("gpu_controller_binder_failures_total", "", static_cast<double>(failures_ + errors_));
+  out.Family("gpu_controller_binder_device_reads_total", "counter",
+             "GPUDevices read past a cache still behind the binder's writes (D3).");
+  out.Sample("gpu_controller_binder_device_reads_total", "", static_cast<double>(readsPastCache_));
+  out.Family("gpu_controller_bind_answer_seconds", "histogram",
+             "From a bind request's requestedAt to the binder's answer.");
+  answerLatency_.Write(out, "gpu_controller_bind_answer_seconds");
+}
+
+}  // namespace cozy::controller

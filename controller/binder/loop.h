@@ -1,0 +1,106 @@
+// The binder's loop, on the leader with --enable-gpu: when passes run, what each pass reads and
+// what it counts. A change in any cache queues a full pass after a 50 ms debounce; an unanswered
+// bind request queues an answers-only pass at once (D4). Passes run on one worker thread of
+// their own, so they never overlap (D2) and the reconciler's slow writes never delay them.
+//
+// A pass reads the caches into a snapshot (through BinderSource, which the daemon implements
+// over its caches), past them where they lag the binder's writes or the last leader's (D3),
+// and hands it to the Binder, which asks the model and writes its decisions. The model never
+// sees I/O; the event loop and the caches stay the daemon's.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "api/gpudevice.h"
+#include "controller/binder/binder.h"
+#include "controller/model/snapshot.h"
+#include "kube/client.h"
+#include "runtime/loop.h"
+#include "runtime/metrics.h"
+#include "runtime/worker.h"
+
+namespace cozy::controller {
+
+// What a pass reads, from the daemon's caches.
+class BinderSource {
+ public:
+  virtual ~BinderSource() = default;
+  // Loop thread: whether every cache a pass reads has listed.
+  virtual bool BinderCachesSynced() const = 0;
+  // Loop thread: whether a cached device carries a bind request without its answer.
+  virtual bool AnyUnansweredRequest() const = 0;
+  // Binder worker: the GPUDevices as the cache holds them now.
+  virtual std::vector<std::shared_ptr<const api::GpuDevice>> CachedDevices() const = 0;
+  // Binder worker: everything but the devices; returns whether the VMIs are known (their kind
+  // served and its cache synced), which the pass needs to read an attachment (G7).
+  virtual bool FillSnapshot(model::Snapshot& snapshot) const = 0;
+};
+
+class BinderLoop {
+ public:
+  // `leading` is the replica's: read before each pass and each write.
+  BinderLoop(runtime::Loop& loop, kube::Client& client, const std::atomic<bool>& leading,
+             std::string identity, BinderSource& source);
+  BinderLoop(const BinderLoop&) = delete;
+  BinderLoop& operator=(const BinderLoop&) = delete;
+
+  // Loop thread, before the loop runs: adds the pass timer.
+  void Start();
+  // Loop thread: a cache changed (or the replica took the lead): the next pass, soon.
+  void Trigger();
+  // Any thread, on taking the lead, before `leading` turns true: the first pass lists the
+  // devices from the API server before it trusts the cache (D3 across a leader change).
+  void TookTheLead() { resync_ = true; }
+  // Once `leading` is false: lets the pass in flight finish (it writes nothing more), then
+  // stops the worker.
+  void Stop();
+  // Loop thread: the gpu_controller_binder_* families and the rest of the binder's metrics.
+  void WriteMetrics(runtime::MetricsWriter& out) const;
+
+ private:
+  struct PassResult {
+    bool answersOnly = false;
+    double seconds = 0;
+    BinderResult result;
+  };
+  void StartPass();
+  PassResult RunPass(bool answersOnly);  // binder worker
+  void PassDone(PassResult pass);
+
+  runtime::Loop& loop_;
+  kube::Client& client_;
+  const std::atomic<bool>& leading_;
+  BinderSource& source_;
+  Binder binder_;  // the worker's
+  std::atomic<bool> resync_{false};
+  runtime::Worker worker_;
+  runtime::Timer timer_;
+  // Loop thread.
+  bool stopping_ = false;
+  bool running_ = false;
+  bool again_ = false;    // a trigger during a pass: decide again after it
+  bool full_ = false;     // a full pass is due
+  bool answers_ = false;  // an answers-only pass is due
+  // Metrics, loop thread.
+  std::map<std::string, int64_t> passes_;
+  runtime::Histogram duration_;
+  runtime::Histogram answerLatency_;
+  std::map<std::string, int64_t> decisions_;
+  int64_t writes_ = 0;
+  int64_t conditionWrites_ = 0;
+  int64_t events_ = 0;
+  int64_t eventsSuppressed_ = 0;
+  int64_t conflicts_ = 0;
+  int64_t failures_ = 0;
+  int64_t errors_ = 0;
+  int64_t readsPastCache_ = 0;
+  std::string lastError_;
+};
+
+}  // namespace cozy::controller
