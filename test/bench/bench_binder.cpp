@@ -136,7 +136,27 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("controller ready (caches listed) in %.1f s\n", Seconds(Clock::now() - starting));
-  std::this_thread::sleep_for(std::chrono::seconds(3));  // its first passes over the held set
+  // Its first full pass over the held set, before the requests: on taking the lead it lists
+  // every device from the API server (D3) and writes each GPUNode's TakesBinds condition.
+  const bool firstPass = cozy::testing::WaitFor(
+      [&] {
+        const std::string metrics =
+            cozy::testing::RunCommand("curl -s http://127.0.0.1:" + std::to_string(port) +
+                                      "/metrics")
+                .out;
+        return metrics.find("gpu_controller_binder_passes_total{kind=\"full\"}") !=
+               std::string::npos;
+      },
+      std::chrono::minutes(5), std::chrono::milliseconds(200));
+  if (!firstPass) {
+    std::fprintf(stderr, "the binder made no pass; see %s\n", (work / "controller.log").c_str());
+    return 1;
+  }
+  std::printf(
+      "first full pass done %.1f s after start (a list of every device, every "
+      "GPUNode's condition)\n",
+      Seconds(Clock::now() - starting));
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // the passes its writes trigger
 
   server.ClearRequests();
   const auto asked = Clock::now();
