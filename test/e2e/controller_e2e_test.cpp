@@ -1,6 +1,12 @@
 // End to end: `gpu-controller run` as real processes (two replicas where it matters) against the
 // fake API server, with kubectl as the client that tenants and hosters use. Each scenario is named
-// by the catalog item it covers: G1, G8-G11 (the daemon), D12-D16, D18 (the GPU reconciler).
+// by the catalog item it covers: G1, G8-G11 (the daemon), D12-D16, D18 (the GPU reconciler),
+// D1-D10, D17, G5-G7 (the binder).
+#include <unistd.h>
+
+#include <utility>
+#include <vector>
+
 #include "test/e2e/controller_fixture.h"
 
 namespace cozy::e2e {
@@ -94,6 +100,35 @@ TEST_F(ControllerEndToEnd, G9_ANonPositiveAttachmentGraceIsRefused) {
     EXPECT_NE(result.err.find("positive"), std::string::npos) << result.err;
   }
   EXPECT_EQ(Holder(), "");  // refused before it touched the cluster
+}
+
+// Flags client-go would refuse stop the start with exit 2 and the rule, before the cluster is
+// touched; without --identity a replica campaigns as its hostname (a pod's name in-cluster).
+TEST_F(ControllerEndToEnd, G8_LeaseTimingsClientGoRefusesExitTwoAndTheIdentityIsTheHostname) {
+  const std::string base = std::string(GPU_CONTROLLER) + " run --kubeconfig " +
+                           ShellQuote(Path("kubeconfig").string()) + " --health-addr off ";
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"--lease-duration 5s --renew-deadline 10s",
+       "leaseDuration must be greater than renewDeadline"},
+      {"--renew-deadline 2s --retry-period 2s", "renewDeadline must be greater than retryPeriod"},
+      {"--qps -1", "--qps must be 0 or more"},
+      {"--burst 0", "--burst at least 1"}};
+  for (const auto& [flags, message] : refused) {
+    const auto result = testing::RunCommand(base + flags);
+    EXPECT_EQ(result.exitCode, 2) << flags << result.err;
+    EXPECT_NE(result.err.find(message), std::string::npos) << flags << ": " << result.err;
+  }
+  EXPECT_EQ(Holder(), "");
+
+  std::ofstream(Path("kubeconfig-default")) << server_->Kubeconfig("default");
+  char hostname[256] = {};
+  ASSERT_EQ(gethostname(hostname, sizeof(hostname) - 1), 0);
+  pid_t replica = testing::Spawn({GPU_CONTROLLER, "run", "--kubeconfig",
+                                  Path("kubeconfig-default").string(), "--health-addr", "off"},
+                                 Path("default.log"));
+  const bool led = WaitFor([&] { return Holder() == hostname; }, 15s);
+  testing::Finish(replica, SIGTERM);
+  EXPECT_TRUE(led) << Holder() << " " << Log("default");
 }
 
 TEST_F(ControllerEndToEnd, G10_G11_SettingsConfigMapCarriesTheFlagsAndIsTheOnlyOneCached) {
