@@ -578,19 +578,35 @@ TEST_F(ControllerEndToEnd, D9_ARequestThatCannotBePlacedIsRefusedWithTheModelsRe
 }
 
 TEST_F(ControllerEndToEnd, G5_G6_G7_KubeVirtAbsentThenServedThenGoneWhileAttached) {
-  server_->DeleteCrd("virtualmachineinstances.kubevirt.io");
+  for (const char* crd : {"virtualmachineinstances.kubevirt.io", "virtualmachines.kubevirt.io",
+                          "kubevirts.kubevirt.io"}) {
+    server_->DeleteCrd(crd);
+  }
   GpuNode("n1", 2);
   Apply(Class("a100"));
   StartReplica("replica-a", {"--enable-gpu"});
-  // G5: without KubeVirt's kinds, placement runs.
+  // G5: without KubeVirt's kinds, placement runs, and no KubeVirt object is read: the only
+  // kubevirt.io requests are discovery's (the group's version, which answers 404).
   Apply(Device("d1"));
   ASSERT_TRUE(WaitFor([&] { return Phase("d1") == "Bound"; })) << Logs();
-  // G6: the kind appears; its watch starts without a restart.
-  Kubectl("apply -f " + ShellQuote((testing::SourceDir() /
-                                    "test/fakes/crds/kubevirt.io_virtualmachineinstances.yaml")
-                                       .string()));
+  std::this_thread::sleep_for(1s);  // discovery refreshes every 500 ms
+  int discoveryReads = 0;
+  for (const auto& request : server_->Requests()) {
+    if (request.path.starts_with("/apis/kubevirt.io")) {
+      EXPECT_EQ(request.path, "/apis/kubevirt.io/v1") << request.method << " " << request.query;
+      ++discoveryReads;
+    }
+  }
+  EXPECT_GT(discoveryReads, 0);  // it did ask whether the kinds are served
+  // G6: the kinds appear; their watches start without a restart.
+  for (const char* file :
+       {"kubevirt.io_virtualmachineinstances.yaml", "kubevirt.io_kubevirts.yaml"}) {
+    Kubectl("apply -f " + ShellQuote((testing::SourceDir() / "test/fakes/crds" / file).string()));
+  }
   ASSERT_TRUE(WaitFor([&] {
-    return Log("replica-a").find("VirtualMachineInstance cache state=started") != std::string::npos;
+    return Log("replica-a").find("VirtualMachineInstance cache state=started") !=
+               std::string::npos &&
+           Log("replica-a").find("KubeVirt cache state=started") != std::string::npos;
   })) << Logs();
   Apply(Vmi("vm1"));
   PatchStatus("d1", {{"attachment", {{"vmiName", "vm1"}, {"vmiUID", VmiUid("vm1")}}}});
