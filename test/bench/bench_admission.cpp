@@ -39,15 +39,7 @@ std::string Tenant(int i) { return "tenant-" + std::to_string(i % kTenants); }
 
 model::Snapshot MakeCluster(int nodes) {
   model::Snapshot snapshot;
-  snapshot.classes.push_back(api::GpuClassFromJson(
-      {{"apiVersion", "gpu.cozystack.io/v1alpha1"},
-       {"kind", "GPUClass"},
-       {"metadata", {{"name", "a100"}}},
-       {"spec",
-        {{"vendor", "nvidia"},
-         {"model", "A100"},
-         {"mode", "passthrough"},
-         {"source", {{"devicePlugin", {{"resourceName", "nvidia.com/GA100"}}}}}}}}));
+  snapshot.classes.push_back(api::GpuClassFromJson(testing::GpuClassObject("a100")));
   snapshot.namespaces.push_back(controller::NamespaceFromJson(
       {{"metadata",
         {{"name", "tenant-root"}, {"labels", {{"tenant.cozystack.io/tenant-root", ""}}}}}}));

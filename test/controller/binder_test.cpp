@@ -11,6 +11,7 @@
 
 #include "controller/snapshot_json.h"
 #include "test/kube/kube_test_support.h"
+#include "test/support/gpu_objects.h"
 
 namespace cozy::controller {
 namespace {
@@ -26,37 +27,22 @@ class BinderTest : public ::testing::Test {
     server_->Start();
     client_ = std::make_unique<kube::Client>(testing::ConfigFor(*server_));
     server_->Seed({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "t1"}}}});
-    server_->Seed({{"apiVersion", "v1"},
-                   {"kind", "Node"},
-                   {"metadata", {{"name", "n1"}}},
-                   {"status", {{"conditions", {{{"type", "Ready"}, {"status", "True"}}}}}}});
-    server_->Seed(
-        {{"apiVersion", "gpu.cozystack.io/v1alpha1"},
-         {"kind", "GPUNode"},
-         {"metadata", {{"name", "n1"}}},
-         {"status",
-          {{"resourceNames", {"nvidia.com/GA100"}},
-           {"devices",
-            {{{"pciAddress", "0000:3b:00.0"},
-              {"vendorID", "10de"},
-              {"deviceID", "20b5"},
-              {"classCode", "030200"},
-              {"resources",
-               {{{"name", "nvidia.com/GA100"}, {"allocatable", 1}, {"allocated", 0}}}}}}}}}});
-    server_->Seed({{"apiVersion", "gpu.cozystack.io/v1alpha1"},
-                   {"kind", "GPUClass"},
-                   {"metadata", {{"name", "a100"}}},
-                   {"spec",
-                    {{"vendor", "nvidia"},
-                     {"model", "A100"},
-                     {"mode", "passthrough"},
-                     {"source", {{"devicePlugin", {{"resourceName", "nvidia.com/GA100"}}}}}}}});
-    for (const std::string name : {"d1", "d2"}) {
-      server_->Seed({{"apiVersion", "gpu.cozystack.io/v1alpha1"},
-                     {"kind", "GPUDevice"},
-                     {"metadata", {{"name", name}, {"namespace", "t1"}}},
-                     {"spec", {{"className", "a100"}, {"count", 1}}}});
-    }
+    server_->Seed(testing::ReadyNode("n1"));
+    server_->Seed(testing::GpuNodeObject("n1", 1));
+    server_->Seed(Class("a100"));
+    for (const std::string name : {"d1", "d2"}) server_->Seed(Device(name, "a100"));
+  }
+
+  static json Class(const std::string& name, json nodeSelector = nullptr) {
+    json object = testing::GpuClassObject(name);
+    if (!nodeSelector.is_null()) object["spec"]["nodeSelector"] = nodeSelector;
+    return object;
+  }
+  static json Device(const std::string& name, const std::string& className) {
+    return {{"apiVersion", "gpu.cozystack.io/v1alpha1"},
+            {"kind", "GPUDevice"},
+            {"metadata", {{"name", name}, {"namespace", "t1"}}},
+            {"spec", {{"className", className}, {"count", 1}}}};
   }
 
   // The cluster as a cache would hold it now.
@@ -178,41 +164,17 @@ TEST_F(BinderTest, D4_AnAnswersOnlyPassWritesTheMoveThatFreesTheUnitItAnswersWit
   // n2 joins with one unit; class pool-a serves only nodes labelled pool=a, which n1 no longer
   // is. d1 (pool-a) holds n1's unit and must move to n2; d3 (a100, any node) asks to be bound
   // and the plan gives it the unit d1's move frees on n1.
-  server_->Seed({{"apiVersion", "v1"},
-                 {"kind", "Node"},
-                 {"metadata", {{"name", "n2"}, {"labels", {{"pool", "a"}}}}},
-                 {"status", {{"conditions", {{{"type", "Ready"}, {"status", "True"}}}}}}});
-  server_->Seed(
-      {{"apiVersion", "gpu.cozystack.io/v1alpha1"},
-       {"kind", "GPUNode"},
-       {"metadata", {{"name", "n2"}}},
-       {"status",
-        {{"resourceNames", {"nvidia.com/GA100"}},
-         {"devices",
-          {{{"pciAddress", "0000:3b:00.0"},
-            {"vendorID", "10de"},
-            {"deviceID", "20b5"},
-            {"classCode", "030200"},
-            {"resources",
-             {{{"name", "nvidia.com/GA100"}, {"allocatable", 1}, {"allocated", 0}}}}}}}}}});
-  server_->Seed({{"apiVersion", "gpu.cozystack.io/v1alpha1"},
-                 {"kind", "GPUClass"},
-                 {"metadata", {{"name", "pool-a"}}},
-                 {"spec",
-                  {{"vendor", "nvidia"},
-                   {"model", "A100"},
-                   {"mode", "passthrough"},
-                   {"nodeSelector", {{"matchLabels", {{"pool", "a"}}}}},
-                   {"source", {{"devicePlugin", {{"resourceName", "nvidia.com/GA100"}}}}}}}});
+  json n2 = testing::ReadyNode("n2");
+  n2["metadata"]["labels"] = {{"pool", "a"}};
+  server_->Seed(n2);
+  server_->Seed(testing::GpuNodeObject("n2", 1));
+  server_->Seed(Class("pool-a", {{"matchLabels", {{"pool", "a"}}}}));
   const std::string devices = "/apis/gpu.cozystack.io/v1alpha1/namespaces/t1/gpudevices/";
   client_->Delete(devices + "d2");
   client_->MergePatch(devices + "d1", {{"spec", {{"className", "pool-a"}}}});
   client_->MergePatch(devices + "d1/status",
                       {{"status", {{"phase", "Bound"}, {"nodeName", "n1"}}}});
-  server_->Seed({{"apiVersion", "gpu.cozystack.io/v1alpha1"},
-                 {"kind", "GPUDevice"},
-                 {"metadata", {{"name", "d3"}, {"namespace", "t1"}}},
-                 {"spec", {{"className", "a100"}, {"count", 1}}}});
+  server_->Seed(Device("d3", "a100"));
   client_->MergePatch(
       devices + "d3/status",
       {{"status", {{"bindRequest", {{"id", "r1"}, {"requestedAt", "2026-12-01T00:00:00Z"}}}}}});
@@ -248,10 +210,7 @@ TEST_F(BinderTest, TakesBindsSaysWhyANodeDoesNotAndIsWrittenOnlyWhenItChanges) {
   server_->Seed(node("tainted", "True",
                      {{"taints", {{{"key", "gpu-maintenance"}, {"effect", "NoSchedule"}}}}}));
   for (const std::string name : {"cordoned", "down", "tainted", "no-node"}) {
-    server_->Seed({{"apiVersion", "gpu.cozystack.io/v1alpha1"},
-                   {"kind", "GPUNode"},
-                   {"metadata", {{"name", name}}},
-                   {"status", {{"resourceNames", json::array()}, {"devices", json::array()}}}});
+    server_->Seed(testing::GpuNodeObject(name, 1));
   }
   auto condition = [&](const std::string& name) {
     const json object = client_->Get("/apis/gpu.cozystack.io/v1alpha1/gpunodes/" + name);

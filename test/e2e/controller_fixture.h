@@ -168,16 +168,7 @@ class ControllerEndToEnd : public ::testing::Test {
         .out;
   }
 
-  static json Class(const std::string& name) {
-    return {{"apiVersion", "gpu.cozystack.io/v1alpha1"},
-            {"kind", "GPUClass"},
-            {"metadata", {{"name", name}}},
-            {"spec",
-             {{"vendor", "nvidia"},
-              {"model", "A100"},
-              {"mode", "passthrough"},
-              {"source", {{"devicePlugin", {{"resourceName", "nvidia.com/GA100"}}}}}}}};
-  }
+  static json Class(const std::string& name) { return testing::GpuClassObject(name); }
   static json Device(const std::string& name, json labels = json::object()) {
     return {{"apiVersion", "gpu.cozystack.io/v1alpha1"},
             {"kind", "GPUDevice"},

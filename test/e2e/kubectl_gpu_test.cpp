@@ -80,14 +80,7 @@ class KubectlGpu : public ::testing::Test {
     server_->Seed(cordoned);
     server_->Seed(testing::GpuNodeObject("gpu-1", 2));
     server_->Seed(testing::GpuNodeObject("gpu-2", 2));
-    server_->Seed({{"apiVersion", "gpu.cozystack.io/v1alpha1"},
-                   {"kind", "GPUClass"},
-                   {"metadata", {{"name", "a100"}}},
-                   {"spec",
-                    {{"vendor", "nvidia"},
-                     {"model", "A100"},
-                     {"mode", "passthrough"},
-                     {"source", {{"devicePlugin", {{"resourceName", "nvidia.com/GA100"}}}}}}}});
+    server_->Seed(testing::GpuClassObject("a100"));
     // tenant-a may hold 2 A100s: one is bound, one pending order fits, a second does not.
     server_->Seed({{"apiVersion", "v1"},
                    {"kind", "ResourceQuota"},

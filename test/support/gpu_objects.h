@@ -1,5 +1,5 @@
-// Objects the controller's tests and benchmarks build clusters from, written once: a Ready Node
-// and a GPUNode's status serving units of one resource name on one NVIDIA function.
+// Objects the controller's tests and benchmarks build clusters from, written once: a Ready Node,
+// a GPUNode's status serving units of one resource name on one NVIDIA function, an A100 class.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -31,6 +31,19 @@ inline nlohmann::json GpuNodeStatus(int units,
          {"allocatable", units},
          {"allocated", 0},
          {"resources", {{{"name", resourceName}, {"allocatable", units}, {"allocated", 0}}}}}}}};
+}
+
+// A passthrough A100 GPUClass named `name` on `resourceName`, on every node.
+inline nlohmann::json GpuClassObject(const std::string& name,
+                                     const std::string& resourceName = "nvidia.com/GA100") {
+  return {{"apiVersion", "gpu.cozystack.io/v1alpha1"},
+          {"kind", "GPUClass"},
+          {"metadata", {{"name", name}}},
+          {"spec",
+           {{"vendor", "nvidia"},
+            {"model", "A100"},
+            {"mode", "passthrough"},
+            {"source", {{"devicePlugin", {{"resourceName", resourceName}}}}}}}};
 }
 
 // The whole GPUNode object with that status.
