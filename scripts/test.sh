@@ -87,7 +87,10 @@ esac
 jobs=$(nproc)
 case "$mode" in
   normal)
-    cmake -S . -B build -G Ninja -DCOZY_WERROR=ON
+    # Line tables only (-g1, not -g): the code generated is the same (debug info never changes
+    # it), and full debug info costs about half of each -O2 compile (docs/testing.md, "Build
+    # time"). A build for a debugger is a build directory of its own.
+    cmake -S . -B build -G Ninja -DCOZY_WERROR=ON "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
     cmake --build build -j"$jobs"
     run_ctest build
     ;;
