@@ -1,7 +1,7 @@
 #include "controller/binder/binder.h"
 
-#include <algorithm>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "api/keys.h"
 #include "api/time.h"
@@ -152,8 +152,9 @@ std::vector<std::string> Binder::StaleInCache(
   }
   // After a leader change, read past each until ReadPast finds the cache showing the server's
   // version.
+  const std::unordered_set<std::string> already(stale.begin(), stale.end());
   for (const auto& [key, version] : unsettled_) {
-    if (std::find(stale.begin(), stale.end(), key) == stale.end()) stale.push_back(key);
+    if (!already.contains(key)) stale.push_back(key);
   }
   return stale;
 }

@@ -46,7 +46,6 @@ struct BinderResult {
   std::vector<double> answerLatencies;  // seconds from requestedAt to the answer
   std::string error;                    // the pass did not run (G7, a bad snapshot)
   int readPastCache = 0;                // D3: devices read past the cache
-  int resyncMarked = 0;                 // D3: devices the cache showed otherwise on taking the lead
   // A write failed: the pass stopped there, since every later decision assumed it; the next
   // pass decides again from what the server holds.
   bool incomplete = false;

@@ -95,7 +95,6 @@ BinderLoop::PassResult BinderLoop::RunPass(bool answersOnly) {
     const auto now = std::chrono::system_clock::now();
     pass.result = binder_.Pass(snapshot, answersOnly, vmisKnown, now);
     pass.result.readPastCache = readPast;
-    pass.result.resyncMarked = resyncMarked;
     if (!answersOnly) {
       pass.result.conditionWrites = binder_.WriteNodeConditions(snapshot, now);
     }

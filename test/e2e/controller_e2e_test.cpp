@@ -425,15 +425,9 @@ TEST_F(ControllerEndToEnd, D3_ADelayedDeviceWatchAndTwoRequestsForTheLastUnitBin
                .value("bindResponse", json::object())
                .value("id", "") == "r1";
   })) << Logs();
-  // The device watch stalls: the stream ends and its re-watch is answered only 6 s later, so
-  // the controller's device cache is frozen meanwhile (the GPUNode watch is not).
-  fake::Fault stall;
-  stall.pathPrefix = "/apis/gpu.cozystack.io/v1alpha1/gpudevices";
-  stall.watchOnly = true;
-  stall.latencyMs = 6000;
-  server_->AddFault(stall);
-  server_->DropWatches();
-  std::this_thread::sleep_for(300ms);
+  // The device watch stalls for 6 s: the controller's device cache is frozen meanwhile (the
+  // GPUNode watch is not).
+  StallDeviceWatches(6s);
   // A unit frees up: the binder binds d1 (the older order), a write its frozen cache cannot see.
   GpuNode("n1", 1);
   ASSERT_TRUE(WaitFor([&] { return Phase("d1") == "Bound"; }, 5s)) << Logs();
@@ -476,31 +470,20 @@ TEST_F(ControllerEndToEnd, D3_ANewLeaderWhoseCacheLagsTheLastLeadersMoveBooksNoU
   Apply(Device("d2"));  // no room: it waits
   WaitProtected("d2");
   std::this_thread::sleep_for(1s);  // both replicas' caches show d1 on n1 and d2 waiting
-  auto nodeOf = [&](const std::string& device) {
-    const json object = Get("gpudevice " + device, kTenant);
-    return object.is_object() ? object["status"].value("nodeName", "") : std::string();
-  };
-  ASSERT_EQ(nodeOf("d1"), "n1");
-  // Every device watch stalls: both replicas' device caches freeze.
-  fake::Fault stall;
-  stall.pathPrefix = "/apis/gpu.cozystack.io/v1alpha1/gpudevices";
-  stall.watchOnly = true;
-  stall.latencyMs = 10000;
-  server_->AddFault(stall);
-  server_->DropWatches();
-  std::this_thread::sleep_for(300ms);
+  ASSERT_EQ(NodeOf("d1"), "n1");
+  StallDeviceWatches(10s);  // both replicas' device caches freeze
   // n1 is cordoned, then n2 gains a unit: the leader moves d1 to n2 (d2 still has no room).
   Kubectl("cordon n1");
   std::this_thread::sleep_for(300ms);
   GpuNode("n2", 1);
-  ASSERT_TRUE(WaitFor([&] { return nodeOf("d1") == "n2"; }, 5s)) << Logs();
+  ASSERT_TRUE(WaitFor([&] { return NodeOf("d1") == "n2"; }, 5s)) << Logs();
   // The leader goes; the standby leads with a cache still showing d1 on n1.
   StopReplica("replica-a");
   ASSERT_TRUE(WaitFor([&] { return Holder() == "replica-b"; }, 10s)) << Logs();
   Kubectl("uncordon n1");  // n1 takes binds again: d2 has room there, and only there
   ASSERT_TRUE(WaitFor([&] { return Phase("d2") == "Bound"; }, 8s)) << Logs();
-  EXPECT_EQ(nodeOf("d1"), "n2");
-  EXPECT_EQ(nodeOf("d2"), "n1") << "d2 was booked onto the unit d1 holds";
+  EXPECT_EQ(NodeOf("d1"), "n2");
+  EXPECT_EQ(NodeOf("d2"), "n1") << "d2 was booked onto the unit d1 holds";
   server_->ClearFaults();
   EXPECT_NE(Log("replica-b").find("binder read the devices from the API server"), std::string::npos)
       << Log("replica-b");
@@ -601,7 +584,7 @@ TEST_F(ControllerEndToEnd, G5_G6_G7_KubeVirtAbsentThenServedThenGoneWhileAttache
   // G6: the kinds appear; their watches start without a restart.
   for (const char* file :
        {"kubevirt.io_virtualmachineinstances.yaml", "kubevirt.io_kubevirts.yaml"}) {
-    Kubectl("apply -f " + ShellQuote((testing::SourceDir() / "test/fakes/crds" / file).string()));
+    Kubectl("apply -f " + ShellQuote(testing::TestCrdFile(file).string()));
   }
   ASSERT_TRUE(WaitFor([&] {
     return Log("replica-a").find("VirtualMachineInstance cache state=started") !=
@@ -836,7 +819,7 @@ TEST_F(ControllerEndToEnd, D1_ALeaderChangeInTheMiddleOfAPassWritesEachPlacement
 // status.activePods) is not, on every path.
 TEST(LauncherReaderC12, ListCacheAndNamedReadGiveTheSameAnswer) {
   fake::FakeApiServerOptions options;
-  options.crdPaths = {testing::SourceDir() / "test/fakes/crds"};
+  options.crdPaths = {testing::TestCrdDir()};
   fake::FakeApiServer server(options);
   server.Start();
   const json vmi = {{"apiVersion", "kubevirt.io/v1"},

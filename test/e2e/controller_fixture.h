@@ -22,6 +22,7 @@
 #include "kube/cache.h"
 #include "kube/config.h"
 #include "test/fakes/fake_apiserver.h"
+#include "test/kube/kube_test_support.h"
 #include "test/support/fixture_host.h"
 #include "test/support/gpu_objects.h"
 #include "test/support/process.h"
@@ -40,8 +41,7 @@ class ControllerEndToEnd : public ::testing::Test {
  protected:
   void SetUp() override {
     fake::FakeApiServerOptions options;
-    options.crdPaths = {testing::SourceDir() / "charts/gpu/templates/crds",
-                        testing::SourceDir() / "test/fakes/crds"};
+    options.crdPaths = {testing::ChartCrdDir(), testing::TestCrdDir()};
     server_ = std::make_unique<fake::FakeApiServer>(options);
     server_->Start();
     std::ofstream(Path("kubeconfig")) << server_->Kubeconfig("hoster");
@@ -211,6 +211,24 @@ class ControllerEndToEnd : public ::testing::Test {
     const json status = testing::GpuNodeStatus(units);
     Kubectl("patch gpunode " + node + " --subresource=status --type=merge -p " +
             ShellQuote(json{{"status", status}}.dump()));
+  }
+  std::string NodeOf(const std::string& device) {
+    const json object = Get("gpudevice " + device, kTenant);
+    if (!object.is_object() || !object.contains("status") || !object["status"].is_object()) {
+      return "";
+    }
+    return object["status"].value("nodeName", "");
+  }
+  // Every GPUDevice watch stalls: open streams end and a re-watch is answered only after
+  // `latency`, so every replica's device cache is frozen meanwhile (other watches are not).
+  void StallDeviceWatches(std::chrono::milliseconds latency) {
+    fake::Fault stall;
+    stall.pathPrefix = "/apis/gpu.cozystack.io/v1alpha1/gpudevices";
+    stall.watchOnly = true;
+    stall.latencyMs = static_cast<int>(latency.count());
+    server_->AddFault(stall);
+    server_->DropWatches();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
   }
   std::string Phase(const std::string& device) {
     const json object = Get("gpudevice " + device, kTenant);

@@ -15,6 +15,7 @@
 
 #include "controller/kubectl_gpu/plugin.h"
 #include "test/fakes/fake_apiserver.h"
+#include "test/kube/kube_test_support.h"
 #include "test/support/fixture_host.h"
 #include "test/support/gpu_objects.h"
 #include "test/support/process.h"
@@ -65,8 +66,7 @@ class KubectlGpu : public ::testing::Test {
  protected:
   void SetUp() override {
     fake::FakeApiServerOptions options;
-    options.crdPaths = {testing::SourceDir() / "charts/gpu/templates/crds",
-                        testing::SourceDir() / "test/fakes/crds"};
+    options.crdPaths = {testing::ChartCrdDir(), testing::TestCrdDir()};
     server_ = std::make_unique<fake::FakeApiServer>(options);
     server_->Start();
     server_->SetAcceptedTokens({"hoster"});
