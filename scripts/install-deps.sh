@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Installs the Debian (bookworm) packages cozy-gpu builds and tests with.
-# Everything comes from Debian: nothing is vendored or downloaded at build time.
+# Installs the Debian (bookworm) packages cozy-gpu builds and tests with, the npm packages of
+# the policy test, and builds the test control plane (etcd, kube-apiserver,
+# kube-controller-manager, kubectl, helm) from the Go modules pinned under tools/ into a cache
+# outside the checkout (scripts/cluster.sh build; docs/testing.md, "The real control plane").
+# The product's build uses Debian's packages only: nothing is vendored or downloaded at build time.
 # Run as root (CI does); with sudo otherwise.
 set -euo pipefail
 
 packages=(
-  # toolchain
-  build-essential cmake ninja-build pkg-config git
+  # toolchain; ccache keeps compiled objects across build directories and CI runs
+  build-essential cmake ninja-build pkg-config git ccache
   clang clang-tidy clang-format libclang-rt-14-dev
   # discovery: libpci + Debian's pci.ids; lspci is the test oracle
   libpci-dev pciutils pci.ids
@@ -49,16 +52,6 @@ else
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# kubectl, the real client of the fake API server in tests and the demo: the machine's own when it
-# has one (v1.32 on the project's machines), else Debian's kubernetes-client.
-if ! command -v kubectl >/dev/null; then
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends kubernetes-client
-fi
-
 # node and npm for the policy test: Debian's, unless the machine has them already (a node
 # from elsewhere may bundle its own npm and conflict with Debian's npm package).
 node_packages=()
@@ -76,3 +69,13 @@ cel_dir="$(dirname "$0")/../test/kube/cel"
 if [ ! -d "$cel_dir/node_modules/@bufbuild/cel" ] || [ ! -d "$cel_dir/node_modules/yaml" ]; then
   npm ci --prefix "$cel_dir" --no-audit --no-fund --loglevel=error
 fi
+
+# The real control plane and its clients, from pinned Go modules (Go 1.26: the machines have it;
+# an older Go of 1.21 or later fetches the toolchain go.mod names). Once per pin; a cache hit
+# costs nothing.
+if ! command -v go >/dev/null; then
+  echo "install-deps: go is not installed; the test control plane and kubectl/helm are built" \
+    "from Go modules (Go 1.21 or later, which fetches 1.26)" >&2
+  exit 1
+fi
+"$(dirname "$0")/cluster.sh" build >/dev/null
