@@ -36,13 +36,13 @@ helm_version=$(pinned helm.sh/helm/v3 helm)
 [ -n "$kube_version" ] && [ -n "$etcd_version" ] && [ -n "$helm_version" ] ||
   die 2 "tools/*/go.mod pin no version of k8s.io/kubernetes, etcd or helm"
 
-# The cache directory: the versions, and a hash of every file that decides what is built, so a
-# changed pin (or go.sum, or our etcd main) builds into a new directory.
+# The cache directory: the versions, and a hash of every file that decides what is built and of
+# the build recipe below, so a changed pin (or go.sum, our etcd main, a flag) builds anew.
 tools_dir() {
   local root=${COZY_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cozy-gpu/tools}
   local hash
-  hash=$(cd "$source_dir/tools" && cat kube/go.mod kube/go.sum etcd/go.mod etcd/go.sum etcd/main.go \
-    helm/go.mod helm/go.sum | sha256sum | cut -c1-12)
+  hash=$({ cd "$source_dir/tools" && cat kube/go.mod kube/go.sum etcd/go.mod etcd/go.sum etcd/main.go \
+    helm/go.mod helm/go.sum && declare -f build_tools; } | sha256sum | cut -c1-12)
   echo "$root/kube-$kube_version-etcd-$etcd_version-helm-$helm_version-$hash"
 }
 
@@ -83,8 +83,17 @@ build_tools() {
     k8s.io/kubernetes/cmd/kubectl) || die 1 "building Kubernetes $kube_version failed"
   (cd "$source_dir/tools/etcd" && go build -trimpath -ldflags="-s -w" -o "$out/etcd" .) ||
     die 1 "building etcd $etcd_version failed"
-  (cd "$source_dir/tools/helm" && go build -trimpath \
-    -ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version" \
+  # As helm's Makefile: its default Kubernetes version (.Capabilities.KubeVersion in `helm
+  # template`, the deprecation rules of `helm lint`) is the client-go minor it is built with;
+  # without these it says v1.20.0 and refuses the chart's kubeVersion.
+  local client_go helm_ld
+  client_go=$(pinned k8s.io/client-go helm)
+  helm_ld="-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version"
+  for p in pkg/chartutil pkg/lint/rules; do
+    helm_ld+=" -X helm.sh/helm/v3/$p.k8sVersionMajor=1"
+    helm_ld+=" -X helm.sh/helm/v3/$p.k8sVersionMinor=$(cut -d. -f2 <<<"$client_go")"
+  done
+  (cd "$source_dir/tools/helm" && go build -trimpath -ldflags="$helm_ld" \
     -o "$out/helm" helm.sh/helm/v3/cmd/helm) || die 1 "building helm $helm_version failed"
   rm -rf "$dir/bin"
   mv "$out" "$dir/bin"
@@ -190,14 +199,27 @@ stop_pids() {
       kill -TERM "$pid" 2>/dev/null || true
     fi
   done <"$dir/pids"
+  any_alive() {
+    local p
+    for p in "${mine[@]}"; do alive "$p" && return 0; done
+    return 1
+  }
   for _ in $(seq 100); do
-    local alive=0
-    for pid in "${mine[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
-    [ "$alive" -eq 1 ] || break
+    any_alive || break
     sleep 0.1
   done
-  for pid in "${mine[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  for pid in "${mine[@]}"; do alive "$pid" && kill -KILL "$pid" 2>/dev/null; done
+  for _ in $(seq 50); do
+    any_alive || break
+    sleep 0.1
+  done
   rm -f "$dir/pids"
+}
+# alive PID: running (a zombie, exited and not yet reaped by whoever inherited it, is not).
+alive() {
+  local state
+  state=$(sed -E 's/^[0-9]+ \(.*\) ([A-Za-z]).*/\1/' "/proc/$1/stat" 2>/dev/null) || return 1
+  [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
 }
 
 # wait_for WHAT LOG SECONDS COMMAND...: COMMAND until it succeeds, or fail naming LOG.
@@ -231,14 +253,14 @@ up() {
     [ -d "$dir" ] || die 2 "$dir is not a directory"
     [ -z "$(ls -A "$dir")" ] || die 2 "$dir is not empty (a cluster's state? scripts/cluster.sh down $dir, then remove it)"
   fi
-  mkdir -p "$dir"
-  dir=$(cd "$dir" && pwd)
   command -v openssl >/dev/null || die 2 "openssl is not installed (scripts/install-deps.sh)"
   command -v curl >/dev/null || die 2 "curl is not installed (scripts/install-deps.sh)"
   free_port COZY_CLUSTER_APISERVER_PORT
   free_port COZY_CLUSTER_ETCD_PORT
   free_port COZY_CLUSTER_ETCD_PEER_PORT
   free_port COZY_CLUSTER_KCM_PORT
+  mkdir -p "$dir"
+  dir=$(cd "$dir" && pwd)
   pki="$dir/pki"
   mkdir -p "$pki" "$dir/logs" "$dir/etcd"
 

@@ -85,19 +85,35 @@ case "${1:-}" in
 esac
 
 jobs=$(nproc)
+
+# The test control plane and its clients (kubectl, helm) from the pinned Go modules: built once
+# into a cache (scripts/cluster.sh build), first on PATH so every test, the demo and the suite's
+# kubectl are the pinned ones, never the machine's (docs/testing.md, "The real control plane").
+tools_bin=$(scripts/cluster.sh build)
+export PATH="$tools_bin:$PATH"
+
+# ccache, where installed (scripts/install-deps.sh installs it): objects are reused across the
+# three build directories' equal compiles and across clones (CI builds a fresh clone each run),
+# so an unchanged file is compiled once. Paths under the checkout are hashed relative to it.
+launcher=()
+if command -v ccache >/dev/null; then
+  export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
+
 case "$mode" in
   normal)
     # Line tables only (-g1, not -g): the code generated is the same (debug info never changes
     # it), and full debug info costs about half of each -O2 compile (docs/testing.md, "Build
     # time"). A build for a debugger is a build directory of its own.
-    cmake -S . -B build -G Ninja -DCOZY_WERROR=ON "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
+    cmake -S . -B build -G Ninja "${launcher[@]}" -DCOZY_WERROR=ON "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
     cmake --build build -j"$jobs"
     run_ctest build
     ;;
   sanitize)
     # Line tables only (-g1): the sanitizers' reports name file and line all the same, and
     # full debug info costs a seventh of the build (docs/testing.md, "Build time").
-    cmake -S . -B build-asan -G Ninja -DCOZY_WERROR=ON -DCOZY_SANITIZE=address,undefined \
+    cmake -S . -B build-asan -G Ninja "${launcher[@]}" -DCOZY_WERROR=ON -DCOZY_SANITIZE=address,undefined \
       -DCOZY_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g1
     cmake --build build-asan -j"$jobs"
     # Without the umockdev test: its LD_PRELOAD and ASan each need to come first, and the
@@ -106,7 +122,7 @@ case "$mode" in
       run_ctest build-asan -LE umockdev-slow
     ;;
   fuzz)
-    CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCOZY_FUZZ=ON -DBUILD_TESTING=ON \
+    CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja "${launcher[@]}" -DCOZY_FUZZ=ON -DBUILD_TESTING=ON \
       -DCOZY_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
     cmake --build build-fuzz -j"$jobs" --target fuzz_targets
     for target in build-fuzz/fuzz/bin/*; do

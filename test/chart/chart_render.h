@@ -1,7 +1,5 @@
-// A test-only renderer of the Helm template subset the cozy-gpu chart is written in
-// (docs/install.md, "Template subset"). Helm is not installable on the build machines; this
-// renders charts/gpu as `helm template` would, and refuses anything outside the subset, so
-// the documented subset stays the one the chart uses.
+// A chart rendered by the real `helm template` (Helm pinned in tools/helm/go.mod, built by
+// scripts/cluster.sh into its tools' directory), split into its documents for the tests.
 #pragma once
 
 #include <yaml-cpp/yaml.h>
@@ -13,8 +11,7 @@
 
 namespace cozy::chart {
 
-// A template outside the subset, a value that is missing, or a malformed template. The
-// message names the file and line.
+// helm failed (a template error, a missing binary); the message carries helm's stderr.
 class RenderError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -25,35 +22,17 @@ struct Release {
   std::string ns = "cozy-gpu";
 };
 
-// What `.Chart`, `.Release` and `.Values` refer to.
-struct Context {
-  YAML::Node values;
-  YAML::Node chart;  // Chart.yaml
-  Release release;
-};
-
-// Renders one template's text. `file` names it in errors.
-std::string RenderTemplate(const std::string& text, const Context& context,
-                           const std::string& file = "template");
-
-// Helm's values merge: maps merge key by key, anything else replaces, null deletes the key.
-YAML::Node MergeValues(const YAML::Node& base, const YAML::Node& overrides);
-
-// toYaml as Helm prints it: block style, quoted strings stay quoted, no trailing newline.
-std::string ToYaml(const YAML::Node& node);
-
-// toJson as Helm prints it: compact, map keys sorted (Go's encoding/json), unquoted numbers,
-// booleans and nulls as JSON's, every other scalar a string. Unlike Go, <, > and & stay as they
-// are (Go writes \u003c, \u003e, \u0026).
-std::string ToJson(const YAML::Node& node);
-
 struct RenderedDocument {
-  std::string source;  // templates/<file>
-  std::string text;    // one YAML document
+  std::string source;  // templates/<file>, from helm's `# Source: <chart>/templates/<file>`
+  std::string text;    // one YAML document, without the `# Source` line
 };
 
-// Renders every template of a chart directory with its values.yaml merged with `overrides`
-// (may be null), split into documents; documents empty after rendering are dropped.
+// The helm binary the tests run (COZY_HELM).
+std::filesystem::path HelmBinary();
+
+// `helm template RELEASE CHART_DIR --namespace NS -f VALUES` with `overrides` (may be null) as
+// the values file, split into documents; documents holding no object (comments only) are
+// dropped.
 std::vector<RenderedDocument> RenderChart(const std::filesystem::path& chartDir,
                                           const YAML::Node& overrides, const Release& release = {});
 

@@ -1,5 +1,5 @@
-// charts/gpu rendered with its default values and with custom-values.yaml by the test-only
-// renderer (chart_render.h), and the manifests checked as the API server and kubelet would
+// charts/gpu rendered with its default values and with custom-values.yaml by the real `helm
+// template` (chart_render.h), and the manifests checked as the API server and kubelet would
 // take them: they parse, name what exists, mount the host read-only, ask for the least RBAC.
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "api/keys.h"
@@ -507,7 +508,8 @@ TEST(ChartController, GpuOffRendersNoWebhookServiceCertificateOrGpuFlag) {
                            "MutatingWebhookConfiguration", "Issuer", "Certificate"}) {
     EXPECT_TRUE(OfKind(documents, kind).empty()) << kind;
   }
-  EXPECT_EQ(OfKind(documents, "ClusterRole").size(), 2u);  // the agent's, the controller's
+  // The agent's, the controller's, and the two tenant roles the hoster binds (docs/install.md).
+  EXPECT_EQ(OfKind(documents, "ClusterRole").size(), 4u);
   const auto args = Strings(Controller(documents)["args"]);
   for (const auto& arg : args) {
     EXPECT_FALSE(arg.starts_with("--enable-gpu") || arg.starts_with("--webhook") ||
@@ -813,7 +815,7 @@ TEST(ChartController, RunsTwoReplicasBehindAPdbProbedAndLockedDown) {
     EXPECT_EQ(deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"].as<int>(-1), 0);
     const YAML::Node pdb = Named(documents, "PodDisruptionBudget", "gpu-controller");
     EXPECT_EQ(pdb["spec"]["minAvailable"].as<int>(0), 1);
-    EXPECT_EQ(ToYaml(pdb["spec"]["selector"]), ToYaml(deployment["spec"]["selector"]));
+    EXPECT_EQ(YAML::Dump(pdb["spec"]["selector"]), YAML::Dump(deployment["spec"]["selector"]));
     const YAML::Node labels = deployment["spec"]["template"]["metadata"]["labels"];
     for (const auto& label : deployment["spec"]["selector"]["matchLabels"]) {
       EXPECT_EQ(labels[label.first.Scalar()].as<std::string>(""), label.second.Scalar());
@@ -824,8 +826,8 @@ TEST(ChartController, RunsTwoReplicasBehindAPdbProbedAndLockedDown) {
     ASSERT_EQ(spread.size(), 1u);
     EXPECT_EQ(spread[0]["podAffinityTerm"]["topologyKey"].as<std::string>(""),
               "kubernetes.io/hostname");
-    EXPECT_EQ(ToYaml(spread[0]["podAffinityTerm"]["labelSelector"]["matchLabels"]),
-              ToYaml(deployment["spec"]["selector"]["matchLabels"]));
+    EXPECT_EQ(YAML::Dump(spread[0]["podAffinityTerm"]["labelSelector"]["matchLabels"]),
+              YAML::Dump(deployment["spec"]["selector"]["matchLabels"]));
     EXPECT_TRUE(pod["securityContext"]["runAsNonRoot"].as<bool>(false));
     EXPECT_NE(pod["securityContext"]["runAsUser"].as<int>(0), 0);
     EXPECT_EQ(pod["securityContext"]["seccompProfile"]["type"].as<std::string>(""),
@@ -936,9 +938,29 @@ TEST(ChartController, RbacIsExactlyTheLeastTheControllerNeeds) {
       if (name == "gpu-controller-gpu") {
         EXPECT_EQ(rulesOf(role), gpu);
       }
+      // The tenants' roles (docs/install.md, "Tenants"): orders and the catalog, never a
+      // status subresource; the chart binds neither, the hoster does.
+      if (name == "gpu-tenant") {
+        EXPECT_EQ(
+            rulesOf(role),
+            (std::set<Rule>{{"gpu.cozystack.io",
+                             "gpudevices",
+                             {"get", "list", "watch", "create", "update", "patch", "delete"}}}));
+      }
+      if (name == "gpu-catalog-reader") {
+        EXPECT_EQ(rulesOf(role),
+                  (std::set<Rule>{{"gpu.cozystack.io", "gpuclasses", {"get", "list", "watch"}}}));
+      }
     }
-    EXPECT_EQ(OfKind(documents, "ClusterRole").size(), on ? 3u : 2u);
+    Named(documents, "ClusterRole", "gpu-tenant");
+    Named(documents, "ClusterRole", "gpu-catalog-reader");
+    EXPECT_EQ(OfKind(documents, "ClusterRole").size(), on ? 5u : 4u);
+    // No binding of the tenants' roles: who a tenant is, is the hoster's to say.
     EXPECT_EQ(OfKind(documents, "ClusterRoleBinding").size(), on ? 3u : 2u);
+    for (const auto& binding : OfKind(documents, "ClusterRoleBinding")) {
+      EXPECT_FALSE(binding["roleRef"]["name"].as<std::string>().starts_with("gpu-tenant") ||
+                   binding["roleRef"]["name"].as<std::string>() == "gpu-catalog-reader");
+    }
   }
 }
 
@@ -959,124 +981,23 @@ TEST(ChartController, CrdsAreTemplatesKeptOnUninstall) {
   }
 }
 
-// The renderer itself: the subset it knows, and refusal of everything else.
-Context TestContext() {
-  Context context;
-  context.values = YAML::Load(
-      "a: {b: x, n: 7, t: true, f: false, zero: 0, empty: '', s: 'false', map: {k: v, q: 'true'}"
-      ", list: [1, two], none: {}, nil: null}");
-  context.chart = YAML::Load("{name: gpu, version: 1.2.3, appVersion: 4.5.6}");
-  return context;
-}
-
-TEST(ChartRenderer, RendersTheSubsetAsHelmDoes) {
-  const Context context = TestContext();
-  EXPECT_EQ(RenderTemplate("v: {{ .Values.a.b }} {{ .Values.a.n | quote }}", context),
-            "v: x \"7\"");
-  EXPECT_EQ(RenderTemplate("{{ .Release.Name }}/{{ .Release.Namespace }} {{ .Chart.Name }}"
-                           " {{ .Chart.Version }} {{ .Chart.AppVersion }}",
-                           context),
-            "gpu/cozy-gpu gpu 1.2.3 4.5.6");
-  EXPECT_EQ(RenderTemplate("m:\n  {{- toYaml .Values.a.map | nindent 2 }}\nend", context),
-            "m:\n  k: v\n  q: \"true\"\nend");
-  EXPECT_EQ(RenderTemplate("l:\n{{- toYaml .Values.a.list | nindent 0 }}", context),
-            "l:\n- 1\n- two");
-  EXPECT_EQ(RenderTemplate("a {{- /* note */ -}} b", context), "ab");
-  EXPECT_EQ(RenderTemplate("x\n{{- if .Values.a.t }}\ny{{ else }}\nn{{ end }}", context), "x\ny");
-  for (const char* falsy : {"f", "zero", "empty", "none", "nil", "missing"}) {
-    EXPECT_EQ(RenderTemplate(std::string("{{ if .Values.a.") + falsy + " }}y{{ else }}n{{ end }}",
-                             context),
-              "n")
-        << falsy;
-  }
-  for (const char* truthy : {"t", "n", "b", "s", "map", "list"}) {
-    EXPECT_EQ(RenderTemplate(std::string("{{ if .Values.a.") + truthy + " }}y{{ end }}", context),
-              "y")
-        << truthy;
-  }
-  EXPECT_EQ(RenderTemplate("{{ if .Values.a.t }}{{ if .Values.a.f }}1{{ else }}2{{ end }}{{ end }}",
-                           context),
-            "2");
-}
-
-// range over a list with variables, toJson, join and `if or` (added for the controller's flags
-// and vm-instance's annotation), as Helm renders them.
-TEST(ChartRenderer, RendersRangeToJsonJoinAndOr) {
-  const Context context = TestContext();
-  EXPECT_EQ(RenderTemplate("{{ range $i, $x := .Values.a.list }}{{ if $i }},{{ end }}{{ $x }}"
-                           "{{ end }}",
-                           context),
-            "1,two");
-  EXPECT_EQ(RenderTemplate("[{{ range $x := .Values.a.list }}<{{ $x }}>{{ end }}]", context),
-            "[<1><two>]");
-  EXPECT_EQ(RenderTemplate("[{{ range $x := .Values.a.missing }}{{ $x.y }}{{ end }}]", context),
-            "[]");
-  EXPECT_EQ(RenderTemplate("{{ toJson .Values.a }}", context),
-            R"({"b":"x","empty":"","f":false,"list":[1,"two"],"map":{"k":"v","q":"true"},)"
-            R"("n":7,"nil":null,"none":{},"s":"false","t":true,"zero":0})");
-  EXPECT_EQ(RenderTemplate("{{ toJson .Values.a.b }}", context), "\"x\"");
-  EXPECT_EQ(RenderTemplate("{{ join \",\" .Values.a.list }}", context), "1,two");
-  EXPECT_EQ(RenderTemplate("{{ if or .Values.a.f .Values.a.list }}y{{ else }}n{{ end }}", context),
-            "y");
-  EXPECT_EQ(RenderTemplate("{{ if or .Values.a.f .Values.a.none }}y{{ else }}n{{ end }}", context),
-            "n");
-  Context quoted;
-  quoted.values = YAML::Load(R"({s: "a\"b\\c\nd"})");
-  EXPECT_EQ(RenderTemplate("{{ toJson .Values.s }}", quoted), R"("a\"b\\c\nd")");
-}
-
-TEST(ChartRenderer, RefusesWhatIsOutsideTheSubset) {
-  const Context context = TestContext();
-  const std::vector<std::pair<std::string, std::string>> cases = {
-      {"{{ range .Values.a.list }}x{{ end }}", "outside the chart's template subset"},
-      {"{{ include \"x\" . }}", "outside the chart's template subset"},
-      {"{{ template \"x\" }}", "outside the chart's template subset"},
-      {"{{ $x := 1 }}", "outside the chart's template subset"},
-      {"{{ .Values.a.b | default \"y\" }}", "outside the chart's template subset"},
-      {"{{ .Values.a.b | upper }}", "outside the chart's template subset"},
-      {"{{ with .Values.a }}x{{ end }}", "outside the chart's template subset"},
-      {"{{ if .Values.a.t }}x{{ else if .Values.a.f }}y{{ end }}",
-       "outside the chart's template subset"},
-      {"{{ .Capabilities.KubeVersion }}", "outside the chart's template subset"},
-      {"{{ toYaml .Values.a.map }}", "must be followed by '| nindent N'"},
-      {"{{ .Values.a.map }}", "is a map or list"},
-      {"{{ .Values.a.missing }}", ".Values.a.missing has no value"},
-      {"{{ .Values.a.nil }}", "has no value"},
-      {"{{ if .Values.a.f }}{{ .Values.a.b | upper }}{{ end }}", "outside the chart's"},
-      {"{{ if .Values.a.t }}x", "'if' without 'end'"},
-      {"x{{ end }}", "'end' without 'if'"},
-      {"x {{ .Values.a.b ", "'{{' without '}}'"},
-      {"{{-.Values.a.b }}", "needs a space"},
-      {"a\n\n{{ lookup \"v1\" \"Node\" \"\" \"\" }}", "t.yaml:3:"},
-      {"{{ range $x := .Values.a.list }}x{{ else }}y{{ end }}", "'range' with 'else'"},
-      {"{{ range $x := .Values.a.map }}x{{ end }}", "range takes lists only"},
-      {"{{ range $x := .Values.a.list }}x", "'range' without 'end'"},
-      {"{{ $x }}", "undefined variable $x"},
-      {"{{ toJson .Values.a.map | quote }}", "no pipeline after toJson"},
-      {"{{ join \",\" .Values.a.map }}", "join takes lists only"},
-      {"{{ if or .Values.a.t }}x{{ end }}", "two or more arguments"},
-      {"{{ if and .Values.a.t .Values.a.f }}x{{ end }}", "outside the chart's template subset"},
+// `helm lint --strict`: the charts as Helm itself checks them (Chart.yaml, values, every
+// template rendered, warnings failing), GPUs off and on, with custom values, and vm-instance.
+TEST(ChartLint, HelmLintStrictFindsNothing) {
+  const std::filesystem::path source(COZY_SOURCE_DIR);
+  const std::vector<std::pair<std::filesystem::path, std::filesystem::path>> cases = {
+      {kChart, {}},
+      {kChart, source / "test/kube/cel/gpu-on-values.yaml"},
+      {kChart, source / "test/chart/custom-values.yaml"},
+      {source / "charts/vm-instance", {}},
   };
-  for (const auto& [text, message] : cases) {
-    try {
-      RenderTemplate(text, context, "t.yaml");
-      ADD_FAILURE() << "rendered: " << text;
-    } catch (const RenderError& error) {
-      EXPECT_NE(std::string(error.what()).find(message), std::string::npos)
-          << text << " -> " << error.what();
-    }
+  for (const auto& [chart, values] : cases) {
+    std::string command = testing::ShellQuote(HelmBinary().string()) + " lint --strict " +
+                          testing::ShellQuote(chart.string());
+    if (!values.empty()) command += " -f " + testing::ShellQuote(values.string());
+    const auto result = testing::RunCommand(command);
+    EXPECT_EQ(result.exitCode, 0) << command << "\n" << result.out << result.err;
   }
-}
-
-TEST(ChartRenderer, MergesValuesAsHelmDoes) {
-  const YAML::Node merged = MergeValues(YAML::Load("{a: {b: 1, c: 2}, l: [1, 2], s: x}"),
-                                        YAML::Load("{a: {c: 3, d: 4, b: null}, l: [9], t: y}"));
-  EXPECT_FALSE(merged["a"]["b"].IsDefined());
-  EXPECT_EQ(merged["a"]["c"].as<int>(), 3);
-  EXPECT_EQ(merged["a"]["d"].as<int>(), 4);
-  EXPECT_EQ(merged["l"].size(), 1u);
-  EXPECT_EQ(merged["s"].as<std::string>(), "x");
-  EXPECT_EQ(merged["t"].as<std::string>(), "y");
 }
 
 // ---- charts/vm-instance: the example tenant VM ----

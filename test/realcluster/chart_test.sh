@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# The chart installed for real (issue 22 §3): real helm into a real kube-apiserver.
+#   test/realcluster/chart_test.sh SOURCE_DIR BUILD_DIR CLUSTER_DIR
+# - `helm lint --strict` with GPUs off and on;
+# - `helm install` with GPUs off: the CRDs are accepted (structural schemas, CEL rules and their
+#   cost, selectableFields) and Established; every ValidatingAdmissionPolicy type-checks against
+#   them without a warning (kube-controller-manager's validatingadmissionpolicy-status
+#   controller); each has its binding; the service accounts' rights are what docs/install.md says
+#   (kubectl auth can-i, decided by the API server's RBAC authorizer);
+# - `helm upgrade` with GPUs on and the webhooks pointed at a controller on 127.0.0.1
+#   (gpu.webhook.url): the webhook configurations are accepted, every policy still type-checks,
+#   and `gpu-controller run --enable-gpu`, authenticated as the chart's service account, answers
+#   the API server's admission calls: an order for a class that does not exist is refused at
+#   `kubectl apply` with the webhook's reason (H2: fail closed, and its reason reaches the user);
+# - `helm uninstall` keeps the CRDs (H5).
+source "$(dirname "$0")/lib.sh"
+
+ns=cozy-system
+on_values="$work/gpu-on.yaml"
+
+# --- lint ------------------------------------------------------------------------------------
+expect_ok "helm lint --strict, GPUs off" helm lint --strict "$source_dir/charts/gpu"
+cat >"$work/lint-on.yaml" <<EOF
+gpu:
+  enabled: true
+  webhook: {certManager: false, caBundle: Q0E=, existingSecret: gpu-controller-webhook-tls}
+EOF
+expect_ok "helm lint --strict, GPUs on" helm lint --strict "$source_dir/charts/gpu" -f "$work/lint-on.yaml"
+
+# --- GPUs off ----------------------------------------------------------------------------------
+# KubeVirt's and Cozystack's CRDs as the controller reads them (test/fakes/crds: the fields it
+# uses), so the RBAC on them and the VMI webhook are as in a cluster with KubeVirt.
+kc apply -f "$source_dir/test/fakes/crds" >"$work/out" 2>&1 || abort "the KubeVirt test CRDs: $(cat "$work/out")"
+on_exit "kc delete -f '$source_dir/test/fakes/crds' --ignore-not-found --wait=false"
+install_chart "$ns" || abort "helm install (GPUs off): $(cat "$work/helm-install.log")"
+pass "helm install, GPUs off"
+if wait_crds >"$work/out" 2>&1; then pass "the CRDs are Established"; else fail "CRDs: $(cat "$work/out")"; fi
+
+# policies_type_check: every policy's status is for its current generation and has no warning.
+policy_status() {
+  kc get validatingadmissionpolicies -o \
+    'jsonpath={range .items[*]}{.metadata.name}{" "}{.metadata.generation}{" "}{.status.observedGeneration}{" "}{.status.typeChecking.expressionWarnings}{"\n"}{end}'
+}
+policies_checked() { # every policy's status names its current generation
+  local name gen observed rest
+  while read -r name gen observed rest; do
+    [ -n "$name" ] || continue
+    [ "$gen" = "$observed" ] || return 1
+  done < <(policy_status)
+}
+check_policies() { # check_policies WHAT EXPECTED-COUNT
+  local what=$1 expected=$2 count
+  count=$(kc get validatingadmissionpolicies -o name | grep -c .)
+  [ "$count" -eq "$expected" ] || fail "$what: $count policies, expected $expected"
+  if ! wait_until 60 policies_checked; then
+    fail "$what: the type-checking status did not reach every policy: $(policy_status | tr '\n' ';')"
+    return
+  fi
+  local name gen observed warnings bad=""
+  while read -r name gen observed warnings; do
+    [ -z "$warnings" ] || bad+="$name: $warnings; "
+  done < <(policy_status)
+  if [ -z "$bad" ]; then pass "$what: $count policies type-check without warnings"; else fail "$what: $bad"; fi
+  # Each policy has a binding naming it.
+  local policies bound missing=""
+  policies=$(kc get validatingadmissionpolicies -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}')
+  bound=$(kc get validatingadmissionpolicybindings -o jsonpath='{range .items[*]}{.spec.policyName}{"\n"}{end}')
+  for name in $policies; do grep -qx "$name" <<<"$bound" || missing+="$name "; done
+  if [ -z "$missing" ]; then pass "$what: every policy is bound"; else fail "$what: unbound: $missing"; fi
+}
+expected_off=$(helm template gpu "$source_dir/charts/gpu" -n "$ns" | grep -c '^kind: ValidatingAdmissionPolicy$')
+check_policies "GPUs off" "$expected_off"
+
+# can ACCOUNT VERB RESOURCE [yes|no]: the RBAC authorizer's answer for the service account.
+can() {
+  local who=$1 verb=$2 resource=$3 want=$4 got may=may
+  local -a sub=()
+  # RESOURCE/SUBRESOURCE: kubectl takes the subresource as a flag.
+  if [[ "$resource" == */* ]]; then sub=(--subresource "${resource#*/}"); fi
+  got=$(kc auth can-i "$verb" "${resource%%/*}" "${sub[@]}" --as "system:serviceaccount:$ns:$who" 2>/dev/null)
+  [ "$want" = yes ] || may="may not"
+  if [ "$got" = "$want" ]; then pass "$who $may $verb $resource"
+  else fail "$who: can-i $verb $resource is '$got', expected $want"; fi
+}
+can gpu-agent patch gpunodes/status yes
+can gpu-agent create gpunodes yes
+can gpu-agent patch gpunodes no
+can gpu-agent delete gpunodes no
+can gpu-agent list pods yes
+can gpu-agent patch nodes no
+can gpu-agent list gpudevices.gpu.cozystack.io no
+can gpu-controller list gpunodes yes
+can gpu-controller patch gpunodes/status no
+can gpu-controller delete nodes no
+can gpu-controller create secrets no
+
+# --- GPUs on, webhooks on a controller at 127.0.0.1 -----------------------------------------
+# The serving certificate names the address the API server dials (an IP SAN), signed by a CA
+# the webhook configurations carry.
+(cd "$work" &&
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout webhook-ca.key -out webhook-ca.crt -days 1 \
+    -subj /CN=gpu-controller-ca 2>/dev/null &&
+  printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >san.ext &&
+  openssl req -newkey rsa:2048 -nodes -keyout tls.key -out tls.csr -subj /CN=127.0.0.1 2>/dev/null &&
+  openssl x509 -req -in tls.csr -CA webhook-ca.crt -CAkey webhook-ca.key -CAcreateserial \
+    -out tls.crt -days 1 -extfile san.ext 2>/dev/null &&
+  mkdir certs && cp tls.crt tls.key certs/) || abort "openssl could not make the webhook certificate"
+free_port webhook_port
+free_port health_port
+cat >"$on_values" <<EOF
+gpu:
+  enabled: true
+  webhook:
+    certManager: false
+    caBundle: $(base64 -w0 "$work/webhook-ca.crt")
+    existingSecret: gpu-controller-webhook-tls
+    url: https://127.0.0.1:$webhook_port
+EOF
+if helm upgrade gpu "$source_dir/charts/gpu" --kubeconfig "$admin_kubeconfig" -n "$ns" \
+  -f "$on_values" >"$work/out" 2>&1; then
+  pass "helm upgrade, GPUs on, webhooks at https://127.0.0.1:$webhook_port"
+else
+  abort "helm upgrade (GPUs on): $(cat "$work/out")"
+fi
+urls=$(kc get validatingwebhookconfiguration/cozy-gpu mutatingwebhookconfiguration/cozy-gpu \
+  -o jsonpath='{range .items[*].webhooks[*]}{.clientConfig.url}{"\n"}{end}')
+if [ "$(grep -c "^https://127.0.0.1:$webhook_port/" <<<"$urls")" -eq 3 ]; then
+  pass "the three webhooks call https://127.0.0.1:$webhook_port"
+else
+  fail "webhook URLs: $urls"
+fi
+expected_on=$(helm template gpu "$source_dir/charts/gpu" -n "$ns" -f "$on_values" |
+  grep -c '^kind: ValidatingAdmissionPolicy$')
+check_policies "GPUs on" "$expected_on"
+can gpu-controller patch gpudevices.gpu.cozystack.io/status yes
+can gpu-controller patch gpunodes/status yes
+can gpu-controller create gpudevices.gpu.cozystack.io yes
+can gpu-controller list virtualmachineinstances.kubevirt.io yes
+
+# The controller as the chart's service account: a token the API server issues (TokenRequest).
+token=$(kc create token gpu-controller -n "$ns" --duration 1h) || abort "TokenRequest for gpu-controller"
+token_kubeconfig "$work/controller.kubeconfig" "$token"
+"$build_dir/controller/gpu-controller" run --kubeconfig "$work/controller.kubeconfig" \
+  --namespace "$ns" --identity replica-0 --enable-gpu \
+  --webhook-addr "127.0.0.1:$webhook_port" --webhook-cert-dir "$work/certs" \
+  --health-addr "127.0.0.1:$health_port" >"$work/controller.log" 2>&1 &
+pids+=($!)
+wait_until 60 curl -fsS "http://127.0.0.1:$health_port/readyz" ||
+  abort "gpu-controller (as the service account gpu-controller) did not become ready"
+pass "gpu-controller runs as the chart's service account (a TokenRequest token) and is ready"
+
+kc create namespace tenant-a >/dev/null
+cat >"$work/order.yaml" <<EOF
+apiVersion: gpu.cozystack.io/v1alpha1
+kind: GPUDevice
+metadata: {name: train, namespace: tenant-a}
+spec: {className: no-such-class, count: 1}
+EOF
+# The API server calls the webhook over loopback; the controller's reason is what kubectl prints.
+expect_refused "an order for a class that does not exist is refused at kubectl apply, with the reason" \
+  'admission webhook "gpudevices.gpu.cozystack.io" denied the request: .*no-such-class' \
+  kc apply -f "$work/order.yaml"
+expect_refused "... and on a server-side dry run" \
+  'admission webhook "gpudevices.gpu.cozystack.io" denied the request' \
+  kc apply --dry-run=server -f "$work/order.yaml"
+
+# The controller stopped: the webhooks fail closed (H2).
+kill -TERM "${pids[-1]}" 2>/dev/null
+wait "${pids[-1]}" 2>/dev/null
+expect_refused "with the controller down, the order is refused (failurePolicy Fail), not let through" \
+  'failed calling webhook "gpudevices.gpu.cozystack.io"' kc apply -f "$work/order.yaml"
+kc delete namespace tenant-a --wait=false >/dev/null 2>&1
+
+# --- uninstall keeps the CRDs (H5) -------------------------------------------------------------
+helm uninstall gpu --kubeconfig "$admin_kubeconfig" -n "$ns" --wait >/dev/null 2>&1
+if kc get crd gpudevices.gpu.cozystack.io gpuclasses.gpu.cozystack.io gpunodes.gpu.cozystack.io \
+  >/dev/null 2>&1; then
+  pass "helm uninstall keeps the CRDs (H5)"
+else
+  fail "helm uninstall removed a CRD"
+fi
+if [ -z "$(kc get validatingadmissionpolicies -o name 2>/dev/null)" ]; then
+  pass "helm uninstall removes the policies"
+else
+  fail "policies left after uninstall: $(kc get validatingadmissionpolicies -o name | tr '\n' ' ')"
+fi
+summary

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Identities as in a cluster (issue 22 §4): the agents run as the chart's service account with
+# tokens the real API server issues, bound to a Pod on a Node, so the node-bound policy
+# (F1, F2; docs/gpunode.md) is decided by kube-apiserver's own CEL on the user extras its
+# authenticator sets; bare-metal agents are client-certificate users; a tenant is a
+# client-certificate user in a tenant group with the role docs/install.md recommends.
+#   test/realcluster/identity_test.sh SOURCE_DIR BUILD_DIR CLUSTER_DIR
+source "$(dirname "$0")/lib.sh"
+
+ns=cozy-system
+install_chart "$ns" || abort "helm install: $(cat "$work/helm-install.log")"
+wait_crds >/dev/null || abort "the CRDs are not Established"
+# The policies are enforced once the API server's policy informer has them: wait until the
+# type-checking status names them, then a little for the admission plugin's own informer.
+wait_until 60 test -n "$(kc get validatingadmissionpolicy gpu-agent-own-gpunode \
+  -o jsonpath='{.status.observedGeneration}' 2>/dev/null)" || abort "the node-bound policy has no status"
+
+# Two nodes, and on each an agent pod of the DaemonSet's service account (bound by name: no
+# scheduler or kubelet here; the API server only needs the binding to issue node-bound tokens).
+for node in node-a node-b; do
+  cat <<EOF
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: $node
+  labels: {kubernetes.io/hostname: $node, gpu.cozystack.io/gpu-node: "true"}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: gpu-agent-$node, namespace: $ns}
+spec:
+  serviceAccountName: gpu-agent
+  nodeName: $node
+  containers: [{name: agent, image: gpu-agent}]
+EOF
+done >"$work/nodes.yaml"
+kc apply -f "$work/nodes.yaml" >/dev/null || abort "kubectl could not create the nodes and agent pods"
+# No kubelet confirms a bound pod's end: delete them at once (--force, grace 0) as a node's
+# loss would, or they stay Terminating.
+on_exit "kc delete -f '$work/nodes.yaml' --force --grace-period=0 --wait=false"
+
+# A token for node's agent pod: what kubelet mounts into it (TokenRequest bound to the Pod).
+for node in node-a node-b; do
+  token=$(kc create token gpu-agent -n "$ns" --bound-object-kind Pod \
+    --bound-object-name "gpu-agent-$node" --duration 1h) || abort "TokenRequest for gpu-agent-$node"
+  token_kubeconfig "$work/agent-$node.kubeconfig" "$token"
+done
+whoami_extra() { as "$1" kc auth whoami -o jsonpath='{.status.userInfo.extra.authentication\.kubernetes\.io/node-name}'; }
+extra=$(whoami_extra "$work/agent-node-b.kubeconfig")
+if [ "$extra" = '["node-b"]' ] || [ "$extra" = node-b ]; then
+  pass "the pod-bound token of node-b's agent carries the node name as a user extra"
+else
+  fail "node-b's token's node-name extra is '$extra'"
+fi
+
+# The real agent on node-a, with node-a's token: it creates and publishes its own GPUNode.
+fixture_root node-a a100-vfio || abort "gpu-fixture could not build a100-vfio"
+"$build_dir/agent/gpu-agent" run --node-name node-a --kubeconfig "$work/agent-node-a.kubeconfig" \
+  --sysfs-root "$work/node-a-root" --pci-ids "$source_dir/fixtures/pci.ids" \
+  --pod-resources "unix://$work/no-kubelet.sock" --udev-source off --dbus off \
+  --health-addr off >"$work/agent-node-a.log" 2>&1 &
+pids+=($!)
+published() { [ "$(kc get gpunode node-a -o jsonpath='{.status.summary.gpus}' 2>/dev/null)" = 2 ]; }
+if wait_until 30 published; then
+  pass "gpu-agent on node-a (its pod-bound token) published GPUNode node-a: 2 GPUs (F1)"
+else
+  fail "GPUNode node-a not published by its agent: $(tail -n 5 "$work/agent-node-a.log" | tr '\n' ' ')"
+fi
+owner=$(kc get gpunode node-a -o jsonpath='{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}')
+[ "$owner" = Node/node-a ] && pass "GPUNode node-a is owned by its Node" || fail "owner: $owner"
+
+patch='{"status":{"summary":{"gpus":7}}}'
+# F2: another node's credentials are refused by the policy, with its message.
+expect_refused "node-b's agent may not patch GPUNode node-a's status (F2)" \
+  'ValidatingAdmissionPolicy .gpu-agent-own-gpunode.* may write only GPUNode node-b, not node-a' \
+  raw_patch "$work/agent-node-b.kubeconfig" /apis/gpu.cozystack.io/v1alpha1/gpunodes/node-a/status "$patch"
+cat >"$work/gpunode-a.yaml" <<EOF
+apiVersion: gpu.cozystack.io/v1alpha1
+kind: GPUNode
+metadata: {name: node-a2}
+EOF
+expect_refused "node-b's agent may not create another node's GPUNode" \
+  'may write only GPUNode node-b' as "$work/agent-node-b.kubeconfig" kc create -f "$work/gpunode-a.yaml"
+expect_ok "node-a's agent may patch its own GPUNode's status" \
+  raw_patch "$work/agent-node-a.kubeconfig" /apis/gpu.cozystack.io/v1alpha1/gpunodes/node-a/status '{"status":{"summary":{"gpus":2}}}'
+expect_refused "node-a's agent may not change status.conditions (the binder's)" \
+  'may not change status.conditions' \
+  raw_patch "$work/agent-node-a.kubeconfig" /apis/gpu.cozystack.io/v1alpha1/gpunodes/node-a/status '{"status":{"conditions":[{"type":"Schedulable","status":"False","reason":"X","message":"x","lastTransitionTime":"2026-01-01T00:00:00Z"}]}}'
+
+# A token of the service account not bound to a pod carries no node name: refused (fail closed).
+token=$(kc create token gpu-agent -n "$ns" --duration 1h) || abort "TokenRequest for gpu-agent"
+token_kubeconfig "$work/agent-unbound.kubeconfig" "$token"
+expect_refused "an agent token bound to no pod is refused: no node name" \
+  "credentials carry no node name" \
+  raw_patch "$work/agent-unbound.kubeconfig" /apis/gpu.cozystack.io/v1alpha1/gpunodes/node-a/status "$patch"
+
+# Bare-metal agents: a client certificate, CN gpu.cozystack.io:agent:<node>, O the agents' group.
+cert_kubeconfig "$work/bm-node-b.kubeconfig" gpu.cozystack.io:agent:node-b gpu.cozystack.io:agents
+expect_refused "a bare-metal agent of node-b may not patch GPUNode node-a" \
+  'may write only GPUNode node-b, not node-a' \
+  raw_patch "$work/bm-node-b.kubeconfig" /apis/gpu.cozystack.io/v1alpha1/gpunodes/node-a/status "$patch"
+fixture_root node-b a100-vfio || abort "gpu-fixture could not build a100-vfio"
+"$build_dir/agent/gpu-agent" run --node-name node-b --kubeconfig "$work/bm-node-b.kubeconfig" \
+  --sysfs-root "$work/node-b-root" --pci-ids "$source_dir/fixtures/pci.ids" \
+  --pod-resources "unix://$work/no-kubelet.sock" --udev-source off --dbus off \
+  --health-addr off >"$work/agent-node-b.log" 2>&1 &
+pids+=($!)
+published_b() { [ "$(kc get gpunode node-b -o jsonpath='{.status.summary.gpus}' 2>/dev/null)" = 2 ]; }
+if wait_until 30 published_b; then
+  pass "a bare-metal gpu-agent (client certificate) published its own GPUNode node-b"
+else
+  fail "GPUNode node-b not published: $(tail -n 5 "$work/agent-node-b.log" | tr '\n' ' ')"
+fi
+# Someone in the agents' group whose name is no agent's: no node name, refused.
+cert_kubeconfig "$work/bm-other.kubeconfig" mallory gpu.cozystack.io:agents
+expect_refused "a member of the agents' group without an agent's name is refused" \
+  "credentials carry no node name" \
+  raw_patch "$work/bm-other.kubeconfig" /apis/gpu.cozystack.io/v1alpha1/gpunodes/node-b/status "$patch"
+
+# --- a tenant ------------------------------------------------------------------------------
+# alice, in the group tenants; the chart's gpu-tenant ClusterRole bound in her namespace (orders)
+# and cluster-wide (the catalog), as docs/install.md recommends.
+kc create namespace tenant-a >/dev/null
+kc create namespace tenant-b >/dev/null
+on_exit "kc delete namespace tenant-a tenant-b --wait=false"
+kc create rolebinding gpu-tenant -n tenant-a --clusterrole gpu-tenant --group tenants >/dev/null
+kc create clusterrolebinding gpu-tenant-catalog --clusterrole gpu-catalog-reader --group tenants >/dev/null
+on_exit "kc delete clusterrolebinding gpu-tenant-catalog"
+cert_kubeconfig "$work/alice.kubeconfig" alice tenants
+cat >"$work/order.yaml" <<EOF
+apiVersion: gpu.cozystack.io/v1alpha1
+kind: GPUDevice
+metadata: {name: train}
+spec: {className: a100, count: 1}
+EOF
+expect_ok "the tenant may read the catalog (GPU classes)" as "$work/alice.kubeconfig" kc get gpuclasses
+expect_ok "the tenant may order in her namespace" \
+  as "$work/alice.kubeconfig" kc create -n tenant-a -f "$work/order.yaml"
+expect_refused "the tenant may not order in another tenant's namespace" \
+  'forbidden: User "alice" cannot create resource "gpudevices"' \
+  as "$work/alice.kubeconfig" kc create -n tenant-b -f "$work/order.yaml"
+expect_refused "the tenant may not write her order's status (the binder's)" \
+  'User \\"alice\\" cannot patch resource \\"gpudevices/status\\"' \
+  raw_patch "$work/alice.kubeconfig" /apis/gpu.cozystack.io/v1alpha1/namespaces/tenant-a/gpudevices/train/status \
+  '{"status":{"phase":"Bound"}}'
+expect_refused "the tenant may not write GPUNodes" 'User \\"alice\\" cannot patch' \
+  raw_patch "$work/alice.kubeconfig" /apis/gpu.cozystack.io/v1alpha1/gpunodes/node-a/status "$patch"
+expect_ok "the tenant may delete her order" as "$work/alice.kubeconfig" kc delete gpudevice train -n tenant-a
+summary

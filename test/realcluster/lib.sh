@@ -1,0 +1,207 @@
+# Shared by the tests on the real control plane (test/realcluster/*_test.sh); sourced, not run.
+#   source lib.sh SOURCE_DIR BUILD_DIR CLUSTER_DIR
+# CLUSTER_DIR is a cluster `scripts/cluster.sh up` started (the ctest fixture real_cluster):
+# kube-apiserver, etcd and kube-controller-manager on 127.0.0.1, DIR/kubeconfig its admin.
+# Each test installs what it needs and removes it again (tests on one cluster run one at a time:
+# RESOURCE_LOCK real_cluster), and ends with the plain "N passed, N failed" line.
+set -uo pipefail
+source_dir=$(cd "$1" && pwd)
+build_dir=$(cd "$2" && pwd)
+cluster_dir=$(cd "$3" && pwd)
+[ -f "$cluster_dir/kubeconfig" ] || {
+  echo "FAIL: $cluster_dir/kubeconfig is missing: the real_cluster fixture did not come up"
+  exit 1
+}
+for tool in kubectl helm openssl curl; do
+  command -v "$tool" >/dev/null || {
+    echo "FAIL: $tool is not on PATH (scripts/cluster.sh build builds kubectl and helm;" \
+      "scripts/test.sh puts them first on PATH)"
+    exit 1
+  }
+done
+admin_kubeconfig="$cluster_dir/kubeconfig"
+apiserver_url=$(sed -n 's/^APISERVER_URL=//p' "$cluster_dir/env")
+work=$(mktemp -d "${TMPDIR:-/tmp}/realcluster.XXXXXX")
+passed=0
+failed=0
+pids=()
+cleanups=()
+
+finish() {
+  local status=$? i pid
+  for ((i = ${#cleanups[@]} - 1; i >= 0; i--)); do eval "${cleanups[$i]}" >/dev/null 2>&1 || true; done
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$work"
+  exit "$status"
+}
+trap finish EXIT
+on_exit() { cleanups+=("$*"); } # on_exit 'COMMAND': run at the end, last registered first
+
+pass() {
+  echo "ok: $*"
+  passed=$((passed + 1))
+}
+fail() {
+  echo "FAIL: $*"
+  failed=$((failed + 1))
+}
+# summary: the closing line; exit 1 when anything failed.
+summary() {
+  echo "$passed passed, $failed failed"
+  [ "$failed" -eq 0 ]
+  exit $?
+}
+# abort WHAT: a step the rest of the test needs did not happen; the logs' ends, and exit 1.
+abort() {
+  fail "$*"
+  local log
+  for log in "$work"/*.log; do
+    [ -s "$log" ] || continue
+    echo "--- ${log##*/} (last lines)"
+    tail -n 15 "$log"
+  done
+  summary
+}
+
+# kubectl as the cluster's admin, or as the user of kubeconfig KC_AS when set.
+kc() {
+  kubectl --kubeconfig "${KC_AS:-$admin_kubeconfig}" --cache-dir "$work/kube-cache" \
+    --request-timeout=20s "$@"
+}
+# as KUBECONFIG COMMAND...: COMMAND (kc ...) as that kubeconfig's user.
+as() {
+  local kc_file=$1
+  shift
+  KC_AS=$kc_file "$@"
+}
+
+# wait_until SECONDS COMMAND...: COMMAND until it succeeds; status 1 when it never did.
+wait_until() {
+  local deadline=$((SECONDS + $1))
+  shift
+  until "$@" >/dev/null 2>&1; do
+    [ "$SECONDS" -lt "$deadline" ] || return 1
+    sleep 0.25
+  done
+}
+
+# expect_ok WHAT COMMAND...: COMMAND succeeds.
+expect_ok() {
+  local what=$1
+  shift
+  if "$@" >"$work/out" 2>&1; then pass "$what"; else fail "$what: $(tr '\n' ' ' <"$work/out")"; fi
+}
+# expect_refused WHAT REGEX COMMAND...: COMMAND fails and what it prints matches REGEX (the
+# reason the API server gave, not just any failure).
+expect_refused() {
+  local what=$1 regex=$2
+  shift 2
+  if "$@" >"$work/out" 2>&1; then
+    fail "$what: allowed, expected a refusal matching /$regex/"
+  elif grep -Eq -- "$regex" "$work/out"; then
+    pass "$what"
+  else
+    fail "$what: refused, but not for /$regex/: $(tr '\n' ' ' <"$work/out")"
+  fi
+}
+
+# A kubeconfig for the cluster: token_kubeconfig FILE TOKEN, or cert_kubeconfig FILE CN [O...]
+# with a client certificate our CA signs (the API server's client-certificate authenticator:
+# CN the user, each O a group).
+kubeconfig_with() { # kubeconfig_with FILE USER-YAML-LINES
+  cat >"$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: cozy
+  cluster:
+    server: $apiserver_url
+    certificate-authority-data: $(base64 -w0 "$cluster_dir/pki/ca.crt")
+users:
+- name: user
+  user:
+$2
+contexts:
+- name: cozy
+  context: {cluster: cozy, user: user}
+current-context: cozy
+EOF
+  chmod 600 "$1"
+}
+token_kubeconfig() {
+  kubeconfig_with "$1" "    token: $2"
+  printf '%s\n' -H "Authorization: Bearer $2" >"$1.curl"
+}
+cert_kubeconfig() {
+  local file=$1 cn=$2 subject o
+  shift 2
+  subject=""
+  for o in "$@"; do subject+="/O=$o"; done
+  subject+="/CN=$cn"
+  local key="$work/$(basename "$file").key" crt="$work/$(basename "$file").crt"
+  openssl req -new -newkey rsa:2048 -nodes -keyout "$key" -subj "$subject" -out "$key.csr" 2>/dev/null
+  printf 'extendedKeyUsage=clientAuth\n' >"$key.ext"
+  openssl x509 -req -in "$key.csr" -CA "$cluster_dir/pki/ca.crt" -CAkey "$cluster_dir/pki/ca.key" \
+    -CAcreateserial -days 1 -extfile "$key.ext" -out "$crt" 2>/dev/null
+  kubeconfig_with "$file" "    client-certificate-data: $(base64 -w0 "$crt")
+    client-key-data: $(base64 -w0 "$key")"
+  printf '%s\n' --cert "$crt" --key "$key" >"$file.curl"
+}
+
+# raw_patch KUBECONFIG API-PATH MERGE-PATCH: one PATCH as that kubeconfig's user, nothing else
+# (kubectl patch GETs first, which an agent may not); fails on a non-2xx answer, printing the
+# API server's message.
+raw_patch() {
+  local -a auth=()
+  mapfile -t auth <"$1.curl"
+  local code
+  code=$(curl -sS -o "$work/patch.out" -w '%{http_code}' --cacert "$cluster_dir/pki/ca.crt" \
+    "${auth[@]}" -X PATCH -H 'Content-Type: application/merge-patch+json' --data "$3" \
+    "$apiserver_url$2") || return 1
+  tr '\n' ' ' <"$work/patch.out"
+  [[ "$code" == 2* ]]
+}
+
+# The chart, as a hoster installs it: install_chart NAMESPACE [helm flags...]. Removed at the end,
+# with its CRDs (the chart keeps them on uninstall, H5), so the next test starts clean.
+install_chart() {
+  local ns=$1
+  shift
+  on_exit "remove_chart $ns" # a failed install leaves a release behind too
+  helm install gpu "$source_dir/charts/gpu" --kubeconfig "$admin_kubeconfig" -n "$ns" \
+    --create-namespace "$@" >"$work/helm-install.log" 2>&1
+}
+remove_chart() {
+  helm uninstall gpu --kubeconfig "$admin_kubeconfig" -n "$1" --wait >/dev/null 2>&1 || true
+  kc delete crd gpuclasses.gpu.cozystack.io gpudevices.gpu.cozystack.io gpunodes.gpu.cozystack.io \
+    --ignore-not-found --wait >/dev/null 2>&1 || true
+}
+# The chart's CRDs established (the API server accepted their schemas and serves them).
+wait_crds() {
+  kc wait --for=condition=Established --timeout=60s \
+    crd/gpuclasses.gpu.cozystack.io crd/gpudevices.gpu.cozystack.io crd/gpunodes.gpu.cozystack.io
+}
+
+# free_port VAR: a port nothing listens on, none given twice, below the ephemeral range (where
+# the programs' own outgoing connections take their source ports).
+read -r ephemeral_low _ </proc/sys/net/ipv4/ip_local_port_range
+taken_ports=" "
+free_port() {
+  local port
+  for _ in $(seq 100); do
+    port=$((20000 + RANDOM % (ephemeral_low - 20000)))
+    case "$taken_ports" in *" $port "*) continue ;; esac
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      taken_ports+="$port "
+      printf -v "$1" '%s' "$port"
+      return
+    fi
+  done
+  abort "no free TCP port found"
+}
+
+# A fixture host's sysfs tree: fixture_root NAME HOST → $work/NAME-root
+fixture_root() {
+  "$build_dir/fixtures/sysfs/gpu-fixture" "$source_dir/fixtures/sysfs/specs/$2.json" "$work/$1-root" >/dev/null
+}
