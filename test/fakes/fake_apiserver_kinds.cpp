@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <regex>
+#include <set>
 
 namespace cozy::fake {
 using namespace internal;  // NOLINT
@@ -475,10 +476,71 @@ void PrepareBuiltin(const std::string& group, const std::string& plural, json& o
   }
 }
 
+// validateResources of a webhook rule (pkg/apis/admissionregistration/validation): "*/*" stands
+// alone; "*" with a plain resource, "r/*" with "r/x", "*/x" with "r/x" overlap and are refused.
+void ValidateRuleResources(const json& resources, const std::string& field,
+                           std::vector<FieldError>& errors) {
+  if (!resources.is_array() || resources.empty()) {
+    errors.push_back({"FieldValueRequired", field, "Required value"});
+    return;
+  }
+  std::set<std::string> wildcardSubresources;  // r of "r/*"
+  std::set<std::string> wildcardResources;     // x of "*/x"
+  bool doubleWildcard = false, singleWildcard = false, plain = false;
+  for (size_t i = 0; i < resources.size(); ++i) {
+    const std::string item = resources[i].is_string() ? resources[i].get<std::string>() : "";
+    const std::string at = field + "[" + std::to_string(i) + "]";
+    if (item.empty()) {
+      errors.push_back({"FieldValueRequired", at, "Required value"});
+      continue;
+    }
+    if (item == "*/*") doubleWildcard = true;
+    if (item == "*") singleWildcard = true;
+    const auto slash = item.find('/');
+    if (slash == std::string::npos) {
+      plain = item != "*";
+      continue;
+    }
+    const std::string resource = item.substr(0, slash), sub = item.substr(slash + 1);
+    if (wildcardSubresources.count(resource)) {
+      errors.push_back(
+          Invalid(at, item, "if '" + resource + "/*' is present, must not specify " + item));
+    }
+    if (wildcardResources.count(sub)) {
+      errors.push_back(
+          Invalid(at, item, "if '*/" + sub + "' is present, must not specify " + item));
+    }
+    if (sub == "*") wildcardSubresources.insert(resource);
+    if (resource == "*") wildcardResources.insert(sub);
+  }
+  if (resources.size() > 1 && doubleWildcard) {
+    errors.push_back(
+        Invalid(field, resources, "if '*/*' is present, must not specify other resources"));
+  }
+  if (singleWildcard && plain) {
+    errors.push_back(Invalid(field, resources,
+                             "if '*' is present, must not specify other resources without "
+                             "subresources"));
+  }
+}
+
 std::vector<FieldError> ValidateBuiltin(const std::string& group, const std::string& plural,
                                         const json& object) {
   std::vector<FieldError> errors;
-  if (group.empty() && plural == "configmaps") {
+  if (group == "admissionregistration.k8s.io" && plural.ends_with("webhookconfigurations")) {
+    // Found by installing the chart into kube-apiserver (issue 22): the fake took overlapping
+    // resources that the real server refuses.
+    const json webhooks = object.value("webhooks", json::array());
+    for (size_t w = 0; w < webhooks.size(); ++w) {
+      const json rules = webhooks[w].value("rules", json::array());
+      for (size_t r = 0; r < rules.size(); ++r) {
+        ValidateRuleResources(
+            rules[r].value("resources", json::array()),
+            "webhooks[" + std::to_string(w) + "].rules[" + std::to_string(r) + "].resources",
+            errors);
+      }
+    }
+  } else if (group.empty() && plural == "configmaps") {
     RequireMapOfStrings(object, "data", "ConfigMap");
     ValidateKeys(object, "data", errors);
     ValidateKeys(object, "binaryData", errors);

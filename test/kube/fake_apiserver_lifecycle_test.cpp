@@ -1220,5 +1220,44 @@ TEST(Kubectl, DeleteReturnsOnceAFinalizedObjectIsGone) {
   EXPECT_EQ(Call(*server, "GET", "/api/v1/nodes/n2").status, 404);
 }
 
+// A webhook rule's resources as kube-apiserver validates them (validateResources): "*/*" alone
+// covers every resource and subresource and may not be listed with others. The chart once had
+// ["*", "*/*"] in a policy; the fake took it, the real server refused `helm install` (issue 22).
+TEST(FakeKinds, WebhookRuleResourcesOverlappingAWildcardAreInvalidAsInTheRealServer) {
+  auto server = StartFakeApiServer(false);
+  const std::string configs =
+      "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations";
+  auto config = [](const std::string& name, const json& resources) {
+    return json{{"metadata", {{"name", name}}},
+                {"webhooks",
+                 {{{"name", "w.example.com"},
+                   {"admissionReviewVersions", {"v1"}},
+                   {"sideEffects", "None"},
+                   {"clientConfig", {{"url", "https://127.0.0.1:1/x"}}},
+                   {"rules",
+                    {{{"apiGroups", {"*"}},
+                      {"apiVersions", {"*"}},
+                      {"operations", {"CREATE"}},
+                      {"resources", resources}}}}}}}};
+  };
+  auto both = Call(*server, "POST", configs, config("both", {"*", "*/*"}));
+  EXPECT_EQ(both.status, 422);
+  EXPECT_EQ(both.body["details"]["causes"][0]["field"], "webhooks[0].rules[0].resources");
+  EXPECT_NE(both.body.dump().find("if '*/*' is present, must not specify other resources"),
+            std::string::npos)
+      << both.body.dump();
+  auto plain = Call(*server, "POST", configs, config("plain", {"*", "pods"}));
+  EXPECT_EQ(plain.status, 422);
+  EXPECT_NE(plain.body.dump().find("if '*' is present, must not specify other resources without "
+                                   "subresources"),
+            std::string::npos);
+  auto sub = Call(*server, "POST", configs, config("sub", {"pods/*", "pods/status"}));
+  EXPECT_EQ(sub.status, 422);
+  EXPECT_NE(sub.body.dump().find("if 'pods/*' is present, must not specify pods/status"),
+            std::string::npos);
+  EXPECT_EQ(Call(*server, "POST", configs, config("all", {"*/*"})).status, 201);
+  EXPECT_EQ(Call(*server, "POST", configs, config("some", {"*", "pods/status"})).status, 201);
+}
+
 }  // namespace
 }  // namespace cozy::fake
