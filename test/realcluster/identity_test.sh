@@ -54,19 +54,26 @@ else
   fail "node-b's token's node-name extra is '$extra'"
 fi
 
-# The real agent on node-a, with node-a's token: it creates and publishes its own GPUNode.
-fixture_root node-a a100-vfio || abort "gpu-fixture could not build a100-vfio"
-"$build_dir/agent/gpu-agent" run --node-name node-a --kubeconfig "$work/agent-node-a.kubeconfig" \
-  --sysfs-root "$work/node-a-root" --pci-ids "$source_dir/fixtures/pci.ids" \
-  --pod-resources "unix://$work/no-kubelet.sock" --udev-source off --dbus off \
-  --health-addr off >"$work/agent-node-a.log" 2>&1 &
-pids+=($!)
-published() { [ "$(kc get gpunode node-a -o jsonpath='{.status.summary.gpus}' 2>/dev/null)" = 2 ]; }
-if wait_until 30 published; then
-  pass "gpu-agent on node-a (its pod-bound token) published GPUNode node-a: 2 GPUs (F1)"
-else
-  fail "GPUNode node-a not published by its agent: $(tail -n 5 "$work/agent-node-a.log" | tr '\n' ' ')"
-fi
+# agent_publishes NODE KUBECONFIG WHAT: the real `gpu-agent run` for NODE (fixture host
+# a100-vfio, no kubelet) with those credentials publishes GPUNode NODE with its 2 GPUs.
+agent_publishes() {
+  local node=$1 kubeconfig=$2 what=$3
+  fixture_root "$node" a100-vfio || abort "gpu-fixture could not build a100-vfio"
+  "$build_dir/agent/gpu-agent" run --node-name "$node" --kubeconfig "$kubeconfig" \
+    --sysfs-root "$work/$node-root" --pci-ids "$source_dir/fixtures/pci.ids" \
+    --pod-resources "unix://$work/no-kubelet.sock" --udev-source off --dbus off \
+    --health-addr off >"$work/agent-$node.log" 2>&1 &
+  pids+=($!)
+  gpus_published() { [ "$(kc get gpunode "$1" -o jsonpath='{.status.summary.gpus}' 2>/dev/null)" = 2 ]; }
+  if wait_until 30 gpus_published "$node"; then
+    pass "$what published GPUNode $node: 2 GPUs"
+  else
+    fail "GPUNode $node not published by $what: $(tail -n 5 "$work/agent-$node.log" | tr '\n' ' ')"
+  fi
+}
+
+# The real agent on node-a, with node-a's token: it creates and publishes its own GPUNode (F1).
+agent_publishes node-a "$work/agent-node-a.kubeconfig" "gpu-agent on node-a (its pod-bound token, F1)"
 owner=$(kc get gpunode node-a -o jsonpath='{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}')
 [ "$owner" = Node/node-a ] && pass "GPUNode node-a is owned by its Node" || fail "owner: $owner"
 
@@ -100,18 +107,7 @@ cert_kubeconfig "$work/bm-node-b.kubeconfig" gpu.cozystack.io:agent:node-b gpu.c
 expect_refused "a bare-metal agent of node-b may not patch GPUNode node-a" \
   'may write only GPUNode node-b, not node-a' \
   raw_patch "$work/bm-node-b.kubeconfig" /apis/gpu.cozystack.io/v1alpha1/gpunodes/node-a/status "$patch"
-fixture_root node-b a100-vfio || abort "gpu-fixture could not build a100-vfio"
-"$build_dir/agent/gpu-agent" run --node-name node-b --kubeconfig "$work/bm-node-b.kubeconfig" \
-  --sysfs-root "$work/node-b-root" --pci-ids "$source_dir/fixtures/pci.ids" \
-  --pod-resources "unix://$work/no-kubelet.sock" --udev-source off --dbus off \
-  --health-addr off >"$work/agent-node-b.log" 2>&1 &
-pids+=($!)
-published_b() { [ "$(kc get gpunode node-b -o jsonpath='{.status.summary.gpus}' 2>/dev/null)" = 2 ]; }
-if wait_until 30 published_b; then
-  pass "a bare-metal gpu-agent (client certificate) published its own GPUNode node-b"
-else
-  fail "GPUNode node-b not published: $(tail -n 5 "$work/agent-node-b.log" | tr '\n' ' ')"
-fi
+agent_publishes node-b "$work/bm-node-b.kubeconfig" "a bare-metal gpu-agent (client certificate)"
 # Someone in the agents' group whose name is no agent's: no node name, refused.
 cert_kubeconfig "$work/bm-other.kubeconfig" mallory gpu.cozystack.io:agents
 expect_refused "a member of the agents' group without an agent's name is refused" \
