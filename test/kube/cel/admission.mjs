@@ -284,15 +284,20 @@ export function admit(policy, write, { binding = defaultBinding(policy), cluster
   const oldObject = write.oldObject ?? null;
   const full = { request: write.request, object, oldObject };
 
-  // A configuration or evaluation error that is not a validation's: the whole policy fails.
-  const failed = (error) => failurePolicy === "Fail"
-    ? decision({ matched: true, denials: [{ message: error, reason: "Invalid" }], errors: [error] },
-      policy, binding)
-    : decision({ matched: false, errors: [error] }, policy, binding);
+  // A configuration or evaluation error that is not a validation's: the whole policy fails,
+  // worded as the dispatcher wraps it ("failed to configure policy: ..." for the policy's own
+  // matching, "failed to configure binding: ..." for the binding's matching and parameters).
+  const failed = (error, of = "binding") => {
+    const message = `failed to configure ${of}: ${error}`;
+    return failurePolicy === "Fail"
+      ? decision({ matched: true, denials: [{ message, reason: "Invalid" }], errors: [message] },
+        policy, binding)
+      : decision({ matched: false, errors: [message] }, policy, binding);
+  };
 
   const constraints = resourcesMatch(policy.spec.matchConstraints, full, cluster,
     { rulesRequired: true });
-  if (constraints.error) return failed(constraints.error);
+  if (constraints.error) return failed(constraints.error, "policy");
   if (!constraints.matches) return decision({ matched: false }, policy, binding);
   const bound = resourcesMatch(binding.spec.matchResources, full, cluster,
     { rulesRequired: false });
@@ -368,17 +373,22 @@ function evaluateOnce(policy, bindings, failurePolicy) {
       continue;
     }
     if (result.value) continue;
-    let message = validation.message || `failed expression: ${validation.expression}`;
+    // As validator.go words it: messageExpression's string, trimmed, unless empty, longer
+    // than 5 KiB or holding a line feed; else message, trimmed; else the expression.
+    let message = "";
     if (validation.messageExpression) {
       const text = evaluate(validation.messageExpression, scope);
       if ("error" in text) {
         errors.push(`messageExpression: ${explain(validation.messageExpression, text.error)}`);
       } else if (typeof text.value !== "string") {
         errors.push(`messageExpression: not a string: ${String(text.value)}`);
-      } else if (text.value.trim() !== "" && !/[\r\n]/.test(text.value)) {
-        message = text.value.trim();
+      } else {
+        const trimmed = text.value.trim();
+        if (Buffer.byteLength(trimmed) <= 5 * 1024 && !trimmed.includes("\n")) message = trimmed;
       }
     }
+    if (message === "" && validation.message) message = validation.message.trim();
+    if (message === "") message = `failed expression: ${validation.expression.trim()}`;
     denials.push({ message, reason: validation.reason ?? "Invalid" });
   }
   return { matched: true, denials, errors };

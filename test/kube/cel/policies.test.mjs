@@ -4,9 +4,14 @@
 // policy.test.mjs and are run here once more through every binding of both renders.
 // The evaluator's own semantics are tested first: a harness that read an error as "allowed",
 // or skipped a selector, would let every policy test below pass on a broken policy.
-import { test } from "node:test";
+import { test as nodeTest } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
+// With COZY_RECORD_POLICY_CASES set, every case asserted on the chart's policies is written
+// down for the replay on a real API server (record.mjs, realserver.test.mjs).
+import { recordCase, recordingTest } from "./record.mjs";
+
+const test = recordingTest(nodeTest);
 
 let admit, admitAll, admissionRequest, checkExpression, policyExpressions, OLDEST_MINOR;
 let parseAllDocuments, parseDocument;
@@ -35,6 +40,7 @@ const ON = load(env("COZY_RENDERED_CHART_GPU_ON"));
 const RELEASE_NS = env("COZY_RELEASE_NAMESPACE");
 const CHART_YAML = parseDocument(readFileSync(env("COZY_CHART_YAML"), "utf8")).toJS();
 const RENDERS = [["GPUs off", OFF], ["GPUs on", ON]];
+const renderOf = (docs) => (docs === OFF ? "off" : docs === ON ? "on" : null);
 
 // The keys, read from api/keys.h, so the policies are checked against what the binder and
 // webhooks spell (B1).
@@ -148,11 +154,15 @@ function decide(docs, w, c = cluster(), { errorsExpected = false } = {}) {
 }
 function assertAllowed(docs, w, what, c) {
   const result = decide(docs, w, c);
+  recordCase({ source: import.meta.url, what, render: renderOf(docs), write: w,
+    cluster: c ?? cluster(), allowed: true, result });
   const denied = result.decisions.filter((d) => !d.allowed).map((d) => d.denial);
   assert.equal(result.allowed, true, `${what}: ${denied.join("; ")}`);
 }
 function assertRefused(docs, w, policyName, pattern, what, c, options) {
   const result = decide(docs, w, c, options);
+  recordCase({ source: import.meta.url, what, render: renderOf(docs), write: w,
+    cluster: c ?? cluster(), allowed: false, policy: policyName, pattern, result });
   assert.equal(result.allowed, false, `${what}: allowed`);
   const denial = result.decisions.find((d) => !d.allowed && d.binding === policyName);
   assert.ok(denial, `${what}: refused, but not by ${policyName}: ` +
@@ -610,7 +620,7 @@ test("F11: the usage-monitor policy and binding render whether or not GPUs are o
 });
 
 test("F12: the usage-monitor expressions read only metadata and never error", () => {
-  for (const [, docs] of RENDERS) {
+  for (const [label, docs] of RENDERS) {
     const policy = byName(docs, "ValidatingAdmissionPolicy", "gpu-usage-monitor-label");
     for (const { where, expression } of policyExpressions(policy)) {
       // Every path read from object or oldObject goes through metadata.
@@ -622,6 +632,8 @@ test("F12: the usage-monitor expressions read only metadata and never error", ()
     const noError = (w, what) => {
       const d = admit(policy, w, { binding: byName(docs, "ValidatingAdmissionPolicyBinding",
         "gpu-usage-monitor-label"), cluster: c });
+      recordCase({ source: import.meta.url, what: `${label}: ${what}`, render: renderOf(docs),
+        scope: "gpu-usage-monitor-label", write: w, cluster: c, allowed: true, result: d });
       assert.deepEqual(d.errors, [], what);
       assert.equal(d.allowed, true, what);
     };

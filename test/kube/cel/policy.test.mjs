@@ -2,9 +2,14 @@
 // implementation (@bufbuild/cel) the way the API server applies it (admission.mjs): an
 // expression that errors under failurePolicy Fail DENIES. Covers SEEDS-CATALOG F1 and F2, and
 // A8/A9 from the API server's side (the binder's conditions, no other node's object).
-import { test } from "node:test";
+import { test as nodeTest } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
+// With COZY_RECORD_POLICY_CASES set, every case asserted on the chart's policy is written down
+// for the replay on a real API server (record.mjs, realserver.test.mjs).
+import { recordCase, recordingTest } from "./record.mjs";
+
+const test = recordingTest(nodeTest);
 
 let admit, admissionRequest, run, isCelError, parseAllDocuments;
 try {
@@ -17,7 +22,7 @@ try {
   process.exit(1);
 }
 
-// The chart as rendered (test/kube/CMakeLists.txt runs chart-render with a namespace other
+// The chart as rendered (test/kube/CMakeLists.txt runs `helm template` with a namespace other
 // than the default into COZY_RENDERED_CHART), so the templated service account is checked.
 const renderedFile = process.env.COZY_RENDERED_CHART;
 const namespace = process.env.COZY_RELEASE_NAMESPACE;
@@ -109,13 +114,19 @@ function decide(write) {
   assert.deepEqual(decision.errors, [], "the policy errored");
   return decision;
 }
+// The chart rendered with its default values (GPUs off); one policy decides each case.
+const record = (write, what, expected) => recordCase({ source: import.meta.url, what,
+  render: "off", scope: policy.metadata.name, write, ...expected });
 function assertAllowed(write, what) {
   const decision = decide(write);
+  record(write, what, { allowed: true, result: decision });
   assert.equal(decision.matched, true, `${what}: not matched`);
   assert.equal(decision.allowed, true, `${what}: ${decision.messages.join("; ")}`);
 }
 function assertRefused(write, pattern, what) {
   const decision = decide(write);
+  record(write, what, { allowed: false, policy: policy.metadata.name, pattern,
+    result: decision });
   assert.equal(decision.matched, true, `${what}: not matched`);
   assert.equal(decision.allowed, false, `${what}: allowed`);
   assert.match(decision.messages.join("; "), pattern, what);
@@ -226,8 +237,10 @@ test("F2: other users are not matched at all", () => {
     { username: "system:node:n1", groups: ["system:nodes"] },
     { username: "no-groups" },
   ]) {
-    const decision = decide(update(userInfo, gpuNode("n2", { conditions: BOUND }),
-      gpuNode("n2", { conditions: [] })));
+    const write = update(userInfo, gpuNode("n2", { conditions: BOUND }),
+      gpuNode("n2", { conditions: [] }));
+    const decision = decide(write);
+    record(write, `${userInfo.username}: not matched`, { allowed: true, result: decision });
     assert.equal(decision.matched, false, userInfo.username);
     assert.equal(decision.allowed, true, userInfo.username);
   }
@@ -323,5 +336,8 @@ test("requests for other resources are outside the policy", () => {
     resource: { group: "", version: "v1", resource: "pods" },
     name: "n2", namespace: "default", operation: "UPDATE", userInfo: podAgent("n1"),
   });
-  assert.equal(admit(policy, { request: pod, object: {}, oldObject: {} }).matched, false);
+  const write = { request: pod, object: {}, oldObject: {} };
+  const decision = admit(policy, write);
+  record(write, "a pod update", { allowed: true, result: decision });
+  assert.equal(decision.matched, false);
 });
