@@ -13,32 +13,65 @@
 #   scripts/demo.sh                      # installs the Debian packages, builds into build/, runs
 #   scripts/demo.sh --no-setup BUILD_DIR # runs on what BUILD_DIR has built (the suite's demo_test)
 #
+# The same four steps on a real API server instead of the fake (either combines with --no-setup):
+#   scripts/demo.sh --real-cluster       # brings a control plane up (scripts/cluster.sh up),
+#                                        # runs, takes it down
+#   scripts/demo.sh --kubeconfig FILE    # an existing cluster whose API server reaches this
+#                                        # machine's 127.0.0.1 (the webhooks are served here)
+# There the chart is installed with helm (release gpu in cozy-system, GPUs on, the webhooks at
+# https://127.0.0.1:PORT of the first replica), KubeVirt's and Cozystack's test CRDs applied, the
+# agents and controller replicas run as the chart's service accounts with tokens the API server
+# issues (TokenRequest), and the tenant is a client-certificate user bound to the chart's tenant
+# roles (docs/install.md, "Tenants"). With --kubeconfig everything the demo created in the
+# cluster is removed again when it ends.
+#
 # Everything it starts stops when it ends, whatever the outcome; it writes only under a
 # temporary directory, so a second run works the same. A step that does not happen within its
 # bound stops the demo with "demo: FAILED at step N: ..." and exit status 1.
 set -euo pipefail
 source_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
+usage() {
+  echo "usage: scripts/demo.sh [--no-setup BUILD_DIR] [--kubeconfig FILE | --real-cluster]" >&2
+  exit 2
+}
 setup=1
 build_dir="$source_dir/build"
-if [ "${1:-}" = "--no-setup" ]; then
-  [ $# -eq 2 ] || {
-    echo "usage: scripts/demo.sh [--no-setup BUILD_DIR]" >&2
-    exit 2
-  }
-  setup=0
-  build_dir=$(cd "$2" && pwd)
-elif [ $# -ne 0 ]; then
-  echo "usage: scripts/demo.sh [--no-setup BUILD_DIR]" >&2
-  exit 2
-fi
+mode=fake # fake | real-cluster | kubeconfig
+given_kubeconfig=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --no-setup)
+      [ $# -ge 2 ] && [ -d "$2" ] || usage
+      setup=0
+      build_dir=$(cd "$2" && pwd)
+      shift 2
+      ;;
+    --kubeconfig)
+      [ $# -ge 2 ] && [ "$mode" = fake ] || usage
+      [ -r "$2" ] || {
+        echo "demo: $2 is not a readable kubeconfig" >&2
+        exit 2
+      }
+      mode=kubeconfig
+      given_kubeconfig=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
+      shift 2
+      ;;
+    --real-cluster)
+      [ "$mode" = fake ] || usage
+      mode=real-cluster
+      shift
+      ;;
+    *) usage ;;
+  esac
+done
 
 if [ "$setup" -eq 1 ]; then
   cd "$source_dir"
   scripts/install-deps.sh >/dev/null
   cmake -S . -B build -G Ninja >/dev/null
   cmake --build build -j"$(nproc)" --target gpu-agent gpu-agent-full gpu-controller kubectl-gpu \
-    gpu-fixture fake_kubelet fake_apiserver chart-render >/dev/null
+    gpu-fixture fake_kubelet fake_apiserver >/dev/null
 fi
 
 agent_bin="$build_dir/agent/gpu-agent"
@@ -47,15 +80,23 @@ plugin_bin="$build_dir/controller/kubectl-gpu"
 fixture_bin="$build_dir/fixtures/sysfs/gpu-fixture"
 kubelet_bin="$build_dir/test/fakes/fake_kubelet"
 apiserver_bin="$build_dir/test/fakes/fake_apiserver"
-render_bin="$build_dir/test/chart/chart-render"
-for program in "$agent_bin" "$controller_bin" "$plugin_bin" "$fixture_bin" "$kubelet_bin" "$apiserver_bin" \
-  "$render_bin"; do
+for program in "$agent_bin" "$controller_bin" "$plugin_bin" "$fixture_bin" "$kubelet_bin" "$apiserver_bin"; do
   [ -x "$program" ] || {
     echo "demo: $program is not built (ninja -C $build_dir gpu-agent gpu-agent-full" \
-      "gpu-controller kubectl-gpu gpu-fixture fake_kubelet fake_apiserver chart-render)" >&2
+      "gpu-controller kubectl-gpu gpu-fixture fake_kubelet fake_apiserver)" >&2
     exit 2
   }
 done
+# kubectl and helm as pinned in tools/ (kube/go.mod, helm/go.mod), built by scripts/cluster.sh
+# (scripts/install-deps.sh runs it): first on PATH, so the demo prints what kubectl 1.36 prints
+# whatever else is installed, and the real modes have `kubectl create token` and `auth whoami`.
+tools_bin=$("$source_dir/scripts/cluster.sh" bin)
+helm_bin="$tools_bin/helm"
+[ -x "$helm_bin" ] || {
+  echo "demo: $helm_bin is not built (scripts/cluster.sh build; scripts/install-deps.sh runs it)" >&2
+  exit 2
+}
+PATH="$tools_bin:$PATH"
 for tool in kubectl openssl curl; do
   command -v "$tool" >/dev/null || {
     echo "demo: $tool is not installed (scripts/install-deps.sh installs it)" >&2
@@ -65,6 +106,9 @@ done
 
 # A short path: the kubelet sockets live here (a unix socket path is at most 107 bytes).
 work=$(mktemp -d "${TMPDIR:-/tmp}/cozy-demo.XXXXXX")
+# helm's cache, configuration and data there too, not under $HOME.
+export HELM_CACHE_HOME="$work/helm/cache" HELM_CONFIG_HOME="$work/helm/config" \
+  HELM_DATA_HOME="$work/helm/data"
 pids=()
 cleanup() {
   local pid alive
@@ -77,6 +121,10 @@ cleanup() {
   done
   for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  [ "$mode" != kubeconfig ] || undo_cluster
+  if [ "$mode" = real-cluster ] && [ -f "$work/cluster/pids" ]; then
+    "$source_dir/scripts/cluster.sh" down "$work/cluster" >/dev/null 2>&1 || true
+  fi
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -87,7 +135,7 @@ step=setup
 fail() {
   echo "demo: FAILED at step $step: $*" >&2
   local log
-  for log in "$work"/*.log; do
+  for log in "$work"/*.log "$work"/cluster/logs/*.log; do
     [ -s "$log" ] || continue
     echo "--- ${log##*/} (last lines)" >&2
     tail -n 8 "$log" >&2
@@ -124,10 +172,20 @@ free_port() {
   fail "no free TCP port found"
 }
 
-# kubectl against the fake API server, with a discovery cache of its own (not ~/.kube/cache).
+# The hoster's kubeconfig: the fake API server's, the cluster's admin of `cluster.sh up`, or FILE.
+# The tenant's is the same in the fake mode, a client-certificate user's on a real API server.
+case "$mode" in
+  fake) kubeconfig="$work/kubeconfig" ;;
+  real-cluster) kubeconfig="$work/cluster/kubeconfig" ;;
+  kubeconfig) kubeconfig="$given_kubeconfig" ;;
+esac
+tenant_kubeconfig=$kubeconfig
+# kubectl as the hoster, or as the user of kubeconfig KC_AS when set (as_tenant), with a discovery
+# cache of its own (not ~/.kube/cache).
 kc() {
-  kubectl --kubeconfig "$work/kubeconfig" --cache-dir "$work/kube-cache" --request-timeout=20s "$@"
+  kubectl --kubeconfig "${KC_AS:-$kubeconfig}" --cache-dir "$work/kube-cache" --request-timeout=20s "$@"
 }
+as_tenant() { KC_AS=$tenant_kubeconfig "$@"; } # as_tenant COMMAND...: kc in COMMAND is the tenant
 show() { # show ARGS...: prints "$ kubectl ARGS" and its output, indented (checked after)
   echo "\$ kubectl $*"
   kc "$@" 2>&1 | sed 's/^/  /' || true
@@ -140,7 +198,7 @@ absent() { ! kc get "$1" ${2:+-n "$2"} >/dev/null 2>&1; }        # absent WHAT [
 # kubectl-gpu on PATH (docs/kubectl-gpu.md). Plugins take kubectl's flags after their name.
 gpu() { # gpu ARGS...: prints "$ kubectl gpu ARGS" and its output, indented
   echo "\$ kubectl gpu $*"
-  PATH="$build_dir/controller:$PATH" kubectl gpu "$@" --kubeconfig "$work/kubeconfig" 2>&1 |
+  PATH="$build_dir/controller:$PATH" kubectl gpu "$@" --kubeconfig "$kubeconfig" 2>&1 |
     sed 's/^/  /'
 }
 catalog() { gpu catalog --nodes; }
@@ -150,16 +208,126 @@ class=a100
 resource=nvidia.com/GA100_A100_PCIE_40GB
 tenant="tenant-a"
 nodes=(gpu-node-1 gpu-node-2)
+ns=cozy-system
+chart_crds=(gpuclasses.gpu.cozystack.io gpudevices.gpu.cozystack.io gpunodes.gpu.cozystack.io)
+# KubeVirt's and Cozystack's test CRDs (test/fakes/crds), by name.
+test_crds=()
+for file in "$source_dir"/test/fakes/crds/*.yaml; do
+  test_crds+=("$(awk '/^metadata:/ { m = 1; next } m && /^  name:/ { print $2; exit }' "$file")")
+done
+
+# --- On a cluster given by --kubeconfig: what the demo created there, removed when it ends
+# (undo_cluster, after the agents and replicas have stopped), and nothing that was there before.
+own_release=0 own_rbac=0 own_agent_pods=0 own_nodes=0
+own_namespaces=() own_crds=()
+# strip_finalizers NAMESPACE|-A RESOURCE...: from every object of them there (no controller runs
+# any more to remove them, and they would hold their namespace and CRD).
+strip_finalizers() {
+  local scope=(-n "$1") resource in_ns name
+  [ "$1" != -A ] || scope=(-A)
+  shift
+  for resource in "$@"; do
+    while IFS=/ read -r in_ns name; do
+      [ -n "$name" ] || continue
+      kc patch "$resource" "$name" ${in_ns:+-n "$in_ns"} --type=merge \
+        -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
+    done < <(kc get "$resource" "${scope[@]}" -o \
+      'jsonpath={range .items[?(@.metadata.finalizers)]}{.metadata.namespace}/{.metadata.name}{"\n"}{end}' \
+      2>/dev/null)
+  done
+}
+undo_cluster() {
+  local left="" node
+  KC_AS=
+  if [ "$own_rbac" -eq 1 ]; then
+    kc delete clusterrolebinding gpu-tenants-catalog --ignore-not-found >/dev/null 2>&1 ||
+      left+=" clusterrolebinding/gpu-tenants-catalog"
+  fi
+  if [ "$own_agent_pods" -eq 1 ]; then # bound to a node no kubelet runs: gone at once
+    for node in "${nodes[@]}"; do
+      kc delete pod "gpu-agent-$node" -n "$ns" --ignore-not-found --force --grace-period=0 \
+        >/dev/null 2>&1 || left+=" pod/gpu-agent-$node"
+    done
+  fi
+  if [ "$own_release" -eq 1 ]; then # first: its webhooks and policies, before namespaces go
+    "$helm_bin" uninstall gpu --kubeconfig "$kubeconfig" -n "$ns" --timeout 60s >/dev/null 2>&1 ||
+      left+=" release/gpu"
+    strip_finalizers -A "${chart_crds[@]}"
+  fi
+  if [ "${#own_namespaces[@]}" -gt 0 ]; then
+    case " ${own_namespaces[*]} " in
+      *" $tenant "*) strip_finalizers "$tenant" virtualmachineinstances.kubevirt.io workloads.cozystack.io ;;
+    esac
+    kc delete namespace "${own_namespaces[@]}" --ignore-not-found --timeout=60s >/dev/null 2>&1 ||
+      left+=" namespaces"
+  fi
+  if [ "$own_nodes" -eq 1 ]; then
+    kc delete node "${nodes[@]}" --ignore-not-found >/dev/null 2>&1 || left+=" nodes"
+  fi
+  # The chart keeps its CRDs on uninstall (docs/install.md); KubeVirt's and Cozystack's test CRDs
+  # go only where the demo created them.
+  if [ "$own_release" -eq 1 ]; then
+    kc delete crd "${chart_crds[@]}" --ignore-not-found --timeout=60s >/dev/null 2>&1 ||
+      left+=" the chart's CRDs"
+  fi
+  if [ "${#own_crds[@]}" -gt 0 ]; then
+    kc delete crd "${own_crds[@]}" --ignore-not-found --timeout=60s >/dev/null 2>&1 ||
+      left+=" the test CRDs"
+  fi
+  [ -z "$left" ] || echo "demo: could not remove from the cluster:$left" >&2
+}
 
 echo "== cozy-gpu demo: fixture host $host ($(grep -m1 '"description"' \
   "$source_dir/fixtures/sysfs/specs/$host.json" | cut -d'"' -f4)) as ${nodes[*]}"
 
+# --- The API server. Two replicas' webhook ports: the fake maps the Service to the first; on a
+# real one the chart's webhook configurations call the first's URL (gpu.webhook.url).
+webhook_ports=() health_ports=()
+for i in 0 1; do
+  free_port "webhook_ports[$i]"
+  free_port "health_ports[$i]"
+done
+case "$mode" in
+  fake)
+    "$apiserver_bin" --crds "$source_dir/charts/gpu/templates/crds" \
+      --crds "$source_dir/test/fakes/crds" --kubeconfig-out "$work/kubeconfig" --virt-api-mutator \
+      --service-endpoint "$ns/gpu-controller-webhook=${webhook_ports[0]}" \
+      >"$work/apiserver.log" 2>&1 &
+    pids+=($!)
+    wait_for 10 "the fake API server listening" grep -q "listening on" "$work/apiserver.log"
+    wait_for 10 "the fake API server answering kubectl" kc get --raw /readyz
+    ;;
+  real-cluster)
+    # etcd, kube-apiserver and kube-controller-manager (namespaces, garbage collection), their
+    # state and pids under $work/cluster; cleanup's `cluster.sh down` stops them. Their ports are
+    # chosen here with the replicas' (none given twice: those are not bound yet).
+    for port in apiserver etcd etcd_peer kcm; do free_port "cluster_${port}_port"; done
+    COZY_CLUSTER_APISERVER_PORT=$cluster_apiserver_port COZY_CLUSTER_ETCD_PORT=$cluster_etcd_port \
+      COZY_CLUSTER_ETCD_PEER_PORT=$cluster_etcd_peer_port COZY_CLUSTER_KCM_PORT=$cluster_kcm_port \
+      "$source_dir/scripts/cluster.sh" up "$work/cluster" >"$work/cluster-up.log" 2>&1 ||
+      fail "scripts/cluster.sh up: $(tail -n 3 "$work/cluster-up.log")"
+    ;;
+  kubeconfig)
+    kc get --raw /version >/dev/null 2>&1 || fail "the API server of $kubeconfig does not answer"
+    # Nothing the demo would create may be there already: it removes what it created.
+    ! "$helm_bin" status gpu --kubeconfig "$kubeconfig" -n "$ns" >/dev/null 2>&1 ||
+      fail "the cluster already has a release gpu in $ns"
+    for what in "${chart_crds[@]/#/crd/}" "${nodes[@]/#/node/}" "namespace/$tenant" \
+      clusterrolebinding/gpu-tenants-catalog; do
+      absent "$what" || fail "the cluster already has $what"
+    done
+    absent kubevirt/kubevirt kubevirt ||
+      fail "the cluster runs KubeVirt (kubevirt/kubevirt): the demo would change its configuration"
+    ;;
+esac
+
 # --- The webhooks' serving certificate, as cert-manager would issue it: a CA and a pair for the
-# Service's name, which the API server verifies.
+# Service's name, which the API server verifies; and for 127.0.0.1, which kube-apiserver dials
+# when the chart's gpu.webhook.url points there.
 (cd "$work" &&
   openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 1 \
     -subj /CN=gpu-controller-ca 2>/dev/null &&
-  printf 'subjectAltName=DNS:gpu-controller-webhook.cozy-system.svc\n' >san.ext &&
+  printf 'subjectAltName=DNS:gpu-controller-webhook.%s.svc,IP:127.0.0.1\n' "$ns" >san.ext &&
   openssl req -newkey rsa:2048 -nodes -keyout tls.key -out tls.csr \
     -subj /CN=gpu-controller-webhook 2>/dev/null &&
   openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out tls.crt -days 1 \
@@ -167,8 +335,8 @@ echo "== cozy-gpu demo: fixture host $host ($(grep -m1 '"description"' \
   mkdir certs && cp tls.crt tls.key certs/) ||
   fail "openssl could not make the webhook certificate"
 
-# --- The chart's webhook configurations with GPUs on and the hoster's own certificate
-# (gpu.webhook.certManager false: the chart sets every webhook's caBundle from the values).
+# --- The chart with GPUs on and the hoster's own certificate (gpu.webhook.certManager false: the
+# chart sets every webhook's caBundle from the values).
 cat >"$work/values.yaml" <<EOF
 gpu:
   enabled: true
@@ -177,33 +345,47 @@ gpu:
     caBundle: $(base64 -w0 "$work/ca.crt")
     existingSecret: gpu-controller-webhook-tls
 EOF
-"$render_bin" "$source_dir/charts/gpu" -f "$work/values.yaml" --name gpu --namespace cozy-system \
-  >"$work/chart.yaml" || fail "chart-render could not render charts/gpu"
-awk 'function flush() {
-       if (doc ~ /\nkind: (Validating|Mutating)WebhookConfiguration/) printf "---%s\n", doc
-       doc = ""
-     }
-     /^---/ { flush(); next } { doc = doc "\n" $0 } END { flush() }' \
-  "$work/chart.yaml" >"$work/webhooks.yaml"
-
-# --- The API server, two replicas' webhook ports (the Service sends it to the first).
-webhook_ports=() health_ports=()
-for i in 0 1; do
-  free_port "webhook_ports[$i]"
-  free_port "health_ports[$i]"
-done
-"$apiserver_bin" --crds "$source_dir/charts/gpu/templates/crds" \
-  --crds "$source_dir/test/fakes/crds" --kubeconfig-out "$work/kubeconfig" --virt-api-mutator \
-  --service-endpoint "cozy-system/gpu-controller-webhook=${webhook_ports[0]}" \
-  >"$work/apiserver.log" 2>&1 &
-pids+=($!)
-wait_for 10 "the fake API server listening" grep -q "listening on" "$work/apiserver.log"
-wait_for 10 "the fake API server answering kubectl" kc get --raw /readyz
+if [ "$mode" = fake ]; then
+  # The fake has no helm client behind it: its webhook configurations, applied with kubectl.
+  "$helm_bin" template gpu "$source_dir/charts/gpu" -f "$work/values.yaml" --namespace "$ns" \
+    >"$work/chart.yaml" || fail "helm template could not render charts/gpu"
+  awk 'function flush() {
+         if (doc ~ /\nkind: (Validating|Mutating)WebhookConfiguration/) printf "---%s\n", doc
+         doc = ""
+       }
+       /^---/ { flush(); next } { doc = doc "\n" $0 } END { flush() }' \
+    "$work/chart.yaml" >"$work/webhooks.yaml"
+else
+  # Installed with helm. The webhooks call the first replica on this machine; the chart's own
+  # workloads stay empty (no replicas, the agents' DaemonSet on no node): the demo runs the
+  # replicas and agents here, as those identities.
+  cat >>"$work/values.yaml" <<EOF
+    url: https://127.0.0.1:${webhook_ports[0]}
+controller:
+  replicas: 0
+agent:
+  nodeSelector: {gpu.cozystack.io/demo-no-node: "true"}
+EOF
+  for crd_name in "${test_crds[@]}"; do
+    absent "crd/$crd_name" && own_crds+=("$crd_name")
+  done
+  kc apply -f "$source_dir/test/fakes/crds" >"$work/kubectl-crds.log" 2>&1 ||
+    fail "kubectl could not apply test/fakes/crds: $(tail -n 2 "$work/kubectl-crds.log")"
+  for name in "$ns" kubevirt; do
+    absent "namespace/$name" && own_namespaces+=("$name")
+  done
+  own_release=1 # a failed install leaves a release behind too
+  "$helm_bin" install gpu "$source_dir/charts/gpu" --kubeconfig "$kubeconfig" -n "$ns" \
+    --create-namespace -f "$work/values.yaml" >"$work/helm-install.log" 2>&1 ||
+    fail "helm install: $(tail -n 3 "$work/helm-install.log")"
+  kc wait --for=condition=Established --timeout=60s "${chart_crds[@]/#/crd/}" \
+    "${test_crds[@]/#/crd/}" >/dev/null 2>&1 || fail "the CRDs are not Established"
+fi
 
 cat >"$work/cluster.yaml" <<EOF
 apiVersion: v1
 kind: Namespace
-metadata: {name: cozy-system}
+metadata: {name: $ns}
 ---
 apiVersion: v1
 kind: Namespace
@@ -238,9 +420,116 @@ status:
   conditions: [{type: Ready, status: "True"}]
 EOF
 done
-kc apply -f "$work/cluster.yaml" >/dev/null ||
-  fail "kubectl could not apply the namespaces and nodes"
-kc apply -f "$work/webhooks.yaml" >/dev/null || fail "kubectl could not apply the chart's webhooks"
+[ "$mode" = fake ] || own_namespaces+=("$tenant") own_nodes=1
+kc apply -f "$work/cluster.yaml" >"$work/kubectl-apply.log" 2>&1 ||
+  fail "kubectl could not apply the namespaces and nodes: $(tail -n 2 "$work/kubectl-apply.log")"
+if [ "$mode" = fake ]; then
+  kc apply -f "$work/webhooks.yaml" >/dev/null || fail "kubectl could not apply the chart's webhooks"
+fi
+
+# --- Identities. The fake API server takes every caller as its admin. On a real one, as in a
+# cluster: each agent runs with a token of the service account gpu-agent bound to a Pod on its
+# Node (what kubelet mounts into the DaemonSet's pod; the node-bound policy reads the node name
+# the API server puts in it), each replica with a token of gpu-controller, both issued by the API
+# server (TokenRequest); the tenant is a user of a client certificate, group tenants (the catalog)
+# and tenant-a-users (orders in tenant-a), bound to the chart's roles as docs/install.md says.
+agent_kubeconfig() { echo "$kubeconfig"; }
+controller_kubeconfig() { echo "$kubeconfig"; }
+if [ "$mode" != fake ]; then
+  server=$(kc config view --minify --flatten --raw -o 'jsonpath={.clusters[0].cluster.server}') ||
+    fail "kubectl config view could not read $kubeconfig"
+  ca_data=$(kc config view --minify --flatten --raw \
+    -o 'jsonpath={.clusters[0].cluster.certificate-authority-data}')
+  # kubeconfig_for FILE USER-YAML: the hoster's cluster, another user.
+  kubeconfig_for() {
+    local cluster_tls="    insecure-skip-tls-verify: true"
+    [ -z "$ca_data" ] || cluster_tls="    certificate-authority-data: $ca_data"
+    cat >"$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: demo
+  cluster:
+    server: $server
+$cluster_tls
+users:
+- name: demo
+  user:
+$2
+contexts:
+- name: demo
+  context: {cluster: demo, user: demo}
+current-context: demo
+EOF
+    chmod 600 "$1"
+  }
+  for node in "${nodes[@]}"; do
+    cat <<EOF
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: gpu-agent-$node
+  namespace: $ns
+  labels: {app.kubernetes.io/name: gpu-agent}
+spec:
+  serviceAccountName: gpu-agent
+  nodeName: $node
+  containers: [{name: agent, image: gpu-agent}]
+EOF
+  done >"$work/agent-pods.yaml"
+  own_agent_pods=1
+  kc apply -f "$work/agent-pods.yaml" >/dev/null || fail "kubectl could not create the agents' pods"
+  for node in "${nodes[@]}"; do
+    token=$(kc create token gpu-agent -n "$ns" --bound-object-kind Pod \
+      --bound-object-name "gpu-agent-$node" --duration 1h) || fail "TokenRequest for gpu-agent-$node"
+    kubeconfig_for "$work/agent-$node.kubeconfig" "    token: $token"
+  done
+  for i in 0 1; do
+    token=$(kc create token gpu-controller -n "$ns" --duration 1h) ||
+      fail "TokenRequest for gpu-controller"
+    kubeconfig_for "$work/controller-$i.kubeconfig" "    token: $token"
+  done
+  agent_kubeconfig() { echo "$work/agent-$1.kubeconfig"; }
+  controller_kubeconfig() { echo "$work/controller-$1.kubeconfig"; }
+
+  own_rbac=1
+  kc create rolebinding gpu-tenant -n "$tenant" --clusterrole gpu-tenant \
+    --group "$tenant-users" >/dev/null || fail "kubectl could not bind gpu-tenant in $tenant"
+  kc create clusterrolebinding gpu-tenants-catalog --clusterrole gpu-catalog-reader \
+    --group tenants >/dev/null || fail "kubectl could not bind gpu-catalog-reader"
+  # The tenant's certificate is signed by the cluster's client CA: scripts/cluster.sh's
+  # DIR/pki/ca.key beside DIR/kubeconfig. Elsewhere there may be no key to sign with: then the
+  # tenant's commands run as the kubeconfig's user, and the header says so.
+  pki="$(dirname "$kubeconfig")/pki"
+  tenant_user="alice"
+  tenant_line="the kubeconfig's own user (no client CA key in $pki, as scripts/cluster.sh writes it, to sign a tenant's certificate)"
+  if [ -r "$pki/ca.key" ] && [ -r "$pki/ca.crt" ] &&
+    (cd "$work" &&
+      openssl req -new -newkey rsa:2048 -nodes -keyout tenant.key -out tenant.csr \
+        -subj "/O=tenants/O=$tenant-users/CN=$tenant_user" 2>/dev/null &&
+      printf 'extendedKeyUsage=clientAuth\n' >tenant.ext &&
+      openssl x509 -req -in tenant.csr -CA "$pki/ca.crt" -CAkey "$pki/ca.key" \
+        -CAserial tenant.srl -CAcreateserial -days 1 -extfile tenant.ext -out tenant.crt 2>/dev/null) &&
+    kubeconfig_for "$work/tenant.kubeconfig" "    client-certificate-data: $(base64 -w0 "$work/tenant.crt")
+    client-key-data: $(base64 -w0 "$work/tenant.key")" &&
+    [ "$(KC_AS="$work/tenant.kubeconfig" kc auth whoami -o jsonpath='{.status.userInfo.username}' \
+      2>/dev/null)" = "$tenant_user" ]; then
+    tenant_kubeconfig="$work/tenant.kubeconfig"
+    tenant_line="the user $tenant_user (a client certificate of the cluster's CA), groups tenants and $tenant-users: ClusterRoles gpu-catalog-reader and gpu-tenant in $tenant"
+  elif [ -r "$pki/ca.key" ]; then
+    tenant_line="the kubeconfig's own user (a certificate signed with $pki/ca.key is not taken by the API server)"
+  fi
+  if [ "$mode" = real-cluster ]; then
+    echo "== on a real control plane (scripts/cluster.sh up): kube-apiserver" \
+      "$(kc version -o json 2>/dev/null | sed -nE 's/^ *"gitVersion": "(.*)",$/\1/p' | tail -n1) at $server"
+  else
+    echo "== on the cluster of $given_kubeconfig: $server"
+  fi
+  echo "== chart gpu installed by helm in $ns, webhooks at https://127.0.0.1:${webhook_ports[0]};" \
+    "agents and replicas as the service accounts gpu-agent and gpu-controller (TokenRequest)"
+  echo "== the tenant: $tenant_line"
+fi
 
 # --- Each node: its sysfs tree, its kubelet (both A100 free), its agent.
 for node in "${nodes[@]}"; do
@@ -253,7 +542,7 @@ for node in "${nodes[@]}"; do
 done
 for node in "${nodes[@]}"; do
   wait_for 10 "the fake kubelet of $node serving" test -S "$work/$node.sock"
-  "$agent_bin" run --node-name "$node" --kubeconfig "$work/kubeconfig" \
+  "$agent_bin" run --node-name "$node" --kubeconfig "$(agent_kubeconfig "$node")" \
     --sysfs-root "$work/$node-root" --pci-ids "$source_dir/fixtures/pci.ids" \
     --pod-resources "unix://$work/$node.sock" --udev-source off --health-addr 127.0.0.1:0 \
     >"$work/agent-$node.log" 2>&1 &
@@ -262,8 +551,8 @@ done
 
 # --- Two controller replicas, GPUs on.
 for i in 0 1; do
-  "$controller_bin" run --kubeconfig "$work/kubeconfig" --identity "gpu-controller-$i" \
-    --enable-gpu --webhook-addr "127.0.0.1:${webhook_ports[$i]}" \
+  "$controller_bin" run --kubeconfig "$(controller_kubeconfig "$i")" --namespace "$ns" \
+    --identity "gpu-controller-$i" --enable-gpu --webhook-addr "127.0.0.1:${webhook_ports[$i]}" \
     --webhook-cert-dir "$work/certs" --health-addr "127.0.0.1:${health_ports[$i]}" \
     --bind-wait 5s --resync 1s --discovery-interval 500ms \
     >"$work/controller-$i.log" 2>&1 &
@@ -319,17 +608,17 @@ order train 1 >"$work/train.yaml"
 # The webhooks answer from their caches: wait until they have the class and the GPUNodes (a dry
 # run of the order that fits goes through the same webhook and writes nothing).
 wait_for 20 "the GPUDevice webhook admitting a dry run of an order of 1 $class" \
-  kc create --dry-run=server -f "$work/train.yaml"
+  as_tenant kc create --dry-run=server -f "$work/train.yaml"
 echo "\$ kubectl create -f big.yaml        # 3 x $class: the class has 4 free, at most 2 on one node"
-if kc create -f - <"$work/big.yaml" >"$work/big.out" 2>&1; then
+if as_tenant kc create -f - <"$work/big.yaml" >"$work/big.out" 2>&1; then
   fail "the order of 3 was admitted; it cannot be met (2 free on each node)"
 fi
 sed 's/^/  /' "$work/big.out"
 grep -q "denied the request" "$work/big.out" || fail "the order of 3 was not refused by the webhook"
 echo "\$ kubectl create -f train.yaml      # 1 x $class"
-kc create -f "$work/train.yaml" 2>&1 | sed 's/^/  /' || fail "the order of 1 was refused"
+as_tenant kc create -f "$work/train.yaml" 2>&1 | sed 's/^/  /' || fail "the order of 1 was refused"
 wait_for 15 "GPUDevice train Bound" field_is gpudevice/train '{.status.phase}' "$tenant" Bound
-show get gpudevices -n "$tenant" -o wide
+as_tenant show get gpudevices -n "$tenant" -o wide
 held_node=$(jp gpudevice/train '{.status.nodeName}' "$tenant")
 echo "  -> train is Bound on $held_node"
 wait_for 15 "the usage record of train (Workload gpudevice-train, operational)" \
@@ -341,6 +630,8 @@ step=3
 echo
 echo "== 3. The tenant starts a VMI naming its device: the webhook attaches it, the launcher is pinned"
 # Labelled and annotated as charts/vm-instance renders a VM's template with gpus.devices={train}.
+# KubeVirt creates the VMI from the tenant's VM, and the launcher pod below from the VMI: both with
+# the hoster's kubeconfig here (the tenant's roles are the chart's, for orders only).
 cat >"$work/vmi.yaml" <<EOF
 apiVersion: kubevirt.io/v1
 kind: VirtualMachineInstance
@@ -360,7 +651,7 @@ echo "\$ kubectl get vmi vm1 -o jsonpath='{.spec.domain.devices.gpus}'"
 gpus=$(jp vmi/vm1 '{range .spec.domain.devices.gpus[*]}{.name}={.deviceName}{"\n"}{end}' "$tenant")
 while read -r entry; do echo "  gpus entry: $entry"; done <<<"$gpus"
 echo "$gpus" | grep -q "=$resource" || fail "vm1 has no gpus entry for $resource"
-show get gpudevices -n "$tenant" -o wide
+as_tenant show get gpudevices -n "$tenant" -o wide
 test "$(jp gpudevice/train '{.status.attachment.vmiName}' "$tenant")" = vm1 ||
   fail "train is not attached to vm1"
 # The launcher pod, as virt-controller creates it for the VMI (owned by it, labelled as KubeVirt
@@ -404,7 +695,7 @@ other_node=${nodes[0]}
 show cordon "$held_node"
 wait_for 15 "train moving off the cordoned $held_node (class $class: onCordon Move)" \
   field_is gpudevice/train '{.status.nodeName}' "$tenant" "$other_node"
-show get gpudevices -n "$tenant" -o wide
+as_tenant show get gpudevices -n "$tenant" -o wide
 moved_event() { kc get events -n "$tenant" --field-selector reason=Moved -o name | grep -q .; }
 wait_for 10 "the binder's Moved Event for train" moved_event
 show get events -n "$tenant" --field-selector reason=Moved \
@@ -415,10 +706,12 @@ gpu why train -n "$tenant"
 show delete vmi vm1 -n "$tenant"
 wait_for 15 "train detached from the ended vm1" \
   field_is gpudevice/train '{.status.attachment.vmiName}' "$tenant" ""
-test -z "$(kc get pods -n "$tenant" -o name 2>/dev/null)" ||
-  fail "the launcher pod outlived its VMI"
+# The launcher pod goes by its owner reference: the garbage collector deletes it (the fake's own,
+# or kube-controller-manager's).
+no_pods() { [ -z "$(kc get pods -n "$tenant" -o name 2>/dev/null)" ]; }
+wait_for 30 "the launcher pod gone with its VMI (garbage collection)" no_pods
 echo "  -> vm1 ended: its launcher pod went with it, train is detached (still held)"
-show delete gpudevice train -n "$tenant" --timeout=20s
+as_tenant show delete gpudevice train -n "$tenant" --timeout=20s
 wait_for 15 "GPUDevice train gone" absent gpudevice/train "$tenant"
 wait_for 15 "the usage record of train gone" absent workload/gpudevice-train "$tenant"
 show get gpudevices,workloads -n "$tenant"
@@ -428,4 +721,9 @@ catalog
 
 step="the end"
 echo
-echo "== demo complete: stopping the 2 agents, 2 kubelets, 2 controller replicas and the API server"
+case "$mode" in
+  fake) stopping="the API server" ;;
+  real-cluster) stopping="the control plane" ;;
+  kubeconfig) stopping="removing what the demo created in the cluster" ;;
+esac
+echo "== demo complete: stopping the 2 agents, 2 kubelets, 2 controller replicas and $stopping"
