@@ -1,5 +1,7 @@
 #include "controller/binder/binder.h"
 
+#include <chrono>
+#include <cstdio>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -74,12 +76,21 @@ void Binder::Event(const api::GpuDevice& device, const model::Decision& decision
     it = now - it->second >= kEventRepeat ? eventsSent_.erase(it) : std::next(it);
   }
   const std::string time = kube::FormatMicroTime(now);
+  // Named as client-go's recorder names Events, "<object>.<unix nanoseconds in hex>": unique
+  // per object and time, and a valid DNS subdomain. (A generateName of "<object>." is not:
+  // kube-apiserver validates the prefix as a name and refuses its trailing dot.)
+  std::string prefix = device.metadata.name.substr(0, 200);
+  while (!prefix.empty() && (prefix.back() == '.' || prefix.back() == '-')) prefix.pop_back();
+  char suffix[24];
+  std::snprintf(
+      suffix, sizeof suffix, ".%llx",
+      static_cast<unsigned long long>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                          std::chrono::system_clock::now().time_since_epoch())
+                                          .count()));
   const nlohmann::json event = {
       {"apiVersion", "events.k8s.io/v1"},
       {"kind", "Event"},
-      {"metadata",
-       {{"generateName", device.metadata.name.substr(0, 200) + "."},
-        {"namespace", device.metadata.namespaceName}}},
+      {"metadata", {{"name", prefix + suffix}, {"namespace", device.metadata.namespaceName}}},
       {"eventTime", time},
       {"reportingController", "gpu.cozystack.io/gpu-controller"},
       {"reportingInstance", identity_.empty() ? std::string("gpu-controller") : identity_},

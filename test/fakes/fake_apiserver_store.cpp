@@ -180,8 +180,26 @@ json FakeApiServer::CreateLocked(const ResourceType& type, const std::string& ns
   }
   if (type.namespaced && validate) AdmitToNamespaceLocked(type, ns, metadata.value("name", ""));
   std::string name = metadata.value("name", "");
+  std::vector<FieldError> generateNameErrors;
   if (name.empty() && !metadata.value("generateName", "").empty()) {
-    name = metadata["generateName"].get<std::string>() + std::to_string(++uidCounter_);
+    const std::string prefix = metadata["generateName"].get<std::string>();
+    if (validate) {
+      // ValidateObjectMeta: the prefix is validated as a name whose trailing '-' is masked
+      // (maskTrailingDash), so "train-" passes and "train." does not. Found on kube-apiserver:
+      // the binder's Events named "<device>." were all refused there (issue 22).
+      std::string masked = prefix;
+      if (masked.size() > 1 && masked.back() == '-') masked.back() = 'a';
+      for (FieldError error : ValidateName(type.custom, type.plural == "namespaces", masked)) {
+        error.field = "metadata.generateName";
+        const std::string was = "Invalid value: " + json(masked).dump();
+        if (error.message.starts_with(was)) {
+          error.message =
+              "Invalid value: " + json(prefix).dump() + error.message.substr(was.size());
+        }
+        generateNameErrors.push_back(std::move(error));
+      }
+    }
+    name = prefix + std::to_string(++uidCounter_);
   }
   if (name.empty()) {
     throw StatusError{422,
@@ -197,7 +215,9 @@ json FakeApiServer::CreateLocked(const ResourceType& type, const std::string& ns
   }
   if (validate) {
     // Names (and, for built-in kinds, their fields) as the real validation has them.
-    auto errors = ValidateName(type.custom, type.plural == "namespaces", name);
+    auto errors = generateNameErrors.empty()
+                      ? ValidateName(type.custom, type.plural == "namespaces", name)
+                      : generateNameErrors;
     if (!type.custom) {
       PrepareBuiltin(type.group, type.plural, object);
       for (auto& error : ValidateBuiltin(type.group, type.plural, object)) {

@@ -1259,5 +1259,39 @@ TEST(FakeKinds, WebhookRuleResourcesOverlappingAWildcardAreInvalidAsInTheRealSer
   EXPECT_EQ(Call(*server, "POST", configs, config("some", {"*", "pods/status"})).status, 201);
 }
 
+// generateName is validated as kube-apiserver does: as a name with a trailing '-' masked. The
+// binder once named its Events "<device>.", which the fake took and kube-apiserver refused, so
+// no Event of the binder reached a real cluster (issue 22).
+TEST(FakeKinds, GenerateNameIsValidatedAsANameWithItsTrailingDashMasked) {
+  auto server = StartWithNamespace();
+  json dotted = ConfigMap("");
+  dotted["metadata"].erase("name");
+  dotted["metadata"]["generateName"] = "train.";
+  auto refused = Call(*server, "POST", kConfigMaps, dotted);
+  EXPECT_EQ(refused.status, 422);
+  EXPECT_EQ(refused.body["details"]["causes"][0]["field"], "metadata.generateName");
+  EXPECT_NE(refused.body["message"].get<std::string>().find("Invalid value: \"train.\""),
+            std::string::npos)
+      << refused.body.dump();
+  json dashed = dotted;
+  dashed["metadata"]["generateName"] = "train-";
+  auto created = Call(*server, "POST", kConfigMaps, dashed);
+  ASSERT_EQ(created.status, 201);
+  EXPECT_TRUE(created.body["metadata"]["name"].get<std::string>().starts_with("train-"));
+  json event = {{"metadata", {{"generateName", "train."}}},
+                {"eventTime", "2026-01-01T00:00:00.000000Z"},
+                {"reportingController", "gpu.cozystack.io/gpu-controller"},
+                {"reportingInstance", "r"},
+                {"action", "Move"},
+                {"reason", "Moved"},
+                {"type", "Normal"},
+                {"regarding", {{"kind", "Pod"}, {"name", "p"}, {"namespace", "t1"}}}};
+  EXPECT_EQ(Call(*server, "POST", "/apis/events.k8s.io/v1/namespaces/t1/events", event).status,
+            422);
+  event["metadata"] = {{"name", "train.18a2b3c4d5e6f708"}};
+  EXPECT_EQ(Call(*server, "POST", "/apis/events.k8s.io/v1/namespaces/t1/events", event).status,
+            201);
+}
+
 }  // namespace
 }  // namespace cozy::fake
