@@ -115,7 +115,7 @@ listening_ports() {
   for f in /proc/net/tcp /proc/net/tcp6; do
     [ -r "$f" ] || continue
     while read -r _sl local_address _rem state _rest; do
-      [ "$state" = 0A ] && echo $((16#${local_address##*:}))
+      if [ "$state" = 0A ]; then echo $((16#${local_address##*:})); fi
     done < <(tail -n +2 "$f")
   done | sort -un
 }
@@ -187,31 +187,31 @@ EOF
 }
 
 # Stops the pids listed in DIR/pids whose command line still names DIR (a pid reused by another
-# process since is left alone): SIGTERM, up to 10 s, then SIGKILL.
+# process since is left alone), in the reverse of their start order: kube-controller-manager and
+# kube-apiserver before etcd, which a server still serving would wait for. Each: SIGTERM, up to
+# 10 s, then SIGKILL.
 stop_pids() {
-  local dir=$1 pid name
+  local dir=$1 pid name i
   [ -f "$dir/pids" ] || return 0
-  local -a mine=()
+  local -a listed=()
   while read -r name pid; do
-    [ -n "$pid" ] || continue
-    if [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$dir/"; then
-      mine+=("$pid")
-      kill -TERM "$pid" 2>/dev/null || true
-    fi
+    [ -n "$pid" ] && listed+=("$pid")
   done <"$dir/pids"
-  any_alive() {
-    local p
-    for p in "${mine[@]}"; do alive "$p" && return 0; done
-    return 1
-  }
-  for _ in $(seq 100); do
-    any_alive || break
-    sleep 0.1
-  done
-  for pid in "${mine[@]}"; do alive "$pid" && kill -KILL "$pid" 2>/dev/null; done
-  for _ in $(seq 50); do
-    any_alive || break
-    sleep 0.1
+  for ((i = ${#listed[@]} - 1; i >= 0; i--)); do
+    pid=${listed[$i]}
+    [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$dir/" || continue
+    kill -TERM "$pid" 2>/dev/null || continue
+    for _ in $(seq 100); do
+      alive "$pid" || break
+      sleep 0.1
+    done
+    if alive "$pid"; then
+      kill -KILL "$pid" 2>/dev/null
+      for _ in $(seq 50); do
+        alive "$pid" || break
+        sleep 0.1
+      done
+    fi
   done
   rm -f "$dir/pids"
 }
