@@ -300,11 +300,13 @@ TEST_F(AdmissionEndToEnd, E7_TwoVmsRaceForOneHeldDeviceAndOneGetsIt) {
   EXPECT_NE(codeA == 0, codeB == 0) << outA << "\n" << outB << Logs();
   const std::string winner = codeA == 0 ? "vm-a" : "vm-b";
   EXPECT_EQ(Get("gpudevice held", kTenant)["status"]["attachment"]["vmiName"], winner);
-  // The loser is refused for the winner's hold: "attached to VMI <winner>" when it is checked
-  // before the winner's VMI is in the cache, "in use by the running VirtualMachineInstance
-  // <winner>" after (a loaded machine gives either order).
+  // The loser is refused for the winner's hold, in the words of the step that saw it (a loaded
+  // machine gives any order): the plan ("attached to VMI <winner>"), the attachment write that
+  // lost the race ("attached to VirtualMachineInstance <winner>"), or, once the winner's VMI is
+  // in the cache, "in use by the running VirtualMachineInstance <winner>".
   const std::string& lost = codeA == 0 ? outB : outA;
   EXPECT_TRUE(lost.find("attached to VMI " + winner) != std::string::npos ||
+              lost.find("attached to VirtualMachineInstance " + winner) != std::string::npos ||
               lost.find("in use by the running VirtualMachineInstance " + winner) !=
                   std::string::npos)
       << lost;
