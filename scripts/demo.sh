@@ -152,25 +152,7 @@ wait_for() {
     sleep 0.2
   done
 }
-# free_port VAR: a port nothing listens on now (bash's /dev/tcp: no extra tool), none given twice,
-# and below the kernel's ephemeral range, where the programs' own outgoing connections (to the
-# API server, kubectl's, curl's) take their source ports and could take it before it is bound.
-read -r ephemeral_low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || ephemeral_low=32768
-[ "$ephemeral_low" -gt 12000 ] || fail "the ephemeral port range starts at $ephemeral_low"
-taken_ports=" "
-free_port() {
-  local port
-  for _ in $(seq 100); do
-    port=$((10000 + RANDOM % (ephemeral_low - 10000)))
-    case "$taken_ports" in *" $port "*) continue ;; esac
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-      taken_ports+="$port "
-      printf -v "$1" '%s' "$port"
-      return
-    fi
-  done
-  fail "no free TCP port found"
-}
+source "$source_dir/scripts/lib/free-port.sh" # free_port VAR
 
 # The hoster's kubeconfig: the fake API server's, the cluster's admin of `cluster.sh up`, or FILE.
 # The tenant's is the same in the fake mode, a client-certificate user's on a real API server.
@@ -284,8 +266,8 @@ echo "== cozy-gpu demo: fixture host $host ($(grep -m1 '"description"' \
 # real one the chart's webhook configurations call the first's URL (gpu.webhook.url).
 webhook_ports=() health_ports=()
 for i in 0 1; do
-  free_port "webhook_ports[$i]"
-  free_port "health_ports[$i]"
+  free_port "webhook_ports[$i]" || fail "no free TCP port"
+  free_port "health_ports[$i]" || fail "no free TCP port"
 done
 case "$mode" in
   fake)
@@ -301,7 +283,9 @@ case "$mode" in
     # etcd, kube-apiserver and kube-controller-manager (namespaces, garbage collection), their
     # state and pids under $work/cluster; cleanup's `cluster.sh down` stops them. Their ports are
     # chosen here with the replicas' (none given twice: those are not bound yet).
-    for port in apiserver etcd etcd_peer kcm; do free_port "cluster_${port}_port"; done
+    for port in apiserver etcd etcd_peer kcm; do
+      free_port "cluster_${port}_port" || fail "no free TCP port"
+    done
     COZY_CLUSTER_APISERVER_PORT=$cluster_apiserver_port COZY_CLUSTER_ETCD_PORT=$cluster_etcd_port \
       COZY_CLUSTER_ETCD_PEER_PORT=$cluster_etcd_peer_port COZY_CLUSTER_KCM_PORT=$cluster_kcm_port \
       "$source_dir/scripts/cluster.sh" up "$work/cluster" >"$work/cluster-up.log" 2>&1 ||
@@ -707,9 +691,10 @@ show delete vmi vm1 -n "$tenant"
 wait_for 15 "train detached from the ended vm1" \
   field_is gpudevice/train '{.status.attachment.vmiName}' "$tenant" ""
 # The launcher pod goes by its owner reference: the garbage collector deletes it (the fake's own,
-# or kube-controller-manager's).
+# or kube-controller-manager's, which sees a kind whose CRD came after it started only at its
+# next discovery resync, every 30 s; on a loaded machine some seconds later still).
 no_pods() { [ -z "$(kc get pods -n "$tenant" -o name 2>/dev/null)" ]; }
-wait_for 30 "the launcher pod gone with its VMI (garbage collection)" no_pods
+wait_for 75 "the launcher pod gone with its VMI (garbage collection)" no_pods
 echo "  -> vm1 ended: its launcher pod went with it, train is detached (still held)"
 as_tenant show delete gpudevice train -n "$tenant" --timeout=20s
 wait_for 15 "GPUDevice train gone" absent gpudevice/train "$tenant"

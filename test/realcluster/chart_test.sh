@@ -105,8 +105,8 @@ can gpu-controller create secrets no
   openssl x509 -req -in tls.csr -CA webhook-ca.crt -CAkey webhook-ca.key -CAcreateserial \
     -out tls.crt -days 1 -extfile san.ext 2>/dev/null &&
   mkdir certs && cp tls.crt tls.key certs/) || abort "openssl could not make the webhook certificate"
-free_port webhook_port
-free_port health_port
+free_port webhook_port || abort "no free port for the webhooks"
+free_port health_port || abort "no free port for the controller's health"
 cat >"$on_values" <<EOF
 gpu:
   enabled: true

@@ -183,23 +183,7 @@ wait_crds() {
     crd/gpuclasses.gpu.cozystack.io crd/gpudevices.gpu.cozystack.io crd/gpunodes.gpu.cozystack.io
 }
 
-# free_port VAR: a port nothing listens on, none given twice, below the ephemeral range (where
-# the programs' own outgoing connections take their source ports).
-read -r ephemeral_low _ </proc/sys/net/ipv4/ip_local_port_range
-taken_ports=" "
-free_port() {
-  local port
-  for _ in $(seq 100); do
-    port=$((20000 + RANDOM % (ephemeral_low - 20000)))
-    case "$taken_ports" in *" $port "*) continue ;; esac
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-      taken_ports+="$port "
-      printf -v "$1" '%s' "$port"
-      return
-    fi
-  done
-  abort "no free TCP port found"
-}
+source "$source_dir/scripts/lib/free-port.sh" # free_port VAR
 
 # A fixture host's sysfs tree: fixture_root NAME HOST → $work/NAME-root
 fixture_root() {
