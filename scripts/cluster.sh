@@ -15,7 +15,7 @@
 # component that does not come up is one line naming its log, everything started is stopped,
 # and the exit status is 1.
 #
-# Ports: chosen free below the ephemeral range, or given as COZY_CLUSTER_APISERVER_PORT,
+# Ports: chosen free below the ephemeral range (scripts/lib/free-port.sh), or given as COZY_CLUSTER_APISERVER_PORT,
 # COZY_CLUSTER_ETCD_PORT, COZY_CLUSTER_ETCD_PEER_PORT, COZY_CLUSTER_KCM_PORT.
 # The tools' cache: COZY_TOOLS_CACHE (default ~/.cache/cozy-gpu/tools).
 set -euo pipefail
@@ -109,41 +109,20 @@ require_tools() {
 
 # --- ports ---------------------------------------------------------------------------------
 
-# Ports something listens on (TCP, IPv4 and IPv6), from /proc: no tool needed.
-listening_ports() {
-  local f _sl local_address _rem state _rest
-  for f in /proc/net/tcp /proc/net/tcp6; do
-    [ -r "$f" ] || continue
-    while read -r _sl local_address _rem state _rest; do
-      if [ "$state" = 0A ]; then echo $((16#${local_address##*:})); fi
-    done < <(tail -n +2 "$f")
-  done | sort -un
-}
+source "$source_dir/scripts/lib/free-port.sh"
 
-# free_port VAR: a port nothing listens on and no other port of this cluster took, in 20000-32000
-# (below Linux's ephemeral range, where the programs' own outgoing connections take ports).
-declare -A taken=()
-free_port() {
-  local var=$1 given=${!1:-} port
-  if [ -n "$given" ]; then
-    [[ "$given" =~ ^[0-9]+$ ]] && [ "$given" -ge 1 ] && [ "$given" -le 65535 ] ||
-      die 2 "$var=$given is not a port"
-    grep -qx "$given" <<<"$(listening_ports)" && die 2 "port $given ($var) is in use"
-    taken[$given]=1
-    printf -v "$var" '%s' "$given"
+# port VAR: VAR as given (a number nothing on 127.0.0.1 listens on yet), or chosen by free_port;
+# none given twice.
+port() {
+  local var=$1 given=${!1:-}
+  if [ -z "$given" ]; then
+    free_port "$var" || die 2 "no free port for $var"
     return
   fi
-  local listening
-  listening=$(listening_ports)
-  for _ in $(seq 200); do
-    port=$((20000 + RANDOM % 12000))
-    [ -z "${taken[$port]:-}" ] || continue
-    grep -qx "$port" <<<"$listening" && continue
-    taken[$port]=1
-    printf -v "$var" '%s' "$port"
-    return
-  done
-  die 2 "no free port in 20000-32000"
+  [[ "$given" =~ ^[0-9]+$ ]] && [ "$given" -ge 1 ] && [ "$given" -le 65535 ] ||
+    die 2 "$var=$given is not a port"
+  if (exec 3<>"/dev/tcp/127.0.0.1/$given") 2>/dev/null; then die 2 "port $given ($var) is in use"; fi
+  free_port_taken+="$given "
 }
 
 # --- up / down -----------------------------------------------------------------------------
@@ -191,7 +170,7 @@ EOF
 # kube-apiserver before etcd, which a server still serving would wait for. Each: SIGTERM, up to
 # 10 s, then SIGKILL.
 stop_pids() {
-  local dir=$1 pid name i
+  local dir=$1 pid name i cmdline
   [ -f "$dir/pids" ] || return 0
   local -a listed=()
   while read -r name pid; do
@@ -199,7 +178,8 @@ stop_pids() {
   done <"$dir/pids"
   for ((i = ${#listed[@]} - 1; i >= 0; i--)); do
     pid=${listed[$i]}
-    [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$dir/" || continue
+    cmdline=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || continue
+    [[ "$cmdline" == *"$dir/"* ]] || continue
     kill -TERM "$pid" 2>/dev/null || continue
     for _ in $(seq 100); do
       alive "$pid" || break
@@ -255,10 +235,10 @@ up() {
   fi
   command -v openssl >/dev/null || die 2 "openssl is not installed (scripts/install-deps.sh)"
   command -v curl >/dev/null || die 2 "curl is not installed (scripts/install-deps.sh)"
-  free_port COZY_CLUSTER_APISERVER_PORT
-  free_port COZY_CLUSTER_ETCD_PORT
-  free_port COZY_CLUSTER_ETCD_PEER_PORT
-  free_port COZY_CLUSTER_KCM_PORT
+  port COZY_CLUSTER_APISERVER_PORT
+  port COZY_CLUSTER_ETCD_PORT
+  port COZY_CLUSTER_ETCD_PEER_PORT
+  port COZY_CLUSTER_KCM_PORT
   mkdir -p "$dir"
   dir=$(cd "$dir" && pwd)
   pki="$dir/pki"
