@@ -60,8 +60,7 @@ const env = (name, fallback) => {
 };
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const SOURCE_DIR = path.resolve(HERE, "../../..");
-// COZY_CHART_DIR: another copy of the chart (while developing a change to it).
-const CHART = process.env.COZY_CHART_DIR || path.join(SOURCE_DIR, "charts/gpu");
+const CHART = path.join(SOURCE_DIR, "charts/gpu");
 const GPU_ON_VALUES = path.join(HERE, "gpu-on-values.yaml");
 const CLUSTER_DIR = env("COZY_REAL_CLUSTER_DIR");
 const KUBECONFIG = path.join(CLUSTER_DIR, "kubeconfig");
