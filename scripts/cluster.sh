@@ -7,10 +7,16 @@
 #   scripts/cluster.sh bin          # prints the tools' directory (kube-apiserver, kubectl, helm, ...)
 #   scripts/cluster.sh up DIR       # starts a cluster whose state lives in DIR (empty or absent)
 #   scripts/cluster.sh down DIR     # stops exactly the processes `up DIR` started
+#   scripts/cluster.sh user DIR FILE CN [GROUP...]
+#                                   # writes FILE: a kubeconfig for the user CN (in each GROUP)
+#                                   # with a client certificate of DIR's CA
 #
 # `up` writes DIR/kubeconfig (user admin, group system:masters), DIR/pki/ (the CA that signs
 # client certificates, the API server's serving certificate, the service-account keys),
-# DIR/env (APISERVER_URL, APISERVER_PORT, ETCD_PORT), DIR/logs/ and DIR/pids. A port in use, a
+# DIR/env (APISERVER_URL, APISERVER_PORT, ETCD_PORT), DIR/logs/ and DIR/pids. The API server's
+# audit log, DIR/logs/audit.log (JSON lines; DIR/audit-policy.yaml), is its request log: each
+# request's user, URI and answer, and the body of every write. The e2e suites read it where
+# they read the fake API server's request log. A port in use, a
 # missing binary or a DIR with something in it is one line on stderr and exit status 2; a
 # component that does not come up is one line naming its log, everything started is stopped,
 # and the exit status is 1.
@@ -140,8 +146,8 @@ cert() {
   rm -f "$pki/$name.csr" "$extfile"
 }
 
-kubeconfig() { # kubeconfig FILE USER
-  local file=$1 user=$2
+kubeconfig() { # kubeconfig FILE USER [CERTIFICATE-PATH-WITHOUT-.crt/.key]
+  local file=$1 user=$2 certs=${3:-$pki/$2}
   cat >"$file" <<EOF
 apiVersion: v1
 kind: Config
@@ -153,8 +159,8 @@ clusters:
 users:
 - name: $user
   user:
-    client-certificate-data: $(base64 -w0 "$pki/$user.crt")
-    client-key-data: $(base64 -w0 "$pki/$user.key")
+    client-certificate-data: $(base64 -w0 "$certs.crt")
+    client-key-data: $(base64 -w0 "$certs.key")
 contexts:
 - name: cozy
   context:
@@ -270,6 +276,11 @@ EOF
     --initial-cluster "cozy=$peer_url" --log-level warn
   wait_for etcd "$dir/logs/etcd.log" 30 curl -fsS "$etcd_url/health"
 
+  # The request log: reads as metadata (user, URI, answer), writes with their bodies.
+  printf '%s\n' "apiVersion: audit.k8s.io/v1" "kind: Policy" "omitStages: [RequestReceived]" \
+    "rules:" "- level: Metadata" "  verbs: [get, list, watch]" "- level: Request" \
+    >"$dir/audit-policy.yaml"
+
   # envtest's defaults (docs/testing.md): RBAC, client certificates of our CA, service-account
   # tokens signed with our key, the ServiceAccount admission plugin off (no token controller
   # here), and on a machine without a default route the loopback address with no endpoint
@@ -284,7 +295,9 @@ EOF
     --service-account-signing-key-file="$pki/sa.key" \
     --api-audiences="$url" \
     --service-cluster-ip-range=10.0.0.0/24 --allow-privileged=true \
-    --disable-admission-plugins=ServiceAccount
+    --disable-admission-plugins=ServiceAccount \
+    --audit-policy-file="$dir/audit-policy.yaml" --audit-log-path="$dir/logs/audit.log" \
+    --audit-log-format=json --audit-log-mode=blocking --audit-log-maxsize=500
   wait_for kube-apiserver "$dir/logs/kube-apiserver.log" 90 \
     curl -fsS --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" "$url/readyz"
 
@@ -304,6 +317,27 @@ EOF
   wait_for "the default namespace" "$dir/logs/kube-apiserver.log" 30 \
     "$bin/kubectl" --kubeconfig "$dir/kubeconfig" get namespace default
   echo "$url"
+}
+
+# user DIR FILE CN [GROUP...]: a kubeconfig for a user of DIR's cluster, by client certificate.
+user() {
+  local dir=$1 file=$2 cn=$3
+  shift 3
+  [ -f "$dir/env" ] && [ -f "$dir/pki/ca.key" ] || die 2 "$dir is not a cluster's directory"
+  pki=$(cd "$dir/pki" && pwd)
+  COZY_CLUSTER_APISERVER_PORT=$(sed -n 's/^APISERVER_PORT=//p' "$dir/env")
+  local subject="" group work
+  for group in "$@"; do subject+="/O=$group"; done
+  work=$(mktemp -d)
+  openssl req -new -newkey rsa:2048 -nodes -keyout "$work/user.key" -subj "$subject/CN=$cn" \
+    -out "$work/user.csr" 2>/dev/null
+  printf '%s\n' "basicConstraints=CA:FALSE" "keyUsage=critical,digitalSignature,keyEncipherment" \
+    "extendedKeyUsage=clientAuth" >"$work/user.ext"
+  openssl x509 -req -in "$work/user.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" \
+    -CAserial "$work/ca.srl" -CAcreateserial -days 30 -extfile "$work/user.ext" \
+    -out "$work/user.crt" 2>/dev/null || { rm -rf "$work"; die 1 "cannot sign a certificate for $cn"; }
+  kubeconfig "$file" "$cn" "$work/user"
+  rm -rf "$work"
 }
 
 down() {
@@ -332,7 +366,12 @@ case "${1:-}" in
     [ $# -eq 2 ] || die 2 "usage: scripts/cluster.sh down DIR"
     down "$2"
     ;;
+  user)
+    [ $# -ge 4 ] || die 2 "usage: scripts/cluster.sh user DIR FILE CN [GROUP...]"
+    shift
+    user "$@"
+    ;;
   *)
-    die 2 "usage: scripts/cluster.sh build | bin | up DIR | down DIR"
+    die 2 "usage: scripts/cluster.sh build | bin | up DIR | down DIR | user DIR FILE CN [GROUP...]"
     ;;
 esac

@@ -82,6 +82,22 @@ kc delete configmap owner -n default >/dev/null
 wait_until 60 gone configmap dependent -n default &&
   pass "an object owned by a deleted one is collected (garbage collector)" || fail "dependent still there"
 
+# Another user: a client certificate of the cluster's CA; the audit log names who did what.
+"$cluster" user "$dir" "$scratch/bob.kubeconfig" bob team-a >/dev/null 2>"$scratch/err" ||
+  fail "user: $(cat "$scratch/err")"
+whoami=$("$bin/kubectl" --kubeconfig "$scratch/bob.kubeconfig" auth whoami -o jsonpath='{.status.userInfo.username} {.status.userInfo.groups[0]}' 2>&1)
+[ "$whoami" = "bob team-a" ] && pass "user writes a kubeconfig the API server takes as bob in team-a" ||
+  fail "whoami as bob: $whoami"
+"$bin/kubectl" --kubeconfig "$scratch/bob.kubeconfig" create configmap bobs -n default >/dev/null 2>&1 &&
+  fail "bob, with no role, created a configmap"
+grep '"username":"bob"' "$dir/logs/audit.log" | grep -q '"verb":"create".*"code":403' &&
+  pass "the audit log has bob's refused create" || fail "no audit line for bob's create"
+kc create configmap audited -n default --from-literal=k=v >/dev/null
+grep '"username":"admin"' "$dir/logs/audit.log" | grep -q '"verb":"create".*"requestObject":{.*"name":"audited"' &&
+  pass "the audit log has the admin's create with its body" || fail "no audit line with the create's body"
+expect_exit2 "user on a directory that is no cluster's" "is not a cluster's directory" \
+  "$cluster" user "$scratch" "$scratch/x.kubeconfig" x
+
 # Refusals: one line, exit 2.
 expect_exit2 "up into a directory with a cluster in it" "is not empty" "$cluster" up "$dir"
 port=$(sed -n 's/^APISERVER_PORT=//p' "$dir/env")

@@ -134,18 +134,12 @@ token_kubeconfig() {
   printf '%s\n' -H "Authorization: Bearer $2" >"$1.curl"
 }
 cert_kubeconfig() {
-  local file=$1 cn=$2 subject o
+  local file=$1 cn=$2
   shift 2
-  subject=""
-  for o in "$@"; do subject+="/O=$o"; done
-  subject+="/CN=$cn"
+  "$source_dir/scripts/cluster.sh" user "$cluster_dir" "$file" "$cn" "$@"
   local key="$work/$(basename "$file").key" crt="$work/$(basename "$file").crt"
-  openssl req -new -newkey rsa:2048 -nodes -keyout "$key" -subj "$subject" -out "$key.csr" 2>/dev/null
-  printf 'extendedKeyUsage=clientAuth\n' >"$key.ext"
-  openssl x509 -req -in "$key.csr" -CA "$cluster_dir/pki/ca.crt" -CAkey "$cluster_dir/pki/ca.key" \
-    -CAcreateserial -days 1 -extfile "$key.ext" -out "$crt" 2>/dev/null
-  kubeconfig_with "$file" "    client-certificate-data: $(base64 -w0 "$crt")
-    client-key-data: $(base64 -w0 "$key")"
+  sed -n 's/^ *client-certificate-data: //p' "$file" | base64 -d >"$crt"
+  sed -n 's/^ *client-key-data: //p' "$file" | base64 -d >"$key"
   printf '%s\n' --cert "$crt" --key "$key" >"$file.curl"
 }
 
