@@ -243,6 +243,7 @@ class FakeApiServer {
     std::string propagationPolicy;  // "" (the default: background), Background, Foreground, Orphan
     std::string uid;                // preconditions.uid ("" = none)
     std::string resourceVersion;    // preconditions.resourceVersion ("" = none)
+    std::optional<int64_t> gracePeriodSeconds;  // DeleteOptions or the query's; pods heed it
     bool dryRun = false;
   };
 

@@ -233,11 +233,12 @@ json Normalized(const json& object, const char* member) {
   return value;
 }
 
-// A MicroTime or Time field: absent or null is the zero time; a value that does not parse is
-// a decode error (400), as for Leases.
-bool TimeSet(const json& object, const char* member) {
+// A MicroTime (`micro`) or Time field: absent or null is the zero time; a value that does not
+// parse is a decode error (400), as for Leases.
+bool TimeSet(const json& object, const char* member, bool micro) {
   if (!object.contains(member) || object[member].is_null()) return false;
-  if (!object[member].is_string() || !ParseTimestamp(object[member].get<std::string>())) {
+  const auto parse = micro ? ParseMicroTime : ParseTimestamp;
+  if (!object[member].is_string() || !parse(object[member].get<std::string>())) {
     throw StatusError{400, "BadRequest",
                       "Event in version \"v1\" cannot be handled as a Event: parsing time " +
                           object[member].dump() + " as \"2006-01-02T15:04:05.000000Z07:00\""};
@@ -297,7 +298,7 @@ void ValidateEventSeries(const json& event, std::vector<FieldError>& errors) {
   if (!count.is_number() || count.get<double>() < 2) {
     errors.push_back(Invalid("series.count", "", "should be at least 2"));
   }
-  if (!series.is_object() || !TimeSet(series, "lastObservedTime")) {
+  if (!series.is_object() || !TimeSet(series, "lastObservedTime", true)) {
     errors.push_back({"FieldValueRequired", "series.lastObservedTime", "Required value"});
   }
 }
@@ -310,7 +311,7 @@ void ValidateEvent(const json& event, bool strict, std::vector<FieldError>& erro
   const json involvedObject = event.value("involvedObject", json::object());
   const std::string involved =
       involvedObject.is_object() ? StringField(involvedObject, "namespace") : "";
-  const bool hasEventTime = TimeSet(event, "eventTime");
+  const bool hasEventTime = TimeSet(event, "eventTime", true);
   auto mismatch = [&] {
     errors.push_back(
         Invalid("involvedObject.namespace", involved, "does not match event.namespace"));
@@ -353,7 +354,8 @@ void ValidateEvent(const json& event, bool strict, std::vector<FieldError>& erro
     errors.push_back(Invalid("type", "", "has invalid value: " + type));
   }
   for (const char* deprecated : {"firstTimestamp", "lastTimestamp"}) {
-    if (TimeSet(event, deprecated)) errors.push_back(Invalid(deprecated, "", "needs to be unset"));
+    if (TimeSet(event, deprecated, false))
+      errors.push_back(Invalid(deprecated, "", "needs to be unset"));
   }
   if (!Normalized(event, "count").is_null()) {
     errors.push_back(Invalid("count", "", "needs to be unset"));
@@ -618,7 +620,7 @@ std::vector<FieldError> ValidateBuiltin(const std::string& group, const std::str
     }
     for (const char* time : {"acquireTime", "renewTime"}) {
       if (spec.contains(time) && !spec[time].is_null() &&
-          (!spec[time].is_string() || !ParseTimestamp(spec[time].get<std::string>()))) {
+          (!spec[time].is_string() || !ParseMicroTime(spec[time].get<std::string>()))) {
         throw StatusError{400, "BadRequest",
                           "Lease in version \"v1\" cannot be handled as a Lease: parsing time " +
                               spec[time].dump() + " as \"2006-01-02T15:04:05.000000Z07:00\""};

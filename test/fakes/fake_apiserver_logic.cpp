@@ -528,4 +528,11 @@ std::optional<std::chrono::system_clock::time_point> ParseTimestamp(const std::s
   return std::chrono::system_clock::from_time_t(timegm(&parts));
 }
 
+std::optional<std::chrono::system_clock::time_point> ParseMicroTime(const std::string& text) {
+  static const std::regex micro(
+      R"(^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}(Z|[+-]\d{2}:\d{2})$)");
+  if (!std::regex_match(text, micro)) return std::nullopt;
+  return ParseTimestamp(text);
+}
+
 }  // namespace cozy::fake

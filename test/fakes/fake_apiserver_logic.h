@@ -67,5 +67,8 @@ std::string HumanDuration(std::chrono::seconds age);
 // RFC 3339 UTC with second precision, as metadata.creationTimestamp carries it.
 std::string FormatTimestamp(std::chrono::system_clock::time_point time);
 std::optional<std::chrono::system_clock::time_point> ParseTimestamp(const std::string& text);
+// metav1.MicroTime as the real server decodes it (RFC3339Micro): exactly six fractional digits
+// ("2026-12-02T07:36:47.000000Z"); a Time's "2026-12-02T07:36:47Z" does not parse.
+std::optional<std::chrono::system_clock::time_point> ParseMicroTime(const std::string& text);
 
 }  // namespace cozy::fake

@@ -129,6 +129,17 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
                                "\": supported values: \"Foreground\", \"Background\", "
                                "\"Orphan\", \"nil\"");
     }
+    if (deleteOptions.contains("gracePeriodSeconds") &&
+        deleteOptions["gracePeriodSeconds"].is_number_integer()) {
+      deletion.gracePeriodSeconds = deleteOptions["gracePeriodSeconds"].get<int64_t>();
+    }
+    if (request.has_param("gracePeriodSeconds")) {
+      try {
+        deletion.gracePeriodSeconds = std::stoll(request.get_param_value("gracePeriodSeconds"));
+      } catch (const std::exception&) {
+        throw invalidOptions("gracePeriodSeconds", "not an integer");
+      }
+    }
     const json preconditions = deleteOptions.value("preconditions", json::object());
     if (preconditions.is_object()) {
       deletion.uid = preconditions.value("uid", "");

@@ -411,8 +411,11 @@ json FakeApiServer::CommitLocked(const ResourceType& type, const std::string& ke
     bool namespaceHeld =
         type.plural == "namespaces" && type.group.empty() &&
         !object.value("spec", json::object()).value("finalizers", json::array()).empty();
-    // The update that drops the last finalizer of an object being deleted deletes it.
-    if (Finalizers(object).empty() && !namespaceHeld) RemoveLocked(type, key);
+    // The update that drops the last finalizer of an object being deleted deletes it, once its
+    // grace period is over (ShouldDeleteDuringUpdate: a Terminating pod waits for its kubelet).
+    const json grace = object["metadata"].value("deletionGracePeriodSeconds", json(0));
+    const bool graceOver = !grace.is_number_integer() || grace.get<int64_t>() == 0;
+    if (Finalizers(object).empty() && !namespaceHeld && graceOver) RemoveLocked(type, key);
   }
   return object;
 }
@@ -475,6 +478,58 @@ json FakeApiServer::DeleteLocked(const ResourceType& type, const std::string& ke
     updated["status"]["phase"] = "Terminating";
     if (request.dryRun) return updated;
     return CommitLocked(type, key, std::move(updated));
+  }
+  if (type.plural == "pods" && type.group.empty()) {
+    // The pod registry deletes gracefully (podStrategy.CheckGracefulDelete, BeforeDelete): a
+    // pod bound to a node and not finished stays, Terminating, for its grace period (the
+    // request's, else spec.terminationGracePeriodSeconds, defaulted to 30) until its kubelet
+    // deletes it with grace 0; an unscheduled or finished pod goes at once. A second DELETE
+    // may only shorten the grace.
+    const json spec = old.value("spec", json::object());
+    const json status = old.value("status", json::object());
+    int64_t period = request.gracePeriodSeconds.value_or(
+        spec.value("terminationGracePeriodSeconds", json(30)).is_number_integer()
+            ? spec.value("terminationGracePeriodSeconds", json(30)).get<int64_t>()
+            : 30);
+    const std::string phase = status.value("phase", "");
+    if (spec.value("nodeName", "").empty() || phase == "Succeeded" || phase == "Failed") period = 0;
+    if (period < 0) period = 1;
+    const json& metadata = old["metadata"];
+    const int64_t pending =
+        metadata.value("deletionGracePeriodSeconds", json(0)).is_number_integer()
+            ? metadata.value("deletionGracePeriodSeconds", json(0)).get<int64_t>()
+            : 0;
+    if (IsDeleting(old) && pending > 0) {
+      if (period >= pending) return old;  // graceful deletion pending: nothing changes
+      if (period > 0 || !Finalizers(old).empty()) {
+        json updated = old;
+        updated["metadata"]["deletionTimestamp"] =
+            FormatTimestamp(std::chrono::system_clock::now() + std::chrono::seconds(period));
+        updated["metadata"]["deletionGracePeriodSeconds"] = period;
+        if (request.dryRun) return updated;
+        return CommitLocked(type, key, std::move(updated));
+      }
+      if (request.dryRun) return old;
+      RemoveLocked(type, key);
+      return old;
+    }
+    if (!IsDeleting(old) && period > 0) {
+      json updated = old;
+      updated["metadata"]["deletionTimestamp"] =
+          FormatTimestamp(std::chrono::system_clock::now() + std::chrono::seconds(period));
+      updated["metadata"]["deletionGracePeriodSeconds"] = period;
+      if (request.propagationPolicy == "Orphan" || request.propagationPolicy == "Foreground") {
+        json finalizers = updated["metadata"].value("finalizers", json::array());
+        const std::string added =
+            request.propagationPolicy == "Orphan" ? "orphan" : "foregroundDeletion";
+        if (std::find(finalizers.begin(), finalizers.end(), added) == finalizers.end()) {
+          finalizers.push_back(added);
+        }
+        updated["metadata"]["finalizers"] = finalizers;
+      }
+      if (request.dryRun) return updated;
+      return CommitLocked(type, key, std::move(updated));
+    }
   }
   // deletionFinalizersForGarbageCollection: an explicit policy sets the collector's
   // finalizers; none keeps what is there.

@@ -85,7 +85,9 @@ TEST(Cache, IndexesAnswerAfterSyncAndAfterUpdatesAndDeletes) {
   ASSERT_TRUE(WaitUntil([&] { return cache.IndexKeys("byClass", "a100").size() == 2; }, 5s));
   EXPECT_EQ(cache.IndexKeys("byClass", "t4"), Keys{"tenant-b/p2"});
   EXPECT_EQ(cache.IndexValues("byVmi"), Keys{"vmi1"});
-  client.Delete("/api/v1/namespaces/tenant-a/pods/p1");
+  DeleteOptions now;  // grace 0, as a bound pod's kubelet deletes it
+  now.gracePeriodSeconds = 0;
+  client.Delete("/api/v1/namespaces/tenant-a/pods/p1", now);
   ASSERT_TRUE(WaitUntil([&] { return cache.Size() == 2; }, 5s));
   EXPECT_EQ(cache.IndexKeys("byNode", "n1"), Keys{"tenant-a/p3"});
   EXPECT_EQ(cache.IndexKeys("byClass", "a100"), Keys{"tenant-a/p3"});

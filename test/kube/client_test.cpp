@@ -437,7 +437,11 @@ TEST(Informer, ListsWatchesResumesAfterADropAndRelistsAfterExpiry) {
   server->DropWatches();
   ASSERT_TRUE(runUntil([&] { return informer.Stats().watches == 2; }));
   EXPECT_EQ(informer.Stats().failures, 0) << informer.LastError();  // re-opened at once
-  client.Delete("/api/v1/namespaces/tenant/pods/a");
+  // Grace 0, as its kubelet deletes a pod bound to a node (one DELETE alone leaves it
+  // Terminating, MODIFIED).
+  DeleteOptions now;
+  now.gracePeriodSeconds = 0;
+  client.Delete("/api/v1/namespaces/tenant/pods/a", now);
   ASSERT_TRUE(runUntil([&] { return seen.size() == 3; }));
   EXPECT_EQ(seen.back(), "DELETED a");
   EXPECT_EQ(informer.Stats().lists, 1);

@@ -437,6 +437,65 @@ TEST(FakeDelete, PreconditionsOnUidAndResourceVersionConflict) {
             422);
 }
 
+// The pod registry's graceful deletion, as the real server showed it (issue 22): a pod bound to
+// a node stays Terminating for its grace period until its kubelet deletes it with grace 0; an
+// unscheduled or finished pod goes at once; a later DELETE may only shorten the grace; and a
+// namespace holding a bound pod stays Terminating meanwhile.
+TEST(FakeDelete, APodOnANodeStaysTerminatingUntilAGraceZeroDelete) {
+  auto server = StartWithNamespace();
+  const std::string pods = "/api/v1/namespaces/t1/pods";
+  auto pod = [](const std::string& name, const std::string& node) {
+    json object = {{"apiVersion", "v1"},
+                   {"kind", "Pod"},
+                   {"metadata", {{"name", name}}},
+                   {"spec", {{"containers", {{{"name", "c"}, {"image", "busybox"}}}}}}};
+    if (!node.empty()) object["spec"]["nodeName"] = node;
+    return object;
+  };
+  ASSERT_EQ(Call(*server, "POST", pods, pod("bound", "n1")).status, 201);
+  ASSERT_EQ(Call(*server, "POST", pods, pod("pending", "")).status, 201);
+  json shortGrace = pod("short", "n1");
+  shortGrace["spec"]["terminationGracePeriodSeconds"] = 5;
+  ASSERT_EQ(Call(*server, "POST", pods, shortGrace).status, 201);
+  ASSERT_EQ(Call(*server, "POST", pods, pod("finished", "n1")).status, 201);
+  ASSERT_EQ(Call(*server, "PATCH", pods + "/finished/status",
+                 {{"status", {{"phase", "Succeeded"}}}}, "application/merge-patch+json")
+                .status,
+            200);
+
+  // Bound and running: Terminating, with the default 30 s.
+  auto deleting = Call(*server, "DELETE", pods + "/bound");
+  EXPECT_EQ(deleting.status, 200);
+  auto bound = Call(*server, "GET", pods + "/bound");
+  ASSERT_EQ(bound.status, 200) << "a pod on a node waits for its kubelet";
+  EXPECT_EQ(bound.body["metadata"]["deletionGracePeriodSeconds"], 30);
+  const auto when = ParseTimestamp(bound.body["metadata"].value("deletionTimestamp", ""));
+  ASSERT_TRUE(when);
+  EXPECT_GT(*when, std::chrono::system_clock::now() + std::chrono::seconds(20));
+  // A second DELETE with a longer grace changes nothing; the kubelet's grace 0 removes it.
+  EXPECT_EQ(Call(*server, "DELETE", pods + "/bound", {{"gracePeriodSeconds", 60}}).status, 200);
+  EXPECT_EQ(Call(*server, "GET", pods + "/bound").body["metadata"]["deletionGracePeriodSeconds"],
+            30);
+  EXPECT_EQ(Call(*server, "DELETE", pods + "/bound", {{"gracePeriodSeconds", 0}}).status, 200);
+  EXPECT_EQ(Call(*server, "GET", pods + "/bound").status, 404);
+  // The pod's own grace; unscheduled and finished pods go at once.
+  EXPECT_EQ(Call(*server, "DELETE", pods + "/short").status, 200);
+  EXPECT_EQ(Call(*server, "GET", pods + "/short").body["metadata"]["deletionGracePeriodSeconds"],
+            5);
+  EXPECT_EQ(Call(*server, "DELETE", pods + "/pending").status, 200);
+  EXPECT_EQ(Call(*server, "GET", pods + "/pending").status, 404);
+  EXPECT_EQ(Call(*server, "DELETE", pods + "/finished").status, 200);
+  EXPECT_EQ(Call(*server, "GET", pods + "/finished").status, 404);
+
+  // The namespace controller's deletes leave a bound pod Terminating, and the namespace with it.
+  EXPECT_EQ(Call(*server, "DELETE", "/api/v1/namespaces/t1").status, 200);
+  EXPECT_EQ(Call(*server, "GET", "/api/v1/namespaces/t1").body["status"]["phase"], "Terminating");
+  EXPECT_EQ(Call(*server, "GET", pods + "/short").status, 200);
+  EXPECT_EQ(Call(*server, "DELETE", pods + "/short?gracePeriodSeconds=0").status, 200);
+  EXPECT_TRUE(testing::WaitFor(
+      [&] { return Call(*server, "GET", "/api/v1/namespaces/t1").status == 404; }));
+}
+
 TEST(FakeGarbageCollector, BackgroundDeletesDependentsAfterTheOwnerGoes) {
   auto server = StartWithNamespace();
   auto owner = Call(*server, "POST", kConfigMaps, ConfigMap("owner")).body;
@@ -558,6 +617,26 @@ TEST(FakeKinds, BuiltinKindsValidateTheBasics) {
                  {{"metadata", {{"name", "bad"}}}, {"spec", {{"leaseDurationSeconds", 0}}}})
                 .status,
             422);
+  // renewTime and acquireTime are MicroTimes: the real server (issue 22) refuses a Time's
+  // "...05Z" as undecodable, and so does the fake.
+  for (const std::string time :
+       {"2026-12-02T07:36:47Z", "2026-12-02T07:36:47.123Z", "2026-12-02T07:36:47.1234567Z"}) {
+    const auto refused = Call(*server, "POST", leases,
+                              {{"metadata", {{"name", "seconds"}}},
+                               {"spec", {{"holderIdentity", "x"}, {"renewTime", time}}}});
+    EXPECT_EQ(refused.status, 400) << time;
+    EXPECT_NE(refused.body.value("message", "").find("2006-01-02T15:04:05.000000Z07:00"),
+              std::string::npos)
+        << refused.body;
+  }
+  EXPECT_EQ(Call(*server, "POST", leases,
+                 {{"metadata", {{"name", "micro"}}},
+                  {"spec",
+                   {{"holderIdentity", "x"},
+                    {"renewTime", "2026-12-02T07:36:47.000000Z"},
+                    {"acquireTime", "2026-12-02T07:36:47.123456+01:00"}}}})
+                .status,
+            201);
   // A Lease takes no unconditional update.
   json unconditional = lease.body;
   unconditional["metadata"].erase("resourceVersion");
@@ -759,6 +838,8 @@ TEST(FakeKinds, EventsV1IsServedAndSharesTheCoreEventsStorage) {
   refuse(badController, {"reportingController"});
   json badTime = EventV1("time");
   badTime["eventTime"] = "yesterday";
+  EXPECT_EQ(Call(*server, "POST", v1, badTime).status, 400);
+  badTime["eventTime"] = "2025-01-02T03:04:05Z";  // a MicroTime has six fractional digits
   EXPECT_EQ(Call(*server, "POST", v1, badTime).status, 400);
   // A cluster-scoped object's Event lives in default.
   clusterScoped["regarding"] = {{"kind", "Node"}, {"name", "n1"}};
