@@ -1,7 +1,7 @@
 // End to end: `gpu-controller run` as real processes (two replicas where it matters) against the
-// fake API server, with kubectl as the client that tenants and hosters use. Each scenario is named
-// by the catalog item it covers: G1, G8-G11 (the daemon), D12-D16, D18 (the GPU reconciler),
-// D1-D10, D17, G5-G7 (the binder).
+// fake API server or a real control plane (controller_fixture.h), with kubectl as the client that
+// tenants and hosters use. Each scenario is named by the catalog item it covers: G1, G8-G11 (the
+// daemon), D12-D16, D18 (the GPU reconciler), D1-D10, D17, G5-G7 (the binder).
 #include <unistd.h>
 
 #include <utility>
@@ -45,7 +45,7 @@ TEST_F(ControllerEndToEnd, G1_HealthAndTheReconcilersMetricsWithGpusOff) {
   Apply(Class("a100"));
   fake::Fault conflict = fake::Fault::Answer(409, 1, "PATCH");
   conflict.pathPrefix = "/apis/gpu.cozystack.io/v1alpha1/gpuclasses";
-  server_->AddFault(conflict);
+  Fake().AddFault(conflict);
   StartReplica("replica-a");
   ASSERT_TRUE(WaitFor([&] { return Holder() == "replica-a"; }, 15s)) << Logs();
   ASSERT_TRUE(WaitFor([&] {
@@ -120,7 +120,7 @@ TEST_F(ControllerEndToEnd, G8_LeaseTimingsClientGoRefusesExitTwoAndTheIdentityIs
   }
   EXPECT_EQ(Holder(), "");
 
-  std::ofstream(Path("kubeconfig-default")) << server_->Kubeconfig("default");
+  KubeconfigFor("default");
   char hostname[256] = {};
   ASSERT_EQ(gethostname(hostname, sizeof(hostname) - 1), 0);
   pid_t replica = testing::Spawn({GPU_CONTROLLER, "run", "--kubeconfig",
@@ -148,7 +148,7 @@ TEST_F(ControllerEndToEnd, G10_G11_SettingsConfigMapCarriesTheFlagsAndIsTheOnlyO
   EXPECT_EQ(settings["data"]["rawResourceNames"], "forbidden");
   // G11: every list and watch of ConfigMaps the controller made selects the settings by name.
   int configMapReads = 0;
-  for (const auto& request : server_->Requests()) {
+  for (const auto& request : Requests()) {
     if (request.method != "GET" || request.bearerToken != "replica-a" ||
         request.path.find("/configmaps") == std::string::npos ||
         request.path.find("/configmaps/") != std::string::npos) {
@@ -173,7 +173,7 @@ TEST_F(ControllerEndToEnd, G1_D15_ClassWaitsForItsHolderWithGpusOff) {
     return HasFinalizer(Get("gpuclass a100"), "gpu.cozystack.io/class-protection");
   })) << Logs();
   // G1: with GPUs off nothing places the order.
-  EXPECT_FALSE(Get("gpudevice held", kTenant)["status"].contains("nodeName"));
+  EXPECT_FALSE(Get("gpudevice held", Tenant())["status"].contains("nodeName"));
 
   Kubectl("delete gpuclass a100 --wait=false");
   std::this_thread::sleep_for(2s);  // two resyncs: the class must still be there
@@ -181,8 +181,8 @@ TEST_F(ControllerEndToEnd, G1_D15_ClassWaitsForItsHolderWithGpusOff) {
   ASSERT_TRUE(deleting.is_object()) << Logs();
   EXPECT_TRUE(deleting["metadata"].contains("deletionTimestamp"));
 
-  Kubectl("-n " + kTenant + " delete gpudevice held --wait=false");
-  ASSERT_TRUE(WaitFor([&] { return Get("gpudevice held", kTenant).is_null(); })) << Logs();
+  Kubectl("-n " + Tenant() + " delete gpudevice held --wait=false");
+  ASSERT_TRUE(WaitFor([&] { return Get("gpudevice held", Tenant()).is_null(); })) << Logs();
   ASSERT_TRUE(WaitFor([&] { return Get("gpuclass a100").is_null(); })) << Logs();
 }
 
@@ -198,11 +198,11 @@ TEST_F(ControllerEndToEnd, D12_NamespaceHoldingDevicesIsDeletedWithGpusOff) {
   PatchStatus("attached", {{"phase", "Bound"},
                            {"nodeName", "n1"},
                            {"attachment", {{"vmiName", "vm-gone"}, {"vmiUID", "uid-gone"}}}});
-  ASSERT_TRUE(WaitFor([&] { return Get("workload gpudevice-bound", kTenant).is_object(); }))
+  ASSERT_TRUE(WaitFor([&] { return Get("workload gpudevice-bound", Tenant()).is_object(); }))
       << Logs();
-  Kubectl("delete namespace " + kTenant + " --wait=false");
-  ASSERT_TRUE(WaitFor([&] { return Get("namespace " + kTenant).is_null(); }, 20s))
-      << Logs() << Get("gpudevices", kTenant).dump(2);
+  Kubectl("delete namespace " + Tenant() + " --wait=false");
+  ASSERT_TRUE(WaitFor([&] { return Get("namespace " + Tenant()).is_null(); }, 20s))
+      << Logs() << Get("gpudevices", Tenant()).dump(2);
 }
 
 TEST_F(ControllerEndToEnd, D13_D16_ReleasedDeviceAndItsRecordStayUntilTheVmiEnds) {
@@ -216,37 +216,38 @@ TEST_F(ControllerEndToEnd, D13_D16_ReleasedDeviceAndItsRecordStayUntilTheVmiEnds
                      {"nodeName", "n1"},
                      {"attachment", {{"vmiName", "vm1"}, {"vmiUID", VmiUid("vm1")}}}});
   // D16: one record, under a monitor whose selector is the reserved key.
-  ASSERT_TRUE(WaitFor([&] { return Get("workload gpudevice-d1", kTenant).is_object(); })) << Logs();
-  const json record = Get("workload gpudevice-d1", kTenant);
+  ASSERT_TRUE(WaitFor([&] { return Get("workload gpudevice-d1", Tenant()).is_object(); }))
+      << Logs();
+  const json record = Get("workload gpudevice-d1", Tenant());
   EXPECT_EQ(record["metadata"]["labels"]["workloads.cozystack.io/monitor"], "cozy-gpu-usage");
   EXPECT_FALSE(record["metadata"]["labels"].contains("team"));  // tenant labels stay out
   EXPECT_EQ(record["metadata"]["ownerReferences"][0]["name"], "d1");
   EXPECT_EQ(record["status"]["resources"]["gpu.cozystack.io/a100"], "1");
   EXPECT_EQ(record["status"]["operational"], true);
-  const json monitor = Get("workloadmonitor cozy-gpu-usage", kTenant);
+  const json monitor = Get("workloadmonitor cozy-gpu-usage", Tenant());
   EXPECT_EQ(monitor["spec"]["selector"], (json{{"gpu.cozystack.io/usage-monitor", "true"}}));
   // A tenant's labels, even the monitor's own key, do not reach the record.
-  Kubectl("-n " + kTenant +
+  Kubectl("-n " + Tenant() +
           " label gpudevice d1 workloads.cozystack.io/monitor=evil team=red --overwrite");
   std::this_thread::sleep_for(1500ms);
-  EXPECT_EQ(Get("workload gpudevice-d1", kTenant)["metadata"]["labels"],
+  EXPECT_EQ(Get("workload gpudevice-d1", Tenant())["metadata"]["labels"],
             record["metadata"]["labels"]);
 
   // D13: released while the VMI runs: device, binding and record stay.
-  Kubectl("-n " + kTenant + " delete gpudevice d1 --wait=false");
+  Kubectl("-n " + Tenant() + " delete gpudevice d1 --wait=false");
   std::this_thread::sleep_for(2500ms);
-  const json released = Get("gpudevice d1", kTenant);
+  const json released = Get("gpudevice d1", Tenant());
   ASSERT_TRUE(released.is_object()) << Logs();
   EXPECT_TRUE(released["metadata"].contains("deletionTimestamp"));
   EXPECT_EQ(released["status"]["nodeName"], "n1");
-  EXPECT_TRUE(Get("workload gpudevice-d1", kTenant).is_object());
+  EXPECT_TRUE(Get("workload gpudevice-d1", Tenant()).is_object());
   EXPECT_NE(Metrics("replica-a").find("gpu_controller_waiting{for=\"vmi-in-use\"} 1"),
             std::string::npos);
 
-  Kubectl("-n " + kTenant + " delete vmi vm1");
-  ASSERT_TRUE(WaitFor([&] { return Get("gpudevice d1", kTenant).is_null(); })) << Logs();
-  EXPECT_TRUE(Get("workload gpudevice-d1", kTenant).is_null());
-  ASSERT_TRUE(WaitFor([&] { return Get("workloadmonitor cozy-gpu-usage", kTenant).is_null(); }))
+  Kubectl("-n " + Tenant() + " delete vmi vm1");
+  ASSERT_TRUE(WaitFor([&] { return Get("gpudevice d1", Tenant()).is_null(); })) << Logs();
+  EXPECT_TRUE(Get("workload gpudevice-d1", Tenant()).is_null());
+  ASSERT_TRUE(WaitFor([&] { return Get("workloadmonitor cozy-gpu-usage", Tenant()).is_null(); }))
       << Logs();
 }
 
@@ -262,9 +263,9 @@ TEST_F(ControllerEndToEnd, D13_WithGpusOffAReleasedDeviceStaysWhileItsVmiRuns) {
   PatchStatus("d1", {{"phase", "Bound"},
                      {"nodeName", "n1"},
                      {"attachment", {{"vmiName", "vm1"}, {"vmiUID", VmiUid("vm1")}}}});
-  Kubectl("-n " + kTenant + " delete gpudevice d1 --wait=false");
+  Kubectl("-n " + Tenant() + " delete gpudevice d1 --wait=false");
   std::this_thread::sleep_for(2500ms);  // two resyncs
-  const json released = Get("gpudevice d1", kTenant);
+  const json released = Get("gpudevice d1", Tenant());
   ASSERT_TRUE(released.is_object()) << Logs();
   EXPECT_TRUE(released["metadata"].contains("deletionTimestamp"));
   EXPECT_EQ(released["status"]["nodeName"], "n1");
@@ -272,8 +273,8 @@ TEST_F(ControllerEndToEnd, D13_WithGpusOffAReleasedDeviceStaysWhileItsVmiRuns) {
   EXPECT_NE(Metrics("replica-a").find("gpu_controller_waiting{for=\"vmi-in-use\"} 1"),
             std::string::npos)
       << Metrics("replica-a");
-  Kubectl("-n " + kTenant + " delete vmi vm1");
-  ASSERT_TRUE(WaitFor([&] { return Get("gpudevice d1", kTenant).is_null(); })) << Logs();
+  Kubectl("-n " + Tenant() + " delete vmi vm1");
+  ASSERT_TRUE(WaitFor([&] { return Get("gpudevice d1", Tenant()).is_null(); })) << Logs();
 }
 
 TEST_F(ControllerEndToEnd, D14_TemplateDeviceGoesWithItsVmiAndAHeldOrderStays) {
@@ -292,14 +293,14 @@ TEST_F(ControllerEndToEnd, D14_TemplateDeviceGoesWithItsVmiAndAHeldOrderStays) {
                        {"attachment", {{"vmiName", "vm1"}, {"vmiUID", uid}}}});
   }
   std::this_thread::sleep_for(1500ms);
-  EXPECT_TRUE(Get("gpudevice vm1-gpu", kTenant).is_object());  // its VMI runs
+  EXPECT_TRUE(Get("gpudevice vm1-gpu", Tenant()).is_object());  // its VMI runs
 
-  Kubectl("-n " + kTenant + " delete vmi vm1");
-  ASSERT_TRUE(WaitFor([&] { return Get("gpudevice vm1-gpu", kTenant).is_null(); })) << Logs();
+  Kubectl("-n " + Tenant() + " delete vmi vm1");
+  ASSERT_TRUE(WaitFor([&] { return Get("gpudevice vm1-gpu", Tenant()).is_null(); })) << Logs();
   ASSERT_TRUE(WaitFor([&] {
-    return !Get("gpudevice held", kTenant)["status"].contains("attachment");
+    return !Get("gpudevice held", Tenant())["status"].contains("attachment");
   })) << Logs();
-  const json held = Get("gpudevice held", kTenant);
+  const json held = Get("gpudevice held", Tenant());
   EXPECT_FALSE(held["metadata"].contains("deletionTimestamp"));
   EXPECT_EQ(held["status"]["nodeName"], "n1");  // still held, on its node
 }
@@ -322,14 +323,14 @@ TEST_F(ControllerEndToEnd, D18_AttachmentWithoutItsVmiIsClearedAfterTheGrace) {
   Apply(Vmi("vm2"));
   // The VMI that appeared is matched: its UID is recorded.
   ASSERT_TRUE(WaitFor([&] {
-    return Get("gpudevice in-time", kTenant)["status"]["attachment"].value("vmiUID", "") ==
+    return Get("gpudevice in-time", Tenant())["status"]["attachment"].value("vmiUID", "") ==
            VmiUid("vm2");
   })) << Logs();
   // The other waits out its grace, then is cleared.
   ASSERT_TRUE(WaitFor(
-      [&] { return !Get("gpudevice ghost", kTenant)["status"].contains("attachment"); }, 15s))
+      [&] { return !Get("gpudevice ghost", Tenant())["status"].contains("attachment"); }, 15s))
       << Logs();
-  EXPECT_TRUE(Get("gpudevice in-time", kTenant)["status"].contains("attachment"));
+  EXPECT_TRUE(Get("gpudevice in-time", Tenant())["status"].contains("attachment"));
   EXPECT_NE(Log("replica-a").find("did not appear within the attachment grace"), std::string::npos);
 }
 
@@ -337,8 +338,8 @@ TEST_F(ControllerEndToEnd, G8_LeaderCutOffStepsDownTheOtherLeadsAndNothingIsWrit
   const std::vector<std::string> fast = {"--lease-duration", "6s", "--renew-deadline", "4s",
                                          "--retry-period",   "1s"};
   // replica-a reaches the API server through a proxy the test can cut, like a partition.
-  testing::TcpProxy proxy(server_->port());
-  StartReplica("replica-a", fast, proxy.url());
+  testing::TcpProxy proxy(ApiPort());
+  StartReplica("replica-a", fast, proxy.port());
   ASSERT_TRUE(WaitFor([&] { return Holder() == "replica-a"; }, 15s)) << Logs();
   StartReplica("replica-b", fast);
   Apply(Class("a100"));
@@ -369,7 +370,7 @@ TEST_F(ControllerEndToEnd, G8_LeaderCutOffStepsDownTheOtherLeadsAndNothingIsWrit
   // wrote nothing after the cut, nor once it was back.
   std::map<std::string, int> finalizerWrites;
   int readsAfterRestore = 0;
-  for (const auto& request : server_->Requests()) {
+  for (const auto& request : Requests()) {
     if (request.bearerToken == "replica-a" && request.received > cut) ++readsAfterRestore;
     if (request.method == "GET" || request.status >= 300) continue;
     if (request.bearerToken == "replica-a" && request.path.find("/leases/") == std::string::npos) {
@@ -400,7 +401,7 @@ TEST_F(ControllerEndToEnd, D1_D2_TwoOrdersRaceForTheLastUnitAndOnlyTheLeaderPlac
       << Logs();
   std::this_thread::sleep_for(1500ms);  // passes that follow must not book the unit again
   const int bound = (Phase("first") == "Bound") + (Phase("second") == "Bound");
-  EXPECT_EQ(bound, 1) << Get("gpudevices", kTenant).dump(2);
+  EXPECT_EQ(bound, 1) << Get("gpudevices", Tenant()).dump(2);
   const auto writes = PlacementWrites();
   EXPECT_EQ(writes.size(), 1u);  // one write for one bound device
   // Not even a refused attempt from the standby: it never tries.
@@ -421,7 +422,7 @@ TEST_F(ControllerEndToEnd, D3_ADelayedDeviceWatchAndTwoRequestsForTheLastUnitBin
   WaitProtected("d2");
   PatchStatus("d1", {{"bindRequest", {{"id", "r1"}, {"requestedAt", "2026-12-01T00:00:00Z"}}}});
   ASSERT_TRUE(WaitFor([&] {
-    return Get("gpudevice d1", kTenant)["status"]
+    return Get("gpudevice d1", Tenant())["status"]
                .value("bindResponse", json::object())
                .value("id", "") == "r1";
   })) << Logs();
@@ -434,10 +435,10 @@ TEST_F(ControllerEndToEnd, D3_ADelayedDeviceWatchAndTwoRequestsForTheLastUnitBin
   // A second request for the last unit, and another pass while the cache still shows d1 Pending.
   PatchStatus("d2", {{"bindRequest", {{"id", "r2"}, {"requestedAt", "2026-12-01T00:00:00Z"}}}});
   Kubectl("label node n1 touched=yes");
-  server_->ClearFaults();
+  Fake().ClearFaults();
   ASSERT_TRUE(WaitFor(
       [&] {
-        return Get("gpudevice d2", kTenant)["status"]
+        return Get("gpudevice d2", Tenant())["status"]
                    .value("bindResponse", json::object())
                    .value("id", "") == "r2";
       },
@@ -445,7 +446,7 @@ TEST_F(ControllerEndToEnd, D3_ADelayedDeviceWatchAndTwoRequestsForTheLastUnitBin
       << Logs();
   EXPECT_EQ(Phase("d1"), "Bound");
   EXPECT_EQ(Phase("d2"), "");
-  EXPECT_EQ(Get("gpudevice d2", kTenant)["status"]["bindResponse"]["result"], "Failed");
+  EXPECT_EQ(Get("gpudevice d2", Tenant())["status"]["bindResponse"]["result"], "Failed");
   // The pass during the stall read d1 past the cache: it did not plan from the stale view.
   const std::string metrics = Metrics("replica-a");
   EXPECT_EQ(metrics.find("gpu_controller_binder_device_reads_total 0\n"), std::string::npos)
@@ -484,7 +485,7 @@ TEST_F(ControllerEndToEnd, D3_ANewLeaderWhoseCacheLagsTheLastLeadersMoveBooksNoU
   ASSERT_TRUE(WaitFor([&] { return Phase("d2") == "Bound"; }, 8s)) << Logs();
   EXPECT_EQ(NodeOf("d1"), "n2");
   EXPECT_EQ(NodeOf("d2"), "n1") << "d2 was booked onto the unit d1 holds";
-  server_->ClearFaults();
+  Fake().ClearFaults();
   EXPECT_NE(Log("replica-b").find("binder read the devices from the API server"), std::string::npos)
       << Log("replica-b");
 }
@@ -500,9 +501,9 @@ TEST_F(ControllerEndToEnd, D4_BindRequestIsAnsweredWhileUsageRecordWritesAreSlow
   slow.pathPrefix = "/apis/cozystack.io/";
   slow.method = "POST";
   slow.latencyMs = 4000;
-  server_->AddFault(slow);
+  Fake().AddFault(slow);
   slow.method = "PUT";
-  server_->AddFault(slow);
+  Fake().AddFault(slow);
   // What the VMI webhook will do: an order with a bind request in its status.
   Apply(Device("wanted"));
   PatchStatus(
@@ -512,14 +513,14 @@ TEST_F(ControllerEndToEnd, D4_BindRequestIsAnsweredWhileUsageRecordWritesAreSlow
   const auto asked = std::chrono::steady_clock::now();
   ASSERT_TRUE(WaitFor(
       [&] {
-        return Get("gpudevice wanted", kTenant)["status"]
+        return Get("gpudevice wanted", Tenant())["status"]
                    .value("bindResponse", json::object())
                    .value("id", "") == "req-1";
       },
       10s))
       << Logs();
   EXPECT_LT(std::chrono::steady_clock::now() - asked, 3s);  // well inside a webhook's wait
-  const json answered = Get("gpudevice wanted", kTenant);
+  const json answered = Get("gpudevice wanted", Tenant());
   EXPECT_EQ(answered["status"]["bindResponse"]["result"], "Succeeded");
   EXPECT_EQ(answered["status"]["nodeName"], "n1");
 }
@@ -534,18 +535,18 @@ TEST_F(ControllerEndToEnd, D9_ARequestThatCannotBePlacedIsRefusedWithTheModelsRe
   PatchStatus("late",
               {{"bindRequest", {{"id", "req-2"}, {"requestedAt", "2026-12-01T00:00:00Z"}}}});
   ASSERT_TRUE(WaitFor([&] {
-    return Get("gpudevice late", kTenant)["status"]
+    return Get("gpudevice late", Tenant())["status"]
                .value("bindResponse", json::object())
                .value("id", "") == "req-2";
   })) << Logs();
-  const json refused = Get("gpudevice late", kTenant)["status"];
+  const json refused = Get("gpudevice late", Tenant())["status"];
   EXPECT_EQ(refused["bindResponse"]["result"], "Failed");
   EXPECT_EQ(refused["bindResponse"]["reason"], "Refused");
   EXPECT_FALSE(refused["bindResponse"].value("message", "").empty());
   EXPECT_FALSE(refused.contains("nodeName"));
   // The tenant sees why in Events regarding the device, once, however many passes refuse it.
   std::this_thread::sleep_for(2s);  // resyncs every second refuse it again
-  const json events = Get("events.events.k8s.io", kTenant);
+  const json events = Get("events.events.k8s.io", Tenant());
   int refusals = 0, bound = 0;
   for (const auto& event : events["items"]) {
     if (event["regarding"]["name"] == "late" && event["reason"] == "Refused") {
@@ -563,7 +564,7 @@ TEST_F(ControllerEndToEnd, D9_ARequestThatCannotBePlacedIsRefusedWithTheModelsRe
 TEST_F(ControllerEndToEnd, G5_G6_G7_KubeVirtAbsentThenServedThenGoneWhileAttached) {
   for (const char* crd : {"virtualmachineinstances.kubevirt.io", "virtualmachines.kubevirt.io",
                           "kubevirts.kubevirt.io"}) {
-    server_->DeleteCrd(crd);
+    Fake().DeleteCrd(crd);
   }
   GpuNode("n1", 2);
   Apply(Class("a100"));
@@ -574,7 +575,7 @@ TEST_F(ControllerEndToEnd, G5_G6_G7_KubeVirtAbsentThenServedThenGoneWhileAttache
   ASSERT_TRUE(WaitFor([&] { return Phase("d1") == "Bound"; })) << Logs();
   std::this_thread::sleep_for(1s);  // discovery refreshes every 500 ms
   int discoveryReads = 0;
-  for (const auto& request : server_->Requests()) {
+  for (const auto& request : Requests()) {
     if (request.path.starts_with("/apis/kubevirt.io")) {
       EXPECT_EQ(request.path, "/apis/kubevirt.io/v1") << request.method << " " << request.query;
       ++discoveryReads;
@@ -594,28 +595,28 @@ TEST_F(ControllerEndToEnd, G5_G6_G7_KubeVirtAbsentThenServedThenGoneWhileAttache
   Apply(Vmi("vm1"));
   PatchStatus("d1", {{"attachment", {{"vmiName", "vm1"}, {"vmiUID", VmiUid("vm1")}}}});
   std::this_thread::sleep_for(1500ms);
-  EXPECT_TRUE(Get("gpudevice d1", kTenant)["status"].contains("attachment"));
+  EXPECT_TRUE(Get("gpudevice d1", Tenant())["status"].contains("attachment"));
   // G7: discovery stops showing the kind while d1 is attached (KubeVirt's API in an upgrade:
   // every kubevirt.io request answers 404, the VMIs themselves untouched). A gap in discovery is
   // not an ended VMI: the pass fails, and nothing is detached or moved.
   fake::Fault gap;
   gap.pathPrefix = "/apis/kubevirt.io";
   gap.status = 404;
-  server_->AddFault(gap);
+  Fake().AddFault(gap);
   ASSERT_TRUE(WaitFor([&] {
     return Log("replica-a").find("VirtualMachineInstances cannot be read while") !=
            std::string::npos;
   })) << Logs()
-      << Get("gpudevice d1", kTenant).dump(2);
+      << Get("gpudevice d1", Tenant()).dump(2);
   std::this_thread::sleep_for(1500ms);
-  const json d1 = Get("gpudevice d1", kTenant);
+  const json d1 = Get("gpudevice d1", Tenant());
   EXPECT_EQ(d1["status"]["phase"], "Bound");
   EXPECT_EQ(d1["status"]["attachment"]["vmiName"], "vm1");
   // The kind is back: placement resumes, and the running VM keeps its device.
-  server_->ClearFaults();
+  Fake().ClearFaults();
   Apply(Device("d2"));
   ASSERT_TRUE(WaitFor([&] { return Phase("d2") == "Bound"; })) << Logs();
-  EXPECT_EQ(Get("gpudevice d1", kTenant)["status"]["attachment"]["vmiName"], "vm1");
+  EXPECT_EQ(Get("gpudevice d1", Tenant())["status"]["attachment"]["vmiName"], "vm1");
 }
 
 TEST_F(ControllerEndToEnd, D5_D6_ALostSetWinsTheLastUnitAndNewOrdersGoToTheFullestNode) {
@@ -635,9 +636,9 @@ TEST_F(ControllerEndToEnd, D5_D6_ALostSetWinsTheLastUnitAndNewOrdersGoToTheFulle
   // One unit is free on each node: the Lost set is rebound before the new order takes a unit,
   // then the new order goes to the fullest node with room (never spreading to a fresh one).
   ASSERT_TRUE(WaitFor([&] { return Phase("lost") == "Bound" && Phase("new") == "Bound"; }))
-      << Logs() << Get("gpudevices", kTenant).dump(2);
-  EXPECT_EQ(Get("gpudevice lost", kTenant)["status"]["nodeName"], "n1");  // the fuller, by name
-  EXPECT_EQ(Get("gpudevice new", kTenant)["status"]["nodeName"], "n2");
+      << Logs() << Get("gpudevices", Tenant()).dump(2);
+  EXPECT_EQ(Get("gpudevice lost", Tenant())["status"]["nodeName"], "n1");  // the fuller, by name
+  EXPECT_EQ(Get("gpudevice new", Tenant())["status"]["nodeName"], "n2");
   std::string placed;
   for (const auto& write : PlacementWrites()) placed += write.path + " ";
   EXPECT_LT(placed.find("/lost/"), placed.find("/new/")) << placed;  // Lost first
@@ -657,15 +658,15 @@ TEST_F(ControllerEndToEnd, D9_AVmsTwoDevicesThatFitOnlyOnDifferentNodesAreRefuse
   }
   StartReplica("replica-a", {"--enable-gpu"});
   ASSERT_TRUE(WaitFor([&] {
-    return Get("gpudevice a", kTenant)["status"]
+    return Get("gpudevice a", Tenant())["status"]
                    .value("bindResponse", json::object())
                    .value("id", "") == "req-a" &&
-           Get("gpudevice b", kTenant)["status"]
+           Get("gpudevice b", Tenant())["status"]
                    .value("bindResponse", json::object())
                    .value("id", "") == "req-b";
   })) << Logs();
   for (const std::string name : {"a", "b"}) {
-    const json status = Get("gpudevice " + name, kTenant)["status"];
+    const json status = Get("gpudevice " + name, Tenant())["status"];
     EXPECT_EQ(status["bindResponse"]["result"], "Failed") << name;
     EXPECT_FALSE(status.contains("nodeName")) << name;
   }
@@ -683,28 +684,28 @@ TEST_F(ControllerEndToEnd, D10_ACordonMovesASetOnlyWithRoomElsewhereAndNeverASta
   PatchStatus("moves", {{"phase", "Bound"}, {"nodeName", "n1"}});
   StartReplica("replica-a", {"--enable-gpu"});
   ASSERT_TRUE(WaitFor([&] {
-    return HasFinalizer(Get("gpudevice moves", kTenant), "gpu.cozystack.io/device-protection");
+    return HasFinalizer(Get("gpudevice moves", Tenant()), "gpu.cozystack.io/device-protection");
   })) << Logs();
   // Cordon n1: n2 has room, so the set moves.
   Kubectl("cordon n1");
   ASSERT_TRUE(WaitFor([&] {
-    return Get("gpudevice moves", kTenant)["status"].value("nodeName", "") == "n2";
+    return Get("gpudevice moves", Tenant())["status"].value("nodeName", "") == "n2";
   })) << Logs();
   // Cordon n2 as well: nowhere else has room, so the set stays where it is, Bound, and a bind
   // request for it is answered Succeeded in place (the pod webhook pins the VM there).
   Kubectl("cordon n2");
   std::this_thread::sleep_for(1500ms);
-  EXPECT_EQ(Get("gpudevice moves", kTenant)["status"]["nodeName"], "n2");
+  EXPECT_EQ(Get("gpudevice moves", Tenant())["status"]["nodeName"], "n2");
   EXPECT_EQ(Phase("moves"), "Bound");
   PatchStatus("moves",
               {{"bindRequest", {{"id", "req-c"}, {"requestedAt", "2026-12-01T00:00:00Z"}}}});
   ASSERT_TRUE(WaitFor([&] {
-    return Get("gpudevice moves", kTenant)["status"]
+    return Get("gpudevice moves", Tenant())["status"]
                .value("bindResponse", json::object())
                .value("id", "") == "req-c";
   })) << Logs();
-  EXPECT_EQ(Get("gpudevice moves", kTenant)["status"]["bindResponse"]["result"], "Succeeded");
-  EXPECT_EQ(Get("gpudevice moves", kTenant)["status"]["nodeName"], "n2");
+  EXPECT_EQ(Get("gpudevice moves", Tenant())["status"]["bindResponse"]["result"], "Succeeded");
+  EXPECT_EQ(Get("gpudevice moves", Tenant())["status"]["nodeName"], "n2");
   // Each GPUNode says whether it takes binds, and why not; written once per change.
   ASSERT_TRUE(WaitFor([&] {
     for (const auto& condition : Get("gpunode n1")["status"].value("conditions", json::array())) {
@@ -727,7 +728,7 @@ TEST_F(ControllerEndToEnd, D10_ACordonMovesASetOnlyWithRoomElsewhereAndNeverASta
   Apply(stays);
   PatchStatus("stays", {{"phase", "Bound"}, {"nodeName", "n2"}});
   std::this_thread::sleep_for(2s);
-  EXPECT_EQ(Get("gpudevice stays", kTenant)["status"]["nodeName"], "n2");
+  EXPECT_EQ(Get("gpudevice stays", Tenant())["status"]["nodeName"], "n2");
   const json uncordoned = Get("gpunode n1");
   for (const auto& condition : uncordoned["status"]["conditions"]) {
     if (condition["type"] == "TakesBinds") {
@@ -776,9 +777,9 @@ TEST_F(ControllerEndToEnd, D1_ALeaderChangeInTheMiddleOfAPassWritesEachPlacement
   // Every placement write takes 150 ms, so a pass over 30 new orders takes seconds.
   fake::Fault slow;
   slow.method = "PATCH";
-  slow.pathPrefix = "/apis/gpu.cozystack.io/v1alpha1/namespaces/" + kTenant + "/gpudevices/";
+  slow.pathPrefix = "/apis/gpu.cozystack.io/v1alpha1/namespaces/" + Tenant() + "/gpudevices/";
   slow.latencyMs = 150;
-  server_->AddFault(slow);
+  Fake().AddFault(slow);
   const std::filesystem::path file = Path("orders.yaml");
   {
     std::ofstream out(file);
@@ -824,17 +825,17 @@ TEST(LauncherReaderC12, ListCacheAndNamedReadGiveTheSameAnswer) {
   server.Start();
   const json vmi = {{"apiVersion", "kubevirt.io/v1"},
                     {"kind", "VirtualMachineInstance"},
-                    {"metadata", {{"name", "vm1"}, {"namespace", kTenant}, {"uid", "vmi-uid"}}},
+                    {"metadata", {{"name", "vm1"}, {"namespace", Tenant()}, {"uid", "vmi-uid"}}},
                     {"spec", {{"domain", {{"devices", json::object()}}}}},
                     {"status", {{"nodeName", "n1"}, {"activePods", {{"launcher-uid", "n1"}}}}}};
-  server.Seed({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", kTenant}}}});
+  server.Seed({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", Tenant()}}}});
   const json stored = server.Seed(vmi);
 
   auto answer = [](const model::VirtualMachineInstance& read) {
     const std::vector<model::VirtualMachineInstance> vmis = {read};
     const model::LauncherIndex index(vmis);
     model::Pod launcher;
-    launcher.namespaceName = kTenant;
+    launcher.namespaceName = Tenant();
     launcher.name = "virt-launcher-vm1-abcde";
     launcher.uid = "launcher-uid";
     launcher.nodeName = "n1";
@@ -859,11 +860,11 @@ TEST(LauncherReaderC12, ListCacheAndNamedReadGiveTheSameAnswer) {
       client, "/apis/kubevirt.io/v1/virtualmachineinstances", controller::VmiFromJson);
   cache.Start();
   ASSERT_TRUE(WaitFor([&] { return cache.Synced(); }));
-  const auto cached = cache.Get(kTenant + "/vm1");
+  const auto cached = cache.Get(Tenant() + "/vm1");
   ASSERT_TRUE(cached);
   // A read of the named VMI.
   const model::VirtualMachineInstance named = controller::VmiFromJson(
-      client.Get("/apis/kubevirt.io/v1/namespaces/" + kTenant + "/virtualmachineinstances/vm1"));
+      client.Get("/apis/kubevirt.io/v1/namespaces/" + Tenant() + "/virtualmachineinstances/vm1"));
 
   const auto expected = std::make_pair(std::string("vm1"), true);
   EXPECT_EQ(answer(snapshot.vmis[0]), expected);

@@ -1,7 +1,16 @@
-// The fixture of the controller's end-to-end tests: the fake API server with the chart's and
+// The fixture of the controller's end-to-end tests: an API server with the chart's and
 // KubeVirt's CRDs, `gpu-controller run` replicas as real processes, kubectl as the client, and
 // the objects the scenarios are made of. controller_e2e_test.cpp (the daemon, the reconciler,
 // the binder) and admission_e2e_test.cpp (the webhooks) stand on it.
+//
+// Two backends (docs/testing.md, "Which suites run where"): the fake API server in this process
+// (fault injection, its request log), or, when COZY_E2E_CLUSTER names a directory of
+// `scripts/cluster.sh up`, that real control plane: each replica a user of its own (a client
+// certificate of the cluster's CA, its identity the user name, as the fake tells replicas apart
+// by bearer token), the API server's audit log as the request log, each test in a tenant
+// namespace of its own and the cluster-scoped objects removed before and after it. A step that
+// needs the fake's faults (Fake()) fails a test run on the real backend: such tests are listed
+// in test/e2e/CMakeLists.txt and run on the fake only.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,10 +19,17 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
+#include <sstream>
+#include <stdexcept>
 #include <thread>
 
 #include "api/time.h"
@@ -35,18 +51,39 @@ using nlohmann::json;
 using testing::ShellQuote;
 using testing::WaitFor;
 
-inline const std::string kTenant = "tenant-a";
+// The tenant namespace of the running test: tenant-a on the fake; on a real cluster one of its
+// own per test (the last test's may still be terminating).
+inline std::string& Tenant() {
+  static std::string tenant = "tenant-a";
+  return tenant;
+}
 
 class ControllerEndToEnd : public ::testing::Test {
  protected:
   void SetUp() override {
-    fake::FakeApiServerOptions options;
-    options.crdPaths = {testing::ChartCrdDir(), testing::TestCrdDir()};
-    server_ = std::make_unique<fake::FakeApiServer>(options);
-    server_->Start();
-    std::ofstream(Path("kubeconfig")) << server_->Kubeconfig("hoster");
-    for (const std::string& ns : {std::string("cozy-system"), kTenant}) {
-      Apply({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", ns}}}});
+    if (const char* cluster = std::getenv("COZY_E2E_CLUSTER"); cluster && *cluster) {
+      cluster_ = cluster;
+      std::filesystem::copy_file(cluster_ / "kubeconfig", Path("kubeconfig"));
+      Tenant() = "tenant-" + std::to_string(getpid());
+      ASSERT_NO_FATAL_FAILURE(CleanCluster());
+      for (const auto& crds : {testing::ChartCrdDir(), testing::TestCrdDir()}) {
+        Kubectl("apply --server-side --force-conflicts -f " + ShellQuote(crds.string()));
+      }
+      Kubectl("wait --for condition=Established --timeout=60s crd --all");
+      std::error_code ignored;
+      auditFrom_ = std::filesystem::file_size(AuditLog(), ignored);
+    } else {
+      Tenant() = "tenant-a";
+      fake::FakeApiServerOptions options;
+      options.crdPaths = {testing::ChartCrdDir(), testing::TestCrdDir()};
+      server_ = std::make_unique<fake::FakeApiServer>(options);
+      server_->Start();
+      std::ofstream(Path("kubeconfig")) << server_->Kubeconfig("hoster");
+    }
+    for (const std::string& ns : {std::string("cozy-system"), Tenant()}) {
+      json object = {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", ns}}}};
+      if (ns == Tenant()) object["metadata"]["labels"] = {{"cozy-gpu-e2e", "tenant"}};
+      Apply(object);
     }
   }
 
@@ -54,26 +91,158 @@ class ControllerEndToEnd : public ::testing::Test {
     for (auto& [name, pid] : replicas_) {
       if (pid > 0) testing::Finish(pid, SIGKILL);
     }
-    server_->Stop();
+    if (server_) {
+      server_->Stop();
+    } else if (!cluster_.empty()) {
+      // The CRDs go too: the next real-cluster test may install the chart, whose CRDs helm
+      // must create itself.
+      CleanCluster();
+      Kubectl("delete --ignore-not-found --timeout=60s -f " +
+                  ShellQuote(testing::ChartCrdDir().string()) + " -f " +
+                  ShellQuote(testing::TestCrdDir().string()),
+              true);
+    }
+  }
+
+  bool Real() const { return !cluster_.empty(); }
+  // The fake API server, for a step that injects its faults or reads what only it has; on the
+  // real backend the test fails here (it belongs in CMakeLists.txt's fake-only list).
+  fake::FakeApiServer& Fake() {
+    if (!server_) {
+      throw std::logic_error(
+          "this step needs the fake API server (faults, its stand-ins): list the test as "
+          "fake-only in test/e2e/CMakeLists.txt");
+    }
+    return *server_;
+  }
+
+  // What the real cluster's tests leave behind, removed: the GPU objects (finalizers stripped:
+  // the controller that would remove them is stopped), the nodes, the webhook configurations,
+  // the controller's Lease and settings, KubeVirt's configuration, and the tenant namespaces,
+  // which the namespace controller empties in the background (each test has a new one).
+  void CleanCluster() {
+    for (const std::string kind : {"gpudevices", "gpuclasses", "gpunodes"}) {
+      const json list = Get(kind + " -A");
+      if (!list.is_object()) continue;  // the CRDs are not there yet
+      for (const json& item : list["items"]) {
+        const json& metadata = item["metadata"];
+        if (metadata.value("finalizers", json::array()).empty()) continue;
+        const std::string ns = metadata.value("namespace", "");
+        Kubectl((ns.empty() ? "" : "-n " + ns + " ") + "patch " + kind + " " +
+                    metadata["name"].get<std::string>() +
+                    " --type=merge -p '{\"metadata\":{\"finalizers\":null}}'",
+                true);
+      }
+      Kubectl("delete " + kind + " -A --all --ignore-not-found --wait=false", true);
+    }
+    Kubectl("delete nodes,validatingwebhookconfigurations,mutatingwebhookconfigurations --all",
+            true);
+    Kubectl("delete kubevirts -A --all --ignore-not-found", true);
+    Kubectl(
+        "-n cozy-system delete lease/gpu-controller configmap/cozy-gpu-settings "
+        "configmap/unrelated --ignore-not-found",
+        true);
+    Kubectl("delete namespace -l cozy-gpu-e2e=tenant --wait=false", true);
+    Kubectl("delete namespace tenant-root --ignore-not-found --timeout=60s", true);
+  }
+
+  std::filesystem::path AuditLog() const { return cluster_ / "logs" / "audit.log"; }
+
+  // Every request the API server answered since the test's start, oldest first: the fake's own
+  // log, or the real server's audit log read as the same records (the user as bearerToken, the
+  // patch or object written as body, the time it was received on this process's steady clock).
+  std::vector<fake::LoggedRequest> Requests() {
+    if (server_) return server_->Requests();
+    std::this_thread::sleep_for(200ms);  // an answer is logged just after it is sent
+    std::vector<fake::LoggedRequest> requests;
+    std::ifstream in(AuditLog());
+    in.seekg(static_cast<std::streamoff>(auditFrom_));
+    const auto systemNow = std::chrono::system_clock::now();
+    const auto steadyNow = std::chrono::steady_clock::now();
+    static const std::map<std::string, std::string> methods = {
+        {"get", "GET"},       {"list", "GET"},
+        {"watch", "GET"},     {"create", "POST"},
+        {"update", "PUT"},    {"patch", "PATCH"},
+        {"delete", "DELETE"}, {"deletecollection", "DELETE"}};
+    std::set<std::string> seen;
+    for (std::string line; std::getline(in, line);) {
+      const json event = json::parse(line, nullptr, false);
+      if (!event.is_object() || !seen.insert(event.value("auditID", "")).second) continue;
+      fake::LoggedRequest request;
+      const auto method = methods.find(event.value("verb", ""));
+      request.method = method == methods.end() ? event.value("verb", "") : method->second;
+      const std::string uri = event.value("requestURI", "");
+      request.path = uri.substr(0, uri.find('?'));
+      if (uri.find('?') != std::string::npos) request.query = uri.substr(uri.find('?') + 1);
+      if (event.contains("requestObject")) request.body = event["requestObject"].dump();
+      request.bearerToken = event["user"].value("username", "");
+      request.status = event.value("responseStatus", json::object()).value("code", 0);
+      std::istringstream when(event.value("requestReceivedTimestamp", ""));
+      std::tm parts{};
+      double seconds = 0;
+      when >> std::get_time(&parts, "%Y-%m-%dT%H:%M:") >> seconds;
+      const auto received = std::chrono::system_clock::from_time_t(timegm(&parts)) +
+                            std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6));
+      request.received =
+          steadyNow -
+          std::chrono::duration_cast<std::chrono::steady_clock::duration>(systemNow - received);
+      requests.push_back(std::move(request));
+    }
+    return requests;
+  }
+
+  // A kubeconfig for `identity`: the fake's bearer token, or a user of the real cluster by that
+  // name (system:masters); `viaPort` puts a proxy on 127.0.0.1 between it and the API server.
+  std::string KubeconfigFor(const std::string& identity, int viaPort = 0) {
+    const std::filesystem::path file = Path("kubeconfig-" + identity);
+    std::string kubeconfig;
+    std::string url;
+    if (server_) {
+      kubeconfig = server_->Kubeconfig(identity);
+      url = server_->url();
+    } else {
+      const auto made = testing::RunCommand(
+          ShellQuote((testing::SourceDir() / "scripts/cluster.sh").string()) + " user " +
+          ShellQuote(cluster_.string()) + " " + ShellQuote(file.string()) + " " +
+          ShellQuote(identity) + " system:masters");
+      EXPECT_EQ(made.exitCode, 0) << made.err;
+      std::ifstream in(file);
+      kubeconfig.assign(std::istreambuf_iterator<char>(in), {});
+      std::smatch server;
+      std::regex_search(kubeconfig, server, std::regex("https://127\\.0\\.0\\.1:[0-9]+"));
+      url = server.str();
+    }
+    if (viaPort != 0) {
+      const std::string proxied = url.substr(0, url.rfind(':') + 1) + std::to_string(viaPort);
+      kubeconfig.replace(kubeconfig.find(url), url.size(), proxied);
+    }
+    std::ofstream(file) << kubeconfig;
+    return file.string();
+  }
+  // The API server's port on 127.0.0.1.
+  int ApiPort() {
+    if (server_) return server_->port();
+    std::ifstream in(cluster_ / "env");
+    for (std::string line; std::getline(in, line);) {
+      if (line.starts_with("APISERVER_PORT=")) return std::stoi(line.substr(15));
+    }
+    ADD_FAILURE() << "no APISERVER_PORT in " << (cluster_ / "env");
+    return 0;
   }
 
   std::filesystem::path Path(const std::string& name) const { return directory_.path() / name; }
 
-  // Starts a replica named `identity` (its bearer token is the identity, so the request log
-  // tells the replicas apart) with the flags given; returns its health port.
-  // `server` replaces the API server's URL (a proxy in front of it).
+  // Starts a replica named `identity` (its user is the identity, so the request log tells the
+  // replicas apart) with the flags given; returns its health port. `viaPort`: the port of a
+  // proxy in front of the API server.
   int StartReplica(const std::string& identity, std::vector<std::string> flags = {},
-                   const std::string& server = "") {
-    std::string kubeconfig = server_->Kubeconfig(identity);
-    if (!server.empty()) {
-      kubeconfig.replace(kubeconfig.find(server_->url()), server_->url().size(), server);
-    }
-    std::ofstream(Path("kubeconfig-" + identity)) << kubeconfig;
+                   int viaPort = 0) {
+    const std::string kubeconfig = KubeconfigFor(identity, viaPort);
     const int port = testing::FreePort();
     std::vector<std::string> arguments = {GPU_CONTROLLER,
                                           "run",
                                           "--kubeconfig",
-                                          Path("kubeconfig-" + identity).string(),
+                                          kubeconfig,
                                           "--identity",
                                           identity,
                                           "--health-addr",
@@ -104,7 +273,8 @@ class ControllerEndToEnd : public ::testing::Test {
           "cd " + ShellQuote(directory_.path().string()) +
           " && openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 1 "
           "-subj /CN=webhook-ca 2>/dev/null"
-          " && printf 'subjectAltName=DNS:gpu-controller-webhook.cozy-system.svc\\n' > san.ext"
+          " && printf 'subjectAltName=DNS:gpu-controller-webhook.cozy-system.svc,IP:127.0.0.1\\n'"
+          " > san.ext"
           " && openssl req -newkey rsa:2048 -nodes -keyout tls.key -out tls.csr -subj /CN=webhook "
           "2>/dev/null"
           " && openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -CAcreateserial "
@@ -154,7 +324,7 @@ class ControllerEndToEnd : public ::testing::Test {
   }
   // Status written the way the binder and the webhook write it: merge patches on /status.
   void PatchStatus(const std::string& name, const json& status) {
-    Kubectl("-n " + kTenant + " patch gpudevice " + name +
+    Kubectl("-n " + Tenant() + " patch gpudevice " + name +
             " --subresource=status --type=merge -p " + ShellQuote(json{{"status", status}}.dump()));
   }
 
@@ -172,17 +342,17 @@ class ControllerEndToEnd : public ::testing::Test {
   static json Device(const std::string& name, json labels = json::object()) {
     return {{"apiVersion", "gpu.cozystack.io/v1alpha1"},
             {"kind", "GPUDevice"},
-            {"metadata", {{"name", name}, {"namespace", kTenant}, {"labels", labels}}},
+            {"metadata", {{"name", name}, {"namespace", Tenant()}, {"labels", labels}}},
             {"spec", {{"className", "a100"}, {"count", 1}}}};
   }
   static json Vmi(const std::string& name) {
     return {{"apiVersion", "kubevirt.io/v1"},
             {"kind", "VirtualMachineInstance"},
-            {"metadata", {{"name", name}, {"namespace", kTenant}}},
+            {"metadata", {{"name", name}, {"namespace", Tenant()}}},
             {"spec", {{"domain", {{"devices", json::object()}}}}}};
   }
   std::string VmiUid(const std::string& name) {
-    return Get("vmi " + name, kTenant)["metadata"].value("uid", "");
+    return Get("vmi " + name, Tenant())["metadata"].value("uid", "");
   }
   bool HasFinalizer(const json& object, const std::string& finalizer) {
     if (!object.is_object()) return false;
@@ -195,7 +365,7 @@ class ControllerEndToEnd : public ::testing::Test {
   void WaitProtected(const std::string& device) {
     ASSERT_TRUE(WaitFor(
         [&] {
-          return HasFinalizer(Get("gpudevice " + device, kTenant),
+          return HasFinalizer(Get("gpudevice " + device, Tenant()),
                               "gpu.cozystack.io/device-protection");
         },
         15s))
@@ -213,7 +383,7 @@ class ControllerEndToEnd : public ::testing::Test {
             ShellQuote(json{{"status", status}}.dump()));
   }
   std::string NodeOf(const std::string& device) {
-    const json object = Get("gpudevice " + device, kTenant);
+    const json object = Get("gpudevice " + device, Tenant());
     if (!object.is_object() || !object.contains("status") || !object["status"].is_object()) {
       return "";
     }
@@ -226,12 +396,12 @@ class ControllerEndToEnd : public ::testing::Test {
     stall.pathPrefix = "/apis/gpu.cozystack.io/v1alpha1/gpudevices";
     stall.watchOnly = true;
     stall.latencyMs = static_cast<int>(latency.count());
-    server_->AddFault(stall);
-    server_->DropWatches();
+    Fake().AddFault(stall);
+    Fake().DropWatches();
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
   }
   std::string Phase(const std::string& device) {
-    const json object = Get("gpudevice " + device, kTenant);
+    const json object = Get("gpudevice " + device, Tenant());
     if (!object.is_object() || !object.contains("status") || !object["status"].is_object()) {
       return "";
     }
@@ -241,7 +411,7 @@ class ControllerEndToEnd : public ::testing::Test {
   // or with `attempts` every one the server was sent, refused or not (who tried to write).
   std::vector<fake::LoggedRequest> PlacementWrites(bool attempts = false) {
     std::vector<fake::LoggedRequest> writes;
-    for (const auto& request : server_->Requests()) {
+    for (const auto& request : Requests()) {
       if (request.method == "PATCH" && (attempts || request.status < 300) &&
           request.path.find("/gpudevices/") != std::string::npos &&
           request.path.ends_with("/status") &&
@@ -253,6 +423,8 @@ class ControllerEndToEnd : public ::testing::Test {
   }
 
   testing::TempDir directory_;
+  std::filesystem::path cluster_;  // the real backend's cluster.sh directory, or empty
+  uintmax_t auditFrom_ = 0;        // its audit log's size when the test began
   std::unique_ptr<fake::FakeApiServer> server_;
   std::map<std::string, pid_t> replicas_;
   std::map<std::string, int> ports_;
