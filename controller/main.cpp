@@ -92,6 +92,9 @@ int main(int argc, char** argv) {
   run->add_option("--webhook-cert-dir", options.webhookCertDir,
                   "Directory holding tls.crt and tls.key, re-read when they change")
       ->capture_default_str();
+  run->add_option("--webhook-client-ca", options.webhookClientCa,
+                  "PEM CA bundle: only callers with a client certificate it signs (the API "
+                  "server's admission kubeconfig) may call the webhooks; re-read when it changes");
   run->add_option("--bind-wait", bindWait,
                   "How long a VM start waits for the binder to place its GPUs (positive)")
       ->capture_default_str();

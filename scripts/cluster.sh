@@ -13,7 +13,9 @@
 #
 # `up` writes DIR/kubeconfig (user admin, group system:masters), DIR/pki/ (the CA that signs
 # client certificates, the API server's serving certificate, the service-account keys),
-# DIR/env (APISERVER_URL, APISERVER_PORT, ETCD_PORT), DIR/logs/ and DIR/pids. The API server's
+# DIR/env (APISERVER_URL, APISERVER_PORT, ETCD_PORT), DIR/logs/ and DIR/pids. The API server
+# presents DIR/pki/webhook-client.crt to every webhook (DIR/admission.yaml), signed by a CA of its
+# own, DIR/pki/webhook-client-ca.crt, for webhooks that authenticate their caller. The API server's
 # audit log, DIR/logs/audit.log (JSON lines; DIR/audit-policy.yaml), is its request log: each
 # request's user, URI and answer, and the body of every write. The e2e suites read it where
 # they read the fake API server's request log. A port in use, a
@@ -256,6 +258,31 @@ up() {
     "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc"$'\n'"extendedKeyUsage=serverAuth"
   cert admin "/O=system:masters/CN=admin" "extendedKeyUsage=clientAuth"
   cert kube-controller-manager "/CN=system:kube-controller-manager" "extendedKeyUsage=clientAuth"
+  # The API server's client certificate for webhooks, from a CA of its own (webhook-client-ca):
+  # a webhook trusting that CA (gpu-controller --webhook-client-ca) admits the API server and no
+  # user of the cluster's CA. docs/install.md, "Who may call the webhooks".
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$pki/webhook-client-ca.key" \
+    -out "$pki/webhook-client-ca.crt" -days 30 -subj "/CN=cozy-gpu-test-webhook-client-ca" 2>/dev/null
+  openssl req -new -newkey rsa:2048 -nodes -keyout "$pki/webhook-client.key" \
+    -subj "/CN=kube-apiserver-webhook-client" -out "$pki/webhook-client.csr" 2>/dev/null
+  printf '%s\n' "basicConstraints=CA:FALSE" "keyUsage=critical,digitalSignature,keyEncipherment" \
+    "extendedKeyUsage=clientAuth" >"$pki/webhook-client.ext"
+  openssl x509 -req -in "$pki/webhook-client.csr" -CA "$pki/webhook-client-ca.crt" \
+    -CAkey "$pki/webhook-client-ca.key" -CAcreateserial -days 30 -extfile "$pki/webhook-client.ext" \
+    -out "$pki/webhook-client.crt" 2>/dev/null
+  rm -f "$pki/webhook-client.csr" "$pki/webhook-client.ext"
+  printf '%s\n' "apiVersion: v1" "kind: Config" "users:" "- name: '*'" "  user:" \
+    "    client-certificate: $pki/webhook-client.crt" "    client-key: $pki/webhook-client.key" \
+    >"$dir/webhook-client.kubeconfig"
+  {
+    echo "apiVersion: apiserver.config.k8s.io/v1"
+    echo "kind: AdmissionConfiguration"
+    echo "plugins:"
+    for plugin in ValidatingAdmissionWebhook MutatingAdmissionWebhook; do
+      printf '%s\n' "- name: $plugin" "  configuration:" "    apiVersion: apiserver.config.k8s.io/v1" \
+        "    kind: WebhookAdmissionConfiguration" "    kubeConfigFile: $dir/webhook-client.kubeconfig"
+    done
+  } >"$dir/admission.yaml"
   openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null
   openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
   kubeconfig "$dir/kubeconfig" admin
@@ -297,7 +324,8 @@ EOF
     --service-cluster-ip-range=10.0.0.0/24 --allow-privileged=true \
     --disable-admission-plugins=ServiceAccount \
     --audit-policy-file="$dir/audit-policy.yaml" --audit-log-path="$dir/logs/audit.log" \
-    --audit-log-format=json --audit-log-mode=blocking --audit-log-maxsize=500
+    --audit-log-format=json --audit-log-mode=blocking --audit-log-maxsize=500 \
+    --admission-control-config-file="$dir/admission.yaml"
   wait_for kube-apiserver "$dir/logs/kube-apiserver.log" 90 \
     curl -fsS --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" "$url/readyz"
 

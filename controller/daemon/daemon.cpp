@@ -320,13 +320,22 @@ class Controller : public webhook::ClusterSource, public BinderSource {
     webhook::ServerOptions serverOptions;
     serverOptions.address = options_.webhookAddress;
     serverOptions.certDir = options_.webhookCertDir;
+    serverOptions.clientCaFile = options_.webhookClientCa;
     webhookServer_ = std::make_unique<webhook::Server>(serverOptions);
     webhooks_->Register(*webhookServer_);
     webhookServer_->Start();
     LogInfo("admission webhooks serving",
             LogFields{{"address", options_.webhookAddress},
                       {"port", std::to_string(webhookServer_->port())},
-                      {"certDir", options_.webhookCertDir}});
+                      {"certDir", options_.webhookCertDir},
+                      {"clientCA", options_.webhookClientCa.empty() ? "none: any TLS client"
+                                                                    : options_.webhookClientCa}});
+    if (options_.webhookClientCa.empty()) {
+      LogWarning(
+          "admission webhooks accept any TLS client: set --webhook-client-ca to the CA of the "
+          "API server's webhook client certificate (docs/install.md, \"Who may call the "
+          "webhooks\")");
+    }
   }
 
   // Any cache thread: something changed.

@@ -45,6 +45,7 @@ struct RunOptions {
   // the VMI webhook waits for the binder's answer (E8).
   std::string webhookAddress = ":9443";
   std::string webhookCertDir = "/tmp/k8s-webhook-server/serving-certs";
+  std::string webhookClientCa;  // PEM CA the API server's client certificate chains to; "" none
   std::chrono::milliseconds bindWait = std::chrono::seconds(8);
 };
 

@@ -150,17 +150,79 @@ class Server::Certificates {
   int64_t errors_ = 0;
 };
 
+// The CA bundle a caller's certificate must chain to, as an OpenSSL store.
+class Server::ClientAuthority {
+ public:
+  explicit ClientAuthority(std::filesystem::path path) : path_(std::move(path)) {}
+
+  void LoadOrThrow() {
+    std::lock_guard lock(mutex_);
+    const auto stamp = Stamp(path_);
+    current_ = Load();
+    stamp_ = stamp;
+  }
+
+  std::shared_ptr<X509_STORE> Current() {
+    std::lock_guard lock(mutex_);
+    const auto stamp = Stamp(path_);
+    if (stamp && stamp != stamp_) {
+      stamp_ = stamp;
+      try {
+        current_ = Load();
+        runtime::LogInfo("webhook client CA loaded", LogFields{{"file", path_.string()}});
+      } catch (const std::exception& error) {
+        runtime::LogWarning("webhook client CA not reloaded; the previous one is used",
+                            LogFields{{"error", error.what()}});
+      }
+    }
+    return current_;
+  }
+
+ private:
+  std::shared_ptr<X509_STORE> Load() const {
+    const std::string text = ReadFile(path_);
+    std::shared_ptr<X509_STORE> store(X509_STORE_new(), X509_STORE_free);
+    BIO* bio = BIO_new_mem_buf(text.data(), static_cast<int>(text.size()));
+    int loaded = 0;
+    while (X509* certificate = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
+      if (X509_STORE_add_cert(store.get(), certificate) == 1) ++loaded;
+      X509_free(certificate);
+    }
+    ERR_clear_error();
+    BIO_free(bio);
+    if (loaded == 0) {
+      throw std::runtime_error(path_.string() + ": no PEM certificate (--webhook-client-ca)");
+    }
+    return store;
+  }
+
+  const std::filesystem::path path_;
+  std::mutex mutex_;
+  std::optional<FileStamp> stamp_;
+  std::shared_ptr<X509_STORE> current_;
+};
+
+struct Server::Tls {
+  Certificates* certificates = nullptr;
+  ClientAuthority* clientAuthority = nullptr;  // null: callers are not asked for a certificate
+};
+
 namespace {
 
 // OpenSSL's certificate callback: called on every handshake before the server's certificate
-// is chosen, so the pair served is whatever the files hold now.
+// is chosen (and before the client's is asked for), so the pair served and the CA a caller is
+// verified against are whatever the files hold now.
 int UseCurrentCertificate(SSL* ssl, void* arg) {
-  auto* certificates = static_cast<Server::Certificates*>(arg);
-  const std::shared_ptr<const CertificatePair> pair = certificates->Current();
+  auto* tls = static_cast<Server::Tls*>(arg);
+  const std::shared_ptr<const CertificatePair> pair = tls->certificates->Current();
   if (!pair) return 0;
   if (SSL_use_certificate(ssl, pair->leaf) != 1 || SSL_use_PrivateKey(ssl, pair->key) != 1 ||
       SSL_set1_chain(ssl, pair->chain) != 1) {
     return 0;
+  }
+  if (tls->clientAuthority) {
+    const std::shared_ptr<X509_STORE> store = tls->clientAuthority->Current();
+    if (!store || SSL_set1_verify_cert_store(ssl, store.get()) != 1) return 0;
   }
   return 1;
 }
@@ -176,7 +238,14 @@ std::chrono::milliseconds RequestTimeout(const std::string& parameter) {
 
 Server::Server(ServerOptions options)
     : options_(std::move(options)),
-      certificates_(std::make_unique<Certificates>(options_.certDir)) {}
+      certificates_(std::make_unique<Certificates>(options_.certDir)),
+      tls_(std::make_unique<Tls>()) {
+  tls_->certificates = certificates_.get();
+  if (!options_.clientCaFile.empty()) {
+    clientAuthority_ = std::make_unique<ClientAuthority>(options_.clientCaFile);
+    tls_->clientAuthority = clientAuthority_.get();
+  }
+}
 
 Server::~Server() { Stop(); }
 
@@ -201,11 +270,16 @@ Server::Stats Server::stats() const {
 
 void Server::Start() {
   certificates_->LoadOrThrow();
-  Certificates* certificates = certificates_.get();
-  server_ = std::make_unique<httplib::SSLServer>([certificates](SSL_CTX& context) {
+  if (clientAuthority_) clientAuthority_->LoadOrThrow();
+  Tls* tls = tls_.get();
+  server_ = std::make_unique<httplib::SSLServer>([tls](SSL_CTX& context) {
     SSL_CTX_set_min_proto_version(&context, TLS1_2_VERSION);
     SSL_CTX_set_options(&context, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
-    SSL_CTX_set_cert_cb(&context, UseCurrentCertificate, certificates);
+    SSL_CTX_set_cert_cb(&context, UseCurrentCertificate, tls);
+    if (tls->clientAuthority) {
+      // No certificate, or one the CA did not sign: the handshake fails, nothing is read.
+      SSL_CTX_set_verify(&context, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+    }
     return true;
   });
   if (!server_->is_valid()) {

@@ -8,6 +8,13 @@
 // A pair that does not load (a half-written file, a key that does not match) is logged and
 // the last good pair stays in use.
 //
+// Callers (issue 23): with `clientCaFile` set, only a client presenting a certificate that CA
+// signed completes the TLS handshake: the API server, when its admission configuration gives it
+// a kubeconfig for webhooks (docs/install.md, "Who may call the webhooks"). Anyone else is
+// refused before a byte of the request is read. The CA file is looked at again on every
+// handshake and re-read when it changed, like the serving pair; one that does not load is
+// logged and the last good one stays.
+//
 // Threads: cpp-httplib's pool (`threads`), one connection per thread. A handler that waits for
 // the binder holds its thread for seconds, so at most `maxWaiting` requests may wait at once
 // (WaitSlot): the rest of the pool always answers the others.
@@ -34,8 +41,10 @@ class SSLServer;
 namespace cozy::controller::webhook {
 
 struct ServerOptions {
-  std::string address = ":9443";  // "host:port" or ":port" (every IPv4 address)
-  std::filesystem::path certDir;  // holds tls.crt (the chain) and tls.key
+  std::string address = ":9443";       // "host:port" or ":port" (every IPv4 address)
+  std::filesystem::path certDir;       // holds tls.crt (the chain) and tls.key
+  std::filesystem::path clientCaFile;  // PEM CA bundle callers' certificates must chain to; empty:
+                                       // any TLS client (docs/security.md says what that costs)
   size_t threads = 64;
   size_t maxWaiting = 40;
   size_t maxBodyBytes = size_t{8} << 20;  // an AdmissionReview carries up to two objects
@@ -96,11 +105,16 @@ class Server {
 
   // The certificate pair as the next handshake serves it (reloaded when the files changed).
   class Certificates;
+  // The callers' CA as the next handshake verifies against (reloaded when the file changed).
+  class ClientAuthority;
+  struct Tls;
 
  private:
   ServerOptions options_;
   std::map<std::string, Handler> handlers_;
   std::unique_ptr<Certificates> certificates_;
+  std::unique_ptr<ClientAuthority> clientAuthority_;
+  std::unique_ptr<Tls> tls_;
   std::unique_ptr<httplib::SSLServer> server_;
   std::thread thread_;
   int port_ = 0;

@@ -92,6 +92,9 @@ std::vector<RenderedDocument> RenderChart(const std::filesystem::path& chartDir,
   std::string command =
       testing::ShellQuote(helm.string()) + " template " + testing::ShellQuote(release.name) + " " +
       testing::ShellQuote(chartDir.string()) + " --namespace " + testing::ShellQuote(release.ns);
+  for (const std::string& apiVersion : release.apiVersions) {
+    command += " --api-versions " + testing::ShellQuote(apiVersion);
+  }
   if (overrides.IsDefined() && !overrides.IsNull()) {
     YAML::Emitter out;
     Emit(out, overrides);

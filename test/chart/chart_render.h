@@ -20,6 +20,9 @@ class RenderError : public std::runtime_error {
 struct Release {
   std::string name = "gpu";
   std::string ns = "cozy-gpu";
+  // What the cluster serves beyond the built-in APIs (`--api-versions`, the chart's
+  // .Capabilities.APIVersions), e.g. "cilium.io/v2/CiliumNetworkPolicy".
+  std::vector<std::string> apiVersions;
 };
 
 struct RenderedDocument {

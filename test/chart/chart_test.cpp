@@ -110,6 +110,8 @@ TEST(Chart, EveryDocumentParsesWithAKnownKindAndApiVersion) {
       {"Role", "rbac.authorization.k8s.io/v1"},
       {"RoleBinding", "rbac.authorization.k8s.io/v1"},
       {"Service", "v1"},
+      {"NetworkPolicy", "networking.k8s.io/v1"},
+      {"ConfigMap", "v1"},
       {"Issuer", "cert-manager.io/v1"},
       {"Certificate", "cert-manager.io/v1"},
       {"ValidatingWebhookConfiguration", "admissionregistration.k8s.io/v1"},
@@ -684,6 +686,104 @@ TEST(ChartController, WebhooksSelectWhatTheyMustAndNothingElse) {
 
 // The CA: cert-manager's injector (inject-ca-from naming the serving Certificate), or the
 // hoster's bundle on every webhook and the hoster's Secret mounted.
+// Issue 23: who may call the webhooks. A NetworkPolicy (or, where Cilium serves its API, a
+// CiliumNetworkPolicy naming the kube-apiserver entity) lets only sources outside the pod
+// network reach the webhook port, the health port stays open; the hoster's CA of kube-apiserver's
+// webhook client certificate becomes --webhook-client-ca, mounted from a ConfigMap.
+TEST(ChartController, OnlyTheApiServerMayReachAndCallTheWebhooks) {
+  const auto documents = Render(GpuOn());
+  const YAML::Node policy = Named(documents, "NetworkPolicy", "gpu-controller-webhook-callers");
+  EXPECT_EQ(
+      policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/name"].as<std::string>(),
+      "gpu-controller");
+  EXPECT_EQ(Strings(policy["spec"]["policyTypes"]), std::vector<std::string>{"Ingress"});
+  const YAML::Node rules = policy["spec"]["ingress"];
+  ASSERT_EQ(rules.size(), 2u);
+  EXPECT_EQ(rules[0]["ports"][0]["port"].as<int>(), 9443);
+  EXPECT_EQ(rules[0]["from"][0]["ipBlock"]["cidr"].as<std::string>(), "0.0.0.0/0");
+  EXPECT_EQ(Strings(rules[0]["from"][0]["ipBlock"]["except"]),
+            std::vector<std::string>{"10.244.0.0/16"});
+  EXPECT_EQ(rules[1]["ports"][0]["port"].as<int>(), 8080);
+  EXPECT_FALSE(rules[1]["from"].IsDefined()) << "probes and scrapes reach the health port";
+  EXPECT_TRUE(OfKind(documents, "CiliumNetworkPolicy").empty());
+  // The hoster's own peers replace the default.
+  YAML::Node peers = GpuOn();
+  peers["gpu"]["webhook"]["networkPolicy"]["from"] =
+      YAML::Load("[{ipBlock: {cidr: 192.0.2.10/32}}]");
+  const auto custom = Render(peers);
+  EXPECT_EQ(
+      Named(custom, "NetworkPolicy",
+            "gpu-controller-webhook-callers")["spec"]["ingress"][0]["from"][0]["ipBlock"]["cidr"]
+          .as<std::string>(),
+      "192.0.2.10/32");
+  // Cilium (Cozystack): the kube-apiserver entity, not CIDRs.
+  Release cilium;
+  cilium.apiVersions = {"cilium.io/v2/CiliumNetworkPolicy"};
+  const auto withCilium = Render(GpuOn(), cilium);
+  EXPECT_TRUE(OfKind(withCilium, "NetworkPolicy").empty());
+  const YAML::Node ciliumPolicy = Only(withCilium, "CiliumNetworkPolicy");
+  EXPECT_EQ(Strings(ciliumPolicy["spec"]["ingress"][0]["fromEntities"]),
+            std::vector<std::string>{"kube-apiserver"});
+  EXPECT_EQ(ciliumPolicy["spec"]["ingress"][0]["toPorts"][0]["ports"][0]["port"].as<std::string>(),
+            "9443");
+  // Off, and with GPUs off: no policy.
+  YAML::Node off = GpuOn();
+  off["gpu"]["webhook"]["networkPolicy"]["enabled"] = false;
+  EXPECT_TRUE(OfKind(Render(off), "NetworkPolicy").empty());
+  EXPECT_TRUE(OfKind(Render(), "NetworkPolicy").empty());
+
+  // No client CA by default: no flag (the controller warns); a PEM CA: a ConfigMap, mounted.
+  for (const auto& arg : Strings(Controller(documents)["args"])) {
+    EXPECT_FALSE(arg.starts_with("--webhook-client-ca")) << arg;
+  }
+  const std::string pem =
+      "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUQ0EK\n-----END CERTIFICATE-----\n";
+  YAML::Node withCa = GpuOn();
+  withCa["gpu"]["webhook"]["clientCA"] = pem;
+  const auto authenticated = Render(withCa);
+  const YAML::Node configMap =
+      Named(authenticated, "ConfigMap", "gpu-controller-webhook-client-ca");
+  EXPECT_EQ(configMap["data"]["ca.crt"].as<std::string>(), pem);
+  const YAML::Node controller = Controller(authenticated);
+  EXPECT_TRUE(HasArg(Strings(controller["args"]),
+                     "--webhook-client-ca=/etc/gpu-controller/webhook-client-ca/ca.crt"));
+  bool mounted = false;
+  for (const auto& mount : controller["volumeMounts"]) {
+    mounted |= mount["mountPath"].as<std::string>() == "/etc/gpu-controller/webhook-client-ca";
+  }
+  EXPECT_TRUE(mounted);
+  const YAML::Node pod =
+      Named(authenticated, "Deployment", "gpu-controller")["spec"]["template"]["spec"];
+  std::string volumeConfigMap;
+  for (const auto& volume : pod["volumes"]) {
+    if (volume["name"].as<std::string>() == "webhook-client-ca") {
+      volumeConfigMap = volume["configMap"]["name"].as<std::string>();
+    }
+  }
+  EXPECT_EQ(volumeConfigMap, "gpu-controller-webhook-client-ca");
+  // An existing ConfigMap of the hoster's: mounted by name, none rendered.
+  YAML::Node existing = GpuOn();
+  existing["gpu"]["webhook"]["clientCAConfigMap"] = "apiserver-webhook-client-ca";
+  const auto hosters = Render(existing);
+  EXPECT_TRUE(OfKind(hosters, "ConfigMap").empty());
+  EXPECT_TRUE(HasArg(Strings(Controller(hosters)["args"]),
+                     "--webhook-client-ca=/etc/gpu-controller/webhook-client-ca/ca.crt"));
+  // Both, or text that is no PEM: helm refuses with the value's name.
+  YAML::Node both = withCa;
+  both["gpu"]["webhook"]["clientCAConfigMap"] = "x";
+  YAML::Node notPem = GpuOn();
+  notPem["gpu"]["webhook"]["clientCA"] = "Q0EgYnVuZGxlCg==";
+  for (const auto& refused : {both, notPem}) {
+    try {
+      Render(refused);
+      ADD_FAILURE() << "rendered";
+    } catch (const RenderError& error) {
+      EXPECT_NE(std::string(error.what()).find("gpu.webhook.clientCA"), std::string::npos)
+          << error.what();
+    }
+  }
+}
+
 TEST(ChartController, WebhookCaComesFromCertManagerOrTheHoster) {
   const auto managed = Render(GpuOn());
   for (const char* kind : kWebhookKinds) {
@@ -1008,7 +1108,7 @@ const std::filesystem::path kVmChart =
     std::filesystem::path(COZY_SOURCE_DIR) / "charts/vm-instance";
 
 YAML::Node VirtualMachine(const YAML::Node& overrides) {
-  const auto documents = RenderChart(kVmChart, overrides, Release{"vm1", "tenant-a"});
+  const auto documents = RenderChart(kVmChart, overrides, Release{"vm1", "tenant-a", {}});
   EXPECT_EQ(documents.size(), 1u);
   if (documents.empty()) return YAML::Node();
   const YAML::Node vm = YAML::Load(documents[0].text);

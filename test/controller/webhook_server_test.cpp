@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
@@ -114,6 +115,92 @@ TEST_F(WebhookServerTest, AnswersAReviewOverVerifiedTls) {
   EXPECT_EQ(unknown->status, 404);
   EXPECT_EQ(server.stats().requests, 2);
   EXPECT_EQ(server.stats().failures, 1);
+}
+
+// Issue 23: with a client CA only a caller presenting a certificate it signed (the API server's
+// admission kubeconfig) completes the handshake; no certificate, or one of another CA, is refused
+// before the handler sees anything. A replaced CA file is used from the next handshake on.
+TEST_F(WebhookServerTest, OnlyCallersWithACertificateOfTheClientCaGetIn) {
+  const std::string d = ShellQuote(dir_.path().string());
+  const auto made = RunCommand(
+      "cd " + d +
+      " && for ca in callers rogue; do"
+      "   openssl req -x509 -newkey rsa:2048 -nodes -keyout $ca-ca.key -out $ca-ca.crt -days 1 "
+      "   -subj /CN=$ca-ca 2>/dev/null || exit 1;"
+      " done"
+      " && printf 'extendedKeyUsage=clientAuth\\n' > client.ext"
+      " && for pair in apiserver:callers mallory:rogue; do n=${pair%%:*}; ca=${pair#*:};"
+      "   openssl req -newkey rsa:2048 -nodes -keyout $n.key -out $n.csr -subj /CN=$n "
+      "   2>/dev/null &&"
+      "   openssl x509 -req -in $n.csr -CA $ca-ca.crt -CAkey $ca-ca.key -CAcreateserial "
+      "   -out $n.crt -days 1 -extfile client.ext 2>/dev/null || exit 1;"
+      " done && cp callers-ca.crt client-ca.crt");
+  ASSERT_EQ(made.exitCode, 0) << made.err;
+  std::atomic<int> handled{0};
+  ServerOptions options;
+  options.address = "127.0.0.1:0";
+  options.certDir = certDir_;
+  options.clientCaFile = dir_.path() / "client-ca.crt";
+  Server server(options);
+  server.Handle("/mutate/virtualmachineinstances",
+                [&handled](const json& review, const RequestContext& context) {
+                  ++handled;
+                  return Echo(review, context);
+                });
+  server.Start();
+  auto call = [&](const std::string& who) {
+    std::unique_ptr<httplib::SSLClient> client;
+    if (who.empty()) {
+      client = std::make_unique<httplib::SSLClient>("127.0.0.1", server.port());
+    } else {
+      client = std::make_unique<httplib::SSLClient>("127.0.0.1", server.port(),
+                                                    (dir_.path() / (who + ".crt")).string(),
+                                                    (dir_.path() / (who + ".key")).string());
+    }
+    client->set_ca_cert_path((dir_.path() / "ca.crt").c_str());
+    client->enable_server_certificate_verification(true);
+    client->set_read_timeout(std::chrono::seconds(10));
+    auto answer =
+        client->Post("/mutate/virtualmachineinstances",
+                     R"({"request":{"uid":"forged","namespace":"victim"}})", "application/json");
+    return answer ? answer->status : -1;
+  };
+  EXPECT_EQ(call(""), -1) << "no client certificate";
+  EXPECT_EQ(call("mallory"), -1) << "a certificate of another CA";
+  EXPECT_EQ(handled.load(), 0) << "a refused caller reached the handler";
+  EXPECT_EQ(call("apiserver"), 200);
+  EXPECT_EQ(handled.load(), 1);
+  EXPECT_EQ(server.stats().requests, 1);
+
+  // The CA file replaced (a rotated ConfigMap): the next handshake verifies against the new one.
+  fs::copy_file(dir_.path() / "rogue-ca.crt", dir_.path() / "client-ca.next");
+  fs::rename(dir_.path() / "client-ca.next", dir_.path() / "client-ca.crt");
+  EXPECT_EQ(call("mallory"), 200);
+  EXPECT_EQ(call("apiserver"), -1);
+  // A broken replacement keeps the last good CA.
+  std::ofstream(dir_.path() / "client-ca.next") << "not a certificate\n";
+  fs::rename(dir_.path() / "client-ca.next", dir_.path() / "client-ca.crt");
+  EXPECT_EQ(call("mallory"), 200);
+  EXPECT_EQ(call(""), -1);
+}
+
+TEST_F(WebhookServerTest, AClientCaThatDoesNotLoadStopsTheStartNamingTheFile) {
+  for (const std::string content : {"", "no PEM here\n"}) {
+    const fs::path file = dir_.path() / "bad-ca.crt";
+    fs::remove(file);
+    if (!content.empty()) std::ofstream(file) << content;
+    ServerOptions options;
+    options.address = "127.0.0.1:0";
+    options.certDir = certDir_;
+    options.clientCaFile = file;
+    Server server(options);
+    try {
+      server.Start();
+      ADD_FAILURE() << "started with the client CA " << content;
+    } catch (const std::exception& error) {
+      EXPECT_NE(std::string(error.what()).find(file.string()), std::string::npos) << error.what();
+    }
+  }
 }
 
 TEST_F(WebhookServerTest, AHandlerThatThrowsIsA500NamingThePath) {

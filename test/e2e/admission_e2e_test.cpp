@@ -416,6 +416,78 @@ TEST_F(AdmissionEndToEnd, H2_H3_WithTheControllerDownOnlyGpuObjectsAreRefused) {
   EXPECT_NE(Create(pod).first, 0);
 }
 
+// Issue 23 (critical): a review forged by anyone who can reach the webhook port (any pod) without
+// the API server's client certificate is refused in the TLS handshake: nothing is attached,
+// created or listed. The same body with the API server's certificate is answered, so it is the
+// certificate that decides; and a forged attachment of a VMI that never appears costs the tenant
+// nothing lasting: after the attachment grace the device is detached and the template order goes.
+TEST_F(AdmissionEndToEnd, AForgedReviewWithoutTheApiServersCertificateChangesNothing) {
+  const int port = StartWebhookReplica("replica-a", {"--attachment-grace", "4s"});
+  WaitReady("replica-a");
+  WaitLeader("replica-a");
+  ASSERT_EQ(Create(Order("held", "a100", 1)).first, 0);
+  ASSERT_TRUE(WaitFor([&] { return Phase("held") == "Bound"; })) << Logs();
+  const json forged = {
+      {"apiVersion", "admission.k8s.io/v1"},
+      {"kind", "AdmissionReview"},
+      {"request",
+       {{"uid", "0b5e3a43-forged"},
+        {"kind", {{"group", "kubevirt.io"}, {"version", "v1"}, {"kind", "VirtualMachineInstance"}}},
+        {"resource",
+         {{"group", "kubevirt.io"}, {"version", "v1"}, {"resource", "virtualmachineinstances"}}},
+        {"name", "vm-forged"},
+        {"namespace", Tenant()},
+        {"operation", "CREATE"},
+        {"userInfo", {{"username", "system:serviceaccount:kubevirt:kubevirt-controller"}}},
+        {"object",
+         VmWithGpus("vm-forged", {"held"}, json::array({Template("scratch", "a100", 1)}))},
+        {"dryRun", false}}}};
+  std::ofstream(Path("forged.json")) << forged.dump();
+  const auto made = testing::RunCommand(
+      "cd " + ShellQuote(directory_.path().string()) +
+      " && openssl req -x509 -newkey rsa:2048 -nodes -keyout mallory.key -out mallory.crt -days 1"
+      " -subj /CN=kube-apiserver-webhook-client 2>/dev/null");
+  ASSERT_EQ(made.exitCode, 0) << made.err;
+  auto post = [&](const std::string& credentials) {
+    return testing::RunCommand("cd " + ShellQuote(directory_.path().string()) +
+                               " && curl -sS --max-time 10 --cacert ca.crt " + credentials +
+                               " -o answer.json -w '%{http_code}' -H 'Content-Type: "
+                               "application/json' --data-binary @forged.json https://127.0.0.1:" +
+                               std::to_string(port) + "/mutate/virtualmachineinstances");
+  };
+  // No certificate, and a self-made one with the API server's name: refused in the handshake.
+  for (const std::string credentials : {"", "--cert mallory.crt --key mallory.key"}) {
+    const auto refused = post(credentials);
+    EXPECT_NE(refused.exitCode, 0) << credentials << ": " << refused.out;
+    EXPECT_EQ(refused.out, "000") << credentials;
+  }
+  std::this_thread::sleep_for(500ms);
+  EXPECT_FALSE(Get("gpudevice held", Tenant())["status"].contains("attachment"));
+  EXPECT_TRUE(Get("gpudevice vm-forged-scratch", Tenant()).is_null());
+  // The same body with the API server's webhook client certificate is answered.
+  const std::string apiserver =
+      Real() ? "--cert " + ShellQuote((cluster_ / "pki/webhook-client.crt").string()) + " --key " +
+                   ShellQuote((cluster_ / "pki/webhook-client.key").string())
+             : "--cert webhook-client.crt --key webhook-client.key";
+  const auto answered = post(apiserver);
+  EXPECT_EQ(answered.out, "200") << answered.err << Logs();
+  std::ifstream in(Path("answer.json"));
+  const json answer = json::parse(in, nullptr, false);
+  ASSERT_TRUE(answer.is_object()) << answered.out;
+  EXPECT_EQ(answer["response"]["uid"], "0b5e3a43-forged");
+  if (answer["response"].value("allowed", false)) {
+    // What the API server's own call would have caused, for a VMI that never appears: after
+    // the attachment grace nothing of it is left.
+    EXPECT_TRUE(WaitFor(
+        [&] { return !Get("gpudevice held", Tenant())["status"].contains("attachment"); }, 20s))
+        << Get("gpudevice held", Tenant()).dump(2) << Logs();
+    EXPECT_TRUE(
+        WaitFor([&] { return Get("gpudevice vm-forged-scratch", Tenant()).is_null(); }, 20s))
+        << Get("gpudevices", Tenant()).dump(2);
+    EXPECT_EQ(Phase("held"), "Bound") << "the tenant's order keeps its unit";
+  }
+}
+
 TEST_F(AdmissionEndToEnd, G2_WithoutGpusThereIsNoWebhookServerAndNoCertificateIsNeeded) {
   const int webhookPort = testing::FreePort();
   StartReplica("replica-a", {"--webhook-addr", "127.0.0.1:" + std::to_string(webhookPort),

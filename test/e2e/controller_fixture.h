@@ -72,10 +72,27 @@ class ControllerEndToEnd : public ::testing::Test {
       Kubectl("wait --for condition=Established --timeout=60s crd --all");
       std::error_code ignored;
       auditFrom_ = std::filesystem::file_size(AuditLog(), ignored);
+      // cluster.sh gives the API server a webhook client certificate of a CA of its own.
+      webhookClientCa_ = cluster_ / "pki" / "webhook-client-ca.crt";
     } else {
       Tenant() = "tenant-a";
       fake::FakeApiServerOptions options;
       options.crdPaths = {testing::ChartCrdDir(), testing::TestCrdDir()};
+      // The fake presents a webhook client certificate as a configured kube-apiserver does.
+      const auto made = testing::RunCommand(
+          "cd " + ShellQuote(directory_.path().string()) +
+          " && openssl req -x509 -newkey rsa:2048 -nodes -keyout webhook-client-ca.key"
+          " -out webhook-client-ca.crt -days 1 -subj /CN=webhook-client-ca 2>/dev/null"
+          " && printf 'extendedKeyUsage=clientAuth\\n' > client.ext"
+          " && openssl req -newkey rsa:2048 -nodes -keyout webhook-client.key"
+          " -out webhook-client.csr -subj /CN=kube-apiserver-webhook-client 2>/dev/null"
+          " && openssl x509 -req -in webhook-client.csr -CA webhook-client-ca.crt"
+          " -CAkey webhook-client-ca.key -CAcreateserial -out webhook-client.crt -days 1"
+          " -extfile client.ext 2>/dev/null");
+      ASSERT_EQ(made.exitCode, 0) << made.err;
+      options.webhookClientCertificate = Path("webhook-client.crt");
+      options.webhookClientKey = Path("webhook-client.key");
+      webhookClientCa_ = Path("webhook-client-ca.crt");
       server_ = std::make_unique<fake::FakeApiServer>(options);
       server_->Start();
       std::ofstream(Path("kubeconfig")) << server_->Kubeconfig("hoster");
@@ -258,6 +275,10 @@ class ControllerEndToEnd : public ::testing::Test {
       arguments.insert(arguments.end(), {"--webhook-addr", "127.0.0.1:0", "--webhook-cert-dir",
                                          WebhookCertificates()});
     }
+    if (gpu && std::find(flags.begin(), flags.end(), "--webhook-client-ca") == flags.end()) {
+      // Only the API server's webhook client certificate gets in (issue 23).
+      arguments.insert(arguments.end(), {"--webhook-client-ca", webhookClientCa_.string()});
+    }
     arguments.insert(arguments.end(), flags.begin(), flags.end());
     replicas_[identity] = testing::Spawn(arguments, Path(identity + ".log"));
     ports_[identity] = port;
@@ -425,6 +446,8 @@ class ControllerEndToEnd : public ::testing::Test {
   testing::TempDir directory_;
   std::filesystem::path cluster_;  // the real backend's cluster.sh directory, or empty
   uintmax_t auditFrom_ = 0;        // its audit log's size when the test began
+  // The CA of the API server's webhook client certificate, which the replicas trust.
+  std::filesystem::path webhookClientCa_;
   std::unique_ptr<fake::FakeApiServer> server_;
   std::map<std::string, pid_t> replicas_;
   std::map<std::string, int> ports_;

@@ -143,6 +143,11 @@ struct FakeApiServerOptions {
   // A brownout: every request (lists and watches too, not the control API) is answered only
   // after this long, on top of any fault's latency.
   std::chrono::milliseconds requestDelay{0};
+  // The client certificate and key (PEM files) presented to every webhook, as kube-apiserver
+  // presents the one its admission configuration's kubeconfig names (docs/install.md, "Who may
+  // call the webhooks"); empty: none, as a server without that configuration.
+  std::filesystem::path webhookClientCertificate;
+  std::filesystem::path webhookClientKey;
 };
 
 class FakeApiServer {

@@ -217,7 +217,8 @@ size_t Collect(char* data, size_t size, size_t count, void* out) {
 // POSTs the review to the webhook's clientConfig; returns the parsed answer or throws
 // CallError worded as the real server's error.
 json CallWebhook(const json& webhook, const json& review,
-                 const std::map<std::string, std::pair<std::string, int>>& endpoints) {
+                 const std::map<std::string, std::pair<std::string, int>>& endpoints,
+                 const FakeApiServerOptions& options) {
   static std::once_flag curlInit;
   std::call_once(curlInit, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
   const json clientConfig = webhook.value("clientConfig", json::object());
@@ -286,6 +287,10 @@ json CallWebhook(const json& webhook, const json& review,
     curl_easy_setopt(curl, CURLOPT_CAPATH, nullptr);
   }
   if (connect) curl_easy_setopt(curl, CURLOPT_CONNECT_TO, connect);
+  if (!options.webhookClientCertificate.empty()) {
+    curl_easy_setopt(curl, CURLOPT_SSLCERT, options.webhookClientCertificate.c_str());
+    curl_easy_setopt(curl, CURLOPT_SSLKEY, options.webhookClientKey.c_str());
+  }
   CURLcode code = curl_easy_perform(curl);
   long status = 0;
   curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
@@ -585,7 +590,7 @@ json FakeApiServer::AdmitMutating(const Admission& admission, httplib::Response&
           json answer = CallWebhook(hook.webhook,
                                     Review(current, uid, type.group, type.version, type.kind,
                                            type.plural, current.object),
-                                    snapshot.endpoints);
+                                    snapshot.endpoints, options_);
           json result = VerifiedResponse(answer, uid, /*mutating=*/true);
           AddWarnings(result, response);
           if (!result.value("allowed", false)) throw Denial(hook.Name(), result);
@@ -649,7 +654,7 @@ void FakeApiServer::AdmitValidating(const Admission& admission, httplib::Respons
       json answer = CallWebhook(hook.webhook,
                                 Review(admission, uid, type.group, type.version, type.kind,
                                        type.plural, admission.object),
-                                snapshot.endpoints);
+                                snapshot.endpoints, options_);
       json result = VerifiedResponse(answer, uid, /*mutating=*/false);
       AddWarnings(result, response);
       if (!result.value("allowed", false)) throw Denial(hook.Name(), result);

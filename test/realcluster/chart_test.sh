@@ -115,6 +115,9 @@ gpu:
     caBundle: $(base64 -w0 "$work/webhook-ca.crt")
     existingSecret: gpu-controller-webhook-tls
     url: https://127.0.0.1:$webhook_port
+    # The CA of the API server's webhook client certificate (cluster.sh's admission.yaml).
+    clientCA: |
+$(sed 's/^/      /' "$cluster_dir/pki/webhook-client-ca.crt")
 EOF
 if helm upgrade gpu "$source_dir/charts/gpu" --kubeconfig "$admin_kubeconfig" -n "$ns" \
   -f "$on_values" >"$work/out" 2>&1; then
@@ -136,6 +139,13 @@ can gpu-controller patch gpudevices.gpu.cozystack.io/status yes
 can gpu-controller patch gpunodes/status yes
 can gpu-controller create gpudevices.gpu.cozystack.io yes
 can gpu-controller list virtualmachineinstances.kubevirt.io yes
+if kc get networkpolicy gpu-controller-webhook-callers -n "$ns" >/dev/null 2>&1 &&
+  [ "$(kc get configmap gpu-controller-webhook-client-ca -n "$ns" -o jsonpath='{.data.ca\.crt}')" = \
+    "$(cat "$cluster_dir/pki/webhook-client-ca.crt")" ]; then
+  pass "the webhook callers' NetworkPolicy and client CA ConfigMap are accepted"
+else
+  fail "no NetworkPolicy gpu-controller-webhook-callers or client CA ConfigMap"
+fi
 
 # The controller as the chart's service account: a token the API server issues (TokenRequest).
 token=$(kc create token gpu-controller -n "$ns" --duration 1h) || abort "TokenRequest for gpu-controller"
@@ -143,7 +153,7 @@ token_kubeconfig "$work/controller.kubeconfig" "$token"
 "$build_dir/controller/gpu-controller" run --kubeconfig "$work/controller.kubeconfig" \
   --namespace "$ns" --identity replica-0 --enable-gpu \
   --webhook-addr "127.0.0.1:$webhook_port" --webhook-cert-dir "$work/certs" \
-  --health-addr "127.0.0.1:$health_port" >"$work/controller.log" 2>&1 &
+  --webhook-client-ca "$cluster_dir/pki/webhook-client-ca.crt" --health-addr "127.0.0.1:$health_port" >"$work/controller.log" 2>&1 &
 pids+=($!)
 wait_until 60 curl -fsS "http://127.0.0.1:$health_port/readyz" ||
   abort "gpu-controller (as the service account gpu-controller) did not become ready"
@@ -163,6 +173,21 @@ expect_refused "an order for a class that does not exist is refused at kubectl a
 expect_refused "... and on a server-side dry run" \
   'admission webhook "gpudevices.gpu.cozystack.io" denied the request' \
   kc apply --dry-run=server -f "$work/order.yaml"
+# Anyone else who reaches the port, even with a user certificate of the cluster's own CA, is
+# refused in the TLS handshake (issue 23): only the API server's webhook client certificate gets in.
+review='{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"forged"}}'
+for who in nobody admin; do
+  credentials=()
+  [ "$who" = admin ] && credentials=(--cert "$cluster_dir/pki/admin.crt" --key "$cluster_dir/pki/admin.key")
+  code=$(curl -s --max-time 10 --cacert "$work/webhook-ca.crt" "${credentials[@]}" -o /dev/null \
+    -w '%{http_code}' -H 'Content-Type: application/json' -d "$review" \
+    "https://127.0.0.1:$webhook_port/validate/gpudevices" || true)
+  if [ "$code" = "000" ]; then
+    pass "a caller with $who's certificate, not the API server's, is refused in the TLS handshake"
+  else
+    fail "a caller with $who's certificate got HTTP $code"
+  fi
+done
 
 # The controller stopped: the webhooks fail closed (H2).
 kill -TERM "${pids[-1]}" 2>/dev/null
