@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "kube/json_stream.h"
 #include "runtime/duration.h"
 #include "runtime/log.h"
 
@@ -311,11 +312,10 @@ void Server::Start() {
         response.status = status;
         response.set_content(path + ": " + why + "\n", "text/plain; charset=utf-8");
       };
-      nlohmann::json review;
-      try {
-        review = nlohmann::json::parse(request.body);
-      } catch (const std::exception& error) {
-        fail(400, std::string("the body is not JSON: ") + error.what());
+      std::string parseError;
+      const nlohmann::json review = kube::ParseNetworkJson(request.body, parseError);
+      if (!parseError.empty()) {
+        fail(400, "the body is not JSON: " + parseError);
         return;
       }
       // The API server stops waiting after `timeout`; the answer needs its way back.

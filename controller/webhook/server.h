@@ -47,7 +47,10 @@ struct ServerOptions {
                                        // any TLS client (docs/security.md says what that costs)
   size_t threads = 64;
   size_t maxWaiting = 40;
-  size_t maxBodyBytes = size_t{8} << 20;  // an AdmissionReview carries up to two objects
+  // The webhooks see CREATEs only: one object, at most etcd's 1.5 MiB, in a review. A bigger
+  // body is refused (413) before it is parsed; one nesting deeper than kube::kMaxJsonDepth is
+  // refused (400) without recursing into it.
+  size_t maxBodyBytes = size_t{3} << 20;
   std::chrono::seconds readTimeout{10};
 };
 

@@ -203,6 +203,34 @@ TEST_F(WebhookServerTest, AClientCaThatDoesNotLoadStopsTheStartNamingTheFile) {
   }
 }
 
+// Issue 23: one request must not take the process down. A 400 KB body nested 200,000 arrays deep
+// (which overflowed the stack of a recursive parse: binder, reconciler and webhooks died with
+// it) is a 400; a body over the cap is refused before it is parsed; the server answers on.
+TEST_F(WebhookServerTest, ADeeplyNestedOrOversizedBodyIsRefusedAndTheServerAnswersOn) {
+  ServerOptions options;
+  options.address = "127.0.0.1:0";
+  options.certDir = certDir_;
+  Server server(options);
+  server.Handle("/validate/gpudevices", Echo);
+  server.Start();
+  const std::string deep = std::string(200'000, '[') + std::string(200'000, ']');
+  auto nested = Post(server.port(), "/validate/gpudevices", deep);
+  ASSERT_TRUE(nested) << httplib::to_string(nested.error());
+  EXPECT_EQ(nested->status, 400);
+  EXPECT_NE(nested->body.find("deeper than"), std::string::npos) << nested->body;
+  const std::string huge =
+      R"({"request":{"uid":"big","object":")" + std::string(options.maxBodyBytes, 'x') + R"("}})";
+  auto oversized = Post(server.port(), "/validate/gpudevices", huge);
+  if (oversized) {  // or the connection is cut mid-send
+    EXPECT_EQ(oversized->status, 413);
+  }
+  EXPECT_EQ(options.maxBodyBytes, size_t{3} << 20);
+  auto after = Post(server.port(), "/validate/gpudevices", R"({"request":{"uid":"u-3"}})");
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->status, 200);
+  EXPECT_EQ(json::parse(after->body)["response"]["uid"], "u-3");
+}
+
 TEST_F(WebhookServerTest, AHandlerThatThrowsIsA500NamingThePath) {
   ServerOptions options;
   options.address = "127.0.0.1:0";
