@@ -181,6 +181,10 @@ int Binder::ReadPast(const std::vector<std::shared_ptr<const api::GpuDevice>>& c
     } catch (const kube::ApiError& error) {
       if (error.kind() != kube::ErrorKind::kNotFound) throw;
       fresh[key] = std::nullopt;  // deleted since
+    } catch (const std::exception&) {
+      // The server's version does not decode (as a cache would skip it): plan from the cached
+      // copy, which did; the cache will skip the new version too.
+      fresh.erase(key);
     }
     // The marker stays until the cache itself moves past the version: every pass until then
     // reads the device again rather than plan from the stale copy.

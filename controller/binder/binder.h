@@ -46,6 +46,9 @@ struct BinderResult {
   std::vector<double> answerLatencies;  // seconds from requestedAt to the answer
   std::string error;                    // the pass did not run (G7, a bad snapshot)
   int readPastCache = 0;                // D3: devices read past the cache
+  // Devices the server holds that do not decode (skipped, as the cache skips them): one bad
+  // object must not stop every pass. "namespace/name: why" each.
+  std::vector<std::string> undecodable;
   // A write failed: the pass stopped there, since every later decision assumed it; the next
   // pass decides again from what the server holds.
   bool incomplete = false;

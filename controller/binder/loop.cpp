@@ -66,6 +66,7 @@ BinderLoop::PassResult BinderLoop::RunPass(bool answersOnly) {
     model::Snapshot snapshot;
     auto cachedDevices = source_.CachedDevices();
     int resyncMarked = 0;
+    std::vector<std::string> undecodable;
     if (resync_.load()) {
       // D3 across a leader change: the cache may lag the last leader's writes, which this
       // binder's own markers know nothing of. One list from the server marks each device the
@@ -74,7 +75,14 @@ BinderLoop::PassResult BinderLoop::RunPass(bool answersOnly) {
       const nlohmann::json list =
           client_.List(kube::ResourcePath(api::kGroup, api::kVersion, "gpudevices"));
       for (const nlohmann::json& item : list["items"]) {
-        listed.push_back(api::GpuDeviceFromJson(item));
+        try {
+          listed.push_back(api::GpuDeviceFromJson(item));
+        } catch (const std::exception& error) {
+          // As the cache does: skipped and counted, never the end of every pass.
+          const nlohmann::json metadata = item.value("metadata", nlohmann::json::object());
+          undecodable.push_back(metadata.value("namespace", "") + "/" + metadata.value("name", "") +
+                                ": " + error.what());
+        }
       }
       resyncMarked = binder_.Resync(cachedDevices, listed);
       resync_ = false;
@@ -95,6 +103,7 @@ BinderLoop::PassResult BinderLoop::RunPass(bool answersOnly) {
     const auto now = std::chrono::system_clock::now();
     pass.result = binder_.Pass(snapshot, answersOnly, vmisKnown, now);
     pass.result.readPastCache = readPast;
+    pass.result.undecodable = std::move(undecodable);
     if (!answersOnly) {
       pass.result.conditionWrites = binder_.WriteNodeConditions(snapshot, now);
     }
@@ -119,6 +128,11 @@ void BinderLoop::PassDone(PassResult pass) {
   conflicts_ += pass.result.conflicts;
   failures_ += pass.result.failures;
   readsPastCache_ += pass.result.readPastCache;
+  undecodable_ += static_cast<int64_t>(pass.result.undecodable.size());
+  for (const std::string& device : pass.result.undecodable) {
+    runtime::LogWarning("binder skipped a GPUDevice it cannot decode",
+                        LogFields{{"device", device}});
+  }
   for (double latency : pass.result.answerLatencies) answerLatency_.Observe(latency);
   if (!pass.result.error.empty()) {
     ++errors_;
@@ -182,6 +196,9 @@ void BinderLoop::WriteMetrics(runtime::MetricsWriter& out) const {
   out.Family("gpu_controller_binder_device_reads_total", "counter",
              "GPUDevices read past a cache still behind the binder's writes (D3).");
   out.Sample("gpu_controller_binder_device_reads_total", "", static_cast<double>(readsPastCache_));
+  out.Family("gpu_controller_binder_undecodable_total", "counter",
+             "GPUDevices the binder read from the API server and skipped: they do not decode.");
+  out.Sample("gpu_controller_binder_undecodable_total", "", static_cast<double>(undecodable_));
   out.Family("gpu_controller_bind_answer_seconds", "histogram",
              "From a bind request's requestedAt to the binder's answer.");
   answerLatency_.Write(out, "gpu_controller_bind_answer_seconds");

@@ -125,6 +125,24 @@ TEST(GpuClassCrdB4, NameRulesAgreeWithValidator) {
   }
 }
 
+// Issue 23: a GPUDevice's spec.className under the same rules as a GPUClass's name. The CRD
+// took "total" while the model refused it, so one such order stopped the binder.
+TEST(GpuDeviceCrd, ClassNameRulesAgreeWithValidator) {
+  const YAML::Node field = Schema(
+      LoadCrd("gpu.cozystack.io_gpudevices.yaml"))["properties"]["spec"]["properties"]["className"];
+  const std::regex pattern(field["pattern"].as<std::string>());
+  const size_t maxLength = field["maxLength"].as<size_t>();
+  ASSERT_TRUE(field["x-kubernetes-validations"].IsSequence());
+  for (const NameCase& c : ClassNameCases()) {
+    bool accepted = c.name.size() <= maxLength && std::regex_search(c.name, pattern);
+    for (const auto& rule : field["x-kubernetes-validations"]) {
+      accepted = accepted && EvaluateConjunction(rule["rule"].as<std::string>(), c.name);
+    }
+    EXPECT_EQ(accepted, c.valid) << "CRD on spec.className \"" << c.name << "\"";
+    EXPECT_EQ(accepted, CheckClassName(c.name).empty()) << "CRD and validator disagree";
+  }
+}
+
 // B8 through the CRD's pattern and rules on resourceName.
 TEST(GpuClassCrdB8, ResourceNameRulesAgreeWithValidator) {
   const YAML::Node field =

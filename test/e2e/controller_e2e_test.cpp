@@ -490,6 +490,35 @@ TEST_F(ControllerEndToEnd, D3_ANewLeaderWhoseCacheLagsTheLastLeadersMoveBooksNoU
       << Log("replica-b");
 }
 
+// Issue 23: one GPUDevice that does not decode (here `spec.className: total`, which the model
+// refuses, stored before the CRD refused it too) must not stop the binder. A new leader's list of
+// every device (D3) skips and counts it, as the caches do, and binds the rest.
+TEST_F(ControllerEndToEnd, D3_AnUndecodableDeviceIsSkippedAndTheNewLeaderBindsTheRest) {
+  GpuNode("n1", 2);
+  Apply(Class("a100"));
+  json bad = Device("bad");
+  bad["spec"]["className"] = "total";
+  Fake().Seed(bad);
+  Apply(Device("good"));
+  StartReplica("replica-a", {"--enable-gpu"});
+  ASSERT_TRUE(WaitFor([&] { return Phase("good") == "Bound"; }, 15s)) << Logs();
+  ASSERT_TRUE(WaitFor([&] {
+    return Metrics("replica-a").find("gpu_controller_binder_undecodable_total 1\n") !=
+           std::string::npos;
+  })) << Log("replica-a");
+  EXPECT_NE(Log("replica-a").find("binder skipped a GPUDevice it cannot decode"),
+            std::string::npos);
+  EXPECT_NE(Log("replica-a").find(Tenant() + "/bad"), std::string::npos) << Log("replica-a");
+  // A bind request is answered as well.
+  Apply(Device("asked"));
+  PatchStatus("asked", {{"bindRequest", {{"id", "r1"}, {"requestedAt", "2026-12-01T00:00:00Z"}}}});
+  ASSERT_TRUE(WaitFor([&] {
+    return Get("gpudevice asked", Tenant())["status"]
+               .value("bindResponse", json::object())
+               .value("result", "") == "Succeeded";
+  })) << Logs();
+}
+
 TEST_F(ControllerEndToEnd, D4_BindRequestIsAnsweredWhileUsageRecordWritesAreSlow) {
   GpuNode("n1", 2);
   Apply(Class("a100"));

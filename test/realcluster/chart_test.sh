@@ -35,6 +35,11 @@ on_exit "kc delete -f '$source_dir/test/fakes/crds' --ignore-not-found --wait=fa
 install_chart "$ns" || abort "helm install (GPUs off): $(cat "$work/helm-install.log")"
 pass "helm install, GPUs off"
 if wait_crds >"$work/out" 2>&1; then pass "the CRDs are Established"; else fail "CRDs: $(cat "$work/out")"; fi
+# The GPUDevice CRD refuses what the model refuses (issue 23): the class name "total".
+printf '%s\n' "apiVersion: gpu.cozystack.io/v1alpha1" "kind: GPUDevice" \
+  "metadata: {name: budget, namespace: default}" "spec: {className: total, count: 1}" >"$work/total.yaml"
+expect_refused "a GPUDevice ordering the class \"total\" is refused by its CRD" \
+  'reserved for the budget over all classes' kc create --dry-run=server -f "$work/total.yaml"
 
 # policies_type_check: every policy's status is for its current generation and has no warning.
 policy_status() {
