@@ -728,6 +728,11 @@ class Controller : public webhook::ClusterSource, public BinderSource {
                  static_cast<double>(server.certificateLoads));
       out.Sample("gpu_controller_webhook_certificate_loads_total",
                  runtime::Label("result", "error"), static_cast<double>(server.certificateErrors));
+      out.Family("gpu_controller_webhook_certificate_expiry_timestamp_seconds", "gauge",
+                 "When the served certificate expires (Unix seconds); a warning is logged in its "
+                 "last 7 days.");
+      out.Sample("gpu_controller_webhook_certificate_expiry_timestamp_seconds", "",
+                 static_cast<double>(server.certificateNotAfter));
     }
     out.Family("gpu_controller_cache_synced", "gauge", "1 once a cache has listed.");
     out.Family("gpu_controller_cache_objects", "gauge", "Objects in each cache.");

@@ -7,6 +7,7 @@
 #include <openssl/x509.h>
 #include <sys/stat.h>
 
+#include <ctime>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -60,6 +61,7 @@ std::string ReadFile(const std::filesystem::path& path) {
 
 // One loaded pair: the leaf, the rest of the chain and the key.
 struct CertificatePair {
+  int64_t notAfter = 0;  // the leaf's expiry, Unix seconds
   X509* leaf = nullptr;
   STACK_OF(X509) * chain = nullptr;
   EVP_PKEY* key = nullptr;
@@ -111,6 +113,30 @@ class Server::Certificates {
     return {loads_, errors_};
   }
 
+  int64_t NotAfter() const {
+    std::lock_guard lock(mutex_);
+    return current_ ? current_->notAfter : 0;
+  }
+
+  // A warning while the served certificate is within kExpiryWarning of its end (or past it),
+  // at most once an hour: cert-manager renews 30 days ahead, so this means renewal is stuck.
+  void WarnIfExpiring() {
+    std::lock_guard lock(mutex_);
+    if (!current_ || current_->notAfter == 0) return;
+    const auto now = std::chrono::system_clock::now();
+    const auto left = std::chrono::seconds(current_->notAfter) - now.time_since_epoch();
+    if (left > kExpiryWarning || now - lastWarning_ < std::chrono::hours(1)) return;
+    lastWarning_ = now;
+    runtime::LogWarning(
+        "the webhooks' serving certificate expires soon: renew it (cert-manager renews 30 days "
+        "ahead)",
+        LogFields{{"file", certPath_.string()},
+                  {"hoursLeft",
+                   std::to_string(std::chrono::duration_cast<std::chrono::hours>(left).count())}});
+  }
+
+  static constexpr std::chrono::hours kExpiryWarning{24 * 7};
+
  private:
   std::shared_ptr<const CertificatePair> Load() const {
     const std::string certText = ReadFile(certPath_);
@@ -139,6 +165,10 @@ class Server::Certificates {
       throw std::runtime_error(keyPath_.string() + ": the key does not match the certificate in " +
                                certPath_.string());
     }
+    std::tm expiry{};
+    if (ASN1_TIME_to_tm(X509_get0_notAfter(pair->leaf), &expiry) == 1) {
+      pair->notAfter = static_cast<int64_t>(timegm(&expiry));
+    }
     return pair;
   }
 
@@ -149,6 +179,7 @@ class Server::Certificates {
   std::shared_ptr<const CertificatePair> current_;
   int64_t loads_ = 0;
   int64_t errors_ = 0;
+  std::chrono::system_clock::time_point lastWarning_{};
 };
 
 // The CA bundle a caller's certificate must chain to, as an OpenSSL store.
@@ -210,6 +241,10 @@ struct Server::Tls {
 
 namespace {
 
+constexpr const char* kTls12Ciphers =
+    "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:"
+    "ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305";
+
 // OpenSSL's certificate callback: called on every handshake before the server's certificate
 // is chosen (and before the client's is asked for), so the pair served and the CA a caller is
 // verified against are whatever the files hold now.
@@ -217,6 +252,7 @@ int UseCurrentCertificate(SSL* ssl, void* arg) {
   auto* tls = static_cast<Server::Tls*>(arg);
   const std::shared_ptr<const CertificatePair> pair = tls->certificates->Current();
   if (!pair) return 0;
+  tls->certificates->WarnIfExpiring();
   if (SSL_use_certificate(ssl, pair->leaf) != 1 || SSL_use_PrivateKey(ssl, pair->key) != 1 ||
       SSL_set1_chain(ssl, pair->chain) != 1) {
     return 0;
@@ -266,16 +302,24 @@ Server::Stats Server::stats() const {
   std::lock_guard lock(statsMutex_);
   Stats stats = stats_;
   std::tie(stats.certificateLoads, stats.certificateErrors) = certificates_->Counts();
+  stats.certificateNotAfter = certificates_->NotAfter();
   return stats;
 }
 
 void Server::Start() {
   certificates_->LoadOrThrow();
+  certificates_->WarnIfExpiring();
   if (clientAuthority_) clientAuthority_->LoadOrThrow();
   Tls* tls = tls_.get();
   server_ = std::make_unique<httplib::SSLServer>([tls](SSL_CTX& context) {
     SSL_CTX_set_min_proto_version(&context, TLS1_2_VERSION);
-    SSL_CTX_set_options(&context, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
+    // TLS 1.2: forward-secret AEAD suites only (no SHA-1 CBC); TLS 1.3's are all AEAD. No
+    // session tickets or cache: every connection authenticates afresh, and no ticket key
+    // lives for the process's life.
+    if (SSL_CTX_set_cipher_list(&context, kTls12Ciphers) != 1) return false;
+    SSL_CTX_set_options(&context,
+                        SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_TICKET);
+    SSL_CTX_set_session_cache_mode(&context, SSL_SESS_CACHE_OFF);
     SSL_CTX_set_cert_cb(&context, UseCurrentCertificate, tls);
     if (tls->clientAuthority) {
       // No certificate, or one the CA did not sign: the handshake fails, nothing is read.

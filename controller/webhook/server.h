@@ -102,6 +102,7 @@ class Server {
     int64_t failures = 0;  // answered 4xx/5xx (a bad review, a handler's exception)
     int64_t certificateLoads = 0;
     int64_t certificateErrors = 0;
+    int64_t certificateNotAfter = 0;  // the served certificate's expiry, Unix seconds
     std::map<std::string, int64_t> byPath;
   };
   Stats stats() const;

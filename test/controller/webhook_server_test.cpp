@@ -8,10 +8,13 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <iomanip>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "controller/webhook/server.h"
@@ -229,6 +232,40 @@ TEST_F(WebhookServerTest, ADeeplyNestedOrOversizedBodyIsRefusedAndTheServerAnswe
   ASSERT_TRUE(after);
   EXPECT_EQ(after->status, 200);
   EXPECT_EQ(json::parse(after->body)["response"]["uid"], "u-3");
+}
+
+// Issue 23: TLS as a hoster's scanner expects it. TLS 1.2 offers forward-secret AEAD suites only
+// (a SHA-1 CBC suite is refused), no session ticket is issued, and the served certificate's
+// expiry is exported (it is a day away here).
+TEST_F(WebhookServerTest, ModernCiphersNoSessionTicketsAndTheCertificatesExpiry) {
+  ServerOptions options;
+  options.address = "127.0.0.1:0";
+  options.certDir = certDir_;
+  Server server(options);
+  server.Handle("/validate/gpudevices", Echo);
+  server.Start();
+  auto handshake = [&](const std::string& flags) {
+    return RunCommand("openssl s_client -connect 127.0.0.1:" + std::to_string(server.port()) + " " +
+                      flags + " </dev/null 2>&1");
+  };
+  const auto cbc = handshake("-tls1_2 -cipher AES128-SHA");
+  EXPECT_NE(cbc.exitCode, 0) << cbc.out;
+  const auto sha1 = handshake("-tls1_2 -cipher ECDHE-RSA-AES128-SHA");
+  EXPECT_NE(sha1.exitCode, 0) << sha1.out;
+  const auto gcm = handshake("-tls1_2 -cipher ECDHE-RSA-AES128-GCM-SHA256");
+  EXPECT_EQ(gcm.exitCode, 0) << gcm.out;
+  EXPECT_EQ(gcm.out.find("TLS session ticket:"), std::string::npos) << gcm.out;
+  const auto tls13 = handshake("-tls1_3");
+  EXPECT_EQ(tls13.exitCode, 0) << tls13.out;
+  EXPECT_EQ(tls13.out.find("TLS session ticket:"), std::string::npos) << tls13.out;
+
+  const auto end = RunCommand("openssl x509 -noout -enddate -dateopt iso_8601 -in " +
+                              ShellQuote((dir_.path() / "first.crt").string()));
+  ASSERT_EQ(end.exitCode, 0) << end.err;
+  std::tm parts{};
+  std::istringstream(end.out.substr(end.out.find('=') + 1)) >>
+      std::get_time(&parts, "%Y-%m-%d %H:%M:%S");
+  EXPECT_EQ(server.stats().certificateNotAfter, static_cast<int64_t>(timegm(&parts))) << end.out;
 }
 
 TEST_F(WebhookServerTest, AHandlerThatThrowsIsA500NamingThePath) {
