@@ -1,6 +1,7 @@
 #include "kube/informer.h"
 
 #include <poll.h>
+#include <algorithm>
 
 namespace cozy::kube {
 using nlohmann::json;
@@ -61,7 +62,8 @@ std::string Informer::Key(const json& object) {
 }
 
 void Informer::ListAndReplace() {
-  json list = client_.List(path_, {options_.labelSelector, options_.fieldSelector, "", 0});
+  json list = client_.List(
+      path_, {options_.labelSelector, options_.fieldSelector, "", std::max(0, options_.pageSize)});
   // Client::List checked the list's shape; the cache also needs every item named.
   std::map<std::string, json> fresh;
   json& items = list["items"];

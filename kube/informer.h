@@ -32,6 +32,9 @@ struct InformerOptions {
   int watchTimeoutSeconds = 0;
   BackoffPolicy backoff{};  // client-go's reflector: 800 ms .. 30 s, factor 2, jitter 1
   RandomSource random;      // empty: seeded generator
+  // Lists in pages of this many objects, followed through `continue` (client-go's reflector:
+  // 500), so no one response nears the client's response cap on a large cluster; 0: one page.
+  int pageSize = 500;
 };
 
 struct InformerStats {

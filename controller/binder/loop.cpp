@@ -72,8 +72,10 @@ BinderLoop::PassResult BinderLoop::RunPass(bool answersOnly) {
       // binder's own markers know nothing of. One list from the server marks each device the
       // cache shows otherwise, read past until the cache shows the server's version.
       std::vector<api::GpuDevice> listed;
+      kube::ListOptions pages;
+      pages.limit = 500;  // as the caches list: no one response near the client's cap
       const nlohmann::json list =
-          client_.List(kube::ResourcePath(api::kGroup, api::kVersion, "gpudevices"));
+          client_.List(kube::ResourcePath(api::kGroup, api::kVersion, "gpudevices"), pages);
       for (const nlohmann::json& item : list["items"]) {
         try {
           listed.push_back(api::GpuDeviceFromJson(item));

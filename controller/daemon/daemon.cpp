@@ -639,11 +639,48 @@ class Controller : public webhook::ClusterSource, public BinderSource {
       for (double seconds : stats.latencies) webhookLatency_.Observe(seconds);
       webhookStats_ = std::move(stats);
     }
+    LogCacheErrors();
     health_.Heartbeat();
     // With GPUs on, ready also means the webhooks answer: the API server may be sent here.
     health_.SetReady(Ready() && (!webhookServer_ || webhookServer_->serving()));
     health_.SetMetrics(Metrics());
     tick_.Arm(std::chrono::seconds(1));
+  }
+
+  // Every cache that exists now (the optional ones while their kinds are served), by name.
+  template <class Visit>
+  void ForEachCache(Visit&& visit) const {
+    visit("gpuclasses", classes_);
+    visit("gpudevices", devices_);
+    visit("gpunodes", gpuNodes_);
+    visit("settings", settings_);
+    if (namespaces_) {
+      visit("namespaces", *namespaces_);
+      visit("resourcequotas", *quotas_);
+      visit("nodes", *nodes_);
+      visit("pods", *pods_);
+    }
+    if (auto vmis = vmis_.Get()) visit("virtualmachineinstances", *vmis);
+    if (auto records = records_.Get()) visit("workloads", *records);
+    if (auto monitors = monitors_.Get()) visit("workloadmonitors", *monitors);
+  }
+
+  // A cache that cannot list or watch (an API server refusing, a response over the client's
+  // cap, an object that does not decode) is logged once per new error, so a controller that
+  // stays unready says why.
+  void LogCacheErrors() {
+    ForEachCache([this](const std::string& name, const auto& cache) {
+      const std::string error = cache.LastError();
+      std::string& said = cacheErrors_[name];
+      if (error == said) return;
+      if (!error.empty()) {
+        LogWarning(
+            "cache cannot list or watch; retrying with backoff",
+            LogFields{
+                {"cache", name}, {"synced", cache.Synced() ? "true" : "false"}, {"error", error}});
+      }
+      said = error;
+    });
   }
 
   std::string Metrics() const {
@@ -736,28 +773,19 @@ class Controller : public webhook::ClusterSource, public BinderSource {
     }
     out.Family("gpu_controller_cache_synced", "gauge", "1 once a cache has listed.");
     out.Family("gpu_controller_cache_objects", "gauge", "Objects in each cache.");
-    auto cacheSamples = [&out](const std::string& name, bool synced, size_t size) {
-      out.Sample("gpu_controller_cache_synced", runtime::Label("cache", name), synced ? 1 : 0);
-      out.Sample("gpu_controller_cache_objects", runtime::Label("cache", name),
-                 static_cast<double>(size));
-    };
-    cacheSamples("gpuclasses", classes_.Synced(), classes_.Size());
-    cacheSamples("gpudevices", devices_.Synced(), devices_.Size());
-    cacheSamples("gpunodes", gpuNodes_.Synced(), gpuNodes_.Size());
-    cacheSamples("settings", settings_.Synced(), settings_.Size());
-    if (namespaces_) {
-      cacheSamples("namespaces", namespaces_->Synced(), namespaces_->Size());
-      cacheSamples("resourcequotas", quotas_->Synced(), quotas_->Size());
-      cacheSamples("nodes", nodes_->Synced(), nodes_->Size());
-      cacheSamples("pods", pods_->Synced(), pods_->Size());
-    }
-    if (auto vmis = vmis_.Get())
-      cacheSamples("virtualmachineinstances", vmis->Synced(), vmis->Size());
-    if (auto records = records_.Get())
-      cacheSamples("workloads", records->Synced(), records->Size());
-    if (auto monitors = monitors_.Get()) {
-      cacheSamples("workloadmonitors", monitors->Synced(), monitors->Size());
-    }
+    out.Family("gpu_controller_cache_failures_total", "counter",
+               "Lists and watches of each cache that failed (each backs off; logged).");
+    out.Family("gpu_controller_cache_decode_failures_total", "counter",
+               "Objects each cache skipped because they do not decode.");
+    ForEachCache([&out](const std::string& name, const auto& cache) {
+      const std::string label = runtime::Label("cache", name);
+      out.Sample("gpu_controller_cache_synced", label, cache.Synced() ? 1 : 0);
+      out.Sample("gpu_controller_cache_objects", label, static_cast<double>(cache.Size()));
+      out.Sample("gpu_controller_cache_failures_total", label,
+                 static_cast<double>(cache.Stats().failures));
+      out.Sample("gpu_controller_cache_decode_failures_total", label,
+                 static_cast<double>(cache.DecodeFailures()));
+    });
     out.Family("gpu_controller_loop_callback_failures_total", "counter",
                "Event-loop callbacks that threw (logged with their source).");
     out.Sample("gpu_controller_loop_callback_failures_total", "",
@@ -813,6 +841,7 @@ class Controller : public webhook::ClusterSource, public BinderSource {
   runtime::HealthServer health_;
   runtime::Timer passTimer_;
   runtime::Timer resyncTimer_;
+  std::map<std::string, std::string> cacheErrors_;  // the last error logged, by cache (loop)
   runtime::Timer tick_;
   bool stopping_ = false;
   bool passRunning_ = false;

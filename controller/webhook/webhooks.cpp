@@ -1,6 +1,7 @@
 #include "controller/webhook/webhooks.h"
 
 #include <algorithm>
+#include <optional>
 #include <thread>
 
 #include "api/device_references.h"
@@ -185,11 +186,18 @@ json Webhooks::MutatePod(const json& review, const RequestContext&) {
       if (!placed()) {
         // The cache may lag the VMI webhook's writes by a moment: ask the API server.
         devices.clear();
-        const json list = client_.List(Collection(ns));
+        kube::ListOptions pages;
+        pages.limit = 500;
+        const json list = client_.List(Collection(ns), pages);
         for (const json& item : list["items"]) {
-          api::GpuDevice device = api::GpuDeviceFromJson(item);
-          if (device.status.attachment && device.status.attachment->vmiName == vmiName) {
-            devices.push_back(std::move(device));
+          std::optional<api::GpuDevice> device;
+          try {
+            device = api::GpuDeviceFromJson(item);
+          } catch (const std::exception&) {
+            continue;  // as the caches do: an object that does not decode is no one's GPU
+          }
+          if (device->status.attachment && device->status.attachment->vmiName == vmiName) {
+            devices.push_back(std::move(*device));
           }
         }
       }
