@@ -1,8 +1,10 @@
 #include "test/fakes/fake_apiserver_logic.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <ctime>
+#include <map>
 #include <regex>
 #include <set>
 #include <stdexcept>
@@ -526,6 +528,122 @@ std::optional<std::chrono::system_clock::time_point> ParseTimestamp(const std::s
   const char* end = strptime(text.c_str(), "%Y-%m-%dT%H:%M:%S", &parts);
   if (!end) return std::nullopt;
   return std::chrono::system_clock::from_time_t(timegm(&parts));
+}
+
+namespace {
+
+// The patch merge keys of the built-in types' lists (k8s.io/api's `patchMergeKey` tags), by the
+// list's field name, which the served kinds use consistently.
+const std::map<std::string, std::string>& PatchMergeKeys() {
+  static const std::map<std::string, std::string> keys = {
+      {"webhooks", "name"},          {"containers", "name"},
+      {"initContainers", "name"},    {"ephemeralContainers", "name"},
+      {"volumes", "name"},           {"env", "name"},
+      {"volumeMounts", "mountPath"}, {"volumeDevices", "devicePath"},
+      {"ports", "containerPort"},    {"conditions", "type"},
+      {"ownerReferences", "uid"},    {"imagePullSecrets", "name"},
+      {"hostAliases", "ip"},         {"resourceClaims", "name"}};
+  return keys;
+}
+
+json WithoutDirectives(json object) {
+  if (!object.is_object()) return object;
+  for (auto it = object.begin(); it != object.end();) {
+    if (!it.key().empty() && it.key()[0] == '$') {
+      it = object.erase(it);
+    } else {
+      if (it->is_object()) *it = WithoutDirectives(*it);
+      ++it;
+    }
+  }
+  return object;
+}
+
+json MergeObjectList(const json& original, const json& patch, const std::string& key) {
+  json result = original.is_array() ? original : json::array();
+  for (const json& element : patch) {
+    if (!element.is_object() || !element.contains(key)) {
+      result.push_back(WithoutDirectives(element));
+      continue;
+    }
+    auto found = std::find_if(result.begin(), result.end(), [&](const json& existing) {
+      return existing.is_object() && existing.contains(key) && existing[key] == element[key];
+    });
+    if (element.value("$patch", "") == "delete") {
+      if (found != result.end()) result.erase(found);
+    } else if (found != result.end()) {
+      *found = StrategicMergePatch(*found, element);
+    } else {
+      result.push_back(WithoutDirectives(element));
+    }
+  }
+  return result;
+}
+
+}  // namespace
+
+json StrategicMergePatch(const json& original, const json& patch) {
+  if (!patch.is_object()) return patch;
+  if (patch.value("$patch", "") == "replace") return WithoutDirectives(patch);
+  json result = original.is_object() ? original : json::object();
+  std::map<std::string, json> order;
+  for (const auto& [key, value] : patch.items()) {
+    if (key.starts_with("$setElementOrder/")) {
+      order[key.substr(17)] = value;
+    } else if (key.starts_with("$deleteFromPrimitiveList/")) {
+      const std::string field = key.substr(25);
+      if (result.contains(field) && result[field].is_array() && value.is_array()) {
+        json kept = json::array();
+        for (const json& item : result[field]) {
+          if (std::find(value.begin(), value.end(), item) == value.end()) kept.push_back(item);
+        }
+        result[field] = kept;
+      }
+    } else if (!key.empty() && key[0] == '$') {
+      continue;  // $patch, $retainKeys: nothing more to do for the fields the fake serves
+    } else if (value.is_null()) {
+      result.erase(key);
+    } else if (value.is_object()) {
+      result[key] = StrategicMergePatch(result.contains(key) ? result[key] : json(), value);
+    } else if (value.is_array() && PatchMergeKeys().count(key) &&
+               std::all_of(value.begin(), value.end(),
+                           [](const json& item) { return item.is_object(); })) {
+      result[key] = MergeObjectList(result.contains(key) ? result[key] : json(), value,
+                                    PatchMergeKeys().at(key));
+    } else if (value.is_array() && key == "finalizers") {
+      json merged = result.contains(key) && result[key].is_array() ? result[key] : json::array();
+      for (const json& item : value) {
+        if (std::find(merged.begin(), merged.end(), item) == merged.end()) merged.push_back(item);
+      }
+      result[key] = merged;
+    } else {
+      result[key] = value;
+    }
+  }
+  // $setElementOrder/<list>: the listed elements in that order, any others after them.
+  for (const auto& [field, wanted] : order) {
+    if (!result.contains(field) || !result[field].is_array() || !wanted.is_array()) continue;
+    const auto mergeKey = PatchMergeKeys().find(field);
+    json remaining = result[field];
+    json ordered = json::array();
+    for (const json& marker : wanted) {
+      for (auto it = remaining.begin(); it != remaining.end(); ++it) {
+        const bool same = mergeKey != PatchMergeKeys().end() && marker.is_object()
+                              ? it->is_object() && it->contains(mergeKey->second) &&
+                                    marker.contains(mergeKey->second) &&
+                                    (*it)[mergeKey->second] == marker[mergeKey->second]
+                              : *it == marker;
+        if (same) {
+          ordered.push_back(*it);
+          remaining.erase(it);
+          break;
+        }
+      }
+    }
+    for (const json& rest : remaining) ordered.push_back(rest);
+    result[field] = ordered;
+  }
+  return result;
 }
 
 std::optional<std::chrono::system_clock::time_point> ParseMicroTime(const std::string& text) {

@@ -61,6 +61,14 @@ void PruneUnknownFields(nlohmann::json& object, const nlohmann::json& schema);
 std::vector<FieldError> ValidateAgainstSchema(const nlohmann::json& object,
                                               const nlohmann::json& schema);
 
+// A strategic merge patch as the real server applies it to built-in kinds, for the lists the
+// fake serves: lists of objects with a patch merge key (webhooks, containers, volumes, env,
+// ports, conditions... by `name`, `mountPath`, `containerPort`, `type`, `uid`) merge element by
+// element, `$patch: delete` removes one, `$setElementOrder/<list>` orders the result,
+// `$deleteFromPrimitiveList/<list>` removes values, `$patch: replace` replaces a map, and
+// `finalizers` merges as a set. Anything else behaves as an RFC 7386 merge patch.
+nlohmann::json StrategicMergePatch(const nlohmann::json& original, const nlohmann::json& patch);
+
 // kubectl's age text: 45s, 3m12s, 12m, 5h3m, 30h, 3d4h, 40d, 2y30d.
 std::string HumanDuration(std::chrono::seconds age);
 

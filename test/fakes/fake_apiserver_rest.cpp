@@ -222,33 +222,49 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
       Watch(request, response, type, ns, logIndex);
       return {200};
     }
+    // Pages: `continue` names the last key of the page before (hex, opaque to clients), as the
+    // real server's token carries etcd's last key: the next page starts after it, whatever was
+    // added or removed before it meanwhile, and only the page's objects are copied.
+    std::string startAfter;
+    if (request.has_param("continue")) {
+      const std::string token = request.get_param_value("continue");
+      if (token.size() % 2 != 0 ||
+          token.find_first_not_of("0123456789abcdef") != std::string::npos) {
+        throw StatusError{400, "BadRequest", "continue key is not valid", json::object()};
+      }
+      for (size_t i = 0; i < token.size(); i += 2) {
+        startAfter.push_back(static_cast<char>(std::stoi(token.substr(i, 2), nullptr, 16)));
+      }
+    }
+    size_t limit = request.has_param("limit") ? std::stoul(request.get_param_value("limit")) : 0;
     std::vector<json> items;
     std::string listVersion;
+    std::string next;
     {
       std::lock_guard lock(mutex_);
       listVersion = std::to_string(resourceVersion_);
-      for (const auto& [key, object] : objects_[type->StoreKey()]) {
-        (void)key;
+      const auto& store = objects_[type->StoreKey()];
+      auto it = startAfter.empty() ? store.begin() : store.upper_bound(startAfter);
+      std::string lastKey;
+      for (; it != store.end(); ++it) {
+        const auto& [key, object] = *it;
         if (!ns.empty() && object["metadata"].value("namespace", "") != ns) continue;
-        if (type->storage.empty()) {
-          if (selectors.Matches(object)) items.push_back(object);
-          continue;
+        json shown =
+            type->storage.empty() ? json() : FromStorage(type->group, type->plural, object);
+        if (!selectors.Matches(type->storage.empty() ? object : shown)) continue;
+        if (limit > 0 && items.size() == limit) {
+          // One more matches: there is a next page, after the last key of this one.
+          static const char* const kHex = "0123456789abcdef";
+          for (char c : lastKey) {
+            const auto byte = static_cast<unsigned char>(c);
+            next.push_back(kHex[byte >> 4]);
+            next.push_back(kHex[byte & 15]);
+          }
+          break;
         }
-        // Selected by this kind's field names (regarding.kind, not involvedObject.kind).
-        json shown = FromStorage(type->group, type->plural, object);
-        if (selectors.Matches(shown)) items.push_back(std::move(shown));
+        items.push_back(type->storage.empty() ? object : std::move(shown));
+        lastKey = key;
       }
-    }
-    // Pages: `continue` is the offset into this (always fresh) list.
-    size_t offset =
-        request.has_param("continue") ? std::stoul(request.get_param_value("continue")) : 0;
-    size_t limit = request.has_param("limit") ? std::stoul(request.get_param_value("limit")) : 0;
-    std::string next;
-    if (offset > 0 || (limit > 0 && items.size() > offset + limit)) {
-      size_t end = limit > 0 ? std::min(items.size(), offset + limit) : items.size();
-      if (end < items.size()) next = std::to_string(end);
-      items = std::vector<json>(items.begin() + static_cast<long>(std::min(offset, items.size())),
-                                items.begin() + static_cast<long>(end));
     }
     if (wantsTable) {
       SendJson(response, 200, Table(*type, items, listVersion));
@@ -496,12 +512,13 @@ FakeApiServer::Outcome FakeApiServer::Dispatch(const httplib::Request& request,
                           {{"name", name}, {"group", type->group}, {"kind", type->kind}}};
       }
       updated = body;
-    } else if (contentType == "application/merge-patch+json" ||
-               (contentType == "application/strategic-merge-patch+json" && !type->custom)) {
-      // Built-in kinds take strategic merge patches; this fake applies them as RFC 7386
-      // merge patches, which agrees for every patch without list merge keys.
+    } else if (contentType == "application/merge-patch+json") {
       updated = old;
       updated.merge_patch(body);
+    } else if (contentType == "application/strategic-merge-patch+json" && !type->custom) {
+      // Built-in kinds take strategic merge patches (kubectl apply sends them): lists with a
+      // merge key merge element by element, and the patch's directives are obeyed, not stored.
+      updated = StrategicMergePatch(old, body);
     } else if (contentType == "application/json-patch+json") {
       try {
         updated = old.patch(body);

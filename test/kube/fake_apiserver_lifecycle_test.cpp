@@ -1234,6 +1234,63 @@ regarding:
 // drops the finalizer once that watch is open; kubectl must return promptly, for a namespaced
 // and a cluster-scoped object and for a namespace whose content the namespace controller
 // removes once its finalizer is gone. kubectl's own --timeout bounds a regression.
+// kubectl apply of a changed built-in object sends a strategic merge patch: its `webhooks` list
+// carries only what changed, keyed by name, and a `$setElementOrder/webhooks` directive. The real
+// server merges by key and obeys the directive; the fake applied it as a plain merge patch,
+// replacing the list with the partial entries and storing the directive (found by
+// AdmissionEndToEnd.E8_NoWriteIsStarted…, issue 23).
+TEST(Kubectl, ApplyOfAChangedListEntryMergesByKeyAsTheRealServer) {
+  auto server = StartFakeApiServer(false);
+  testing::TempDir dir;
+  std::ofstream(dir.path() / "kubeconfig") << server->Kubeconfig();
+  const std::string kubectl = "kubectl --kubeconfig " + (dir.path() / "kubeconfig").string() +
+                              " --cache-dir " + (dir.path() / "cache").string() + " ";
+  auto apply = [&](int timeout, bool withFinalizer) {
+    const std::string file = (dir.path() / "webhooks.yaml").string();
+    std::ofstream(file) << "apiVersion: admissionregistration.k8s.io/v1\n"
+                           "kind: MutatingWebhookConfiguration\n"
+                           "metadata:\n  name: cozy-gpu\n" +
+                               std::string(withFinalizer ? "  finalizers: [example.com/keep]\n"
+                                                         : "") +
+                               "webhooks:\n"
+                               "- name: a.example.com\n"
+                               "  admissionReviewVersions: [v1]\n"
+                               "  sideEffects: None\n"
+                               "  timeoutSeconds: " +
+                               std::to_string(timeout) +
+                               "\n"
+                               "  clientConfig: {url: 'https://127.0.0.1:9443/a'}\n"
+                               "- name: b.example.com\n"
+                               "  admissionReviewVersions: [v1]\n"
+                               "  sideEffects: None\n"
+                               "  clientConfig: {url: 'https://127.0.0.1:9443/b'}\n";
+    const auto result = testing::RunCommand(kubectl + "apply -f " + file + " 2>&1");
+    EXPECT_EQ(result.exitCode, 0) << result.out;
+  };
+  apply(10, false);
+  apply(3, true);
+  const json stored = Call(*server, "GET",
+                           "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
+                           "cozy-gpu")
+                          .body;
+  ASSERT_EQ(stored["webhooks"].size(), 2u) << stored.dump(2);
+  EXPECT_EQ(stored["webhooks"][0]["name"], "a.example.com");
+  EXPECT_EQ(stored["webhooks"][0]["timeoutSeconds"], 3);
+  EXPECT_EQ(stored["webhooks"][0]["clientConfig"]["url"], "https://127.0.0.1:9443/a");
+  EXPECT_EQ(stored["webhooks"][1]["clientConfig"]["url"], "https://127.0.0.1:9443/b");
+  EXPECT_EQ(stored["metadata"]["finalizers"], json({"example.com/keep"}));
+  EXPECT_EQ(stored.dump().find("$setElementOrder"), std::string::npos) << stored.dump(2);
+  // The unit rules beside it: delete by key, order, a primitive list's removal.
+  const json merged = StrategicMergePatch(
+      {{"webhooks", {{{"name", "a"}, {"x", 1}}, {{"name", "b"}}, {{"name", "c"}}}},
+       {"finalizers", {"f1", "f2"}}},
+      {{"$setElementOrder/webhooks", {{{"name", "c"}}, {{"name", "a"}}}},
+       {"webhooks", {{{"name", "b"}, {"$patch", "delete"}}, {{"name", "a"}, {"x", 2}}}},
+       {"$deleteFromPrimitiveList/finalizers", {"f1"}}});
+  EXPECT_EQ(merged, json({{"webhooks", {{{"name", "c"}}, {{"name", "a"}, {"x", 2}}}},
+                          {"finalizers", {"f2"}}}));
+}
+
 TEST(Kubectl, DeleteReturnsOnceAFinalizedObjectIsGone) {
   if (testing::RunCommand("command -v kubectl").exitCode != 0) {
     GTEST_SKIP() << "kubectl is not installed";
