@@ -320,6 +320,7 @@ void Server::Start() {
     SSL_CTX_set_options(&context,
                         SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_TICKET);
     SSL_CTX_set_session_cache_mode(&context, SSL_SESS_CACHE_OFF);
+    SSL_CTX_set_num_tickets(&context, 0);  // TLS 1.3 sends tickets after the handshake otherwise
     SSL_CTX_set_cert_cb(&context, UseCurrentCertificate, tls);
     if (tls->clientAuthority) {
       // No certificate, or one the CA did not sign: the handshake fails, nothing is read.

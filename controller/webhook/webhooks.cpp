@@ -349,19 +349,28 @@ json Webhooks::StartVmi(const admission::AdmissionRequest& request, const std::s
   }
 
   const kube::WriteOptions write{false, kFieldManager};
-  std::vector<std::string> created;
+  std::vector<std::string> created;  // "name" of each template device this request created
+  std::map<std::string, std::string> createdUids;
   std::vector<std::string> attached;
   auto refuse = [&](const std::string& message) {
-    Rollback(ns, attached, created, request.uid);
+    Rollback(ns, attached, created, createdUids, request.uid);
     return Encode(admission::Refuse(request, message));
   };
+  // The API server stops waiting at the context's deadline: no write is started after it (the
+  // VMI will not be created, so what is written would only wait for the attachment grace).
+  auto pastDeadline = [&] { return Clock::now() >= context.deadline; };
+  const std::string lateMessage =
+      "the API server's webhook timeout ran out while the VM's GPUs were being attached; nothing "
+      "was kept, start the VM again";
 
   // E6: the template devices, marked so the controller deletes them with their VMI.
   for (const json& device : plan.templateDevices) {
     const std::string deviceName = StringAt(device, {"metadata", "name"});
+    if (pastDeadline()) return refuse(lateMessage);
     try {
-      client_.Create(Collection(ns), device, write);
+      const json made = client_.Create(Collection(ns), device, write);
       created.push_back(deviceName);
+      createdUids[deviceName] = StringAt(made, {"metadata", "uid"});
       std::lock_guard lock(mutex_);
       ++stats_.templatesCreated;
     } catch (const kube::ApiError& error) {
@@ -391,6 +400,7 @@ json Webhooks::StartVmi(const admission::AdmissionRequest& request, const std::s
   for (const std::string& member : members) {
     bool done = false;
     for (int attempt = 0; attempt < 4 && !done; ++attempt) {
+      if (pastDeadline()) return refuse(lateMessage);
       api::GpuDevice current;
       try {
         current = api::GpuDeviceFromJson(client_.Get(DevicePath(ns, member)));
@@ -430,6 +440,18 @@ json Webhooks::StartVmi(const admission::AdmissionRequest& request, const std::s
   // E8: the leader's binder places the set on one node, or says why not; wait a bounded time.
   const auto deadline = std::min(context.deadline, started + options_.bindWait);
   while (true) {
+    // The deadline first: an answer that comes after the API server gave up is no Allow.
+    if (Clock::now() >= deadline) {
+      {
+        std::lock_guard lock(mutex_);
+        ++stats_.bindTimeouts;
+      }
+      const auto waited =
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
+      return refuse("gpu-controller's binder did not place the GPUs of " + name + " within " +
+                    std::to_string(waited) +
+                    " ms (is its leader running?); nothing was kept, start the VM again");
+    }
     std::set<std::string> nodes;
     bool all = true;
     for (const std::string& member : members) {
@@ -452,23 +474,14 @@ json Webhooks::StartVmi(const admission::AdmissionRequest& request, const std::s
                                                    {"devices", std::to_string(members.size())}});
       return Encode(admission::Allow(request, patch));
     }
-    if (Clock::now() >= deadline) {
-      {
-        std::lock_guard lock(mutex_);
-        ++stats_.bindTimeouts;
-      }
-      const auto waited =
-          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
-      return refuse("gpu-controller's binder did not place the GPUs of " + name + " within " +
-                    std::to_string(waited) +
-                    " ms (is its leader running?); nothing was kept, start the VM again");
-    }
     std::this_thread::sleep_for(options_.pollInterval);
   }
 }
 
 void Webhooks::Rollback(const std::string& ns, const std::vector<std::string>& attached,
-                        const std::vector<std::string>& created, const std::string& requestId) {
+                        const std::vector<std::string>& created,
+                        const std::map<std::string, std::string>& createdUids,
+                        const std::string& requestId) {
   if (attached.empty() && created.empty()) return;
   {
     std::lock_guard lock(mutex_);
@@ -478,11 +491,13 @@ void Webhooks::Rollback(const std::string& ns, const std::vector<std::string>& a
   for (const std::string& member : attached) {
     if (std::find(created.begin(), created.end(), member) != created.end()) continue;
     try {
-      const api::GpuDevice current = api::GpuDeviceFromJson(client_.Get(DevicePath(ns, member)));
-      if (!current.status.bindRequest || current.status.bindRequest->id != requestId) continue;
+      // Only the fields the rollback needs, read raw: a device whose other fields no longer
+      // decode is still rolled back.
+      const json current = client_.Get(DevicePath(ns, member));
+      if (StringAt(current, {"status", "bindRequest", "id"}) != requestId) continue;
       client_.MergePatchAt(DevicePath(ns, member, true),
                            {{"status", {{"attachment", nullptr}, {"bindRequest", nullptr}}}},
-                           current.metadata.resourceVersion, write);
+                           StringAt(current, {"metadata", "resourceVersion"}), write);
     } catch (const std::exception& error) {
       // The reconciler clears an attachment whose VMI never appears (D18).
       runtime::LogWarning("attachment not rolled back",
@@ -491,7 +506,13 @@ void Webhooks::Rollback(const std::string& ns, const std::vector<std::string>& a
   }
   for (const std::string& member : created) {
     try {
-      client_.Delete(DevicePath(ns, member));
+      // Only the object this request created: a device of that name made since (another
+      // start, the tenant) has another uid, and the API server refuses the delete (409).
+      kube::DeleteOptions options;
+      if (auto uid = createdUids.find(member); uid != createdUids.end()) {
+        options.preconditionUid = uid->second;
+      }
+      client_.Delete(DevicePath(ns, member), options);
     } catch (const std::exception& error) {
       runtime::LogWarning("template device not rolled back",
                           LogFields{{"device", ns + "/" + member}, {"error", error.what()}});

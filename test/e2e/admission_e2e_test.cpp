@@ -388,6 +388,43 @@ TEST_F(AdmissionEndToEnd, E8_WithTheBinderStoppedAStartIsRefusedWithinTheBoundAn
   EXPECT_TRUE(WaitFor([&] { return Get("gpudevice vm1-scratch", Tenant()).is_null(); }, 10s));
 }
 
+// Issue 23: the VMI webhook writes nothing after the API server stopped waiting for it. With a
+// 3 s webhook timeout and every attachment write taking 1.5 s, a start of three devices cannot
+// be attached in time: the webhook stops at the deadline instead of writing on (and then
+// answering Allow to nobody), rolls back what it wrote, and nothing stays attached.
+TEST_F(AdmissionEndToEnd, E8_NoWriteIsStartedAfterTheApiServersTimeoutAndWhatWasWrittenGoes) {
+  GpuNode("n3", 4);
+  StartWebhookReplica("replica-a");
+  WaitReady("replica-a");
+  WaitLeader("replica-a");
+  ASSERT_EQ(Create(Order("held-a", "a100", 1)).first, 0);
+  ASSERT_EQ(Create(Order("held-b", "a100", 1)).first, 0);
+  ASSERT_TRUE(WaitFor([&] { return Phase("held-a") == "Bound" && Phase("held-b") == "Bound"; }));
+  for (json configuration : webhookConfigurations_) {
+    if (configuration["kind"] != "MutatingWebhookConfiguration") continue;
+    for (json& webhook : configuration["webhooks"]) webhook["timeoutSeconds"] = 3;
+    Apply(configuration);
+  }
+  fake::Fault slow;
+  slow.method = "PATCH";
+  slow.pathPrefix = "/apis/gpu.cozystack.io/v1alpha1/namespaces/" + Tenant() + "/gpudevices/";
+  slow.latencyMs = 1500;
+  Fake().AddFault(slow);
+  auto [code, out] = Create(
+      VmWithGpus("vm1", {"held-a", "held-b"}, json::array({Template("scratch", "a100", 1)})));
+  EXPECT_NE(code, 0) << out << Logs();
+  EXPECT_LT(AttachWrites(), 3) << "attachments were still written after the deadline";
+  Fake().ClearFaults();
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return !Get("gpudevice held-a", Tenant())["status"].contains("attachment") &&
+               !Get("gpudevice held-b", Tenant())["status"].contains("attachment") &&
+               Get("gpudevice vm1-scratch", Tenant()).is_null();
+      },
+      10s))
+      << Get("gpudevices", Tenant()).dump(2) << Logs();
+}
+
 TEST_F(AdmissionEndToEnd, H2_H3_WithTheControllerDownOnlyGpuObjectsAreRefused) {
   // No replica runs: the configurations fail closed, but select only what they must.
   for (const json& configuration : webhookConfigurations_) {
