@@ -8,6 +8,9 @@ GpuNodeInventory GpuNodeInventoryFromJson(const nlohmann::json& object) {
   const JsonField root(object, "");
   GpuNodeInventory inventory;
   inventory.nodeName = root.Require("metadata").Require("name").AsString();
+  if (object.contains("metadata") && object["metadata"].is_object()) {
+    inventory.resourceVersion = object["metadata"].value("resourceVersion", "");
+  }
   const std::optional<JsonField> status = root.Find("status");
   if (!status) {
     return inventory;  // created by the agent, not yet published

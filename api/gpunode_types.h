@@ -33,6 +33,8 @@ struct InventoryDevice {
 // A GPUNode as the controller reads it; its name is the node's.
 struct GpuNodeInventory {
   std::string nodeName;
+  std::string resourceVersion;             // metadata.resourceVersion: the binder's condition
+                                           // write is conditional on it
   std::vector<std::string> resourceNames;  // status.resourceNames
   std::vector<InventoryDevice> devices;    // status.devices
   std::vector<Condition> conditions;       // status.conditions: the binder's

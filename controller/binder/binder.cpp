@@ -409,10 +409,12 @@ int64_t Binder::WriteNodeConditions(const model::Snapshot& snapshot,
       break;
     }
     try {
-      client_.MergePatch(kube::ResourcePath(api::kGroup, api::kVersion, "gpunodes", "",
-                                            gpuNode.nodeName, "status"),
-                         {{"status", {{"conditions", conditions}}}},
-                         kube::WriteOptions{false, kFieldManager});
+      // The list replaces the stored one: conditional on the version it was built from, so a
+      // condition another writer added since is not lost (a 409 is read again next pass).
+      client_.MergePatchAt(kube::ResourcePath(api::kGroup, api::kVersion, "gpunodes", "",
+                                              gpuNode.nodeName, "status"),
+                           {{"status", {{"conditions", conditions}}}}, gpuNode.resourceVersion,
+                           kube::WriteOptions{false, kFieldManager});
       ++writes;
     } catch (const kube::ApiError& error) {
       runtime::LogWarning("GPUNode condition write failed",

@@ -804,6 +804,20 @@ TEST_F(ControllerEndToEnd, D10_ACordonMovesASetOnlyWithRoomElsewhereAndNeverASta
   const std::string version = Get("gpunode n1")["metadata"]["resourceVersion"];
   std::this_thread::sleep_for(1500ms);  // passes go on; an unchanged condition is not written
   EXPECT_EQ(Get("gpunode n1")["metadata"]["resourceVersion"], version);
+  // Each condition write replaces the list it was built from, so it is conditional on that
+  // version (issue 23): another writer's condition in between makes it a 409, not a loss.
+  int conditionWrites = 0;
+  for (const auto& request : Requests()) {
+    if (request.method != "PATCH" || request.path.find("/gpunodes/") == std::string::npos ||
+        request.body.find("TakesBinds") == std::string::npos) {
+      continue;
+    }
+    ++conditionWrites;
+    const json body = json::parse(request.body, nullptr, false);
+    EXPECT_FALSE(body.value("metadata", json::object()).value("resourceVersion", "").empty())
+        << request.body;
+  }
+  EXPECT_GE(conditionWrites, 2);
   // A class with onCordon Stay keeps its node even when another has room.
   Kubectl("uncordon n1");
   json stays = Device("stays");
