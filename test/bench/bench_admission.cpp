@@ -7,14 +7,33 @@
 // after any cache change pays.
 //
 //   bench_admission [nodes=5000] [requests=2000]
+//
+// With --real-cluster (a control plane of scripts/cluster.sh, up for the run) or --kubeconfig
+// FILE (an existing, empty cluster, left filled): the webhooks through a real kube-apiserver
+// (issue 22 §7). The same cluster (no attachments) is seeded through the API server,
+// `gpu-controller run --enable-gpu` serves the webhooks on 127.0.0.1, the chart's admission objects
+// (GPUs on, gpu.webhook.url at that address) are applied, and server-side dry-run creates are timed
+// end to end: orders through the GPUDevice webhook and VMI starts through the VMI webhook. The
+// peer, interleaved in the same run, is the same dry-run create that no webhook sees (an order with
+// the label bench.cozystack.io/peer, which the bench's objectSelector on the GPUDevice webhook
+// leaves out; a VMI without the device-reference label), so the difference is the webhook's
+// cost through the API server. Tenant requests are made as a tenant user (a client certificate
+// of the cluster's CA, --real-cluster only), so the chart's policies see them as a tenant's.
+//
+//   bench_admission --real-cluster [nodes=2000] [requests=2000] [seed-threads=16]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "api/gpuclass.h"
@@ -24,7 +43,12 @@
 #include "controller/snapshot_json.h"
 #include "controller/webhook/webhooks.h"
 #include "kube/client.h"
+#include "kube/config.h"
+#include "kube/errors.h"
+#include "test/bench/real_cluster.h"
+#include "test/support/fixture_host.h"
 #include "test/support/gpu_objects.h"
+#include "test/support/process.h"
 
 namespace {
 
@@ -166,11 +190,7 @@ Figures Measure(int requests, Call call) {
   return figures;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const int nodes = argc > 1 ? std::atoi(argv[1]) : 5000;
-  const int requests = argc > 2 ? std::atoi(argv[2]) : 2000;
+int RunInProcess(int nodes, int requests) {
   Cluster cluster(nodes);
   double rebuild = 0;
   for (int i = 0; i < 3; ++i) rebuild = std::min(rebuild == 0 ? 1e9 : rebuild, cluster.Rebuild());
@@ -256,4 +276,424 @@ int main(int argc, char** argv) {
   line("/mutate/vmis (dry run)", vmRequests, vms);
   line("/mutate/pods", requests, pods);
   return orders.allowed > 0 && vms.allowed > 0 && pods.allowed > 0 ? 0 : 1;
+}
+
+// --- through a real API server -----------------------------------------------------------
+
+constexpr const char* kPeerLabel = "bench.cozystack.io/peer";
+
+struct Timings {
+  std::vector<double> seconds;
+  int allowed = 0;
+  std::string firstRefusal;
+  double Quantile(double q) const {
+    std::vector<double> sorted = seconds;
+    std::sort(sorted.begin(), sorted.end());
+    return sorted.empty()
+               ? 0
+               : sorted[std::min(sorted.size() - 1,
+                                 static_cast<size_t>(static_cast<double>(sorted.size()) * q))];
+  }
+  double Max() const {
+    return seconds.empty() ? 0 : *std::max_element(seconds.begin(), seconds.end());
+  }
+};
+
+// One dry-run create, timed end to end (the client's call: TLS request, the API server's
+// handler chain, admission, the answer).
+void TimeCreate(kube::Client& client, const std::string& collection, const json& object,
+                Timings& timings) {
+  kube::WriteOptions options;
+  options.dryRun = true;
+  const auto started = Clock::now();
+  try {
+    client.Create(collection, object, options);
+    timings.seconds.push_back(std::chrono::duration<double>(Clock::now() - started).count());
+    ++timings.allowed;
+  } catch (const kube::ApiError& error) {
+    timings.seconds.push_back(std::chrono::duration<double>(Clock::now() - started).count());
+    if (timings.firstRefusal.empty()) timings.firstRefusal = error.what();
+  }
+}
+
+json Order(int i, bool peer, const std::string& className = "a100") {
+  json order = {{"apiVersion", "gpu.cozystack.io/v1alpha1"},
+                {"kind", "GPUDevice"},
+                {"metadata", {{"name", "new-" + std::to_string(i)}, {"namespace", Tenant(i)}}},
+                {"spec", {{"className", className}, {"count", 1 + i % 2}}}};
+  if (peer) order["metadata"]["labels"] = {{kPeerLabel, "true"}};
+  return order;
+}
+
+// A VMI start referencing a held device that no VMI has, and one template; without the
+// device-reference label (the peer) no webhook sees it.
+json Vmi(int i, int heldDevices, bool webhooked, const std::string& references = "") {
+  const int held = (i * 7 + 1) % heldDevices;
+  const json refs = {{"devices", {"d" + std::to_string(held)}},
+                     {"templates", {{{"name", "scratch"}, {"className", "a100"}, {"count", 1}}}}};
+  json vmi = {
+      {"apiVersion", "kubevirt.io/v1"},
+      {"kind", "VirtualMachineInstance"},
+      {"metadata",
+       {{"name", "vm-new-" + std::to_string(i)},
+        {"namespace", Tenant(held)},
+        {"annotations",
+         {{"gpu.cozystack.io/device-references", references.empty() ? refs.dump() : references}}}}},
+      {"spec", {{"domain", {{"devices", json::object()}}}}}};
+  if (webhooked) vmi["metadata"]["labels"] = {{"gpu.cozystack.io/device-references", "true"}};
+  return vmi;
+}
+
+std::string DeviceCollection(const std::string& ns) {
+  return kube::ResourcePath("gpu.cozystack.io", "v1alpha1", "gpudevices", ns);
+}
+std::string VmiCollection(const std::string& ns) {
+  return kube::ResourcePath("kubevirt.io", "v1", "virtualmachineinstances", ns);
+}
+
+// A tenant's client: a certificate the cluster's CA signs (CN bench-tenant, O bench-tenants),
+// allowed to create GPUDevices and VMIs by a ClusterRole of the bench's. Only where this run
+// brought the cluster up (it has the CA's key); otherwise the kubeconfig's own user.
+kube::ClientConfig TenantConfig(const bench::ControlPlane& cluster) {
+  if (cluster.dir().empty()) return cluster.config();
+  const std::filesystem::path pki = cluster.dir() / "pki";
+  const std::filesystem::path out = cluster.work() / "tenant";
+  std::filesystem::create_directories(out);
+  const auto made = testing::RunCommand(
+      "cd " + testing::ShellQuote(out.string()) +
+      " && openssl req -new -newkey rsa:2048 -nodes -keyout tls.key -out tls.csr"
+      " -subj /O=bench-tenants/CN=bench-tenant 2>/dev/null"
+      " && printf 'extendedKeyUsage=clientAuth\\n' >ext"
+      " && openssl x509 -req -in tls.csr -CA " +
+      testing::ShellQuote((pki / "ca.crt").string()) + " -CAkey " +
+      testing::ShellQuote((pki / "ca.key").string()) +
+      " -CAcreateserial -CAserial serial -days 1 -extfile ext -out tls.crt 2>/dev/null");
+  if (made.exitCode != 0)
+    throw std::runtime_error("openssl: the tenant's certificate: " + made.err);
+  std::ofstream(out / "rbac.yaml") << R"(apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: bench-tenant}
+rules:
+- apiGroups: [gpu.cozystack.io]
+  resources: [gpudevices]
+  verbs: [create, get, list]
+- apiGroups: [kubevirt.io]
+  resources: [virtualmachineinstances]
+  verbs: [create, get, list]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: bench-tenant}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: bench-tenant}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: Group, name: bench-tenants}
+)";
+  cluster.KubectlOrThrow("apply -f " + testing::ShellQuote((out / "rbac.yaml").string()));
+  kube::ClientConfig config = cluster.config();
+  config.token.clear();
+  config.tokenFile.clear();
+  config.clientCertData.clear();
+  config.clientKeyData.clear();
+  config.clientCertFile = (out / "tls.crt").string();
+  config.clientKeyFile = (out / "tls.key").string();
+  return config;
+}
+
+void Report(const char* name, const Timings& webhooked, const Timings& peer) {
+  std::printf("%-34s %5zu creates  allowed %5d  p50 %7.3f ms  p99 %7.3f ms  max %7.3f ms\n", name,
+              webhooked.seconds.size(), webhooked.allowed, webhooked.Quantile(0.5) * 1e3,
+              webhooked.Quantile(0.99) * 1e3, webhooked.Max() * 1e3);
+  std::printf("%-34s %5zu creates  allowed %5d  p50 %7.3f ms  p99 %7.3f ms  max %7.3f ms\n",
+              "  peer: the same, no webhook sees it", peer.seconds.size(), peer.allowed,
+              peer.Quantile(0.5) * 1e3, peer.Quantile(0.99) * 1e3, peer.Max() * 1e3);
+  std::printf(
+      "  the webhook's cost: p50 +%.3f ms, p99 +%.3f ms; webhooked / peer: p50 %.2fx, p99 %.2fx\n",
+      (webhooked.Quantile(0.5) - peer.Quantile(0.5)) * 1e3,
+      (webhooked.Quantile(0.99) - peer.Quantile(0.99)) * 1e3,
+      webhooked.Quantile(0.5) / peer.Quantile(0.5), webhooked.Quantile(0.99) / peer.Quantile(0.99));
+  if (!webhooked.firstRefusal.empty())
+    std::printf("  first refusal: %s\n", webhooked.firstRefusal.c_str());
+  if (!peer.firstRefusal.empty())
+    std::printf("  peer's first refusal: %s\n", peer.firstRefusal.c_str());
+}
+
+// The API server's own timing of one webhook's calls (sum and count of
+// apiserver_admission_webhook_admission_duration_seconds) between two scrapes: the mean.
+void ApiServerView(const std::string& before, const std::string& after, const std::string& name) {
+  auto of = [&](const std::string& text, const char* suffix) {
+    return bench::Sum(
+        text, std::string("apiserver_admission_webhook_admission_duration_seconds") + suffix,
+        [&](const auto& labels) { return bench::Label(labels, "name") == name; });
+  };
+  const double count = of(after, "_count") - of(before, "_count");
+  const double sum = of(after, "_sum") - of(before, "_sum");
+  std::printf("  the API server's timing of the %s calls: %.0f calls, mean %.3f ms\n", name.c_str(),
+              count, count > 0 ? sum / count * 1e3 : 0.0);
+}
+
+// The controller's own handler time (gpu_controller_admission_duration_seconds): the mean
+// between two scrapes.
+void HandlerView(const std::string& before, const std::string& after) {
+  auto of = [&](const std::string& text, const char* suffix) {
+    return bench::Sum(text, std::string("gpu_controller_admission_duration_seconds") + suffix,
+                      [](const auto&) { return true; });
+  };
+  const double count = of(after, "_count") - of(before, "_count");
+  const double sum = of(after, "_sum") - of(before, "_sum");
+  std::printf("  the controller's handler time: %.0f calls, mean %.3f ms\n", count,
+              count > 0 ? sum / count * 1e3 : 0.0);
+}
+
+int RunReal(const bench::Mode& mode, int nodes, int requests, int threads) {
+  const std::filesystem::path source = COZY_SOURCE_DIR;
+  bench::ControlPlane cluster(mode, source);
+  const std::filesystem::path work = cluster.work();
+  const std::string crds = source / "test/fakes/crds";
+  // The GPU kinds and KubeVirt's (no usage-record kinds: the controller would write a Workload
+  // per Bound device while the bench measures).
+  cluster.KubectlOrThrow("apply -f " +
+                         bench::ControlPlane::Quote(source / "charts/gpu/templates/crds") + " -f " +
+                         testing::ShellQuote(crds + "/kubevirt.io_virtualmachineinstances.yaml") +
+                         " -f " + testing::ShellQuote(crds + "/kubevirt.io_virtualmachines.yaml") +
+                         " -f " + testing::ShellQuote(crds + "/kubevirt.io_kubevirts.yaml"));
+  cluster.KubectlOrThrow(
+      "wait --for=condition=Established --timeout=60s crd/gpuclasses.gpu.cozystack.io "
+      "crd/gpudevices.gpu.cozystack.io crd/gpunodes.gpu.cozystack.io "
+      "crd/virtualmachineinstances.kubevirt.io");
+  const kube::ClientConfig& config = cluster.config();
+
+  // The cluster of the in-process run, through the API server, without attachments (no VMI
+  // would appear for them), with the finalizers the controller would otherwise add.
+  const auto seeding = Clock::now();
+  std::vector<json> objects;
+  objects.push_back(
+      {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "cozy-system"}}}});
+  objects.push_back(
+      {{"apiVersion", "v1"},
+       {"kind", "Namespace"},
+       {"metadata",
+        {{"name", "tenant-root"}, {"labels", {{"tenant.cozystack.io/tenant-root", ""}}}}}});
+  for (int t = 0; t < kTenants; ++t) {
+    objects.push_back({{"apiVersion", "v1"},
+                       {"kind", "Namespace"},
+                       {"metadata",
+                        {{"name", Tenant(t)},
+                         {"labels",
+                          {{"tenant.cozystack.io/tenant-root", ""},
+                           {"tenant.cozystack.io/" + Tenant(t), ""}}}}}});
+  }
+  bench::Parallel(
+      config, threads, static_cast<int>(objects.size()), [&](int i, kube::Client& client) {
+        bench::CreateWithStatus(client, objects[static_cast<size_t>(i)], "namespaces", false);
+      });
+  bench::Parallel(config, threads, kTenants, [&](int t, kube::Client& client) {
+    bench::CreateWithStatus(client,
+                            {{"apiVersion", "v1"},
+                             {"kind", "ResourceQuota"},
+                             {"metadata", {{"name", "gpu"}, {"namespace", Tenant(t)}}},
+                             {"spec", {{"hard", {{"requests.gpu.cozystack.io/a100", "100000"}}}}}},
+                            "resourcequotas", false);
+  });
+  {
+    kube::Client client(config, bench::BenchClientOptions());
+    json gpuClass = testing::GpuClassObject("a100");
+    gpuClass["metadata"]["finalizers"] = {"gpu.cozystack.io/class-protection"};
+    bench::CreateWithStatus(client, gpuClass, "gpuclasses", true);
+  }
+  bench::Parallel(config, threads, nodes, [&](int n, kube::Client& client) {
+    const std::string node = "node-" + std::to_string(n);
+    bench::CreateWithStatus(client, testing::ReadyNode(node), "nodes", false);
+    bench::CreateWithStatus(client, testing::GpuNodeObject(node, kGpusPerNode), "gpunodes", true);
+  });
+  const int heldDevices = nodes * kHeldPerNode;
+  bench::Parallel(config, threads, heldDevices, [&](int device, kube::Client& client) {
+    bench::CreateWithStatus(
+        client,
+        {{"apiVersion", "gpu.cozystack.io/v1alpha1"},
+         {"kind", "GPUDevice"},
+         {"metadata",
+          {{"name", "d" + std::to_string(device)},
+           {"namespace", Tenant(device)},
+           {"finalizers", {"gpu.cozystack.io/device-protection"}}}},
+         {"spec", {{"className", "a100"}, {"count", 1}}},
+         {"status",
+          {{"phase", "Bound"}, {"nodeName", "node-" + std::to_string(device / kHeldPerNode)}}}},
+        "gpudevices", true);
+  });
+  std::printf(
+      "seeded %d nodes x %d GPUs, %d held devices, %d tenants through the API server in %.1f s\n",
+      nodes, kGpusPerNode, heldDevices, kTenants,
+      std::chrono::duration<double>(Clock::now() - seeding).count());
+
+  // The controller, its webhooks on 127.0.0.1 with a certificate for that address.
+  bench::WebhookCertificates(work / "certs");
+  const int healthPort = testing::FreePort();
+  const int webhookPort = testing::FreePort();
+  bench::ControllerProcess controller(
+      {GPU_CONTROLLER, "run", "--kubeconfig", cluster.kubeconfig().string(), "--identity", "bench",
+       "--enable-gpu", "--health-addr", "127.0.0.1:" + std::to_string(healthPort), "--qps", "0",
+       "--webhook-addr", "127.0.0.1:" + std::to_string(webhookPort), "--webhook-cert-dir",
+       (work / "certs").string()},
+      work / "controller.log");
+  auto failed = [&](const std::string& what) {
+    const auto tail =
+        testing::RunCommand("tail -n 20 " + testing::ShellQuote(controller.log().string()));
+    std::fprintf(stderr, "%s\n--- controller log (last lines)\n%s", what.c_str(), tail.out.c_str());
+    return 1;
+  };
+  const auto starting = Clock::now();
+  if (!testing::WaitFor([&] { return bench::Ready(healthPort); }, std::chrono::minutes(5),
+                        std::chrono::milliseconds(200))) {
+    return failed("the controller did not get ready");
+  }
+  std::printf("controller ready (caches listed, webhooks serving) in %.1f s\n",
+              std::chrono::duration<double>(Clock::now() - starting).count());
+  // Its first pass over the cluster (each GPUNode's TakesBinds condition, one write each):
+  // every write changes a cache, and the next admission request pays the model's rebuild, so
+  // the measurement starts once the writes stand still.
+  if (!testing::WaitFor(
+          [&] {
+            return bench::ControllerMetrics(healthPort)
+                       .find("gpu_controller_binder_passes_total{kind=\"full\"}") !=
+                   std::string::npos;
+          },
+          std::chrono::minutes(5), std::chrono::milliseconds(200))) {
+    return failed("the binder made no pass");
+  }
+  std::printf("first full pass done %.1f s after start\n",
+              std::chrono::duration<double>(Clock::now() - starting).count());
+  bench::WaitForStillWrites(cluster, std::chrono::seconds(2), std::chrono::minutes(5));
+
+  // The chart's admission objects with GPUs on and the webhooks at that address (its policies,
+  // RBAC and inert workloads too: nothing here runs pods), as the real-cluster chart test does.
+  const auto ca =
+      testing::RunCommand("base64 -w0 " + testing::ShellQuote((work / "certs/ca.crt").string()));
+  const auto rendered = testing::RunCommand(
+      "helm template gpu " + bench::ControlPlane::Quote(source / "charts/gpu") +
+      " -n cozy-system --set gpu.enabled=true --set gpu.webhook.certManager=false"
+      " --set gpu.webhook.caBundle=" +
+      ca.out +
+      " --set gpu.webhook.existingSecret=gpu-controller-webhook-tls"
+      " --set gpu.webhook.url=https://127.0.0.1:" +
+      std::to_string(webhookPort) + " > " + testing::ShellQuote((work / "chart.yaml").string()));
+  if (ca.exitCode != 0 || rendered.exitCode != 0) {
+    throw std::runtime_error("helm template charts/gpu: " + rendered.err);
+  }
+  cluster.KubectlOrThrow("apply -n cozy-system -f " +
+                         testing::ShellQuote((work / "chart.yaml").string()));
+  // The peer's orders pass the GPUDevice webhook by: an objectSelector on the bench's label.
+  cluster.KubectlOrThrow(
+      "patch validatingwebhookconfiguration cozy-gpu --type=json -p '[{\"op\":\"add\","
+      "\"path\":\"/webhooks/0/objectSelector\",\"value\":{\"matchExpressions\":[{\"key\":"
+      "\"" +
+      std::string(kPeerLabel) + "\",\"operator\":\"DoesNotExist\"}]}}]'");
+
+  const kube::ClientConfig tenant = TenantConfig(cluster);
+  kube::ClientOptions options = bench::BenchClientOptions();
+  options.maxRetries = 0;  // every request timed is one request
+  kube::Client client(tenant, options);
+  // The API server has taken the configurations when the webhook refuses an order for a class
+  // that does not exist, and lets the same order with the peer's label by.
+  bool refused = false;
+  bool peerPassed = false;
+  const bool configured = testing::WaitFor(
+      [&] {
+        Timings probe;
+        TimeCreate(client, DeviceCollection(Tenant(0)), Order(0, false, "no-such-class"), probe);
+        refused = probe.allowed == 0 && probe.firstRefusal.find(
+                                            "admission webhook \"gpudevices.gpu.cozystack.io\" "
+                                            "denied the request") != std::string::npos;
+        Timings peer;
+        TimeCreate(client, DeviceCollection(Tenant(0)), Order(0, true, "no-such-class"), peer);
+        peerPassed = peer.allowed == 1;
+        Timings vmi;
+        TimeCreate(client, VmiCollection(Tenant(1)), Vmi(0, heldDevices, true, "not json"), vmi);
+        return refused && peerPassed &&
+               vmi.firstRefusal.find(
+                   "admission webhook \"virtualmachineinstances.gpu.cozystack.io\"") !=
+                   std::string::npos;
+      },
+      std::chrono::seconds(60), std::chrono::milliseconds(500));
+  if (!configured) {
+    return failed("the API server did not call the webhooks as configured (webhook refused: " +
+                  std::string(refused ? "yes" : "no") +
+                  ", peer let by: " + std::string(peerPassed ? "yes" : "no") + ")");
+  }
+  std::printf(
+      "webhooks registered at https://127.0.0.1:%d and called by the API server; %s\n", webhookPort,
+      cluster.dir().empty() ? "requests as the kubeconfig's user"
+                            : "requests as a tenant (client certificate, group bench-tenants)");
+
+  // Warm-up, then the measured runs, each webhooked request followed by its peer.
+  for (int i = 0; i < 50; ++i) {
+    Timings ignored;
+    TimeCreate(client, DeviceCollection(Tenant(i)), Order(i, false), ignored);
+    TimeCreate(client, DeviceCollection(Tenant(i)), Order(i, true), ignored);
+  }
+  // The controller's metrics are refreshed once a second: scrapes a second and a half apart
+  // from the requests.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  std::string apiBefore = cluster.Metrics();
+  std::string handlerBefore = bench::ControllerMetrics(healthPort);
+  Timings orders, orderPeers;
+  for (int i = 0; i < requests; ++i) {
+    TimeCreate(client, DeviceCollection(Tenant(i)), Order(i, false), orders);
+    TimeCreate(client, DeviceCollection(Tenant(i)), Order(i, true), orderPeers);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  std::string apiAfter = cluster.Metrics();
+  std::string handlerAfter = bench::ControllerMetrics(healthPort);
+  std::printf("%d nodes x %d GPUs, %d held devices, %d tenants; dry-run creates through %s\n",
+              nodes, kGpusPerNode, heldDevices, kTenants, config.server.c_str());
+  Report("GPUDevice create (dry run)", orders, orderPeers);
+  ApiServerView(apiBefore, apiAfter, "gpudevices.gpu.cozystack.io");
+  HandlerView(handlerBefore, handlerAfter);
+
+  const int vmRequests = std::max(1, requests / 20);  // each runs a placement trial
+  for (int i = 0; i < 5; ++i) {
+    Timings ignored;
+    TimeCreate(client, VmiCollection(Tenant((i * 7 + 1) % heldDevices)), Vmi(i, heldDevices, true),
+               ignored);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  apiBefore = cluster.Metrics();
+  handlerBefore = bench::ControllerMetrics(healthPort);
+  Timings vmis, vmiPeers;
+  for (int i = 0; i < vmRequests; ++i) {
+    const std::string ns = Tenant((i * 7 + 1) % heldDevices);
+    TimeCreate(client, VmiCollection(ns), Vmi(i, heldDevices, true), vmis);
+    TimeCreate(client, VmiCollection(ns), Vmi(i, heldDevices, false), vmiPeers);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  apiAfter = cluster.Metrics();
+  handlerAfter = bench::ControllerMetrics(healthPort);
+  Report("VMI create (dry run)", vmis, vmiPeers);
+  ApiServerView(apiBefore, apiAfter, "virtualmachineinstances.gpu.cozystack.io");
+  HandlerView(handlerBefore, handlerAfter);
+  controller.Stop();
+  return orders.allowed == requests && orderPeers.allowed == requests &&
+                 vmis.allowed == vmRequests && vmiPeers.allowed == vmRequests
+             ? 0
+             : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines as they come, also into a file
+  try {
+    bench::Mode mode;
+    const std::vector<std::string> words = bench::ParseMode(argc, argv, mode);
+    const int nodes = bench::Positional(words, 0, mode.Real() ? 2000 : 5000);
+    const int requests = bench::Positional(words, 1, 2000);
+    if (nodes <= 0 || requests <= 0) {
+      std::fprintf(stderr, "need nodes > 0 and requests > 0\n");
+      return 2;
+    }
+    if (!mode.Real()) return RunInProcess(nodes, requests);
+    return RunReal(mode, nodes, requests, bench::Positional(words, 2, 16));
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "bench_admission: %s\n", error.what());
+    return 1;
+  }
 }

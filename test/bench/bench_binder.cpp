@@ -6,21 +6,37 @@
 // without any API (what the API, the caches and the process add is the ratio).
 //
 //   bench_binder [nodes=5000] [requests=1000] [quiet-seconds=60]
+//
+// With --real-cluster (a control plane of scripts/cluster.sh brought up in a temporary
+// directory and down at the end) or --kubeconfig FILE (an existing, empty cluster, left filled):
+// the same through a real kube-apiserver and etcd (issue 22 §7). The cluster is seeded through
+// the API server by [seed-threads=16] threads, each with a client of its own; the orders are
+// created before the controller starts and the bind requests are status patches written at
+// once, as the VMI webhook writes them; writes are counted by the API server itself
+// (apiserver_request_total in its /metrics, before and after).
+//
+//   bench_binder --real-cluster [nodes=1000] [requests=1000] [quiet-seconds=60] [seed-threads=16]
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "controller/model/model.h"
 #include "controller/snapshot_json.h"
+#include "kube/watch.h"
+#include "test/bench/real_cluster.h"
 #include "test/fakes/fake_apiserver.h"
 #include "test/support/fixture_host.h"
 #include "test/support/gpu_objects.h"
@@ -32,6 +48,7 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 constexpr int kGpusPerNode = 8;
 constexpr int kTenants = 100;
+constexpr const char* kRequestLabel = "bench.cozystack.io/request";
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -41,12 +58,29 @@ json GpuNode(int n) {
   return cozy::testing::GpuNodeObject("node-" + std::to_string(n), kGpusPerNode);
 }
 
+json Namespace(const std::string& name) {
+  return {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", name}}}};
+}
+
+json GpuClass() {
+  return {{"apiVersion", "gpu.cozystack.io/v1alpha1"},
+          {"kind", "GPUClass"},
+          {"metadata", {{"name", "a100"}, {"finalizers", {"gpu.cozystack.io/class-protection"}}}},
+          {"spec",
+           {{"vendor", "nvidia"},
+            {"model", "A100"},
+            {"mode", "passthrough"},
+            {"source", {{"devicePlugin", {{"resourceName", "nvidia.com/GA100"}}}}}}}};
+}
+
+std::string DeviceNamespace(int i) { return "tenant-" + std::to_string(i % kTenants); }
+
 json Device(int i, const std::string& node, const std::string& requestId) {
   json device = {{"apiVersion", "gpu.cozystack.io/v1alpha1"},
                  {"kind", "GPUDevice"},
                  {"metadata",
                   {{"name", "d" + std::to_string(i)},
-                   {"namespace", "tenant-" + std::to_string(i % kTenants)},
+                   {"namespace", DeviceNamespace(i)},
                    {"finalizers", {"gpu.cozystack.io/device-protection"}}}},
                  {"spec", {{"className", "a100"}, {"count", 1}}}};
   if (!node.empty()) {
@@ -58,12 +92,90 @@ json Device(int i, const std::string& node, const std::string& requestId) {
   return device;
 }
 
-}  // namespace
+// Waits for the controller's /readyz, then for its first full pass over the held set (on
+// taking the lead it lists every device from the API server, D3, and writes each GPUNode's
+// TakesBinds condition).
+bool WaitForController(int port, const std::filesystem::path& log) {
+  const auto starting = Clock::now();
+  const bool ready =
+      cozy::testing::WaitFor([&] { return cozy::bench::Ready(port); }, std::chrono::minutes(5),
+                             std::chrono::milliseconds(200));
+  if (!ready) {
+    std::fprintf(stderr, "the controller did not get ready; see %s\n", log.c_str());
+    return false;
+  }
+  std::printf("controller ready (caches listed) in %.1f s\n", Seconds(Clock::now() - starting));
+  const bool firstPass = cozy::testing::WaitFor(
+      [&] {
+        return cozy::bench::ControllerMetrics(port).find(
+                   "gpu_controller_binder_passes_total{kind=\"full\"}") != std::string::npos;
+      },
+      std::chrono::minutes(5), std::chrono::milliseconds(200));
+  if (!firstPass) {
+    std::fprintf(stderr, "the binder made no pass; see %s\n", log.c_str());
+    return false;
+  }
+  std::printf(
+      "first full pass done %.1f s after start (a list of every device, every "
+      "GPUNode's condition)\n",
+      Seconds(Clock::now() - starting));
+  return true;
+}
 
-int main(int argc, char** argv) {
-  const int nodes = argc > 1 ? std::atoi(argv[1]) : 5000;
-  const int requests = argc > 2 ? std::atoi(argv[2]) : 1000;
-  const int quietSeconds = argc > 3 ? std::atoi(argv[3]) : 60;
+// The controller's own account of the burst.
+void PrintControllerMetrics(int port) {
+  const std::string metrics = cozy::bench::ControllerMetrics(port);
+  for (const char* name :
+       {"gpu_controller_binder_passes_total{kind=\"answers\"}",
+        "gpu_controller_binder_passes_total{kind=\"full\"}",
+        "gpu_controller_binder_pass_duration_seconds_sum",
+        "gpu_controller_binder_device_reads_total", "gpu_controller_binder_conflicts_total"}) {
+    const size_t found = metrics.find("\n" + std::string(name) + " ");
+    const size_t at = found == std::string::npos ? found : found + 1;
+    std::printf("  %s %s\n", name,
+                at == std::string::npos
+                    ? "0"
+                    : metrics
+                          .substr(at + std::string(name).size() + 1,
+                                  metrics.find('\n', at) - at - std::string(name).size() - 1)
+                          .c_str());
+  }
+}
+
+// The peer: the model's pass over the same cluster (the requests' devices included), no API.
+void ModelPeer(const json& all, double answerSeconds) {
+  const cozy::model::Snapshot snapshot =
+      cozy::controller::DecodeSnapshotList({{"kind", "List"}, {"items", all}});
+  std::vector<double> passes;
+  size_t decisions = 0;
+  for (int round = 0; round < 5; ++round) {
+    const auto start = Clock::now();
+    const cozy::model::Model model(snapshot);
+    decisions = model.PlanPass().size();
+    passes.push_back(Seconds(Clock::now() - start));
+  }
+  std::sort(passes.begin(), passes.end());
+  std::printf("model pass without the API (median of 5): %.1f ms, %zu decisions\n",
+              passes[2] * 1000, decisions);
+  std::printf("answer time / model pass: %.0fx\n", answerSeconds / passes[2]);
+}
+
+// A self-signed serving pair for the webhooks, which serve with GPUs on (never called here).
+bool SelfSignedCertificate(const std::filesystem::path& dir) {
+  const auto certificate = cozy::testing::RunCommand(
+      "mkdir -p " + cozy::testing::ShellQuote(dir.string()) + " && cd " +
+      cozy::testing::ShellQuote(dir.string()) +
+      " && openssl req -x509 -newkey rsa:2048 -nodes -keyout tls.key -out tls.crt -days 1"
+      " -subj /CN=bench 2>/dev/null");
+  if (certificate.exitCode != 0) {
+    std::fprintf(stderr, "openssl could not make the webhooks' certificate: %s\n",
+                 certificate.err.c_str());
+    return false;
+  }
+  return true;
+}
+
+int RunFake(int nodes, int requests, int quietSeconds) {
   const int held = nodes * kGpusPerNode - requests;  // every unit held but one per request
   char pattern[] = "/tmp/bench-binder.XXXXXX";
   const std::filesystem::path work = ::mkdtemp(pattern);
@@ -78,20 +190,9 @@ int main(int argc, char** argv) {
     all.push_back(object);
   };
   const auto seeding = Clock::now();
-  seed({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "cozy-system"}}}});
-  for (int t = 0; t < kTenants; ++t) {
-    seed({{"apiVersion", "v1"},
-          {"kind", "Namespace"},
-          {"metadata", {{"name", "tenant-" + std::to_string(t)}}}});
-  }
-  seed({{"apiVersion", "gpu.cozystack.io/v1alpha1"},
-        {"kind", "GPUClass"},
-        {"metadata", {{"name", "a100"}, {"finalizers", {"gpu.cozystack.io/class-protection"}}}},
-        {"spec",
-         {{"vendor", "nvidia"},
-          {"model", "A100"},
-          {"mode", "passthrough"},
-          {"source", {{"devicePlugin", {{"resourceName", "nvidia.com/GA100"}}}}}}}});
+  seed(Namespace("cozy-system"));
+  for (int t = 0; t < kTenants; ++t) seed(Namespace("tenant-" + std::to_string(t)));
+  seed(GpuClass());
   for (int n = 0; n < nodes; ++n) {
     seed(Node(n));
     seed(GpuNode(n));
@@ -105,57 +206,16 @@ int main(int argc, char** argv) {
 
   std::ofstream(work / "kubeconfig") << server.Kubeconfig("binder");
   const int port = cozy::testing::FreePort();
-  // GPUs on means the admission webhooks serve too, which need a serving pair (never called
-  // here): a self-signed one made by the openssl CLI.
-  const auto certificate = cozy::testing::RunCommand(
-      "mkdir -p " + cozy::testing::ShellQuote((work / "certs").string()) + " && cd " +
-      cozy::testing::ShellQuote((work / "certs").string()) +
-      " && openssl req -x509 -newkey rsa:2048 -nodes -keyout tls.key -out tls.crt -days 1"
-      " -subj /CN=bench 2>/dev/null");
-  if (certificate.exitCode != 0) {
-    std::fprintf(stderr, "openssl could not make the webhooks' certificate: %s\n",
-                 certificate.err.c_str());
-    return 1;
-  }
+  if (!SelfSignedCertificate(work / "certs")) return 1;
   pid_t controller = cozy::testing::Spawn(
       {GPU_CONTROLLER, "run", "--kubeconfig", (work / "kubeconfig").string(), "--identity", "bench",
        "--enable-gpu", "--health-addr", "127.0.0.1:" + std::to_string(port), "--qps", "0",
        "--webhook-addr", "127.0.0.1:0", "--webhook-cert-dir", (work / "certs").string()},
       work / "controller.log");
-  const auto starting = Clock::now();
-  const bool ready = cozy::testing::WaitFor(
-      [&] {
-        return cozy::testing::RunCommand("curl -sf http://127.0.0.1:" + std::to_string(port) +
-                                         "/readyz >/dev/null")
-                   .exitCode == 0;
-      },
-      std::chrono::minutes(5), std::chrono::milliseconds(200));
-  if (!ready) {
-    std::fprintf(stderr, "the controller did not get ready; see %s\n",
-                 (work / "controller.log").c_str());
+  if (!WaitForController(port, work / "controller.log")) {
+    cozy::testing::Finish(controller);
     return 1;
   }
-  std::printf("controller ready (caches listed) in %.1f s\n", Seconds(Clock::now() - starting));
-  // Its first full pass over the held set, before the requests: on taking the lead it lists
-  // every device from the API server (D3) and writes each GPUNode's TakesBinds condition.
-  const bool firstPass = cozy::testing::WaitFor(
-      [&] {
-        const std::string metrics =
-            cozy::testing::RunCommand("curl -s http://127.0.0.1:" + std::to_string(port) +
-                                      "/metrics")
-                .out;
-        return metrics.find("gpu_controller_binder_passes_total{kind=\"full\"}") !=
-               std::string::npos;
-      },
-      std::chrono::minutes(5), std::chrono::milliseconds(200));
-  if (!firstPass) {
-    std::fprintf(stderr, "the binder made no pass; see %s\n", (work / "controller.log").c_str());
-    return 1;
-  }
-  std::printf(
-      "first full pass done %.1f s after start (a list of every device, every "
-      "GPUNode's condition)\n",
-      Seconds(Clock::now() - starting));
   std::this_thread::sleep_for(std::chrono::seconds(1));  // the passes its writes trigger
 
   server.ClearRequests();
@@ -171,9 +231,8 @@ int main(int argc, char** argv) {
         for (int r = 0; r < requests; ++r) {
           if (answered[static_cast<size_t>(r)]) continue;
           const int i = held + r;
-          const json device =
-              server.Object("gpu.cozystack.io/v1alpha1", "gpudevices",
-                            "tenant-" + std::to_string(i % kTenants), "d" + std::to_string(i));
+          const json device = server.Object("gpu.cozystack.io/v1alpha1", "gpudevices",
+                                            DeviceNamespace(i), "d" + std::to_string(i));
           const json status = device.value("status", json::object());
           if (status.value("bindResponse", json::object()).value("id", "") ==
               "req-" + std::to_string(i)) {
@@ -210,45 +269,271 @@ int main(int argc, char** argv) {
   }
   std::printf("writes in a quiet %d s (the Lease's renewals aside): %d\n", quietSeconds,
               quietWrites);
-  // The controller's own account of the burst.
-  const std::string metrics =
-      cozy::testing::RunCommand("curl -s http://127.0.0.1:" + std::to_string(port) + "/metrics")
-          .out;
-  for (const char* name :
-       {"gpu_controller_binder_passes_total{kind=\"answers\"}",
-        "gpu_controller_binder_passes_total{kind=\"full\"}",
-        "gpu_controller_binder_pass_duration_seconds_sum",
-        "gpu_controller_binder_device_reads_total", "gpu_controller_binder_conflicts_total"}) {
-    const size_t found = metrics.find("\n" + std::string(name) + " ");
-    const size_t at = found == std::string::npos ? found : found + 1;
-    std::printf("  %s %s\n", name,
-                at == std::string::npos
-                    ? "0"
-                    : metrics
-                          .substr(at + std::string(name).size() + 1,
-                                  metrics.find('\n', at) - at - std::string(name).size() - 1)
-                          .c_str());
-  }
+  PrintControllerMetrics(port);
   cozy::testing::Finish(controller);
 
-  // The peer: the model's pass over the same cluster (the requests' devices included), no API.
   for (int i = held; i < held + requests; ++i) {
     all.push_back(Device(i, "", "req-" + std::to_string(i)));
   }
-  const cozy::model::Snapshot snapshot =
-      cozy::controller::DecodeSnapshotList({{"kind", "List"}, {"items", all}});
-  std::vector<double> passes;
-  size_t decisions = 0;
-  for (int round = 0; round < 5; ++round) {
-    const auto start = Clock::now();
-    const cozy::model::Model model(snapshot);
-    decisions = model.PlanPass().size();
-    passes.push_back(Seconds(Clock::now() - start));
-  }
-  std::sort(passes.begin(), passes.end());
-  std::printf("model pass without the API (median of 5): %.1f ms, %zu decisions\n",
-              passes[2] * 1000, decisions);
-  std::printf("answer time / model pass: %.0fx\n", answerSeconds / passes[2]);
+  ModelPeer(all, answerSeconds);
   std::filesystem::remove_all(work);
   return done && quietWrites == 0 ? 0 : 1;
+}
+
+// Answers to the bind requests as a watch on the requests' devices delivers them, each taken
+// once: device index -> bound.
+class AnswerWatch {
+ public:
+  AnswerWatch(const cozy::kube::ClientConfig& config, int first, int count)
+      : client_(config, cozy::bench::BenchClientOptions()), first_(first), count_(count) {}
+
+  // Lists the requests' devices (the watch starts at the list's resourceVersion).
+  void Start() { Relist(); }
+
+  // Takes what the watch delivered until every request is answered or `limit` passed.
+  bool Wait(std::chrono::seconds limit) {
+    const auto deadline = Clock::now() + limit;
+    while (static_cast<int>(answers_.size()) < count_ && Clock::now() < deadline) {
+      if (!stream_ || stream_->Done()) {
+        if (stream_ && stream_->Error() &&
+            stream_->Error()->kind() == cozy::kube::ErrorKind::kExpired) {
+          Relist();
+        }
+        cozy::kube::WatchOptions options;
+        options.labelSelector = std::string(kRequestLabel) + "=true";
+        options.resourceVersion = resourceVersion_;
+        stream_ = client_.Watch(Collection(), options);
+      }
+      stream_->Poll(std::chrono::milliseconds(100));
+      for (auto& event : stream_->TakeEvents()) {
+        if (event.type == "BOOKMARK" || event.type == "ADDED" || event.type == "MODIFIED") {
+          resourceVersion_ = event.object["metadata"].value("resourceVersion", resourceVersion_);
+        }
+        if (event.type == "ERROR") {
+          Relist();
+          stream_.reset();
+          break;
+        }
+        if (event.type == "ADDED" || event.type == "MODIFIED") Take(event.object);
+      }
+    }
+    return static_cast<int>(answers_.size()) == count_;
+  }
+  int answered() const { return static_cast<int>(answers_.size()); }
+  int bound() const {
+    return static_cast<int>(
+        std::count_if(answers_.begin(), answers_.end(), [](const auto& a) { return a.second; }));
+  }
+
+ private:
+  static std::string Collection() {
+    return cozy::kube::ResourcePath("gpu.cozystack.io", "v1alpha1", "gpudevices");
+  }
+  void Relist() {
+    cozy::kube::ListOptions options;
+    options.labelSelector = std::string(kRequestLabel) + "=true";
+    const json list = client_.List(Collection(), options);
+    resourceVersion_ = list["metadata"].value("resourceVersion", "");
+    for (const json& item : list["items"]) Take(item);
+  }
+  void Take(const json& device) {
+    const std::string name = device["metadata"].value("name", "");
+    if (name.size() < 2) return;
+    const int i = std::atoi(name.c_str() + 1);
+    if (i < first_ || i >= first_ + count_ || answers_.count(i)) return;
+    const json status = device.value("status", json::object());
+    if (status.value("bindResponse", json::object()).value("id", "") !=
+        "req-" + std::to_string(i)) {
+      return;
+    }
+    answers_[i] = status.value("phase", "") == "Bound";
+  }
+
+  cozy::kube::Client client_;
+  int first_;
+  int count_;
+  std::string resourceVersion_;
+  std::unique_ptr<cozy::kube::WatchStream> stream_;
+  std::map<int, bool> answers_;
+};
+
+double PlacementWrites(const std::map<std::string, double>& delta, bool success) {
+  double sum = 0;
+  for (const auto& [key, value] : delta) {
+    const bool status = key.starts_with("PATCH gpudevices/status ") ||
+                        key.starts_with("PUT gpudevices/status ") ||
+                        key.starts_with("APPLY gpudevices/status ");
+    const bool ok = key.substr(key.rfind(' ') + 1).starts_with('2');
+    if (status && ok == success) sum += value;
+  }
+  return sum;
+}
+
+int RunReal(const cozy::bench::Mode& mode, int nodes, int requests, int quietSeconds, int threads) {
+  const int held = nodes * kGpusPerNode - requests;  // every unit held but one per request
+  const std::filesystem::path source = COZY_SOURCE_DIR;
+  cozy::bench::ControlPlane cluster(mode, source);
+  const std::filesystem::path work = cluster.work();
+  // The GPU kinds only, as the fake serves them here: no KubeVirt, no usage records (whose
+  // CRDs would have the controller write a Workload per Bound device).
+  cluster.KubectlOrThrow("apply -f " +
+                         cozy::bench::ControlPlane::Quote(source / "charts/gpu/templates/crds"));
+  cluster.KubectlOrThrow(
+      "wait --for=condition=Established --timeout=60s crd/gpuclasses.gpu.cozystack.io "
+      "crd/gpudevices.gpu.cozystack.io crd/gpunodes.gpu.cozystack.io");
+  const auto& config = cluster.config();
+
+  json all = json::array();  // the same cluster for the model alone
+  const auto seeding = Clock::now();
+  std::vector<json> namespaces = {Namespace("cozy-system")};
+  for (int t = 0; t < kTenants; ++t) namespaces.push_back(Namespace("tenant-" + std::to_string(t)));
+  cozy::bench::Parallel(config, threads, static_cast<int>(namespaces.size()),
+                        [&](int i, cozy::kube::Client& client) {
+                          cozy::bench::CreateWithStatus(client, namespaces[static_cast<size_t>(i)],
+                                                        "namespaces", false);
+                        });
+  for (const auto& ns : namespaces) all.push_back(ns);
+  {
+    cozy::kube::Client client(config, cozy::bench::BenchClientOptions());
+    cozy::bench::CreateWithStatus(client, GpuClass(), "gpuclasses", true);
+    all.push_back(GpuClass());
+  }
+  cozy::bench::Parallel(config, threads, nodes, [&](int n, cozy::kube::Client& client) {
+    cozy::bench::CreateWithStatus(client, Node(n), "nodes", false);  // a Node keeps its status
+    cozy::bench::CreateWithStatus(client, GpuNode(n), "gpunodes", true);
+  });
+  for (int n = 0; n < nodes; ++n) {
+    all.push_back(Node(n));
+    all.push_back(GpuNode(n));
+  }
+  const double nodeSeconds = Seconds(Clock::now() - seeding);
+  // Held units fill the nodes in order, so the free ones are spread over the last nodes.
+  cozy::bench::Parallel(config, threads, held, [&](int i, cozy::kube::Client& client) {
+    cozy::bench::CreateWithStatus(client, Device(i, "node-" + std::to_string(i / kGpusPerNode), ""),
+                                  "gpudevices", true);
+  });
+  for (int i = 0; i < held; ++i)
+    all.push_back(Device(i, "node-" + std::to_string(i / kGpusPerNode), ""));
+  // The orders, without their requests yet: the tenants' creates, before the controller runs.
+  cozy::bench::Parallel(config, threads, requests, [&](int r, cozy::kube::Client& client) {
+    json order = Device(held + r, "", "");
+    order.erase("status");
+    order["metadata"]["labels"] = {{kRequestLabel, "true"}};
+    cozy::bench::CreateWithStatus(client, order, "gpudevices", true);
+  });
+  const double seedSeconds = Seconds(Clock::now() - seeding);
+  const int objects = static_cast<int>(namespaces.size()) + 1 + 2 * nodes + held + requests;
+  std::printf(
+      "seeded %d nodes x %d GPUs, %d held devices, %d orders through the API server in %.1f s "
+      "(%d threads; nodes and GPUNodes %.1f s; %d objects, %.0f objects/s)\n",
+      nodes, kGpusPerNode, held, requests, seedSeconds, threads, nodeSeconds, objects,
+      objects / seedSeconds);
+
+  const int port = cozy::testing::FreePort();
+  if (!SelfSignedCertificate(work / "certs")) return 1;
+  cozy::bench::ControllerProcess controller(
+      {GPU_CONTROLLER, "run", "--kubeconfig", cluster.kubeconfig().string(), "--identity", "bench",
+       "--enable-gpu", "--health-addr", "127.0.0.1:" + std::to_string(port), "--qps", "0",
+       "--webhook-addr", "127.0.0.1:0", "--webhook-cert-dir", (work / "certs").string()},
+      work / "controller.log");
+  auto failed = [&] {
+    const auto tail = cozy::testing::RunCommand(
+        "tail -n 20 " + cozy::testing::ShellQuote(controller.log().string()));
+    std::fprintf(stderr, "--- controller log (last lines)\n%s", tail.out.c_str());
+    return 1;
+  };
+  if (!WaitForController(port, controller.log())) return failed();
+  // The writes its first pass triggers (each GPUNode's condition, the orders' first status).
+  cozy::bench::WaitForStillWrites(cluster, std::chrono::seconds(2), std::chrono::minutes(5));
+
+  AnswerWatch answers(config, held, requests);
+  answers.Start();
+  const std::string metricsBefore = cluster.Metrics();
+  const auto before = cozy::bench::Writes(metricsBefore);
+  const auto asked = Clock::now();
+  cozy::bench::Parallel(config, threads, requests, [&](int r, cozy::kube::Client& client) {
+    const int i = held + r;
+    client.MergePatch(
+        cozy::kube::ResourcePath("gpu.cozystack.io", "v1alpha1", "gpudevices", DeviceNamespace(i),
+                                 "d" + std::to_string(i), "status"),
+        {{"status", Device(i, "", "req-" + std::to_string(i))["status"]}});
+  });
+  const double writeSeconds = Seconds(Clock::now() - asked);
+  const bool done = answers.Wait(std::chrono::minutes(10));
+  const double answerSeconds = Seconds(Clock::now() - asked);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const std::string metricsAfter = cluster.Metrics();
+  const auto after = cozy::bench::Writes(metricsAfter);
+  const auto burst = cozy::bench::Delta(before, after);
+  const double placementWrites = PlacementWrites(burst, true) - requests;  // less our requests
+  const double refusedWrites = PlacementWrites(burst, false);
+  const int answered = answers.answered();
+  const int bound = answers.bound();
+  std::printf(
+      "%d bind requests (written in %.2f s by %d threads) answered%s in %.2f s: %.0f answers/s, "
+      "%d bound\n",
+      answered, writeSeconds, threads, done ? "" : " (TIMED OUT)", answerSeconds,
+      answered / answerSeconds, bound);
+  std::printf(
+      "placement writes per bound device: %.2f (%.0f status writes the API server accepted, "
+      "the %d requests aside; %.0f refused)\n",
+      bound > 0 ? placementWrites / bound : 0.0, placementWrites, requests, refusedWrites);
+  std::printf("  API writes from the requests to 2 s after the last answer: %s\n",
+              cozy::bench::Describe(burst).c_str());
+  // The API server's own time for those status writes (ours and the binder's).
+  auto statusPatches = [](const std::string& text, const char* suffix) {
+    return cozy::bench::Sum(text, std::string("apiserver_request_duration_seconds") + suffix,
+                            [](const auto& labels) {
+                              return cozy::bench::Label(labels, "verb") == "PATCH" &&
+                                     cozy::bench::Label(labels, "resource") == "gpudevices" &&
+                                     cozy::bench::Label(labels, "subresource") == "status";
+                            });
+  };
+  const double patches =
+      statusPatches(metricsAfter, "_count") - statusPatches(metricsBefore, "_count");
+  std::printf("  the API server's mean time per status write: %.1f ms (%.0f writes)\n",
+              patches > 0
+                  ? (statusPatches(metricsAfter, "_sum") - statusPatches(metricsBefore, "_sum")) /
+                        patches * 1e3
+                  : 0.0,
+              patches);
+
+  // A quiet window: nothing changes, nothing should be written.
+  std::this_thread::sleep_for(std::chrono::seconds(quietSeconds));
+  const auto quiet = cozy::bench::Delta(after, cozy::bench::Writes(cluster.Metrics()));
+  double quietWrites = 0;
+  for (const auto& [key, value] : quiet) quietWrites += value;
+  std::printf(
+      "writes in a quiet %d s (Lease renewals aside), as the API server counts them: %.0f (%s)\n",
+      quietSeconds, quietWrites, cozy::bench::Describe(quiet).c_str());
+  PrintControllerMetrics(port);
+  controller.Stop();
+
+  for (int i = held; i < held + requests; ++i) {
+    all.push_back(Device(i, "", "req-" + std::to_string(i)));
+  }
+  ModelPeer(all, answerSeconds);
+  return done && quietWrites == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines as they come, also into a file
+  try {
+    cozy::bench::Mode mode;
+    const std::vector<std::string> words = cozy::bench::ParseMode(argc, argv, mode);
+    const int nodes = cozy::bench::Positional(words, 0, mode.Real() ? 1000 : 5000);
+    const int requests = cozy::bench::Positional(words, 1, 1000);
+    const int quietSeconds = cozy::bench::Positional(words, 2, 60);
+    if (nodes <= 0 || requests <= 0 || requests > nodes * kGpusPerNode || quietSeconds < 0) {
+      std::fprintf(stderr, "need nodes > 0 and 0 < requests <= 8 x nodes\n");
+      return 2;
+    }
+    if (!mode.Real()) return RunFake(nodes, requests, quietSeconds);
+    return RunReal(mode, nodes, requests, quietSeconds, cozy::bench::Positional(words, 3, 16));
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "bench_binder: %s\n", error.what());
+    return 1;
+  }
 }
