@@ -186,7 +186,8 @@ stop_pids() {
   done <"$dir/pids"
   for ((i = ${#listed[@]} - 1; i >= 0; i--)); do
     pid=${listed[$i]}
-    cmdline=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || continue
+    # A pid already gone: its /proc entry too (the braces take the redirection's own error).
+    cmdline=$({ tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null) || continue
     [[ "$cmdline" == *"$dir/"* ]] || continue
     kill -TERM "$pid" 2>/dev/null || continue
     for _ in $(seq 100); do

@@ -337,6 +337,9 @@ void Server::Start() {
   server_->set_read_timeout(options_.readTimeout);
   server_->set_write_timeout(options_.readTimeout);
   server_->set_keep_alive_timeout(5);
+  // Each answer is one small write: without TCP_NODELAY it waits on the API server's delayed
+  // ACK, about 40 ms per admission call (docs/benchmarks.md, "Through the API server").
+  server_->set_tcp_nodelay(true);
   for (const auto& [path, handler] : handlers_) {
     server_->Post(path, [this, path = path, handler = handler](const httplib::Request& request,
                                                                httplib::Response& response) {
