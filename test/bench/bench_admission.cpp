@@ -244,7 +244,10 @@ int RunInProcess(int nodes, int requests) {
   const json podKind = {{"group", ""}, {"version", "v1"}, {"kind", "Pod"}};
   const json podResource = {{"group", ""}, {"version", "v1"}, {"resource", "pods"}};
   const Figures pods = Measure(requests, [&](int i) {
-    const int device = (i * 7) % (nodes * kHeldPerNode);  // attached: device % 7 == 0
+    // An attached device (those with device % 7 == 0): (i * 7) % total is not one once i * 7
+    // wraps past a total that is not a multiple of 7 (small clusters).
+    const int attachedDevices = (nodes * kHeldPerNode + 6) / 7;
+    const int device = 7 * (i % attachedDevices);
     const std::string vmi = "vm-" + std::to_string(device);
     const std::string ns = Tenant(device);
     const json pod = {
