@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
                   "How often to ask which optional kinds (KubeVirt, usage records) are served")
       ->capture_default_str();
   run->add_option("--webhook-addr", options.webhookAddress,
-                  "Admission webhooks (with --enable-gpu): HTTPS on host:port or :port")
+                  "Admission webhooks (with --enable-gpu): HTTPS on host:port, [v6]:port or :port")
       ->capture_default_str();
   run->add_option("--webhook-cert-dir", options.webhookCertDir,
                   "Directory holding tls.crt and tls.key, re-read when they change")

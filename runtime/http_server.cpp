@@ -2,6 +2,7 @@
 
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -11,7 +12,11 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 #include <optional>
+#include <vector>
 #include <string_view>
 #include <system_error>
 #include <unordered_map>
@@ -136,12 +141,15 @@ std::optional<uint64_t> ParseDecimal(std::string_view text) {
 struct RequestLine {
   int status = 0;  // 0: served; else the refusal
   bool headOnly = false;
+  bool post = false;
   int minorVersion = 1;
   std::string path;
+  std::string query;
 };
 
 // "METHOD SP target SP HTTP/1.x", exactly (RFC 9112 §3). The method is judged only once the
-// line is well formed, so garbage is a 400 and a well-formed POST a 405.
+// line is well formed, so garbage is a 400 and a well-formed PUT a 405 (POST is judged against
+// the path's route by the caller).
 RequestLine ParseRequestLine(std::string_view line) {
   RequestLine result;
   const size_t firstSpace = line.find(' ');
@@ -169,11 +177,12 @@ RequestLine ParseRequestLine(std::string_view line) {
     return result;
   }
   result.minorVersion = version[7] - '0';
-  if (method != "GET" && method != "HEAD") {
+  if (method != "GET" && method != "HEAD" && method != "POST") {
     result.status = 405;
     return result;
   }
   result.headOnly = method == "HEAD";
+  result.post = method == "POST";
   // origin-form "/path?query", or absolute-form "http://authority/path?query" (RFC 9112 §3.2).
   std::string_view path = target;
   if (path.front() != '/') {
@@ -185,7 +194,12 @@ RequestLine ParseRequestLine(std::string_view line) {
     const size_t slash = path.find('/', scheme + 3);
     path = slash == std::string_view::npos ? std::string_view("/") : path.substr(slash);
   }
-  path = path.substr(0, path.find_first_of("?#"));
+  const size_t pathEnd = path.find_first_of("?#");
+  if (pathEnd != std::string_view::npos && path[pathEnd] == '?') {
+    const std::string_view query = path.substr(pathEnd + 1);
+    result.query = std::string(query.substr(0, query.find('#')));
+  }
+  path = path.substr(0, pathEnd);
   result.path = std::string(path.empty() ? "/" : path);
   return result;
 }
@@ -238,11 +252,13 @@ class ChunkedBody {
 
   explicit ChunkedBody(size_t maxBytes) : maxBytes_(maxBytes) {}
 
-  // Consumes bytes up to the end of the body; what follows it is left alone.
-  Result Feed(std::string_view bytes) {
+  // Consumes bytes up to the end of the body; what follows it is left alone. The chunks' data
+  // is appended to `keep` when given, else dropped.
+  Result Feed(std::string_view bytes, std::string* keep = nullptr) {
     while (!bytes.empty()) {
       if (state_ == State::data) {
         const size_t take = static_cast<size_t>(std::min<uint64_t>(chunkLeft_, bytes.size()));
+        if (keep != nullptr) keep->append(bytes.substr(0, take));
         chunkLeft_ -= take;
         bytes.remove_prefix(take);
         if (chunkLeft_ == 0) {
@@ -333,7 +349,8 @@ class ChunkedBody {
   State state_ = State::size;
 };
 
-std::string FormatResponse(const HttpResponse& response, bool headOnly, bool allowHeader) {
+std::string FormatResponse(const HttpResponse& response, bool headOnly,
+                           std::string_view allow = {}) {
   std::string out;
   out.reserve(160 + (headOnly ? 0 : response.body.size()));
   out += "HTTP/1.1 ";
@@ -345,8 +362,10 @@ std::string FormatResponse(const HttpResponse& response, bool headOnly, bool all
   out += "\r\nContent-Length: ";
   out += std::to_string(response.body.size());
   out += "\r\nConnection: close\r\n";
-  if (allowHeader) {
-    out += "Allow: GET, HEAD\r\n";
+  if (!allow.empty()) {
+    out += "Allow: ";
+    out += allow;
+    out += "\r\n";
   }
   out += "\r\n";
   if (!headOnly) {
@@ -363,19 +382,178 @@ HttpResponse Refusal(int status) {
   return response;
 }
 
+// Whether a handler's answer can be sent as it is.
+bool Sendable(const HttpResponse& response) {
+  const bool typeSafe =
+      IsFieldValue(response.contentType) && !TrimWhitespace(response.contentType).empty();
+  return response.status >= 200 && response.status <= 599 && typeSafe;
+}
+
 }  // namespace
 
+std::string HttpRequest::QueryParameter(std::string_view name) const {
+  std::string_view rest = query;
+  while (!rest.empty()) {
+    const size_t amp = rest.find('&');
+    const std::string_view pair = rest.substr(0, amp);
+    const size_t equals = pair.find('=');
+    if (pair.substr(0, equals) == name) {
+      return equals == std::string_view::npos ? std::string() : std::string(pair.substr(equals + 1));
+    }
+    if (amp == std::string_view::npos) break;
+    rest.remove_prefix(amp + 1);
+  }
+  return {};
+}
+
+// POST handlers' threads. The loop submits complete requests (refused when the queue is full)
+// and collects answers through an eventfd; a job never touches a connection, only its id.
+class HttpServer::Workers {
+ public:
+  struct Job {
+    uint64_t id = 0;
+    int fd = -1;
+    const PostHandler* handler = nullptr;
+    HttpRequest request;
+    size_t reserved = 0;  // body bytes counted against maxBufferedBodyBytes until it is done
+  };
+  struct Done {
+    uint64_t id = 0;
+    int fd = -1;
+    HttpResponse response;
+    size_t reserved = 0;
+  };
+
+  Workers(size_t threads, size_t capacity)
+      : threadCount_(std::max<size_t>(threads, 1)), capacity_(capacity) {}
+  ~Workers() { Stop(); }
+  Workers(const Workers&) = delete;
+  Workers& operator=(const Workers&) = delete;
+
+  // False with `error` when the eventfd or a thread cannot be made.
+  bool Start(std::string& error) {
+    doneFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (doneFd_ < 0) {
+      error = "eventfd: " + ErrnoText(errno);
+      return false;
+    }
+    try {
+      for (size_t i = 0; i < threadCount_; ++i) {
+        threads_.emplace_back([this] { Work(); });
+        pthread_setname_np(threads_.back().native_handle(), "http-worker");
+      }
+    } catch (const std::system_error& failed) {
+      error = std::string("starting the worker threads: ") + failed.what();
+      Stop();
+      return false;
+    }
+    return true;
+  }
+
+  // Joins the threads after their current handlers return; queued requests are dropped.
+  void Stop() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+      queue_.clear();
+    }
+    wake_.notify_all();
+    for (std::thread& thread : threads_) {
+      if (thread.joinable()) thread.join();
+    }
+    threads_.clear();
+    if (doneFd_ >= 0) {
+      ::close(doneFd_);
+      doneFd_ = -1;
+    }
+  }
+
+  bool TrySubmit(Job&& job) {
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_ || queue_.size() >= capacity_) return false;
+      queue_.push_back(std::move(job));
+      queued_.store(static_cast<int64_t>(queue_.size()), std::memory_order_relaxed);
+    }
+    wake_.notify_one();
+    return true;
+  }
+
+  std::vector<Done> TakeDone() {
+    uint64_t count = 0;
+    (void)::read(doneFd_, &count, sizeof count);
+    std::lock_guard lock(mutex_);
+    return std::exchange(done_, {});
+  }
+
+  int doneFd() const { return doneFd_; }
+  int64_t active() const { return active_.load(std::memory_order_relaxed); }
+  int64_t queued() const { return queued_.load(std::memory_order_relaxed); }
+  bool Saturated() const {
+    return static_cast<size_t>(active()) >= threadCount_ &&
+           static_cast<size_t>(queued()) >= std::max<size_t>(1, capacity_ / 2);
+  }
+
+ private:
+  void Work() {
+    for (;;) {
+      Job job;
+      {
+        std::unique_lock lock(mutex_);
+        wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+        if (stopping_) return;
+        job = std::move(queue_.front());
+        queue_.pop_front();
+        queued_.store(static_cast<int64_t>(queue_.size()), std::memory_order_relaxed);
+        active_.fetch_add(1, std::memory_order_relaxed);
+      }
+      Done done{job.id, job.fd, {}, job.reserved};
+      try {
+        done.response = (*job.handler)(job.request);
+        if (!Sendable(done.response)) done.response = Refusal(500);
+      } catch (...) {
+        done.response = Refusal(500);  // a handler's bug must not take the daemon down
+      }
+      job.request = {};  // the body goes before the answer is handed over
+      {
+        std::lock_guard lock(mutex_);
+        done_.push_back(std::move(done));
+        active_.fetch_sub(1, std::memory_order_relaxed);
+      }
+      const uint64_t one = 1;
+      (void)::write(doneFd_, &one, sizeof one);
+    }
+  }
+
+  const size_t threadCount_;
+  const size_t capacity_;
+  int doneFd_ = -1;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::deque<Job> queue_;
+  std::vector<Done> done_;
+  std::vector<std::thread> threads_;
+  std::atomic<int64_t> active_{0};
+  std::atomic<int64_t> queued_{0};
+};
+
 // Runs on the server's thread; owns the connections. Every connection moves forward only:
-// reading its head, maybe reading (dropping) a body, writing its answer, lingering, closed.
-// Each phase has a deadline (lingering ends by the write deadline too), so nothing a client
-// does or fails to do holds a slot for longer than headerDeadline + writeDeadline.
+// (TLS handshake,) reading its head, maybe reading a body (dropped, or kept for a POST
+// route), being handled by a worker (POST), writing its answer, lingering, closed. Each phase
+// has a deadline (the request's from accept, a handler's from accept, the answer's from when
+// it was ready; lingering ends by the write deadline too), so nothing a client does or fails
+// to do holds a slot for longer than those added up.
 class HttpServer::Loop {
  public:
-  Loop(const HttpLimits& limits, const std::map<std::string, Handler, std::less<>>& handlers,
-       Counters& counters, int listenFd, int wakeFd, int epollFd)
+  Loop(const HttpLimits& limits, const std::map<std::string, Route, std::less<>>& routes,
+       Counters& counters, SecureTransport* transport, Workers* workers, int listenFd,
+       int wakeFd, int epollFd)
       : limits_(limits),
-        handlers_(handlers),
+        routes_(routes),
         counters_(counters),
+        transport_(transport),
+        workers_(workers),
         listenFd_(listenFd),
         wakeFd_(wakeFd),
         epollFd_(epollFd) {
@@ -393,6 +571,7 @@ class HttpServer::Loop {
 
   void Run() {
     std::array<epoll_event, 64> events{};
+    const int doneFd = workers_ != nullptr ? workers_->doneFd() : -1;
     for (;;) {
       const int ready = epoll_wait(epollFd_, events.data(), static_cast<int>(events.size()),
                                    TimeoutMilliseconds());
@@ -407,6 +586,8 @@ class HttpServer::Loop {
         }
         if (fd == listenFd_) {
           AcceptBurst();
+        } else if (fd == doneFd) {
+          TakeAnswers();
         } else if (const auto found = connections_.find(fd); found != connections_.end()) {
           // Whatever the event says: each phase tries its own I/O, which tells EOF, errors
           // and stale events (a descriptor reused within this batch) apart by itself.
@@ -426,12 +607,15 @@ class HttpServer::Loop {
   }
 
  private:
-  enum class Phase { readingHead, readingBody, writing, lingering, closed };
+  enum class Phase { handshaking, readingHead, readingBody, handling, writing, lingering, closed };
 
   struct Connection {
     int fd = -1;
+    uint64_t id = 0;  // unique for the server's life: a worker's answer names it
     Phase phase = Phase::readingHead;
-    uint32_t events = EPOLLIN;  // what epoll watches for it now
+    uint32_t events = EPOLLIN;  // what epoll watches for it now; 0: not watched (handling)
+    std::unique_ptr<SecureSession> session;  // with a transport (TLS)
+    uint32_t sessionWaits = 0;  // what the session's last call waits for, when not the phase's
     Clock::time_point accepted;
     Clock::time_point deadline;
     bool receivedAny = false;
@@ -443,10 +627,14 @@ class HttpServer::Loop {
     bool requestLineSeen = false;
     RequestLine request;
     HeaderSummary headers;
-    // Body, dropped as it comes.
+    const Route* route = nullptr;
+    // Body: dropped as it comes, or kept for a POST route (counted in bufferedBodies_).
     BodyFraming framing = BodyFraming::none;
     uint64_t bodyLeft = 0;
     std::optional<ChunkedBody> chunked;
+    bool keepBody = false;
+    std::string body;
+    size_t reserved = 0;
     // Answer.
     std::string out;
     size_t sent = 0;
@@ -492,13 +680,31 @@ class HttpServer::Loop {
         return;  // EAGAIN: all taken
       }
       counters_.accepted.fetch_add(1, std::memory_order_relaxed);
+      std::unique_ptr<SecureSession> session;
+      if (transport_ != nullptr) {
+        session = transport_->Accept(fd);
+        if (!session) {
+          counters_.handshakeFailures.fetch_add(1, std::memory_order_relaxed);
+          ::close(fd);
+          continue;
+        }
+      }
       if (connections_.size() >= limits_.maxConnections) {
         EvictOne();
       }
+      // Answers are one write each: without TCP_NODELAY a small one can wait on the client's
+      // delayed ACK (about 40 ms per call; docs/benchmarks.md, "Through the API server").
+      const int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       Connection& connection = connections_[fd];
       connection.fd = fd;
+      connection.id = ++lastId_;
       connection.accepted = now_;
       connection.deadline = now_ + limits_.headerDeadline;
+      if (session) {
+        connection.session = std::move(session);
+        connection.phase = Phase::handshaking;
+      }
       Watch(fd, EPOLLIN, EPOLL_CTL_ADD);
       // A probe sends its request with the connect: answer it now, before more accepts can
       // push it out.
@@ -510,11 +716,21 @@ class HttpServer::Loop {
   }
 
   // Room for one more: the oldest lingering connection (already answered), else the oldest
-  // still sending its request (idle or slow), else the oldest being answered. An answered one
-  // whose client has closed already just goes: no overflow.
+  // still sending its request (idle or slow), else the oldest being answered, else the oldest
+  // waiting for its handler (whose answer is then dropped). An answered one whose client has
+  // closed already just goes: no overflow.
   void EvictOne() {
     const auto rank = [](Phase phase) {
-      return phase == Phase::lingering ? 0 : phase == Phase::writing ? 2 : 1;
+      switch (phase) {
+        case Phase::lingering:
+          return 0;
+        case Phase::writing:
+          return 2;
+        case Phase::handling:
+          return 3;
+        default:
+          return 1;
+      }
     };
     auto victim = connections_.end();
     for (auto it = connections_.begin(); it != connections_.end(); ++it) {
@@ -532,7 +748,7 @@ class HttpServer::Loop {
     }
     if (victim->second.phase != Phase::closed) {
       counters_.overflowed.fetch_add(1, std::memory_order_relaxed);
-      ::close(victim->first);
+      Close(victim->second);
     }
     connections_.erase(victim);
   }
@@ -544,24 +760,33 @@ class HttpServer::Loop {
         ++it;
         continue;
       }
-      if (connection.phase == Phase::readingHead || connection.phase == Phase::readingBody) {
+      if (connection.phase == Phase::readingHead || connection.phase == Phase::readingBody ||
+          connection.phase == Phase::handshaking) {
         counters_.timedOut.fetch_add(1, std::memory_order_relaxed);
         // Part of a request came: say why it is closed, if the socket takes it at once. A
         // connection that sent nothing is closed silently (a client's idle pool is no error).
         if (connection.receivedAny) {
-          const std::string timeout = FormatResponse(Refusal(408), false, false);
-          (void)::send(connection.fd, timeout.data(), timeout.size(), MSG_NOSIGNAL);
+          const std::string timeout = FormatResponse(Refusal(408), false);
+          size_t count = 0;
+          if (connection.session) {
+            (void)connection.session->Write(timeout.data(), timeout.size(), count);
+          } else {
+            (void)::send(connection.fd, timeout.data(), timeout.size(), MSG_NOSIGNAL);
+          }
         }
-      } else if (connection.phase == Phase::writing) {
+      } else if (connection.phase == Phase::writing || connection.phase == Phase::handling) {
         counters_.timedOut.fetch_add(1, std::memory_order_relaxed);
       }
-      ::close(connection.fd);
+      Close(connection);
       it = connections_.erase(it);
     }
   }
 
   // Runs the connection's phases as far as its socket allows right now.
   void Advance(Connection& connection) {
+    if (connection.phase == Phase::handshaking) {
+      Handshake(connection);
+    }
     if (connection.phase == Phase::readingHead) {
       ReadHead(connection);
     }
@@ -577,21 +802,56 @@ class HttpServer::Loop {
     if (connection.phase == Phase::closed) {
       return;
     }
-    const uint32_t wanted = connection.phase == Phase::writing ? EPOLLOUT : EPOLLIN;
+    if (connection.phase == Phase::handling) {
+      // Nothing to do until the worker answers: not watched, so that a client's bytes or
+      // hang-up cannot make the loop spin (the handler deadline still closes it).
+      if (connection.events != 0) {
+        Watch(connection.fd, 0, EPOLL_CTL_DEL);
+        connection.events = 0;
+      }
+      return;
+    }
+    uint32_t wanted = connection.phase == Phase::writing ? EPOLLOUT : EPOLLIN;
+    if (connection.sessionWaits != 0 && connection.phase != Phase::lingering) {
+      wanted = connection.sessionWaits;
+    }
     if (wanted != connection.events) {
+      Watch(connection.fd, wanted, connection.events == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD);
       connection.events = wanted;
-      Watch(connection.fd, wanted, EPOLL_CTL_MOD);
     }
   }
 
   void Close(Connection& connection) {
+    bufferedBodies_ -= connection.reserved;
+    connection.reserved = 0;
+    connection.session.reset();
     ::close(connection.fd);
     connection.phase = Phase::closed;
   }
 
+  void Handshake(Connection& connection) {
+    connection.sessionWaits = 0;
+    switch (connection.session->Handshake()) {
+      case SecureSession::Io::done:
+        connection.phase = Phase::readingHead;
+        return;
+      case SecureSession::Io::wantRead:
+        connection.sessionWaits = EPOLLIN;
+        return;
+      case SecureSession::Io::wantWrite:
+        connection.sessionWaits = EPOLLOUT;
+        return;
+      case SecureSession::Io::closed:
+      case SecureSession::Io::failed:
+        counters_.handshakeFailures.fetch_add(1, std::memory_order_relaxed);
+        Close(connection);
+        return;
+    }
+  }
+
   // recv into buffer; the count, 0 at EOF, -1 when nothing is there now (EAGAIN), or -2 on
   // an error (the connection is then useless).
-  static ssize_t Receive(int fd, char* buffer, size_t size) {
+  static ssize_t RawReceive(int fd, char* buffer, size_t size) {
     for (;;) {
       const ssize_t received = ::recv(fd, buffer, size, 0);
       if (received >= 0) {
@@ -604,12 +864,62 @@ class HttpServer::Loop {
     }
   }
 
+  // The same through the connection's session when it has one.
+  static ssize_t Receive(Connection& connection, char* buffer, size_t size) {
+    if (!connection.session) {
+      return RawReceive(connection.fd, buffer, size);
+    }
+    connection.sessionWaits = 0;
+    size_t count = 0;
+    switch (connection.session->Read(buffer, size, count)) {
+      case SecureSession::Io::done:
+        return static_cast<ssize_t>(count);
+      case SecureSession::Io::wantRead:
+        return -1;
+      case SecureSession::Io::wantWrite:
+        connection.sessionWaits = EPOLLOUT;
+        return -1;
+      case SecureSession::Io::closed:
+        return 0;
+      case SecureSession::Io::failed:
+        return -2;
+    }
+    return -2;
+  }
+
+  // send; the count, -1 when the socket takes nothing now, -2 on an error.
+  static ssize_t Send(Connection& connection, const char* data, size_t size) {
+    if (!connection.session) {
+      for (;;) {
+        const ssize_t sent = ::send(connection.fd, data, size, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (sent >= 0) return sent;
+        if (errno == EINTR) continue;
+        return errno == EAGAIN || errno == EWOULDBLOCK ? -1 : -2;
+      }
+    }
+    connection.sessionWaits = 0;
+    size_t count = 0;
+    switch (connection.session->Write(data, size, count)) {
+      case SecureSession::Io::done:
+        return static_cast<ssize_t>(count);
+      case SecureSession::Io::wantWrite:
+        return -1;
+      case SecureSession::Io::wantRead:
+        connection.sessionWaits = EPOLLIN;
+        return -1;
+      case SecureSession::Io::closed:
+      case SecureSession::Io::failed:
+        return -2;
+    }
+    return -2;
+  }
+
   void ReadHead(Connection& connection) {
     std::array<char, 4096> buffer{};
     while (connection.phase == Phase::readingHead) {
       // Never more than one byte past the cap, so the head's buffer is bounded by it.
       const size_t room = limits_.maxHeaderBytes + 1 - connection.head.size();
-      const ssize_t received = Receive(connection.fd, buffer.data(), std::min(room, buffer.size()));
+      const ssize_t received = Receive(connection, buffer.data(), std::min(room, buffer.size()));
       if (received == -1) {
         return;
       }
@@ -620,6 +930,35 @@ class HttpServer::Loop {
       connection.receivedAny = true;
       connection.head.append(buffer.data(), static_cast<size_t>(received));
       ParseHead(connection);
+    }
+  }
+
+  // The methods a path answers, for a 405's Allow.
+  static std::string_view Allowed(const Route* route) {
+    if (route != nullptr && route->post && route->get) return "GET, HEAD, POST";
+    if (route != nullptr && route->post) return "POST";
+    return "GET, HEAD";
+  }
+
+  // The request line arrived: a method the path does not answer is refused before its headers.
+  void TakeRequestLine(Connection& connection, std::string_view line) {
+    connection.request = ParseRequestLine(line);
+    connection.requestLineSeen = true;
+    if (connection.request.status != 0) {
+      Refuse(connection, connection.request.status);  // a PUT is 405 before its headers
+      return;
+    }
+    const auto found = routes_.find(connection.request.path);
+    connection.route = found == routes_.end() ? nullptr : &found->second;
+    if (connection.route == nullptr) {
+      // Unknown paths: 404 once the request is read, as before; a POST is not read at all.
+      if (connection.request.post) Refuse(connection, 404);
+      return;
+    }
+    const bool served = connection.request.post ? static_cast<bool>(connection.route->post)
+                                                : static_cast<bool>(connection.route->get);
+    if (!served) {
+      Refuse(connection, 405);
     }
   }
 
@@ -646,11 +985,7 @@ class HttpServer::Loop {
         if (line.empty()) {
           continue;  // empty lines before the request line are to be ignored (RFC 9112 §2.2)
         }
-        connection.request = ParseRequestLine(line);
-        connection.requestLineSeen = true;
-        if (connection.request.status != 0) {
-          Refuse(connection, connection.request.status);  // a POST is 405 before its headers
-        }
+        TakeRequestLine(connection, line);
       } else if (line.empty()) {
         FinishHead(connection);
       } else if (const int status = connection.headers.Add(line); status != 0) {
@@ -662,10 +997,26 @@ class HttpServer::Loop {
     }
   }
 
-  // The empty line arrived: judge the framing, then drop any body or answer.
+  // Counts `bytes` more of kept body against the budget; false (and refused 503) when it is
+  // spent.
+  bool Reserve(Connection& connection, size_t bytes) {
+    if (bytes > limits_.maxBufferedBodyBytes - std::min(bufferedBodies_, limits_.maxBufferedBodyBytes)) {
+      counters_.busy.fetch_add(1, std::memory_order_relaxed);
+      Refuse(connection, 503, false);
+      return false;
+    }
+    bufferedBodies_ += bytes;
+    connection.reserved += bytes;
+    return true;
+  }
+
+  // The empty line arrived: judge the framing, then read any body or answer.
   void FinishHead(Connection& connection) {
     const HeaderSummary& headers = connection.headers;
     const bool http11 = connection.request.minorVersion >= 1;
+    connection.keepBody = connection.request.post && connection.route != nullptr;
+    const size_t maxBody =
+        connection.keepBody ? connection.route->maxBodyBytes : limits_.maxBodyBytes;
     int status = 0;
     if ((http11 && headers.hosts != 1) || headers.hosts > 1 || headers.contentLengths > 1 ||
         headers.transferEncodings > 1 ||
@@ -674,7 +1025,7 @@ class HttpServer::Loop {
     } else if (headers.transferEncodings > 0 &&
                !EqualsIgnoreCase(headers.transferEncoding, "chunked")) {
       status = 501;
-    } else if (headers.contentLength && *headers.contentLength > limits_.maxBodyBytes) {
+    } else if (headers.contentLength && *headers.contentLength > maxBody) {
       status = 413;
     }
     if (status != 0) {
@@ -687,10 +1038,17 @@ class HttpServer::Loop {
     connection.head.shrink_to_fit();
     if (headers.transferEncodings > 0) {
       connection.framing = BodyFraming::chunked;
-      connection.chunked.emplace(limits_.maxBodyBytes);
+      connection.chunked.emplace(maxBody);
     } else if (headers.contentLength && *headers.contentLength > 0) {
       connection.framing = BodyFraming::length;
       connection.bodyLeft = *headers.contentLength;
+      if (connection.keepBody) {
+        const auto length = static_cast<size_t>(*headers.contentLength);
+        if (!Reserve(connection, length)) {
+          return;
+        }
+        connection.body.reserve(length);
+      }
     } else {
       Answer(connection);
       return;
@@ -706,7 +1064,7 @@ class HttpServer::Loop {
       if (connection.framing == BodyFraming::length) {
         want = static_cast<size_t>(std::min<uint64_t>(want, connection.bodyLeft));
       }
-      const ssize_t received = Receive(connection.fd, buffer.data(), want);
+      const ssize_t received = Receive(connection, buffer.data(), want);
       if (received == -1) {
         return;
       }
@@ -718,17 +1076,27 @@ class HttpServer::Loop {
     }
   }
 
-  // Drops body bytes, answering once the body has ended. Bytes past its end (a pipelined
-  // request) are ignored: one request per connection.
+  // Takes body bytes (kept for a POST route, else dropped), answering once the body has ended.
+  // Bytes past its end (a pipelined request) are ignored: one request per connection.
   void TakeBody(Connection& connection, std::string_view bytes) {
     if (connection.framing == BodyFraming::length) {
-      connection.bodyLeft -= std::min<uint64_t>(connection.bodyLeft, bytes.size());
+      const auto take = static_cast<size_t>(std::min<uint64_t>(connection.bodyLeft, bytes.size()));
+      if (connection.keepBody) {
+        connection.body.append(bytes.substr(0, take));  // reserved at the head
+      }
+      connection.bodyLeft -= take;
       if (connection.bodyLeft == 0) {
         Answer(connection);
       }
       return;
     }
-    switch (connection.chunked->Feed(bytes)) {
+    const ChunkedBody::Result result =
+        connection.chunked->Feed(bytes, connection.keepBody ? &connection.body : nullptr);
+    if (connection.body.size() > connection.reserved &&
+        !Reserve(connection, connection.body.size() - connection.reserved)) {
+      return;
+    }
+    switch (result) {
       case ChunkedBody::Result::needMore:
         return;
       case ChunkedBody::Result::done:
@@ -746,28 +1114,73 @@ class HttpServer::Loop {
   void Answer(Connection& connection) {
     counters_.requests.fetch_add(1, std::memory_order_relaxed);
     HttpResponse response;
-    const auto handler = handlers_.find(connection.request.path);
-    if (handler == handlers_.end()) {
+    if (connection.route == nullptr) {
       response = Refusal(404);
+    } else if (connection.request.post) {
+      Dispatch(connection);
+      return;
     } else {
       try {
-        response = handler->second();
+        response = connection.route->get();
       } catch (...) {
         response = Refusal(500);  // a handler's bug must not take the daemon down
       }
-      const bool typeSafe =
-          IsFieldValue(response.contentType) && !TrimWhitespace(response.contentType).empty();
-      if (response.status < 200 || response.status > 599 || !typeSafe) {
+      if (!Sendable(response)) {
         response = Refusal(500);
       }
     }
-    StartWriting(connection, FormatResponse(response, connection.request.headOnly, false));
+    StartWriting(connection, FormatResponse(response, connection.request.headOnly));
   }
 
-  void Refuse(Connection& connection, int status) {
-    counters_.rejected.fetch_add(1, std::memory_order_relaxed);
+  // A complete POST goes to the workers, or is refused at once when they are all taken.
+  void Dispatch(Connection& connection) {
+    Workers::Job job;
+    job.id = connection.id;
+    job.fd = connection.fd;
+    job.handler = &connection.route->post;
+    job.request.path = connection.request.path;
+    job.request.query = connection.request.query;
+    job.request.body = std::move(connection.body);
+    job.request.accepted = connection.accepted;
+    job.reserved = connection.reserved;
+    if (workers_ == nullptr || !workers_->TrySubmit(std::move(job))) {
+      counters_.requests.fetch_sub(1, std::memory_order_relaxed);
+      counters_.busy.fetch_add(1, std::memory_order_relaxed);
+      connection.body.clear();
+      Refuse(connection, 503, false);
+      return;
+    }
+    connection.reserved = 0;  // the job holds the body now; its answer gives the bytes back
+    connection.body = {};
+    connection.phase = Phase::handling;
+    connection.deadline = connection.accepted + limits_.handlerDeadline;
+  }
+
+  // Workers' answers: each goes to its connection if that is still waiting for it.
+  void TakeAnswers() {
+    for (Workers::Done& done : workers_->TakeDone()) {
+      bufferedBodies_ -= std::min(bufferedBodies_, done.reserved);
+      const auto found = connections_.find(done.fd);
+      if (found == connections_.end() || found->second.id != done.id ||
+          found->second.phase != Phase::handling) {
+        continue;  // closed meanwhile (deadline, eviction, Stop): the answer is dropped
+      }
+      Connection& connection = found->second;
+      StartWriting(connection, FormatResponse(done.response, false));
+      Advance(connection);
+      if (connection.phase == Phase::closed) {
+        connections_.erase(found);
+      }
+    }
+  }
+
+  void Refuse(Connection& connection, int status, bool counted = true) {
+    if (counted) {
+      counters_.rejected.fetch_add(1, std::memory_order_relaxed);
+    }
     const bool headOnly = connection.requestLineSeen && connection.request.headOnly;
-    StartWriting(connection, FormatResponse(Refusal(status), headOnly, status == 405));
+    StartWriting(connection, FormatResponse(Refusal(status), headOnly,
+                                            status == 405 ? Allowed(connection.route) : ""));
   }
 
   void StartWriting(Connection& connection, std::string out) {
@@ -781,25 +1194,29 @@ class HttpServer::Loop {
 
   void Write(Connection& connection) {
     while (connection.sent < connection.out.size()) {
-      const ssize_t sent =
-          ::send(connection.fd, connection.out.data() + connection.sent,
-                 connection.out.size() - connection.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+      const ssize_t sent = Send(connection, connection.out.data() + connection.sent,
+                                connection.out.size() - connection.sent);
+      if (sent == -1) {
+        return;
+      }
       if (sent < 0) {
-        if (errno == EINTR) {
-          continue;
-        }
-        if (errno != EAGAIN && errno != EWOULDBLOCK) {
-          Close(connection);  // EPIPE, ECONNRESET: the client is gone
-        }
+        Close(connection);  // EPIPE, ECONNRESET: the client is gone
         return;
       }
       connection.sent += static_cast<size_t>(sent);
     }
-    // All handed to the kernel: our FIN follows the answer; then drop what the client still
-    // sends until it closes too.
+    // All handed to the kernel: our FIN follows the answer (TLS: after close_notify); then
+    // drop what the client still sends until it closes too.
+    if (connection.session) {
+      connection.session->Shutdown();
+      connection.sessionWaits = 0;
+    }
     ::shutdown(connection.fd, SHUT_WR);
     connection.out.clear();
     connection.out.shrink_to_fit();
+    bufferedBodies_ -= connection.reserved;  // a refused body's bytes are no longer kept
+    connection.reserved = 0;
+    connection.body = {};
     connection.phase = Phase::lingering;
     connection.deadline = std::min(connection.deadline, now_ + kLingerTime);
   }
@@ -807,7 +1224,7 @@ class HttpServer::Loop {
   void Linger(Connection& connection) {
     std::array<char, 4096> buffer{};
     for (;;) {
-      const ssize_t received = Receive(connection.fd, buffer.data(), buffer.size());
+      const ssize_t received = RawReceive(connection.fd, buffer.data(), buffer.size());
       if (received == -1) {
         return;
       }
@@ -820,11 +1237,15 @@ class HttpServer::Loop {
   }
 
   HttpLimits limits_;
-  const std::map<std::string, Handler, std::less<>>& handlers_;
+  const std::map<std::string, Route, std::less<>>& routes_;
   Counters& counters_;
+  SecureTransport* transport_;
+  Workers* workers_;
   int listenFd_;
   int wakeFd_;
   int epollFd_;
+  uint64_t lastId_ = 0;
+  size_t bufferedBodies_ = 0;  // bytes reserved by connections and jobs
   Clock::time_point now_ = Clock::now();
   std::optional<Clock::time_point> acceptPausedUntil_;
   std::unordered_map<int, Connection> connections_;
@@ -871,7 +1292,23 @@ void HttpServer::Handle(std::string path, Handler handler) {
   if (thread_.joinable()) {
     return;  // the server's thread reads the table without a lock
   }
-  handlers_[std::move(path)] = std::move(handler);
+  routes_[std::move(path)].get = std::move(handler);
+}
+
+void HttpServer::HandlePost(std::string path, PostHandler handler, size_t maxBodyBytes) {
+  if (thread_.joinable()) {
+    return;
+  }
+  Route& route = routes_[std::move(path)];
+  route.post = std::move(handler);
+  route.maxBodyBytes = maxBodyBytes;
+}
+
+void HttpServer::UseTransport(std::shared_ptr<SecureTransport> transport) {
+  if (thread_.joinable()) {
+    return;
+  }
+  transport_ = std::move(transport);
 }
 
 bool HttpServer::Start(const std::string& address) {
@@ -912,8 +1349,12 @@ bool HttpServer::Start(const std::string& address) {
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     // Accepted sockets inherit this: a request is at most head + body, and a fixed receive
     // buffer stops the kernel growing it (socket memory counts against the pod's cgroup).
+    size_t maxBody = limits_.maxBodyBytes;
+    for (const auto& [path, route] : routes_) {
+      if (route.post) maxBody = std::max(maxBody, route.maxBodyBytes);
+    }
     const int receiveBuffer = static_cast<int>(
-        std::clamp<size_t>(limits_.maxHeaderBytes + limits_.maxBodyBytes, 16 * 1024, 256 * 1024));
+        std::clamp<size_t>(limits_.maxHeaderBytes + maxBody, 16 * 1024, 256 * 1024));
     ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receiveBuffer, sizeof receiveBuffer);
     if (::bind(fd, candidate->ai_addr, candidate->ai_addrlen) != 0) {
       failure = std::string("bind: ") + ErrnoText(errno);
@@ -950,13 +1391,27 @@ bool HttpServer::Start(const std::string& address) {
     CloseDescriptors();
     return false;
   }
-  for (const int fd : {listenFd_, wakeFd_}) {
+  const bool posts = std::any_of(routes_.begin(), routes_.end(),
+                                 [](const auto& entry) { return entry.second.post != nullptr; });
+  if (posts) {
+    workers_ = std::make_unique<Workers>(limits_.workers, limits_.queuedRequests);
+    std::string workersError;
+    if (!workers_->Start(workersError)) {
+      error_ = "listen address " + address + ": " + workersError;
+      workers_.reset();
+      CloseDescriptors();
+      return false;
+    }
+  }
+  for (const int fd : {listenFd_, wakeFd_, workers_ ? workers_->doneFd() : -1}) {
+    if (fd < 0) continue;
     epoll_event event{};
     event.events = EPOLLIN;
     event.data.fd = fd;
     epoll_ctl(epollFd_, EPOLL_CTL_ADD, fd, &event);
   }
-  loop_ = std::make_unique<Loop>(limits_, handlers_, counters_, listenFd_, wakeFd_, epollFd_);
+  loop_ = std::make_unique<Loop>(limits_, routes_, counters_, transport_.get(), workers_.get(),
+                                 listenFd_, wakeFd_, epollFd_);
   try {
     thread_ = std::thread([loop = loop_.get()] { loop->Run(); });
     // Named from here, so that it has its name (in top, /proc) once Start returns.
@@ -964,6 +1419,7 @@ bool HttpServer::Start(const std::string& address) {
   } catch (const std::system_error& failed) {
     error_ = "listen address " + address + ": starting the server thread: " + failed.what();
     loop_.reset();
+    workers_.reset();
     CloseDescriptors();
     return false;
   }
@@ -976,7 +1432,8 @@ void HttpServer::Stop() {
     (void)::write(wakeFd_, &one, sizeof one);
     thread_.join();
   }
-  loop_.reset();  // closes the connections
+  workers_.reset();  // joins the workers once their handlers return
+  loop_.reset();     // closes the connections
   CloseDescriptors();
 }
 
@@ -991,8 +1448,17 @@ void HttpServer::CloseDescriptors() {
 }
 
 HttpServer::Stats HttpServer::stats() const {
-  return Stats{counters_.requests.load(), counters_.rejected.load(), counters_.timedOut.load(),
-               counters_.overflowed.load(), counters_.accepted.load()};
+  Stats stats{counters_.requests.load(), counters_.rejected.load(), counters_.timedOut.load(),
+              counters_.overflowed.load(), counters_.accepted.load()};
+  stats.busy = counters_.busy.load();
+  stats.handshakeFailures = counters_.handshakeFailures.load();
+  if (workers_) {
+    stats.active = workers_->active();
+    stats.queued = workers_->queued();
+  }
+  return stats;
 }
+
+bool HttpServer::Saturated() const { return workers_ && workers_->Saturated(); }
 
 }  // namespace cozy::runtime

@@ -1,7 +1,10 @@
-// A small HTTP/1.1 server for probes and Prometheus (/healthz, /readyz, /metrics): GET and HEAD
-// on fixed paths, one thread running one epoll loop over the listening socket and every
-// connection, and hard limits on connections, bytes and time, so that whoever reaches the port
-// can neither exhaust the pod's memory nor keep the probe from being answered.
+// A small HTTP/1.1 server for probes, Prometheus and admission webhooks: GET and HEAD on fixed
+// paths answered on the loop (/healthz, /readyz, /metrics), POST on fixed paths handed to a
+// bounded pool of workers (the webhooks, which may wait), optionally over TLS. One thread runs
+// one epoll loop over the listening socket and every connection, with hard limits on
+// connections, bytes and time, so that whoever reaches the port can neither exhaust the pod's
+// memory nor keep a probe or a review from being answered (issue 23: the webhooks moved here
+// from cpp-httplib, which could be starved while readiness said ok).
 #pragma once
 
 #include <atomic>
@@ -12,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -34,6 +38,60 @@ struct HttpLimits {
   // The answer must have been taken by the client within this from when it was ready; a client
   // that does not read is closed then.
   std::chrono::milliseconds writeDeadline{5000};
+
+  // POST routes (HandlePost). Their handlers run on this many threads, so a handler that
+  // waits holds a worker, never the loop.
+  size_t workers = 16;
+  // Complete requests waiting for a worker; one more is answered 503 at once: the queue never
+  // grows without bound, and the caller learns at once that this replica is full.
+  size_t queuedRequests = 64;
+  // Request bodies held at once, while they arrive and until their handler returns. A body
+  // that would go past it is refused (503) before it is read, so concurrent large bodies
+  // cannot add up past the pod's memory limit.
+  size_t maxBufferedBodyBytes = size_t{16} << 20;
+  // From accept: a POST handler's answer later than this is not sent (the connection is
+  // closed then, and the answer dropped when it comes).
+  std::chrono::milliseconds handlerDeadline{35000};
+};
+
+// A POST request as its handler sees it.
+struct HttpRequest {
+  std::string path;
+  std::string query;  // the target after '?', as sent
+  std::string body;
+  // When the connection was accepted: deadlines that the caller set for the whole exchange
+  // (an API server's webhook timeout) count from here, not from when a worker got to it.
+  std::chrono::steady_clock::time_point accepted;
+
+  // The raw value of the first `name=value` in the query ("" when absent). Not
+  // percent-decoded: the parameters read this way are plain tokens ("timeout=10s").
+  std::string QueryParameter(std::string_view name) const;
+};
+
+// A secured byte stream over one accepted, non-blocking socket (TLS). The loop drives it:
+// every call returns at once.
+class SecureSession {
+ public:
+  enum class Io { done, wantRead, wantWrite, closed, failed };
+  virtual ~SecureSession() = default;
+  virtual Io Handshake() = 0;
+  // done with `count` > 0 bytes, or what it waits for (closed: the peer ended the stream).
+  virtual Io Read(char* buffer, size_t size, size_t& count) = 0;
+  // done with `count` > 0 bytes written; after wantRead/wantWrite, call again with the same
+  // bytes.
+  virtual Io Write(const char* data, size_t size, size_t& count) = 0;
+  // Best effort, never waits: tells the peer the stream ends (TLS close_notify).
+  virtual void Shutdown() = 0;
+  // Why the handshake or the stream failed, for the log.
+  virtual std::string Error() = 0;
+};
+
+// Makes a session for each accepted socket (runtime/tls.h has the TLS one).
+class SecureTransport {
+ public:
+  virtual ~SecureTransport() = default;
+  // nullptr when no session can be made now (the connection is then closed).
+  virtual std::unique_ptr<SecureSession> Accept(int fd) = 0;
 };
 
 struct HttpResponse {
@@ -49,6 +107,9 @@ class HttpServer {
   // Called on the server's thread; must be quick (read a snapshot under a mutex). An exception
   // it throws becomes a 500.
   using Handler = std::function<HttpResponse()>;
+  // Called on a worker thread; may wait (bounded by the caller's deadline). An exception it
+  // throws becomes a 500.
+  using PostHandler = std::function<HttpResponse(const HttpRequest&)>;
 
   explicit HttpServer(HttpLimits limits = {});
   ~HttpServer();  // stops
@@ -57,6 +118,12 @@ class HttpServer {
 
   // Before Start (ignored while serving). GET and HEAD only; HEAD gets the same headers, no body.
   void Handle(std::string path, Handler handler);
+  // Before Start (ignored while serving). POST with a body of at most maxBodyBytes (413 beyond,
+  // before it is read), answered by `handler` on the worker pool.
+  void HandlePost(std::string path, PostHandler handler, size_t maxBodyBytes);
+  // Before Start: serve through `transport` (TLS) instead of plain TCP. The handshake counts
+  // against the request deadline from accept like the request itself.
+  void UseTransport(std::shared_ptr<SecureTransport> transport);
 
   // "host:port", "[v6]:port", ":port" (all IPv4 addresses; "[::]:port" for IPv6 as well) or
   // "off" (serves nothing, returns true). False with error() when it cannot listen or the
@@ -70,11 +137,25 @@ class HttpServer {
   struct Stats {
     int64_t requests;    // answered with a handler's response or 404
     int64_t rejected;    // refused by the server: 400, 405, 413, 414, 431, 501, 505
-    int64_t timedOut;    // closed at the request or the write deadline
+    int64_t timedOut;    // closed at the request, handler or write deadline
     int64_t overflowed;  // closed to make room for a newer connection (maxConnections)
     int64_t accepted;    // connections accepted
+    int64_t busy = 0;    // 503: the worker queue or the body budget was full
+    int64_t handshakeFailures = 0;  // TLS handshakes refused or broken
+    int64_t active = 0;  // POST handlers running now
+    int64_t queued = 0;  // complete POST requests waiting for a worker now
   };
   Stats stats() const;
+  // Whether a POST arriving now would wait behind a full pool: every worker busy and the queue
+  // at least half full. Readiness says so, so that a Service sends callers to another replica.
+  bool Saturated() const;
+
+  struct Route {
+    Handler get;
+    PostHandler post;
+    size_t maxBodyBytes = 0;  // POST
+  };
+  class Workers;  // the POST handlers' threads and their bounded queue
 
  private:
   class Loop;  // the server thread's state: connections and their deadlines
@@ -84,12 +165,16 @@ class HttpServer {
     std::atomic<int64_t> timedOut{0};
     std::atomic<int64_t> overflowed{0};
     std::atomic<int64_t> accepted{0};
+    std::atomic<int64_t> busy{0};
+    std::atomic<int64_t> handshakeFailures{0};
   };
 
   void CloseDescriptors();
 
   HttpLimits limits_;
-  std::map<std::string, Handler, std::less<>> handlers_;
+  std::map<std::string, Route, std::less<>> routes_;
+  std::shared_ptr<SecureTransport> transport_;
+  std::unique_ptr<Workers> workers_;
   Counters counters_;
   int listenFd_ = -1;
   int wakeFd_ = -1;

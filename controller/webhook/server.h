@@ -1,23 +1,20 @@
 // The admission webhooks' HTTPS server (issue 15, G2): AdmissionReview v1 POSTs on fixed paths,
 // served on every replica, only with --enable-gpu.
 //
-// The serving certificate and key are read from `tls.crt` and `tls.key` in a directory, as
-// cert-manager and kubelet mount a Secret. They are looked at again on every TLS handshake (a
-// stat of each file, following kubelet's `..data` symlink swap) and re-read when either
-// changed, so a renewed certificate is served from the next connection on, without a restart.
-// A pair that does not load (a half-written file, a key that does not match) is logged and
-// the last good pair stays in use.
+// Served on runtime::HttpServer (issue 23): one epoll loop reads every request whole within
+// a deadline from accept (TLS handshake included) with caps on header and body bytes and on
+// connections, and hands complete reviews to a bounded pool of workers; a review arriving when
+// the queue is full is answered 503 at once, and readiness reports a saturated pool
+// (Saturated()), so the Service sends the API server to another replica. TLS, the certificate
+// reload and the callers' CA are runtime::TlsTransport's (runtime/tls.h).
 //
 // Callers (issue 23): with `clientCaFile` set, only a client presenting a certificate that CA
 // signed completes the TLS handshake: the API server, when its admission configuration gives it
 // a kubeconfig for webhooks (docs/install.md, "Who may call the webhooks"). Anyone else is
-// refused before a byte of the request is read. The CA file is looked at again on every
-// handshake and re-read when it changed, like the serving pair; one that does not load is
-// logged and the last good one stays.
+// refused before a byte of the request is read.
 //
-// Threads: cpp-httplib's pool (`threads`), one connection per thread. A handler that waits for
-// the binder holds its thread for seconds, so at most `maxWaiting` requests may wait at once
-// (WaitSlot): the rest of the pool always answers the others.
+// A handler that waits for the binder holds its worker for seconds, so at most `maxWaiting`
+// requests may wait at once (WaitSlot): the other workers always answer the rest.
 #pragma once
 
 #include <atomic>
@@ -30,32 +27,40 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
-namespace httplib {
-class SSLServer;
-}
+#include "runtime/http_server.h"
+#include "runtime/tls.h"
 
 namespace cozy::controller::webhook {
 
 struct ServerOptions {
-  std::string address = ":9443";       // "host:port" or ":port" (every IPv4 address)
+  // "host:port", "[v6]:port" or ":port" (every IPv4 address; "[::]:port" for IPv6 as well).
+  std::string address = ":9443";
   std::filesystem::path certDir;       // holds tls.crt (the chain) and tls.key
   std::filesystem::path clientCaFile;  // PEM CA bundle callers' certificates must chain to; empty:
                                        // any TLS client (docs/security.md says what that costs)
-  size_t threads = 64;
-  size_t maxWaiting = 40;
+  size_t threads = 32;     // workers running handlers
+  size_t maxWaiting = 24;  // of them, how many may wait for the binder at once
+  size_t queue = 64;       // complete reviews waiting for a worker; more: 503 at once
+  size_t maxConnections = 128;
   // The webhooks see CREATEs only: one object, at most etcd's 1.5 MiB, in a review. A bigger
-  // body is refused (413) before it is parsed; one nesting deeper than kube::kMaxJsonDepth is
+  // body is refused (413) before it is read; one nesting deeper than kube::kMaxJsonDepth is
   // refused (400) without recursing into it.
   size_t maxBodyBytes = size_t{3} << 20;
-  std::chrono::seconds readTimeout{10};
+  // Bodies held at once (arriving, queued, being handled): a review past it is refused (503)
+  // before it is read. Parsed, a review takes up to about 20 times its bytes.
+  size_t maxBufferedBodyBytes = size_t{12} << 20;
+  // From accept: the TLS handshake and the whole request must arrive within this.
+  std::chrono::milliseconds requestDeadline{10000};
+  // From accept: an answer later than this is not sent (the API server waits 30 s at most).
+  std::chrono::milliseconds answerDeadline{32000};
 };
 
 // What a handler gets besides the review: when the API server stops waiting for the answer
-// (from the `timeout` query parameter it sends, less a margin for the way back).
+// (from the `timeout` query parameter it sends, counted from when the connection was accepted,
+// less a margin for the way back).
 struct RequestContext {
   std::chrono::steady_clock::time_point deadline;
 };
@@ -74,11 +79,14 @@ class Server {
 
   void Handle(const std::string& path, Handler handler);  // before Start
   // Loads the certificate (throws naming the file and what is wrong), binds and serves on a
-  // thread of its own. Throws when the address cannot be bound.
+  // thread of its own. Throws when the address is malformed or cannot be bound, saying why.
   void Start();
   void Stop();
   int port() const { return port_; }
   bool serving() const { return serving_.load(); }
+  // Every worker busy and reviews queued: readiness says so (a Service then sends callers to
+  // another replica).
+  bool Saturated() const;
 
   // A slot for a request that may wait: nullopt when maxWaiting already wait.
   class WaitSlot {
@@ -104,23 +112,15 @@ class Server {
     int64_t certificateErrors = 0;
     int64_t certificateNotAfter = 0;  // the served certificate's expiry, Unix seconds
     std::map<std::string, int64_t> byPath;
+    runtime::HttpServer::Stats http{};  // the connections': refusals, time-outs, the pool
   };
   Stats stats() const;
-
-  // The certificate pair as the next handshake serves it (reloaded when the files changed).
-  class Certificates;
-  // The callers' CA as the next handshake verifies against (reloaded when the file changed).
-  class ClientAuthority;
-  struct Tls;
 
  private:
   ServerOptions options_;
   std::map<std::string, Handler> handlers_;
-  std::unique_ptr<Certificates> certificates_;
-  std::unique_ptr<ClientAuthority> clientAuthority_;
-  std::unique_ptr<Tls> tls_;
-  std::unique_ptr<httplib::SSLServer> server_;
-  std::thread thread_;
+  std::shared_ptr<runtime::TlsTransport> tls_;
+  std::unique_ptr<runtime::HttpServer> server_;
   int port_ = 0;
   std::atomic<bool> serving_{false};
   std::atomic<size_t> waiting_{0};

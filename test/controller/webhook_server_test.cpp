@@ -6,7 +6,13 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <csignal>
 #include <condition_variable>
 #include <ctime>
 #include <filesystem>
@@ -31,6 +37,8 @@ using nlohmann::json;
 class WebhookServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    // The server cuts a refused upload short; the client must see an error, not die of it.
+    std::signal(SIGPIPE, SIG_IGN);
     const std::string d = ShellQuote(dir_.path().string());
     // One CA; two serving certificates for the Service's name, told apart by their CN.
     const std::string script =
@@ -419,6 +427,181 @@ TEST_F(WebhookServerTest, RequestsThatWaitNeverKeepTheOthersWaiting) {
     auto answer = request.get();
     ASSERT_TRUE(answer);
     EXPECT_EQ(answer->status, 200);
+  }
+}
+
+// A plain TCP connection to the webhook port that sends a byte now and then: a slow client, or
+// a caller that never finishes its TLS handshake.
+int Trickler(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  (void)::send(fd, "\x16", 1, MSG_NOSIGNAL);  // the first byte of a TLS record, and no more
+  return fd;
+}
+
+// Issue 23, High 2: the abuse the agent's probe server withstands, against the webhook port.
+// cpp-httplib, which served it before, timed out a normal review with 64 one-byte-a-second
+// clients while readiness said ok, and buffered an endless header line. Here slow clients are
+// closed at the request deadline counted from accept (and evicted first when the connections
+// are all taken), an endless header is 431 at 16 KiB, and a review is answered throughout.
+TEST_F(WebhookServerTest, SlowClientsAndHeaderFloodsNeverKeepAReviewFromBeingAnswered) {
+  ServerOptions options;
+  options.address = "127.0.0.1:0";
+  options.certDir = certDir_;
+  options.maxConnections = 32;
+  options.requestDeadline = std::chrono::milliseconds(1500);
+  Server server(options);
+  server.Handle("/validate/gpudevices", Echo);
+  server.Start();
+  std::vector<int> slow;
+  for (int i = 0; i < 64; ++i) {
+    const int fd = Trickler(server.port());
+    ASSERT_GE(fd, 0);
+    slow.push_back(fd);
+  }
+  // A header line that never ends, over TLS.
+  httplib::SSLClient flood("127.0.0.1", server.port());
+  flood.set_ca_cert_path((dir_.path() / "ca.crt").c_str());
+  flood.enable_server_certificate_verification(true);
+  auto flooded = flood.Post("/validate/gpudevices", {{"X-Flood", std::string(1 << 20, 'a')}},
+                            "{}", "application/json");
+  if (flooded) {  // or the connection is cut mid-send
+    EXPECT_EQ(flooded->status, 431);
+  }
+  for (int round = 0; round < 3; ++round) {
+    const auto start = std::chrono::steady_clock::now();
+    auto answer = Post(server.port(), "/validate/gpudevices", R"({"request":{"uid":"r"}})");
+    ASSERT_TRUE(answer) << httplib::to_string(answer.error());
+    EXPECT_EQ(answer->status, 200);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+    for (int i = 0; i < 8; ++i) {
+      const int fd = Trickler(server.port());  // more keep coming
+      if (fd >= 0) slow.push_back(fd);
+    }
+  }
+  std::this_thread::sleep_for(options.requestDeadline + std::chrono::milliseconds(300));
+  const Server::Stats stats = server.stats();
+  EXPECT_GE(stats.http.timedOut + stats.http.overflowed, 64) << "slow clients outlived the deadline";
+  EXPECT_GE(stats.http.rejected, flooded ? 1 : 0);
+  for (const int fd : slow) ::close(fd);
+}
+
+// Issue 23, High 2: a full pool answers 503 at once instead of queueing without bound, and
+// says it is saturated (readiness then takes the replica out of the Service).
+TEST_F(WebhookServerTest, AFullPoolIsRefusedAtOnceAndSaysItIsSaturated) {
+  ServerOptions options;
+  options.address = "127.0.0.1:0";
+  options.certDir = certDir_;
+  options.threads = 1;
+  options.queue = 2;
+  Server server(options);
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool release = false;
+  int running = 0;
+  server.Handle("/validate/gpudevices", [&](const json& review, const RequestContext& context) {
+    std::unique_lock lock(mutex);
+    ++running;
+    changed.notify_all();
+    changed.wait(lock, [&] { return release; });
+    return Echo(review, context);
+  });
+  server.Start();
+  std::vector<std::future<httplib::Result>> held;
+  for (int i = 0; i < 3; ++i) {
+    held.push_back(std::async(std::launch::async, [&] {
+      return Post(server.port(), "/validate/gpudevices", R"({"request":{"uid":"h"}})");
+    }));
+    if (i == 0) {
+      std::unique_lock lock(mutex);
+      ASSERT_TRUE(changed.wait_for(lock, std::chrono::seconds(10), [&] { return running == 1; }));
+    }
+  }
+  const auto queued = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (server.stats().http.queued < 2 && std::chrono::steady_clock::now() < queued) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(server.Saturated());
+  auto refused = Post(server.port(), "/validate/gpudevices", R"({"request":{"uid":"x"}})");
+  ASSERT_TRUE(refused) << httplib::to_string(refused.error());
+  EXPECT_EQ(refused->status, 503);
+  EXPECT_EQ(server.stats().http.busy, 1);
+  {
+    std::lock_guard lock(mutex);
+    release = true;
+  }
+  changed.notify_all();
+  for (auto& request : held) {
+    auto answer = request.get();
+    ASSERT_TRUE(answer);
+    EXPECT_EQ(answer->status, 200);
+  }
+  EXPECT_FALSE(server.Saturated());
+}
+
+// Issue 23, Medium 6: the API server's timeout runs from when it sent the review, so the
+// deadline counts from accept: a review that took a second to arrive has a second less.
+TEST_F(WebhookServerTest, TheDeadlineCountsFromAcceptNotFromWhenTheHandlerStarts) {
+  ServerOptions options;
+  options.address = "127.0.0.1:0";
+  options.certDir = certDir_;
+  Server server(options);
+  std::chrono::milliseconds left{};
+  server.Handle("/validate/gpudevices", [&](const json& review, const RequestContext& context) {
+    left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        context.deadline - std::chrono::steady_clock::now());
+    return Echo(review, context);
+  });
+  server.Start();
+  const std::string body = R"({"request":{"uid":"late"}})";
+  httplib::SSLClient client("127.0.0.1", server.port());
+  client.set_ca_cert_path((dir_.path() / "ca.crt").c_str());
+  client.enable_server_certificate_verification(true);
+  // The body comes in two parts a second apart.
+  auto answer = client.Post(
+      "/validate/gpudevices?timeout=5s", body.size(),
+      [&](size_t offset, size_t, httplib::DataSink& sink) {
+        if (offset == 0) {
+          sink.write(body.data(), 5);
+          std::this_thread::sleep_for(std::chrono::seconds(1));
+        } else {
+          sink.write(body.data() + offset, body.size() - offset);
+        }
+        return true;
+      },
+      "application/json");
+  ASSERT_TRUE(answer) << httplib::to_string(answer.error());
+  EXPECT_EQ(answer->status, 200);
+  // 5 s less a tenth for the way back, less the second the body took.
+  EXPECT_LE(left, std::chrono::milliseconds(3500));
+  EXPECT_GT(left, std::chrono::milliseconds(2500));
+}
+
+// One address parser for every listener: IPv6 literals in brackets, the any-address included.
+TEST_F(WebhookServerTest, ListensOnTheIpv6AnyAddressAndRefusesAMalformedOneSayingWhy) {
+  ServerOptions options;
+  options.address = "[::]:0";
+  options.certDir = certDir_;
+  Server server(options);
+  server.Handle("/validate/gpudevices", Echo);
+  ASSERT_NO_THROW(server.Start());
+  auto answer = Post(server.port(), "/validate/gpudevices", R"({"request":{"uid":"v6"}})");
+  ASSERT_TRUE(answer) << httplib::to_string(answer.error());
+  EXPECT_EQ(answer->status, 200);
+  options.address = "::1:9443";
+  Server ambiguous(options);
+  try {
+    ambiguous.Start();
+    ADD_FAILURE() << "an unbracketed IPv6 address was taken";
+  } catch (const std::runtime_error& error) {
+    EXPECT_NE(std::string(error.what()).find("::1:9443"), std::string::npos) << error.what();
   }
 }
 

@@ -21,10 +21,12 @@
 #include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -749,6 +751,215 @@ TEST_F(HttpServerTest, StartsAgainAfterStop) {
   ExpectProbeAnswered();
   EXPECT_FALSE(server_->Start("127.0.0.1:0"));  // already serving
   EXPECT_NE(server_->error().find("already serving"), std::string::npos) << server_->error();
+}
+
+// POST routes (issue 23: the webhooks moved onto this server). A latch a handler waits on,
+// so that a test decides when workers are free.
+class Latch {
+ public:
+  void Open() {
+    {
+      std::lock_guard lock(mutex_);
+      open_ = true;
+    }
+    opened_.notify_all();
+  }
+  // False when it did not open within the timeout.
+  bool Wait(milliseconds timeout) {
+    std::unique_lock lock(mutex_);
+    return opened_.wait_for(lock, timeout, [this] { return open_; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable opened_;
+  bool open_ = false;
+};
+
+std::string Post(std::string_view path, std::string_view body) {
+  return "POST " + std::string(path) + " HTTP/1.1\r\nHost: test\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\n\r\n" + std::string(body);
+}
+
+class HttpPostTest : public HttpServerTest {
+ protected:
+  // /healthz as before, /echo (POST: "path query body", on a worker; waits on gate_ when the
+  // body is "wait") and /sleep (POST: sleeps 300 ms).
+  void StartPostServer(HttpLimits limits, size_t maxBody = 1 << 20) {
+    server_ = std::make_unique<HttpServer>(limits);
+    server_->Handle("/healthz", [] {
+      return HttpResponse{200, "text/plain; charset=utf-8", "ok\n"};
+    });
+    server_->HandlePost(
+        "/echo",
+        [this](const HttpRequest& request) {
+          ++started_;
+          if (request.body == "wait" && !gate_.Wait(10s)) {
+            return HttpResponse{500, "text/plain", "gate never opened\n"};
+          }
+          accepted_ = request.accepted;
+          return HttpResponse{200, "text/plain",
+                              request.path + " " + request.QueryParameter("timeout") + " " +
+                                  request.body};
+        },
+        maxBody);
+    server_->HandlePost(
+        "/sleep",
+        [](const HttpRequest&) {
+          std::this_thread::sleep_for(300ms);
+          return HttpResponse{200, "text/plain", "slept\n"};
+        },
+        maxBody);
+    ASSERT_TRUE(server_->Start("127.0.0.1:0")) << server_->error();
+  }
+
+  // Waits until `count` handlers have started (the latch test's workers are all busy).
+  bool WaitStarted(int count) {
+    const auto deadline = Clock::now() + 5s;
+    while (started_.load() < count && Clock::now() < deadline) {
+      std::this_thread::sleep_for(5ms);
+    }
+    return started_.load() >= count;
+  }
+
+  Latch gate_;
+  std::atomic<int> started_{0};
+  Clock::time_point accepted_{};
+};
+
+TEST_F(HttpPostTest, APostReachesItsHandlerWithBodyQueryAndWhenItWasAccepted) {
+  ASSERT_NO_FATAL_FAILURE(StartPostServer({}));
+  const auto before = Clock::now();
+  const Reply plain = Send(Post("/echo?x=1&timeout=10s", "review body"));
+  EXPECT_EQ(plain.status, 200);
+  EXPECT_EQ(plain.body, "/echo 10s review body");
+  EXPECT_TRUE(plain.closed);
+  EXPECT_GE(accepted_, before);
+  EXPECT_LE(accepted_, Clock::now());
+  // Chunked bodies are kept too, whole.
+  const Reply chunked = Send(
+      "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
+  EXPECT_EQ(chunked.status, 200);
+  EXPECT_EQ(chunked.body, "/echo  hello world");
+  EXPECT_EQ(server_->stats().requests, 2);
+}
+
+TEST_F(HttpPostTest, MethodsAPathDoesNotServeAre405AndUnknownPostsAre404BeforeTheirBody) {
+  ASSERT_NO_FATAL_FAILURE(StartPostServer({}));
+  const Reply get = Send("GET /echo HTTP/1.1\r\n");
+  EXPECT_EQ(get.status, 405);
+  EXPECT_EQ(get.Header("allow"), "POST");
+  const Reply postToProbe = Send("POST /healthz HTTP/1.1\r\n");
+  EXPECT_EQ(postToProbe.status, 405);
+  EXPECT_EQ(postToProbe.Header("allow"), "GET, HEAD");
+  // Only the request line: the refusal does not wait for headers or a body.
+  const Reply unknown = Send("POST /nowhere HTTP/1.1\r\n");
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_EQ(started_.load(), 0);
+}
+
+TEST_F(HttpPostTest, ABodyOverTheRoutesCapIs413BeforeItIsRead) {
+  ASSERT_NO_FATAL_FAILURE(StartPostServer({}, 1024));
+  const Reply reply = Send("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 1025\r\n\r\n");
+  EXPECT_EQ(reply.status, 413);
+  const Reply chunked = Send("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+                             "401\r\n");
+  EXPECT_EQ(chunked.status, 413);
+  EXPECT_EQ(started_.load(), 0);
+}
+
+TEST_F(HttpPostTest, HandlersThatWaitNeverHoldTheLoopAndAFullQueueIs503AtOnce) {
+  HttpLimits limits;
+  limits.workers = 2;
+  limits.queuedRequests = 2;
+  ASSERT_NO_FATAL_FAILURE(StartPostServer(limits));
+  // Two workers wait on the gate, two requests queue behind them.
+  std::vector<Socket> waiting;
+  for (int i = 0; i < 4; ++i) {
+    waiting.push_back(Socket::Connect(server_->port()));
+    ASSERT_TRUE(waiting.back().Send(Post("/echo", "wait")));
+    if (i == 1) {
+      ASSERT_TRUE(WaitStarted(2));
+    }
+  }
+  const auto queued = Clock::now() + 5s;
+  while (server_->stats().queued < 2 && Clock::now() < queued) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(server_->stats().queued, 2);
+  EXPECT_EQ(server_->stats().active, 2);
+  EXPECT_TRUE(server_->Saturated());
+  // The loop still answers probes, and refuses the fifth review at once instead of queueing it.
+  ExpectProbeAnswered();
+  const Reply refused = Send(Post("/echo", "fifth"));
+  EXPECT_EQ(refused.status, 503);
+  EXPECT_LT(refused.elapsed, 1s);
+  EXPECT_EQ(server_->stats().busy, 1);
+  gate_.Open();
+  for (Socket& socket : waiting) {
+    EXPECT_EQ(ParseReply(socket.ReadUntilClosed(5s)).status, 200);
+  }
+  EXPECT_FALSE(server_->Saturated());
+}
+
+TEST_F(HttpPostTest, BodiesHeldAtOnceStayWithinTheBudget) {
+  HttpLimits limits;
+  limits.maxBufferedBodyBytes = 1 << 20;
+  ASSERT_NO_FATAL_FAILURE(StartPostServer(limits));
+  // One announces 700 KiB and sends it slowly: its reservation stands while it arrives.
+  const size_t size = 700 << 10;
+  Socket slow = Socket::Connect(server_->port());
+  ASSERT_TRUE(slow.Send("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: " +
+                        std::to_string(size) + "\r\n\r\n" + std::string(1000, 'a')));
+  std::this_thread::sleep_for(100ms);
+  // A second as large does not fit beside it: 503 before a byte of its body is read.
+  const Reply refused = Send("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: " +
+                             std::to_string(size) + "\r\n\r\n");
+  EXPECT_EQ(refused.status, 503);
+  // A small one does.
+  EXPECT_EQ(Send(Post("/echo", "small")).status, 200);
+  // Once the first has its answer, its bytes are free again.
+  ASSERT_TRUE(slow.Send(std::string(size - 1000, 'a')));
+  EXPECT_EQ(ParseReply(slow.ReadUntilClosed(5s)).status, 200);
+  const auto freed = Clock::now() + 5s;
+  Reply again;
+  do {
+    again = Send(Post("/echo", std::string(size, 'b')), 5s);
+  } while (again.status == 503 && Clock::now() < freed);
+  EXPECT_EQ(again.status, 200);
+}
+
+TEST_F(HttpPostTest, AnAnswerLaterThanTheHandlerDeadlineIsNotSent) {
+  HttpLimits limits;
+  limits.handlerDeadline = 100ms;
+  ASSERT_NO_FATAL_FAILURE(StartPostServer(limits));
+  const Reply reply = Send(Post("/sleep", ""), 2s);
+  EXPECT_EQ(reply.status, 0);
+  EXPECT_TRUE(reply.closed);
+  EXPECT_LT(reply.elapsed, 300ms);  // closed at the deadline, not when the handler returned
+  EXPECT_EQ(server_->stats().timedOut, 1);
+  // The worker's late answer is dropped; the server goes on.
+  std::this_thread::sleep_for(300ms);
+  ExpectProbeAnswered();
+}
+
+TEST_F(HttpPostTest, StopWaitsForRunningHandlersAndDropsQueuedOnes) {
+  HttpLimits limits;
+  limits.workers = 1;
+  ASSERT_NO_FATAL_FAILURE(StartPostServer(limits));
+  Socket first = Socket::Connect(server_->port());
+  ASSERT_TRUE(first.Send(Post("/echo", "wait")));
+  ASSERT_TRUE(WaitStarted(1));
+  Socket second = Socket::Connect(server_->port());
+  ASSERT_TRUE(second.Send(Post("/echo", "queued")));
+  std::thread opener([this] {
+    std::this_thread::sleep_for(200ms);
+    gate_.Open();
+  });
+  server_->Stop();
+  opener.join();
+  EXPECT_EQ(started_.load(), 1);  // the queued one never ran
+  EXPECT_TRUE(first.WaitClosed(1s));
+  EXPECT_TRUE(second.WaitClosed(1s));
 }
 
 TEST(HttpServerStart, OffServesNothing) {
