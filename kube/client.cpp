@@ -204,7 +204,8 @@ void* Client::NewConfiguredHandle(const std::string& url, curl_slist** headers,
 }
 
 Client::RawResponse Client::PerformOnce(const std::string& method, const std::string& url,
-                                        const std::string* body, const std::string& contentType) {
+                                        const std::string* body, const std::string& contentType,
+                                        Duration timeout) {
   RawResponse response;
   curl_slist* headers = nullptr;
   CURL* handle = nullptr;
@@ -217,7 +218,8 @@ Client::RawResponse Client::PerformOnce(const std::string& method, const std::st
   }
   char errorBuffer[CURL_ERROR_SIZE] = {};
   curl_easy_setopt(handle, CURLOPT_ERRORBUFFER, errorBuffer);
-  curl_easy_setopt(handle, CURLOPT_TIMEOUT_MS, Millis(options_.requestTimeout));
+  // At least 1 ms: 0 would be no timeout at all.
+  curl_easy_setopt(handle, CURLOPT_TIMEOUT_MS, std::max(1L, Millis(timeout)));
   curl_easy_setopt(handle, CURLOPT_CUSTOMREQUEST, method.c_str());
   if (method == "GET") curl_easy_setopt(handle, CURLOPT_HTTPGET, 1L);
   if (body) {
@@ -259,14 +261,29 @@ Client::RawResponse Client::PerformOnce(const std::string& method, const std::st
 }
 
 json Client::Request(const std::string& method, const std::string& path, const Query& query,
-                     const std::string* body, const std::string& contentType) {
+                     const std::string* body, const std::string& contentType,
+                     const RequestOptions& request) {
   const std::string url = config_.server + path + JoinQuery(query);
   const std::string where = path + JoinQuery(query);
   Backoff backoff(options_.retryBackoff, options_.random);
+  std::optional<ApiError> error;  // the last attempt's
   for (int attempt = 0;; ++attempt) {
     limiter_.Acquire();
-    RawResponse response = PerformOnce(method, url, body, contentType);
-    std::optional<ApiError> error;
+    Duration timeout = options_.requestTimeout;
+    if (request.deadline) {
+      // Asked now, after the rate limit's wait and right before the attempt: a leader that
+      // lost its lease since the last attempt (or during the wait) sends nothing more.
+      const std::optional<TimePoint> deadline = request.deadline();
+      const Duration left = deadline ? *deadline - time_->Now() : Duration::zero();
+      if (left < std::chrono::milliseconds(1)) {
+        std::string why = deadline ? "the call's deadline has passed" : "no attempt is allowed now";
+        why += attempt == 0 ? ": not sent" : ": not retried after " + std::string(error->what());
+        throw ApiError(ErrorKind::kDeadlineExceeded, 0, "", why, method, where);
+      }
+      timeout = std::min(timeout, left);
+    }
+    RawResponse response = PerformOnce(method, url, body, contentType, timeout);
+    error.reset();
     if (response.tooLarge) {
       // Not retried: the same request would get the same body.
       throw ApiError(ErrorKind::kBadResponse, static_cast<int>(response.status), "",
@@ -301,6 +318,13 @@ json Client::Request(const std::string& method, const std::string& path, const Q
     if (auto after = error->retryAfter()) {
       if (*after > options_.maxRetryAfter) throw *error;
       wait = *after;
+    }
+    if (request.deadline) {
+      // No retry past the deadline: one whose wait reaches it is not made, nor slept for.
+      const std::optional<TimePoint> deadline = request.deadline();
+      if (!deadline || wait + std::chrono::milliseconds(1) > *deadline - time_->Now()) {
+        throw *error;
+      }
     }
     time_->SleepFor(wait);
   }
@@ -339,17 +363,19 @@ json DeleteOptionsBody(const DeleteOptions& options) {
 json Client::Create(const std::string& collectionPath, const json& object,
                     const WriteOptions& options) {
   std::string body = object.dump();
-  return Request("POST", collectionPath, WriteQuery(options), &body, "application/json");
+  return Request("POST", collectionPath, WriteQuery(options), &body, "application/json",
+                 options.request);
 }
 
 json Client::Update(const std::string& path, const json& object, const WriteOptions& options) {
   std::string body = object.dump();
-  return Request("PUT", path, WriteQuery(options), &body, "application/json");
+  return Request("PUT", path, WriteQuery(options), &body, "application/json", options.request);
 }
 
 json Client::MergePatch(const std::string& path, const json& patch, const WriteOptions& options) {
   std::string body = patch.dump();
-  return Request("PATCH", path, WriteQuery(options), &body, "application/merge-patch+json");
+  return Request("PATCH", path, WriteQuery(options), &body, "application/merge-patch+json",
+                 options.request);
 }
 
 json Client::MergePatchAt(const std::string& path, json patch, const std::string& resourceVersion,
@@ -365,16 +391,17 @@ json Client::MergePatchAt(const std::string& path, json patch, const std::string
 json Client::JsonPatch(const std::string& path, const json& operations,
                        const WriteOptions& options) {
   std::string body = operations.dump();
-  return Request("PATCH", path, WriteQuery(options), &body, "application/json-patch+json");
+  return Request("PATCH", path, WriteQuery(options), &body, "application/json-patch+json",
+                 options.request);
 }
 
 json Client::Delete(const std::string& path, const DeleteOptions& options) {
   Query query;
   if (options.dryRun) query.emplace_back("dryRun", "All");
   const json body = DeleteOptionsBody(options);
-  if (body.is_null()) return Request("DELETE", path, query);
+  if (body.is_null()) return Request("DELETE", path, query, nullptr, "", options.request);
   const std::string text = body.dump();
-  return Request("DELETE", path, query, &text, "application/json");
+  return Request("DELETE", path, query, &text, "application/json", options.request);
 }
 
 namespace {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -70,11 +71,28 @@ struct WatchOptions {
   int timeoutSeconds = 0;  // 0: the server's default
 };
 
+// The instant by which a call must be over, asked again before each of its attempts (the first
+// and every retry); std::nullopt: no attempt may start now. On the client's TimeSource (the
+// steady clock by default, as LeaderElector::LeadingUntil).
+using DeadlineSource = std::function<std::optional<TimePoint>()>;
+
+// Limits on one call beyond ClientOptions' (what client-go's per-call context carries).
+struct RequestOptions {
+  // Empty: ClientOptions' timeout and retries alone. Otherwise asked before every attempt: an
+  // attempt starts only while the instant is at least 1 ms ahead (else the call throws
+  // kDeadlineExceeded, nothing sent), its timeout is cut to end at the instant, and a retry
+  // whose wait (backoff or Retry-After) would reach the instant is not made (the last error
+  // goes to the caller). A leader's writes pass their lease's (LeaderDeadline).
+  DeadlineSource deadline;
+};
+
 // Options of every write (client-go's CreateOptions / UpdateOptions / PatchOptions): sent as
 // the query parameters `dryRun=All` and `fieldManager=...`.
 struct WriteOptions {
   bool dryRun = false;       // dryRun=All: validated and admitted, never stored
   std::string fieldManager;  // who owns the fields written (server-side field management)
+  // Not sent: bounds the call's attempts.
+  RequestOptions request = {};
 };
 
 // DeleteOptions, sent as the request's body (kind DeleteOptions, apiVersion v1) as client-go
@@ -85,6 +103,8 @@ struct DeleteOptions {
   std::string preconditionResourceVersion;  // ... and only at this resourceVersion (409 else)
   std::string propagationPolicy;            // "Orphan", "Background", "Foreground" or ""
   std::optional<int64_t> gracePeriodSeconds;
+  // Not sent: bounds the call's attempts.
+  RequestOptions request = {};
 };
 
 // The DeleteOptions body Delete sends; null when every option is at its default.
@@ -134,9 +154,11 @@ class Client {
   std::unique_ptr<WatchStream> Watch(const std::string& collectionPath,
                                      const WatchOptions& options);
 
-  // One request: method, path, query, optional body with its Content-Type.
+  // One request: method, path, query, optional body with its Content-Type; its attempts
+  // bounded by `request` (RequestOptions).
   nlohmann::json Request(const std::string& method, const std::string& path, const Query& query,
-                         const std::string* body = nullptr, const std::string& contentType = "");
+                         const std::string* body = nullptr, const std::string& contentType = "",
+                         const RequestOptions& request = {});
 
   const ClientConfig& config() const { return config_; }
   const ClientOptions& options() const { return options_; }
@@ -154,7 +176,8 @@ class Client {
  private:
   struct RawResponse;
   RawResponse PerformOnce(const std::string& method, const std::string& url,
-                          const std::string* body, const std::string& contentType);
+                          const std::string* body, const std::string& contentType,
+                          Duration timeout);
   void* TakeHandle();
   void ReturnHandle(void* handle);
 

@@ -41,6 +41,8 @@ std::string_view ErrorKindName(ErrorKind kind) {
       return "ServerError";
     case ErrorKind::kBadResponse:
       return "BadResponse";
+    case ErrorKind::kDeadlineExceeded:
+      return "DeadlineExceeded";
     case ErrorKind::kOther:
       return "Other";
   }

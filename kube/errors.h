@@ -28,6 +28,8 @@ enum class ErrorKind {
   kBadResponse,           // an answer the client cannot use: not JSON, over the size cap,
                           // or not the shape the API promises (a list whose items is not an
                           // array, a watch event without metadata, a numeric resourceVersion)
+  kDeadlineExceeded,      // not sent: the call's deadline (RequestOptions) had passed, or
+                          // its DeadlineSource allowed no attempt (a leader no longer leading)
   kOther,                 // any other non-2xx
 };
 

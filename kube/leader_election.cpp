@@ -90,6 +90,7 @@ LeaderElector::LeaderElector(Client& client, LeaderElectionOptions options)
   clientOptions.maxRetries = 0;
   clientOptions.requestTimeout = std::min(clientOptions.requestTimeout, options_.renewDeadline);
   clientOptions.userAgent += " leader-election";
+  requestTimeout_ = clientOptions.requestTimeout;
   client_ = std::make_unique<Client>(client.config(), clientOptions);
 }
 
@@ -118,6 +119,25 @@ void LeaderElector::Stop() {
 std::string LeaderElector::Leader() const {
   std::lock_guard lock(mutex_);
   return reportedLeader_;
+}
+
+std::optional<TimePoint> LeaderElector::LeadingUntil() const {
+  const Clock::rep until = leadingUntil_.load();
+  if (until == std::numeric_limits<Clock::rep>::min() || !leading_.load()) return std::nullopt;
+  return TimePoint(Clock::duration(until));
+}
+
+void LeaderElector::SetLeadingUntil(std::optional<TimePoint> until) {
+  leadingUntil_ =
+      until ? until->time_since_epoch().count() : std::numeric_limits<Clock::rep>::min();
+}
+
+DeadlineSource LeaderDeadline(const std::atomic<bool>& leading, DeadlineSource leadingUntil) {
+  return [&leading, leadingUntil = std::move(leadingUntil)]() -> std::optional<TimePoint> {
+    if (!leading.load()) return std::nullopt;
+    if (!leadingUntil) return TimePoint::max();
+    return leadingUntil();
+  };
 }
 
 std::string LeaderElector::LastError() const {
@@ -156,18 +176,24 @@ bool LeaderElector::TryAcquireOrRenew() {
       std::chrono::duration_cast<std::chrono::seconds>(options_.leaseDuration).count();
   desired.acquireTime = stamp;
   desired.renewTime = stamp;
-  // A leader's requests must end by its renew deadline, whatever the server does.
-  Duration timeout = client_->options().requestTimeout;
-  if (leading_) {
-    const Duration left = lastRenew_ + options_.renewDeadline - now;
-    if (left <= Duration::zero()) return false;
-    timeout = std::min(timeout, left);
-  }
-  client_->SetRequestTimeout(std::max<Duration>(timeout, std::chrono::milliseconds(1)));
+  // Every request of the attempt ends by its deadline, whatever the server does: a leader's
+  // by the instant it leads until; a candidate's by the attempt's start plus the renew
+  // deadline, so that a successful attempt (its start is the renew time) leads for a while.
+  const TimePoint deadline = (leading_ ? lastRenew_ : now) + options_.renewDeadline;
+  if (deadline <= now) return false;
+  const auto bound = [&] {
+    const Duration left = deadline - Clock::now();
+    if (left < std::chrono::milliseconds(1)) {
+      throw ApiError(ErrorKind::kDeadlineExceeded, 0, "",
+                     "the attempt's deadline (the renew deadline) has passed", "", LeasePath());
+    }
+    client_->SetRequestTimeout(std::min(requestTimeout_, left));
+  };
   const std::string path = LeasePath();
   try {
     json lease;
     try {
+      bound();
       lease = client_->Get(path);
     } catch (const ApiError& error) {
       if (error.kind() != ErrorKind::kNotFound) throw;
@@ -176,18 +202,23 @@ bool LeaderElector::TryAcquireOrRenew() {
           {"kind", "Lease"},
           {"metadata", {{"name", options_.leaseName}, {"namespace", options_.leaseNamespace}}},
           {"spec", desired.ToSpec()}};
+      bound();
       observedLease_ = client_->Create(
           ResourcePath("coordination.k8s.io", "v1", "leases", options_.leaseNamespace), fresh);
       observed_ = desired;
       transitions_ = observed_->leaseTransitions;
-      observedTime_ = now;
+      observedTime_ = Clock::now();  // as client-go: once the write has returned
+      lastRenew_ = now;
       return true;
     }
+    // client-go sets observedTime when the get has returned, not before it was sent: a slow
+    // read must not start this candidate's wait before the record it shows was written.
+    const TimePoint observedAt = Clock::now();
     LeaderElectionRecord record = LeaderElectionRecord::FromLease(lease);
     if (!observed_ || !(*observed_ == record)) {
       observed_ = record;
       transitions_ = observed_->leaseTransitions;
-      observedTime_ = now;
+      observedTime_ = observedAt;
     }
     observedLease_ = lease;
     const bool ours = record.holderIdentity == options_.identity && (leading_ || mayReclaimOwn_);
@@ -209,12 +240,18 @@ bool LeaderElector::TryAcquireOrRenew() {
     }
     json updated = lease;
     updated["spec"] = desired.ToSpec();  // client-go writes the whole spec
+    bound();
     observedLease_ = client_->Update(path, updated);
     observed_ = desired;
     transitions_ = observed_->leaseTransitions;
-    observedTime_ = now;
+    observedTime_ = Clock::now();  // as client-go: once the write has returned
+    lastRenew_ = now;              // the renew time: before the write, never after it
     return true;
   } catch (const std::exception& error) {
+    const auto* apiError = dynamic_cast<const ApiError*>(&error);
+    if (apiError && apiError->kind() == ErrorKind::kDeadlineExceeded) {
+      return false;  // out of time, not a failure of its own: the last error stays
+    }
     std::lock_guard lock(mutex_);
     lastError_ = error.what();
     return false;
@@ -226,13 +263,14 @@ void LeaderElector::Release() {
     return;
   }
   const std::string lease = options_.leaseNamespace + "/" + options_.leaseName;
+  SetLeadingUntil(std::nullopt);  // no leader-gated attempt starts once the release may land
   const TimePoint deadline = Clock::now() + options_.renewDeadline;
   // As client-go: bounded by the renew deadline, and again from a fresh read after a 409
   // (a renewal of ours may have moved the resourceVersion on) while the Lease still names us.
   for (int attempt = 0; attempt < 3; ++attempt) {
     const Duration left = deadline - Clock::now();
     if (left <= Duration::zero()) break;
-    client_->SetRequestTimeout(std::min(client_->options().requestTimeout, left));
+    client_->SetRequestTimeout(std::min(requestTimeout_, left));
     const std::string stamp = FormatMicroTime(std::chrono::system_clock::now());
     LeaderElectionRecord record;
     record.leaseDurationSeconds = 1;
@@ -272,6 +310,7 @@ void LeaderElector::Release() {
 }
 
 void LeaderElector::StepDown(const std::string& why) {
+  SetLeadingUntil(std::nullopt);
   leading_ = false;
   mayReclaimOwn_ = false;
   steppedDownAt_ = Clock::now();
@@ -293,8 +332,8 @@ void LeaderElector::Run() {
       if (!WaitFor(wait)) return;
       continue;
     }
+    SetLeadingUntil(lastRenew_ + options_.renewDeadline);
     leading_ = true;
-    lastRenew_ = Clock::now();
     lostTo_.clear();
     Log("lease " + lease + ": acquired by \"" + options_.identity + "\"");
     ReportLeader(options_.identity);
@@ -310,7 +349,7 @@ void LeaderElector::Run() {
         return;
       }
       if (TryAcquireOrRenew()) {
-        lastRenew_ = Clock::now();
+        SetLeadingUntil(lastRenew_ + options_.renewDeadline);
         continue;
       }
       if (!lostTo_.empty()) {

@@ -9,12 +9,23 @@
 // The elector runs on a thread of its own with a Client of its own (the caller's config and
 // options, no in-call retries, requests bounded by the renew deadline), so a long LIST or a
 // busy rate limit elsewhere in the process never delays a renewal.
+//
+// How long a leader may write (LeadingUntil): until the start of its last successful acquire
+// or renew plus the renew deadline. That start is before the write that put the record in the
+// Lease; a candidate starts its clock only once its read of that record has returned (as
+// client-go sets observedTime after the get), so it cannot take the Lease before that start
+// plus the lease duration. The renew deadline is the instant the leader steps down by anyway
+// (client-go's renewDeadline), and the lease duration's margin past it (5 s by default) is
+// for a write sent just before the instant to reach the server, and for the two clocks' rates.
+// Leader-gated writes pass LeaderDeadline as their RequestOptions::deadline, so no attempt of
+// theirs, first or retry, starts or runs past it.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -83,6 +94,10 @@ class LeaderElector {
   void Stop();
 
   bool IsLeader() const { return leading_.load(); }
+  // While leading: the start of the last successful acquire or renew plus the renew deadline
+  // (see above), on the steady clock; std::nullopt when not leading, and from the moment a
+  // release begins. Any thread.
+  std::optional<TimePoint> LeadingUntil() const;
   std::string Leader() const;  // the holder last seen in the Lease, "" if none
   std::string LastError() const;
   // Whether the last release (on Stop) was written.
@@ -96,17 +111,21 @@ class LeaderElector {
   void Release();
   void ReportLeader(const std::string& holder);
   void StepDown(const std::string& why);
+  void SetLeadingUntil(std::optional<TimePoint> until);
   bool WaitFor(Duration duration);  // false when stopping
   void Log(const std::string& message);
   std::string LeasePath() const;
 
   LeaderElectionOptions options_;
   std::unique_ptr<Client> client_;
+  Duration requestTimeout_{};  // the longest any one request of the elector's may take
   std::thread thread_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;
   std::atomic<bool> leading_{false};
+  // LeadingUntil's instant (steady clock ticks) while leading_; Clock::rep's minimum when not.
+  std::atomic<Clock::rep> leadingUntil_{std::numeric_limits<Clock::rep>::min()};
   std::atomic<bool> released_{false};
   std::atomic<int64_t> transitions_{0};
   std::string reportedLeader_;  // guarded by mutex_
@@ -117,6 +136,8 @@ class LeaderElector {
   std::optional<LeaderElectionRecord> observed_;
   nlohmann::json observedLease_;  // the Lease as last read or written
   std::string lostTo_;            // set when a renewal found another holder
+  // When the read (or write) that showed observed_ returned, and when the last successful
+  // acquire or renew began.
   TimePoint observedTime_{};
   TimePoint lastRenew_{};
   // After stepping down, this candidate lets a lease duration pass before it takes a Lease
@@ -124,5 +145,11 @@ class LeaderElector {
   bool mayReclaimOwn_ = true;
   TimePoint steppedDownAt_{};
 };
+
+// The deadline of a leader-gated call (RequestOptions::deadline): none while `leading` is false
+// (the replica stepped down, or is stopping), else `leadingUntil()` (LeaderElector::LeadingUntil;
+// an empty one: no limit in time). Both are read before every attempt; `leading` must outlive
+// the calls.
+DeadlineSource LeaderDeadline(const std::atomic<bool>& leading, DeadlineSource leadingUntil);
 
 }  // namespace cozy::kube

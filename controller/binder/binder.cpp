@@ -40,8 +40,12 @@ bool HasPendingRequest(const api::GpuDevice& device) {
           device.status.bindResponse->id != device.status.bindRequest->id);
 }
 
-Binder::Binder(kube::Client& client, const std::atomic<bool>& leading, std::string identity)
-    : client_(client), leading_(leading), identity_(std::move(identity)) {}
+Binder::Binder(kube::Client& client, const std::atomic<bool>& leading, std::string identity,
+               kube::DeadlineSource leadingUntil)
+    : client_(client),
+      leading_(leading),
+      write_{false, kFieldManager, {kube::LeaderDeadline(leading, std::move(leadingUntil))}},
+      identity_(std::move(identity)) {}
 
 void Binder::Event(const api::GpuDevice& device, const model::Decision& decision,
                    std::chrono::system_clock::time_point now, BinderResult& result) {
@@ -107,7 +111,7 @@ void Binder::Event(const api::GpuDevice& device, const model::Decision& decision
   try {
     client_.Create(
         kube::ResourcePath("events.k8s.io", "v1", "events", device.metadata.namespaceName), event,
-        kube::WriteOptions{false, kFieldManager});
+        write_);
     eventsSent_[key] = now;
     ++eventsThisPass_;
     ++result.events;
@@ -319,8 +323,7 @@ BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, boo
     }
     try {
       client_.MergePatchAt(DevicePath(device, true), {{"status", status}},
-                           device.metadata.resourceVersion,
-                           kube::WriteOptions{false, kFieldManager});
+                           device.metadata.resourceVersion, write_);
       replaced_[Key(device.metadata)] = device.metadata.resourceVersion;
       ++result.writes;
       Event(device, decision, now, result);
@@ -414,11 +417,12 @@ int64_t Binder::WriteNodeConditions(const model::Snapshot& snapshot,
       client_.MergePatchAt(kube::ResourcePath(api::kGroup, api::kVersion, "gpunodes", "",
                                               gpuNode.nodeName, "status"),
                            {{"status", {{"conditions", conditions}}}}, gpuNode.resourceVersion,
-                           kube::WriteOptions{false, kFieldManager});
+                           write_);
       ++writes;
     } catch (const kube::ApiError& error) {
       runtime::LogWarning("GPUNode condition write failed",
                           LogFields{{"node", gpuNode.nodeName}, {"error", error.what()}});
+      if (error.kind() == kube::ErrorKind::kDeadlineExceeded) break;  // no longer leading
     }
   }
   return writes;

@@ -65,8 +65,12 @@ class Binder {
   static constexpr std::chrono::minutes kEventRepeat{10};
   static constexpr int kEventsPerPass = 100;
 
-  // `leading` is read before every write; `identity` names this replica in Events.
-  Binder(kube::Client& client, const std::atomic<bool>& leading, std::string identity = "");
+  // `leading` is read before every write, and with `leadingUntil` (the elector's
+  // LeaderElector::LeadingUntil; empty: no limit in time) before every attempt of each, retries
+  // included: no write is sent, retried or left running past the instant the replica leads
+  // until (kube::LeaderDeadline). `identity` names this replica in Events.
+  Binder(kube::Client& client, const std::atomic<bool>& leading, std::string identity = "",
+         kube::DeadlineSource leadingUntil = {});
 
   // After taking the lead: `cached` as the cache showed it before `listed` was read from the API
   // server. Marks each device whose cached copy differs from the list (D3 across a leader
@@ -101,6 +105,8 @@ class Binder {
  private:
   kube::Client& client_;
   const std::atomic<bool>& leading_;
+  // The options of every write: the field manager, and the lease's deadline on each attempt.
+  kube::WriteOptions write_;
   void Event(const api::GpuDevice& device, const model::Decision& decision,
              std::chrono::system_clock::time_point now, BinderResult& result);
 

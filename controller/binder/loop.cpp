@@ -11,12 +11,13 @@ namespace cozy::controller {
 using runtime::LogFields;
 
 BinderLoop::BinderLoop(runtime::Loop& loop, kube::Client& client, const std::atomic<bool>& leading,
-                       std::string identity, BinderSource& source)
+                       std::string identity, BinderSource& source,
+                       kube::DeadlineSource leadingUntil)
     : loop_(loop),
       client_(client),
       leading_(leading),
       source_(source),
-      binder_(client, leading, std::move(identity)),
+      binder_(client, leading, std::move(identity), std::move(leadingUntil)),
       worker_("binder"),
       duration_({0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30}),
       answerLatency_({0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30}) {}

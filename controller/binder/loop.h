@@ -44,9 +44,10 @@ class BinderSource {
 
 class BinderLoop {
  public:
-  // `leading` is the replica's: read before each pass and each write.
+  // `leading` is the replica's: read before each pass and each write; with `leadingUntil`
+  // (the elector's LeadingUntil) before each attempt of a write (Binder).
   BinderLoop(runtime::Loop& loop, kube::Client& client, const std::atomic<bool>& leading,
-             std::string identity, BinderSource& source);
+             std::string identity, BinderSource& source, kube::DeadlineSource leadingUntil = {});
   BinderLoop(const BinderLoop&) = delete;
   BinderLoop& operator=(const BinderLoop&) = delete;
 

@@ -168,7 +168,9 @@ class Controller : public webhook::ClusterSource, public BinderSource {
           cache->SetOnChange([this] { Changed(); });
           return cache;
         }),
-        applier_(client_, leading_),
+        // Every write of the leader's, first attempt or retry, ends by the instant its Lease
+        // lets it lead until (kube/leader_election.h); elector_ is made below, before any pass.
+        applier_(client_, leading_, [this] { return elector_->LeadingUntil(); }),
         worker_("reconciler"),
         passDuration_({0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30}) {
     kube::LeaderElectionOptions election;
@@ -212,7 +214,8 @@ class Controller : public webhook::ClusterSource, public BinderSource {
           client_, kube::ResourcePath("", "v1", "nodes"), NodeFromJson);
       pods_ = std::make_unique<kube::Cache<model::Pod>>(
           client_, kube::ResourcePath("", "v1", "pods"), PodFromJson);
-      binder_ = std::make_unique<BinderLoop>(loop_, client_, leading_, identity_, *this);
+      binder_ = std::make_unique<BinderLoop>(loop_, client_, leading_, identity_, *this,
+                                             [this] { return elector_->LeadingUntil(); });
     }
   }
 
@@ -642,7 +645,10 @@ class Controller : public webhook::ClusterSource, public BinderSource {
     LogCacheErrors();
     health_.Heartbeat();
     // With GPUs on, ready also means the webhooks answer: the API server may be sent here.
-    health_.SetReady(Ready() && (!webhookServer_ || webhookServer_->serving()));
+    // A webhook pool that is full is not ready either: the Service then sends the API server to
+    // another replica while this one catches up (issue 23).
+    health_.SetReady(Ready() && (!webhookServer_ ||
+                                 (webhookServer_->serving() && !webhookServer_->Saturated())));
     health_.SetMetrics(Metrics());
     tick_.Arm(std::chrono::seconds(1));
   }
@@ -770,6 +776,28 @@ class Controller : public webhook::ClusterSource, public BinderSource {
                  "last 7 days.");
       out.Sample("gpu_controller_webhook_certificate_expiry_timestamp_seconds", "",
                  static_cast<double>(server.certificateNotAfter));
+      out.Family("gpu_controller_webhook_connections_total", "counter",
+                 "Webhook connections by outcome: accepted; refused by the server (malformed, "
+                 "too large: rejected); 503 for a full pool or body budget (busy); closed at a "
+                 "deadline (timed_out) or for a newer connection (overflowed); TLS handshakes "
+                 "refused or broken (handshake_failed).");
+      const std::pair<const char*, int64_t> outcomes[] = {
+          {"accepted", server.http.accepted},
+          {"rejected", server.http.rejected},
+          {"busy", server.http.busy},
+          {"timed_out", server.http.timedOut},
+          {"overflowed", server.http.overflowed},
+          {"handshake_failed", server.http.handshakeFailures}};
+      for (const auto& [outcome, count] : outcomes) {
+        out.Sample("gpu_controller_webhook_connections_total", runtime::Label("outcome", outcome),
+                   static_cast<double>(count));
+      }
+      out.Family("gpu_controller_webhook_workers_busy", "gauge",
+                 "Webhook workers running a review now.");
+      out.Sample("gpu_controller_webhook_workers_busy", "", static_cast<double>(server.http.active));
+      out.Family("gpu_controller_webhook_queued_reviews", "gauge",
+                 "Complete reviews waiting for a webhook worker now.");
+      out.Sample("gpu_controller_webhook_queued_reviews", "", static_cast<double>(server.http.queued));
     }
     out.Family("gpu_controller_cache_synced", "gauge", "1 once a cache has listed.");
     out.Family("gpu_controller_cache_objects", "gauge", "Objects in each cache.");

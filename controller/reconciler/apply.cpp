@@ -3,6 +3,7 @@
 #include "api/keys.h"
 #include "api/usage_record.h"
 #include "kube/errors.h"
+#include "kube/leader_election.h"
 #include "runtime/log.h"
 
 namespace cozy::controller {
@@ -56,8 +57,11 @@ std::string ActionPath(const Action& action, bool status) {
   }
 }
 
-Applier::Applier(kube::Client& client, const std::atomic<bool>& leading)
-    : client_(client), leading_(leading) {}
+Applier::Applier(kube::Client& client, const std::atomic<bool>& leading,
+                 kube::DeadlineSource leadingUntil)
+    : client_(client),
+      leading_(leading),
+      deadline_(kube::LeaderDeadline(leading, std::move(leadingUntil))) {}
 
 ApplyCounts Applier::Apply(const std::vector<Action>& actions,
                            std::chrono::steady_clock::time_point now) {
@@ -117,7 +121,7 @@ ApplyCounts Applier::Apply(const std::vector<Action>& actions,
 }
 
 void Applier::ApplyOne(const Action& action) {
-  const kube::WriteOptions options{false, kFieldManager};
+  const kube::WriteOptions options{false, kFieldManager, {deadline_}};
   switch (action.kind) {
     case ActionKind::kAddClassFinalizer:
     case ActionKind::kRemoveClassFinalizer:
@@ -134,6 +138,7 @@ void Applier::ApplyOne(const Action& action) {
     case ActionKind::kDeleteRecord:
     case ActionKind::kDeleteMonitor: {
       kube::DeleteOptions remove;
+      remove.request.deadline = deadline_;
       remove.preconditionUid = action.uid;
       remove.preconditionResourceVersion = action.resourceVersion;
       client_.Delete(ActionPath(action), remove);

@@ -33,7 +33,11 @@ class Applier {
   inline static const std::string kFieldManager = "gpu-controller";
 
   // `leading` is read before every write: a replica that lost the Lease mid-pass stops writing.
-  Applier(kube::Client& client, const std::atomic<bool>& leading);
+  // With `leadingUntil` (the elector's LeaderElector::LeadingUntil; empty: no limit in time)
+  // both are read again before every attempt of each write, retries included, and no attempt
+  // starts or runs past the instant the replica leads until (kube::LeaderDeadline).
+  Applier(kube::Client& client, const std::atomic<bool>& leading,
+          kube::DeadlineSource leadingUntil = {});
 
   // Applies the actions in order; never throws for an API error (counted, logged).
   ApplyCounts Apply(const std::vector<Action>& actions, std::chrono::steady_clock::time_point now);
@@ -42,6 +46,7 @@ class Applier {
   void ApplyOne(const Action& action);
   kube::Client& client_;
   const std::atomic<bool>& leading_;
+  kube::DeadlineSource deadline_;  // kube::LeaderDeadline(leading, leadingUntil)
   struct Memo {
     std::string resourceVersion;
     std::chrono::steady_clock::time_point at;

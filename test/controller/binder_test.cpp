@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <thread>
 #include <utility>
 
 #include "controller/snapshot_json.h"
@@ -65,6 +66,10 @@ class BinderTest : public ::testing::Test {
     std::vector<std::shared_ptr<const api::GpuDevice>> all;
     for (const auto& device : s.devices) all.push_back(std::make_shared<api::GpuDevice>(device));
     return all;
+  }
+  // The status writes sent, applied or not.
+  std::vector<fake::LoggedRequest> Patches() {
+    return testing::RequestsTo(*server_, "PATCH", "/apis/gpu.cozystack.io/");
   }
   int Bound() {
     int bound = 0;
@@ -254,6 +259,70 @@ TEST_F(BinderTest, NothingIsWrittenAfterSteppingDown) {
   EXPECT_EQ(result.writes, 0);
   EXPECT_EQ(Bound(), 0);
   EXPECT_TRUE(testing::Writes(*server_).empty());
+}
+
+// Issue 23: leadership is read again before every attempt of a placement write, retries
+// included, not once before the write: a replica that stops leading while the server has it
+// wait (Retry-After) sends nothing more.
+TEST_F(BinderTest, LeadershipIsReadAgainBeforeEachRetryOfAPlacementWrite) {
+  fake::Fault busy = fake::Fault::Answer(503, -1, "PATCH", 1);
+  busy.pathPrefix = "/apis/gpu.cozystack.io/v1alpha1/namespaces/t1/gpudevices/";
+  server_->AddFault(busy);
+  const model::Snapshot snapshot = Read();
+  server_->ClearRequests();
+  Binder binder(*client_, leading_);
+  std::thread stepDown([this] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    leading_ = false;  // while the first attempt's Retry-After runs
+  });
+  const BinderResult result = binder.Pass(snapshot, false, true, std::chrono::system_clock::now());
+  stepDown.join();
+  EXPECT_EQ(result.writes, 0);
+  EXPECT_EQ(result.failures, 1);
+  EXPECT_TRUE(result.incomplete);
+  EXPECT_EQ(Patches().size(), 1u);  // the first attempt, never a retry
+  EXPECT_EQ(Bound(), 0);
+}
+
+// Issue 23: with the lease's instant (LeaderElector::LeadingUntil), no attempt of a placement
+// write starts or runs past it, however often the server asks to be tried again; the pass
+// stops there and the TakesBinds conditions are not written either.
+TEST_F(BinderTest, NoPlacementWriteIsAttemptedPastTheInstantTheLeaseLeadsUntil) {
+  fake::Fault busy = fake::Fault::Answer(429, -1, "PATCH", 1);
+  busy.pathPrefix = "/apis/gpu.cozystack.io/v1alpha1/";
+  server_->AddFault(busy);
+  const model::Snapshot snapshot = Read();
+  server_->ClearRequests();
+  const kube::TimePoint until = kube::Clock::now() + std::chrono::milliseconds(1500);
+  Binder binder(*client_, leading_, "", [until] { return std::optional<kube::TimePoint>(until); });
+  const BinderResult result = binder.Pass(snapshot, false, true, std::chrono::system_clock::now());
+  EXPECT_LE(kube::Clock::now(), until + std::chrono::milliseconds(50));
+  EXPECT_EQ(result.writes, 0);
+  EXPECT_EQ(result.failures, 1);
+  EXPECT_TRUE(result.incomplete);
+  // At 0 s and 1 s; the retry at 2 s would be past the instant and is not made.
+  const auto attempts = Patches();
+  EXPECT_EQ(attempts.size(), 2u);
+  for (const auto& attempt : attempts) EXPECT_LT(attempt.received, until) << attempt.path;
+  // Past the instant: nothing is sent at all.
+  std::this_thread::sleep_for(until - kube::Clock::now());
+  server_->ClearRequests();
+  EXPECT_EQ(binder.WriteNodeConditions(snapshot, std::chrono::system_clock::now()), 0);
+  EXPECT_TRUE(testing::Writes(*server_).empty());
+
+  // An attempt the server holds longer than the time left ends at the instant.
+  server_->ClearFaults();
+  fake::Fault slow;
+  slow.method = "PATCH";
+  slow.pathPrefix = "/apis/gpu.cozystack.io/v1alpha1/namespaces/t1/gpudevices/";
+  slow.latencyMs = 3000;
+  server_->AddFault(slow);
+  const kube::TimePoint soon = kube::Clock::now() + std::chrono::milliseconds(500);
+  Binder bounded(*client_, leading_, "", [soon] { return std::optional<kube::TimePoint>(soon); });
+  const BinderResult cut = bounded.Pass(snapshot, false, true, std::chrono::system_clock::now());
+  EXPECT_LT(kube::Clock::now(), soon + std::chrono::milliseconds(300));
+  EXPECT_EQ(cut.writes, 0);
+  EXPECT_TRUE(cut.incomplete);
 }
 
 }  // namespace

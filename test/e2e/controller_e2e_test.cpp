@@ -389,6 +389,58 @@ TEST_F(ControllerEndToEnd, G8_LeaderCutOffStepsDownTheOtherLeadsAndNothingIsWrit
   for (const auto& [path, count] : finalizerWrites) EXPECT_EQ(count, 1) << path;
 }
 
+// Issue 23: a leader that can no longer renew its Lease makes no write attempt past the instant
+// the Lease lets it lead until (the start of its last successful renewal plus the renew deadline),
+// though the API server keeps asking it to try again (429, Retry-After 2 s, which the client
+// honours for up to 3 retries): the reconciler's retries are bounded by the lease, and leadership
+// is read again before every attempt.
+TEST_F(ControllerEndToEnd, G8_ALeaderThatCannotRenewMakesNoWriteAttemptPastItsLease) {
+  const std::vector<std::string> fast = {"--lease-duration", "6s", "--renew-deadline", "4s",
+                                         "--retry-period",   "1s"};
+  StartReplica("replica-a", fast);
+  ASSERT_TRUE(WaitFor([&] { return Holder() == "replica-a"; }, 15s)) << Logs();
+  ASSERT_TRUE(WaitFor([&] {  // its first pass has run
+    return Get("configmap cozy-gpu-settings", "cozy-system").is_object();
+  })) << Logs();
+  const std::string leases = "/apis/coordination.k8s.io/";
+  fake::Fault busy = fake::Fault::Answer(429, -1, "PATCH", 2);
+  busy.pathPrefix = "/apis/gpu.cozystack.io/v1alpha1/gpuclasses";
+  Fake().AddFault(busy);
+  fake::Fault cut = fake::Fault::Answer(503, -1, "PUT");  // every renewal fails from now on
+  cut.pathPrefix = leases;
+  Fake().AddFault(cut);
+  Apply(Class("a100"));  // its finalizer: the reconciler's write, answered 429 each time
+  ASSERT_TRUE(
+      WaitFor([&] { return Log("replica-a").find("stopped leading") != std::string::npos; }, 10s))
+      << Logs();
+  // A retry the client would have made past the lease comes within 3 × 2 s of an attempt.
+  std::this_thread::sleep_for(7s);
+
+  // It led until at most its last renewal's arrival plus the renew deadline (4 s).
+  std::chrono::steady_clock::time_point renewed{};
+  for (const auto& request : Requests()) {
+    if (request.bearerToken == "replica-a" && request.path.starts_with(leases) &&
+        request.method != "GET" && request.status > 0 && request.status < 300) {
+      renewed = std::max(renewed, request.received);
+    }
+  }
+  ASSERT_NE(renewed, std::chrono::steady_clock::time_point{}) << "no renewal of replica-a's";
+  int attempts = 0;
+  for (const auto& request : Requests()) {
+    if (request.bearerToken != "replica-a" || request.method == "GET" ||
+        request.path.starts_with(leases)) {
+      continue;
+    }
+    attempts += request.path.find("/gpuclasses/a100") != std::string::npos;
+    EXPECT_LT(request.received, renewed + 4s)
+        << request.method << " " << request.path << " "
+        << std::chrono::duration<double>(request.received - renewed).count()
+        << " s after the last renewal";
+  }
+  EXPECT_GE(attempts, 1) << "it never tried the write while it led";
+  Fake().ClearFaults();
+}
+
 TEST_F(ControllerEndToEnd, D1_D2_TwoOrdersRaceForTheLastUnitAndOnlyTheLeaderPlaces) {
   GpuNode("n1", 1);
   Apply(Class("a100"));

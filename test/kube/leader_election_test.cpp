@@ -47,7 +47,8 @@ bool WaitUntil(const std::function<bool()>& predicate, Duration timeout) {
 // One candidate with its callbacks recorded.
 class Candidate {
  public:
-  Candidate(Client& client, const std::string& identity) {
+  Candidate(Client& client, const std::string& identity,
+            const std::function<void(LeaderElectionOptions&)>& adjust = {}) {
     LeaderElectionOptions options;
     options.leaseNamespace = "cozy-system";
     options.leaseName = "ctl";
@@ -68,6 +69,7 @@ class Candidate {
       std::lock_guard lock(mutex_);
       leaders_.push_back(leader);
     };
+    if (adjust) adjust(options);
     elector_ = std::make_unique<LeaderElector>(client, options);
   }
   LeaderElector& elector() { return *elector_; }
@@ -297,6 +299,127 @@ TEST(LeaderElection, ANineSecondListElsewhereDoesNotStopRenewal) {
     EXPECT_LT(puts[i].received - puts[i - 1].received, kRetry + 400ms) << "renewal " << i;
   }
   EXPECT_EQ(LeaseSpec(*server)["holderIdentity"], "a");
+}
+
+// Issue 23: a candidate starts the lease duration's wait when its read of the Lease has returned
+// (client-go sets observedTime after the get), not when it sent the read: a slow read must not
+// shorten the wait, or a candidate could take a Lease renewed while its read was on the way.
+TEST(LeaderElection, ACandidatesWaitStartsWhenItsReadOfTheLeaseHasReturned) {
+  auto server = StartWithLeases();
+  // Held by a replica that is gone: the record never changes again.
+  server->Seed({{"apiVersion", "coordination.k8s.io/v1"},
+                {"kind", "Lease"},
+                {"metadata", {{"name", "ctl"}, {"namespace", "cozy-system"}}},
+                {"spec",
+                 {{"holderIdentity", "gone"},
+                  {"leaseDurationSeconds", 3},
+                  {"renewTime", FormatMicroTime(std::chrono::system_clock::now())},
+                  {"leaseTransitions", 0}}}});
+  fake::Fault slow;  // the candidate's first read of the Lease takes 1.5 s
+  slow.method = "GET";
+  slow.pathPrefix = kLeasePath;
+  slow.latencyMs = 1500;
+  slow.count = 1;
+  server->AddFault(slow);
+  Client client(testing::ConfigFor(*server), RealTimeOptions());
+  Candidate b(client, "b", [](LeaderElectionOptions& options) {
+    options.random = [] { return 0.0; };  // a retry period between reads, no jitter
+  });
+  const auto start = Clock::now();
+  b.elector().Start();
+  ASSERT_TRUE(WaitUntil([&] { return b.elector().IsLeader(); }, 2 * kLease + 2s));
+  const auto waited = b.StartedAt().front() - start;
+  // A lease duration from when the read returned, not from when it was sent (3 s after start).
+  EXPECT_GE(waited, 1500ms + kLease) << std::chrono::duration<double>(waited).count() << " s";
+  EXPECT_LT(waited, 1500ms + kLease + 2 * kRetry + 500ms)
+      << std::chrono::duration<double>(waited).count() << " s";
+  const json spec = LeaseSpec(*server);
+  EXPECT_EQ(spec["holderIdentity"], "b");
+  EXPECT_EQ(spec["leaseTransitions"], 1);
+}
+
+// Issue 23: while leading, LeadingUntil is the start of the last successful renewal plus the
+// renew deadline; a write gated by it (LeaderDeadline) makes no attempt past that instant, however
+// often the server asks to be tried again, and its attempts' timeouts end there. The leader
+// itself steps down by then.
+TEST(LeaderElection, AGatedWriteMakesNoAttemptPastTheInstantTheLeaseLeadsUntil) {
+  auto server = StartWithLeases();
+  Client client(testing::ConfigFor(*server), RealTimeOptions());
+  Candidate a(client, "a");
+  EXPECT_EQ(a.elector().LeadingUntil(), std::nullopt);
+  a.elector().Start();
+  ASSERT_TRUE(WaitUntil([&] { return a.elector().IsLeader(); }, 5s));
+  const std::optional<TimePoint> first = a.elector().LeadingUntil();
+  ASSERT_TRUE(first);
+  EXPECT_GT(*first, Clock::now());
+  EXPECT_LE(*first, Clock::now() + kRenew);
+  // It moves on with each renewal.
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const auto until = a.elector().LeadingUntil();
+        return until && *until > *first;
+      },
+      2 * kRetry + 500ms));
+
+  // The writer retries a 429 as often as it may (Retry-After 1 s); the leader's renewals fail
+  // from now on, so the instant it leads until stops moving.
+  const std::string configMaps = "/api/v1/namespaces/cozy-system/configmaps";
+  fake::Fault busy = fake::Fault::Answer(429, -1, "POST", 1);
+  busy.pathPrefix = configMaps;
+  server->AddFault(busy);
+  fake::Fault cut = fake::Fault::Answer(503, -1, "PUT");
+  cut.pathPrefix = kLeasePath;
+  server->AddFault(cut);
+  std::this_thread::sleep_for(100ms);  // a renewal already sent lands
+  const std::optional<TimePoint> until = a.elector().LeadingUntil();
+  ASSERT_TRUE(until);
+  ASSERT_GT(*until, Clock::now() + 500ms) << "the lease ran out before the write began";
+  Client writer(testing::ConfigFor(*server), testing::TestClientOptions(DefaultTimeSource(), 100));
+  std::atomic<bool> leading{true};
+  WriteOptions gated;
+  gated.request.deadline = LeaderDeadline(leading, [&] { return a.elector().LeadingUntil(); });
+  const json configMap = {{"apiVersion", "v1"},
+                          {"kind", "ConfigMap"},
+                          {"metadata", {{"name", "gated"}, {"namespace", "cozy-system"}}}};
+  server->ClearRequests();
+  try {
+    writer.Create(configMaps, configMap, gated);
+    ADD_FAILURE() << "the write went through a 429 on every attempt";
+  } catch (const ApiError& error) {
+    // The last 429: the retry that would have reached the instant was not made.
+    EXPECT_EQ(error.kind(), ErrorKind::kTooManyRequests) << error.what();
+  }
+  EXPECT_LE(Clock::now(), *until + 50ms);
+  const auto posts = testing::RequestsTo(*server, "POST", configMaps);
+  EXPECT_GE(posts.size(), 1u);
+  for (const auto& post : posts) EXPECT_LT(post.received, *until);
+
+  // The leader steps down by the same instant; from then on no gated attempt starts at all.
+  ASSERT_TRUE(WaitUntil([&] { return !a.StoppedAt().empty(); }, kRenew + 500ms));
+  EXPECT_LE(a.StoppedAt().front(), *until + 200ms);
+  EXPECT_EQ(a.elector().LeadingUntil(), std::nullopt);
+  server->ClearFaults();
+  server->ClearRequests();
+  try {
+    writer.Create(configMaps, configMap, gated);
+    ADD_FAILURE() << "a write was sent after the leader stepped down";
+  } catch (const ApiError& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::kDeadlineExceeded) << error.what();
+  }
+  EXPECT_TRUE(testing::RequestsTo(*server, "POST", configMaps).empty());
+
+  // An attempt's timeout ends at the instant too: a write the server holds for 3 s is given
+  // up at a deadline 500 ms ahead, not at the client's 5 s timeout.
+  fake::Fault slow;
+  slow.method = "POST";
+  slow.pathPrefix = configMaps;
+  slow.latencyMs = 3000;
+  server->AddFault(slow);
+  const TimePoint soon = Clock::now() + 500ms;
+  WriteOptions bounded;
+  bounded.request.deadline = [soon]() -> std::optional<TimePoint> { return soon; };
+  EXPECT_THROW(writer.Create(configMaps, configMap, bounded), ApiError);
+  EXPECT_LT(Clock::now(), soon + 300ms);
 }
 
 }  // namespace
