@@ -66,10 +66,16 @@ std::string ClassBudgetKey(std::string_view className);
 // `requests.<resourceName>`, e.g. `requests.nvidia.com/GA100`.
 std::string RawQuotaKey(std::string_view resourceName);
 
-// The settings ConfigMap the controller publishes and the admission policies take as their
-// parameter. `resourceNames` holds the effective GPU resource-name set, comma separated and
-// sorted; `rawResourceNames` is the hoster's raw-name policy.
-inline constexpr std::string_view kSettingsNamespace = "cozy-system";
+// Where the controller is installed when nobody says otherwise: the default of
+// `gpu-controller run --namespace` and of `kubectl gpu --controller-namespace`. Only a default:
+// the chart runs the controller with --namespace set to the release's namespace, which may be
+// any, and the settings ConfigMap and the Lease live there (docs/install.md).
+inline constexpr std::string_view kDefaultControllerNamespace = "cozy-system";
+
+// The settings ConfigMap the controller publishes in its own namespace (--namespace) and the
+// admission policies take as their parameter. `resourceNames` holds the effective GPU
+// resource-name set, comma separated and sorted; `rawResourceNames` is the hoster's raw-name
+// policy.
 inline constexpr std::string_view kSettingsConfigMapName = "cozy-gpu-settings";
 inline constexpr std::string_view kSettingsResourceNamesKey = "resourceNames";
 inline constexpr std::string_view kSettingsRawNamePolicyKey = "rawResourceNames";

@@ -373,7 +373,11 @@ metadata: {name: $ns}
 ---
 apiVersion: v1
 kind: Namespace
-metadata: {name: $tenant}
+metadata:
+  name: $tenant
+  # Set by the hoster on every tenant namespace (Cozystack's tenant chart does): the chart's
+  # raw-name and usage-monitor policies select tenant namespaces by it (docs/install.md).
+  labels: {gpu.cozystack.io/tenant-namespace: "true"}
 EOF
 # KubeVirt's own table of the host devices it passes through (what virt-handler's device plugin
 # advertises on the nodes; the controller reads it as a GPU resource name).
@@ -575,8 +579,8 @@ for i in 0 1; do
     curl -sf "http://127.0.0.1:${health_ports[$i]}/readyz"
 done
 wait_for 30 "a gpu-controller replica holding the Lease" \
-  field_set lease/gpu-controller '{.spec.holderIdentity}' cozy-system
-echo "  (gpu-controller-0 and -1 ready; Lease holder: $(jp lease/gpu-controller '{.spec.holderIdentity}' cozy-system))"
+  field_set lease/gpu-controller '{.spec.holderIdentity}' "$ns"
+echo "  (gpu-controller-0 and -1 ready; Lease holder: $(jp lease/gpu-controller '{.spec.holderIdentity}' "$ns"))"
 catalog
 
 # =================================================================================================

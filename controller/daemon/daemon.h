@@ -17,6 +17,7 @@
 
 #include "api/gpuclass.h"
 #include "api/gpunode_types.h"
+#include "api/keys.h"
 #include "controller/model/snapshot.h"
 #include "kube/clock.h"
 
@@ -24,7 +25,7 @@ namespace cozy::controller {
 
 struct RunOptions {
   std::string kubeconfig;  // empty: in-cluster
-  std::string namespaceName = "cozy-system";
+  std::string namespaceName{api::kDefaultControllerNamespace};
   std::string identity;  // the Lease holder identity; empty: the hostname
   bool enableGpu = false;
   std::vector<std::string> gpuResourceNames;

@@ -21,6 +21,9 @@ int main(int argc, char** argv) {
   app.add_option("--context", options.context, "kubeconfig context (default: current-context)");
   app.add_option("-n,--namespace", options.namespaceName,
                  "Namespace of `why`'s order (default: the context's namespace, else default)");
+  app.add_option("--controller-namespace", options.controllerNamespace,
+                 "Namespace gpu-controller is installed in, whose settings ConfigMap is read "
+                 "(default: cozy-system, else the one namespace holding it)");
   app.add_option("-o,--output", options.output, "Output format: table, json or yaml")
       ->check(CLI::IsMember({"table", "json", "yaml"}))
       ->capture_default_str();

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <optional>
 #include <ostream>
+#include <set>
 #include <sstream>
 
 #include "api/keys.h"
@@ -93,8 +94,61 @@ std::vector<Kind> Kinds() {
 // Pages of 500, as kubectl reads a large list.
 const kube::ListOptions kListOptions{"", "", "", 500};
 
+// The settings ConfigMap gpu-controller publishes in its own namespace (its --namespace, the
+// chart's release namespace): in --controller-namespace when given; else in cozy-system, the
+// default, else in the one namespace that has a ConfigMap of that name. Null when none is found,
+// with a warning saying why: without it the hoster's extra GPU resource names are not counted.
+json ReadSettings(kube::Client& client, const std::string& controllerNamespace,
+                  std::vector<std::string>& warnings) {
+  const std::string name(api::kSettingsConfigMapName);
+  const std::string first = controllerNamespace.empty()
+                                ? std::string(api::kDefaultControllerNamespace)
+                                : controllerNamespace;
+  const std::string consequence =
+      ": the hoster's extra GPU resource names (gpu.resourceNames) are not counted";
+  try {
+    return client.Get(kube::ResourcePath("", "v1", "configmaps", first, name));
+  } catch (const kube::ApiError& error) {
+    if (error.kind() != kube::ErrorKind::kNotFound) throw;
+  }
+  if (!controllerNamespace.empty()) {
+    warnings.push_back("no ConfigMap " + name + " in namespace " + controllerNamespace +
+                       " (--controller-namespace), where a running gpu-controller publishes it" +
+                       consequence);
+    return nullptr;
+  }
+  json list;
+  try {
+    list = client.List(kube::ResourcePath("", "v1", "configmaps"),
+                       kube::ListOptions{"", "metadata.name=" + name, "", 500});
+  } catch (const kube::ApiError& error) {
+    if (error.kind() != kube::ErrorKind::kForbidden) throw;
+    warnings.push_back("no ConfigMap " + name + " in namespace " + first +
+                       ", and listing ConfigMaps of every namespace is forbidden: give the "
+                       "namespace gpu-controller is installed in as --controller-namespace" +
+                       consequence);
+    return nullptr;
+  }
+  std::vector<std::string> found;
+  for (const json& item : list["items"]) {
+    found.push_back(item["metadata"].value("namespace", ""));
+  }
+  if (found.size() == 1) return std::move(list["items"][0]);
+  if (found.empty()) {
+    warnings.push_back("no ConfigMap " + name +
+                       " in any namespace: gpu-controller has not published its settings" +
+                       consequence);
+  } else {
+    warnings.push_back("a ConfigMap " + name + " in each of the namespaces " + Join(found, ", ") +
+                       ": give the one gpu-controller is installed in as --controller-namespace" +
+                       consequence);
+  }
+  return nullptr;
+}
+
 // The cluster as one Kubernetes List, each item with its kind, for DecodeSnapshotList.
-json ReadCluster(kube::Client& client) {
+json ReadCluster(kube::Client& client, const std::string& controllerNamespace,
+                 std::vector<std::string>& warnings) {
   json items = json::array();
   for (const Kind& kind : Kinds()) {
     json list;
@@ -110,18 +164,11 @@ json ReadCluster(kube::Client& client) {
       items.push_back(std::move(item));
     }
   }
-  // The hoster's extra GPU resource names, where the controller keeps them.
-  try {
-    json settings =
-        client.Get(kube::ResourcePath("", "v1", "configmaps", std::string(api::kSettingsNamespace),
-                                      std::string(api::kSettingsConfigMapName)));
+  json settings = ReadSettings(client, controllerNamespace, warnings);
+  if (!settings.is_null()) {
     settings["kind"] = "ConfigMap";
+    settings["apiVersion"] = "v1";
     items.push_back(std::move(settings));
-  } catch (const kube::ApiError& error) {
-    if (error.kind() != kube::ErrorKind::kNotFound &&
-        error.kind() != kube::ErrorKind::kResourceNotServed) {
-      throw;
-    }
   }
   return {{"apiVersion", "v1"}, {"kind", "List"}, {"items", std::move(items)}};
 }
@@ -185,6 +232,25 @@ void EmitYaml(YAML::Emitter& emitter, const json& value) {
 }
 
 }  // namespace
+
+std::vector<std::string> OrderNamespacesWithoutTenantLabel(const json& cluster) {
+  std::set<std::string> labelled, ordering;
+  for (const json& item : cluster.value("items", json::array())) {
+    const json metadata = item.value("metadata", json::object());
+    const std::string kind = item.value("kind", "");
+    if (kind == "Namespace" &&
+        metadata.value("labels", json::object()).contains(api::kTenantNamespaceLabel)) {
+      labelled.insert(metadata.value("name", ""));
+    } else if (kind == "GPUDevice") {
+      ordering.insert(metadata.value("namespace", ""));
+    }
+  }
+  std::vector<std::string> missing;
+  for (const std::string& ns : ordering) {
+    if (!labelled.contains(ns)) missing.push_back(ns);
+  }
+  return missing;
+}
 
 std::string ToYaml(const json& document) {
   YAML::Emitter emitter;
@@ -321,7 +387,15 @@ int Run(const Options& options, std::ostream& out, std::ostream& err) {
     clientOptions.userAgent = "kubectl-gpu";
     kube::Client client(config, clientOptions);
 
-    const json list = ReadCluster(client);
+    std::vector<std::string> warnings;
+    const json list = ReadCluster(client, options.controllerNamespace, warnings);
+    for (const std::string& unlabelled : OrderNamespacesWithoutTenantLabel(list)) {
+      warnings.push_back("namespace " + unlabelled + " has GPU orders but not the label " +
+                         std::string(api::kTenantNamespaceLabel) +
+                         ": the chart's raw-name and usage-monitor policies do not cover it "
+                         "(docs/install.md, \"Tenant namespaces\")");
+    }
+    for (const std::string& warning : warnings) err << "kubectl gpu: warning: " << warning << "\n";
     const model::Snapshot snapshot = DecodeSnapshotList(list);
     const model::Model model(snapshot);
     const model::ClusterView view = model.View();

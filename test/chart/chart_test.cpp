@@ -1064,6 +1064,110 @@ TEST(ChartController, RbacIsExactlyTheLeastTheControllerNeeds) {
   }
 }
 
+// The controller's user as the API server names it: the Deployment's service account in the
+// Deployment's namespace.
+std::string ControllerUser(const std::vector<YAML::Node>& documents) {
+  const YAML::Node deployment = Named(documents, "Deployment", "gpu-controller");
+  return "system:serviceaccount:" + deployment["metadata"]["namespace"].as<std::string>("") + ":" +
+         deployment["spec"]["template"]["spec"]["serviceAccountName"].as<std::string>("");
+}
+
+std::string MatchCondition(const YAML::Node& policy, const std::string& name) {
+  for (const auto& condition : policy["spec"]["matchConditions"]) {
+    if (condition["name"].as<std::string>("") == name) {
+      return condition["expression"].as<std::string>("");
+    }
+  }
+  ADD_FAILURE() << "no matchCondition " << name;
+  return "";
+}
+
+// F7 (issue 23): installed into any namespace, the platform-fields policy trusts the chart's own
+// controller, by its exact user name, and no whole namespace's service accounts but
+// kube-system's; nothing of any policy names cozy-system when the chart is elsewhere. What the
+// expressions decide is evaluated as the API server does by gpu_policies_cel (F7) and by
+// kube-apiserver itself in real_cluster_policies_test and real_cluster_chart_test.
+TEST(ChartController, PlatformFieldsTrustTheControllerOfTheReleaseNamespaceOnly) {
+  Release release;
+  release.ns = "gpu-system";
+  for (const auto& overrides : {YAML::Node(), GpuOn()}) {
+    const auto documents = Render(overrides, release);
+    const std::string user = ControllerUser(documents);
+    EXPECT_EQ(user, "system:serviceaccount:gpu-system:gpu-controller");
+    const std::string expression =
+        MatchCondition(Named(documents, "ValidatingAdmissionPolicy", "gpu-device-platform-fields"),
+                       "not-a-platform-caller");
+    EXPECT_NE(expression.find("\"" + user + "\""), std::string::npos) << expression;
+    // The only group of service accounts is kube-system's (the cluster's own controllers).
+    for (size_t at = expression.find("system:serviceaccounts:"); at != std::string::npos;
+         at = expression.find("system:serviceaccounts:", at + 1)) {
+      EXPECT_EQ(expression.substr(at, 35), "system:serviceaccounts:kube-system\"") << expression;
+    }
+    for (const auto& policy : OfKind(documents, "ValidatingAdmissionPolicy")) {
+      EXPECT_EQ(YAML::Dump(policy).find("cozy-system"), std::string::npos)
+          << policy["metadata"]["name"].as<std::string>();
+    }
+  }
+  // The hoster's extra callers join the lists; an empty entry is refused at render time.
+  const auto extra =
+      Render(YAML::Load("policies: {platformUsers: [system:serviceaccount:cozy-system:"
+                        "cozystack-controller], platformGroups: [cozy-operators]}"),
+             release);
+  const std::string expression =
+      MatchCondition(Named(extra, "ValidatingAdmissionPolicy", "gpu-device-platform-fields"),
+                     "not-a-platform-caller");
+  EXPECT_NE(expression.find("\"system:kube-controller-manager\","
+                            "\"system:serviceaccount:cozy-system:cozystack-controller\"]"),
+            std::string::npos)
+      << expression;
+  EXPECT_NE(expression.find("\"system:serviceaccounts:kube-system\",\"cozy-operators\"]"),
+            std::string::npos)
+      << expression;
+  EXPECT_THROW(Render(YAML::Load("policies: {platformUsers: ['']}"), release), RenderError);
+  EXPECT_THROW(Render(YAML::Load("policies: {platformGroups: [1]}"), release), RenderError);
+}
+
+// B2 (issue 24): a GPUDevice's status is written by the controller alone, whatever RBAC a
+// hoster grants: a policy on gpudevices/status, in both renders and every namespace, failing
+// closed, that lets by only the controller's exact user (and cluster admins). Its decisions are
+// evaluated by gpu_policies_cel (B2) and by kube-apiserver in real_cluster_chart_test.
+TEST(ChartController, OnlyTheControllerMayWriteADevicesStatus) {
+  Release release;
+  release.ns = "gpu-system";
+  for (const auto& overrides : {YAML::Node(), GpuOn()}) {
+    const auto documents = Render(overrides, release);
+    const YAML::Node policy =
+        Named(documents, "ValidatingAdmissionPolicy", "gpu-device-status-writer");
+    EXPECT_EQ(policy["spec"]["failurePolicy"].as<std::string>(""), "Fail");
+    const YAML::Node rules = policy["spec"]["matchConstraints"]["resourceRules"];
+    ASSERT_EQ(rules.size(), 1u);
+    EXPECT_EQ(Strings(rules[0]["apiGroups"]), std::vector<std::string>{"gpu.cozystack.io"});
+    EXPECT_EQ(Strings(rules[0]["operations"]), std::vector<std::string>{"UPDATE"});
+    EXPECT_EQ(Strings(rules[0]["resources"]), std::vector<std::string>{"gpudevices/status"});
+    const std::string user = ControllerUser(documents);
+    const std::string expression = MatchCondition(policy, "not-the-controller");
+    EXPECT_NE(expression.find("request.userInfo.username == '" + user + "'"), std::string::npos)
+        << expression;
+    EXPECT_EQ(expression.find("system:serviceaccounts:"), std::string::npos) << expression;
+    ASSERT_EQ(policy["spec"]["validations"].size(), 1u);
+    EXPECT_EQ(policy["spec"]["validations"][0]["expression"].as<std::string>(""), "false");
+    EXPECT_NE(policy["spec"]["validations"][0]["message"].as<std::string>("").find(user),
+              std::string::npos);
+    const YAML::Node binding =
+        Named(documents, "ValidatingAdmissionPolicyBinding", "gpu-device-status-writer");
+    EXPECT_EQ(Strings(binding["spec"]["validationActions"]), std::vector<std::string>{"Deny"});
+    EXPECT_FALSE(binding["spec"]["matchResources"].IsDefined()) << "every namespace";
+    // The controller's ClusterRole is what lets it (and only it, of the chart's subjects) patch.
+    bool granted = false;
+    for (const auto& rule : Named(documents, "ClusterRole", "gpu-controller")["rules"]) {
+      for (const auto& resource : Strings(rule["resources"])) {
+        granted = granted || resource == "gpudevices/status";
+      }
+    }
+    EXPECT_TRUE(granted);
+  }
+}
+
 // H5: the CRDs are templates (Helm upgrades them; it never upgrades crds/) kept on uninstall.
 TEST(ChartController, CrdsAreTemplatesKeptOnUninstall) {
   EXPECT_FALSE(std::filesystem::exists(kChart / "crds")) << "Helm never upgrades crds/";

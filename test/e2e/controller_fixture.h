@@ -32,6 +32,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "api/keys.h"
 #include "api/time.h"
 #include "controller/model/readers.h"
 #include "controller/snapshot_json.h"
@@ -99,7 +100,12 @@ class ControllerEndToEnd : public ::testing::Test {
     }
     for (const std::string& ns : {std::string("cozy-system"), Tenant()}) {
       json object = {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", ns}}}};
-      if (ns == Tenant()) object["metadata"]["labels"] = {{"cozy-gpu-e2e", "tenant"}};
+      // A tenant namespace carries the label the hoster sets on every one (docs/install.md,
+      // "Tenant namespaces"), which the chart's raw-name and usage-monitor bindings select.
+      if (ns == Tenant()) {
+        object["metadata"]["labels"] = {{"cozy-gpu-e2e", "tenant"},
+                                        {std::string(api::kTenantNamespaceLabel), "true"}};
+      }
       Apply(object);
     }
   }

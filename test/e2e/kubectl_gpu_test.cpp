@@ -13,7 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "api/keys.h"
 #include "controller/kubectl_gpu/plugin.h"
+#include "kube/client.h"
+#include "kube/config.h"
 #include "test/fakes/fake_apiserver.h"
 #include "test/kube/kube_test_support.h"
 #include "test/support/fixture_host.h"
@@ -41,6 +44,16 @@ json Device(const std::string& ns, const std::string& name, int count,
                  {"spec", {{"className", "a100"}, {"count", count}}}};
   if (!status.empty()) device["status"] = status;
   return device;
+}
+
+// The settings ConfigMap gpu-controller publishes in its namespace.
+json Settings(const std::string& ns) {
+  return {{"apiVersion", "v1"},
+          {"kind", "ConfigMap"},
+          {"metadata", {{"name", std::string(api::kSettingsConfigMapName)}, {"namespace", ns}}},
+          {"data",
+           {{std::string(api::kSettingsResourceNamesKey), "nvidia.com/GA100"},
+            {std::string(api::kSettingsRawNamePolicyKey), "allowed"}}}};
 }
 
 // The lines of a table, each split on runs of two or more blanks.
@@ -71,9 +84,17 @@ class KubectlGpu : public ::testing::Test {
     server_->Start();
     server_->SetAcceptedTokens({"hoster"});
     // The demo's cluster: gpu-1 and gpu-2 serve 2 units each; gpu-2 is cordoned.
-    server_->Seed(Namespace("tenant-root"));
-    server_->Seed(Namespace("tenant-a", {{"tenant.cozystack.io/tenant-root", "true"}}));
-    server_->Seed(Namespace("tenant-b", {{"tenant.cozystack.io/tenant-root", "true"}}));
+    // Tenant namespaces carry the label the hoster sets on them (docs/install.md, "Tenant
+    // namespaces"); the controller is installed in gpu-system, not the default cozy-system, and
+    // has published its settings there.
+    const json tenant = {{std::string(api::kTenantNamespaceLabel), "true"}};
+    server_->Seed(Namespace("tenant-root", tenant));
+    json child = tenant;
+    child["tenant.cozystack.io/tenant-root"] = "true";
+    server_->Seed(Namespace("tenant-a", child));
+    server_->Seed(Namespace("tenant-b", child));
+    server_->Seed(Namespace("gpu-system"));
+    server_->Seed(Settings("gpu-system"));
     server_->Seed(testing::ReadyNode("gpu-1"));
     json cordoned = testing::ReadyNode("gpu-2");
     cordoned["spec"] = {{"unschedulable", true}};
@@ -351,6 +372,127 @@ TEST_F(KubectlGpu, KubectlFindsThePluginOnPath) {
   const auto bad = RunCommand(path + "kubectl gpu nodes --kubeconfig " +
                               ShellQuote(Path("kubeconfig").string()) + " --context nope");
   EXPECT_EQ(bad.exitCode, 2) << bad.err;
+}
+
+// Issue 23: the settings ConfigMap is read where the controller is installed, which need not be
+// cozy-system: --controller-namespace names it; without the flag cozy-system is asked first,
+// then the one namespace holding a ConfigMap of that name. When none or several are found a
+// warning says so (the command still answers).
+TEST_F(KubectlGpu, SettingsAreReadWhereTheControllerIsInstalled) {
+  const std::string inDefault = "/api/v1/namespaces/cozy-system/configmaps/cozy-gpu-settings";
+  const std::string inRelease = "/api/v1/namespaces/gpu-system/configmaps/cozy-gpu-settings";
+  const auto settingsRequests = [&] {
+    std::vector<std::string> seen;
+    for (const auto& request : server_->Requests()) {
+      if (request.path.find("configmaps") == std::string::npos) continue;
+      seen.push_back(request.method + " " + request.path +
+                     (request.query.empty() ? "" : "?" + request.query));
+    }
+    server_->ClearRequests();
+    return seen;
+  };
+  server_->ClearRequests();
+
+  // Found in gpu-system by its name, without a flag.
+  auto result = Plugin("catalog");
+  ASSERT_EQ(result.exitCode, 0) << result.err;
+  EXPECT_EQ(result.err, "");
+  auto seen = settingsRequests();
+  ASSERT_EQ(seen.size(), 2u) << ::testing::PrintToString(seen);
+  EXPECT_EQ(seen[0], "GET " + inDefault);
+  EXPECT_TRUE(seen[1].starts_with("GET /api/v1/configmaps?")) << seen[1];
+  EXPECT_NE(seen[1].find("fieldSelector=metadata.name"), std::string::npos) << seen[1];
+  EXPECT_NE(seen[1].find("cozy-gpu-settings"), std::string::npos) << seen[1];
+
+  // Named: read there, nothing else asked.
+  result = Plugin("catalog --controller-namespace gpu-system");
+  ASSERT_EQ(result.exitCode, 0) << result.err;
+  EXPECT_EQ(result.err, "");
+  EXPECT_EQ(settingsRequests(), std::vector<std::string>{"GET " + inRelease});
+
+  // Named wrong: the answer still comes, with one warning line naming the namespace.
+  result = Plugin("nodes --controller-namespace cozy-system");
+  ASSERT_EQ(result.exitCode, 0) << result.err;
+  EXPECT_EQ(result.err,
+            "kubectl gpu: warning: no ConfigMap cozy-gpu-settings in namespace cozy-system "
+            "(--controller-namespace), where a running gpu-controller publishes it: the "
+            "hoster's extra GPU resource names (gpu.resourceNames) are not counted\n");
+  EXPECT_EQ(result.out, Plugin("nodes --controller-namespace gpu-system").out);
+  settingsRequests();
+
+  // In cozy-system (the default) it is read there alone.
+  server_->Seed(Namespace("cozy-system"));
+  server_->Seed(Settings("cozy-system"));
+  result = Plugin("catalog -o json");
+  ASSERT_EQ(result.exitCode, 0) << result.err;
+  EXPECT_EQ(result.err, "");
+  EXPECT_EQ(settingsRequests(), std::vector<std::string>{"GET " + inDefault});
+}
+
+TEST_F(KubectlGpu, SettingsInNoneOrSeveralNamespacesAreAWarning) {
+  server_->Seed(Namespace("other"));
+  server_->Seed(Settings("other"));
+  auto result = Plugin("catalog");
+  ASSERT_EQ(result.exitCode, 0) << result.err;
+  EXPECT_EQ(result.err,
+            "kubectl gpu: warning: a ConfigMap cozy-gpu-settings in each of the namespaces "
+            "gpu-system, other: give the one gpu-controller is installed in as "
+            "--controller-namespace: the hoster's extra GPU resource names (gpu.resourceNames) "
+            "are not counted\n");
+  EXPECT_EQ(Plugin("catalog --controller-namespace other").err, "");
+
+  // Gone everywhere: the controller has not published them.
+  kube::ClientConfig config;
+  config.server = server_->url();
+  config.token = "hoster";
+  kube::Client client(config);
+  for (const std::string ns : {"gpu-system", "other"}) {
+    client.Delete(
+        kube::ResourcePath("", "v1", "configmaps", ns, std::string(api::kSettingsConfigMapName)));
+  }
+  result = Plugin("catalog");
+  ASSERT_EQ(result.exitCode, 0) << result.err;
+  EXPECT_EQ(result.err,
+            "kubectl gpu: warning: no ConfigMap cozy-gpu-settings in any namespace: "
+            "gpu-controller has not published its settings: the hoster's extra GPU resource "
+            "names (gpu.resourceNames) are not counted\n");
+}
+
+// Issue 24: a namespace with GPU orders but without gpu.cozystack.io/tenant-namespace is one
+// the chart's raw-name and usage-monitor policies do not cover (F16): every command says so on
+// stderr, leaving its output (a JSON document here) as it was.
+TEST_F(KubectlGpu, WarnsOfANamespaceWithOrdersButNoTenantLabel) {
+  const json before = PluginJson("catalog");
+  server_->Seed(Namespace("tenant-c", {{"tenant.cozystack.io/tenant-root", "true"}}));
+  server_->Seed(Device("tenant-c", "unlabelled", 1));
+  server_->Seed(Namespace("quiet"));  // no label, no orders: nothing to say
+  const std::string warning =
+      "kubectl gpu: warning: namespace tenant-c has GPU orders but not the label "
+      "gpu.cozystack.io/tenant-namespace: the chart's raw-name and usage-monitor policies do "
+      "not cover it (docs/install.md, \"Tenant namespaces\")\n";
+  for (const std::string command : {"catalog -o json", "nodes", "why pending"}) {
+    const auto result = Plugin(command);
+    ASSERT_EQ(result.exitCode, 0) << command << ": " << result.err;
+    EXPECT_EQ(result.err, warning) << command;
+  }
+  EXPECT_EQ(json::parse(Plugin("catalog -o json").out), before);
+}
+
+TEST(KubectlGpuTenantLabel, OrderNamespacesWithoutTheLabelSortedOnce) {
+  const auto ns = [](const std::string& name, bool labelled) {
+    json object = Namespace(name);
+    if (labelled) object["metadata"]["labels"][std::string(api::kTenantNamespaceLabel)] = "";
+    return object;
+  };
+  const json cluster = {{"items",
+                         {ns("b", false), ns("a", false), ns("ok", true), ns("idle", false),
+                          Device("b", "1", 1), Device("b", "2", 1), Device("a", "1", 1),
+                          Device("ok", "1", 1), Device("nowhere", "1", 1)}}};
+  // "nowhere" has no Namespace object at all: not labelled either.
+  EXPECT_EQ(controller::plugin::OrderNamespacesWithoutTenantLabel(cluster),
+            (std::vector<std::string>{"a", "b", "nowhere"}));
+  EXPECT_EQ(controller::plugin::OrderNamespacesWithoutTenantLabel(json::object()),
+            std::vector<std::string>{});
 }
 
 // -o yaml: strings a reader could take for a number, a boolean or null come back as strings.

@@ -12,10 +12,20 @@
 #   and `gpu-controller run --enable-gpu`, authenticated as the chart's service account, answers
 #   the API server's admission calls: an order for a class that does not exist is refused at
 #   `kubectl apply` with the webhook's reason (H2: fail closed, and its reason reaches the user);
+# - installed into gpu-system, not cozy-system (issue 23): the controller, running as the chart's
+#   service account, is the platform caller the device platform-fields policy trusts (F7): a VMI
+#   with a template device is admitted, the webhook's marked device is created and the
+#   reconciler's finalizer patches are accepted; another service account of the same namespace
+#   is not the platform; only the controller writes a GPUDevice's status (B2,
+#   gpu-device-status-writer): a user and a service account whose RBAC grants it are refused;
+#   `kubectl gpu` finds the controller's settings there and names a namespace with orders but
+#   without the tenant label;
 # - `helm uninstall` keeps the CRDs (H5).
 source "$(dirname "$0")/lib.sh"
 
-ns=cozy-system
+# Any namespace works (docs/install.md): deliberately not cozy-system, the default the
+# controller and `kubectl gpu` fall back to, so nothing passes by naming it.
+ns=gpu-system
 on_values="$work/gpu-on.yaml"
 
 # --- lint ------------------------------------------------------------------------------------
@@ -164,7 +174,9 @@ wait_until 60 curl -fsS "http://127.0.0.1:$health_port/readyz" ||
   abort "gpu-controller (as the service account gpu-controller) did not become ready"
 pass "gpu-controller runs as the chart's service account (a TokenRequest token) and is ready"
 
+# A tenant namespace, labelled as the hoster labels every one (docs/install.md, "Tenant namespaces").
 kc create namespace tenant-a >/dev/null
+kc label namespace tenant-a gpu.cozystack.io/tenant-namespace=true >/dev/null
 cat >"$work/order.yaml" <<EOF
 apiVersion: gpu.cozystack.io/v1alpha1
 kind: GPUDevice
@@ -193,6 +205,181 @@ for who in nobody admin; do
     fail "a caller with $who's certificate got HTTP $code"
   fi
 done
+
+# --- The controller in gpu-system is the platform (F7) and the one status writer (B2) ----------
+# A VMI with a template device: the VMI webhook creates the marked device (a CREATE the
+# platform-fields policy allows only platform callers), the binder places it (a status patch
+# only the controller may make), the reconciler adds the device finalizer (a platform-only
+# patch). The VMI's namespace is not labelled a tenant namespace: the platform-fields policy
+# applies in every namespace, while the raw-name bindings a tenant namespace brings in need the
+# settings parameter, which kube-apiserver cannot find after an earlier test on this cluster
+# uninstalled the chart (kubernetes/kubernetes#133827, docs/policies.md); those are
+# real_cluster_policies_test's.
+vm_ns=tenant-vm
+# The finalizers a stopped controller cannot remove (the class's, a device's), stripped as admin
+# (a platform caller), or the CRDs' deletion at the end would wait on them forever.
+strip_finalizers() {
+  local object
+  for object in $(kc get gpuclasses -o name 2>/dev/null); do
+    kc patch "$object" --type=merge -p '{"metadata":{"finalizers":null}}'
+  done
+  for object in $(kc get gpudevices -n "$vm_ns" -o name 2>/dev/null); do
+    kc patch "$object" -n "$vm_ns" --type=merge -p '{"metadata":{"finalizers":null}}'
+  done
+}
+on_exit "kc delete namespace $vm_ns --wait=false"
+on_exit strip_finalizers
+on_exit "kc delete node gpu-n1 --wait=false"
+cat >"$work/gpu-cluster.yaml" <<EOF
+apiVersion: v1
+kind: Namespace
+metadata: {name: $vm_ns}
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: gpu-n1
+  labels: {kubernetes.io/hostname: gpu-n1}
+status:
+  conditions: [{type: Ready, status: "True"}]
+---
+apiVersion: gpu.cozystack.io/v1alpha1
+kind: GPUClass
+metadata: {name: a100}
+spec:
+  vendor: nvidia
+  model: A100
+  mode: passthrough
+  source: {devicePlugin: {resourceName: nvidia.com/GA100}}
+---
+apiVersion: gpu.cozystack.io/v1alpha1
+kind: GPUNode
+metadata: {name: gpu-n1}
+EOF
+kc apply -f "$work/gpu-cluster.yaml" >"$work/out" 2>&1 || abort "the node, class and GPUNode: $(cat "$work/out")"
+# The node's status as its agent publishes it (as admin here: the node-bound policy is the agent's).
+kc patch gpunode gpu-n1 --subresource=status --type=merge -p '{"status":{
+  "resourceNames":["nvidia.com/GA100"],"summary":{"gpus":1},
+  "devices":[{"pciAddress":"0000:3b:00.0","vendorID":"10de","deviceID":"20b5","classCode":"030200",
+  "health":"Healthy","allocatable":2,"allocated":0,
+  "resources":[{"name":"nvidia.com/GA100","allocatable":2,"allocated":0}]}]}}' >"$work/out" 2>&1 ||
+  abort "the GPUNode's status: $(cat "$work/out")"
+cat >"$work/vmi.yaml" <<EOF
+apiVersion: kubevirt.io/v1
+kind: VirtualMachineInstance
+metadata:
+  name: vm1
+  namespace: $vm_ns
+  labels: {gpu.cozystack.io/device-references: "true"}
+  annotations:
+    gpu.cozystack.io/device-references: '{"templates":[{"name":"scratch","className":"a100","count":1}]}'
+spec:
+  domain:
+    devices: {}
+EOF
+# The webhooks answer from their caches: a dry run until they have the class and the GPUNode.
+wait_until 30 kc create --dry-run=server -f "$work/vmi.yaml"
+if kc create -f "$work/vmi.yaml" >"$work/out" 2>&1; then
+  pass "a VMI with a template device is admitted with the chart in $ns"
+else
+  fail "the VMI with a template device was refused: $(tr '\n' ' ' <"$work/out")"
+fi
+device_field() { kc get gpudevice vm1-scratch -n "$vm_ns" -o jsonpath="$1" 2>/dev/null; }
+if [ "$(device_field '{.metadata.labels.gpu\.cozystack\.io/template-device}')" = true ] &&
+  [ "$(device_field '{.status.phase}')" = Bound ] &&
+  [ "$(device_field '{.status.attachment.vmiName}')" = vm1 ]; then
+  pass "... its template device vm1-scratch was created by the controller, marked, bound and attached"
+else
+  fail "template device vm1-scratch: $(kc get gpudevice vm1-scratch -n "$vm_ns" -o json 2>&1 | tr '\n' ' ')"
+fi
+gpus=$(kc get vmi vm1 -n "$vm_ns" -o jsonpath='{.spec.domain.devices.gpus[*].deviceName}' 2>/dev/null)
+if [ "$gpus" = nvidia.com/GA100 ]; then
+  pass "... and the VMI got its gpus entry"
+else
+  fail "vm1's gpus: '$gpus'"
+fi
+protected() { device_field '{.metadata.finalizers}' | grep -q 'gpu.cozystack.io/device-protection'; }
+if wait_until 20 protected; then
+  pass "the controller's finalizer patch on the template device is accepted (F7)"
+else
+  fail "no device finalizer on vm1-scratch: $(grep -iE 'device-protection|forbidden|denied' \
+    "$work/controller.log" | tail -n 3 | tr '\n' ' ')"
+fi
+
+# Another service account of the release's namespace and a user, both with RBAC on GPUDevices
+# and their status (a hoster's broad role): neither is the platform nor the status writer.
+cat >"$work/broad-rbac.yaml" <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: gpu-test-broad}
+rules:
+- apiGroups: [gpu.cozystack.io]
+  resources: [gpudevices, gpudevices/status]
+  verbs: [get, list, patch, update]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: gpu-test-broad}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: gpu-test-broad}
+subjects:
+- {kind: ServiceAccount, name: default, namespace: $ns}
+- {kind: User, apiGroup: rbac.authorization.k8s.io, name: ops}
+EOF
+on_exit "kc delete -f '$work/broad-rbac.yaml' --ignore-not-found"
+kc apply -f "$work/broad-rbac.yaml" >"$work/out" 2>&1 || abort "the broad RBAC: $(cat "$work/out")"
+token=$(kc create token default -n "$ns" --duration 1h) || abort "TokenRequest for $ns/default"
+token_kubeconfig "$work/neighbour.kubeconfig" "$token"
+cert_kubeconfig "$work/ops.kubeconfig" ops operators
+token=$(kc create token gpu-controller -n "$ns" --duration 1h) || abort "TokenRequest for gpu-controller"
+token_kubeconfig "$work/controller-dry.kubeconfig" "$token"
+device_path="/apis/gpu.cozystack.io/v1alpha1/namespaces/$vm_ns/gpudevices/vm1-scratch"
+status_why="only gpu-controller \\(system:serviceaccount:$ns:gpu-controller\\) may write the status of a GPUDevice"
+for who in neighbour ops; do
+  expect_ok "$who's RBAC grants patching gpudevices/status" \
+    test "$(as "$work/$who.kubeconfig" kc auth can-i patch gpudevices.gpu.cozystack.io \
+      --subresource status -n "$vm_ns" 2>/dev/null)" = yes
+  expect_refused "$who may not write a device's status: gpu-device-status-writer (B2)" \
+    "ValidatingAdmissionPolicy 'gpu-device-status-writer' .*denied request: $status_why" \
+    raw_patch "$work/$who.kubeconfig" "$device_path/status?dryRun=All" '{"status":{"nodeName":"elsewhere"}}'
+done
+expect_ok "the controller's service account may write a device's status (a dry run)" \
+  raw_patch "$work/controller-dry.kubeconfig" "$device_path/status?dryRun=All" '{"status":{"nodeName":"gpu-n1"}}'
+expect_refused "another service account of $ns is not the platform: it may not drop the device finalizer (F7)" \
+  "ValidatingAdmissionPolicy 'gpu-device-platform-fields' .*denied request: only the platform may remove the finalizer" \
+  raw_patch "$work/neighbour.kubeconfig" "$device_path?dryRun=All" '{"metadata":{"finalizers":null}}'
+expect_ok "the controller's service account may drop it (a dry run)" \
+  raw_patch "$work/controller-dry.kubeconfig" "$device_path?dryRun=All" '{"metadata":{"finalizers":null}}'
+
+# `kubectl gpu` finds the settings the controller published in gpu-system without being told,
+# and names the namespace that has orders but not the tenant label (issue 24).
+settings_published() { kc get configmap cozy-gpu-settings -n "$ns"; }
+wait_until 20 settings_published || fail "the controller published no cozy-gpu-settings in $ns"
+kubectl_gpu() { "$build_dir/controller/kubectl-gpu" --kubeconfig "$admin_kubeconfig" "$@"; }
+label_warning="warning: namespace $vm_ns has GPU orders but not the label gpu.cozystack.io/tenant-namespace"
+if kubectl_gpu catalog >"$work/gpu.out" 2>"$work/gpu.err" && grep -q "^a100 " "$work/gpu.out" &&
+  ! grep -q cozy-gpu-settings "$work/gpu.err" && grep -q "$label_warning" "$work/gpu.err"; then
+  pass "kubectl gpu reads the settings in $ns unasked and warns of $vm_ns's missing tenant label"
+else
+  fail "kubectl gpu catalog: $(cat "$work/gpu.out" "$work/gpu.err" | tr '\n' ' ')"
+fi
+kc label namespace "$vm_ns" gpu.cozystack.io/tenant-namespace=true >/dev/null
+if kubectl_gpu catalog --controller-namespace "$ns" >"$work/gpu.out" 2>"$work/gpu.err" &&
+  [ ! -s "$work/gpu.err" ]; then
+  pass "... and says nothing once the namespace is labelled (--controller-namespace $ns)"
+else
+  fail "kubectl gpu catalog --controller-namespace $ns: $(tr '\n' ' ' <"$work/gpu.err")"
+fi
+kc label namespace "$vm_ns" gpu.cozystack.io/tenant-namespace- >/dev/null
+
+# The VMI ends: the controller detaches and deletes its template device, removing the finalizer
+# (another platform-only patch).
+kc delete vmi vm1 -n "$vm_ns" >/dev/null 2>&1
+device_gone() { ! kc get gpudevice vm1-scratch -n "$vm_ns"; }
+if wait_until 30 device_gone; then
+  pass "the VMI ended: the controller removed the finalizer and deleted its template device"
+else
+  fail "vm1-scratch is still there: $(kc get gpudevice vm1-scratch -n "$vm_ns" -o json 2>&1 | tr '\n' ' ')"
+fi
 
 # The controller stopped: the webhooks fail closed (H2).
 kill -TERM "${pids[-1]}" 2>/dev/null

@@ -1,6 +1,6 @@
 // The chart's admission policies (docs/policies.md), as rendered with GPUs off and on, run
 // through admission.mjs, which applies every policy with its binding as the API server does.
-// Each SEEDS-CATALOG item F3-F17 and H6 has its allowed and refused cases; F1 and F2 are in
+// Each SEEDS-CATALOG item F3-F17, B2 and H6 has its allowed and refused cases; F1 and F2 are in
 // policy.test.mjs and are run here once more through every binding of both renders.
 // The evaluator's own semantics are tested first: a harness that read an error as "allowed",
 // or skipped a selector, would let every policy test below pass on a broken policy.
@@ -103,6 +103,8 @@ const TENANT = { username: "alice", groups: ["tenant-a-admins", "system:authenti
 const TENANT_SA = sa("tenant-a", "default");
 const ADMIN = { username: "kubernetes-admin", groups: ["system:masters", "system:authenticated"] };
 const COZY_SA = sa("cozy-system", "cozystack-controller");
+// The chart's own controller: the service account gpu-controller of the release's namespace.
+const CONTROLLER = sa(RELEASE_NS, "gpu-controller");
 const KUBE_SYSTEM_SA = sa("kube-system", "generic-garbage-collector");
 const KCM = { username: "system:kube-controller-manager", groups: ["system:authenticated"] };
 const KUBEVIRT_CONTROLLER = sa("cozy-kubevirt", "kubevirt-controller");
@@ -406,8 +408,8 @@ test("F1 F2: the node-bound policy through every binding of both renders", () =>
 
 test("F17: the class policies render only with GPUs on; the others either way", () => {
   const classPolicies = ["gpu-class-deleting-no-orders", "gpu-class-immutable"];
-  const always = ["gpu-agent-own-gpunode", "gpu-device-platform-fields", "gpu-raw-names-pod",
-    "gpu-raw-names-vmi", "gpu-usage-monitor-label"];
+  const always = ["gpu-agent-own-gpunode", "gpu-device-platform-fields",
+    "gpu-device-status-writer", "gpu-raw-names-pod", "gpu-raw-names-vmi", "gpu-usage-monitor-label"];
   assert.deepEqual(policyNames(OFF), always);
   assert.deepEqual(policyNames(ON), [...always, ...classPolicies].sort());
   for (const name of classPolicies) {
@@ -513,7 +515,9 @@ test("F6: a tenant may not drop the device finalizer or set the template mark", 
         `${label}: plain order`);
       assertAllowed(docs, update("GPUDevice", user, held, device({ finalizers: [DEVICE_FINALIZER],
         labels: { app: "y" } })), `${label}: other labels`);
-      // Through a subresource the same fields are as guarded.
+      // Through a subresource the same fields are as guarded. (On a real API server a custom
+      // resource's /status write keeps the stored metadata, so there the status-writer policy,
+      // B2, is the one that refuses it.)
       assertRefused(docs, update("GPUDevice", user, held, device({ finalizers: [] }),
         { subResource: "status" }), "gpu-device-platform-fields", /finalizer/,
       `${label}: through status`);
@@ -521,21 +525,36 @@ test("F6: a tenant may not drop the device finalizer or set the template mark", 
   }
 });
 
+// Issue 23: the controller is trusted by its exact user name in whatever namespace the chart is
+// installed (here RELEASE_NS, not cozy-system), and no other service account of that namespace
+// or of cozy-system is. gpu-on-values.yaml adds the hoster's extra callers (policies.platformUsers
+// and platformGroups), which only that render trusts.
+const OPERATOR = { username: "ops-bot", groups: ["cozy-operators", "system:authenticated"] };
 test("F7: platform callers may drop the finalizer and set the mark", () => {
   const held = device({ finalizers: [DEVICE_FINALIZER] });
   for (const [label, docs] of RENDERS) {
-    for (const user of [COZY_SA, KUBE_SYSTEM_SA, ADMIN, KCM]) {
+    const extras = docs === ON ? [COZY_SA, OPERATOR] : [];
+    for (const user of [CONTROLLER, KUBE_SYSTEM_SA, ADMIN, KCM, ...extras,
+      { username: CONTROLLER.username }]) {
       assertAllowed(docs, update("GPUDevice", user, held, device({ finalizers: [] })),
         `${label}: ${user.username} drops the finalizer`);
       assertAllowed(docs, create("GPUDevice", user, device({ finalizers: [DEVICE_FINALIZER],
         mark: "true" })), `${label}: ${user.username} creates a marked device`);
     }
-    // Not platform: another namespace's service account, a user named like one without its
-    // group, the kube-controller-manager's name with a suffix.
-    for (const user of [sa("cozy-public", "x"), { username: "system:serviceaccount:cozy-system:x" },
-      { username: "system:kube-controller-manager-x", groups: ["system:authenticated"] }]) {
+    // Not platform: another service account of the release's namespace, the controller's name
+    // in another namespace (cozy-system, where the chart is not), cozy-system's other service
+    // accounts without the hoster's value, a user named like one without its group, the
+    // kube-controller-manager's name with a suffix, the controller's name with a suffix.
+    const notExtras = docs === ON ? [] : [COZY_SA, OPERATOR];
+    for (const user of [sa(RELEASE_NS, "default"), sa(RELEASE_NS, "gpu-agent"),
+      sa("cozy-system", "gpu-controller"), ...notExtras, sa("cozy-public", "x"),
+      { username: "system:serviceaccount:cozy-system:x" },
+      { username: "system:kube-controller-manager-x", groups: ["system:authenticated"] },
+      { username: `${CONTROLLER.username}-x`, groups: CONTROLLER.groups }]) {
       assertRefused(docs, update("GPUDevice", user, held, device({ finalizers: [] })),
         "gpu-device-platform-fields", /finalizer/, `${label}: ${user.username}`);
+      assertRefused(docs, create("GPUDevice", user, device({ mark: "true" })),
+        "gpu-device-platform-fields", /template-device/, `${label}: ${user.username} marks`);
     }
   }
 });
@@ -552,6 +571,39 @@ test("F8: the orphan and foregroundDeletion finalizers stay free", () => {
       [DEVICE_FINALIZER, "orphan"] })), `${label}: orphan added`);
     assertAllowed(docs, update("GPUDevice", TENANT, device({ finalizers:
       [DEVICE_FINALIZER, "foregroundDeletion"] }), held), `${label}: foregroundDeletion dropped`);
+  }
+});
+
+// --- B2: a device's status is the controller's ------------------------------------------------
+
+test("B2: only the controller (and cluster admins) may write a GPUDevice's status", () => {
+  const stored = device({ finalizers: [DEVICE_FINALIZER] });
+  const bound = (nodeName) => ({ ...device({ finalizers: [DEVICE_FINALIZER] }),
+    status: { phase: "Bound", nodeName } });
+  const why = new RegExp(`only gpu-controller \\(${CONTROLLER.username}\\) may write the ` +
+    "status of a GPUDevice");
+  for (const [label, docs] of RENDERS) {
+    for (const user of [CONTROLLER, ADMIN]) {
+      assertAllowed(docs, update("GPUDevice", user, stored, bound("n1"), { subResource: "status" }),
+        `${label}: ${user.username} binds`);
+    }
+    // Whatever RBAC lets them send it: tenants, other service accounts of the release's
+    // namespace (the agent's among them), the same name elsewhere, the platform-fields policy's
+    // other trusted callers, the hoster's extra ones.
+    for (const user of [TENANT, TENANT_SA, sa(RELEASE_NS, "default"), sa(RELEASE_NS, "gpu-agent"),
+      sa("cozy-system", "gpu-controller"), COZY_SA, OPERATOR, KUBE_SYSTEM_SA, KCM,
+      { username: `${CONTROLLER.username}-x`, groups: CONTROLLER.groups }]) {
+      assertRefused(docs, update("GPUDevice", user, bound("n1"), bound("n2"),
+        { subResource: "status" }), "gpu-device-status-writer", why,
+      `${label}: ${user.username} moves a bound device`);
+    }
+    // The main resource is not the policy's: a tenant's own order stays theirs.
+    assertAllowed(docs, update("GPUDevice", TENANT, stored, device({ finalizers: [DEVICE_FINALIZER],
+      labels: { app: "x" } })), `${label}: tenant labels its order`);
+    const policy = byName(docs, "ValidatingAdmissionPolicy", "gpu-device-status-writer");
+    assert.equal(policy.spec.failurePolicy, "Fail", label);
+    assert.deepEqual(byName(docs, "ValidatingAdmissionPolicyBinding", "gpu-device-status-writer")
+      .spec.validationActions, ["Deny"], label);
   }
 });
 

@@ -16,7 +16,6 @@ const PS = "policies.test.mjs";
 const NODE_POLICY = "the agent creates its GPUNode with exactly one owner reference, to its own v1 Node";
 const BARE_METAL = "a bare-metal agent is bound to its node by its user name";
 const F1_OWN = "F1 A9: the agent in a pod may create its own node's GPUNode and patch its status";
-const F6 = "F6: a tenant may not drop the device finalizer or set the template mark";
 const F9 = "F9: adding the usage-monitor key in a tenant namespace is refused for every caller";
 const F12 = "F12: the usage-monitor expressions read only metadata and never error";
 const F14 = "F14: a GPU-requesting pod needs kubevirt-controller and a VMI owner";
@@ -35,12 +34,6 @@ const DUPLICATE_OWNERS = {
   check: "allowed-instead",
   why: "two identical owner references: the API server removes the duplicate before admission " +
     "(and warns), so the policy sees exactly one owner reference, to the Node: allowed",
-};
-const STATUS_KEEPS_METADATA = {
-  check: "allowed-instead",
-  why: "a /status write that drops the device finalizer: for a custom resource's status the API " +
-    "server keeps everything but status from the stored object before admission, so the " +
-    "finalizer is not dropped and nothing is refused",
 };
 const DEPLOYMENT_WITHOUT_SPEC = {
   check: "refused-before-admission", message: "spec\\.selector: Required value",
@@ -92,8 +85,6 @@ export const NOT_REPLAYED = {
       "admission (source.dra is reserved): the policy's 'kind of source' rule is not reached",
   },
   ...Object.fromEntries(["GPUs off", "GPUs on"].flatMap((render) => [
-    [`${PS} › ${F6} › ${render}: through status`, STATUS_KEEPS_METADATA],
-    [`${PS} › ${F6} › ${render}: through status #2`, STATUS_KEEPS_METADATA],
     ...["kubernetes-admin", "system:serviceaccount:cozy-system:cozystack-controller", "alice",
       "system:serviceaccount:cozy-kubevirt:kubevirt-controller"].map((user) =>
       [`${PS} › ${F9} › ${render}: ${user} creates a Deployment`, DEPLOYMENT_WITHOUT_SPEC]),

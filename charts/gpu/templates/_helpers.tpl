@@ -1,0 +1,27 @@
+{{/*
+The controller's identity as the API server names it: the ServiceAccount gpu-controller of the
+release's namespace (controller-serviceaccount.yaml), whatever namespace the chart is installed
+into. The admission policies trust exactly this user, never a whole namespace's group: any other
+service account of that namespace (another release, a tenant's debug pod) is not the controller.
+*/}}
+{{- define "gpu.controllerUser" -}}
+system:serviceaccount:{{ .Release.Namespace }}:gpu-controller
+{{- end }}
+
+{{/*
+The device platform-fields policy's callers (docs/policies.md, F7) as two CEL list literals
+(JSON string lists are CEL list literals): users by exact name, and groups. Always the
+controller, kube-controller-manager (a user without a group of its own), cluster admins and
+kube-system's service accounts (the cluster's own controllers); then the hoster's
+policies.platformUsers and policies.platformGroups.
+*/}}
+{{- define "gpu.platformUsers" -}}
+{{- $extra := .Values.policies.platformUsers | default list -}}
+{{- range $extra }}{{ if or (not (kindIs "string" .)) (eq . "") }}{{ fail "policies.platformUsers: every entry must be a non-empty user name" }}{{ end }}{{ end -}}
+{{- concat (list (include "gpu.controllerUser" .) "system:kube-controller-manager") $extra | toJson -}}
+{{- end }}
+{{- define "gpu.platformGroups" -}}
+{{- $extra := .Values.policies.platformGroups | default list -}}
+{{- range $extra }}{{ if or (not (kindIs "string" .)) (eq . "") }}{{ fail "policies.platformGroups: every entry must be a non-empty group name" }}{{ end }}{{ end -}}
+{{- concat (list "system:masters" "system:serviceaccounts:kube-system") $extra | toJson -}}
+{{- end }}
