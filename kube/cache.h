@@ -65,7 +65,10 @@ class Cache : public CacheBase {
         path_(std::move(collectionPath)),
         decode_(std::move(decode)),
         options_(std::move(options)),
-        state_(std::make_unique<State>()) {}
+        state_(std::make_unique<State>()) {
+    // The decoded object is the only copy: the informer keeps stubs (InformerOptions).
+    options_.keepObjects = false;
+  }
   ~Cache() override { Stop(); }
   Cache(const Cache&) = delete;
   Cache& operator=(const Cache&) = delete;
@@ -87,9 +90,8 @@ class Cache : public CacheBase {
   void Start() {
     if (thread_.joinable()) return;
     stopping_ = false;
-    informer_ = std::make_unique<Informer>(
-        client_, path_, options_,
-        [this](const WatchEvent& event) { touched_.push_back(ObjectKey(event.object)); });
+    informer_ = std::make_unique<Informer>(client_, path_, options_,
+                                           [this](const WatchEvent& event) { Take(event); });
     thread_ = std::thread([this] { Run(); });
   }
   // Ends the thread; waits for a LIST in flight (at most the client's request timeout).
@@ -273,69 +275,50 @@ class Cache : public CacheBase {
     state.objects.erase(it);
   }
 
-  // A relist: the whole state anew from the informer's cache, swapped in at once. Objects
-  // whose resourceVersion did not change keep their decoded value.
-  void Rebuild() {
-    auto fresh = std::make_unique<State>();
-    for (const auto& [name, index] : indexFuncs_) fresh->indexes[name];
-    for (const auto& [key, object] : informer_->Cache()) {
-      Entry entry;
-      // Only this thread writes state_, so it may read it without the lock.
-      auto old = state_->objects.find(key);
-      const std::string version = object.at("metadata").value("resourceVersion", "");
-      if (old != state_->objects.end() && old->second.resourceVersion == version) {
-        entry = old->second;
-      } else if (!MakeEntry(key, object, entry)) {
-        continue;
-      }
-      Insert(*fresh, key, std::move(entry));
+  // One event, decoded now (the informer keeps no copy of the object): the step's changes are
+  // applied together once it is over. A relist shows up as its differences, so an object whose
+  // resourceVersion did not change keeps its decoded value.
+  void Take(const WatchEvent& event) {
+    std::string key = ObjectKey(event.object);
+    if (event.type == "DELETED") {
+      pending_.emplace_back(std::move(key), std::nullopt);
+      return;
     }
-    {
-      WriteLock lock(*this);
-      state_.swap(fresh);
-      synced_ = true;
+    Entry entry;
+    if (MakeEntry(key, event.object, entry)) {
+      pending_.emplace_back(std::move(key), std::move(entry));
+    } else {
+      pending_.emplace_back(std::move(key), std::nullopt);  // an undecodable update drops it
     }
-    // `fresh` (the old state) goes here, outside the lock.
   }
 
-  // Watch events of one step, applied together.
-  void ApplyTouched() {
-    std::vector<std::pair<std::string, std::optional<Entry>>> changes;
-    std::set<std::string> seen;
-    const auto& cache = informer_->Cache();
-    for (const auto& key : touched_) {
-      if (!seen.insert(key).second) continue;
-      auto it = cache.find(key);
-      if (it == cache.end()) {
-        changes.emplace_back(key, std::nullopt);
-        continue;
+  // The step's changes, in order, under one write lock; the replaced entries are freed after.
+  void ApplyPending(bool listed) {
+    std::vector<Ptr> replaced;  // the last references, dropped outside the lock
+    {
+      WriteLock lock(*this);
+      for (auto& [key, entry] : pending_) {
+        if (auto old = state_->objects.find(key); old != state_->objects.end()) {
+          replaced.push_back(old->second.object);
+        }
+        Remove(*state_, key);
+        if (entry) Insert(*state_, key, std::move(*entry));
       }
-      Entry entry;
-      if (MakeEntry(key, it->second, entry)) {
-        changes.emplace_back(key, std::move(entry));
-      } else {
-        changes.emplace_back(key, std::nullopt);
-      }
+      if (listed) synced_ = true;
     }
-    WriteLock lock(*this);
-    for (auto& [key, entry] : changes) {
-      Remove(*state_, key);
-      if (entry) Insert(*state_, key, std::move(*entry));
-    }
+    pending_.clear();
   }
 
   void Run() {
     TimeSource& time = client_.time();
     while (!stopping_) {
       const int lists = informer_->Stats().lists;
-      touched_.clear();
+      pending_.clear();
       const TimePoint next = informer_->Step(time.Now());
       try {
-        if (informer_->Stats().lists != lists) {
-          Rebuild();
-          if (onChange_) onChange_();
-        } else if (!touched_.empty()) {
-          ApplyTouched();
+        const bool listed = informer_->Stats().lists != lists;
+        if (listed || !pending_.empty()) {
+          ApplyPending(listed);
           if (onChange_) onChange_();
         }
       } catch (const std::exception& error) {
@@ -372,7 +355,8 @@ class Cache : public CacheBase {
   std::map<std::string, IndexFunc> indexFuncs_;
   std::function<void()> onChange_;
   std::unique_ptr<Informer> informer_;
-  std::vector<std::string> touched_;  // the cache thread's: keys changed in this step
+  // The cache thread's: this step's changes, decoded (nullopt: the key goes).
+  std::vector<std::pair<std::string, std::optional<Entry>>> pending_;
   std::thread thread_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> synced_{false};

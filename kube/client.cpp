@@ -446,6 +446,20 @@ std::string ListProblem(const json& list) {
 }  // namespace
 
 json Client::List(const std::string& collectionPath, const ListOptions& options) {
+  json whole;
+  json metadata = ListPages(collectionPath, options, [&whole](json& page) {
+    if (whole.is_null()) {
+      whole = std::move(page);  // the first page, kind and apiVersion included
+      return;
+    }
+    for (auto& item : page["items"]) whole["items"].push_back(std::move(item));
+  });
+  whole["metadata"] = std::move(metadata);
+  return whole;
+}
+
+json Client::ListPages(const std::string& collectionPath, const ListOptions& options,
+                       const std::function<void(json& page)>& onPage) {
   Query query;
   if (!options.labelSelector.empty()) query.emplace_back("labelSelector", options.labelSelector);
   if (!options.fieldSelector.empty()) query.emplace_back("fieldSelector", options.fieldSelector);
@@ -462,18 +476,21 @@ json Client::List(const std::string& collectionPath, const ListOptions& options)
     if (!page.contains("items") || page["items"].is_null()) page["items"] = json::array();
     return page;
   };
-  json whole = checked(query);
+  json page = checked(query);
+  json metadata = page["metadata"];
   // Follow `continue` with the same query: every page shares the first page's snapshot.
-  std::string next = whole["metadata"].value("continue", "");
+  std::string next = page["metadata"].value("continue", "");
+  onPage(page);
   while (!next.empty()) {
     Query nextQuery = query;
     nextQuery.emplace_back("continue", next);
-    json page = checked(nextQuery);
-    for (auto& item : page["items"]) whole["items"].push_back(std::move(item));
+    page = checked(nextQuery);
     next = page["metadata"].value("continue", "");
+    onPage(page);
   }
-  whole["metadata"].erase("continue");
-  return whole;
+  metadata.erase("continue");
+  metadata.erase("remainingItemCount");
+  return metadata;
 }
 
 std::unique_ptr<WatchStream> Client::Watch(const std::string& collectionPath,

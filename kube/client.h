@@ -150,6 +150,12 @@ class Client {
   // field ("items is a string, not an array", "items[3].metadata.resourceVersion is a
   // number, not a string").
   nlohmann::json List(const std::string& collectionPath, const ListOptions& options = {});
+  // The same list a page at a time: `onPage` gets each checked page (it may take its items),
+  // and the next is asked for only after it returned, so a caller that keeps little of each
+  // page never holds the whole list. Returns the list's metadata (its resourceVersion). A
+  // failure on a later page throws after earlier pages were handed over.
+  nlohmann::json ListPages(const std::string& collectionPath, const ListOptions& options,
+                           const std::function<void(nlohmann::json& page)>& onPage);
   // Opens a watch; it is driven by its owner (see WatchStream).
   std::unique_ptr<WatchStream> Watch(const std::string& collectionPath,
                                      const WatchOptions& options);

@@ -61,36 +61,65 @@ std::string Informer::Key(const json& object) {
   return ns.empty() ? name : ns + "/" + name;
 }
 
-void Informer::ListAndReplace() {
-  json list = client_.List(
-      path_, {options_.labelSelector, options_.fieldSelector, "", std::max(0, options_.pageSize)});
-  // Client::List checked the list's shape; the cache also needs every item named.
-  std::map<std::string, json> fresh;
-  json& items = list["items"];
-  for (size_t i = 0; i < items.size(); ++i) {
-    if (std::string problem = MetadataProblem(items[i], true, false); !problem.empty()) {
-      throw ApiError(ErrorKind::kBadResponse, 200, "",
-                     "list: items[" + std::to_string(i) + "]: " + problem, "GET", path_);
-    }
-    std::string key = Key(items[i]);
-    fresh[key] = std::move(items[i]);
+json Informer::Stored(const json& object) const {
+  if (options_.keepObjects) return object;
+  const json& metadata = object.at("metadata");
+  json stub = {{"metadata", {{"name", metadata.at("name")},
+                             {"resourceVersion", metadata.value("resourceVersion", "")}}}};
+  if (const auto ns = metadata.find("namespace"); ns != metadata.end()) {
+    stub["metadata"]["namespace"] = *ns;
   }
-  // Tell the handler what changed while we were not watching, as plain events. The cache is
-  // replaced only once all of them are through: a handler that throws gets them again.
+  return stub;
+}
+
+void Informer::ListAndReplace() {
+  // Tell the handler what changed while we were not watching, as plain events. With objects
+  // kept, the cache is replaced only once all of them are through: a handler that throws gets
+  // them again. Without (keepObjects false), each page's changes go to the handler as the page
+  // arrives and only stubs are kept, so the whole list is never held at once; a list that
+  // fails on a later page has handed over newer states of some objects, which the relist after
+  // the backoff hands over again (the stubs still hold the old resourceVersions).
+  std::map<std::string, json> fresh;
+  size_t index = 0;
+  const auto changed = [this](const std::string& key, const json& object) -> const char* {
+    const auto old = cache_.find(key);
+    if (old == cache_.end()) return "ADDED";
+    return StringField(old->second["metadata"], "resourceVersion") !=
+                   StringField(object["metadata"], "resourceVersion")
+               ? "MODIFIED"
+               : nullptr;
+  };
+  // Client::ListPages checked each page's shape; the cache also needs every item named.
+  const json metadata = client_.ListPages(
+      path_, {options_.labelSelector, options_.fieldSelector, "", std::max(0, options_.pageSize)},
+      [&](json& page) {
+        for (json& item : page["items"]) {
+          if (std::string problem = MetadataProblem(item, true, false); !problem.empty()) {
+            throw ApiError(ErrorKind::kBadResponse, 200, "",
+                           "list: items[" + std::to_string(index) + "]: " + problem, "GET",
+                           path_);
+          }
+          ++index;
+          std::string key = Key(item);
+          if (options_.keepObjects) {
+            fresh[key] = std::move(item);
+            continue;
+          }
+          if (const char* type = changed(key, item)) handler_({type, item});
+          fresh[key] = Stored(item);
+        }
+        page["items"] = json::array();  // this page's objects go now
+      });
   for (const auto& [key, object] : cache_) {
     if (!fresh.count(key)) handler_({"DELETED", object});
   }
-  for (const auto& [key, object] : fresh) {
-    auto old = cache_.find(key);
-    if (old == cache_.end()) {
-      handler_({"ADDED", object});
-    } else if (StringField(old->second["metadata"], "resourceVersion") !=
-               StringField(object["metadata"], "resourceVersion")) {
-      handler_({"MODIFIED", object});
+  if (options_.keepObjects) {
+    for (const auto& [key, object] : fresh) {
+      if (const char* type = changed(key, object)) handler_({type, object});
     }
   }
   cache_ = std::move(fresh);
-  resourceVersion_ = StringField(list["metadata"], "resourceVersion");
+  resourceVersion_ = StringField(metadata, "resourceVersion");
   needList_ = false;
   synced_ = true;
   ++stats_.lists;
@@ -115,7 +144,7 @@ void Informer::Apply(const WatchEvent& event, const std::string& key) {
     previous = std::move(it->second);
     cache_.erase(it);
   }
-  if (event.type != "DELETED") cache_[key] = event.object;
+  if (event.type != "DELETED") cache_[key] = Stored(event.object);
   try {
     handler_(event);
   } catch (...) {
