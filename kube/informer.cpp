@@ -64,8 +64,9 @@ std::string Informer::Key(const json& object) {
 json Informer::Stored(const json& object) const {
   if (options_.keepObjects) return object;
   const json& metadata = object.at("metadata");
-  json stub = {{"metadata", {{"name", metadata.at("name")},
-                             {"resourceVersion", metadata.value("resourceVersion", "")}}}};
+  json stub = {{"metadata",
+                {{"name", metadata.at("name")},
+                 {"resourceVersion", metadata.value("resourceVersion", "")}}}};
   if (const auto ns = metadata.find("namespace"); ns != metadata.end()) {
     stub["metadata"]["namespace"] = *ns;
   }
@@ -96,8 +97,7 @@ void Informer::ListAndReplace() {
         for (json& item : page["items"]) {
           if (std::string problem = MetadataProblem(item, true, false); !problem.empty()) {
             throw ApiError(ErrorKind::kBadResponse, 200, "",
-                           "list: items[" + std::to_string(index) + "]: " + problem, "GET",
-                           path_);
+                           "list: items[" + std::to_string(index) + "]: " + problem, "GET", path_);
           }
           ++index;
           std::string key = Key(item);

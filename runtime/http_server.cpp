@@ -16,10 +16,10 @@
 #include <deque>
 #include <mutex>
 #include <optional>
-#include <vector>
 #include <string_view>
 #include <system_error>
 #include <unordered_map>
+#include <vector>
 
 namespace cozy::runtime {
 
@@ -398,7 +398,8 @@ std::string HttpRequest::QueryParameter(std::string_view name) const {
     const std::string_view pair = rest.substr(0, amp);
     const size_t equals = pair.find('=');
     if (pair.substr(0, equals) == name) {
-      return equals == std::string_view::npos ? std::string() : std::string(pair.substr(equals + 1));
+      return equals == std::string_view::npos ? std::string()
+                                              : std::string(pair.substr(equals + 1));
     }
     if (amp == std::string_view::npos) break;
     rest.remove_prefix(amp + 1);
@@ -547,8 +548,8 @@ class HttpServer::Workers {
 class HttpServer::Loop {
  public:
   Loop(const HttpLimits& limits, const std::map<std::string, Route, std::less<>>& routes,
-       Counters& counters, SecureTransport* transport, Workers* workers, int listenFd,
-       int wakeFd, int epollFd)
+       Counters& counters, SecureTransport* transport, Workers* workers, int listenFd, int wakeFd,
+       int epollFd)
       : limits_(limits),
         routes_(routes),
         counters_(counters),
@@ -1000,7 +1001,8 @@ class HttpServer::Loop {
   // Counts `bytes` more of kept body against the budget; false (and refused 503) when it is
   // spent.
   bool Reserve(Connection& connection, size_t bytes) {
-    if (bytes > limits_.maxBufferedBodyBytes - std::min(bufferedBodies_, limits_.maxBufferedBodyBytes)) {
+    if (bytes >
+        limits_.maxBufferedBodyBytes - std::min(bufferedBodies_, limits_.maxBufferedBodyBytes)) {
       counters_.busy.fetch_add(1, std::memory_order_relaxed);
       Refuse(connection, 503, false);
       return false;

@@ -135,15 +135,15 @@ class HttpServer {
   const std::string& error() const { return error_; }
 
   struct Stats {
-    int64_t requests;    // answered with a handler's response or 404
-    int64_t rejected;    // refused by the server: 400, 405, 413, 414, 431, 501, 505
-    int64_t timedOut;    // closed at the request, handler or write deadline
-    int64_t overflowed;  // closed to make room for a newer connection (maxConnections)
-    int64_t accepted;    // connections accepted
-    int64_t busy = 0;    // 503: the worker queue or the body budget was full
+    int64_t requests;               // answered with a handler's response or 404
+    int64_t rejected;               // refused by the server: 400, 405, 413, 414, 431, 501, 505
+    int64_t timedOut;               // closed at the request, handler or write deadline
+    int64_t overflowed;             // closed to make room for a newer connection (maxConnections)
+    int64_t accepted;               // connections accepted
+    int64_t busy = 0;               // 503: the worker queue or the body budget was full
     int64_t handshakeFailures = 0;  // TLS handshakes refused or broken
-    int64_t active = 0;  // POST handlers running now
-    int64_t queued = 0;  // complete POST requests waiting for a worker now
+    int64_t active = 0;             // POST handlers running now
+    int64_t queued = 0;             // complete POST requests waiting for a worker now
   };
   Stats stats() const;
   // Whether a POST arriving now would wait behind a full pool: every worker busy and the queue

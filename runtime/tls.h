@@ -28,9 +28,9 @@
 namespace cozy::runtime {
 
 struct TlsOptions {
-  std::filesystem::path certDir;       // holds tls.crt (the chain) and tls.key
-  std::filesystem::path clientCaFile;  // PEM CA bundle callers' certificates must chain to;
-                                       // empty: any client (no certificate asked for)
+  std::filesystem::path certDir;             // holds tls.crt (the chain) and tls.key
+  std::filesystem::path clientCaFile;        // PEM CA bundle callers' certificates must chain to;
+                                             // empty: any client (no certificate asked for)
   std::string clientCaFlag = "--client-ca";  // named in errors about the CA file
 };
 

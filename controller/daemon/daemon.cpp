@@ -794,10 +794,12 @@ class Controller : public webhook::ClusterSource, public BinderSource {
       }
       out.Family("gpu_controller_webhook_workers_busy", "gauge",
                  "Webhook workers running a review now.");
-      out.Sample("gpu_controller_webhook_workers_busy", "", static_cast<double>(server.http.active));
+      out.Sample("gpu_controller_webhook_workers_busy", "",
+                 static_cast<double>(server.http.active));
       out.Family("gpu_controller_webhook_queued_reviews", "gauge",
                  "Complete reviews waiting for a webhook worker now.");
-      out.Sample("gpu_controller_webhook_queued_reviews", "", static_cast<double>(server.http.queued));
+      out.Sample("gpu_controller_webhook_queued_reviews", "",
+                 static_cast<double>(server.http.queued));
     }
     out.Family("gpu_controller_cache_synced", "gauge", "1 once a cache has listed.");
     out.Family("gpu_controller_cache_objects", "gauge", "Objects in each cache.");

@@ -41,9 +41,9 @@ struct ServerOptions {
   std::filesystem::path certDir;       // holds tls.crt (the chain) and tls.key
   std::filesystem::path clientCaFile;  // PEM CA bundle callers' certificates must chain to; empty:
                                        // any TLS client (docs/security.md says what that costs)
-  size_t threads = 32;     // workers running handlers
-  size_t maxWaiting = 24;  // of them, how many may wait for the binder at once
-  size_t queue = 64;       // complete reviews waiting for a worker; more: 503 at once
+  size_t threads = 32;                 // workers running handlers
+  size_t maxWaiting = 24;              // of them, how many may wait for the binder at once
+  size_t queue = 64;                   // complete reviews waiting for a worker; more: 503 at once
   size_t maxConnections = 128;
   // The webhooks see CREATEs only: one object, at most etcd's 1.5 MiB, in a review. A bigger
   // body is refused (413) before it is read; one nesting deeper than kube::kMaxJsonDepth is

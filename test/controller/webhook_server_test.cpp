@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <csignal>
 #include <condition_variable>
+#include <csignal>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -470,8 +470,8 @@ TEST_F(WebhookServerTest, SlowClientsAndHeaderFloodsNeverKeepAReviewFromBeingAns
   httplib::SSLClient flood("127.0.0.1", server.port());
   flood.set_ca_cert_path((dir_.path() / "ca.crt").c_str());
   flood.enable_server_certificate_verification(true);
-  auto flooded = flood.Post("/validate/gpudevices", {{"X-Flood", std::string(1 << 20, 'a')}},
-                            "{}", "application/json");
+  auto flooded = flood.Post("/validate/gpudevices", {{"X-Flood", std::string(1 << 20, 'a')}}, "{}",
+                            "application/json");
   if (flooded) {  // or the connection is cut mid-send
     EXPECT_EQ(flooded->status, 431);
   }
@@ -488,7 +488,8 @@ TEST_F(WebhookServerTest, SlowClientsAndHeaderFloodsNeverKeepAReviewFromBeingAns
   }
   std::this_thread::sleep_for(options.requestDeadline + std::chrono::milliseconds(300));
   const Server::Stats stats = server.stats();
-  EXPECT_GE(stats.http.timedOut + stats.http.overflowed, 64) << "slow clients outlived the deadline";
+  EXPECT_GE(stats.http.timedOut + stats.http.overflowed, 64)
+      << "slow clients outlived the deadline";
   EXPECT_GE(stats.http.rejected, flooded ? 1 : 0);
   for (const int fd : slow) ::close(fd);
 }
@@ -555,8 +556,8 @@ TEST_F(WebhookServerTest, TheDeadlineCountsFromAcceptNotFromWhenTheHandlerStarts
   Server server(options);
   std::chrono::milliseconds left{};
   server.Handle("/validate/gpudevices", [&](const json& review, const RequestContext& context) {
-    left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        context.deadline - std::chrono::steady_clock::now());
+    left = std::chrono::duration_cast<std::chrono::milliseconds>(context.deadline -
+                                                                 std::chrono::steady_clock::now());
     return Echo(review, context);
   });
   server.Start();

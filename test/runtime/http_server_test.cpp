@@ -777,8 +777,9 @@ class Latch {
 };
 
 std::string Post(std::string_view path, std::string_view body) {
-  return "POST " + std::string(path) + " HTTP/1.1\r\nHost: test\r\nContent-Length: " +
-         std::to_string(body.size()) + "\r\n\r\n" + std::string(body);
+  return "POST " + std::string(path) +
+         " HTTP/1.1\r\nHost: test\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" +
+         std::string(body);
 }
 
 class HttpPostTest : public HttpServerTest {
@@ -798,9 +799,9 @@ class HttpPostTest : public HttpServerTest {
             return HttpResponse{500, "text/plain", "gate never opened\n"};
           }
           accepted_ = request.accepted;
-          return HttpResponse{200, "text/plain",
-                              request.path + " " + request.QueryParameter("timeout") + " " +
-                                  request.body};
+          return HttpResponse{
+              200, "text/plain",
+              request.path + " " + request.QueryParameter("timeout") + " " + request.body};
         },
         maxBody);
     server_->HandlePost(
@@ -863,8 +864,9 @@ TEST_F(HttpPostTest, ABodyOverTheRoutesCapIs413BeforeItIsRead) {
   ASSERT_NO_FATAL_FAILURE(StartPostServer({}, 1024));
   const Reply reply = Send("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 1025\r\n\r\n");
   EXPECT_EQ(reply.status, 413);
-  const Reply chunked = Send("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
-                             "401\r\n");
+  const Reply chunked = Send(
+      "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "401\r\n");
   EXPECT_EQ(chunked.status, 413);
   EXPECT_EQ(started_.load(), 0);
 }
@@ -912,8 +914,8 @@ TEST_F(HttpPostTest, BodiesHeldAtOnceStayWithinTheBudget) {
                         std::to_string(size) + "\r\n\r\n" + std::string(1000, 'a')));
   std::this_thread::sleep_for(100ms);
   // A second as large does not fit beside it: 503 before a byte of its body is read.
-  const Reply refused = Send("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: " +
-                             std::to_string(size) + "\r\n\r\n");
+  const Reply refused = Send(
+      "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: " + std::to_string(size) + "\r\n\r\n");
   EXPECT_EQ(refused.status, 503);
   // A small one does.
   EXPECT_EQ(Send(Post("/echo", "small")).status, 200);
