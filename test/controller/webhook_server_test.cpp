@@ -91,6 +91,14 @@ class WebhookServerTest : public ::testing::Test {
     return client.Post(path.c_str(), body, "application/json");
   }
 
+  // Loopback, a free port, the Secret-like directory.
+  ServerOptions Options() const {
+    ServerOptions options;
+    options.address = "127.0.0.1:0";
+    options.certDir = certDir_;
+    return options;
+  }
+
   static json Echo(const json& review, const RequestContext&) {
     return {{"apiVersion", "admission.k8s.io/v1"},
             {"kind", "AdmissionReview"},
@@ -103,9 +111,7 @@ class WebhookServerTest : public ::testing::Test {
 };
 
 TEST_F(WebhookServerTest, AnswersAReviewOverVerifiedTls) {
-  ServerOptions options;
-  options.address = "127.0.0.1:0";
-  options.certDir = certDir_;
+  ServerOptions options = Options();
   Server server(options);
   server.Handle("/validate/gpudevices", Echo);
   server.Start();
@@ -148,9 +154,7 @@ TEST_F(WebhookServerTest, OnlyCallersWithACertificateOfTheClientCaGetIn) {
       " done && cp callers-ca.crt client-ca.crt");
   ASSERT_EQ(made.exitCode, 0) << made.err;
   std::atomic<int> handled{0};
-  ServerOptions options;
-  options.address = "127.0.0.1:0";
-  options.certDir = certDir_;
+  ServerOptions options = Options();
   options.clientCaFile = dir_.path() / "client-ca.crt";
   Server server(options);
   server.Handle("/mutate/virtualmachineinstances",
@@ -218,9 +222,7 @@ TEST_F(WebhookServerTest, AClientCaThatDoesNotLoadStopsTheStartNamingTheFile) {
 // (which overflowed the stack of a recursive parse: binder, reconciler and webhooks died with
 // it) is a 400; a body over the cap is refused before it is parsed; the server answers on.
 TEST_F(WebhookServerTest, ADeeplyNestedOrOversizedBodyIsRefusedAndTheServerAnswersOn) {
-  ServerOptions options;
-  options.address = "127.0.0.1:0";
-  options.certDir = certDir_;
+  ServerOptions options = Options();
   Server server(options);
   server.Handle("/validate/gpudevices", Echo);
   server.Start();
@@ -246,9 +248,7 @@ TEST_F(WebhookServerTest, ADeeplyNestedOrOversizedBodyIsRefusedAndTheServerAnswe
 // (a SHA-1 CBC suite is refused), no session ticket is issued, and the served certificate's
 // expiry is exported (it is a day away here).
 TEST_F(WebhookServerTest, ModernCiphersNoSessionTicketsAndTheCertificatesExpiry) {
-  ServerOptions options;
-  options.address = "127.0.0.1:0";
-  options.certDir = certDir_;
+  ServerOptions options = Options();
   Server server(options);
   server.Handle("/validate/gpudevices", Echo);
   server.Start();
@@ -277,9 +277,7 @@ TEST_F(WebhookServerTest, ModernCiphersNoSessionTicketsAndTheCertificatesExpiry)
 }
 
 TEST_F(WebhookServerTest, AHandlerThatThrowsIsA500NamingThePath) {
-  ServerOptions options;
-  options.address = "127.0.0.1:0";
-  options.certDir = certDir_;
+  ServerOptions options = Options();
   Server server(options);
   server.Handle("/mutate/pods", [](const json&, const RequestContext&) -> json {
     throw std::runtime_error("the review has no request");
@@ -293,9 +291,7 @@ TEST_F(WebhookServerTest, AHandlerThatThrowsIsA500NamingThePath) {
 }
 
 TEST_F(WebhookServerTest, ReplacedCertificateFilesAreServedFromTheNextHandshake) {
-  ServerOptions options;
-  options.address = "127.0.0.1:0";
-  options.certDir = certDir_;
+  ServerOptions options = Options();
   Server server(options);
   server.Handle("/validate/gpudevices", Echo);
   server.Start();
@@ -346,9 +342,7 @@ TEST_F(WebhookServerTest, TheApiServersTimeoutSetsTheDeadline) {
   EXPECT_EQ(RequestTimeout("5s"), std::chrono::seconds(5));
   EXPECT_EQ(RequestTimeout(""), std::chrono::seconds(10));  // the API server's default
   EXPECT_EQ(RequestTimeout("soon"), std::chrono::seconds(10));
-  ServerOptions options;
-  options.address = "127.0.0.1:0";
-  options.certDir = certDir_;
+  ServerOptions options = Options();
   Server server(options);
   std::mutex mutex;
   std::vector<std::chrono::milliseconds> left;
@@ -373,9 +367,7 @@ TEST_F(WebhookServerTest, TheApiServersTimeoutSetsTheDeadline) {
 }
 
 TEST_F(WebhookServerTest, RequestsThatWaitNeverKeepTheOthersWaiting) {
-  ServerOptions options;
-  options.address = "127.0.0.1:0";
-  options.certDir = certDir_;
+  ServerOptions options = Options();
   options.threads = 4;
   options.maxWaiting = 2;
   Server server(options);
@@ -452,9 +444,7 @@ int Trickler(int port) {
 // closed at the request deadline counted from accept (and evicted first when the connections
 // are all taken), an endless header is 431 at 16 KiB, and a review is answered throughout.
 TEST_F(WebhookServerTest, SlowClientsAndHeaderFloodsNeverKeepAReviewFromBeingAnswered) {
-  ServerOptions options;
-  options.address = "127.0.0.1:0";
-  options.certDir = certDir_;
+  ServerOptions options = Options();
   options.maxConnections = 32;
   options.requestDeadline = std::chrono::milliseconds(1500);
   Server server(options);
@@ -497,9 +487,7 @@ TEST_F(WebhookServerTest, SlowClientsAndHeaderFloodsNeverKeepAReviewFromBeingAns
 // Issue 23, High 2: a full pool answers 503 at once instead of queueing without bound, and
 // says it is saturated (readiness then takes the replica out of the Service).
 TEST_F(WebhookServerTest, AFullPoolIsRefusedAtOnceAndSaysItIsSaturated) {
-  ServerOptions options;
-  options.address = "127.0.0.1:0";
-  options.certDir = certDir_;
+  ServerOptions options = Options();
   options.threads = 1;
   options.queue = 2;
   Server server(options);
@@ -550,9 +538,7 @@ TEST_F(WebhookServerTest, AFullPoolIsRefusedAtOnceAndSaysItIsSaturated) {
 // Issue 23, Medium 6: the API server's timeout runs from when it sent the review, so the
 // deadline counts from accept: a review that took a second to arrive has a second less.
 TEST_F(WebhookServerTest, TheDeadlineCountsFromAcceptNotFromWhenTheHandlerStarts) {
-  ServerOptions options;
-  options.address = "127.0.0.1:0";
-  options.certDir = certDir_;
+  ServerOptions options = Options();
   Server server(options);
   std::chrono::milliseconds left{};
   server.Handle("/validate/gpudevices", [&](const json& review, const RequestContext& context) {
