@@ -69,7 +69,10 @@ done
 if [ "$setup" -eq 1 ]; then
   cd "$source_dir"
   scripts/install-deps.sh >/dev/null
-  cmake -S . -B build -G Ninja >/dev/null
+  # Configured as scripts/test.sh configures build/, so the tests reuse what this builds.
+  # shellcheck source=scripts/lib/configure.sh
+  source scripts/lib/configure.sh
+  configure_build normal build >/dev/null
   cmake --build build -j"$(nproc)" --target gpu-agent gpu-agent-full gpu-controller kubectl-gpu \
     gpu-fixture fake_kubelet fake_apiserver >/dev/null
 fi

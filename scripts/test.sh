@@ -92,29 +92,18 @@ jobs=$(nproc)
 tools_bin=$(scripts/cluster.sh build)
 export PATH="$tools_bin:$PATH"
 
-# ccache, where installed (scripts/install-deps.sh installs it): objects are reused across the
-# three build directories' equal compiles and across clones (CI builds a fresh clone each run),
-# so an unchanged file is compiled once. Paths under the checkout are hashed relative to it.
-launcher=()
-if command -v ccache >/dev/null; then
-  export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
-  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-fi
+# One configuration per build directory, shared with scripts/demo.sh (ccache included).
+# shellcheck source=scripts/lib/configure.sh
+source scripts/lib/configure.sh
 
 case "$mode" in
   normal)
-    # Line tables only (-g1, not -g): the code generated is the same (debug info never changes
-    # it), and full debug info costs about half of each -O2 compile (docs/testing.md, "Build
-    # time"). A build for a debugger is a build directory of its own.
-    cmake -S . -B build -G Ninja "${launcher[@]}" -DCOZY_WERROR=ON "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
+    configure_build normal build
     cmake --build build -j"$jobs"
     run_ctest build
     ;;
   sanitize)
-    # Line tables only (-g1): the sanitizers' reports name file and line all the same, and
-    # full debug info costs a seventh of the build (docs/testing.md, "Build time").
-    cmake -S . -B build-asan -G Ninja "${launcher[@]}" -DCOZY_WERROR=ON -DCOZY_SANITIZE=address,undefined \
-      -DCOZY_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g1
+    configure_build sanitize build-asan
     cmake --build build-asan -j"$jobs"
     # Without the umockdev test: its LD_PRELOAD and ASan each need to come first, and the
     # testbed's load would cost CI minutes twice (docs/testing.md).
@@ -122,8 +111,7 @@ case "$mode" in
       run_ctest build-asan -LE umockdev-slow
     ;;
   fuzz)
-    CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja "${launcher[@]}" -DCOZY_FUZZ=ON -DBUILD_TESTING=ON \
-      -DCOZY_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+    configure_build fuzz build-fuzz
     cmake --build build-fuzz -j"$jobs" --target fuzz_targets
     for target in build-fuzz/fuzz/bin/*; do
       name=$(basename "$target")
