@@ -670,10 +670,10 @@ EOF
 echo "\$ kubectl create -f launcher.yaml   # virt-launcher-vm1-x7k2p, as virt-controller creates it"
 kc create -f "$work/launcher.yaml" 2>&1 | sed 's/^/  /' || fail "the launcher pod was refused"
 terms='{.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms'
-echo "\$ kubectl get pod virt-launcher-vm1-x7k2p -o jsonpath='{.spec.affinity...matchExpressions[0]}'"
-echo "  $(jp pod/virt-launcher-vm1-x7k2p "${terms}[0].matchExpressions[0]}" "$tenant")"
+echo "\$ kubectl get pod virt-launcher-vm1-x7k2p -o jsonpath='{.spec.affinity...matchFields[0]}'"
+echo "  $(jp pod/virt-launcher-vm1-x7k2p "${terms}[0].matchFields[0]}" "$tenant")"
 pinned=$(jp pod/virt-launcher-vm1-x7k2p \
-  "${terms}[0].matchExpressions[?(@.key==\"kubernetes.io/hostname\")].values[0]}" "$tenant")
+  "${terms}[0].matchFields[?(@.key==\"metadata.name\")].values[0]}" "$tenant")
 [ "$pinned" = "$held_node" ] || fail "the launcher is pinned to '$pinned', not to $held_node"
 echo "  -> the launcher pod is pinned to $pinned, the node of its GPU"
 

@@ -4,30 +4,83 @@
 namespace cozy::admission {
 namespace {
 
-nlohmann::json HostnameIn(const std::string& node) {
-  return {{"key", kHostnameLabel}, {"operator", "In"}, {"values", nlohmann::json::array({node})}};
+// A matchFields requirement on the Node's name: exact, and needing no label (a
+// `kubernetes.io/hostname` label may differ from the name). kube-scheduler takes one value for
+// In on a field.
+nlohmann::json NameIn(const std::string& node) {
+  return {{"key", kNodeNameField}, {"operator", "In"}, {"values", nlohmann::json::array({node})}};
 }
 
 bool Pins(const nlohmann::json& term, const std::string& node) {
-  const auto expressions = term.find("matchExpressions");
-  if (expressions == term.end() || !expressions->is_array()) {
+  const auto fields = term.find("matchFields");
+  if (fields == term.end() || !fields->is_array()) {
     return false;
   }
-  for (const nlohmann::json& expression : *expressions) {
-    if (expression.is_object() && expression.value("key", "") == kHostnameLabel &&
-        expression.value("operator", "") == "In" && expression.contains("values") &&
-        expression["values"] == nlohmann::json::array({node})) {
+  for (const nlohmann::json& field : *fields) {
+    if (field.is_object() && field.value("key", "") == kNodeNameField &&
+        field.value("operator", "") == "In" && field.contains("values") &&
+        field["values"] == nlohmann::json::array({node})) {
       return true;
     }
   }
   return false;
 }
 
-}  // namespace
+nlohmann::json CordonToleration() {
+  return {{"key", kUnschedulableTaint}, {"operator", "Exists"}, {"effect", "NoSchedule"}};
+}
 
-nlohmann::json PodAffinityPatch(const nlohmann::json& pod, const std::string& node) {
+// Whether a toleration tolerates the cordon's taint (key node.kubernetes.io/unschedulable, no
+// value, effect NoSchedule), as kube-scheduler matches them.
+bool ToleratesCordon(const nlohmann::json& toleration) {
+  if (!toleration.is_object()) {
+    return false;
+  }
+  const auto text = [&](const char* key) {
+    const auto it = toleration.find(key);
+    return it != toleration.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  const std::string effect = text("effect");
+  if (!effect.empty() && effect != "NoSchedule") {
+    return false;
+  }
+  const std::string key = text("key");
+  const std::string op = text("operator");
+  if (key.empty()) {
+    return op == "Exists";  // an empty key with Exists tolerates every taint
+  }
+  if (key != kUnschedulableTaint) {
+    return false;
+  }
+  return op == "Exists" || ((op.empty() || op == "Equal") && text("value").empty());
+}
+
+// The toleration op, if the pod does not tolerate the cordon yet. Runs after the affinity ops,
+// which add spec where it is missing.
+void AddCordonToleration(const nlohmann::json& pod, nlohmann::json& ops) {
+  const nlohmann::json* tolerations = nullptr;
+  if (const auto spec = pod.find("spec"); spec != pod.end() && spec->is_object()) {
+    if (const auto it = spec->find("tolerations"); it != spec->end() && it->is_array()) {
+      tolerations = &*it;
+    }
+  }
+  if (tolerations == nullptr) {
+    ops.push_back({{"op", "add"},
+                   {"path", "/spec/tolerations"},
+                   {"value", nlohmann::json::array({CordonToleration()})}});
+    return;
+  }
+  for (const nlohmann::json& toleration : *tolerations) {
+    if (ToleratesCordon(toleration)) {
+      return;
+    }
+  }
+  ops.push_back({{"op", "add"}, {"path", "/spec/tolerations/-"}, {"value", CordonToleration()}});
+}
+
+nlohmann::json AffinityPatch(const nlohmann::json& pod, const std::string& node) {
   nlohmann::json ops = nlohmann::json::array();
-  const nlohmann::json term = {{"matchExpressions", nlohmann::json::array({HostnameIn(node)})}};
+  const nlohmann::json term = {{"matchFields", nlohmann::json::array({NameIn(node)})}};
   // From the innermost wanted member outwards: add at the first level that exists.
   const std::array<const char*, 5> keys = {"spec", "affinity", "nodeAffinity",
                                            "requiredDuringSchedulingIgnoredDuringExecution",
@@ -70,17 +123,25 @@ nlohmann::json PodAffinityPatch(const nlohmann::json& pod, const std::string& no
       continue;
     }
     const std::string termPath = path + "/" + std::to_string(i);
-    const auto expressions =
-        existing.is_object() ? existing.find("matchExpressions") : nlohmann::json::const_iterator();
-    if (!existing.is_object() || expressions == existing.end() || !expressions->is_array()) {
+    const auto fields =
+        existing.is_object() ? existing.find("matchFields") : nlohmann::json::const_iterator();
+    if (!existing.is_object() || fields == existing.end() || !fields->is_array()) {
       ops.push_back({{"op", "add"},
-                     {"path", termPath + "/matchExpressions"},
-                     {"value", nlohmann::json::array({HostnameIn(node)})}});
+                     {"path", termPath + "/matchFields"},
+                     {"value", nlohmann::json::array({NameIn(node)})}});
     } else {
       ops.push_back(
-          {{"op", "add"}, {"path", termPath + "/matchExpressions/-"}, {"value", HostnameIn(node)}});
+          {{"op", "add"}, {"path", termPath + "/matchFields/-"}, {"value", NameIn(node)}});
     }
   }
+  return ops;
+}
+
+}  // namespace
+
+nlohmann::json PodPinPatch(const nlohmann::json& pod, const std::string& node) {
+  nlohmann::json ops = AffinityPatch(pod, node);
+  AddCordonToleration(pod, ops);
   return ops;
 }
 

@@ -1,6 +1,7 @@
 // The pod webhook's pure part: pin a virt-launcher pod to the node its VMI's devices sit on by
 // required node affinity on the pod itself (E13), since LiveUpdate rewrites the VMI's affinity
-// from the VM template; and find which VMI a launcher pod says it belongs to.
+// from the VM template, tolerating that node's cordon (D10, issue 24 item 4); and find which VMI
+// a launcher pod says it belongs to.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -10,17 +11,28 @@
 
 namespace cozy::admission {
 
-inline constexpr std::string_view kHostnameLabel = "kubernetes.io/hostname";
+// The node field a NodeSelectorTerm's matchFields selects on: the Node's name, exactly, whatever
+// its labels say.
+inline constexpr std::string_view kNodeNameField = "metadata.name";
+// The taint a cordon (spec.unschedulable) puts on a node, which kube-scheduler's
+// NodeUnschedulable filter checks whether or not the node lifecycle controller has written it.
+inline constexpr std::string_view kUnschedulableTaint = "node.kubernetes.io/unschedulable";
 // What KubeVirt writes on a virt-launcher pod.
 inline constexpr std::string_view kVmiNameLabel = "vm.kubevirt.io/name";
 inline constexpr std::string_view kVmiKind = "VirtualMachineInstance";
 
-// JSONPatch ops pinning the pod to `node`: a `kubernetes.io/hostname In [node]` expression in
-// every term of spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution
-// .nodeSelectorTerms (terms are ORed, a term's expressions ANDed, so every term must carry it),
-// or one term holding only it where there is none. Missing parents are added. A term already
-// carrying exactly that expression is left alone, so a patched pod gets no ops.
-nlohmann::json PodAffinityPatch(const nlohmann::json& pod, const std::string& node);
+// JSONPatch ops pinning the pod to the Node named `node` (issue 24 item 4):
+//  - a `metadata.name In [node]` matchFields requirement in every term of
+//    spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms
+//    (terms are ORed, a term's requirements ANDed, so every term must carry it), or one term
+//    holding only it where there is none. By the Node's name, not its kubernetes.io/hostname
+//    label, which installers may set to something else.
+//  - a `node.kubernetes.io/unschedulable` Exists NoSchedule toleration in spec.tolerations,
+//    always: the binder answers Succeeded on a cordoned node (D10), and the pin already decides
+//    the node, so the toleration lets the launcher onto that one node and no other.
+// Missing parents are added. A term already carrying exactly that requirement is left alone, and
+// a toleration already tolerating the cordon is kept, so a patched pod gets no ops.
+nlohmann::json PodPinPatch(const nlohmann::json& pod, const std::string& node);
 
 // The name of the VMI the pod says it launches: its controller ownerReference of kind
 // VirtualMachineInstance (apiVersion kubevirt.io/...), which kubevirt-controller writes and the

@@ -223,7 +223,7 @@ json Webhooks::MutatePod(const json& review, const RequestContext&) {
             request, "the GPUDevices of " + vmiName + " are bound to different nodes"));
       } else {
         answer = Encode(
-            admission::Allow(request, admission::PodAffinityPatch(request.object, *nodes.begin())));
+            admission::Allow(request, admission::PodPinPatch(request.object, *nodes.begin())));
       }
     }
   }

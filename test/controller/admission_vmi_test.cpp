@@ -1,6 +1,7 @@
 // The VMI webhook's pure part: its own GPU entries (E11), the start plan that runs every
 // refusal check before anything is written (E5, with E1-E4 for templates and E6's mark), the
-// gpus patch (E9, E10), and the pod webhook's pin (E13).
+// gpus patch (E9, E10), and the pod webhook's pin (E13; issue 24 item 4: by the Node's name,
+// tolerating its cordon, D10).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include "controller/admission/vmi.h"
 #include "controller/model/readers.h"
 #include "test/controller/model_fixtures.h"
+#include "test/support/node_fit.h"
 
 namespace cozy::admission {
 namespace {
@@ -376,39 +378,64 @@ TEST(VmiStartPlanE10, FromTheReviewToThePatch) {
   EXPECT_EQ(answer["response"]["uid"], "7d4b2a10-1e2f-4a3b-8c9d-0e1f2a3b4c5d");
 }
 
-// ---- the launcher pod's pin (E13) ----
+// ---- the launcher pod's pin (E13, issue 24 item 4) ----
 
 json Terms(const json& pod) {
   return pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
             ["nodeSelectorTerms"];
 }
 
-const json kOnN1 = {{"key", "kubernetes.io/hostname"}, {"operator", "In"}, {"values", {"n1"}}};
+const json kOnN1 = {{"key", "metadata.name"}, {"operator", "In"}, {"values", {"n1"}}};
+const json kCordon = {
+    {"key", "node.kubernetes.io/unschedulable"}, {"operator", "Exists"}, {"effect", "NoSchedule"}};
+
+// A Node as the API server holds it, with the label virt-controller's nodeSelector asks for.
+json NodeNamed(const std::string& name, const std::string& hostname, bool cordoned = false) {
+  json node = {{"apiVersion", "v1"},
+               {"kind", "Node"},
+               {"metadata",
+                {{"name", name},
+                 {"labels",
+                  {{"kubernetes.io/hostname", hostname},
+                   {"kubevirt.io/schedulable", "true"},
+                   {"topology.kubernetes.io/zone", "z1"}}}}},
+               {"spec", json::object()}};
+  if (cordoned) {
+    node["spec"]["unschedulable"] = true;
+    node["spec"]["taints"] = {{{"key", "node.kubernetes.io/unschedulable"},
+                               {"effect", "NoSchedule"},
+                               {"timeAdded", "2026-01-01T00:00:00Z"}}};
+  }
+  return node;
+}
 
 // E13: "set on n1: pod gets required affinity to n1" — in every ORed term.
-TEST(PodAffinityPatchE13, EveryTermGetsTheNode) {
+TEST(PodPinPatchE13, EveryTermGetsTheNode) {
   const json pod = ReadTestdata("pod-create.json")["request"]["object"];
-  const json ops = PodAffinityPatch(pod, "n1");
+  const json ops = PodPinPatch(pod, "n1");
   const json patched = pod.patch(ops);
   const json terms = Terms(patched);
   ASSERT_EQ(terms.size(), 2U);
-  EXPECT_EQ(terms[0]["matchExpressions"],
-            (json{{{"key", "topology.kubernetes.io/zone"}, {"operator", "In"}, {"values", {"z1"}}},
-                  kOnN1}));
-  EXPECT_EQ(terms[1]["matchExpressions"], json::array({kOnN1}));
-  EXPECT_EQ(terms[1]["matchFields"], Terms(pod)[1]["matchFields"]);
-  EXPECT_EQ(PodAffinityPatch(patched, "n1"), json::array());  // idempotent
-  // Only the affinity changed; the VMI is not what gets pinned.
+  EXPECT_EQ(terms[0]["matchExpressions"], Terms(pod)[0]["matchExpressions"]);
+  EXPECT_EQ(terms[0]["matchFields"], json::array({kOnN1}));
+  json fields = Terms(pod)[1]["matchFields"];
+  fields.push_back(kOnN1);
+  EXPECT_EQ(terms[1]["matchFields"], fields);
+  EXPECT_FALSE(terms[1].contains("matchExpressions"));
+  EXPECT_EQ(patched["spec"]["tolerations"], json::array({kCordon}));
+  EXPECT_EQ(PodPinPatch(patched, "n1"), json::array());  // idempotent
+  // Only the affinity and the tolerations changed; the VMI is not what gets pinned.
   json without = patched;
   without["spec"].erase("affinity");
+  without["spec"].erase("tolerations");
   json original = pod;
   original["spec"].erase("affinity");
   EXPECT_EQ(without, original);
 }
 
-TEST(PodAffinityPatchE13, CreatesWhatIsMissing) {
+TEST(PodPinPatchE13, CreatesWhatIsMissing) {
   const json bare = {{"metadata", {{"name", "p"}}}, {"spec", {{"containers", json::array()}}}};
-  const json term = {{"matchExpressions", {kOnN1}}};
+  const json term = {{"matchFields", {kOnN1}}};
   const json withPreferred = {
       {"spec",
        {{"affinity",
@@ -419,17 +446,73 @@ TEST(PodAffinityPatchE13, CreatesWhatIsMissing) {
                               {{"nodeAffinity",
                                 {{"requiredDuringSchedulingIgnoredDuringExecution",
                                   {{"nodeSelectorTerms", json::array()}}}}}}}}}};
+  const json noSpec = {{"metadata", {{"name", "p"}}}};
   for (const json& pod :
        {bare, json{{"spec", {{"affinity", {{"podAntiAffinity", json::object()}}}}}}, withPreferred,
-        emptyTerms}) {
-    const json patched = pod.patch(PodAffinityPatch(pod, "n1"));
+        emptyTerms, noSpec}) {
+    const json patched = pod.patch(PodPinPatch(pod, "n1"));
     EXPECT_EQ(Terms(patched), json::array({term})) << pod;
-    EXPECT_EQ(PodAffinityPatch(patched, "n1"), json::array()) << pod;
+    EXPECT_EQ(patched["spec"]["tolerations"], json::array({kCordon})) << pod;
+    EXPECT_EQ(PodPinPatch(patched, "n1"), json::array()) << pod;
   }
   // Another node than the one pinned: the term gets the new node too (and is then unsatisfiable
-  // unless the node is the same, as a pin must be).
-  const json onN1 = bare.patch(PodAffinityPatch(bare, "n1"));
-  EXPECT_EQ(PodAffinityPatch(onN1, "n2").size(), 1U);
+  // unless the node is the same, as a pin must be); the toleration is there already.
+  const json onN1 = bare.patch(PodPinPatch(bare, "n1"));
+  EXPECT_EQ(PodPinPatch(onN1, "n2").size(), 1U);
+}
+
+// Issue 24 item 4: the pin selects the Node by its name, not by a kubernetes.io/hostname label
+// assumed to equal it. An installer that sets hostnames (gpu-host-17.example for Node n1) left
+// the launcher pinned to `kubernetes.io/hostname In [n1]`, which no node matches: Pending
+// forever. Also: a node whose hostname label happens to be another node's name gets nothing.
+TEST(PodPinPatchIssue24Item4E13, PinsByTheNodesNameWhenItsHostnameLabelDiffers) {
+  const json pod = ReadTestdata("pod-create.json")["request"]["object"];
+  const json patched = pod.patch(PodPinPatch(pod, "n1"));
+  const json n1 = NodeNamed("n1", "gpu-host-17.example");
+  EXPECT_EQ(cozy::testing::WhyNotOn(patched, n1), "") << patched["spec"].dump();
+  EXPECT_NE(cozy::testing::WhyNotOn(patched, NodeNamed("n2", "n1")), "");
+  EXPECT_NE(cozy::testing::WhyNotOn(patched, NodeNamed("n3", "n3")), "");
+  // The same with no affinity of the pod's own.
+  const json bare = {{"metadata", {{"name", "p"}}}, {"spec", {{"containers", json::array()}}}};
+  const json pinned = bare.patch(PodPinPatch(bare, "n1"));
+  EXPECT_EQ(cozy::testing::WhyNotOn(pinned, n1), "");
+  EXPECT_NE(cozy::testing::WhyNotOn(pinned, NodeNamed("n2", "n1")), "");
+}
+
+// Issue 24 item 4, D10: the binder answers Succeeded on a cordoned node (onCordon Stay, or no
+// room elsewhere), so the launcher pinned there tolerates the cordon's taint, or it is never
+// scheduled. Always added: the pin already decides the node, so the toleration lets the pod onto
+// that one cordoned node and no other, and a cordon after the pod was admitted is covered too.
+TEST(PodPinPatchIssue24Item4D10, TheLauncherToleratesTheCordonOfItsPinnedNode) {
+  const json pod = ReadTestdata("pod-create.json")["request"]["object"];
+  const json patched = pod.patch(PodPinPatch(pod, "n1"));
+  EXPECT_NE(cozy::testing::WhyNotOn(pod, NodeNamed("n1", "n1", true)), "") << "the cordon counts";
+  EXPECT_EQ(cozy::testing::WhyNotOn(patched, NodeNamed("n1", "n1", true)), "");
+  EXPECT_EQ(cozy::testing::WhyNotOn(patched, NodeNamed("n1", "gpu-host-17", true)), "");
+  EXPECT_NE(cozy::testing::WhyNotOn(patched, NodeNamed("n2", "n2", true)), "")
+      << "only the pinned one";
+  EXPECT_NE(cozy::testing::WhyNotOn(patched, NodeNamed("n2", "n2")), "");
+  // A pod's own tolerations are kept, and one that already tolerates the cordon gets no other.
+  json tolerating = pod;
+  tolerating["spec"]["tolerations"] = {{{"key", "gpu"}, {"operator", "Exists"}}};
+  json afterwards = tolerating.patch(PodPinPatch(tolerating, "n1"));
+  EXPECT_EQ(afterwards["spec"]["tolerations"],
+            (json{{{"key", "gpu"}, {"operator", "Exists"}}, kCordon}));
+  for (const json& already :
+       {json{{"operator", "Exists"}},
+        json{{"key", "node.kubernetes.io/unschedulable"}, {"operator", "Exists"}},
+        json{{"key", "node.kubernetes.io/unschedulable"}, {"effect", "NoSchedule"}}}) {
+    tolerating["spec"]["tolerations"] = json::array({already});
+    afterwards = tolerating.patch(PodPinPatch(tolerating, "n1"));
+    EXPECT_EQ(afterwards["spec"]["tolerations"], json::array({already}));
+    EXPECT_EQ(cozy::testing::WhyNotOn(afterwards, NodeNamed("n1", "x", true)), "") << already;
+  }
+  // One for another effect does not tolerate it.
+  tolerating["spec"]["tolerations"] = {{{"key", "node.kubernetes.io/unschedulable"},
+                                        {"operator", "Exists"},
+                                        {"effect", "NoExecute"}}};
+  afterwards = tolerating.patch(PodPinPatch(tolerating, "n1"));
+  EXPECT_EQ(afterwards["spec"]["tolerations"].size(), 2U);
 }
 
 TEST(LauncherVmiNameE13, OwnerReferenceOrLabelAndNeitherWhenTheyDisagree) {

@@ -10,6 +10,7 @@
 #include "kube/leader_election.h"
 #include "test/chart/chart_render.h"
 #include "test/e2e/controller_fixture.h"
+#include "test/support/node_fit.h"
 
 namespace cozy::e2e {
 namespace {
@@ -305,13 +306,51 @@ TEST_F(AdmissionEndToEnd, E6_E8_E9_E10_E13_AVmGetsItsGpusOnOneNodeAndItsLauncher
   const json& terms = pod["spec"]["affinity"]["nodeAffinity"]
                          ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
   ASSERT_FALSE(terms.empty()) << pod.dump();
-  bool pinned = false;
-  for (const json& expression : terms[0]["matchExpressions"]) {
-    if (expression["key"] == "kubernetes.io/hostname" && expression["values"] == json{node}) {
-      pinned = true;
-    }
-  }
-  EXPECT_TRUE(pinned) << pod.dump();
+  // By the Node's name (issue 24 item 4), tolerating its cordon (D10).
+  EXPECT_EQ(terms[0]["matchFields"],
+            json::array({{{"key", "metadata.name"}, {"operator", "In"}, {"values", {node}}}}))
+      << pod.dump();
+  EXPECT_EQ(testing::WhyNotOn(pod, testing::WithoutLifecycleTaints(Get("node " + node))), "")
+      << pod.dump();
+}
+
+// Issue 24 item 4, E13 with D10: the launcher's pin must be schedulable. The node the GPUs sit
+// on has a kubernetes.io/hostname label other than its name (as cloud and bare-metal installers
+// set it), the other node's hostname label is that node's name, and the node is cordoned with no
+// room elsewhere, so the binder answers the VM's start Succeeded in place (D10). The launcher
+// pod the API server stores must fit that Node as kube-scheduler filters it (node affinity by
+// the Node's name, the cordon tolerated) and fit no other.
+TEST_F(AdmissionEndToEnd, Issue24Item4_E13_D10_TheLauncherPinFitsACordonedNodeWithAnotherHostname) {
+  StartWebhookReplica("replica-a");
+  WaitReady("replica-a");
+  WaitLeader("replica-a");
+  ASSERT_EQ(Create(Order("held", "a100", 1)).first, 0);
+  ASSERT_TRUE(WaitFor([&] { return Phase("held") == "Bound"; }, 10s)) << Logs();
+  const std::string node = NodeOf("held");
+  const std::string other = node == "n1" ? "n2" : "n1";
+  Kubectl("label node " + node + " --overwrite kubernetes.io/hostname=gpu-host-17.example");
+  Kubectl("label node " + other + " --overwrite kubernetes.io/hostname=" + node);
+  // The other node first, so that the set has nowhere to move when its own is cordoned.
+  Kubectl("cordon " + other);
+  Kubectl("cordon " + node);
+  auto [code, out] = Create(VmWithGpus("vm1", {"held"}));
+  ASSERT_EQ(code, 0) << out << Logs();
+  EXPECT_EQ(NodeOf("held"), node) << "D10: answered Succeeded in place";
+  std::tie(code, out) = Create(Launcher("vm1"));
+  ASSERT_EQ(code, 0) << out << Logs();
+  const json pod = json::parse(out);
+  const json pinned = Get("node " + node);
+  ASSERT_TRUE(pinned.value("spec", json::object()).value("unschedulable", false)) << pinned;
+  EXPECT_NE(pinned["metadata"]["labels"].value("kubernetes.io/hostname", ""), node);
+  EXPECT_EQ(testing::WhyNotOn(pod, testing::WithoutLifecycleTaints(pinned)), "")
+      << pod["spec"].dump();
+  json elsewhere = Get("node " + other);
+  EXPECT_NE(testing::WhyNotOn(pod, testing::WithoutLifecycleTaints(elsewhere)), "")
+      << pod["spec"].dump();
+  elsewhere["spec"].erase("unschedulable");  // uncordoned: still not there, the pin decides
+  elsewhere["spec"].erase("taints");
+  EXPECT_NE(testing::WhyNotOn(pod, testing::WithoutLifecycleTaints(elsewhere)), "")
+      << pod["spec"].dump();
 }
 
 TEST_F(AdmissionEndToEnd, E7_TwoVmsRaceForOneHeldDeviceAndOneGetsIt) {
