@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
 #include <ostream>
 #include <sstream>
 
@@ -146,17 +147,27 @@ json ExplainDevice(const model::Snapshot& snapshot, const model::Model& model,
     }
   }
   explanation["decision"] = std::move(decision);
-  int64_t used = 0;
+  // The GPUs of the class ordered in the tenant and its sub-tenants, budget or not. The view
+  // lists the namespaces of the tenant tree; one outside it (a tenant namespace with no
+  // tenant.cozystack.io/ label: no parent, no children) counts its own orders (issue 24).
+  std::optional<int64_t> used;
   for (const model::TenantView& tenant : view.tenants) {
     if (tenant.name == ns) {
-      if (const auto it = tenant.classes.find(className); it != tenant.classes.end()) {
-        used = it->second.used;
+      const auto it = tenant.classes.find(className);
+      used = it != tenant.classes.end() ? it->second.used : 0;
+    }
+  }
+  if (!used) {
+    used = 0;
+    for (const api::GpuDevice& candidate : snapshot.devices) {
+      if (candidate.metadata.namespaceName == ns && candidate.spec.className == className) {
+        *used += candidate.spec.count;
       }
     }
   }
   const model::RemainingBudget budget = model.Remaining(ns, className);
   explanation["budget"] = {{"tenant", ns},
-                           {"ordered", used},
+                           {"ordered", *used},
                            {"remaining", OptionalNumber(budget.remaining)},
                            {"limitedBy", OptionalText(budget.limitedBy)},
                            {"key", OptionalText(budget.key)},

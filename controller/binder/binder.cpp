@@ -68,8 +68,21 @@ void Binder::Event(const api::GpuDevice& device, const model::Decision& decision
   }
   std::string note =
       decision.node.empty() ? decision.reason : "node " + decision.node + ": " + decision.reason;
+  const nlohmann::json regarding = {{"apiVersion", api::kApiVersion},
+                                    {"kind", api::kGpuDeviceKind},
+                                    {"namespace", device.metadata.namespaceName},
+                                    {"name", device.metadata.name},
+                                    {"uid", device.metadata.uid}};
+  WriteEvent(regarding, device.metadata.namespaceName, device.metadata.uid, action, reason, type,
+             std::move(note), now, result);
+}
+
+void Binder::WriteEvent(const nlohmann::json& regarding, const std::string& eventNamespace,
+                        const std::string& uid, const std::string& action,
+                        const std::string& reason, const std::string& type, std::string note,
+                        std::chrono::system_clock::time_point now, BinderResult& result) {
   if (note.size() > 1024) note.resize(1024);  // the API's limit on an Event's note
-  const std::string key = device.metadata.uid + "\n" + reason + "\n" + note;
+  const std::string key = uid + "\n" + reason + "\n" + note;
   auto sent = eventsSent_.find(key);
   if ((sent != eventsSent_.end() && now - sent->second < kEventRepeat) ||
       eventsThisPass_ >= kEventsPerPass) {
@@ -83,7 +96,8 @@ void Binder::Event(const api::GpuDevice& device, const model::Decision& decision
   // Named as client-go's recorder names Events, "<object>.<unix nanoseconds in hex>": unique
   // per object and time, and a valid DNS subdomain. (A generateName of "<object>." is not:
   // kube-apiserver validates the prefix as a name and refuses its trailing dot.)
-  std::string prefix = device.metadata.name.substr(0, 200);
+  const std::string name = regarding.value("name", std::string());
+  std::string prefix = name.substr(0, 200);
   while (!prefix.empty() && (prefix.back() == '.' || prefix.back() == '-')) prefix.pop_back();
   char suffix[24];
   std::snprintf(
@@ -94,7 +108,7 @@ void Binder::Event(const api::GpuDevice& device, const model::Decision& decision
   const nlohmann::json event = {
       {"apiVersion", "events.k8s.io/v1"},
       {"kind", "Event"},
-      {"metadata", {{"name", prefix + suffix}, {"namespace", device.metadata.namespaceName}}},
+      {"metadata", {{"name", prefix + suffix}, {"namespace", eventNamespace}}},
       {"eventTime", time},
       {"reportingController", "gpu.cozystack.io/gpu-controller"},
       {"reportingInstance", identity_.empty() ? std::string("gpu-controller") : identity_},
@@ -102,22 +116,44 @@ void Binder::Event(const api::GpuDevice& device, const model::Decision& decision
       {"reason", reason},
       {"type", type},
       {"note", note},
-      {"regarding",
-       {{"apiVersion", api::kApiVersion},
-        {"kind", api::kGpuDeviceKind},
-        {"namespace", device.metadata.namespaceName},
-        {"name", device.metadata.name},
-        {"uid", device.metadata.uid}}}};
+      {"regarding", regarding}};
   try {
-    client_.Create(
-        kube::ResourcePath("events.k8s.io", "v1", "events", device.metadata.namespaceName), event,
-        write_);
+    client_.Create(kube::ResourcePath("events.k8s.io", "v1", "events", eventNamespace), event,
+                   write_);
     eventsSent_[key] = now;
     ++eventsThisPass_;
     ++result.events;
   } catch (const kube::ApiError& error) {
     runtime::LogDebug("event not written",
-                      LogFields{{"device", Key(device.metadata)}, {"error", error.what()}});
+                      LogFields{{"object", regarding.value("kind", std::string()) + " " +
+                                               (eventNamespace == kClusterEventNamespace
+                                                    ? name
+                                                    : eventNamespace + "/" + name)},
+                                {"error", error.what()}});
+  }
+}
+
+void Binder::ReportUnpermittedClasses(const model::Snapshot& snapshot,
+                                      std::chrono::system_clock::time_point now,
+                                      BinderResult& result) {
+  const model::PermittedHostDevices& table = snapshot.permittedHostDevices;
+  if (table.pciHostDevices.empty() && table.mediatedDevices.empty()) {
+    return;  // KubeVirt not read (not served, not synced, no KubeVirt object) or no table
+  }
+  for (const api::GpuClass& gpuClass : snapshot.classes) {
+    if (gpuClass.metadata.deletionTimestamp || !leading_.load()) continue;
+    if (model::IsPermittedHostDevice(table, gpuClass.ResourceName())) continue;
+    const nlohmann::json regarding = {{"apiVersion", api::kApiVersion},
+                                      {"kind", api::kGpuClassKind},
+                                      {"name", gpuClass.metadata.name},
+                                      {"uid", gpuClass.metadata.uid}};
+    WriteEvent(regarding, kClusterEventNamespace, gpuClass.metadata.uid, "Check",
+               "ResourceNameNotPermitted", "Warning",
+               "resource name " + gpuClass.ResourceName() +
+                   " is in no pciHostDevices or mediatedDevices entry of KubeVirt's "
+                   "permittedHostDevices: VMs cannot be given this class's GPUs until the "
+                   "hoster adds it",
+               now, result);
   }
 }
 

@@ -102,6 +102,16 @@ class Binder {
   int64_t WriteNodeConditions(const model::Snapshot& snapshot,
                               std::chrono::system_clock::time_point now);
 
+  // C17: a Warning Event (reason ResourceNameNotPermitted) regarding each GPUClass whose
+  // resource name no entry of KubeVirt's permittedHostDevices names (model::
+  // IsPermittedHostDevice), rate limited as the device Events. Only while the snapshot has a
+  // table (KubeVirt served, its object read, at least one entry); deleting classes are skipped.
+  // Cluster-scoped classes get their Events in kClusterEventNamespace, as client-go's recorder
+  // does.
+  inline static const std::string kClusterEventNamespace = "default";
+  void ReportUnpermittedClasses(const model::Snapshot& snapshot,
+                                std::chrono::system_clock::time_point now, BinderResult& result);
+
  private:
   kube::Client& client_;
   const std::atomic<bool>& leading_;
@@ -109,6 +119,12 @@ class Binder {
   kube::WriteOptions write_;
   void Event(const api::GpuDevice& device, const model::Decision& decision,
              std::chrono::system_clock::time_point now, BinderResult& result);
+  // One Event regarding `regarding` (its object reference), rate limited as above by (uid,
+  // reason, note).
+  void WriteEvent(const nlohmann::json& regarding, const std::string& eventNamespace,
+                  const std::string& uid, const std::string& action, const std::string& reason,
+                  const std::string& type, std::string note,
+                  std::chrono::system_clock::time_point now, BinderResult& result);
 
   std::string identity_;
   std::map<std::string, std::string> replaced_;  // "ns/name" -> the version a write replaced

@@ -109,6 +109,7 @@ BinderLoop::PassResult BinderLoop::RunPass(bool answersOnly) {
     pass.result.undecodable = std::move(undecodable);
     if (!answersOnly) {
       pass.result.conditionWrites = binder_.WriteNodeConditions(snapshot, now);
+      binder_.ReportUnpermittedClasses(snapshot, now, pass.result);
     }
   } catch (const std::exception& error) {
     pass.result.error = error.what();

@@ -525,8 +525,10 @@ class Controller : public webhook::ClusterSource, public BinderSource {
   // How this pass tells whether a VMI exists. With GPUs on, from the VMI cache, which every
   // replica keeps once the kind is served; a kind that is not served, or a cache not synced,
   // answers "unknown", so nothing is detached (G7). With GPUs off there is no VMI watch: each
-  // VMI an attachment names is read by name, and a 404 (no such VMI, or KubeVirt gone) means
-  // it has ended, so turning GPUs off never leaves a deletion hanging (D12).
+  // VMI an attachment names is read by name, and the API server's own NotFound for that VMI
+  // means it has ended, so turning GPUs off never leaves a deletion hanging (D12). A kind that
+  // is not served (discovery says so, or the read answers the plain 404 of an unserved kind)
+  // is a gap in discovery, not an ended VMI: "unknown" there too (G7, issue 24).
   VmiLookup VmiLookupForPass() {
     if (options_.enableGpu) {
       const kube::ResourceState state = discovery_.State(kVmiResource);
@@ -553,10 +555,16 @@ class Controller : public webhook::ClusterSource, public BinderSource {
       };
     }
     auto seen = std::make_shared<std::map<std::string, VmiState>>();
-    return [this, seen](const std::string& ns, const std::string& name) {
+    const kube::Served served = discovery_.IsServed(kVmiResource);
+    return [this, seen, served](const std::string& ns, const std::string& name) {
       const std::string key = ns + "/" + name;
       if (auto it = seen->find(key); it != seen->end()) return it->second;
       VmiState vmi;
+      if (served == kube::Served::kNotServed) {
+        vmi.why = "VirtualMachineInstance is " + std::string(kube::ServedName(served));
+        (*seen)[key] = vmi;
+        return vmi;
+      }
       try {
         const nlohmann::json object = client_.Get(
             kube::ResourcePath("kubevirt.io", "v1", "virtualmachineinstances", ns, name));
@@ -565,9 +573,10 @@ class Controller : public webhook::ClusterSource, public BinderSource {
         vmi.uid = decoded.uid;
         vmi.creationTimestamp = decoded.creationTimestamp;
       } catch (const kube::ApiError& error) {
-        if (error.kind() == kube::ErrorKind::kNotFound ||
-            error.kind() == kube::ErrorKind::kResourceNotServed) {
+        if (error.kind() == kube::ErrorKind::kNotFound) {
           vmi.presence = VmiState::Presence::kAbsent;
+        } else if (error.kind() == kube::ErrorKind::kResourceNotServed) {
+          vmi.why = "VirtualMachineInstance is not served (VMI " + key + ")";
         } else {
           vmi.why = error.what();
         }
@@ -586,6 +595,14 @@ class Controller : public webhook::ClusterSource, public BinderSource {
     if (!result.error.empty()) {
       ++passFailures_;
       LogWarning("reconcile pass failed", LogFields{{"error", result.error}});
+    } else if (result.waiting.vmisUnknown > 0) {
+      // G7: attachments whose VMI cannot be told (the kind not served, its cache not synced,
+      // the read failing) were skipped, never read as ended: the pass did not finish its work.
+      // The rest of the plan was applied; the next pass (an event, or the resync) tries again.
+      ++passFailures_;
+      LogWarning("reconcile pass skipped attachments whose VMI cannot be told",
+                 LogFields{{"attachments", std::to_string(result.waiting.vmisUnknown)},
+                           {"first", result.waiting.vmisUnknownWhy}});
     }
     for (const auto& [key, count] : result.counts.writes) {
       writes_[key] += count;

@@ -66,6 +66,10 @@ AttachmentVerdict JudgeAttachment(const api::GpuDevice& device, const ReconcileI
   if (vmi.presence == VmiState::Presence::kUnknown) {
     // G7: a VMI that cannot be told is never read as gone.
     ++plan.waiting.vmisUnknown;
+    if (plan.waiting.vmisUnknown == 1) {
+      plan.waiting.vmisUnknownWhy = "VMI " + meta.namespaceName + "/" + attachment.vmiName +
+                                    (vmi.why.empty() ? std::string() : ": " + vmi.why);
+    }
     verdict.inUse = true;
     return verdict;
   }

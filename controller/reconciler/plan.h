@@ -26,8 +26,9 @@ namespace cozy::controller {
 // What is known of a VMI named by an attachment.
 struct VmiState {
   enum class Presence {
-    kUnknown,  // not answerable now: the kind's cache has not synced, discovery fails, or the
-               // kind is not served while GPUs are on (G7: a gap, never an absent VMI)
+    kUnknown,  // not answerable now: the kind's cache has not synced, discovery fails, a
+               // read fails, or the kind is not served, GPUs on or off (G7: a gap, never an
+               // absent VMI)
     kAbsent,
     kPresent,
   };
@@ -101,6 +102,7 @@ struct Waiting {
   int classesWithHolders = 0;  // deleting classes with devices still naming them (D15)
   int attachmentsInGrace = 0;  // attachments whose VMI has not appeared yet (D18)
   int vmisUnknown = 0;         // attachments whose VMI cannot be told now
+  std::string vmisUnknownWhy;  // the first such VMI's reason, for the log
 };
 
 struct Plan {

@@ -252,6 +252,45 @@ TEST_F(BinderTest, TakesBindsSaysWhyANodeDoesNotAndIsWrittenOnlyWhenItChanges) {
   EXPECT_NE(after["lastTransitionTime"], before["lastTransitionTime"]);
 }
 
+// C17 (issue 24): a class whose resource name no entry of KubeVirt's permittedHostDevices names
+// gets a Warning Event, once per repeat window; a permitted one (a PCI or a mediated entry)
+// none. Without a table (KubeVirt not read) nothing is checked.
+TEST_F(BinderTest, C17_AClassKubeVirtDoesNotPermitGetsAWarningEvent) {
+  server_->Seed(testing::GpuClassObject("mdev-ok", "nvidia.com/Y"));
+  server_->Seed(testing::GpuClassObject("orphan", "nvidia.com/GH100"));
+  auto events = [&] {
+    return client_->List("/apis/events.k8s.io/v1/namespaces/default/events")["items"];
+  };
+  Binder binder(*client_, leading_);
+  const auto now = std::chrono::system_clock::now();
+  model::Snapshot snapshot = Read();
+  BinderResult none;
+  binder.ReportUnpermittedClasses(snapshot, now, none);  // no table: KubeVirt not read
+  EXPECT_EQ(none.events, 0);
+  EXPECT_TRUE(events().empty());
+
+  snapshot.permittedHostDevices.pciHostDevices = {{"10de:20b5", "nvidia.com/GA100"}};
+  snapshot.permittedHostDevices.mediatedDevices = {{"GRID A100-40C", "nvidia.com/Y"}};
+  BinderResult first;
+  binder.ReportUnpermittedClasses(snapshot, now, first);
+  EXPECT_EQ(first.events, 1);
+  const json written = events();
+  ASSERT_EQ(written.size(), 1u) << written.dump(2);
+  const json& event = written[0];
+  EXPECT_EQ(event["reason"], "ResourceNameNotPermitted");
+  EXPECT_EQ(event["type"], "Warning");
+  EXPECT_EQ(event["regarding"]["kind"], "GPUClass");
+  EXPECT_EQ(event["regarding"]["name"], "orphan");
+  EXPECT_NE(event["note"].get<std::string>().find("nvidia.com/GH100"), std::string::npos)
+      << event.dump(2);
+  // Again within the repeat window: held back.
+  BinderResult again;
+  binder.ReportUnpermittedClasses(snapshot, now + std::chrono::minutes(1), again);
+  EXPECT_EQ(again.events, 0);
+  EXPECT_EQ(again.eventsSuppressed, 1);
+  EXPECT_EQ(events().size(), 1u);
+}
+
 TEST_F(BinderTest, NothingIsWrittenAfterSteppingDown) {
   leading_ = false;
   Binder binder(*client_, leading_);

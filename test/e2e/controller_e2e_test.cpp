@@ -279,6 +279,61 @@ TEST_F(ControllerEndToEnd, D13_WithGpusOffAReleasedDeviceStaysWhileItsVmiRuns) {
   ASSERT_TRUE(WaitFor([&] { return Get("gpudevice d1", Tenant()).is_null(); })) << Logs();
 }
 
+// G7 with GPUs off (issue 24): the VMI is read by name, and a read that answers the plain 404
+// of a kind that is not served (KubeVirt's API in an upgrade, its CRD gone) is a gap in
+// discovery, not an ended VMI. The pass skips the attachment, logs and counts it as failed; a
+// running VM keeps its device and a released device stays. Only the API server's own NotFound
+// for the VMI frees them.
+TEST_F(ControllerEndToEnd, G7_WithGpusOffAnUnservedVmiKindNeverDetachesARunningVm) {
+  StartReplica("replica-a");
+  Apply(Class("a100"));
+  Apply(Vmi("vm1"));
+  Apply(Device("d1"));
+  Apply(Device("d2"));
+  WaitProtected("d1");
+  WaitProtected("d2");
+  const std::string uid = VmiUid("vm1");
+  for (const std::string name : {"d1", "d2"}) {
+    PatchStatus(name, {{"phase", "Bound"},
+                       {"nodeName", "n1"},
+                       {"attachment", {{"vmiName", "vm1"}, {"vmiUID", uid}}}});
+  }
+  fake::Fault gap;
+  gap.pathPrefix = "/apis/kubevirt.io";
+  gap.status = 404;
+  Fake().AddFault(gap);
+  Kubectl("-n " + Tenant() + " delete gpudevice d2 --wait=false");
+  ASSERT_TRUE(WaitFor([&] {
+    return Log("replica-a").find("reconcile pass skipped attachments whose VMI cannot be told") !=
+           std::string::npos;
+  })) << Logs();
+  std::this_thread::sleep_for(2500ms);  // two resyncs
+  const json d1 = Get("gpudevice d1", Tenant());
+  EXPECT_EQ(d1["status"]["attachment"]["vmiName"], "vm1") << Logs();
+  EXPECT_EQ(d1["status"]["attachment"]["vmiUID"], uid);
+  const json d2 = Get("gpudevice d2", Tenant());
+  ASSERT_TRUE(d2.is_object()) << Logs();
+  EXPECT_EQ(d2["status"]["nodeName"], "n1");
+  EXPECT_EQ(d2["status"]["attachment"]["vmiName"], "vm1");
+  const std::string metrics = Metrics("replica-a");
+  EXPECT_NE(metrics.find("gpu_controller_waiting{for=\"vmi-unknown\"} 2"), std::string::npos)
+      << metrics;
+  EXPECT_EQ(metrics.find("gpu_controller_reconcile_failures_total 0\n"), std::string::npos)
+      << metrics;
+  EXPECT_NE(Log("replica-a").find("VirtualMachineInstance is not served"), std::string::npos)
+      << Logs();
+  // The kind is back and the VM still runs: nothing changes. Once it ends, both are freed.
+  Fake().ClearFaults();
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_EQ(Get("gpudevice d1", Tenant())["status"]["attachment"]["vmiUID"], uid);
+  EXPECT_TRUE(Get("gpudevice d2", Tenant()).is_object());
+  Kubectl("-n " + Tenant() + " delete vmi vm1");
+  ASSERT_TRUE(WaitFor([&] { return Get("gpudevice d2", Tenant()).is_null(); })) << Logs();
+  ASSERT_TRUE(WaitFor([&] {
+    return !Get("gpudevice d1", Tenant())["status"].contains("attachment");
+  })) << Logs();
+}
+
 TEST_F(ControllerEndToEnd, D14_TemplateDeviceGoesWithItsVmiAndAHeldOrderStays) {
   GpuNode("n1", 2);  // with GPUs on the binder keeps what it places only on a real node
   StartReplica("replica-a", {"--enable-gpu"});
@@ -752,6 +807,39 @@ TEST_F(ControllerEndToEnd, G5_G6_G7_KubeVirtAbsentThenServedThenGoneWhileAttache
   Apply(Device("d2"));
   ASSERT_TRUE(WaitFor([&] { return Phase("d2") == "Bound"; })) << Logs();
   EXPECT_EQ(Get("gpudevice d1", Tenant())["status"]["attachment"]["vmiName"], "vm1");
+}
+
+// G4 (issue 24): with GPUs on, readiness waits for the caches that need no KubeVirt (here the
+// Nodes, which the API server refuses to list for a while) and never for KubeVirt (its CRDs are
+// absent throughout). Liveness is unaffected; once the Nodes list, the replica is ready.
+TEST_F(ControllerEndToEnd, G4_ReadinessWaitsForANonKubeVirtCacheButNeverForKubeVirt) {
+  for (const char* crd : {"virtualmachineinstances.kubevirt.io", "virtualmachines.kubevirt.io",
+                          "kubevirts.kubevirt.io"}) {
+    Fake().DeleteCrd(crd);
+  }
+  GpuNode("n1", 2);
+  Apply(Class("a100"));
+  fake::Fault refuse;
+  refuse.pathPrefix = "/api/v1/nodes";
+  refuse.status = 403;
+  Fake().AddFault(refuse);
+  StartReplica("replica-a", {"--enable-gpu"});
+  const std::string base = "http://127.0.0.1:" + std::to_string(ports_["replica-a"]);
+  const auto code = [&](const char* path) {
+    return testing::RunCommand("curl -s -o /dev/null -w '%{http_code}' " + base + path).out;
+  };
+  ASSERT_TRUE(WaitFor([&] { return code("/healthz") == "200"; })) << Logs();
+  ASSERT_TRUE(WaitFor([&] { return Log("replica-a").find("cache=nodes") != std::string::npos; }))
+      << Logs();
+  for (int i = 0; i < 4; ++i) {  // the readiness of four ticks (1 s each)
+    EXPECT_EQ(code("/readyz"), "503") << Logs();
+    EXPECT_EQ(code("/healthz"), "200");
+    std::this_thread::sleep_for(1s);
+  }
+  Fake().ClearFaults();
+  EXPECT_TRUE(WaitFor([&] { return code("/readyz") == "200"; }, 15s)) << Logs();
+  // Ready without KubeVirt: its kinds were never served.
+  EXPECT_EQ(Log("replica-a").find("VirtualMachineInstance cache state=started"), std::string::npos);
 }
 
 TEST_F(ControllerEndToEnd, D5_D6_ALostSetWinsTheLastUnitAndNewOrdersGoToTheFullestNode) {

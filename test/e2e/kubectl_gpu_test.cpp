@@ -478,6 +478,27 @@ TEST_F(KubectlGpu, WarnsOfANamespaceWithOrdersButNoTenantLabel) {
   EXPECT_EQ(json::parse(Plugin("catalog -o json").out), before);
 }
 
+// Issue 24: a tenant's orders are counted whether or not a budget applies to it. tenant-b has
+// no ResourceQuota; tenant-solo has none either and is no sub-tenant of anyone (only the
+// tenant-namespace label), so the model's tenant tree does not list it.
+TEST_F(KubectlGpu, WhyCountsTheOrdersOfATenantWithoutABudget) {
+  const json other = PluginJson("why other -n tenant-b");
+  EXPECT_EQ(other["budget"]["ordered"], 1) << other.dump(2);
+  EXPECT_TRUE(other["budget"]["remaining"].is_null()) << other.dump(2);
+  server_->Seed(Namespace("tenant-solo", {{std::string(api::kTenantNamespaceLabel), "true"}}));
+  server_->Seed(Device("tenant-solo", "first", 2));
+  server_->Seed(Device("tenant-solo", "second", 1, {{"phase", "Bound"}, {"nodeName", "gpu-1"}}));
+  const json solo = PluginJson("why first -n tenant-solo");
+  EXPECT_EQ(solo["budget"]["ordered"], 3) << solo.dump(2);
+  EXPECT_TRUE(solo["budget"]["remaining"].is_null()) << solo.dump(2);
+  const auto table = Plugin("why first -n tenant-solo");
+  ASSERT_EQ(table.exitCode, 0) << table.err;
+  EXPECT_NE(table.out.find("BUDGET:    3 ordered in tenant-solo and its sub-tenants, unlimited "
+                           "remaining\n"),
+            std::string::npos)
+      << table.out;
+}
+
 TEST(KubectlGpuTenantLabel, OrderNamespacesWithoutTheLabelSortedOnce) {
   const auto ns = [](const std::string& name, bool labelled) {
     json object = Namespace(name);
