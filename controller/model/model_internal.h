@@ -306,6 +306,7 @@ class PassPlanner {
   void AdjustFree(size_t node, size_t resource, int64_t delta);
   void Take(size_t node, const Needs& needs, int64_t sign);
   void ReleasePlaced(const DeviceSet& set);
+  void Book(std::string_view tenant, const Needs& needs);
   bool Eligible(const DeviceSet& set, size_t node) const;
   std::optional<int64_t> Slack(const DeviceSet& set, size_t node);
   size_t FindTarget(const DeviceSet& set, size_t exclude);

@@ -214,6 +214,53 @@ void PassPlanner::Gather(const DeviceSet& set) {
     Decide(set, Action::kKeep, "", ClassMissing(set));
     return;
   }
+  // Members never bound (Pending: the template devices a VM start created beside held ones)
+  // are new binds like an order's: checked as BindNew checks one, against the budgets with
+  // what this pass already booked, and booked in turn (issue 24 item 6). A refusal refuses
+  // them and leaves the rest as they are; the VM start that asked is refused with it.
+  std::vector<std::pair<size_t, int64_t>> newByClass;
+  std::vector<std::pair<size_t, int64_t>> newByResource;
+  int64_t newTotal = 0;
+  std::string refusal;
+  for (const size_t d : set.members) {
+    if (IsPlaced(d) || ix_.phase[d] != api::DevicePhase::kPending) {
+      continue;
+    }
+    const api::GpuDevice& device = Device(d);
+    const ClassInfo& info = ix_.classes[ix_.deviceClass[d]];
+    if (refusal.empty() && info.gpuClass->metadata.deletionTimestamp) {
+      refusal = "class " + info.gpuClass->metadata.name + " is being deleted";
+    }
+    if (refusal.empty() && info.maxCount && device.spec.count > *info.maxCount) {
+      refusal = device.metadata.name + " orders " + std::to_string(device.spec.count) +
+                " GPUs; class " + info.gpuClass->metadata.name + " allows at most " +
+                std::to_string(*info.maxCount);
+    }
+    if (refusal.empty() && device.metadata.deletionTimestamp) {
+      refusal = device.metadata.name + " is being deleted";
+    }
+    AddCount(newByClass, ix_.deviceClass[d], device.spec.count);
+    AddCount(newByResource, info.resource, device.spec.count);
+    newTotal += device.spec.count;
+  }
+  const Needs newNeeds{newByResource, newByClass, newTotal, {}};
+  if (refusal.empty() && newTotal > 0) {
+    if (std::optional<std::string> over =
+            ix_.CheckBudgets(set.namespaceName, newNeeds, passUsage_, chain_)) {
+      refusal = *over;
+    }
+  }
+  if (!refusal.empty()) {
+    for (const size_t d : set.members) {
+      if (!IsPlaced(d) && ix_.phase[d] == api::DevicePhase::kPending) {
+        Decide(d, Action::kRefuse, "", refusal);
+      } else {
+        Decide(d, Action::kKeep, IsPlaced(d) ? ix_.NodeName(ix_.placedOn[d]) : "",
+               "a new member of " + set.Description() + " is refused: " + refusal);
+      }
+    }
+    return;
+  }
   ReleasePlaced(set);
   // (node, members it holds) for the members' nodes that exist; node indices follow names.
   std::vector<std::pair<size_t, int64_t>> holding;
@@ -235,11 +282,20 @@ void PassPlanner::Gather(const DeviceSet& set) {
     target = FindTarget(set, kNone);
   }
   if (target == kNone) {
-    Decide(set, Action::kLost, "",
-           set.Description() + " cannot be gathered onto one node: " + NoRoom(set));
+    // The members that were bound go Lost together (D8); the never-bound ones are refused, not
+    // sent to Lost, where they would hold budget no check allowed them (issue 24 item 6).
+    const std::string reason =
+        set.Description() + " cannot be gathered onto one node: " + NoRoom(set);
+    for (const size_t d : set.members) {
+      const bool fresh = !IsPlaced(d) && ix_.phase[d] == api::DevicePhase::kPending;
+      Decide(d, fresh ? Action::kRefuse : Action::kLost, "", reason);
+    }
     return;
   }
   Take(target, set.needs, 1);
+  if (newTotal > 0) {
+    Book(set.namespaceName, newNeeds);
+  }
   const std::string& name = ix_.nodes[target]->name;
   const std::string reason = "gathering " + set.Description() + " onto " + name;
   for (const size_t d : set.members) {
@@ -473,20 +529,25 @@ void PassPlanner::BindNew(const DeviceSet& set) {
     return;
   }
   Take(target, set.needs, 1);
+  Book(set.namespaceName, set.needs);
+  static const std::string kFullest = "the fullest eligible node with room";
+  Decide(set, Action::kBind, ix_.nodes[target]->name, kFullest);
+}
+
+// New binds count against the budgets of every order after them in the pass.
+void PassPlanner::Book(std::string_view tenant, const Needs& needs) {
   Usage booked;
-  for (const auto& [classId, count] : set.needs.byClass) {
+  for (const auto& [classId, count] : needs.byClass) {
     AddAt(booked.byClass, classId, count);
   }
-  for (const auto& [resource, count] : set.needs.byResource) {
+  for (const auto& [resource, count] : needs.byResource) {
     AddAt(booked.devicesByResource, resource, count);
   }
-  booked.total = set.needs.total;
-  ix_.tenants.BudgetChain(set.namespaceName, chain_);
+  booked.total = needs.total;
+  ix_.tenants.BudgetChain(tenant, chain_);
   for (const std::string_view ns : chain_) {
     passUsage_[ns].Add(booked, 1);
   }
-  static const std::string kFullest = "the fullest eligible node with room";
-  Decide(set, Action::kBind, ix_.nodes[target]->name, kFullest);
 }
 
 std::vector<Decision> Model::PlanPass() const { return PassPlanner(*index_).Run(); }

@@ -317,6 +317,43 @@ TEST(BudgetsInPassC3C4, OrdersOverABudgetAreRefused) {
   EXPECT_NE(blocked.reason.find("requests.nvidia.com/GA100"), std::string::npos) << blocked.reason;
 }
 
+// Issue 24 item 6 (C3 with D8, D9): the template device a VM start creates beside a held device
+// is a new bind. The gather step checks it against the budgets and books it, so an order later
+// in the same pass cannot take the same room. Before, it was bound unchecked and unbooked: with
+// a budget of 2 and one device held, vm1's template and vm2's template both bound (3 of 2).
+TEST(BudgetsInPassIssue24Item6C3, AMixedSetsTemplateIsCheckedAndBookedBeforeLaterOrders) {
+  for (const bool roomForOne : {true, false}) {
+    SCOPED_TRACE(roomForOne ? "budget 2, one held" : "budget 1, one held");
+    Snapshot snapshot = BaseSnapshot();
+    AddNode(snapshot, "n1", 8);
+    snapshot.quotas = {
+        MakeQuota("tenant-root", {{"requests.gpu.cozystack.io/a100", roomForOne ? "2" : "1"}})};
+    snapshot.vmis = {MakeVmi("tenant-a", "vm1", {}), MakeVmi("tenant-a", "vm2", {})};
+    snapshot.devices = {Bound("tenant-a", "held", "a100", 1, "n1", "vm1"),
+                        Pending("tenant-a", "vm1-scratch", "a100", 1, "vm1"),
+                        Pending("tenant-a", "vm2-scratch", "a100", 1, "vm2")};
+    const std::vector<Decision> decisions = Model(snapshot).PlanPass();
+    const Decision first = DecisionFor(decisions, "tenant-a/vm1-scratch");
+    const Decision second = DecisionFor(decisions, "tenant-a/vm2-scratch");
+    if (roomForOne) {
+      EXPECT_EQ(first.action, Action::kBind) << first.reason;
+      EXPECT_EQ(first.node, "n1");
+    } else {
+      EXPECT_EQ(first.action, Action::kRefuse) << first.reason;
+      EXPECT_NE(first.reason.find("tenant-root"), std::string::npos) << first.reason;
+      const Decision held = DecisionFor(decisions, "tenant-a/held");
+      EXPECT_NE(held.action, Action::kMove) << held.reason;
+      EXPECT_NE(held.action, Action::kLost) << held.reason;
+    }
+    EXPECT_EQ(second.action, Action::kRefuse) << second.reason;
+    int bound = 1;  // held
+    for (const Decision& decision : decisions) {
+      if (decision.action == Action::kBind) ++bound;
+    }
+    EXPECT_LE(bound, roomForOne ? 2 : 1);
+  }
+}
+
 // C2: "the catalog skipped a budget it could not read, where the others failed" — a malformed
 // budget fails every caller, never passes.
 TEST(BudgetsC2, UnreadableBudgetFailsTheModel) {
