@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "api/json_field.h"
 #include "kube/json_stream.h"
 #include "runtime/duration.h"
 #include "runtime/log.h"
@@ -16,6 +17,28 @@ runtime::HttpResponse Plain(int status, std::string body) {
   runtime::HttpResponse response;
   response.status = status;
   response.body = std::move(body);
+  return response;
+}
+
+// A denial with code 400 for a review that does not decode, carrying its uid when it has one
+// (the API server matches the answer to its request by uid).
+runtime::HttpResponse MalformedReview(const nlohmann::json& review, const std::string& message) {
+  std::string uid;
+  if (review.is_object()) {
+    const auto request = review.find("request");
+    if (request != review.end() && request->is_object()) {
+      const auto found = request->find("uid");
+      if (found != request->end() && found->is_string()) uid = found->get<std::string>();
+    }
+  }
+  const nlohmann::json answer = {
+      {"apiVersion", "admission.k8s.io/v1"},
+      {"kind", "AdmissionReview"},
+      {"response",
+       {{"uid", uid}, {"allowed", false}, {"status", {{"code", 400}, {"message", message}}}}}};
+  runtime::HttpResponse response;
+  response.contentType = "application/json";
+  response.body = answer.dump();
   return response;
 }
 
@@ -114,6 +137,18 @@ void Server::Start() {
             response.contentType = "application/json";
             response.body = handler(review, context).dump();
             return response;
+          } catch (const api::DecodeError& error) {
+            // A malformed review (no request, no uid, a field of the wrong type): answered as
+            // an AdmissionReview denying with code 400, which the API server shows as it is,
+            // not as a failed call (issue 25 §4).
+            {
+              std::lock_guard lock(statsMutex_);
+              ++stats_.failures;
+            }
+            runtime::LogWarning("malformed admission review refused",
+                                LogFields{{"path", path}, {"error", error.what()}});
+            return MalformedReview(review,
+                                   path + ": the AdmissionReview is malformed: " + error.what());
           } catch (const std::exception& error) {
             return fail(500, error.what());
           }

@@ -23,6 +23,7 @@
 #include <sstream>
 #include <thread>
 
+#include "api/json_field.h"
 #include "controller/webhook/server.h"
 #include "test/support/fixture_host.h"
 
@@ -288,6 +289,33 @@ TEST_F(WebhookServerTest, AHandlerThatThrowsIsA500NamingThePath) {
   EXPECT_EQ(answer->status, 500);
   EXPECT_NE(answer->body.find("/mutate/pods: the review has no request"), std::string::npos)
       << answer->body;
+}
+
+// Issue 25 §4: a review that does not decode is answered as an AdmissionReview denying with
+// code 400 and the reason, carrying the request's uid, rather than as an HTTP error the API
+// server reports only as a failed call.
+TEST_F(WebhookServerTest, AMalformedReviewIsAnsweredAsADenialWithCode400) {
+  ServerOptions options = Options();
+  Server server(options);
+  server.Handle("/mutate/pods", [](const json& review, const RequestContext&) -> json {
+    if (!review.contains("request") || !review["request"].contains("kind")) {
+      throw api::DecodeError("request.kind", "is missing");
+    }
+    return Echo(review, {});
+  });
+  server.Start();
+  auto answer = Post(server.port(), "/mutate/pods", R"({"request":{"uid":"u-9"}})");
+  ASSERT_TRUE(answer) << httplib::to_string(answer.error());
+  EXPECT_EQ(answer->status, 200);
+  const json review = json::parse(answer->body);
+  EXPECT_EQ(review["kind"], "AdmissionReview");
+  EXPECT_EQ(review["response"]["uid"], "u-9");
+  EXPECT_EQ(review["response"]["allowed"], false);
+  EXPECT_EQ(review["response"]["status"]["code"], 400);
+  EXPECT_NE(review["response"]["status"]["message"].get<std::string>().find("request.kind"),
+            std::string::npos)
+      << answer->body;
+  EXPECT_EQ(server.stats().failures, 1);
 }
 
 TEST_F(WebhookServerTest, ReplacedCertificateFilesAreServedFromTheNextHandshake) {
