@@ -76,6 +76,9 @@ GpuClass GpuClassFromJson(const nlohmann::json& object) {
       onCordon->Fail("\"" + text + "\" is not one of Move, Stay");
     }
   }
+  if (std::optional<JsonField> tolerations = spec.Find("tolerations")) {
+    out.tolerations = TolerationsFromJson(*tolerations);
+  }
   return gpuClass;
 }
 
@@ -99,6 +102,13 @@ nlohmann::json ToJson(const GpuClass& gpuClass) {
   }
   if (spec.nodeSelector) {
     specJson["nodeSelector"] = ToJson(*spec.nodeSelector);
+  }
+  if (!spec.tolerations.empty()) {
+    nlohmann::json tolerations = nlohmann::json::array();
+    for (const Toleration& toleration : spec.tolerations) {
+      tolerations.push_back(ToJson(toleration));
+    }
+    specJson["tolerations"] = std::move(tolerations);
   }
   return {{"apiVersion", kApiVersion},
           {"kind", kGpuClassKind},

@@ -135,6 +135,57 @@ nlohmann::json ToJson(const LabelSelector& selector) {
   return json;
 }
 
+std::vector<Toleration> TolerationsFromJson(const JsonField& tolerations) {
+  std::vector<Toleration> all;
+  for (const JsonField& item : tolerations.AsArray()) {
+    Toleration toleration;
+    toleration.key = item.StringOr("key", "");
+    toleration.op = item.StringOr("operator", "");
+    toleration.value = item.StringOr("value", "");
+    toleration.effect = item.StringOr("effect", "");
+    toleration.tolerationSeconds = item.OptionalInt("tolerationSeconds");
+    if (toleration.op != "" && toleration.op != "Equal" && toleration.op != "Exists") {
+      item.Require("operator").Fail("\"" + toleration.op + "\" is not one of Equal, Exists");
+    }
+    if (toleration.op == "Exists" && !toleration.value.empty()) {
+      item.Require("value").Fail("must be empty with operator Exists");
+    }
+    if (toleration.key.empty() && toleration.op != "Exists") {
+      item.Fail("an empty key (every taint) needs operator Exists");
+    }
+    if (toleration.effect != "" && toleration.effect != "NoSchedule" &&
+        toleration.effect != "PreferNoSchedule" && toleration.effect != "NoExecute") {
+      item.Require("effect").Fail("\"" + toleration.effect +
+                                  "\" is not one of NoSchedule, PreferNoSchedule, NoExecute");
+    }
+    if (toleration.tolerationSeconds && toleration.effect != "NoExecute") {
+      item.Require("tolerationSeconds").Fail("is only valid with effect NoExecute");
+    }
+    all.push_back(std::move(toleration));
+  }
+  return all;
+}
+
+nlohmann::json ToJson(const Toleration& toleration) {
+  nlohmann::json json = nlohmann::json::object();
+  if (!toleration.key.empty()) {
+    json["key"] = toleration.key;
+  }
+  if (!toleration.op.empty()) {
+    json["operator"] = toleration.op;
+  }
+  if (!toleration.value.empty()) {
+    json["value"] = toleration.value;
+  }
+  if (!toleration.effect.empty()) {
+    json["effect"] = toleration.effect;
+  }
+  if (toleration.tolerationSeconds) {
+    json["tolerationSeconds"] = *toleration.tolerationSeconds;
+  }
+  return json;
+}
+
 std::vector<Condition> ConditionsFromJson(const JsonField& conditions) {
   std::vector<Condition> all;
   for (const JsonField& item : conditions.AsArray()) {

@@ -74,4 +74,22 @@ struct LabelSelector {
 LabelSelector LabelSelectorFromJson(const JsonField& selector);
 nlohmann::json ToJson(const LabelSelector& selector);
 
+// core/v1 Toleration: a pod (here a VMI, or a GPUClass for the launchers of its orders) may go
+// to a node carrying a taint it tolerates.
+struct Toleration {
+  std::string key;  // empty with Exists: every key
+  std::string op;   // Equal (the default when empty) | Exists | Gt | Lt
+  std::string value;
+  std::string effect;                                       // empty: every effect
+  std::optional<int64_t> tolerationSeconds = std::nullopt;  // NoExecute only: how long
+  bool operator==(const Toleration&) const = default;
+};
+
+// A spec.tolerations list as the API server validates a pod's: operator Equal (or unset) or
+// Exists, Exists takes no value, an empty key needs Exists, effect one of NoSchedule,
+// PreferNoSchedule, NoExecute or unset, tolerationSeconds only with NoExecute. Gt and Lt are
+// refused (they tolerate nothing: C9). Throws DecodeError naming the field.
+std::vector<Toleration> TolerationsFromJson(const JsonField& tolerations);
+nlohmann::json ToJson(const Toleration& toleration);
+
 }  // namespace cozy::api

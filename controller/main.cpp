@@ -27,6 +27,14 @@ std::chrono::milliseconds PositiveDuration(const std::string& flag, const std::s
   return *duration;
 }
 
+std::chrono::milliseconds NonNegativeDuration(const std::string& flag, const std::string& text) {
+  const auto duration = cozy::runtime::ParseDuration(text);
+  if (!duration || duration->count() < 0) {
+    throw BadFlag{flag + " " + text + ": must be a duration such as 0s, 90s or 5m"};
+  }
+  return *duration;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -53,7 +61,7 @@ int main(int argc, char** argv) {
   std::string resourceNames;
   std::string rawNames = "allow";
   std::string grace = "2m", leaseDuration = "15s", renewDeadline = "10s", retryPeriod = "2s";
-  std::string resync = "30s", discoveryInterval = "30s", bindWait = "8s";
+  std::string resync = "30s", discoveryInterval = "30s", bindWait = "8s", notReadyGrace = "5m";
   std::string logFormat = "text";
   int verbosity = 0;
   run->add_option("--kubeconfig", options.kubeconfig, "kubeconfig file (default: in-cluster)");
@@ -98,6 +106,10 @@ int main(int argc, char** argv) {
   run->add_option("--bind-wait", bindWait,
                   "How long a VM start waits for the binder to place its GPUs (positive)")
       ->capture_default_str();
+  run->add_option("--not-ready-grace", notReadyGrace,
+                  "How long GPUs held for a VM that is off wait on a node that is not Ready (or "
+                  "under a condition taint) before they move; 0s: at once")
+      ->capture_default_str();
   run->add_option("--log-format", logFormat)->check(CLI::IsMember({"text", "json"}));
   run->add_flag("-v,--verbose", verbosity, "Debug logs");
 
@@ -126,6 +138,7 @@ int main(int argc, char** argv) {
       options.resync = PositiveDuration("--resync", resync);
       options.discoveryInterval = PositiveDuration("--discovery-interval", discoveryInterval);
       options.bindWait = PositiveDuration("--bind-wait", bindWait);
+      options.notReadyGrace = NonNegativeDuration("--not-ready-grace", notReadyGrace);
       if (!std::isfinite(options.qps) || options.qps < 0 || options.burst < 1) {
         throw BadFlag{"--qps must be 0 or more and --burst at least 1"};
       }

@@ -56,9 +56,11 @@ model::Node DecodeNode(const JsonField& item) {
   if (std::optional<JsonField> status = item.Find("status")) {
     if (std::optional<JsonField> conditions = status->Find("conditions")) {
       for (const JsonField& condition : conditions->AsArray()) {
-        if (condition.Require("type").AsString() == "Ready") {
+        const std::string type = condition.Require("type").AsString();
+        if (type == "Ready") {
           node.ready = condition.Require("status").AsString() == "True";
         }
+        node.conditionsSince[type] = condition.StringOr("lastTransitionTime", "");
       }
     }
   }
@@ -110,14 +112,17 @@ model::VirtualMachineInstance DecodeVmi(const JsonField& item) {
   if (std::optional<JsonField> spec = item.Find("spec")) {
     if (std::optional<JsonField> tolerations = spec->Find("tolerations")) {
       for (const JsonField& toleration : tolerations->AsArray()) {
+        // As written: the API server validated them, and Gt and Lt tolerate nothing (C9).
         vmi.tolerations.push_back(
             model::Toleration{toleration.StringOr("key", ""), toleration.StringOr("operator", ""),
-                              toleration.StringOr("value", ""), toleration.StringOr("effect", "")});
+                              toleration.StringOr("value", ""), toleration.StringOr("effect", ""),
+                              toleration.OptionalInt("tolerationSeconds")});
       }
     }
   }
   if (std::optional<JsonField> status = item.Find("status")) {
     vmi.nodeName = status->StringOr("nodeName", "");
+    vmi.phase = status->StringOr("phase", "");
     // activePods maps each active pod's UID to its node.
     if (std::optional<JsonField> activePods = status->Find("activePods")) {
       for (const auto& [uid, node] : activePods->AsObjectMembers()) {

@@ -37,8 +37,20 @@ std::optional<std::string> CheckClassOrder(const model::Model& model, std::strin
     return std::nullopt;
   }
   if (count > room->free) {
+    std::string blocked;
+    if (room->freeElsewhere > 0) {
+      // Units the class cannot take are named with why, so a hoster's tainted pool without the
+      // class's toleration reads as that, not as a full cluster (issue 24 item 1).
+      blocked = " (" + std::to_string(room->freeElsewhere) +
+                " more on nodes that take none of its orders now; " + room->firstBlocked +
+                (room->gpuClass->spec.tolerations.empty() &&
+                         room->firstBlocked.find("taint ") != std::string::npos
+                     ? "; the class tolerates no taint"
+                     : "") +
+                ")";
+    }
     return head + ", but only " + std::to_string(room->free) +
-           " are free on the nodes that take orders now";
+           " are free on the nodes that take orders now" + blocked;
   }
   if (count > room->largestNodeFree) {
     return head + ", but no single node has that many free: " + std::to_string(room->free) +
@@ -54,8 +66,16 @@ std::optional<std::string> CheckOrder(const model::Model& model, const model::Sn
   const std::string& ns = order.metadata.namespaceName;
   const std::string& className = order.spec.className;
   const std::string what = "GPUDevice " + ns + "/" + order.metadata.name;
+  // A template device is created by the VMI webhook once it has placed the VM's whole set, with
+  // the VMI's tolerations as well as the class's: a second room check here, without them, could
+  // refuse it after the held devices were attached, breaking "every refusal before any write"
+  // (E5, issue 24 item 8). Only the platform may set the mark (gpu-device-platform-fields), and
+  // the binder checks room again when it places the device.
+  const auto mark = order.metadata.labels.find(std::string(api::kTemplateDeviceLabel));
+  const bool templateDevice =
+      mark != order.metadata.labels.end() && mark->second == api::kTemplateDeviceLabelValue;
   if (std::optional<std::string> refusal =
-          CheckClassOrder(model, ns, className, order.spec.count, what)) {
+          CheckClassOrder(model, ns, className, order.spec.count, what, !templateDevice)) {
     return refusal;
   }
   if (std::optional<std::string> budget =

@@ -1,4 +1,6 @@
 #include "controller/admission/pod.h"
+
+#include <algorithm>
 #include <array>
 
 namespace cozy::admission {
@@ -55,27 +57,44 @@ bool ToleratesCordon(const nlohmann::json& toleration) {
   return op == "Exists" || ((op.empty() || op == "Equal") && text("value").empty());
 }
 
-// The toleration op, if the pod does not tolerate the cordon yet. Runs after the affinity ops,
-// which add spec where it is missing.
-void AddCordonToleration(const nlohmann::json& pod, nlohmann::json& ops) {
+// The toleration ops: the cordon's, if the pod does not tolerate it yet, and each class
+// toleration the pod does not carry. Runs after the affinity ops, which add spec where it is
+// missing.
+void AddTolerations(const nlohmann::json& pod, const std::vector<api::Toleration>& classTolerations,
+                    nlohmann::json& ops) {
   const nlohmann::json* tolerations = nullptr;
   if (const auto spec = pod.find("spec"); spec != pod.end() && spec->is_object()) {
     if (const auto it = spec->find("tolerations"); it != spec->end() && it->is_array()) {
       tolerations = &*it;
     }
   }
-  if (tolerations == nullptr) {
-    ops.push_back({{"op", "add"},
-                   {"path", "/spec/tolerations"},
-                   {"value", nlohmann::json::array({CordonToleration()})}});
-    return;
+  std::vector<nlohmann::json> wanted;
+  const bool cordonTolerated =
+      tolerations != nullptr &&
+      std::any_of(tolerations->begin(), tolerations->end(), ToleratesCordon);
+  if (!cordonTolerated) {
+    wanted.push_back(CordonToleration());
   }
-  for (const nlohmann::json& toleration : *tolerations) {
-    if (ToleratesCordon(toleration)) {
-      return;
+  for (const api::Toleration& toleration : classTolerations) {
+    const nlohmann::json value = api::ToJson(toleration);
+    const bool carried =
+        (tolerations != nullptr &&
+         std::find(tolerations->begin(), tolerations->end(), value) != tolerations->end()) ||
+        std::find(wanted.begin(), wanted.end(), value) != wanted.end();
+    if (!carried) {
+      wanted.push_back(value);
     }
   }
-  ops.push_back({{"op", "add"}, {"path", "/spec/tolerations/-"}, {"value", CordonToleration()}});
+  if (wanted.empty()) {
+    return;
+  }
+  if (tolerations == nullptr) {
+    ops.push_back({{"op", "add"}, {"path", "/spec/tolerations"}, {"value", wanted}});
+    return;
+  }
+  for (nlohmann::json& value : wanted) {
+    ops.push_back({{"op", "add"}, {"path", "/spec/tolerations/-"}, {"value", std::move(value)}});
+  }
 }
 
 nlohmann::json AffinityPatch(const nlohmann::json& pod, const std::string& node) {
@@ -139,9 +158,10 @@ nlohmann::json AffinityPatch(const nlohmann::json& pod, const std::string& node)
 
 }  // namespace
 
-nlohmann::json PodPinPatch(const nlohmann::json& pod, const std::string& node) {
+nlohmann::json PodPinPatch(const nlohmann::json& pod, const std::string& node,
+                           const std::vector<api::Toleration>& classTolerations) {
   nlohmann::json ops = AffinityPatch(pod, node);
-  AddCordonToleration(pod, ops);
+  AddTolerations(pod, classTolerations, ops);
   return ops;
 }
 

@@ -8,6 +8,9 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "api/meta.h"
 
 namespace cozy::admission {
 
@@ -32,7 +35,11 @@ inline constexpr std::string_view kVmiKind = "VirtualMachineInstance";
 //    the node, so the toleration lets the launcher onto that one node and no other.
 // Missing parents are added. A term already carrying exactly that requirement is left alone, and
 // a toleration already tolerating the cordon is kept, so a patched pod gets no ops.
-nlohmann::json PodPinPatch(const nlohmann::json& pod, const std::string& node);
+//  - each of `classTolerations` (the GPUClass tolerations of the pod's devices, issue 24 item
+//    1) the pod does not carry already, equal as written: the binder placed the set on a node
+//    these tolerate, and the pin keeps them from letting the pod anywhere else.
+nlohmann::json PodPinPatch(const nlohmann::json& pod, const std::string& node,
+                           const std::vector<api::Toleration>& classTolerations = {});
 
 // The name of the VMI the pod says it launches: its controller ownerReference of kind
 // VirtualMachineInstance (apiVersion kubevirt.io/...), which kubevirt-controller writes and the

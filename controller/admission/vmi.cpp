@@ -197,6 +197,9 @@ VmiStartPlan PlanVmiStart(const model::Snapshot& snapshot, const model::Model& m
 
   // Placement: one binder pass on a copy where the whole set asks to be bound for this VMI.
   model::Snapshot trial = snapshot;
+  if (!input.now.empty()) {
+    trial.now = input.now;  // the grace of a node that is not Ready, as of this start
+  }
   const api::Attachment attachment{input.vmiName, "", input.now};
   const api::BindRequest request{"admission-plan", input.now};
   for (const Member& member : members) {
@@ -221,15 +224,17 @@ VmiStartPlan PlanVmiStart(const model::Snapshot& snapshot, const model::Model& m
     device.status.bindRequest = request;
     trial.devices.push_back(std::move(device));
   }
-  // The VMI as the pass sees it: its tolerations decide the nodes it may go to. An older VMI
-  // of the name (being replaced) leaves the copy; its pods then count as raw usage.
+  // The VMI as the pass sees it. An older VMI of the name (being replaced) leaves the copy; its
+  // pods then count as raw usage.
   std::erase_if(trial.vmis, [&](const model::VirtualMachineInstance& vmi) {
     return vmi.namespaceName == ns && vmi.name == input.vmiName;
   });
+  // No tolerations of its own: the binder answers the start before the VMI exists, so it places
+  // the set by its classes' tolerations alone, and a trial with the VMI's would admit a start the
+  // binder then refuses after the writes (E5, issue 24 items 1 and 8).
   model::VirtualMachineInstance vmi;
   vmi.namespaceName = ns;
   vmi.name = input.vmiName;
-  vmi.tolerations = input.tolerations;
   vmi.creationTimestamp = input.now;
   trial.vmis.push_back(std::move(vmi));
 
@@ -241,10 +246,7 @@ VmiStartPlan PlanVmiStart(const model::Snapshot& snapshot, const model::Model& m
     if (decision == decisions.end()) {
       return refuse(vmiText + ": the model decided nothing for GPUDevice " + member.name);
     }
-    const bool placed = decision->action == model::Action::kBind ||
-                        decision->action == model::Action::kMove ||
-                        decision->action == model::Action::kKeep;
-    if (!placed || decision->node.empty()) {
+    if (!decision->StartsOnNode()) {
       return refuse(vmiText + " cannot start: its GPUs cannot be placed on one node now: " +
                     decision->reason);
     }

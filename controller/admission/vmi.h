@@ -50,9 +50,8 @@ struct VmiInput {
   std::string namespaceName;
   std::string vmiName;
   api::DeviceReferences references;
-  VmiGpuEntries entries;                       // OwnGpuEntries of the VMI
-  bool rawNamesForbidden = false;              // the settings' raw-name policy
-  std::vector<model::Toleration> tolerations;  // the VMI's spec.tolerations
+  VmiGpuEntries entries;           // OwnGpuEntries of the VMI
+  bool rawNamesForbidden = false;  // the settings' raw-name policy
   std::string now;  // RFC 3339: attachedAt, requestedAt and creationTimestamp in the plan
 };
 

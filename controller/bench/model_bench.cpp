@@ -153,7 +153,7 @@ Snapshot BuildSnapshot(size_t nodes, size_t tenants) {
         const std::string vmi = "vm-" + std::to_string(vmiCount++);
         device.status.attachment = api::Attachment{vmi, vmi + "-uid", ""};
         snapshot.vmis.push_back(
-            {tenant, vmi, vmi + "-uid", NodeName(node), {vmi + "-pod"}, {}, ""});
+            {tenant, vmi, vmi + "-uid", NodeName(node), {vmi + "-pod"}, {}, "", "Running"});
         model::Pod pod;
         pod.namespaceName = tenant;
         pod.name = "virt-launcher-" + vmi;

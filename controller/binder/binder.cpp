@@ -329,10 +329,7 @@ BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, boo
         break;
     }
     if (pending) {
-      const bool placed =
-          (decision.action == model::Action::kBind || decision.action == model::Action::kMove ||
-           decision.action == model::Action::kKeep) &&
-          !decision.node.empty();
+      const bool placed = decision.StartsOnNode();
       nlohmann::json response = {{"id", device.status.bindRequest->id},
                                  {"result", placed ? "Succeeded" : "Failed"}};
       if (placed) {

@@ -17,6 +17,7 @@
 #include "api/gpudevice.h"
 #include "api/gpunode_types.h"
 #include "api/keys.h"
+#include "api/time.h"
 #include "api/usage_record.h"
 #include "controller/binder/binder.h"
 #include "controller/binder/loop.h"
@@ -407,6 +408,9 @@ class Controller : public webhook::ClusterSource, public BinderSource {
     }
     snapshot.permittedHostDevices = PermittedHostDevices();
     snapshot.settings.resourceNames = options_.gpuResourceNames;
+    snapshot.settings.notReadyGraceSeconds =
+        std::chrono::duration_cast<std::chrono::seconds>(options_.notReadyGrace).count();
+    snapshot.now = api::FormatTime(std::chrono::system_clock::now());
     return vmisKnown;
   }
 

@@ -48,6 +48,8 @@ struct RunOptions {
   std::string webhookCertDir = "/tmp/k8s-webhook-server/serving-certs";
   std::string webhookClientCa;  // PEM CA the API server's client certificate chains to; "" none
   std::chrono::milliseconds bindWait = std::chrono::seconds(8);
+  // model::Settings::notReadyGraceSeconds (issue 24 item 5).
+  std::chrono::milliseconds notReadyGrace = std::chrono::minutes(5);
 };
 
 // Runs until SIGTERM or SIGINT; returns the exit code. Throws std::invalid_argument for options

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <memory>
 
+#include "api/time.h"
+
 namespace cozy::model {
 namespace {
 
@@ -85,7 +87,7 @@ void Model::Index::Build() {
       resources.push_back(resourceName);
     }
     classIds[gpuClass->metadata.name] = classes.size();
-    classes.push_back(ClassInfo{gpuClass, it->second, ResolveMaxCount(gpuClass->spec), {}, {}});
+    classes.push_back(ClassInfo{gpuClass, it->second, ResolveMaxCount(gpuClass->spec), {}, {}, {}});
   }
 
   for (const Node& node : snapshot.nodes) {
@@ -102,13 +104,24 @@ void Model::Index::Build() {
   }
   for (ClassInfo& info : classes) {
     info.servesNode.resize(nodes.size(), 0);
+    info.takes.resize(nodes.size(), 0);
+    const std::vector<Toleration>& tolerations = info.gpuClass->spec.tolerations;
     for (size_t n = 0; n < nodes.size(); ++n) {
       const std::optional<api::LabelSelector>& selector = info.gpuClass->spec.nodeSelector;
       if (!selector || selector->Matches(nodes[n]->labels)) {
         info.servesNode[n] = 1;
         info.nodes.push_back(n);
+        // A class without tolerations takes what every pod may; one with them is checked
+        // against the node's taints (issue 24 item 1).
+        info.takes[n] =
+            tolerations.empty()
+                ? takesBinds[n]
+                : static_cast<char>(CheckNodeEligibility(*nodes[n], tolerations).eligible);
       }
     }
+  }
+  if (!snapshot.now.empty()) {
+    now = api::ParseTime(snapshot.now);
   }
 
   // Units a node serves: its GPU functions' allocatable per resource, so an mdev parent serves

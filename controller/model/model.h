@@ -21,7 +21,7 @@ struct ClassView {
   std::string name;
   std::optional<int64_t> maxCount;  // nullopt: no limit
   int64_t units = 0;                // served by the nodes its nodeSelector selects
-  int64_t free = 0;                 // of those, free on nodes that take binds now
+  int64_t free = 0;                 // of those, free on nodes that take its binds now
 };
 
 struct NodeClassView {
@@ -38,13 +38,17 @@ struct NodeView {
 };
 
 // One class's room now, for a check per order without the whole View(): its free units on the
-// nodes it selects that take binds (no tolerations), and the node with the most of them.
+// nodes it selects that take binds with the class's tolerations, and the node with the most.
 struct ClassRoom {
   const api::GpuClass* gpuClass = nullptr;  // the snapshot's
   std::optional<int64_t> maxCount;          // resolved (ResolveMaxCount)
   int64_t free = 0;                         // as ClassView::free
   int64_t largestNodeFree = 0;              // the most free units on one such node
   std::string largestNode;                  // that node (the first by name on a tie); "" if none
+  // Free units on nodes the class selects that take no binds for it, and why the first such
+  // node does not ("node n1: taint gpu=a:NoSchedule not tolerated"), for a refusal's reason.
+  int64_t freeElsewhere = 0;
+  std::string firstBlocked;
 };
 
 // What a later order of a class in a tenant is checked against.
@@ -82,6 +86,16 @@ struct Decision {
   Action action = Action::kKeep;
   std::string node;    // bind, move, keep: the node; lost, refuse: empty
   std::string reason;  // for a person
+  // keep: the devices stay on `node`, but a VM cannot start on them there now (its node is not
+  // Ready within the grace, or the class is gone); a bind request is answered Failed with the
+  // reason (issue 24 items 5 and 8).
+  bool startRefused = false;
+
+  // Whether a VM start on this device goes ahead on `node`: bound, moved or kept there.
+  bool StartsOnNode() const {
+    return (action == Action::kBind || action == Action::kMove || action == Action::kKeep) &&
+           !node.empty() && !startRefused;
+  }
 };
 
 class Model {

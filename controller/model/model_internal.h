@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -30,7 +31,10 @@ struct ClassInfo {
   size_t resource = kNone;
   std::optional<int64_t> maxCount;
   std::vector<char> servesNode;  // by node index: its nodeSelector selects the node
-  std::vector<size_t> nodes;     // the node indices it selects, by name
+  // By node index: it serves the node, and the node takes binds with the class's tolerations
+  // (issue 24 item 1): where the class's orders may be placed.
+  std::vector<char> takes;
+  std::vector<size_t> nodes;  // the node indices it selects, by name
 };
 
 // Usage a namespace's budgets are checked against: its own and its sub-tenants'.
@@ -116,6 +120,7 @@ struct Model::Index {
   std::unordered_map<std::string_view, size_t> nodeIds;
   std::vector<NodeEligibility> eligibility;  // without tolerations
   std::vector<char> takesBinds;              // eligibility[n].eligible, a byte a node
+  std::optional<std::chrono::system_clock::time_point> now;  // the snapshot's, if it has one
   std::vector<char> hasGpuNode;
   // By node * resources.size() + resource.
   std::vector<int64_t> units;  // served: allocatable of the GPUNode's devices
@@ -307,7 +312,15 @@ class PassPlanner {
   void Take(size_t node, const Needs& needs, int64_t sign);
   void ReleasePlaced(const DeviceSet& set);
   void Book(std::string_view tenant, const Needs& needs);
+  // The tolerations the set's launcher carries: its VMI's and every member class's (the pod
+  // webhook adds those); empty when it carries none.
+  std::vector<Toleration> Tolerations(const DeviceSet& set) const;
   bool Eligible(const DeviceSet& set, size_t node) const;
+  // Whether the set's VM runs on the node its members sit on: such a set never moves.
+  bool Running(const DeviceSet& set) const;
+  // How long the problem at `since` (a condition's lastTransitionTime) may still stand before
+  // a held set leaves for it, or nullopt when the grace has run out or cannot be measured.
+  std::optional<int64_t> GraceLeft(const std::string& since) const;
   std::optional<int64_t> Slack(const DeviceSet& set, size_t node);
   size_t FindTarget(const DeviceSet& set, size_t exclude);
   std::string NoRoom(const DeviceSet& set) const;
@@ -316,6 +329,15 @@ class PassPlanner {
   // The pass's steps, in the order Run takes them (pass.cpp).
   void Gather(const DeviceSet& set);
   void MoveHeld(const std::vector<DeviceSet*>& held);
+  // A held set whose node has a problem: why it must leave, or why it may wait (within the
+  // grace, or its VM running there), as MoveHeld files it.
+  struct HeldProblem {
+    std::string text;   // "node n1 is not Ready"; empty: none
+    std::string since;  // for a transient problem (not Ready, a condition taint): its start
+  };
+  HeldProblem ProblemOf(const DeviceSet& set, size_t node) const;
+  // Whether a member carries a bind request not answered yet: a VM start is waiting on the set.
+  bool StartPending(const DeviceSet& set) const;
   void EvictOverCapacity(std::vector<Staying>& staying, std::vector<Leaving>& cordoned,
                          std::vector<Leaving>& mustLeave);
   void Rebind(const DeviceSet& set);

@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <utility>
 
+#include "api/keys.h"
+#include "api/time.h"
+
 namespace cozy::model {
 namespace {
 
@@ -52,7 +55,7 @@ PassPlanner::PassPlanner(const Model::Index& ix) : ix_(ix) {
   for (size_t c = 0; c < ix.classes.size(); ++c) {
     classesByResource_[ix.classes[c].resource].push_back(c);
     for (size_t node : ix.classes[c].nodes) {
-      if (ix.takesBinds[node]) {
+      if (ix.classes[c].takes[node]) {
         byFree_[c].emplace(FreeAt(node, ix.classes[c].resource), node);
       }
     }
@@ -113,13 +116,11 @@ void PassPlanner::Decide(size_t d, Action action, std::string_view node,
 // moved to its new place, not freed and allocated again.
 void PassPlanner::AdjustFree(size_t node, size_t resource, int64_t delta) {
   int64_t& free = free_[ix_.At(node, resource)];
-  if (ix_.takesBinds[node]) {
-    for (const size_t c : classesByResource_[resource]) {
-      if (ix_.classes[c].servesNode[node]) {
-        auto entry = byFree_[c].extract({free, node});
-        entry.value().first = free + delta;
-        byFree_[c].insert(std::move(entry));
-      }
+  for (const size_t c : classesByResource_[resource]) {
+    if (ix_.classes[c].takes[node]) {
+      auto entry = byFree_[c].extract({free, node});
+      entry.value().first = free + delta;
+      byFree_[c].insert(std::move(entry));
     }
   }
   free += delta;
@@ -140,11 +141,47 @@ void PassPlanner::ReleasePlaced(const DeviceSet& set) {
   }
 }
 
-bool PassPlanner::Eligible(const DeviceSet& set, size_t node) const {
-  if (set.vmi && !set.vmi->tolerations.empty()) {
-    return CheckNodeEligibility(*ix_.nodes[node], set.vmi->tolerations).eligible;
+std::vector<Toleration> PassPlanner::Tolerations(const DeviceSet& set) const {
+  std::vector<Toleration> all;
+  if (set.vmi) {
+    all = set.vmi->tolerations;
   }
-  return ix_.takesBinds[node] != 0;
+  for (const auto& [classId, count] : set.needs.byClass) {
+    const std::vector<Toleration>& own = ix_.classes[classId].gpuClass->spec.tolerations;
+    all.insert(all.end(), own.begin(), own.end());
+  }
+  return all;
+}
+
+// A node takes the set when it takes binds with the tolerations the set's launcher will carry:
+// its VMI's and its classes' (issue 24 item 1). One class and no VMI tolerations, the common
+// shape, is the class's own answer.
+bool PassPlanner::Eligible(const DeviceSet& set, size_t node) const {
+  if (set.needs.byClass.size() == 1 && (!set.vmi || set.vmi->tolerations.empty())) {
+    return ix_.classes[set.needs.byClass.front().first].takes[node] != 0;
+  }
+  const std::vector<Toleration> tolerations = Tolerations(set);
+  if (tolerations.empty()) {
+    return ix_.takesBinds[node] != 0;
+  }
+  return CheckNodeEligibility(*ix_.nodes[node], tolerations).eligible;
+}
+
+bool PassPlanner::Running(const DeviceSet& set) const {
+  return set.vmi != nullptr && ix_.IsNode(set.node) && set.vmi->RunsOn(ix_.NodeName(set.node));
+}
+
+std::optional<int64_t> PassPlanner::GraceLeft(const std::string& since) const {
+  if (!ix_.now || since.empty()) {
+    return std::nullopt;
+  }
+  const auto start = api::ParseTime(since);
+  if (!start) {
+    return std::nullopt;
+  }
+  const int64_t stood = std::chrono::duration_cast<std::chrono::seconds>(*ix_.now - *start).count();
+  const int64_t left = ix_.snapshot.settings.notReadyGraceSeconds - std::max<int64_t>(0, stood);
+  return left > 0 ? std::optional<int64_t>(left) : std::nullopt;
 }
 
 // How many units would be left free on the node after placing the set, or nullopt when it
@@ -174,8 +211,9 @@ size_t PassPlanner::FindTarget(const DeviceSet& set, size_t exclude) {
   if (set.needs.byClass.empty()) {
     return kNone;
   }
-  // The common shape, one class and no tolerations of its own: the first node of the class's
-  // free-units order with enough room. Other sets look at every node of their first class.
+  // The common shape, one class and no VMI tolerations: the first node of the class's
+  // free-units order (the nodes it takes) with enough room. Other sets look at every node of
+  // their first class.
   if (set.needs.byClass.size() == 1 && (!set.vmi || set.vmi->tolerations.empty())) {
     const std::set<std::pair<int64_t, size_t>>& order = byFree_[set.needs.byClass.front().first];
     auto it = order.lower_bound({set.needs.byResource.front().second, 0});
@@ -307,10 +345,52 @@ void PassPlanner::Gather(const DeviceSet& set) {
   }
 }
 
-// Step 2: held sets stay unless their node cannot keep them.
+PassPlanner::HeldProblem PassPlanner::ProblemOf(const DeviceSet& set, size_t n) const {
+  const Node& node = *ix_.nodes[n];
+  // What no grace waits out first: the class left the node, or a taint not from a condition.
+  for (const auto& [classId, count] : set.needs.byClass) {
+    if (!ix_.classes[classId].servesNode[n]) {
+      return {"node " + node.name + " no longer matches the nodeSelector of class " +
+                  ix_.classes[classId].gpuClass->metadata.name,
+              ""};
+    }
+  }
+  // Taints the set does not tolerate; the cordon is judged on its own.
+  std::optional<UntoleratedTaintInfo> taint = HeldSetTaint(node, Tolerations(set));
+  if (taint && taint->condition.empty()) {
+    return {"node " + node.name + ": " + taint->description, ""};
+  }
+  auto since = [&node](std::string_view condition) {
+    const auto it = node.conditionsSince.find(std::string(condition));
+    return it == node.conditionsSince.end() ? std::string() : it->second;
+  };
+  if (!node.ready) {
+    return {"node " + node.name + " is not Ready", since("Ready")};
+  }
+  if (taint) {
+    return {"node " + node.name + ": " + taint->description, since(taint->condition)};
+  }
+  return {};
+}
+
+bool PassPlanner::StartPending(const DeviceSet& set) const {
+  return std::any_of(set.members.begin(), set.members.end(), [this](size_t d) {
+    const api::GpuDeviceStatus& status = Device(d).status;
+    return status.bindRequest && !status.bindRequest->id.empty() &&
+           (!status.bindResponse || status.bindResponse->id != status.bindRequest->id);
+  });
+}
+
+// Step 2: held sets stay unless their node cannot keep them. A set whose VM runs on its node
+// never moves (issue 24 item 5): its GPUs are in use there, whatever the node's state. A node
+// that is not Ready, or under a condition taint, keeps the sets of VMs that are off for the
+// grace (Settings::notReadyGraceSeconds) before they move, as kube-controller-manager keeps a
+// NotReady node's pods for their not-ready toleration; a VM start in the meantime moves its set
+// to a node that takes it, or is refused while none has room.
 void PassPlanner::MoveHeld(const std::vector<DeviceSet*>& held) {
   std::vector<Leaving> mustLeave;
   std::vector<Leaving> cordoned;
+  std::vector<Leaving> waiting;  // within the grace
   // Held sets that StaysPut kept were put here as the sets were made; a set this loop keeps
   // sits on a node that does not take binds, so never on the same node as those.
   std::vector<Staying>& staying = staying_;
@@ -318,35 +398,36 @@ void PassPlanner::MoveHeld(const std::vector<DeviceSet*>& held) {
     const size_t n = set->node;
     const std::string nodeName(ix_.NodeName(n));
     if (!set->needs.unknownClass.empty()) {
-      Decide(*set, Action::kKeep, nodeName, ClassMissing(*set) + "; left in place");
+      // Nothing can be placed for a class that is gone, and no VM starts on it (issue 24
+      // item 8); the devices stay where they are.
+      for (const size_t d : set->members) {
+        Decide(d, Action::kKeep, nodeName, ClassMissing(*set) + "; left in place");
+        decisions_.back().startRefused = true;
+      }
       continue;
     }
     if (!ix_.IsNode(n)) {
       mustLeave.push_back({set, kNone, "node " + nodeName + " is gone"});
       continue;
     }
-    const Node& node = *ix_.nodes[n];
-    std::string problem;
-    if (!node.ready) {
-      problem = "node " + nodeName + " is not Ready";
+    const HeldProblem problem = ProblemOf(*set, n);
+    const bool isCordoned = ix_.nodes[n]->unschedulable;
+    if ((!problem.text.empty() || isCordoned) && Running(*set)) {
+      const std::string why =
+          problem.text.empty() ? "node " + nodeName + " is cordoned" : problem.text;
+      Decide(*set, Action::kKeep, nodeName,
+             why + "; the VM of " + set->Description() + " runs there, so its GPUs stay");
+      continue;
     }
-    for (const auto& [classId, count] : set->needs.byClass) {
-      if (problem.empty() && !ix_.classes[classId].servesNode[n]) {
-        problem = "node " + nodeName + " no longer matches the nodeSelector of class " +
-                  ix_.classes[classId].gpuClass->metadata.name;
+    if (!problem.text.empty()) {
+      if (const std::optional<int64_t> left = GraceLeft(problem.since)) {
+        waiting.push_back({set, n,
+                           problem.text + "; its GPUs wait there " + std::to_string(*left) +
+                               "s more before they move"});
+      } else {
+        mustLeave.push_back({set, n, problem.text});
       }
-    }
-    if (problem.empty()) {
-      // Taints the set does not tolerate; the cordon is judged on its own below.
-      static const std::vector<Toleration> kNoTolerations;
-      if (std::optional<std::string> taint =
-              UntoleratedTaint(node, set->vmi ? set->vmi->tolerations : kNoTolerations)) {
-        problem = "node " + nodeName + ": " + *taint;
-      }
-    }
-    if (!problem.empty()) {
-      mustLeave.push_back({set, n, problem});
-    } else if (node.unschedulable) {
+    } else if (isCordoned) {
       cordoned.push_back({set, n, ""});
     } else {
       staying.push_back({n, set, set->members});
@@ -406,6 +487,26 @@ void PassPlanner::MoveHeld(const std::vector<DeviceSet*>& held) {
     Take(target, set.needs, 1);
     Decide(set, Action::kMove, ix_.nodes[target]->name, "node " + nodeName + " is cordoned");
   }
+  for (const Leaving& leaving : waiting) {
+    DeviceSet& set = *leaving.set;
+    if (StartPending(set)) {
+      Take(leaving.node, set.needs, -1);
+      const size_t target = FindTarget(set, leaving.node);
+      if (target != kNone) {
+        Take(target, set.needs, 1);
+        Decide(set, Action::kMove, ix_.nodes[target]->name,
+               leaving.reason.substr(0, leaving.reason.find(';')) +
+                   "; a VM start moves its GPUs to a node that takes them");
+        continue;
+      }
+      Take(leaving.node, set.needs, 1);
+    }
+    for (const size_t d : set.members) {
+      Decide(d, Action::kKeep, ix_.nodes[leaving.node]->name,
+             leaving.reason + "; no VM starts on them there now");
+      decisions_.back().startRefused = true;
+    }
+  }
   static const std::string kHeld = "held";
   for (const Staying& entry : staying) {
     for (const size_t d : entry.members) {
@@ -462,7 +563,8 @@ void PassPlanner::EvictOverCapacity(std::vector<Staying>& staying, std::vector<L
         if (FreeAt(node, r) >= 0) {
           break;
         }
-        if (evicted.contains(set) || CountOf(set->needs.byResource, r) == 0) {
+        // A running VM's set stays (issue 24 item 5): the others leave first.
+        if (evicted.contains(set) || CountOf(set->needs.byResource, r) == 0 || Running(*set)) {
           continue;
         }
         evicted.insert(set);

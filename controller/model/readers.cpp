@@ -219,6 +219,32 @@ std::optional<std::string> UntoleratedTaint(const Node& node,
   return std::nullopt;
 }
 
+std::string_view ConditionOfTaint(std::string_view key) {
+  if (key == api::kTaintMemoryPressure) return "MemoryPressure";
+  if (key == api::kTaintDiskPressure) return "DiskPressure";
+  if (key == api::kTaintPidPressure) return "PIDPressure";
+  if (key == api::kTaintNetworkUnavailable) return "NetworkUnavailable";
+  return "";
+}
+
+std::optional<UntoleratedTaintInfo> HeldSetTaint(const Node& node,
+                                                 const std::vector<Toleration>& tolerations) {
+  std::optional<UntoleratedTaintInfo> found;
+  for (const Taint& taint : node.taints) {
+    if (!IsSchedulingTaint(taint) || Tolerated(taint, tolerations)) {
+      continue;
+    }
+    const std::string_view condition = ConditionOfTaint(taint.key);
+    if (condition.empty()) {
+      return UntoleratedTaintInfo{Describe(taint), condition};
+    }
+    if (!found) {
+      found = UntoleratedTaintInfo{Describe(taint), condition};
+    }
+  }
+  return found;
+}
+
 NodeEligibility CheckNodeEligibility(const Node& node, const std::vector<Toleration>& tolerations) {
   NodeEligibility result;
   result.cordoned = node.unschedulable;

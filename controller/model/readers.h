@@ -86,6 +86,20 @@ NodeEligibility CheckNodeEligibility(const Node& node, const std::vector<Tolerat
 std::optional<std::string> UntoleratedTaint(const Node& node,
                                             const std::vector<Toleration>& tolerations);
 
+// The node condition behind a taint kube-controller-manager writes from it (memory, disk and
+// PID pressure, network unavailable), or "" for any other taint.
+std::string_view ConditionOfTaint(std::string_view key);
+
+// A held set's view of a node's untolerated taints (issue 24 item 5): the first one that does
+// not come from a node condition, or else the first that does, described for people, with that
+// condition's type (empty for the former). Nullopt when every taint is tolerated.
+struct UntoleratedTaintInfo {
+  std::string description;
+  std::string_view condition;
+};
+std::optional<UntoleratedTaintInfo> HeldSetTaint(const Node& node,
+                                                 const std::vector<Toleration>& tolerations);
+
 // The effective GPU resource-name set: the hoster's list, every GPUNode's resourceNames, every
 // class's resource name, and the NVIDIA (vendor 10de) and mediated entries of KubeVirt's
 // permittedHostDevices. A PCI entry of another vendor, such as a ConnectX VF, stays out.

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "api/gpuclass.h"
@@ -33,12 +34,7 @@ struct Taint {
   std::string effect;  // NoSchedule | PreferNoSchedule | NoExecute
 };
 
-struct Toleration {
-  std::string key;  // empty with Exists: every key
-  std::string op;   // Equal (the default when empty) | Exists | Gt | Lt
-  std::string value;
-  std::string effect;  // empty: every effect
-};
+using Toleration = api::Toleration;
 
 struct Node {
   std::string name;
@@ -46,6 +42,9 @@ struct Node {
   bool unschedulable = false;  // spec.unschedulable: the cordon
   bool ready = false;          // the Ready condition is True
   std::vector<Taint> taints;
+  // Each condition's lastTransitionTime (RFC 3339) by type: how long the node has been not
+  // Ready, or under the condition behind a condition taint (issue 24 item 5).
+  std::map<std::string, std::string> conditionsSince;
 };
 
 struct Container {
@@ -75,6 +74,12 @@ struct VirtualMachineInstance {
   std::vector<std::string> activePodUids;
   std::vector<Toleration> tolerations;  // spec.tolerations
   std::string creationTimestamp;        // RFC 3339, to the second
+  std::string phase;  // status.phase: Pending, Scheduling, Scheduled, Running, ...
+
+  // On a node and not ended: a VM runs there (or is starting there), whose GPUs never move.
+  bool RunsOn(std::string_view node) const {
+    return !nodeName.empty() && nodeName == node && phase != "Succeeded" && phase != "Failed";
+  }
 };
 
 // KubeVirt's spec.configuration.permittedHostDevices.
@@ -94,6 +99,11 @@ struct PermittedHostDevices {
 // What the hoster configured (flags, published in the settings ConfigMap).
 struct Settings {
   std::vector<std::string> resourceNames;  // the hoster's GPU resource-name list
+  // How long a held set whose VM is off waits on a node that is not Ready, or under a
+  // condition taint, before it moves (--not-ready-grace; issue 24 item 5). The default is the
+  // 300 s kube-apiserver's DefaultTolerationSeconds gives every pod for the not-ready and
+  // unreachable taints, after which kube-controller-manager evicts the pods themselves.
+  int64_t notReadyGraceSeconds = 300;
 };
 
 struct Snapshot {
@@ -107,6 +117,9 @@ struct Snapshot {
   std::vector<VirtualMachineInstance> vmis;
   PermittedHostDevices permittedHostDevices;
   Settings settings;
+  // The caller's clock (RFC 3339) when it read the snapshot, against which the grace is
+  // measured; empty: no clock, every grace has run out (the model itself reads no clock).
+  std::string now;
 };
 
 }  // namespace cozy::model

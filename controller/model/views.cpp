@@ -27,9 +27,19 @@ std::optional<ClassRoom> Model::Room(std::string_view className) const {
     return std::nullopt;
   }
   const ClassInfo& info = ix.classes[c->second];
-  ClassRoom room{info.gpuClass, info.maxCount, 0, 0, ""};
+  ClassRoom room{info.gpuClass, info.maxCount, 0, 0, "", 0, ""};
   for (const size_t n : info.nodes) {  // by name
-    if (!ix.eligibility[n].eligible) {
+    if (!info.takes[n]) {
+      const int64_t free = std::max<int64_t>(0, ix.Free(n, info.resource));
+      room.freeElsewhere += free;
+      if (free > 0 && room.firstBlocked.empty()) {
+        const NodeEligibility why =
+            CheckNodeEligibility(*ix.nodes[n], info.gpuClass->spec.tolerations);
+        room.firstBlocked = "node " + ix.nodes[n]->name + ": ";
+        for (size_t i = 0; i < why.reasons.size(); ++i) {
+          room.firstBlocked += (i == 0 ? "" : ", ") + why.reasons[i];
+        }
+      }
       continue;
     }
     const int64_t free = std::max<int64_t>(0, ix.Free(n, info.resource));
@@ -52,7 +62,7 @@ ClusterView Model::View() const {
     ClassView classView{info.gpuClass->metadata.name, info.maxCount, 0, 0};
     for (size_t n : info.nodes) {
       classView.units += ix.units[ix.At(n, info.resource)];
-      if (ix.eligibility[n].eligible) {
+      if (info.takes[n]) {
         classView.free += std::max<int64_t>(0, ix.Free(n, info.resource));
       }
     }

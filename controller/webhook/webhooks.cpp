@@ -222,8 +222,20 @@ json Webhooks::MutatePod(const json& review, const RequestContext&) {
         answer = Encode(admission::Refuse(
             request, "the GPUDevices of " + vmiName + " are bound to different nodes"));
       } else {
-        answer = Encode(
-            admission::Allow(request, admission::PodPinPatch(request.object, *nodes.begin())));
+        // The tolerations of the devices' classes (issue 24 item 1): the binder placed the set
+        // where they let it go, so the launcher carries them, and the pin keeps it there.
+        std::vector<api::Toleration> tolerations;
+        const std::shared_ptr<const Prepared> prepared = cluster_.Prepare();
+        for (const api::GpuDevice& device : devices) {
+          for (const api::GpuClass& gpuClass : prepared->snapshot.classes) {
+            if (gpuClass.metadata.name == device.spec.className) {
+              tolerations.insert(tolerations.end(), gpuClass.spec.tolerations.begin(),
+                                 gpuClass.spec.tolerations.end());
+            }
+          }
+        }
+        answer = Encode(admission::Allow(
+            request, admission::PodPinPatch(request.object, *nodes.begin(), tolerations)));
       }
     }
   }
@@ -291,7 +303,6 @@ json Webhooks::StartVmi(const admission::AdmissionRequest& request, const std::s
     return refuseNow(std::string("the VirtualMachineInstance cannot be read: ") + error.what());
   }
   input.rawNamesForbidden = prepared->rawNamesForbidden;
-  input.tolerations = VmiFromJson(vmi).tolerations;
 
   // E5: every refusal check before any write. A device attached to a running VMI of this very
   // name is that VMI's: a second create of the name would fail after admission, but only after

@@ -45,7 +45,7 @@ YAML::Node Custom() {
 YAML::Node GpuOn() {
   return YAML::Load(
       "gpu: {enabled: true, resourceNames: [nvidia.com/GA100, nvidia.com/TU104GL_Tesla_T4],"
-      " rawGpuNames: forbid, attachmentGrace: 90s}");
+      " rawGpuNames: forbid, attachmentGrace: 90s, notReadyGrace: 2m}");
 }
 
 // GPU on with the hoster's own CA bundle and serving certificate Secret instead of cert-manager.
@@ -516,7 +516,7 @@ TEST(ChartController, GpuOffRendersNoWebhookServiceCertificateOrGpuFlag) {
   for (const auto& arg : args) {
     EXPECT_FALSE(arg.starts_with("--enable-gpu") || arg.starts_with("--webhook") ||
                  arg.starts_with("--gpu-resource-names") || arg.starts_with("--raw-gpu-names") ||
-                 arg.starts_with("--attachment-grace"))
+                 arg.starts_with("--attachment-grace") || arg.starts_with("--not-ready-grace"))
         << arg;
   }
   EXPECT_FALSE(Controller(documents)["volumeMounts"].IsDefined());
@@ -532,8 +532,8 @@ TEST(ChartController, GpuOnRendersWebhooksCertificateAndGpuFlags) {
   const auto args = Strings(Controller(documents)["args"]);
   for (const char* arg :
        {"--enable-gpu", "--gpu-resource-names=nvidia.com/GA100,nvidia.com/TU104GL_Tesla_T4",
-        "--raw-gpu-names=forbid", "--attachment-grace=90s", "--webhook-addr=:9443",
-        "--webhook-cert-dir=/etc/gpu-controller/webhook-tls"}) {
+        "--raw-gpu-names=forbid", "--attachment-grace=90s", "--not-ready-grace=2m",
+        "--webhook-addr=:9443", "--webhook-cert-dir=/etc/gpu-controller/webhook-tls"}) {
     EXPECT_TRUE(HasArg(args, arg)) << arg;
   }
   Named(documents, "Service", "gpu-controller-webhook");
@@ -546,6 +546,7 @@ TEST(ChartController, GpuOnRendersWebhooksCertificateAndGpuFlags) {
   const auto defaults = Strings(Controller(Render(YAML::Load("gpu: {enabled: true}")))["args"]);
   EXPECT_TRUE(HasArg(defaults, "--raw-gpu-names=allow"));
   EXPECT_TRUE(HasArg(defaults, "--attachment-grace=2m"));
+  EXPECT_TRUE(HasArg(defaults, "--not-ready-grace=5m"));  // issue 24 item 5
   for (const auto& arg : defaults) EXPECT_FALSE(arg.starts_with("--gpu-resource-names")) << arg;
 }
 

@@ -193,14 +193,18 @@ TEST(VmiStartPlanE5, SetGoesWhereTheWholeOfItFits) {
   ExpectNothingToWrite(plan);
 }
 
-// The VMI's tolerations decide which nodes the set may go to.
-TEST(VmiStartPlanE5, TheVmisTolerationsCount) {
+// Issue 24 items 1 and 8 (E5): the classes' tolerations decide which nodes a starting VM's set
+// may go to, not the VMI's own. The binder answers the start before the VMI exists, so it cannot
+// read them; a plan that counted them admitted a start the binder then refused after the writes.
+// A VMI tolerating a taint its class does not is refused at once, the taint named.
+TEST(VmiStartPlanIssue24Item1E5, TheClassesTolerationsCountNotTheVmis) {
   Snapshot snapshot = BaseSnapshot();
   AddNode(snapshot, "n1", 2);
   snapshot.nodes[0].taints = {{"gpu", "", "NoSchedule"}};
-  VmiInput input = Input({{}, {{"gpu", "a100", 1}}});
-  EXPECT_TRUE(Plan(snapshot, input).refusal);
-  input.tolerations = {{"gpu", "Exists", "", "NoSchedule"}};
+  const VmiInput input = Input({{}, {{"gpu", "a100", 1}}});
+  std::optional<std::string> refusal = Plan(snapshot, input).refusal;
+  EXPECT_TRUE(Contains(refusal, "no eligible node has room")) << refusal.value_or("admitted");
+  snapshot.classes[0].spec.tolerations = {{"gpu", "Exists", "", "NoSchedule"}};
   const VmiStartPlan plan = Plan(snapshot, input);
   ASSERT_FALSE(plan.refusal) << *plan.refusal;
   EXPECT_EQ(plan.node, "n1");
@@ -358,6 +362,7 @@ TEST(VmiStartPlanE10, FromTheReviewToThePatch) {
   Snapshot snapshot = BaseSnapshot();
   AddNode(snapshot, "n1", 2);
   snapshot.nodes[0].taints = {{"gpu", "", "NoSchedule"}};
+  snapshot.classes[0].spec.tolerations = {{"gpu", "Exists", "", "NoSchedule"}};
   snapshot.devices = {Bound("tenant-a", "held", "a100", 1, "n1")};
   const model::Model model(snapshot);
   const AdmissionRequest request = DecodeAdmissionReview(ReadTestdata("vmi-create-dryrun.json"));
@@ -369,7 +374,6 @@ TEST(VmiStartPlanE10, FromTheReviewToThePatch) {
           .get<std::string>());
   input.entries = OwnGpuEntries(request.object, {kA100});
   input.rawNamesForbidden = true;
-  input.tolerations = {{"gpu", "Exists", "", "NoSchedule"}};
   const VmiStartPlan plan = PlanVmiStart(snapshot, model, input);
   ASSERT_FALSE(plan.refusal) << *plan.refusal;
   const json answer =
@@ -513,6 +517,40 @@ TEST(PodPinPatchIssue24Item4D10, TheLauncherToleratesTheCordonOfItsPinnedNode) {
                                         {"effect", "NoExecute"}}};
   afterwards = tolerating.patch(PodPinPatch(tolerating, "n1"));
   EXPECT_EQ(afterwards["spec"]["tolerations"].size(), 2U);
+}
+
+// Issue 24 item 1: on a tainted GPU pool the binder placed the set where its classes'
+// tolerations let it go, so the launcher pinned there carries them: without them it fits no node
+// (Pending forever), with them only the pinned one. A toleration the pod carries already is not
+// added twice, and a second call adds nothing.
+TEST(PodPinPatchIssue24Item1, TheLauncherCarriesItsClassesTolerations) {
+  const json pod = ReadTestdata("pod-create.json")["request"]["object"];
+  json pool = NodeNamed("n1", "n1");
+  pool["spec"]["taints"] = {
+      {{"key", "nvidia.com/gpu"}, {"value", "present"}, {"effect", "NoSchedule"}}};
+  const std::vector<api::Toleration> classTolerations = {
+      {"nvidia.com/gpu", "Exists", "", "NoSchedule"},
+      {"gpu-maintenance", "Equal", "soon", "NoExecute", 600}};
+  EXPECT_NE(cozy::testing::WhyNotOn(pod.patch(PodPinPatch(pod, "n1")), pool), "")
+      << "without the class's toleration the pool's taint keeps the launcher off";
+  const json patched = pod.patch(PodPinPatch(pod, "n1", classTolerations));
+  EXPECT_EQ(cozy::testing::WhyNotOn(patched, pool), "") << patched["spec"].dump();
+  json other = NodeNamed("n2", "n2");
+  other["spec"]["taints"] = pool["spec"]["taints"];
+  EXPECT_NE(cozy::testing::WhyNotOn(patched, other), "") << "the pin still decides the node";
+  EXPECT_EQ(patched["spec"]["tolerations"],
+            (json{kCordon,
+                  {{"key", "nvidia.com/gpu"}, {"operator", "Exists"}, {"effect", "NoSchedule"}},
+                  {{"key", "gpu-maintenance"},
+                   {"operator", "Equal"},
+                   {"value", "soon"},
+                   {"effect", "NoExecute"},
+                   {"tolerationSeconds", 600}}}));
+  EXPECT_EQ(PodPinPatch(patched, "n1", classTolerations), json::array());
+  // Two devices of one class: each toleration once.
+  std::vector<api::Toleration> twice = classTolerations;
+  twice.insert(twice.end(), classTolerations.begin(), classTolerations.end());
+  EXPECT_EQ(pod.patch(PodPinPatch(pod, "n1", twice))["spec"]["tolerations"].size(), 3U);
 }
 
 TEST(LauncherVmiNameE13, OwnerReferenceOrLabelAndNeitherWhenTheyDisagree) {

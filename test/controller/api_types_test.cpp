@@ -25,7 +25,12 @@ json FullClass() {
              "nodeSelector": {"matchLabels": {"gpu": "a100"},
                               "matchExpressions": [{"key": "zone", "operator": "In",
                                                     "values": ["a", "b"]}]},
-             "onCordon": "Stay"}
+             "onCordon": "Stay",
+             "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists",
+                              "effect": "NoSchedule"},
+                             {"key": "drain", "operator": "Equal", "value": "soon",
+                              "effect": "NoExecute", "tolerationSeconds": 300},
+                             {"operator": "Exists"}]}
   })");
 }
 
@@ -38,6 +43,8 @@ TEST(GpuClassB10, EveryFieldRoundTrips) {
   EXPECT_EQ(decoded.spec.onCordon, OnCordon::kStay);
   EXPECT_EQ(decoded.spec.maxCount, 2);
   EXPECT_EQ(decoded.ResourceName(), "nvidia.com/NVIDIA_A100-40C");
+  ASSERT_EQ(decoded.spec.tolerations.size(), 3U);  // issue 24 item 1
+  EXPECT_EQ(decoded.spec.tolerations[1].tolerationSeconds, 300);
   EXPECT_EQ(ToJson(decoded), original);
   EXPECT_EQ(GpuClassFromJson(ToJson(decoded)), decoded);
 }
@@ -87,6 +94,19 @@ TEST(GpuClass, RefusesMalformedNamingTheField) {
        "spec.nodeSelector.matchExpressions[0].operator"},
       {"label value type", [](json& o) { o["metadata"]["labels"]["tenant.cozystack.io/a"] = 1; },
        "metadata.labels[\"tenant.cozystack.io/a\"]"},
+      // Issue 24 item 1: tolerations as the API server validates a pod's; Gt and Lt tolerate
+      // nothing (C9), so a class carrying one is refused rather than silently useless.
+      {"toleration operator Gt", [](json& o) { o["spec"]["tolerations"][0]["operator"] = "Gt"; },
+       "spec.tolerations[0].operator"},
+      {"Exists with a value", [](json& o) { o["spec"]["tolerations"][0]["value"] = "x"; },
+       "spec.tolerations[0].value"},
+      {"empty key needs Exists", [](json& o) { o["spec"]["tolerations"][2]["operator"] = "Equal"; },
+       "spec.tolerations[2]"},
+      {"toleration effect", [](json& o) { o["spec"]["tolerations"][0]["effect"] = "NoRun"; },
+       "spec.tolerations[0].effect"},
+      {"tolerationSeconds without NoExecute",
+       [](json& o) { o["spec"]["tolerations"][0]["tolerationSeconds"] = 5; },
+       "spec.tolerations[0].tolerationSeconds"},
   };
   for (const BadClassCase& c : cases) {
     json object = FullClass();

@@ -106,7 +106,7 @@ inline Pod MakePod(const std::string& ns, const std::string& name, const std::st
 // A VMI whose status.activePods lists the given pod UIDs.
 inline VirtualMachineInstance MakeVmi(const std::string& ns, const std::string& name,
                                       std::vector<std::string> activePodUids) {
-  return VirtualMachineInstance{ns, name, name + "-uid", "", std::move(activePodUids), {}, ""};
+  return VirtualMachineInstance{ns, name, name + "-uid", "", std::move(activePodUids), {}, "", ""};
 }
 
 // A tenant namespace labelled with each ancestor, as the tenant chart does.

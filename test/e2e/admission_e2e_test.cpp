@@ -353,6 +353,99 @@ TEST_F(AdmissionEndToEnd, Issue24Item4_E13_D10_TheLauncherPinFitsACordonedNodeWi
       << pod["spec"].dump();
 }
 
+// Issue 24 item 1: GPU nodes behind a NoSchedule taint, as hosters run them. A class that does
+// not tolerate the pool's taint is refused at apply with the taint named; once the hoster gives
+// the class the toleration, a tenant's order binds there and stays Bound across passes (its VM
+// off), a VM start with a held device and a template is admitted, and its launcher pod, as the
+// API server stores it, fits the tainted node as kube-scheduler filters it, and no other.
+TEST_F(AdmissionEndToEnd, Issue24Item1_ATaintedPoolTakesOrdersAndStartsVmsOnceItsClassTolerates) {
+  StartWebhookReplica("replica-a");
+  WaitReady("replica-a");
+  WaitLeader("replica-a");
+  for (const char* node : {"n1", "n2"}) {
+    Kubectl(std::string("taint node ") + node + " nvidia.com/gpu=present:NoSchedule");
+  }
+  std::pair<int, std::string> created;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        created = Create(Order("early", "a100", 1));
+        return created.first != 0;
+      },
+      10s))
+      << created.second;
+  EXPECT_NE(created.second.find("taint nvidia.com/gpu=present:NoSchedule not tolerated"),
+            std::string::npos)
+      << created.second;
+
+  json tolerating = Class("a100");
+  tolerating["spec"]["tolerations"] = {
+      {{"key", "nvidia.com/gpu"}, {"operator", "Exists"}, {"effect", "NoSchedule"}}};
+  Apply(tolerating);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        created = Create(Order("held", "a100", 1));
+        return created.first == 0;
+      },
+      10s))
+      << created.second << Logs();
+  ASSERT_TRUE(WaitFor([&] { return Phase("held") == "Bound"; }, 10s)) << Logs();
+  const std::string node = NodeOf("held");
+  // Passes go on (a resync, the next order's): the held order is never sent Lost for the taint.
+  ASSERT_EQ(Create(Order("second", "a100", 1)).first, 0);
+  ASSERT_TRUE(WaitFor([&] { return Phase("second") == "Bound"; }, 10s)) << Logs();
+  EXPECT_EQ(Phase("held"), "Bound");
+  EXPECT_EQ(NodeOf("held"), node);
+
+  auto [code, out] =
+      Create(VmWithGpus("vm1", {"held"}, json::array({Template("scratch", "a100", 1)})));
+  ASSERT_EQ(code, 0) << out << Logs();
+  // Both on one node of the pool (the set moves off a node the second order filled).
+  const std::string placed = NodeOf("held");
+  EXPECT_EQ(NodeOf("vm1-scratch"), placed);
+  std::tie(code, out) = Create(Launcher("vm1"));
+  ASSERT_EQ(code, 0) << out << Logs();
+  const json pod = json::parse(out);
+  const json pool = testing::WithoutLifecycleTaints(Get("node " + placed));
+  ASSERT_FALSE(pool["spec"]["taints"].empty()) << pool.dump();
+  EXPECT_EQ(testing::WhyNotOn(pod, pool), "") << pod["spec"].dump();
+  const std::string other = placed == "n1" ? "n2" : "n1";
+  EXPECT_NE(testing::WhyNotOn(pod, testing::WithoutLifecycleTaints(Get("node " + other))), "")
+      << pod["spec"].dump();
+  // Without the class's toleration the same pod fits neither node: the taint decides.
+  json bare = pod;
+  bare["spec"]["tolerations"] = json::array();
+  EXPECT_NE(testing::WhyNotOn(bare, pool), "");
+}
+
+// Issue 24 items 1 and 8 (E5): a VM whose own tolerations let it onto a tainted pool its class
+// does not tolerate is refused at once, and nothing is written. The binder
+// answers a start before the VMI exists, so only the classes' tolerations can place its GPUs;
+// the webhook used to admit it on the VMI's, create the template device (which the GPUDevice
+// webhook then refused) and attach, and the binder refused after those writes.
+TEST_F(AdmissionEndToEnd, Issue24Item8_E5_AVmToleratingThePoolItselfIsRefusedBeforeAnyWrite) {
+  StartWebhookReplica("replica-a");
+  WaitReady("replica-a");
+  WaitLeader("replica-a");
+  ASSERT_EQ(Create(Order("held", "a100", 1)).first, 0);
+  ASSERT_TRUE(WaitFor([&] { return Phase("held") == "Bound"; }, 10s)) << Logs();
+  for (const char* node : {"n1", "n2"}) {
+    Kubectl(std::string("taint node ") + node + " gpu=present:NoSchedule");
+  }
+  // The taint reaches the replica's cache within a moment: an order is refused from then on.
+  ASSERT_TRUE(WaitFor([&] { return Create(Order("probe", "a100", 1)).first != 0; }, 10s));
+  const int attachesBefore = AttachWrites();
+  json vmi = VmWithGpus("vm1", {"held"}, json::array({Template("scratch", "a100", 1)}));
+  vmi["spec"]["tolerations"] = {{{"key", "gpu"}, {"operator", "Exists"}}};
+  const auto [code, out] = Create(vmi);
+  EXPECT_NE(code, 0) << out;
+  EXPECT_NE(out.find("vm1 cannot start: its GPUs cannot be placed on one node now"),
+            std::string::npos)
+      << out;
+  EXPECT_FALSE(Get("gpudevice vm1-scratch", Tenant()).is_object()) << "no template device";
+  EXPECT_EQ(AttachWrites(), attachesBefore) << "no attachment";
+  EXPECT_FALSE(Get("gpudevice held", Tenant())["status"].contains("attachment"));
+}
+
 TEST_F(AdmissionEndToEnd, E7_TwoVmsRaceForOneHeldDeviceAndOneGetsIt) {
   StartWebhookReplica("replica-a");
   WaitReady("replica-a");

@@ -975,6 +975,79 @@ TEST_F(ControllerEndToEnd, D10_ACordonMovesASetOnlyWithRoomElsewhereAndNeverASta
   }
 }
 
+// Issue 24 item 5: a node that is NotReady for a moment (a kubelet restart, a network blip) keeps
+// the GPUs held on it for the grace (--not-ready-grace, measured from the Ready condition's
+// lastTransitionTime); a VM start meanwhile is refused with the reason rather than pinned to a
+// node its launcher cannot reach; once the grace has run out the held set moves.
+TEST_F(ControllerEndToEnd, Issue24Item5_ANotReadyNodeKeepsItsHeldGpusForTheGraceThenTheyMove) {
+  GpuNode("n1", 1);
+  GpuNode("n2", 0);
+  Apply(Class("a100"));
+  StartReplica("replica-a", {"--enable-gpu", "--not-ready-grace", "8s"});
+  ASSERT_TRUE(WaitFor([&] { return Holder() == "replica-a"; })) << Logs();
+  Apply(Device("held"));
+  ASSERT_TRUE(WaitFor([&] { return Phase("held") == "Bound"; })) << Logs();
+  ASSERT_EQ(NodeOf("held"), "n1");
+  GpuNode("n2", 1);  // room elsewhere, so only the grace keeps the set on n1
+  const json notReady = {
+      {"status",
+       {{"conditions",
+         {{{"type", "Ready"},
+           {"status", "False"},
+           {"reason", "KubeletNotReady"},
+           {"message", "container runtime is down"},
+           {"lastHeartbeatTime", api::FormatTime(std::chrono::system_clock::now())},
+           {"lastTransitionTime", api::FormatTime(std::chrono::system_clock::now())}}}}}}};
+  Kubectl("patch node n1 --subresource=status --type=merge -p " + ShellQuote(notReady.dump()));
+  std::this_thread::sleep_for(3s);  // passes run every second meanwhile
+  EXPECT_EQ(NodeOf("held"), "n1") << "moved within the grace\n" << Logs();
+  EXPECT_EQ(Phase("held"), "Bound");
+  PatchStatus(
+      "held",
+      {{"bindRequest",
+        {{"id", "req-nr"}, {"requestedAt", api::FormatTime(std::chrono::system_clock::now())}}}});
+  ASSERT_TRUE(WaitFor([&] {
+    return Get("gpudevice held", Tenant())["status"]
+               .value("bindResponse", json::object())
+               .value("id", "") == "req-nr";
+  })) << Logs();
+  const json response = Get("gpudevice held", Tenant())["status"]["bindResponse"];
+  // n2 has room: the start moves the set there rather than wait on n1.
+  EXPECT_EQ(response["result"], "Succeeded") << response;
+  EXPECT_EQ(NodeOf("held"), "n2") << response;
+
+  // The same on n2 with no room elsewhere: the start is refused, the set stays held on n2 for
+  // the grace, and moves once it has run out and n1 is Ready again.
+  Apply(testing::ReadyNode("n1"));
+  Kubectl("patch node n1 --subresource=status --type=merge -p " +
+          ShellQuote(json{{"status", testing::ReadyNode("n1")["status"]}}.dump()));
+  Kubectl("cordon n1");
+  json n2NotReady = notReady;
+  n2NotReady["status"]["conditions"][0]["lastTransitionTime"] =
+      api::FormatTime(std::chrono::system_clock::now());
+  Kubectl("patch node n2 --subresource=status --type=merge -p " + ShellQuote(n2NotReady.dump()));
+  std::this_thread::sleep_for(1500ms);
+  PatchStatus(
+      "held",
+      {{"bindRequest",
+        {{"id", "req-nr2"}, {"requestedAt", api::FormatTime(std::chrono::system_clock::now())}}}});
+  ASSERT_TRUE(WaitFor([&] {
+    return Get("gpudevice held", Tenant())["status"]
+               .value("bindResponse", json::object())
+               .value("id", "") == "req-nr2";
+  })) << Logs();
+  const json refused = Get("gpudevice held", Tenant())["status"]["bindResponse"];
+  EXPECT_EQ(refused["result"], "Failed") << refused;
+  EXPECT_NE(refused.value("message", "").find("node n2 is not Ready"), std::string::npos)
+      << refused;
+  EXPECT_EQ(NodeOf("held"), "n2");
+  EXPECT_EQ(Phase("held"), "Bound");
+  Kubectl("uncordon n1");
+  ASSERT_TRUE(WaitFor([&] { return NodeOf("held") == "n1"; }, 15s))
+      << "the grace ran out and n1 takes binds\n"
+      << Logs();
+}
+
 TEST_F(ControllerEndToEnd, D17_KubeVirtsTableJoinsTheSettingsNameSet) {
   Apply({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "kubevirt"}}}});
   StartReplica("replica-a", {"--enable-gpu", "--gpu-resource-names", "nvidia.com/A"});

@@ -50,6 +50,33 @@ printf '%s\n' "apiVersion: gpu.cozystack.io/v1alpha1" "kind: GPUDevice" \
   "metadata: {name: budget, namespace: default}" "spec: {className: total, count: 1}" >"$work/total.yaml"
 expect_refused "a GPUDevice ordering the class \"total\" is refused by its CRD" \
   'reserved for the budget over all classes' kc create --dry-run=server -f "$work/total.yaml"
+# The GPUClass CRD refuses a toleration no scheduler would honour, as the controller's decoder
+# does (issue 24 item 1), and takes one that works.
+class_with_toleration() { # class_with_toleration FILE TOLERATION-FLOW-MAP
+  printf '%s\n' "apiVersion: gpu.cozystack.io/v1alpha1" "kind: GPUClass" \
+    "metadata: {name: tolerating}" \
+    "spec: {vendor: NVIDIA, model: A100, mode: passthrough," \
+    "  source: {devicePlugin: {resourceName: nvidia.com/GA100}}, tolerations: [$2]}" >"$1"
+}
+class_with_toleration "$work/gt.yaml" '{key: gpu, operator: Gt, value: "1"}'
+expect_refused "a class toleration with operator Gt is refused by its CRD" \
+  'Unsupported value: "Gt"' kc create --dry-run=server -f "$work/gt.yaml"
+class_with_toleration "$work/exists-value.yaml" '{key: gpu, operator: Exists, value: x}'
+expect_refused "a class toleration with Exists and a value is refused by its CRD" \
+  'operator Exists takes no value' kc create --dry-run=server -f "$work/exists-value.yaml"
+class_with_toleration "$work/empty-key.yaml" '{operator: Equal, value: x}'
+expect_refused "a class toleration with an empty key and Equal is refused by its CRD" \
+  'needs operator Exists' kc create --dry-run=server -f "$work/empty-key.yaml"
+class_with_toleration "$work/seconds.yaml" '{key: gpu, effect: NoSchedule, tolerationSeconds: 5}'
+expect_refused "a class tolerationSeconds without NoExecute is refused by its CRD" \
+  'only valid with effect NoExecute' kc create --dry-run=server -f "$work/seconds.yaml"
+class_with_toleration "$work/good.yaml" \
+  '{key: gpu, operator: Equal, value: x, effect: NoExecute, tolerationSeconds: 60}'
+if kc create --dry-run=server -f "$work/good.yaml" >"$work/out" 2>&1; then
+  pass "a class toleration that works is accepted by its CRD"
+else
+  fail "a class toleration that works was refused: $(tr '\n' ' ' <"$work/out")"
+fi
 
 # policies_type_check: every policy's status is for its current generation and has no warning.
 policy_status() {
