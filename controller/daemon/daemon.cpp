@@ -781,6 +781,11 @@ class Controller : public webhook::ClusterSource, public BinderSource {
                  "VMI admissions that found their own answered request and wrote nothing (E9).");
       out.Sample("gpu_controller_admission_reinvocations_total", "",
                  static_cast<double>(webhookStats_.reinvocations));
+      out.Family("gpu_controller_admission_reinvocations_read_live_total", "counter",
+                 "Of those, found only by reading the API server: this replica's cache did not "
+                 "show another replica's answered request yet (E9 across replicas).");
+      out.Sample("gpu_controller_admission_reinvocations_read_live_total", "",
+                 static_cast<double>(webhookStats_.reinvocationsReadLive));
       out.Family("gpu_controller_admission_bind_timeouts_total", "counter",
                  "VMI admissions the binder did not answer within the bound (E8).");
       out.Sample("gpu_controller_admission_bind_timeouts_total", "",

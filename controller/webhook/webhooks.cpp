@@ -331,28 +331,50 @@ json Webhooks::StartVmi(const admission::AdmissionRequest& request, const std::s
   if (request.dryRun) return Encode(admission::Allow(request, patch));  // E5: nothing written
 
   // E9: a reinvocation (or a retry) finds the request it made for this VMI answered: the set is
-  // its own, and nothing is written again.
+  // its own, and nothing is written again. The cache first; a VMI that already carries this
+  // webhook's gpus entries was mutated by a call before this one, which may have run on another
+  // replica whose writes this replica's cache does not show yet: for it, the API server is read
+  // too, rather than attach and request again (issue 24 item 8).
   {
-    bool own = !members.empty();
-    std::set<std::string> nodes;
     const auto now = std::chrono::system_clock::now();
-    for (const std::string& member : members) {
+    auto ownSet =
+        [&](const std::function<std::optional<api::GpuDevice>(const std::string&)>& read) {
+          std::set<std::string> nodes;
+          for (const std::string& member : members) {
+            const std::optional<api::GpuDevice> device = read(member);
+            if (!device || !device->status.attachment ||
+                device->status.attachment->vmiName != name ||
+                !device->status.attachment->vmiUid.empty() || !device->status.bindRequest) {
+              return false;
+            }
+            const Answer answer = AnswerFor(*device, device->status.bindRequest->id);
+            const auto requested = api::ParseTime(device->status.bindRequest->requestedAt);
+            if (!answer.succeeded || answer.node.empty() || !requested ||
+                now - *requested > options_.recentAnswer) {
+              return false;
+            }
+            nodes.insert(answer.node);
+          }
+          return !members.empty() && nodes.size() == 1;
+        };
+    bool own = ownSet([&](const std::string& member) -> std::optional<api::GpuDevice> {
       const auto device = cluster_.Device(ns, member);
-      if (!device || !device->status.attachment || device->status.attachment->vmiName != name ||
-          !device->status.attachment->vmiUid.empty() || !device->status.bindRequest) {
-        own = false;
-        break;
+      return device ? std::optional<api::GpuDevice>(*device) : std::nullopt;
+    });
+    if (!own && !input.entries.webhook.empty() && Clock::now() < context.deadline) {
+      own = ownSet([&](const std::string& member) -> std::optional<api::GpuDevice> {
+        try {
+          return api::GpuDeviceFromJson(client_.Get(DevicePath(ns, member)));
+        } catch (const std::exception&) {
+          return std::nullopt;  // gone or unreadable: not a set this request can call its own
+        }
+      });
+      if (own) {
+        std::lock_guard lock(mutex_);
+        ++stats_.reinvocationsReadLive;
       }
-      const Answer answer = AnswerFor(*device, device->status.bindRequest->id);
-      const auto requested = api::ParseTime(device->status.bindRequest->requestedAt);
-      if (!answer.succeeded || answer.node.empty() || !requested ||
-          now - *requested > options_.recentAnswer) {
-        own = false;
-        break;
-      }
-      nodes.insert(answer.node);
     }
-    if (own && nodes.size() == 1) {
+    if (own) {
       std::lock_guard lock(mutex_);
       ++stats_.reinvocations;
       return Encode(admission::Allow(request, patch));

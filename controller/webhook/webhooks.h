@@ -81,6 +81,8 @@ struct WebhookStats {
   int64_t attachments = 0;
   int64_t attachConflicts = 0;
   int64_t reinvocations = 0;  // E9: a recent own answer found, nothing written
+  // Of those, found only by reading the API server: the cache lagged another replica's writes.
+  int64_t reinvocationsReadLive = 0;
   int64_t bindTimeouts = 0;
   int64_t rollbacks = 0;
 };

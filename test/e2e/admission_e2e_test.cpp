@@ -446,6 +446,48 @@ TEST_F(AdmissionEndToEnd, Issue24Item8_E5_AVmToleratingThePoolItselfIsRefusedBef
   EXPECT_FALSE(Get("gpudevice held", Tenant())["status"].contains("attachment"));
 }
 
+// Issue 24 item 8, E9 across replicas: the first call of a VM start reaches replica A, which
+// attaches the held device and gets the binder's answer; the reinvocation after virt-api's
+// mutator reaches replica B, whose device cache does not show A's writes yet (its device watch
+// stalled). B reads the API server before writing and finds the answered request its own: it
+// attaches nothing and asks nothing again.
+TEST_F(AdmissionEndToEnd, Issue24Item8_E9_AReinvocationOnAReplicaWhoseCacheLagsWritesNothing) {
+  const int portA = StartWebhookReplica("replica-a");
+  WaitReady("replica-a");
+  WaitLeader("replica-a");
+  const int portB = StartWebhookReplica("replica-b", {}, /*serve=*/false);
+  WaitReady("replica-b");
+  Fake().EnableVirtApiMutator();
+  ASSERT_EQ(Create(Order("held", "a100", 1)).first, 0);
+  ASSERT_TRUE(WaitFor([&] { return Phase("held") == "Bound"; }, 10s)) << Logs();
+  std::this_thread::sleep_for(500ms);  // replica B's cache shows the order Bound
+  fake::Fault stall;
+  stall.pathPrefix = "/apis/gpu.cozystack.io/v1alpha1/gpudevices";
+  stall.watchOnly = true;
+  stall.latencyMs = 15000;
+  stall.bearerToken = "replica-b";
+  Fake().AddFault(stall);
+  Fake().DropWatches();
+  std::this_thread::sleep_for(300ms);
+  // The first call to A, the reinvocation to B.
+  Fake().SetServiceEndpoints(kServiceNamespace, kService, {portA, portB});
+  const auto [code, out] = Create(VmWithGpus("vm1", {"held"}));
+  ASSERT_EQ(code, 0) << out << Logs();
+  const json vmi = Get("vmi vm1", Tenant());
+  EXPECT_EQ(vmi["spec"]["domain"]["devices"]["gpus"].size(), 1u) << vmi.dump();
+  EXPECT_EQ(vmi["spec"]["domain"]["machine"]["type"], "q35") << "virt-api's stand-in ran";
+  EXPECT_EQ(AttachWrites(), 1) << "B attached and asked again";
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return Metrics("replica-b")
+                   .find("gpu_controller_admission_reinvocations_read_live_total 1") !=
+               std::string::npos;
+      },
+      5s))
+      << Metrics("replica-b");
+  Fake().ClearFaults();
+}
+
 TEST_F(AdmissionEndToEnd, E7_TwoVmsRaceForOneHeldDeviceAndOneGetsIt) {
   StartWebhookReplica("replica-a");
   WaitReady("replica-a");

@@ -199,6 +199,8 @@ Fault Fault::FromJson(const json& value) {
       text(fault.pathPrefix);
     } else if (key == "watchOnly") {
       flag(fault.watchOnly);
+    } else if (key == "bearerToken") {
+      text(fault.bearerToken);
     } else if (key == "status") {
       number(fault.status);
     } else if (key == "retryAfterSeconds") {
@@ -228,6 +230,7 @@ json Fault::ToJson() const {
   return {{"method", method},
           {"pathPrefix", pathPrefix},
           {"watchOnly", watchOnly},
+          {"bearerToken", bearerToken},
           {"status", status},
           {"retryAfterSeconds", retryAfterSeconds},
           {"retryAfterHttpDate", retryAfterHttpDate},
@@ -544,6 +547,7 @@ void FakeApiServer::Serve(const httplib::Request& request, httplib::Response& re
       if (!it->method.empty() && it->method != request.method) continue;
       if (!it->pathPrefix.empty() && request.path.rfind(it->pathPrefix, 0) != 0) continue;
       if (it->watchOnly && !isWatch) continue;
+      if (!it->bearerToken.empty() && it->bearerToken != entry.bearerToken) continue;
       fault = *it;
       if (it->count > 0) --it->count;
       break;
@@ -632,12 +636,16 @@ std::optional<Fault> FakeApiServer::TakeModeFault(const httplib::Request& reques
   {
     std::lock_guard lock(mutex_);
     const bool isWatch = ParamTrue(request, "watch");
+    const std::string authorization = request.get_header_value("Authorization");
+    const std::string token =
+        authorization.rfind("Bearer ", 0) == 0 ? authorization.substr(7) : std::string();
     for (auto& fault : faults_) {
       if (fault.count == 0) continue;
       if (listModes ? !IsListMode(fault.mode) : !IsWatchMode(fault.mode)) continue;
       if (!fault.method.empty() && fault.method != request.method) continue;
       if (!fault.pathPrefix.empty() && request.path.rfind(fault.pathPrefix, 0) != 0) continue;
       if (fault.watchOnly && !isWatch) continue;
+      if (!fault.bearerToken.empty() && fault.bearerToken != token) continue;
       taken = fault;
       if (fault.count > 0) --fault.count;
       if (logIndex < log_.size()) log_[logIndex].fault = std::string(FaultModeName(fault.mode));

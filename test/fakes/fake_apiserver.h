@@ -82,6 +82,7 @@ struct Fault {
   std::string method;               // "" = every method
   std::string pathPrefix;           // "" = every path (control paths are never faulted)
   bool watchOnly = false;           // only requests with watch=1
+  std::string bearerToken;          // "" = every caller; else only this token's (one replica)
   int status = 0;                   // answer this code instead (0: do not change the answer)
   int retryAfterSeconds = -1;       // Retry-After header (and Status details) when >= 0
   bool retryAfterHttpDate = false;  // send that Retry-After as an HTTP-date (IMF-fixdate,
@@ -191,6 +192,11 @@ class FakeApiServer {
   // without an endpoint fails the call as a real server does when it has none.
   void SetServiceEndpoint(const std::string& ns, const std::string& name, int port,
                           std::string host = "127.0.0.1");
+  // A Service with several ready endpoints (replicas) on 127.0.0.1: each webhook call to it
+  // goes to the next in turn (from the first, for the next call), as the real server picks one
+  // per call, so a reinvocation can reach another replica than the first call did.
+  void SetServiceEndpoints(const std::string& ns, const std::string& name,
+                           const std::vector<int>& ports);
   // A stand-in for KubeVirt virt-api's VirtualMachineInstance mutating webhook, run as if it
   // were the webhook of a MutatingWebhookConfiguration named "virt-api-mutator" (so a
   // configuration named before it runs first): on CREATE of kubevirt.io/v1
@@ -312,6 +318,8 @@ class FakeApiServer {
   std::set<std::string> acceptedTokens_;
   std::map<std::string, UserInfo> users_;
   std::map<std::string, std::pair<std::string, int>> serviceEndpoints_;  // "ns/name" -> host, port
+  std::map<std::string, std::vector<int>> serviceEndpointSets_;  // "ns/name" -> ports in turn
+  std::atomic<uint64_t> endpointTurn_{0};
   bool virtApiMutator_ = false;
   std::atomic<uint64_t> admissionUid_{0};
 };

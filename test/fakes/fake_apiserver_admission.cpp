@@ -66,6 +66,15 @@ void FakeApiServer::SetServiceEndpoint(const std::string& ns, const std::string&
                                        std::string host) {
   std::lock_guard lock(mutex_);
   serviceEndpoints_[ns + "/" + name] = {std::move(host), port};
+  serviceEndpointSets_.erase(ns + "/" + name);
+}
+
+void FakeApiServer::SetServiceEndpoints(const std::string& ns, const std::string& name,
+                                        const std::vector<int>& ports) {
+  std::lock_guard lock(mutex_);
+  serviceEndpoints_[ns + "/" + name] = {"127.0.0.1", ports.at(0)};
+  serviceEndpointSets_[ns + "/" + name] = ports;
+  endpointTurn_ = 0;  // the next call goes to the first
 }
 
 void FakeApiServer::EnableVirtApiMutator(bool enabled) {
@@ -434,6 +443,16 @@ struct Snapshot {
   std::vector<Hook> hooks;
   json namespaceLabels = json::object();
   std::map<std::string, std::pair<std::string, int>> endpoints;
+  std::map<std::string, std::vector<int>> endpointSets;
+
+  // The endpoints of one call: a Service with several takes the next of them.
+  std::map<std::string, std::pair<std::string, int>> ForCall(std::atomic<uint64_t>& turn) const {
+    std::map<std::string, std::pair<std::string, int>> chosen = endpoints;
+    for (const auto& [key, ports] : endpointSets) {
+      chosen[key] = {"127.0.0.1", ports[turn.fetch_add(1) % ports.size()]};
+    }
+    return chosen;
+  }
 };
 
 }  // namespace
@@ -556,6 +575,7 @@ json FakeApiServer::AdmitMutating(const Admission& admission, httplib::Response&
     snapshot =
         TakeSnapshot(objects_, "mutatingwebhookconfigurations", type.namespaced ? admission.ns : "",
                      virtApiMutator_, serviceEndpoints_);
+    snapshot.endpointSets = serviceEndpointSets_;
   }
   const bool isNamespace = type.group.empty() && type.plural == "namespaces";
   Admission current = admission;
@@ -590,7 +610,7 @@ json FakeApiServer::AdmitMutating(const Admission& admission, httplib::Response&
           json answer = CallWebhook(hook.webhook,
                                     Review(current, uid, type.group, type.version, type.kind,
                                            type.plural, current.object),
-                                    snapshot.endpoints, options_);
+                                    snapshot.ForCall(endpointTurn_), options_);
           json result = VerifiedResponse(answer, uid, /*mutating=*/true);
           AddWarnings(result, response);
           if (!result.value("allowed", false)) throw Denial(hook.Name(), result);
@@ -632,6 +652,7 @@ void FakeApiServer::AdmitValidating(const Admission& admission, httplib::Respons
     std::lock_guard lock(mutex_);
     snapshot = TakeSnapshot(objects_, "validatingwebhookconfigurations",
                             type.namespaced ? admission.ns : "", false, serviceEndpoints_);
+    snapshot.endpointSets = serviceEndpointSets_;
   }
   const bool isNamespace = type.group.empty() && type.plural == "namespaces";
   // In order, one at a time (the real server calls them in parallel; none sees another's
@@ -654,7 +675,7 @@ void FakeApiServer::AdmitValidating(const Admission& admission, httplib::Respons
       json answer = CallWebhook(hook.webhook,
                                 Review(admission, uid, type.group, type.version, type.kind,
                                        type.plural, admission.object),
-                                snapshot.endpoints, options_);
+                                snapshot.ForCall(endpointTurn_), options_);
       json result = VerifiedResponse(answer, uid, /*mutating=*/false);
       AddWarnings(result, response);
       if (!result.value("allowed", false)) throw Denial(hook.Name(), result);

@@ -101,6 +101,22 @@ TEST_P(MalformedList, FailsThatListWithTheFieldNamedAndNothingElse) {
   EXPECT_EQ(client.List(kPods)["items"].size(), 1u);
 }
 
+// A fault scoped to one caller's bearer token (one controller replica of two) hits only that
+// caller's requests: the other's go through as if there were none (issue 24 item 8's E9 test).
+TEST(FaultScope, AFaultWithABearerTokenHitsOnlyThatCaller) {
+  auto server = StartFakeApiServer(false);
+  server->Seed(Pod("a"));
+  Client a(ConfigFor(*server, "replica-a"), TestClientOptions(DefaultTimeSource()));
+  Client b(ConfigFor(*server, "replica-b"), TestClientOptions(DefaultTimeSource()));
+  fake::Fault fault = fake::Fault::Answer(503, -1);
+  fault.bearerToken = "replica-b";
+  server->AddFault(fault);
+  EXPECT_EQ(a.List(kPods)["items"].size(), 1u);
+  EXPECT_THROW(b.List(kPods), ApiError);
+  EXPECT_EQ(a.List(kPods)["items"].size(), 1u);
+  EXPECT_EQ(fake::Fault::FromJson(fault.ToJson()).bearerToken, "replica-b");
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Modes, MalformedList,
     ::testing::Values(
