@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Fails when a component reaches into one it must not (run by ctest as layout_check):
-# runtime/ knows neither program; agent/ never includes controller/ and the reverse.
+# runtime/ knows neither program; agent/ never includes controller/ and the reverse; the
+# libraries both programs share (api/, kube/) and the agent's readers (sysfs/, podresources/)
+# know neither program nor each other's subject (issue 25 §7).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 status=0
@@ -16,5 +18,13 @@ check() {  # check DIR PATTERN WHY
 check runtime 'agent|controller' "the runtime knows neither program"
 check agent 'controller' "the agent and the controller share only runtime/, api/ and kube/"
 check controller 'agent' "the agent and the controller share only runtime/, api/ and kube/"
-[[ $status -eq 0 ]] && echo "layout_check: runtime/, agent/ and controller/ keep to their own"
+check api 'agent|controller|runtime|kube|sysfs|podresources' \
+  "the gpu.cozystack.io types are plain values: no I/O, no client, no program"
+check kube 'agent|controller|api|sysfs|podresources' \
+  "the Kubernetes client knows no GPU type and neither program"
+check sysfs 'agent|controller|kube|api|podresources' "the sysfs reader knows only sysfs"
+check podresources 'agent|controller|kube|api|sysfs' \
+  "the pod-resources client knows only kubelet's API"
+[[ $status -eq 0 ]] &&
+  echo "layout_check: runtime/, agent/, controller/, api/, kube/, sysfs/ and podresources/ keep to their own"
 exit $status

@@ -137,7 +137,7 @@ class UmockdevReplayTest : public ::testing::Test {
   void ExpectOnePatchTo(const fs::path& endState) {
     const json expected = UmockdevReplay::ExpectedStatus(endState);
     ASSERT_FALSE(expected.contains("error")) << expected.dump();
-    ASSERT_TRUE(testing::WaitUntil([&] { return !replay_->StatusPatches().empty(); }, 10s))
+    ASSERT_TRUE(testing::WaitFor([&] { return !replay_->StatusPatches().empty(); }, 10s))
         << replay_->AgentLog();
     // Longer than the debounce and the mdev link retries: a second patch would be here by now.
     std::this_thread::sleep_for(1s);
@@ -305,7 +305,7 @@ TEST_F(UmockdevReplayTest, MdevCreatedIsOnePatchOnceItsTypeLinkAppearsAndRemoved
   const double rescans = replay_->Metric("gpu_agent_device_rescans_total").value_or(-1);
   replay_->Uevent(Sys(mdev), "bind");
   // The agent's first read after these events misses the type link...
-  ASSERT_TRUE(testing::WaitUntil(
+  ASSERT_TRUE(testing::WaitFor(
       [&] { return replay_->Metric("gpu_agent_device_rescans_total").value_or(-1) > rescans; },
       10s))
       << replay_->AgentLog();
@@ -390,7 +390,7 @@ TEST_F(UmockdevReplayTest, EventsForADeviceOutsideTheGpuSetWriteNothing) {
   replay_->CopyFrom(end, nic + "/uevent");
   replay_->Uevent(Sys(nic), "bind");
   replay_->Uevent(Sys(nic), "change");
-  ASSERT_TRUE(testing::WaitUntil(
+  ASSERT_TRUE(testing::WaitFor(
       [&] { return replay_->Metric("gpu_agent_device_rescans_total").value_or(-1) > rescans; },
       10s))
       << replay_->AgentLog();

@@ -644,7 +644,7 @@ std::map<std::string, std::string> MatchLabels(const YAML::Node& webhook) {
 
 // H3: the GPUDevice webhook sees every order (CREATE, never the status subresource); the VMI
 // webhook only VMIs with the device-reference label; the pod webhook only launcher pods with
-// it. The VMI webhook is called again after later mutators (IfNeeded), and has side effects
+// it. H7: the VMI webhook is called again after later mutators (IfNeeded), and has side effects
 // only outside dry runs.
 TEST(ChartController, WebhooksSelectWhatTheyMustAndNothingElse) {
   const auto webhooks = Webhooks(Render(GpuOn()));

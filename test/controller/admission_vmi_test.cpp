@@ -177,6 +177,24 @@ TEST(VmiStartPlanE6, TemplatesBecomeMarkedDevicesReadyToCreate) {
   EXPECT_EQ(plan.devices, (std::vector<PlacedDevice>{{"held", kA100, 1}, {"vm1-gpu", kA100, 1}}));
 }
 
+// B3: the template mark carries no VMI name, which may be longer than a label value allows: a
+// VMI of 200 characters gets the same mark, a valid label value, and a device name that is a
+// valid subdomain.
+TEST(VmiStartPlanB3E6, TheTemplateMarkIsTheSameWhateverTheVmisName) {
+  Snapshot snapshot = BaseSnapshot();
+  AddNode(snapshot, "n1", 2);
+  VmiInput input = Input({{}, {{"gpu", "a100", 1}}});
+  input.vmiName = std::string(200, 'v');
+  const VmiStartPlan plan = Plan(snapshot, input);
+  ASSERT_FALSE(plan.refusal) << *plan.refusal;
+  ASSERT_EQ(plan.templateDevices.size(), 1U);
+  const json& device = plan.templateDevices[0];
+  EXPECT_EQ(device["metadata"]["labels"], (json{{"gpu.cozystack.io/template-device", "true"}}));
+  const std::string name = device["metadata"]["name"];
+  EXPECT_LE(name.size(), 253U);
+  EXPECT_EQ(api::GpuDeviceFromJson(device).metadata.name, name);  // what the CRD accepts
+}
+
 // The model moves a held set that cannot grow where it is, as the binder would.
 TEST(VmiStartPlanE5, SetGoesWhereTheWholeOfItFits) {
   Snapshot snapshot = BaseSnapshot();

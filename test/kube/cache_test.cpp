@@ -32,12 +32,6 @@ json Pod(const std::string& ns, const std::string& name, const std::string& node
           {"spec", {{"nodeName", node}}}};
 }
 
-// The suite's one wait (test/support/process.h), polling every 10 ms.
-bool WaitUntil(const std::function<bool()>& predicate, Duration timeout) {
-  return testing::WaitFor(predicate, std::chrono::duration_cast<std::chrono::milliseconds>(timeout),
-                          10ms);
-}
-
 using Keys = std::vector<std::string>;
 
 TEST(Cache, IndexesAnswerAfterSyncAndAfterUpdatesAndDeletes) {
@@ -67,7 +61,7 @@ TEST(Cache, IndexesAnswerAfterSyncAndAfterUpdatesAndDeletes) {
   EXPECT_TRUE(cache.IndexKeys("byNode", "n1").empty());
   EXPECT_THROW(cache.AddIndex("late", NamespaceIndex()), std::logic_error);
 
-  ASSERT_TRUE(WaitUntil([&] { return cache.Synced(); }, 5s));
+  ASSERT_TRUE(testing::WaitFor([&] { return cache.Synced(); }, 5s));
   EXPECT_EQ(cache.Size(), 3u);
   EXPECT_EQ(cache.IndexKeys("byNode", "n1"), (Keys{"tenant-a/p1", "tenant-a/p3"}));
   EXPECT_EQ(cache.IndexKeys("byClass", "t4"), (Keys{"tenant-a/p3", "tenant-b/p2"}));
@@ -82,26 +76,26 @@ TEST(Cache, IndexesAnswerAfterSyncAndAfterUpdatesAndDeletes) {
   // An update moves an object between index values; a delete takes it out of every index.
   client.MergePatch("/api/v1/namespaces/tenant-a/pods/p3",
                     {{"metadata", {{"labels", {{kClassLabel, "a100"}, {kVmiLabel, nullptr}}}}}});
-  ASSERT_TRUE(WaitUntil([&] { return cache.IndexKeys("byClass", "a100").size() == 2; }, 5s));
+  ASSERT_TRUE(testing::WaitFor([&] { return cache.IndexKeys("byClass", "a100").size() == 2; }, 5s));
   EXPECT_EQ(cache.IndexKeys("byClass", "t4"), Keys{"tenant-b/p2"});
   EXPECT_EQ(cache.IndexValues("byVmi"), Keys{"vmi1"});
   DeleteOptions now;  // grace 0, as a bound pod's kubelet deletes it
   now.gracePeriodSeconds = 0;
   client.Delete("/api/v1/namespaces/tenant-a/pods/p1", now);
-  ASSERT_TRUE(WaitUntil([&] { return cache.Size() == 2; }, 5s));
+  ASSERT_TRUE(testing::WaitFor([&] { return cache.Size() == 2; }, 5s));
   EXPECT_EQ(cache.IndexKeys("byNode", "n1"), Keys{"tenant-a/p3"});
   EXPECT_EQ(cache.IndexKeys("byClass", "a100"), Keys{"tenant-a/p3"});
   EXPECT_TRUE(cache.IndexValues("byVmi").empty());
   EXPECT_EQ(cache.Get("tenant-a/p1"), nullptr);
   client.Create("/api/v1/namespaces", {{"metadata", {{"name", "tenant-c"}}}});
   client.Create("/api/v1/namespaces/tenant-c/pods", Pod("tenant-c", "p4", "n2", "t4", "vmi4"));
-  ASSERT_TRUE(WaitUntil([&] { return cache.IndexKeys("byVmi", "vmi4").size() == 1; }, 5s));
+  ASSERT_TRUE(testing::WaitFor([&] { return cache.IndexKeys("byVmi", "vmi4").size() == 1; }, 5s));
   EXPECT_EQ(cache.IndexKeys("byNode", "n2"), (Keys{"tenant-b/p2", "tenant-c/p4"}));
 
   // A relist (after a 410) gives the same answers.
   const int lists = cache.Stats().lists;
   server->ExpireWatches();
-  ASSERT_TRUE(WaitUntil([&] { return cache.Stats().lists > lists; }, 10s));
+  ASSERT_TRUE(testing::WaitFor([&] { return cache.Stats().lists > lists; }, 10s));
   EXPECT_EQ(cache.Size(), 3u);
   EXPECT_EQ(cache.IndexKeys("byNode", "n2"), (Keys{"tenant-b/p2", "tenant-c/p4"}));
   cache.Stop();
@@ -127,7 +121,7 @@ TEST(Cache, TypedObjectsWithTypedIndexesAndObjectsThatDoNotDecode) {
   });
   cache.AddIndex("byNode", [](const PodInfo& pod) { return std::vector<std::string>{pod.node}; });
   cache.Start();
-  ASSERT_TRUE(WaitUntil([&] { return cache.Synced(); }, 5s));
+  ASSERT_TRUE(testing::WaitFor([&] { return cache.Synced(); }, 5s));
   ASSERT_EQ(cache.ByIndex("byNode", "n1").size(), 1u);
   EXPECT_EQ(cache.ByIndex("byNode", "n1")[0]->name, "p1");
   EXPECT_EQ(cache.Size(), 1u);
@@ -168,7 +162,7 @@ TEST(Cache, ReadersDuringARelistOfFortyThousandObjectsSeeTheOldOrTheNewState) {
   JsonCache cache(client, "/api/v1/pods", IdentityDecode, informer);
   cache.AddIndex("gen", LabelIndex("gen"));
   cache.Start();
-  ASSERT_TRUE(WaitUntil([&] { return cache.Synced(); }, 100s)) << cache.LastError();
+  ASSERT_TRUE(testing::WaitFor([&] { return cache.Synced(); }, 100s)) << cache.LastError();
   ASSERT_EQ(cache.Size(), size_t{kCount});
 
   std::atomic<bool> done{false};
@@ -202,7 +196,7 @@ TEST(Cache, ReadersDuringARelistOfFortyThousandObjectsSeeTheOldOrTheNewState) {
   for (int i = 0; i < kCount; ++i) server->Seed(bulk(i, "b"));
   server->Compact();
   server->ClearFaults();
-  const bool relisted = WaitUntil([&] { return cache.Size() == 2 * kCount; }, 100s);
+  const bool relisted = testing::WaitFor([&] { return cache.Size() == 2 * kCount; }, 100s);
   std::this_thread::sleep_for(100ms);
   done = true;
   for (auto& reader : readers) reader.join();
@@ -213,7 +207,7 @@ TEST(Cache, ReadersDuringARelistOfFortyThousandObjectsSeeTheOldOrTheNewState) {
   EXPECT_EQ(cache.IndexKeys("gen", "b").size(), size_t{kCount});
   // The new state is published before the informer counts its list (and freeing the old
   // 40,000 objects takes a while under ASan), so the count is waited for, not read at once.
-  EXPECT_TRUE(WaitUntil([&] { return cache.Stats().lists >= 2; }, 30s))
+  EXPECT_TRUE(testing::WaitFor([&] { return cache.Stats().lists >= 2; }, 30s))
       << "lists: " << cache.Stats().lists;
   cache.Stop();
 }

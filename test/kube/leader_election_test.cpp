@@ -38,12 +38,6 @@ std::unique_ptr<fake::FakeApiServer> StartWithLeases() {
   return server;
 }
 
-// The suite's one wait (test/support/process.h), polling every 10 ms.
-bool WaitUntil(const std::function<bool()>& predicate, Duration timeout) {
-  return testing::WaitFor(predicate, std::chrono::duration_cast<std::chrono::milliseconds>(timeout),
-                          10ms);
-}
-
 // One candidate with its callbacks recorded.
 class Candidate {
  public:
@@ -143,7 +137,7 @@ TEST(LeaderElection, G8_OneLeadsAndItsReleaseOnStopHandsOverWithinAboutARetryPer
   Candidate a(client, "a");
   Candidate b(client, "b");
   a.elector().Start();
-  ASSERT_TRUE(WaitUntil([&] { return a.elector().IsLeader(); }, 5s));
+  ASSERT_TRUE(testing::WaitFor([&] { return a.elector().IsLeader(); }, 5s));
   b.elector().Start();
   // Two lease durations with a standby: the leader renews, the standby never leads.
   const auto end = Clock::now() + 2 * kLease;
@@ -177,7 +171,7 @@ TEST(LeaderElection, G8_OneLeadsAndItsReleaseOnStopHandsOverWithinAboutARetryPer
   EXPECT_EQ(released["leaseDurationSeconds"], 1);
   EXPECT_EQ(released["leaseTransitions"], 0);
 
-  ASSERT_TRUE(WaitUntil([&] { return b.elector().IsLeader(); }, kLease));
+  ASSERT_TRUE(testing::WaitFor([&] { return b.elector().IsLeader(); }, kLease));
   const auto handover = Clock::now() - stop;
   // The standby's wait is a retry period stretched by up to 1.2 (client-go's jitter), plus
   // its request: about two retry periods, half the lease duration it would wait unreleased.
@@ -198,7 +192,8 @@ TEST(LeaderElection, TwoCandidatesStartingTogetherNeverBothLead) {
   Candidate b(client, "b");
   a.elector().Start();
   b.elector().Start();
-  ASSERT_TRUE(WaitUntil([&] { return a.elector().IsLeader() || b.elector().IsLeader(); }, 5s));
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return a.elector().IsLeader() || b.elector().IsLeader(); }, 5s));
   const auto end = Clock::now() + kLease;
   while (Clock::now() < end) {
     ASSERT_FALSE(a.elector().IsLeader() && b.elector().IsLeader());
@@ -228,15 +223,15 @@ TEST_P(LeaderCutOff, StepsDownWithinTheRenewDeadlineAndTheOtherLeads) {
   Candidate a(client, "a");
   Candidate b(client, "b");
   a.elector().Start();
-  ASSERT_TRUE(WaitUntil([&] { return a.elector().IsLeader(); }, 5s));
+  ASSERT_TRUE(testing::WaitFor([&] { return a.elector().IsLeader(); }, 5s));
   b.elector().Start();
-  ASSERT_TRUE(WaitUntil([&] { return b.elector().Leader() == "a"; }, 5s));
+  ASSERT_TRUE(testing::WaitFor([&] { return b.elector().Leader() == "a"; }, 5s));
 
   fake::Fault fault = GetParam().fault;
   fault.pathPrefix = kLeasePath;
   server->AddFault(fault);
   const auto cut = Clock::now();
-  ASSERT_TRUE(WaitUntil([&] { return !a.StoppedAt().empty(); }, 2 * kLease));
+  ASSERT_TRUE(testing::WaitFor([&] { return !a.StoppedAt().empty(); }, 2 * kLease));
   const auto steppedDown = a.StoppedAt().front() - cut;
   EXPECT_LE(steppedDown, kRenew + 200ms)
       << "stepped down after " << std::chrono::duration<double>(steppedDown).count() << " s";
@@ -245,14 +240,14 @@ TEST_P(LeaderCutOff, StepsDownWithinTheRenewDeadlineAndTheOtherLeads) {
   EXPECT_FALSE(a.elector().LastError().empty());
 
   server->ClearFaults();
-  ASSERT_TRUE(WaitUntil([&] { return b.elector().IsLeader(); }, 2 * kLease));
+  ASSERT_TRUE(testing::WaitFor([&] { return b.elector().IsLeader(); }, 2 * kLease));
   ASSERT_FALSE(b.StartedAt().empty());
   EXPECT_GT(b.StartedAt().front(), a.StoppedAt().front());  // never two leaders
   EXPECT_FALSE(a.elector().IsLeader());
   const json spec = LeaseSpec(*server);
   EXPECT_EQ(spec["holderIdentity"], "b");
   EXPECT_EQ(spec["leaseTransitions"], 1);
-  ASSERT_TRUE(WaitUntil([&] { return a.elector().Leader() == "b"; }, 3s));
+  ASSERT_TRUE(testing::WaitFor([&] { return a.elector().Leader() == "b"; }, 3s));
   EXPECT_EQ(a.StartedAt().size(), 1u);
 }
 
@@ -272,7 +267,7 @@ TEST(LeaderElection, ANineSecondListElsewhereDoesNotStopRenewal) {
   Candidate a(client, "a");
   Candidate b(client, "b");
   a.elector().Start();
-  ASSERT_TRUE(WaitUntil([&] { return a.elector().IsLeader(); }, 5s));
+  ASSERT_TRUE(testing::WaitFor([&] { return a.elector().IsLeader(); }, 5s));
   b.elector().Start();
 
   fake::Fault slow;
@@ -327,7 +322,7 @@ TEST(LeaderElection, ACandidatesWaitStartsWhenItsReadOfTheLeaseHasReturned) {
   });
   const auto start = Clock::now();
   b.elector().Start();
-  ASSERT_TRUE(WaitUntil([&] { return b.elector().IsLeader(); }, 2 * kLease + 2s));
+  ASSERT_TRUE(testing::WaitFor([&] { return b.elector().IsLeader(); }, 2 * kLease + 2s));
   const auto waited = b.StartedAt().front() - start;
   // A lease duration from when the read returned, not from when it was sent (3 s after start).
   EXPECT_GE(waited, 1500ms + kLease) << std::chrono::duration<double>(waited).count() << " s";
@@ -348,13 +343,13 @@ TEST(LeaderElection, AGatedWriteMakesNoAttemptPastTheInstantTheLeaseLeadsUntil) 
   Candidate a(client, "a");
   EXPECT_EQ(a.elector().LeadingUntil(), std::nullopt);
   a.elector().Start();
-  ASSERT_TRUE(WaitUntil([&] { return a.elector().IsLeader(); }, 5s));
+  ASSERT_TRUE(testing::WaitFor([&] { return a.elector().IsLeader(); }, 5s));
   const std::optional<TimePoint> first = a.elector().LeadingUntil();
   ASSERT_TRUE(first);
   EXPECT_GT(*first, Clock::now());
   EXPECT_LE(*first, Clock::now() + kRenew);
   // It moves on with each renewal.
-  ASSERT_TRUE(WaitUntil(
+  ASSERT_TRUE(testing::WaitFor(
       [&] {
         const auto until = a.elector().LeadingUntil();
         return until && *until > *first;
@@ -395,7 +390,7 @@ TEST(LeaderElection, AGatedWriteMakesNoAttemptPastTheInstantTheLeaseLeadsUntil) 
   for (const auto& post : posts) EXPECT_LT(post.received, *until);
 
   // The leader steps down by the same instant; from then on no gated attempt starts at all.
-  ASSERT_TRUE(WaitUntil([&] { return !a.StoppedAt().empty(); }, kRenew + 500ms));
+  ASSERT_TRUE(testing::WaitFor([&] { return !a.StoppedAt().empty(); }, kRenew + 500ms));
   EXPECT_LE(a.StoppedAt().front(), *until + 200ms);
   EXPECT_EQ(a.elector().LeadingUntil(), std::nullopt);
   server->ClearFaults();

@@ -44,11 +44,6 @@ constexpr int kMaxRelists = 40;
 const std::string kLeasePath =
     "/apis/coordination.k8s.io/v1/namespaces/cozy-system/leases/gpu-controller";
 
-bool WaitUntil(const std::function<bool()>& predicate, Duration timeout) {
-  return testing::WaitFor(predicate, std::chrono::duration_cast<std::chrono::milliseconds>(timeout),
-                          10ms);
-}
-
 double Seconds(Duration duration) { return std::chrono::duration<double>(duration).count(); }
 
 std::string Numbered(const char* prefix, int number, int width) {
@@ -115,7 +110,7 @@ TEST(Scale, RelistOfFortyThousandGpuDevicesWhileTheLeaseRenews) {
   };
   LeaderElector elector(client, election);
   elector.Start();
-  ASSERT_TRUE(WaitUntil([&] { return elector.IsLeader(); }, 10s)) << elector.LastError();
+  ASSERT_TRUE(testing::WaitFor([&] { return elector.IsLeader(); }, 10s)) << elector.LastError();
 
   InformerOptions informer;
   informer.backoff = {100ms, 200ms, 2.0, 0.0};
@@ -157,7 +152,7 @@ TEST(Scale, RelistOfFortyThousandGpuDevicesWhileTheLeaseRenews) {
 
   const auto syncStart = Clock::now();
   devices.Start();
-  const bool synced = WaitUntil([&] { return devices.Synced(); }, 120s);
+  const bool synced = testing::WaitFor([&] { return devices.Synced(); }, 120s);
   const Duration firstSync = Clock::now() - syncStart;
   if (!synced) stopThreads();
   ASSERT_TRUE(synced) << devices.LastError();
@@ -181,7 +176,7 @@ TEST(Scale, RelistOfFortyThousandGpuDevicesWhileTheLeaseRenews) {
                  {"metadata",
                   {{"name", "relist-" + std::to_string(round)}, {"namespace", "cozy-system"}}}});
     server.ExpireWatches();
-    if (!WaitUntil([&] { return devices.Stats().lists > lists; }, 120s)) {
+    if (!testing::WaitFor([&] { return devices.Stats().lists > lists; }, 120s)) {
       ADD_FAILURE() << "relist " << round << " did not happen: " << devices.LastError();
       break;
     }

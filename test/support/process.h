@@ -24,10 +24,17 @@ pid_t Spawn(const std::vector<std::string>& arguments, const std::filesystem::pa
 // (-1 when `pid` was not running); `pid` becomes -1.
 int Finish(pid_t& pid, int signal = SIGTERM);
 
-// Polls `done` every `poll` until it holds or `limit` passed; the last answer of `done`.
+// The suite's one wait: polls `done` every `poll` until it holds or `limit` passed; the last
+// answer of `done`.
 bool WaitFor(const std::function<bool()>& done,
              std::chrono::milliseconds limit = std::chrono::seconds(15),
              std::chrono::milliseconds poll = std::chrono::milliseconds(20));
+// The same for a limit in any unit (kube::Duration's nanoseconds, seconds), rounded up.
+template <typename Rep, typename Period>
+bool WaitFor(const std::function<bool()>& done, std::chrono::duration<Rep, Period> limit,
+             std::chrono::milliseconds poll = std::chrono::milliseconds(20)) {
+  return WaitFor(done, std::chrono::ceil<std::chrono::milliseconds>(limit), poll);
+}
 
 // A loopback TCP port free a moment ago (0 when none could be found).
 int FreePort();

@@ -104,10 +104,4 @@ class UmockdevReplay {
   std::map<std::string, int> listeners_;
 };
 
-// Waits (bounded) until `done` holds, looking every 2 ms (the latency benchmark's resolution);
-// false when it never did.
-inline bool WaitUntil(const std::function<bool()>& done, std::chrono::milliseconds limit) {
-  return WaitFor(done, limit, std::chrono::milliseconds(2));
-}
-
 }  // namespace cozy::testing
