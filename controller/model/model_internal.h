@@ -336,6 +336,8 @@ class PassPlanner {
     std::string since;  // for a transient problem (not Ready, a condition taint): its start
   };
   HeldProblem ProblemOf(const DeviceSet& set, size_t node) const;
+  void DecideCordoned(const std::vector<Leaving>& cordoned);
+  void DecideWaiting(const std::vector<Leaving>& waiting);
   // Whether a member carries a bind request not answered yet: a VM start is waiting on the set.
   bool StartPending(const DeviceSet& set) const;
   void EvictOverCapacity(std::vector<Staying>& staying, std::vector<Leaving>& cordoned,

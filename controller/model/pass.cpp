@@ -462,6 +462,19 @@ void PassPlanner::MoveHeld(const std::vector<DeviceSet*>& held) {
     Take(target, leaving.set->needs, 1);
     Decide(*leaving.set, Action::kMove, ix_.nodes[target]->name, leaving.reason);
   }
+  DecideCordoned(cordoned);
+  DecideWaiting(waiting);
+  static const std::string kHeld = "held";
+  for (const Staying& entry : staying) {
+    for (const size_t d : entry.members) {
+      Decide(d, Action::kKeep, ix_.nodes[entry.node]->name, kHeld);
+    }
+  }
+}
+
+// Sets on a cordoned node (D10): kept for a class with onCordon Stay, else moved where another
+// node has room, else kept.
+void PassPlanner::DecideCordoned(const std::vector<Leaving>& cordoned) {
   for (const Leaving& leaving : cordoned) {
     DeviceSet& set = *leaving.set;
     const std::string& nodeName = ix_.nodes[leaving.node]->name;
@@ -487,6 +500,11 @@ void PassPlanner::MoveHeld(const std::vector<DeviceSet*>& held) {
     Take(target, set.needs, 1);
     Decide(set, Action::kMove, ix_.nodes[target]->name, "node " + nodeName + " is cordoned");
   }
+}
+
+// Sets within the grace of their node's NotReady or condition taint (issue 24 item 5): kept and
+// not startable there, unless a VM start is waiting and another node takes the set.
+void PassPlanner::DecideWaiting(const std::vector<Leaving>& waiting) {
   for (const Leaving& leaving : waiting) {
     DeviceSet& set = *leaving.set;
     if (StartPending(set)) {
@@ -505,12 +523,6 @@ void PassPlanner::MoveHeld(const std::vector<DeviceSet*>& held) {
       Decide(d, Action::kKeep, ix_.nodes[leaving.node]->name,
              leaving.reason + "; no VM starts on them there now");
       decisions_.back().startRefused = true;
-    }
-  }
-  static const std::string kHeld = "held";
-  for (const Staying& entry : staying) {
-    for (const size_t d : entry.members) {
-      Decide(d, Action::kKeep, ix_.nodes[entry.node]->name, kHeld);
     }
   }
 }

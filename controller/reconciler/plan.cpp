@@ -195,9 +195,15 @@ std::string Action::Key() const {
   return key + name;
 }
 
-Plan PlanReconcile(const ReconcileInput& input) {
-  Plan plan;
+namespace {
 
+// What the device step leaves for the usage objects' step.
+struct Holdings {
+  std::set<std::string> recordsWanted;  // record keys to keep or write
+  std::set<std::string> namespacesHolding;
+};
+
+void PlanClasses(const ReconcileInput& input, Plan& plan) {
   // Classes (D15): every class carries the protection finalizer; a deleting one loses it
   // when no device names it any more. New orders of it are the policy's to refuse (F5).
   std::set<std::string> classesHeld;
@@ -223,10 +229,12 @@ Plan PlanReconcile(const ReconcileInput& input) {
       }
     }
   }
+}
 
-  // Devices: attachments (D14, D18), the finalizer (D13) and which records stay.
-  std::set<std::string> recordsWanted;  // record keys to keep or write
-  std::set<std::string> namespacesHolding;
+// Devices: attachments (D14, D18), the finalizer (D13) and which records stay.
+void PlanDevices(const ReconcileInput& input, Plan& plan, Holdings& holdings) {
+  std::set<std::string>& recordsWanted = holdings.recordsWanted;
+  std::set<std::string>& namespacesHolding = holdings.namespacesHolding;
   for (const auto& devicePtr : input.devices) {
     const api::GpuDevice& device = *devicePtr;
     const api::ObjectMeta& meta = device.metadata;
@@ -299,87 +307,107 @@ Plan PlanReconcile(const ReconcileInput& input) {
                                         FinalizersPatch(meta, api::kDeviceFinalizer, false),
                                         "released and no VMI uses it"));
   }
+}
 
-  if (input.usageRecords) {
-    for (const std::string& ns : namespacesHolding) {
-      const nlohmann::json desired = api::UsageMonitor(ns);
-      auto stored = input.monitors.find(ns);
-      if (stored != input.monitors.end() && api::UsageObjectCurrent(*stored->second, desired)) {
-        continue;
-      }
-      Action apply{ActionKind::kApplyMonitor,
-                   ns,
-                   std::string(api::kUsageMonitorName),
-                   "",
-                   "",
-                   desired,
-                   std::nullopt,
-                   "namespace " + ns + " holds devices"};
-      if (stored != input.monitors.end()) {
-        apply.stored = *stored->second;
-        apply.resourceVersion =
-            stored->second->at("metadata").value("resourceVersion", std::string());
-      }
-      plan.actions.push_back(std::move(apply));
+// Usage records and their namespaces' monitors: written for what devices hold, deleted once
+// nothing does (a monitor after its namespace's last record).
+void PlanUsageObjects(const ReconcileInput& input, Plan& plan, const Holdings& holdings) {
+  const std::set<std::string>& recordsWanted = holdings.recordsWanted;
+  const std::set<std::string>& namespacesHolding = holdings.namespacesHolding;
+  for (const std::string& ns : namespacesHolding) {
+    const nlohmann::json desired = api::UsageMonitor(ns);
+    auto stored = input.monitors.find(ns);
+    if (stored != input.monitors.end() && api::UsageObjectCurrent(*stored->second, desired)) {
+      continue;
     }
-    std::set<std::string> namespacesWithRecords;
-    for (const auto& [key, recordPtr] : input.records) {
-      const nlohmann::json& record = *recordPtr;
-      const nlohmann::json& metadata = record.at("metadata");
-      // A monitor goes only once its namespace has no records left (the pass after).
-      namespacesWithRecords.insert(metadata.value("namespace", std::string()));
-      if (recordsWanted.count(key) != 0) {
-        continue;
-      }
-      plan.actions.push_back(Action{
-          ActionKind::kDeleteRecord, metadata.value("namespace", std::string()),
-          metadata.value("name", std::string()), metadata.value("resourceVersion", std::string()),
-          metadata.value("uid", std::string()), nullptr, std::nullopt,
-          "no device holds it (" + api::UsageRecordDevice(record) + ")"});
+    Action apply{ActionKind::kApplyMonitor,
+                 ns,
+                 std::string(api::kUsageMonitorName),
+                 "",
+                 "",
+                 desired,
+                 std::nullopt,
+                 "namespace " + ns + " holds devices"};
+    if (stored != input.monitors.end()) {
+      apply.stored = *stored->second;
+      apply.resourceVersion =
+          stored->second->at("metadata").value("resourceVersion", std::string());
     }
-    for (const auto& [ns, monitorPtr] : input.monitors) {
-      const nlohmann::json& monitor = *monitorPtr;
-      if (namespacesHolding.count(ns) != 0 || namespacesWithRecords.count(ns) != 0) {
-        continue;
-      }
-      const nlohmann::json& metadata = monitor.at("metadata");
-      plan.actions.push_back(Action{
-          ActionKind::kDeleteMonitor, ns, metadata.value("name", std::string()),
-          metadata.value("resourceVersion", std::string()), metadata.value("uid", std::string()),
-          nullptr, std::nullopt, "namespace " + ns + " holds no devices"});
-    }
+    plan.actions.push_back(std::move(apply));
   }
+  std::set<std::string> namespacesWithRecords;
+  for (const auto& [key, recordPtr] : input.records) {
+    const nlohmann::json& record = *recordPtr;
+    const nlohmann::json& metadata = record.at("metadata");
+    // A monitor goes only once its namespace has no records left (the pass after).
+    namespacesWithRecords.insert(metadata.value("namespace", std::string()));
+    if (recordsWanted.count(key) != 0) {
+      continue;
+    }
+    plan.actions.push_back(Action{
+        ActionKind::kDeleteRecord, metadata.value("namespace", std::string()),
+        metadata.value("name", std::string()), metadata.value("resourceVersion", std::string()),
+        metadata.value("uid", std::string()), nullptr, std::nullopt,
+        "no device holds it (" + api::UsageRecordDevice(record) + ")"});
+  }
+  for (const auto& [ns, monitorPtr] : input.monitors) {
+    const nlohmann::json& monitor = *monitorPtr;
+    if (namespacesHolding.count(ns) != 0 || namespacesWithRecords.count(ns) != 0) {
+      continue;
+    }
+    const nlohmann::json& metadata = monitor.at("metadata");
+    plan.actions.push_back(Action{
+        ActionKind::kDeleteMonitor, ns, metadata.value("name", std::string()),
+        metadata.value("resourceVersion", std::string()), metadata.value("uid", std::string()),
+        nullptr, std::nullopt, "namespace " + ns + " holds no devices"});
+  }
+}
 
-  // The settings ConfigMap (D17, G10).
+// The settings ConfigMap (D17, G10).
+void PlanSettings(const ReconcileInput::Settings& settings, Plan& plan) {
+  nlohmann::json data = nlohmann::json::object();
+  for (const auto& [key, value] : settings.data) {
+    data[key] = value;
+  }
+  const nlohmann::json desired = {
+      {"apiVersion", "v1"},
+      {"kind", "ConfigMap"},
+      {"metadata",
+       {{"name", settings.name},
+        {"namespace", settings.namespaceName},
+        {"labels", {{"app.kubernetes.io/managed-by", "gpu-controller"}}}}},
+      {"data", data}};
+  if (!settings.stored || settings.stored->value("data", nlohmann::json::object()) != data) {
+    Action apply{ActionKind::kApplySettings,
+                 settings.namespaceName,
+                 settings.name,
+                 "",
+                 "",
+                 desired,
+                 settings.stored,
+                 "the settings the admission policies read"};
+    if (settings.stored) {
+      apply.resourceVersion =
+          settings.stored->at("metadata").value("resourceVersion", std::string());
+    }
+    plan.actions.push_back(std::move(apply));
+  }
+}
+
+}  // namespace
+
+// Four reconcilers in one pass, each planning its own objects in this order: classes,
+// devices, usage objects, settings.
+Plan PlanReconcile(const ReconcileInput& input) {
+  Plan plan;
+  PlanClasses(input, plan);
+  Holdings holdings;
+  PlanDevices(input, plan, holdings);
+  if (input.usageRecords) {
+    PlanUsageObjects(input, plan, holdings);
+  }
   if (input.settings) {
-    const ReconcileInput::Settings& settings = *input.settings;
-    nlohmann::json data = nlohmann::json::object();
-    for (const auto& [key, value] : settings.data) {
-      data[key] = value;
-    }
-    const nlohmann::json desired = {
-        {"apiVersion", "v1"},
-        {"kind", "ConfigMap"},
-        {"metadata",
-         {{"name", settings.name},
-          {"namespace", settings.namespaceName},
-          {"labels", {{"app.kubernetes.io/managed-by", "gpu-controller"}}}}},
-        {"data", data}};
-    if (!settings.stored || settings.stored->value("data", nlohmann::json::object()) != data) {
-      Action apply{ActionKind::kApplySettings,
-                   settings.namespaceName,
-                   settings.name,
-                   "",
-                   "",
-                   desired,
-                   settings.stored,
-                   "the settings the admission policies read"};
-      if (settings.stored) {
-        apply.resourceVersion =
-            settings.stored->at("metadata").value("resourceVersion", std::string());
-      }
-      plan.actions.push_back(std::move(apply));
-    }
+    PlanSettings(*input.settings, plan);
   }
   return plan;
 }
