@@ -8,7 +8,6 @@
 #include "api/time.h"
 
 namespace cozy::model {
-namespace {
 
 // Each namespace's own usage while the devices and pods are counted: one row per namespace
 // number in flat arrays, so counting a device adds to a few neighbouring numbers rather than to
@@ -62,7 +61,7 @@ class UsageTable {
   std::vector<int64_t> rawPods_;
 };
 
-}  // namespace
+namespace {}  // namespace
 
 Model::Model(const Snapshot& snapshot) : index_(std::make_unique<Index>(snapshot)) {
   index_->Build();
@@ -71,6 +70,20 @@ Model::Model(const Snapshot& snapshot) : index_(std::make_unique<Index>(snapshot
 Model::~Model() = default;
 
 void Model::Index::Build() {
+  IndexClassesAndNodes();
+  CountUnits();
+  // Each namespace's own usage, by namespace number; only summed at the end, so order does
+  // not matter.
+  UsageTable ownUsage(classes.size(), resources.size());
+  UsageTable ownPending(classes.size(), resources.size());
+  IndexDevices(ownUsage, ownPending);
+  GroupVmiDevices();
+  CountPods(ownUsage);
+  SumUsage(ownUsage, ownPending);
+  ReadBudgets();
+}
+
+void Model::Index::IndexClassesAndNodes() {
   // Classes and the resource names they sell, by name.
   std::vector<const api::GpuClass*> sortedClasses;
   for (const api::GpuClass& gpuClass : snapshot.classes) {
@@ -123,7 +136,9 @@ void Model::Index::Build() {
   if (!snapshot.now.empty()) {
     now = api::ParseTime(snapshot.now);
   }
+}
 
+void Model::Index::CountUnits() {
   // Units a node serves: its GPU functions' allocatable per resource, so an mdev parent serves
   // as many as kubelet lists; counted here once for every caller.
   const size_t cells = nodes.size() * resources.size();
@@ -145,11 +160,10 @@ void Model::Index::Build() {
       }
     }
   }
+}
 
+void Model::Index::IndexDevices(UsageTable& ownUsage, UsageTable& ownPending) {
   // Devices: class, the units Bound ones hold, attachments, and budget usage.
-  // By namespace number; only summed below, so order does not matter.
-  UsageTable ownUsage(classes.size(), resources.size());
-  UsageTable ownPending(classes.size(), resources.size());
 
   deviceClass.assign(snapshot.devices.size(), kNone);
   nsOf.assign(snapshot.devices.size(), kNone);
@@ -209,6 +223,10 @@ void Model::Index::Build() {
       bound[At(placedOn[d], resource)] += device.spec.count;
     }
   }
+}
+
+// Each VMI's attached devices as ranges of one array (Index::AttachedTo).
+void Model::Index::GroupVmiDevices() {
   vmiDevicesAt.assign(snapshot.vmis.size() + 1, 0);
   for (const size_t v : attachedVmi) {
     if (v != kNone) {
@@ -227,7 +245,9 @@ void Model::Index::Build() {
       }
     }
   }
+}
 
+void Model::Index::CountPods(UsageTable& ownUsage) {
   // Pods: what no attached device covers is raw-name usage, for budgets (every pod still
   // holding devices) and for the node it runs on.
   const std::set<std::string> resourceNames(resources.begin(), resources.end());
@@ -259,7 +279,9 @@ void Model::Index::Build() {
       }
     }
   }
+}
 
+void Model::Index::SumUsage(const UsageTable& ownUsage, const UsageTable& ownPending) {
   // A budget caps the declaring tenant's whole subtree: add each namespace's own usage to
   // itself and to every ancestor.
   std::vector<std::string_view> chain;
@@ -280,7 +302,6 @@ void Model::Index::Build() {
       pendingUsage[member].Add(own, 1);
     }
   }
-  ReadBudgets();
 }
 
 }  // namespace cozy::model

@@ -1,7 +1,7 @@
 // The binder pass: the decisions of one pass over every set, in the order the binder takes
 // them (gather split sets, move held sets off nodes that cannot keep them, rebind Lost sets,
 // bind new orders), and the free units placement books as it goes.
-#include "controller/model/model_internal.h"
+#include "controller/model/pass_planner.h"
 
 #include <algorithm>
 #include <utility>

@@ -1,6 +1,6 @@
 // The pass's sets: the devices one VMI holds, and every other device alone, grouped in the
 // order of their keys and sorted into the steps that take them.
-#include "controller/model/model_internal.h"
+#include "controller/model/pass_planner.h"
 
 #include <algorithm>
 #include <stdexcept>

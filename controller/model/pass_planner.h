@@ -1,0 +1,148 @@
+// The binder pass's planner (pass.cpp, sets.cpp): its sets, steps and private state, kept out
+// of model_internal.h so the model's other parts (index, budgets, views) do not carry it.
+#pragma once
+
+#include "controller/model/model_internal.h"
+
+namespace cozy::model {
+
+// ---- the binder pass ----
+//
+// The pass touches every device, so it works on numbers: the index's class and node of each
+// device, sets as ranges of one member array, needs as ranges of one count array, and one
+// buffer of sort keys. Apart from the decisions it returns it makes a handful of allocations
+// per pass rather than several per device, which kept its time growing faster than the cluster.
+
+// The devices one VM names (or one unattached order) move, go Lost and are rebound together.
+struct DeviceSet {
+  std::string_view key;  // "ns/vmi <name> <uid>" or "ns/<device>": sets are taken in its order
+  std::string_view namespaceName;
+  std::string_view name;  // the VMI's name for an attached set, the device's for an order
+  bool attached = false;
+  const VirtualMachineInstance* vmi = nullptr;
+  std::span<const size_t> members;  // device indices, ascending
+  size_t node = kNone;              // where the first member is placed, as Index::placedOn
+  std::string_view created;         // the earliest member's creationTimestamp
+  bool memberDeleting = false;      // a member has a deletionTimestamp
+  // A member is being deleted, or its class is, or it orders more than its class allows: a new
+  // order is refused (BindNew reads the members only then).
+  bool checkMembers = false;
+  Needs needs;
+
+  // "the set of VMI vm1" or "order gpu-1", for messages.
+  std::string Description() const {
+    return (attached ? "the set of VMI " : "order ") + std::string(name);
+  }
+};
+
+// One binder pass over the index: Model::PlanPass makes one and runs it.
+class PassPlanner {
+ public:
+  explicit PassPlanner(const Model::Index& ix);
+  std::vector<Decision> Run();
+
+ private:
+  enum class State { kHeld, kLost, kNew, kMixed };
+
+  // Where a set's key, and its namespace and name within it, sit in keys_. Kept small: the
+  // sort reads these at random.
+  struct SetKey {
+    uint32_t at;
+    uint32_t size;
+    uint32_t nsSize;
+    uint32_t nameAt;  // within the key
+    uint32_t nameSize;
+    bool attached;
+  };
+
+  struct Leaving {
+    DeviceSet* set;
+    size_t node;  // kNone when the node is gone
+    std::string reason;
+  };
+
+  // A held set that stays, with its members at hand: the keep decisions go out by node, and
+  // reaching into the sets in that order missed the cache once they outgrew it.
+  struct Staying {
+    size_t node;
+    DeviceSet* set;  // null for those StaysPut kept: never on a node EvictOverCapacity looks at
+    std::span<const size_t> members;
+  };
+
+  const api::GpuDevice& Device(size_t d) const { return ix_.Device(d); }
+  bool IsPlaced(size_t d) const { return ix_.placedOn[d] != kNone; }
+  int64_t FreeAt(size_t node, size_t resource) const { return free_[ix_.At(node, resource)]; }
+
+  // Grouping the devices into sets (sets.cpp).
+  void GroupSets();
+  template <typename KeyOf>
+  std::vector<size_t> OrderByKey(const std::vector<size_t>& leaders,
+                                 const std::vector<SetKey>& keys, const KeyOf& keyOf) const;
+  State Classify(const DeviceSet& set) const;
+  bool StaysPut(const DeviceSet& set) const;
+
+  // Placement (pass.cpp).
+  void Decide(const DeviceSet& set, Action action, std::string_view node,
+              const std::string& reason);
+  void Decide(size_t d, Action action, std::string_view node, const std::string& reason);
+  void AdjustFree(size_t node, size_t resource, int64_t delta);
+  void Take(size_t node, const Needs& needs, int64_t sign);
+  void ReleasePlaced(const DeviceSet& set);
+  void Book(std::string_view tenant, const Needs& needs);
+  // The tolerations the set's launcher carries: its VMI's and every member class's (the pod
+  // webhook adds those); empty when it carries none.
+  std::vector<Toleration> Tolerations(const DeviceSet& set) const;
+  bool Eligible(const DeviceSet& set, size_t node) const;
+  // Whether the set's VM runs on the node its members sit on: such a set never moves.
+  bool Running(const DeviceSet& set) const;
+  // How long the problem at `since` (a condition's lastTransitionTime) may still stand before
+  // a held set leaves for it, or nullopt when the grace has run out or cannot be measured.
+  std::optional<int64_t> GraceLeft(const std::string& since) const;
+  std::optional<int64_t> Slack(const DeviceSet& set, size_t node);
+  size_t FindTarget(const DeviceSet& set, size_t exclude);
+  std::string NoRoom(const DeviceSet& set) const;
+  std::string ClassMissing(const DeviceSet& set) const;
+
+  // The pass's steps, in the order Run takes them (pass.cpp).
+  void Gather(const DeviceSet& set);
+  void MoveHeld(const std::vector<DeviceSet*>& held);
+  // A held set whose node has a problem: why it must leave, or why it may wait (within the
+  // grace, or its VM running there), as MoveHeld files it.
+  struct HeldProblem {
+    std::string text;   // "node n1 is not Ready"; empty: none
+    std::string since;  // for a transient problem (not Ready, a condition taint): its start
+  };
+  HeldProblem ProblemOf(const DeviceSet& set, size_t node) const;
+  void DecideCordoned(const std::vector<Leaving>& cordoned);
+  void DecideWaiting(const std::vector<Leaving>& waiting);
+  // Whether a member carries a bind request not answered yet: a VM start is waiting on the set.
+  bool StartPending(const DeviceSet& set) const;
+  void EvictOverCapacity(std::vector<Staying>& staying, std::vector<Leaving>& cordoned,
+                         std::vector<Leaving>& mustLeave);
+  void Rebind(const DeviceSet& set);
+  void BindNew(const DeviceSet& set);
+
+  const Model::Index& ix_;
+  std::vector<int64_t> free_;  // by node and resource, as Index::At
+  // Per class, the nodes it selects that take binds, ordered by free units of its resource name
+  // then by name: the fullest node with room is a lookup rather than a scan.
+  std::vector<std::set<std::pair<int64_t, size_t>>> byFree_;
+  std::vector<std::vector<size_t>> classesByResource_;
+  UsageBy passUsage_;
+  std::vector<std::string_view> chain_;  // BudgetChain's buffer
+  // What the sets view: members, needs and keys of every set, each in one array.
+  std::vector<size_t> keyMembers_;  // each set's members, the sets in key order
+  std::vector<std::pair<size_t, int64_t>> classCounts_;
+  std::vector<std::pair<size_t, int64_t>> resourceCounts_;
+  std::string keys_;
+  std::string created_;
+  std::vector<DeviceSet> sets_;                   // by key
+  std::array<std::vector<DeviceSet*>, 4> steps_;  // by State: the sets each step takes, by key
+  std::vector<Staying> staying_;  // held sets StaysPut kept, by key until MoveHeld orders them
+  std::vector<char> overfull_;    // by node
+  std::vector<Decision> decisions_;
+  std::string names_;           // every device's name, in device order
+  std::vector<size_t> nameAt_;  // by device: where its name starts in names_, then the end
+};
+
+}  // namespace cozy::model
