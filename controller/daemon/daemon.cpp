@@ -712,6 +712,15 @@ class Controller : public webhook::ClusterSource, public BinderSource {
 
   std::string Metrics() const {
     runtime::MetricsWriter out;
+    WriteLeaderMetrics(out);
+    WriteReconcilerMetrics(out);
+    if (binder_) binder_->WriteMetrics(out);
+    if (webhooks_) WriteWebhookMetrics(out);
+    WriteCacheMetrics(out);
+    return out.Take();
+  }
+
+  void WriteLeaderMetrics(runtime::MetricsWriter& out) const {
     out.Family("gpu_controller_leader", "gauge", "1 while this replica holds the Lease.");
     out.Sample("gpu_controller_leader", "", leading_ ? 1 : 0);
     out.Family("gpu_controller_leader_acquisitions_total", "counter",
@@ -721,6 +730,9 @@ class Controller : public webhook::ClusterSource, public BinderSource {
                "The Lease's leaseTransitions as last seen: leadership changes in the cluster.");
     out.Sample("gpu_controller_lease_transitions", "",
                static_cast<double>(elector_->Transitions()));
+  }
+
+  void WriteReconcilerMetrics(runtime::MetricsWriter& out) const {
     out.Family("gpu_controller_reconcile_passes_total", "counter", "Reconciler passes run.");
     out.Sample("gpu_controller_reconcile_passes_total", "", static_cast<double>(passes_));
     out.Family("gpu_controller_reconcile_failures_total", "counter",
@@ -752,81 +764,85 @@ class Controller : public webhook::ClusterSource, public BinderSource {
                waiting_.attachmentsInGrace);
     out.Sample("gpu_controller_waiting", runtime::Label("for", "vmi-unknown"),
                waiting_.vmisUnknown);
-    if (binder_) binder_->WriteMetrics(out);
-    if (webhooks_) {
-      out.Family("gpu_controller_admission_total", "counter",
-                 "Admission answers by webhook and result (allowed, refused, error).");
-      for (const auto& [key, count] : webhookStats_.answers) {
-        const auto slash = key.find('/');
-        out.Sample("gpu_controller_admission_total",
-                   runtime::Label("webhook", key.substr(0, slash)) + "," +
-                       runtime::Label("result", key.substr(slash + 1)),
-                   static_cast<double>(count));
-      }
-      out.Family("gpu_controller_admission_duration_seconds", "histogram",
-                 "Time to answer one admission request, the VMI webhook's wait included.");
-      webhookLatency_.Write(out, "gpu_controller_admission_duration_seconds");
-      out.Family("gpu_controller_admission_writes_total", "counter",
-                 "The VMI webhook's writes: template devices created, attachments, conflicts, "
-                 "rollbacks.");
-      out.Sample("gpu_controller_admission_writes_total", runtime::Label("kind", "template"),
-                 static_cast<double>(webhookStats_.templatesCreated));
-      out.Sample("gpu_controller_admission_writes_total", runtime::Label("kind", "attachment"),
-                 static_cast<double>(webhookStats_.attachments));
-      out.Sample("gpu_controller_admission_writes_total", runtime::Label("kind", "conflict"),
-                 static_cast<double>(webhookStats_.attachConflicts));
-      out.Sample("gpu_controller_admission_writes_total", runtime::Label("kind", "rollback"),
-                 static_cast<double>(webhookStats_.rollbacks));
-      out.Family("gpu_controller_admission_reinvocations_total", "counter",
-                 "VMI admissions that found their own answered request and wrote nothing (E9).");
-      out.Sample("gpu_controller_admission_reinvocations_total", "",
-                 static_cast<double>(webhookStats_.reinvocations));
-      out.Family("gpu_controller_admission_reinvocations_read_live_total", "counter",
-                 "Of those, found only by reading the API server: this replica's cache did not "
-                 "show another replica's answered request yet (E9 across replicas).");
-      out.Sample("gpu_controller_admission_reinvocations_read_live_total", "",
-                 static_cast<double>(webhookStats_.reinvocationsReadLive));
-      out.Family("gpu_controller_admission_bind_timeouts_total", "counter",
-                 "VMI admissions the binder did not answer within the bound (E8).");
-      out.Sample("gpu_controller_admission_bind_timeouts_total", "",
-                 static_cast<double>(webhookStats_.bindTimeouts));
-      const auto server = webhookServer_->stats();
-      out.Family("gpu_controller_webhook_certificate_loads_total", "counter",
-                 "Serving certificate loads (result ok) and pairs that did not load (error).");
-      out.Sample("gpu_controller_webhook_certificate_loads_total", runtime::Label("result", "ok"),
-                 static_cast<double>(server.certificateLoads));
-      out.Sample("gpu_controller_webhook_certificate_loads_total",
-                 runtime::Label("result", "error"), static_cast<double>(server.certificateErrors));
-      out.Family("gpu_controller_webhook_certificate_expiry_timestamp_seconds", "gauge",
-                 "When the served certificate expires (Unix seconds); a warning is logged in its "
-                 "last 7 days.");
-      out.Sample("gpu_controller_webhook_certificate_expiry_timestamp_seconds", "",
-                 static_cast<double>(server.certificateNotAfter));
-      out.Family("gpu_controller_webhook_connections_total", "counter",
-                 "Webhook connections by outcome: accepted; refused by the server (malformed, "
-                 "too large: rejected); 503 for a full pool or body budget (busy); closed at a "
-                 "deadline (timed_out) or for a newer connection (overflowed); TLS handshakes "
-                 "refused or broken (handshake_failed).");
-      const std::pair<const char*, int64_t> outcomes[] = {
-          {"accepted", server.http.accepted},
-          {"rejected", server.http.rejected},
-          {"busy", server.http.busy},
-          {"timed_out", server.http.timedOut},
-          {"overflowed", server.http.overflowed},
-          {"handshake_failed", server.http.handshakeFailures}};
-      for (const auto& [outcome, count] : outcomes) {
-        out.Sample("gpu_controller_webhook_connections_total", runtime::Label("outcome", outcome),
-                   static_cast<double>(count));
-      }
-      out.Family("gpu_controller_webhook_workers_busy", "gauge",
-                 "Webhook workers running a review now.");
-      out.Sample("gpu_controller_webhook_workers_busy", "",
-                 static_cast<double>(server.http.active));
-      out.Family("gpu_controller_webhook_queued_reviews", "gauge",
-                 "Complete reviews waiting for a webhook worker now.");
-      out.Sample("gpu_controller_webhook_queued_reviews", "",
-                 static_cast<double>(server.http.queued));
+  }
+
+  // With GPUs on: the admission webhooks' answers and writes, and their server.
+  void WriteWebhookMetrics(runtime::MetricsWriter& out) const {
+    out.Family("gpu_controller_admission_total", "counter",
+               "Admission answers by webhook and result (allowed, refused, error).");
+    for (const auto& [key, count] : webhookStats_.answers) {
+      const auto slash = key.find('/');
+      out.Sample("gpu_controller_admission_total",
+                 runtime::Label("webhook", key.substr(0, slash)) + "," +
+                     runtime::Label("result", key.substr(slash + 1)),
+                 static_cast<double>(count));
     }
+    out.Family("gpu_controller_admission_duration_seconds", "histogram",
+               "Time to answer one admission request, the VMI webhook's wait included.");
+    webhookLatency_.Write(out, "gpu_controller_admission_duration_seconds");
+    out.Family("gpu_controller_admission_writes_total", "counter",
+               "The VMI webhook's writes: template devices created, attachments, conflicts, "
+               "rollbacks.");
+    out.Sample("gpu_controller_admission_writes_total", runtime::Label("kind", "template"),
+               static_cast<double>(webhookStats_.templatesCreated));
+    out.Sample("gpu_controller_admission_writes_total", runtime::Label("kind", "attachment"),
+               static_cast<double>(webhookStats_.attachments));
+    out.Sample("gpu_controller_admission_writes_total", runtime::Label("kind", "conflict"),
+               static_cast<double>(webhookStats_.attachConflicts));
+    out.Sample("gpu_controller_admission_writes_total", runtime::Label("kind", "rollback"),
+               static_cast<double>(webhookStats_.rollbacks));
+    out.Family("gpu_controller_admission_reinvocations_total", "counter",
+               "VMI admissions that found their own answered request and wrote nothing (E9).");
+    out.Sample("gpu_controller_admission_reinvocations_total", "",
+               static_cast<double>(webhookStats_.reinvocations));
+    out.Family("gpu_controller_admission_reinvocations_read_live_total", "counter",
+               "Of those, found only by reading the API server: this replica's cache did not "
+               "show another replica's answered request yet (E9 across replicas).");
+    out.Sample("gpu_controller_admission_reinvocations_read_live_total", "",
+               static_cast<double>(webhookStats_.reinvocationsReadLive));
+    out.Family("gpu_controller_admission_bind_timeouts_total", "counter",
+               "VMI admissions the binder did not answer within the bound (E8).");
+    out.Sample("gpu_controller_admission_bind_timeouts_total", "",
+               static_cast<double>(webhookStats_.bindTimeouts));
+    const auto server = webhookServer_->stats();
+    out.Family("gpu_controller_webhook_certificate_loads_total", "counter",
+               "Serving certificate loads (result ok) and pairs that did not load (error).");
+    out.Sample("gpu_controller_webhook_certificate_loads_total", runtime::Label("result", "ok"),
+               static_cast<double>(server.certificateLoads));
+    out.Sample("gpu_controller_webhook_certificate_loads_total", runtime::Label("result", "error"),
+               static_cast<double>(server.certificateErrors));
+    out.Family("gpu_controller_webhook_certificate_expiry_timestamp_seconds", "gauge",
+               "When the served certificate expires (Unix seconds); a warning is logged in its "
+               "last 7 days.");
+    out.Sample("gpu_controller_webhook_certificate_expiry_timestamp_seconds", "",
+               static_cast<double>(server.certificateNotAfter));
+    out.Family("gpu_controller_webhook_connections_total", "counter",
+               "Webhook connections by outcome: accepted; refused by the server (malformed, "
+               "too large: rejected); 503 for a full pool or body budget (busy); closed at a "
+               "deadline (timed_out) or for a newer connection (overflowed); TLS handshakes "
+               "refused or broken (handshake_failed).");
+    const std::pair<const char*, int64_t> outcomes[] = {
+        {"accepted", server.http.accepted},
+        {"rejected", server.http.rejected},
+        {"busy", server.http.busy},
+        {"timed_out", server.http.timedOut},
+        {"overflowed", server.http.overflowed},
+        {"handshake_failed", server.http.handshakeFailures}};
+    for (const auto& [outcome, count] : outcomes) {
+      out.Sample("gpu_controller_webhook_connections_total", runtime::Label("outcome", outcome),
+                 static_cast<double>(count));
+    }
+    out.Family("gpu_controller_webhook_workers_busy", "gauge",
+               "Webhook workers running a review now.");
+    out.Sample("gpu_controller_webhook_workers_busy", "", static_cast<double>(server.http.active));
+    out.Family("gpu_controller_webhook_queued_reviews", "gauge",
+               "Complete reviews waiting for a webhook worker now.");
+    out.Sample("gpu_controller_webhook_queued_reviews", "",
+               static_cast<double>(server.http.queued));
+  }
+
+  // Every cache's state, and the event loop's failed callbacks.
+  void WriteCacheMetrics(runtime::MetricsWriter& out) const {
     out.Family("gpu_controller_cache_synced", "gauge", "1 once a cache has listed.");
     out.Family("gpu_controller_cache_objects", "gauge", "Objects in each cache.");
     out.Family("gpu_controller_cache_failures_total", "counter",
@@ -846,7 +862,6 @@ class Controller : public webhook::ClusterSource, public BinderSource {
                "Event-loop callbacks that threw (logged with their source).");
     out.Sample("gpu_controller_loop_callback_failures_total", "",
                static_cast<double>(loop_.callbackFailures()));
-    return out.Take();
   }
 
   void Stop() {
