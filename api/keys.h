@@ -82,8 +82,9 @@ inline constexpr std::string_view kSettingsRawNamePolicyKey = "rawResourceNames"
 inline constexpr std::string_view kRawNamePolicyAllowed = "allowed";
 inline constexpr std::string_view kRawNamePolicyForbidden = "forbidden";
 
-// The condition the binder keeps on each GPUNode: whether the node takes binds now (True) and,
-// when not, why (reason Cordoned, NotReady, Tainted or NodeMissing; the message in words).
+// The condition the binder keeps on each GPUNode: whether the node takes binds now (True; for a
+// tainted node, of the classes that tolerate its taints) and, when not, why (reason Cordoned,
+// NotReady, Tainted or NodeMissing; the message in words).
 inline constexpr std::string_view kTakesBindsCondition = "TakesBinds";
 
 // Kubernetes' own node taints for a cordon and for node health. The model leaves them to the

@@ -384,7 +384,10 @@ BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, boo
   return result;
 }
 
-api::Condition TakesBinds(const model::Node* node, const std::string& name) {
+// A node whose only obstacle is its taints takes the binds of the classes that select it and
+// tolerate them (a tainted GPU pool, issue 24 item 1): True, naming those classes.
+api::Condition TakesBinds(const model::Node* node, const std::string& name,
+                          const std::vector<api::GpuClass>& classes) {
   api::Condition condition;
   condition.type = std::string(api::kTakesBindsCondition);
   if (node == nullptr) {
@@ -399,6 +402,22 @@ api::Condition TakesBinds(const model::Node* node, const std::string& name) {
     condition.reason = "Eligible";
     condition.message = "schedulable, Ready and without a taint a VM must tolerate";
     return condition;
+  }
+  if (!eligibility.cordoned && node->ready) {
+    std::string tolerating;
+    for (const api::GpuClass& gpuClass : classes) {
+      const auto& selector = gpuClass.spec.nodeSelector;
+      if (!gpuClass.spec.tolerations.empty() && (!selector || selector->Matches(node->labels)) &&
+          model::CheckNodeEligibility(*node, gpuClass.spec.tolerations).eligible) {
+        tolerating += (tolerating.empty() ? "" : ", ") + gpuClass.metadata.name;
+      }
+    }
+    if (!tolerating.empty()) {
+      condition.status = "True";
+      condition.reason = "Eligible";
+      condition.message = "schedulable and Ready; its taints are tolerated by class " + tolerating;
+      return condition;
+    }
   }
   condition.status = "False";
   condition.reason = eligibility.cordoned ? "Cordoned" : (!node->ready ? "NotReady" : "Tainted");
@@ -417,8 +436,8 @@ int64_t Binder::WriteNodeConditions(const model::Snapshot& snapshot,
   int64_t writes = 0;
   for (const api::GpuNodeInventory& gpuNode : snapshot.gpuNodes) {
     auto found = nodes.find(gpuNode.nodeName);
-    api::Condition wanted =
-        TakesBinds(found == nodes.end() ? nullptr : found->second, gpuNode.nodeName);
+    api::Condition wanted = TakesBinds(found == nodes.end() ? nullptr : found->second,
+                                       gpuNode.nodeName, snapshot.classes);
     nlohmann::json conditions = nlohmann::json::array();
     bool same = false;
     bool present = false;

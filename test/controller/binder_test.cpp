@@ -250,6 +250,17 @@ TEST_F(BinderTest, TakesBindsSaysWhyANodeDoesNotAndIsWrittenOnlyWhenItChanges) {
   const json after = condition("cordoned");
   EXPECT_EQ(after["status"], "True");
   EXPECT_NE(after["lastTransitionTime"], before["lastTransitionTime"]);
+  // Issue 24 item 1: a class that tolerates the taint takes binds there, so the node does, and
+  // says for which class.
+  json pool = testing::GpuClassObject("pool");
+  pool["spec"]["tolerations"] = {{{"key", "gpu-maintenance"}, {"operator", "Exists"}}};
+  server_->Seed(pool);
+  EXPECT_EQ(binder.WriteNodeConditions(Read(), now + std::chrono::seconds(15)), 1);
+  EXPECT_EQ(condition("tainted")["status"], "True") << condition("tainted");
+  EXPECT_NE(condition("tainted")["message"].get<std::string>().find("class pool"),
+            std::string::npos)
+      << condition("tainted");
+  EXPECT_EQ(condition("down")["reason"], "NotReady") << "a toleration does not make it Ready";
 }
 
 // C17 (issue 24): a class whose resource name no entry of KubeVirt's permittedHostDevices names
