@@ -32,7 +32,7 @@ struct NodeClassView {
 
 struct NodeView {
   std::string name;
-  bool eligible = false;
+  bool eligible = false;  // takes binds, for at least one class (a tainted pool: the tolerating)
   std::vector<std::string> reasons;  // why not eligible
   std::map<std::string, NodeClassView> classes;
 };

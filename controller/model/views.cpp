@@ -73,6 +73,14 @@ ClusterView Model::View() const {
       continue;
     }
     NodeView nodeView{ix.nodes[n]->name, ix.eligibility[n].eligible, ix.eligibility[n].reasons, {}};
+    // A tainted GPU pool takes the binds of the classes that tolerate its taints (issue 24
+    // item 1), as the binder's TakesBinds condition says.
+    for (const ClassInfo& info : ix.classes) {
+      if (!nodeView.eligible && info.takes[n]) {
+        nodeView.eligible = true;
+        nodeView.reasons.clear();
+      }
+    }
     for (const ClassInfo& info : ix.classes) {
       const size_t at = ix.At(n, info.resource);
       const int64_t used = ix.bound[at] + ix.raw[at];

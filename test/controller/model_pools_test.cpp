@@ -56,6 +56,9 @@ TEST(TaintedPoolIssue24Item1, AClassThatToleratesThePoolTakesOrdersThere) {
   EXPECT_EQ(room->free, 4);
   EXPECT_EQ(room->largestNodeFree, 2);
   EXPECT_EQ(model.View().classes.at(0).free, 4);
+  EXPECT_TRUE(model.View().nodes.at(0).eligible) << "kubectl gpu and simulate say it takes binds";
+  const Snapshot untolerated = TaintedPool(false);
+  EXPECT_FALSE(Model(untolerated).View().nodes.at(0).eligible);
   api::GpuDevice order = Pending("tenant-a", "o", "a100", 2);
   EXPECT_EQ(admission::CheckOrder(model, snapshot, order), std::nullopt);
 
