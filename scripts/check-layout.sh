@@ -25,6 +25,15 @@ check kube 'agent|controller|api|sysfs|podresources' \
 check sysfs 'agent|controller|kube|api|podresources' "the sysfs reader knows only sysfs"
 check podresources 'agent|controller|kube|api|sysfs' \
   "the pod-resources client knows only kubelet's API"
+# Issue 25 §2: a kind's plural is spelled once, in controller/kinds.h; the rest of the controller
+# names the constant.
+plurals=$(grep -rnE '"(gpuclasses|gpudevices|virtualmachineinstances|kubevirts|workloadmonitors|resourcequotas)"' \
+  controller --include='*.cpp' --include='*.h' | grep -v '^controller/kinds.h:' || true)
+if [[ -n "$plurals" ]]; then
+  echo "layout_check: spell a kind's plural only in controller/kinds.h (use its Kind constant):" >&2
+  echo "$plurals" >&2
+  status=1
+fi
 [[ $status -eq 0 ]] &&
   echo "layout_check: runtime/, agent/, controller/, api/, kube/, sysfs/ and podresources/ keep to their own"
 exit $status

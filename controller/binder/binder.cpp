@@ -7,6 +7,7 @@
 
 #include "api/keys.h"
 #include "api/time.h"
+#include "controller/kinds.h"
 #include "controller/model/readers.h"
 #include "kube/errors.h"
 #include "kube/leader_election.h"
@@ -18,8 +19,8 @@ namespace {
 using runtime::LogFields;
 
 std::string DevicePath(const api::GpuDevice& device, bool status) {
-  return kube::ResourcePath(api::kGroup, api::kVersion, "gpudevices", device.metadata.namespaceName,
-                            device.metadata.name, status ? "status" : "");
+  return kGpuDevices.Path(device.metadata.namespaceName, device.metadata.name,
+                          status ? "status" : "");
 }
 
 std::string Key(const api::ObjectMeta& meta) { return meta.namespaceName + "/" + meta.name; }
@@ -118,8 +119,7 @@ void Binder::WriteEvent(const nlohmann::json& regarding, const std::string& even
       {"note", note},
       {"regarding", regarding}};
   try {
-    client_.Create(kube::ResourcePath("events.k8s.io", "v1", "events", eventNamespace), event,
-                   write_);
+    client_.Create(kEvents.Path(eventNamespace), event, write_);
     eventsSent_[key] = now;
     ++eventsThisPass_;
     ++result.events;
@@ -216,8 +216,8 @@ int Binder::ReadPast(const std::vector<std::shared_ptr<const api::GpuDevice>>& c
   for (const std::string& key : stale) {
     const size_t slash = key.find('/');
     try {
-      fresh[key] = api::GpuDeviceFromJson(client_.Get(kube::ResourcePath(
-          api::kGroup, api::kVersion, "gpudevices", key.substr(0, slash), key.substr(slash + 1))));
+      fresh[key] = api::GpuDeviceFromJson(
+          client_.Get(kGpuDevices.Path(key.substr(0, slash), key.substr(slash + 1))));
     } catch (const kube::ApiError& error) {
       if (error.kind() != kube::ErrorKind::kNotFound) throw;
       fresh[key] = std::nullopt;  // deleted since
@@ -466,8 +466,7 @@ int64_t Binder::WriteNodeConditions(const model::Snapshot& snapshot,
     try {
       // The list replaces the stored one: conditional on the version it was built from, so a
       // condition another writer added since is not lost (a 409 is read again next pass).
-      client_.MergePatchAt(kube::ResourcePath(api::kGroup, api::kVersion, "gpunodes", "",
-                                              gpuNode.nodeName, "status"),
+      client_.MergePatchAt(kGpuNodes.Path("", gpuNode.nodeName, "status"),
                            {{"status", {{"conditions", conditions}}}}, gpuNode.resourceVersion,
                            write_);
       ++writes;

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "api/keys.h"
+#include "controller/kinds.h"
 #include "runtime/log.h"
 
 namespace cozy::controller {
@@ -75,8 +76,7 @@ BinderLoop::PassResult BinderLoop::RunPass(bool answersOnly) {
       std::vector<api::GpuDevice> listed;
       kube::ListOptions pages;
       pages.limit = 500;  // as the caches list: no one response near the client's cap
-      const nlohmann::json list =
-          client_.List(kube::ResourcePath(api::kGroup, api::kVersion, "gpudevices"), pages);
+      const nlohmann::json list = client_.List(kGpuDevices.Path(), pages);
       for (const nlohmann::json& item : list["items"]) {
         try {
           listed.push_back(api::GpuDeviceFromJson(item));

@@ -21,6 +21,7 @@
 #include "api/usage_record.h"
 #include "controller/binder/binder.h"
 #include "controller/binder/loop.h"
+#include "controller/kinds.h"
 #include "controller/model/readers.h"
 #include "controller/reconciler/apply.h"
 #include "controller/reconciler/plan.h"
@@ -46,12 +47,10 @@ using runtime::LogInfo;
 using runtime::LogWarning;
 using JsonCache = kube::JsonCache;
 
-const kube::GroupVersionResource kVmiResource{"kubevirt.io", "v1", "virtualmachineinstances"};
-const kube::GroupVersionResource kWorkloadResource{std::string(api::kWorkloadGroup),
-                                                   std::string(api::kWorkloadVersion), "workloads"};
-const kube::GroupVersionResource kKubeVirtResource{"kubevirt.io", "v1", "kubevirts"};
-const kube::GroupVersionResource kMonitorResource{
-    std::string(api::kWorkloadGroup), std::string(api::kWorkloadVersion), "workloadmonitors"};
+const kube::GroupVersionResource kVmiResource = kVmis.Resource();
+const kube::GroupVersionResource kWorkloadResource = kWorkloads.Resource();
+const kube::GroupVersionResource kKubeVirtResource = kKubeVirts.Resource();
+const kube::GroupVersionResource kMonitorResource = kWorkloadMonitors.Resource();
 
 // A cache of a kind that may come and go with its CRD: started once discovery says the kind is
 // served, dropped when it says it is not (so a reinstalled CRD is listed anew). A discovery
@@ -127,44 +126,36 @@ class Controller : public webhook::ClusterSource, public BinderSource {
         identity_(options.identity.empty() ? Hostname() : options.identity),
         client_(config, ClientOptions(options)),
         discovery_(client_, kube::DiscoveryOptions{options.discoveryInterval}),
-        classes_(client_, kube::ResourcePath(api::kGroup, api::kVersion, "gpuclasses"),
-                 api::GpuClassFromJson),
-        devices_(client_, kube::ResourcePath(api::kGroup, api::kVersion, "gpudevices"),
-                 api::GpuDeviceFromJson),
-        gpuNodes_(client_, kube::ResourcePath(api::kGroup, api::kVersion, "gpunodes"),
-                  api::GpuNodeInventoryFromJson),
+        classes_(client_, kGpuClasses.Path(), api::GpuClassFromJson),
+        devices_(client_, kGpuDevices.Path(), api::GpuDeviceFromJson),
+        gpuNodes_(client_, kGpuNodes.Path(), api::GpuNodeInventoryFromJson),
         // G11: the ConfigMap cache holds only the settings object.
-        settings_(client_, kube::ResourcePath("", "v1", "configmaps", options.namespaceName),
-                  kube::IdentityDecode,
+        settings_(client_, kConfigMaps.Path(options.namespaceName), kube::IdentityDecode,
                   Selected("", "metadata.name=" + std::string(api::kSettingsConfigMapName))),
         vmis_([this] {
           auto cache = std::make_shared<kube::Cache<model::VirtualMachineInstance>>(
-              client_, kube::ResourcePath("kubevirt.io", "v1", "virtualmachineinstances"),
-              VmiFromJson);
+              client_, kVmis.Path(), VmiFromJson);
           cache->SetOnChange([this] { Changed(); });
           return cache;
         }),
         records_([this] {
-          auto cache = std::make_shared<JsonCache>(
-              client_, kube::ResourcePath(api::kWorkloadGroup, api::kWorkloadVersion, "workloads"),
-              kube::IdentityDecode,
-              Selected(std::string(api::kWorkloadMonitorNameLabel) + "=" +
-                           std::string(api::kUsageMonitorName),
-                       ""));
+          auto cache =
+              std::make_shared<JsonCache>(client_, kWorkloads.Path(), kube::IdentityDecode,
+                                          Selected(std::string(api::kWorkloadMonitorNameLabel) +
+                                                       "=" + std::string(api::kUsageMonitorName),
+                                                   ""));
           cache->SetOnChange([this] { Changed(); });
           return cache;
         }),
         kubevirt_([this] {
           auto cache = std::make_shared<kube::Cache<model::PermittedHostDevices>>(
-              client_, kube::ResourcePath("kubevirt.io", "v1", "kubevirts"), KubeVirtFromJson);
+              client_, kKubeVirts.Path(), KubeVirtFromJson);
           cache->SetOnChange([this] { Changed(); });
           return cache;
         }),
         monitors_([this] {
           auto cache = std::make_shared<JsonCache>(
-              client_,
-              kube::ResourcePath(api::kWorkloadGroup, api::kWorkloadVersion, "workloadmonitors"),
-              kube::IdentityDecode,
+              client_, kWorkloadMonitors.Path(), kube::IdentityDecode,
               Selected("", "metadata.name=" + std::string(api::kUsageMonitorName)));
           cache->SetOnChange([this] { Changed(); });
           return cache;
@@ -207,14 +198,12 @@ class Controller : public webhook::ClusterSource, public BinderSource {
     }
     if (options.enableGpu) {
       // What the binder's model reads besides the GPU objects: every replica keeps these warm.
-      namespaces_ = std::make_unique<kube::Cache<model::Namespace>>(
-          client_, kube::ResourcePath("", "v1", "namespaces"), NamespaceFromJson);
-      quotas_ = std::make_unique<kube::Cache<model::ResourceQuota>>(
-          client_, kube::ResourcePath("", "v1", "resourcequotas"), QuotaFromJson);
-      nodes_ = std::make_unique<kube::Cache<model::Node>>(
-          client_, kube::ResourcePath("", "v1", "nodes"), NodeFromJson);
-      pods_ = std::make_unique<kube::Cache<model::Pod>>(
-          client_, kube::ResourcePath("", "v1", "pods"), PodFromJson);
+      namespaces_ = std::make_unique<kube::Cache<model::Namespace>>(client_, kNamespaces.Path(),
+                                                                    NamespaceFromJson);
+      quotas_ = std::make_unique<kube::Cache<model::ResourceQuota>>(client_, kResourceQuotas.Path(),
+                                                                    QuotaFromJson);
+      nodes_ = std::make_unique<kube::Cache<model::Node>>(client_, kNodes.Path(), NodeFromJson);
+      pods_ = std::make_unique<kube::Cache<model::Pod>>(client_, kPods.Path(), PodFromJson);
       binder_ = std::make_unique<BinderLoop>(loop_, client_, leading_, identity_, *this,
                                              [this] { return elector_->LeadingUntil(); });
     }
@@ -570,8 +559,7 @@ class Controller : public webhook::ClusterSource, public BinderSource {
         return vmi;
       }
       try {
-        const nlohmann::json object = client_.Get(
-            kube::ResourcePath("kubevirt.io", "v1", "virtualmachineinstances", ns, name));
+        const nlohmann::json object = client_.Get(kVmis.Path(ns, name));
         const model::VirtualMachineInstance decoded = VmiFromJson(object);
         vmi.presence = VmiState::Presence::kPresent;
         vmi.uid = decoded.uid;
@@ -677,19 +665,19 @@ class Controller : public webhook::ClusterSource, public BinderSource {
   // Every cache that exists now (the optional ones while their kinds are served), by name.
   template <class Visit>
   void ForEachCache(Visit&& visit) const {
-    visit("gpuclasses", classes_);
-    visit("gpudevices", devices_);
-    visit("gpunodes", gpuNodes_);
+    visit(std::string(kGpuClasses.plural), classes_);
+    visit(std::string(kGpuDevices.plural), devices_);
+    visit(std::string(kGpuNodes.plural), gpuNodes_);
     visit("settings", settings_);
     if (namespaces_) {
-      visit("namespaces", *namespaces_);
-      visit("resourcequotas", *quotas_);
-      visit("nodes", *nodes_);
-      visit("pods", *pods_);
+      visit(std::string(kNamespaces.plural), *namespaces_);
+      visit(std::string(kResourceQuotas.plural), *quotas_);
+      visit(std::string(kNodes.plural), *nodes_);
+      visit(std::string(kPods.plural), *pods_);
     }
-    if (auto vmis = vmis_.Get()) visit("virtualmachineinstances", *vmis);
-    if (auto records = records_.Get()) visit("workloads", *records);
-    if (auto monitors = monitors_.Get()) visit("workloadmonitors", *monitors);
+    if (auto vmis = vmis_.Get()) visit(std::string(kVmis.plural), *vmis);
+    if (auto records = records_.Get()) visit(std::string(kWorkloads.plural), *records);
+    if (auto monitors = monitors_.Get()) visit(std::string(kWorkloadMonitors.plural), *monitors);
   }
 
   // A cache that cannot list or watch (an API server refusing, a response over the client's

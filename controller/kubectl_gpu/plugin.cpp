@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "api/keys.h"
+#include "controller/kinds.h"
 #include "controller/model/errors.h"
 #include "controller/simulate.h"
 #include "controller/snapshot_json.h"
@@ -73,21 +74,16 @@ struct Kind {
 
 // What the model reads, listed once each, as `simulate` reads them from a file.
 std::vector<Kind> Kinds() {
-  const std::string group(api::kGroup), version(api::kVersion);
   return {
-      {"Namespace", "v1", kube::ResourcePath("", "v1", "namespaces"), false},
-      {"ResourceQuota", "v1", kube::ResourcePath("", "v1", "resourcequotas"), false},
-      {"Node", "v1", kube::ResourcePath("", "v1", "nodes"), false},
-      {"Pod", "v1", kube::ResourcePath("", "v1", "pods"), false},
-      {"GPUNode", "gpu.cozystack.io/v1alpha1", kube::ResourcePath(group, version, "gpunodes"),
-       true},
-      {"GPUClass", "gpu.cozystack.io/v1alpha1", kube::ResourcePath(group, version, "gpuclasses"),
-       true},
-      {"GPUDevice", "gpu.cozystack.io/v1alpha1", kube::ResourcePath(group, version, "gpudevices"),
-       true},
-      {"VirtualMachineInstance", "kubevirt.io/v1",
-       kube::ResourcePath("kubevirt.io", "v1", "virtualmachineinstances"), true},
-      {"KubeVirt", "kubevirt.io/v1", kube::ResourcePath("kubevirt.io", "v1", "kubevirts"), true},
+      {"Namespace", "v1", kNamespaces.Path(), false},
+      {"ResourceQuota", "v1", kResourceQuotas.Path(), false},
+      {"Node", "v1", kNodes.Path(), false},
+      {"Pod", "v1", kPods.Path(), false},
+      {"GPUNode", "gpu.cozystack.io/v1alpha1", kGpuNodes.Path(), true},
+      {"GPUClass", "gpu.cozystack.io/v1alpha1", kGpuClasses.Path(), true},
+      {"GPUDevice", "gpu.cozystack.io/v1alpha1", kGpuDevices.Path(), true},
+      {"VirtualMachineInstance", "kubevirt.io/v1", kVmis.Path(), true},
+      {"KubeVirt", "kubevirt.io/v1", kKubeVirts.Path(), true},
   };
 }
 
@@ -107,7 +103,7 @@ json ReadSettings(kube::Client& client, const std::string& controllerNamespace,
   const std::string consequence =
       ": the hoster's extra GPU resource names (gpu.resourceNames) are not counted";
   try {
-    return client.Get(kube::ResourcePath("", "v1", "configmaps", first, name));
+    return client.Get(kConfigMaps.Path(first, name));
   } catch (const kube::ApiError& error) {
     if (error.kind() != kube::ErrorKind::kNotFound) throw;
   }
@@ -119,8 +115,7 @@ json ReadSettings(kube::Client& client, const std::string& controllerNamespace,
   }
   json list;
   try {
-    list = client.List(kube::ResourcePath("", "v1", "configmaps"),
-                       kube::ListOptions{"", "metadata.name=" + name, "", 500});
+    list = client.List(kConfigMaps.Path(), kube::ListOptions{"", "metadata.name=" + name, "", 500});
   } catch (const kube::ApiError& error) {
     if (error.kind() != kube::ErrorKind::kForbidden) throw;
     warnings.push_back("no ConfigMap " + name + " in namespace " + first +

@@ -2,6 +2,7 @@
 
 #include "api/keys.h"
 #include "api/usage_record.h"
+#include "controller/kinds.h"
 #include "kube/errors.h"
 #include "kube/leader_election.h"
 #include "runtime/log.h"
@@ -39,21 +40,17 @@ std::string ActionPath(const Action& action, bool status) {
   switch (action.kind) {
     case ActionKind::kAddClassFinalizer:
     case ActionKind::kRemoveClassFinalizer:
-      return kube::ResourcePath(api::kGroup, api::kVersion, "gpuclasses", "", action.name,
-                                subresource);
+      return kGpuClasses.Path("", action.name, subresource);
     case ActionKind::kApplyMonitor:
     case ActionKind::kDeleteMonitor:
-      return kube::ResourcePath(api::kWorkloadGroup, api::kWorkloadVersion, "workloadmonitors",
-                                action.namespaceName, action.name);
+      return kWorkloadMonitors.Path(action.namespaceName, action.name);
     case ActionKind::kApplyRecord:
     case ActionKind::kDeleteRecord:
-      return kube::ResourcePath(api::kWorkloadGroup, api::kWorkloadVersion, "workloads",
-                                action.namespaceName, action.name);
+      return kWorkloads.Path(action.namespaceName, action.name);
     case ActionKind::kApplySettings:
-      return kube::ResourcePath("", "v1", "configmaps", action.namespaceName, action.name);
+      return kConfigMaps.Path(action.namespaceName, action.name);
     default:
-      return kube::ResourcePath(api::kGroup, api::kVersion, "gpudevices", action.namespaceName,
-                                action.name, subresource);
+      return kGpuDevices.Path(action.namespaceName, action.name, subresource);
   }
 }
 

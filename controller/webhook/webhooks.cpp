@@ -11,6 +11,7 @@
 #include "controller/admission/pod.h"
 #include "controller/admission/review.h"
 #include "controller/admission/vmi.h"
+#include "controller/kinds.h"
 #include "controller/model/readers.h"
 #include "controller/snapshot_json.h"
 #include "kube/errors.h"
@@ -24,12 +25,9 @@ using nlohmann::json;
 using runtime::LogFields;
 using Clock = std::chrono::steady_clock;
 
-std::string Collection(const std::string& ns) {
-  return kube::ResourcePath(api::kGroup, api::kVersion, "gpudevices", ns);
-}
+std::string Collection(const std::string& ns) { return kGpuDevices.Path(ns); }
 std::string DevicePath(const std::string& ns, const std::string& name, bool status = false) {
-  return kube::ResourcePath(api::kGroup, api::kVersion, "gpudevices", ns, name,
-                            status ? "status" : "");
+  return kGpuDevices.Path(ns, name, status ? "status" : "");
 }
 
 double Seconds(Clock::time_point since) {
@@ -157,7 +155,7 @@ json Webhooks::ValidateGpuDevice(const json& review, const RequestContext&) {
           admission::Refuse(request, std::string("the GPUDevice is not valid: ") + error.what()));
     }
   }
-  Count("gpudevices", answer, Seconds(started));
+  Count(std::string(kGpuDevices.plural), answer, Seconds(started));
   return answer;
 }
 
@@ -239,7 +237,7 @@ json Webhooks::MutatePod(const json& review, const RequestContext&) {
       }
     }
   }
-  Count("pods", answer, Seconds(started));
+  Count(std::string(kPods.plural), answer, Seconds(started));
   return answer;
 }
 
@@ -262,7 +260,7 @@ json Webhooks::MutateVmi(const json& review, const RequestContext& context) {
       answer = StartVmi(request, name, context);
     }
   }
-  Count("virtualmachineinstances", answer, Seconds(started));
+  Count(std::string(kVmis.plural), answer, Seconds(started));
   return answer;
 }
 
