@@ -7,6 +7,7 @@
 
 #include <array>
 #include <atomic>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -333,7 +334,11 @@ class Controller : public webhook::ClusterSource, public BinderSource {
 
   // Any cache thread: something changed.
   void Changed() {
-    ++generation_;
+    {
+      std::lock_guard lock(changedMutex_);
+      ++generation_;
+    }
+    changed_.notify_all();
     loop_.Post([this] { Trigger(); });
   }
 
@@ -405,6 +410,11 @@ class Controller : public webhook::ClusterSource, public BinderSource {
 
   // webhook::ClusterSource, on the webhook server's threads.
   bool Synced() const override { return Ready(); }
+  uint64_t Generation() const override { return generation_.load(); }
+  void WaitForChange(uint64_t seen, std::chrono::steady_clock::time_point until) const override {
+    std::unique_lock lock(changedMutex_);
+    changed_.wait_until(lock, until, [&] { return generation_.load() != seen; });
+  }
 
   std::shared_ptr<const webhook::Prepared> Prepare() override {
     std::lock_guard lock(preparedMutex_);
@@ -869,6 +879,9 @@ class Controller : public webhook::ClusterSource, public BinderSource {
   // The webhooks' view: the snapshot and model for one state of the caches, built again when
   // a cache changed (generation_ counts changes).
   std::atomic<uint64_t> generation_{0};
+  // Signalled with each change, for the webhooks waiting on the binder's answer.
+  mutable std::mutex changedMutex_;
+  mutable std::condition_variable changed_;
   std::mutex preparedMutex_;
   std::shared_ptr<const webhook::Prepared> prepared_;
   uint64_t preparedGeneration_ = 0;

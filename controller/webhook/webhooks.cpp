@@ -485,6 +485,8 @@ json Webhooks::StartVmi(const admission::AdmissionRequest& request, const std::s
     }
     std::set<std::string> nodes;
     bool all = true;
+    // Read before looking: a change after this wakes the wait below at once.
+    const uint64_t seen = cluster_.Generation();
     for (const std::string& member : members) {
       const auto device = cluster_.Device(ns, member);
       const Answer answer = device ? AnswerFor(*device, request.uid) : Answer{};
@@ -505,7 +507,7 @@ json Webhooks::StartVmi(const admission::AdmissionRequest& request, const std::s
                                                    {"devices", std::to_string(members.size())}});
       return Encode(admission::Allow(request, patch));
     }
-    std::this_thread::sleep_for(options_.pollInterval);
+    cluster_.WaitForChange(seen, std::min(deadline, Clock::now() + options_.pollInterval));
   }
 }
 

@@ -24,6 +24,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -63,6 +64,14 @@ class ClusterSource {
   // The devices the cache shows attached to a VMI name in a namespace.
   virtual std::vector<std::shared_ptr<const api::GpuDevice>> AttachedTo(
       const std::string& ns, const std::string& vmiName) const = 0;
+  // How many times the caches have changed: read before looking, then wait for the next.
+  virtual uint64_t Generation() const { return 0; }
+  // Returns once the caches changed since `seen` (Generation), or at `until`: a waiter wakes
+  // when what it waits for may be there, not on a poll (issue 25 §3). Without a signal, sleeps.
+  virtual void WaitForChange(uint64_t seen, std::chrono::steady_clock::time_point until) const {
+    (void)seen;
+    std::this_thread::sleep_until(until);
+  }
 };
 
 struct WebhookOptions {
@@ -71,7 +80,9 @@ struct WebhookOptions {
   std::chrono::milliseconds bindWait{std::chrono::seconds(8)};
   // A request answered this recently, for the same VMI name, counts as the caller's own (E9).
   std::chrono::seconds recentAnswer{std::chrono::minutes(2)};
-  std::chrono::milliseconds pollInterval{20};
+  // The longest the VMI webhook waits between looks at the binder's answer when no cache change
+  // wakes it first (ClusterSource::WaitForChange).
+  std::chrono::milliseconds pollInterval{250};
 };
 
 struct WebhookStats {
