@@ -10,6 +10,7 @@
 #include "controller/admission/orders.h"
 #include "controller/admission/pod.h"
 #include "controller/admission/review.h"
+#include "controller/admission/start.h"
 #include "controller/admission/vmi.h"
 #include "controller/kinds.h"
 #include "controller/model/readers.h"
@@ -55,27 +56,6 @@ json Encode(const admission::AdmissionResponse& response) {
 }
 
 std::string NowText() { return api::FormatTime(std::chrono::system_clock::now()); }
-
-// A device answered for this request id: its result and message.
-struct Answer {
-  bool answered = false;
-  bool succeeded = false;
-  std::string node;
-  std::string message;
-};
-
-Answer AnswerFor(const api::GpuDevice& device, const std::string& requestId) {
-  Answer answer;
-  const auto& response = device.status.bindResponse;
-  if (!response || response->id != requestId) return answer;
-  answer.answered = true;
-  answer.succeeded = response->result == api::BindResult::kSucceeded;
-  answer.message = response->message;
-  if (device.Phase() == api::DevicePhase::kBound && device.status.nodeName) {
-    answer.node = *device.status.nodeName;
-  }
-  return answer;
-}
 
 }  // namespace
 
@@ -302,26 +282,13 @@ json Webhooks::StartVmi(const admission::AdmissionRequest& request, const std::s
   }
   input.rawNamesForbidden = prepared->rawNamesForbidden;
 
-  // E5: every refusal check before any write. A device attached to a running VMI of this very
-  // name is that VMI's: a second create of the name would fail after admission, but only after
-  // its attachment had been taken over.
-  std::vector<std::string> members;
-  for (const std::string& device : input.references.devices) members.push_back(device);
-  for (const auto& t : input.references.templates) {
-    members.push_back(model::TemplateDeviceName(name, t.name));
-  }
-  for (const std::string& member : members) {
-    const auto device = cluster_.Device(ns, member);
-    if (!device || !device->status.attachment || device->status.attachment->vmiUid.empty()) {
-      continue;
-    }
-    for (const auto& running : snapshot.vmis) {
-      if (running.namespaceName == ns && running.name == device->status.attachment->vmiName &&
-          running.uid == device->status.attachment->vmiUid) {
-        return refuseNow("GPUDevice " + member +
-                         " is in use by the running VirtualMachineInstance " + running.name);
-      }
-    }
+  // E5: every refusal check before any write.
+  const std::vector<std::string> members = admission::StartMembers(input.references, name);
+  const admission::DeviceReader cached = [&](const std::string& member) {
+    return cluster_.Device(ns, member);
+  };
+  if (auto inUse = admission::InUseByRunningVmi(members, ns, cached, snapshot.vmis)) {
+    return refuseNow(*inUse);
   }
   const admission::VmiStartPlan plan = admission::PlanVmiStart(snapshot, *prepared->model, input);
   if (plan.refusal) return refuseNow(*plan.refusal);
@@ -335,38 +302,18 @@ json Webhooks::StartVmi(const admission::AdmissionRequest& request, const std::s
   // too, rather than attach and request again (issue 24 item 8).
   {
     const auto now = std::chrono::system_clock::now();
-    auto ownSet =
-        [&](const std::function<std::optional<api::GpuDevice>(const std::string&)>& read) {
-          std::set<std::string> nodes;
-          for (const std::string& member : members) {
-            const std::optional<api::GpuDevice> device = read(member);
-            if (!device || !device->status.attachment ||
-                device->status.attachment->vmiName != name ||
-                !device->status.attachment->vmiUid.empty() || !device->status.bindRequest) {
-              return false;
-            }
-            const Answer answer = AnswerFor(*device, device->status.bindRequest->id);
-            const auto requested = api::ParseTime(device->status.bindRequest->requestedAt);
-            if (!answer.succeeded || answer.node.empty() || !requested ||
-                now - *requested > options_.recentAnswer) {
-              return false;
-            }
-            nodes.insert(answer.node);
-          }
-          return !members.empty() && nodes.size() == 1;
-        };
-    bool own = ownSet([&](const std::string& member) -> std::optional<api::GpuDevice> {
-      const auto device = cluster_.Device(ns, member);
-      return device ? std::optional<api::GpuDevice>(*device) : std::nullopt;
-    });
+    bool own = admission::AnsweredOwnSet(members, name, cached, now, options_.recentAnswer);
     if (!own && !input.entries.webhook.empty() && Clock::now() < context.deadline) {
-      own = ownSet([&](const std::string& member) -> std::optional<api::GpuDevice> {
+      const admission::DeviceReader live =
+          [&](const std::string& member) -> std::shared_ptr<const api::GpuDevice> {
         try {
-          return api::GpuDeviceFromJson(client_.Get(DevicePath(ns, member)));
+          return std::make_shared<const api::GpuDevice>(
+              api::GpuDeviceFromJson(client_.Get(DevicePath(ns, member))));
         } catch (const std::exception&) {
-          return std::nullopt;  // gone or unreadable: not a set this request can call its own
+          return nullptr;  // gone or unreadable: not a set this request can call its own
         }
-      });
+      };
+      own = admission::AnsweredOwnSet(members, name, live, now, options_.recentAnswer);
       if (own) {
         std::lock_guard lock(mutex_);
         ++stats_.reinvocationsReadLive;
@@ -413,14 +360,9 @@ json Webhooks::StartVmi(const admission::AdmissionRequest& request, const std::s
       // is attached to nothing else.
       const api::GpuDevice existing =
           api::GpuDeviceFromJson(client_.Get(DevicePath(ns, deviceName)));
-      const auto mark = existing.metadata.labels.find(std::string(api::kTemplateDeviceLabel));
-      const bool marked =
-          mark != existing.metadata.labels.end() && mark->second == api::kTemplateDeviceLabelValue;
-      const bool free = !existing.status.attachment || existing.status.attachment->vmiName == name;
-      if (!marked || !free || existing.metadata.deletionTimestamp ||
-          existing.spec.className != StringAt(device, {"spec", "className"})) {
-        return refuse("GPUDevice " + deviceName +
-                      " already exists and is not a template device of this VM");
+      if (auto refusal = admission::LeftoverTemplateRefusal(
+              existing, name, StringAt(device, {"spec", "className"}))) {
+        return refuse(*refusal);
       }
     }
   }
@@ -441,15 +383,8 @@ json Webhooks::StartVmi(const admission::AdmissionRequest& request, const std::s
         }
         return refuse("GPUDevice " + member + " cannot be read: " + error.what());
       }
-      if (current.metadata.deletionTimestamp) {
-        return refuse("GPUDevice " + member + " is being deleted");
-      }
-      if (current.status.attachment && current.status.attachment->vmiName != name) {
-        return refuse("GPUDevice " + member + " is attached to VirtualMachineInstance " +
-                      current.status.attachment->vmiName);
-      }
-      json status = {{"attachment", {{"vmiName", name}, {"vmiUID", nullptr}, {"attachedAt", now}}},
-                     {"bindRequest", {{"id", request.uid}, {"requestedAt", now}}}};
+      if (auto refusal = admission::AttachRefusal(current, name)) return refuse(*refusal);
+      const json status = admission::AttachmentStatus(name, request.uid, now);
       try {
         client_.MergePatchAt(DevicePath(ns, member, true), {{"status", status}},
                              current.metadata.resourceVersion, write);
@@ -483,27 +418,13 @@ json Webhooks::StartVmi(const admission::AdmissionRequest& request, const std::s
                     std::to_string(waited) +
                     " ms (is its leader running?); nothing was kept, start the VM again");
     }
-    std::set<std::string> nodes;
-    bool all = true;
     // Read before looking: a change after this wakes the wait below at once.
     const uint64_t seen = cluster_.Generation();
-    for (const std::string& member : members) {
-      const auto device = cluster_.Device(ns, member);
-      const Answer answer = device ? AnswerFor(*device, request.uid) : Answer{};
-      if (!answer.answered) {
-        all = false;
-        continue;
-      }
-      if (!answer.succeeded || answer.node.empty()) {
-        return refuse("GPUDevice " + member + " cannot be placed: " + answer.message);
-      }
-      nodes.insert(answer.node);
-    }
-    // Members attached one after the other may be answered apart for a moment, until a pass
-    // gathers the set: only one node for all of them is the answer.
-    if (all && nodes.size() == 1) {
+    const admission::Placement placement = admission::ReadPlacement(members, cached, request.uid);
+    if (placement.state == admission::Placement::State::kRefused) return refuse(placement.refusal);
+    if (placement.state == admission::Placement::State::kPlaced) {
       runtime::LogInfo("vm gpus placed", LogFields{{"vmi", ns + "/" + name},
-                                                   {"node", *nodes.begin()},
+                                                   {"node", placement.node},
                                                    {"devices", std::to_string(members.size())}});
       return Encode(admission::Allow(request, patch));
     }
@@ -521,8 +442,7 @@ void Webhooks::Rollback(const std::string& ns, const std::vector<std::string>& a
     ++stats_.rollbacks;
   }
   const kube::WriteOptions write{false, kFieldManager};
-  for (const std::string& member : attached) {
-    if (std::find(created.begin(), created.end(), member) != created.end()) continue;
+  for (const std::string& member : admission::AttachmentsToRollBack(attached, created)) {
     try {
       // Only the fields the rollback needs, read raw: a device whose other fields no longer
       // decode is still rolled back.
