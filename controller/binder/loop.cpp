@@ -24,40 +24,38 @@ BinderLoop::BinderLoop(runtime::Loop& loop, kube::Client& client, const std::ato
       answerLatency_({0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30}) {}
 
 void BinderLoop::Start() {
-  timer_ = loop_.AddTimer("bind", [this] { StartPass(); });
+  scheduler_ =
+      std::make_unique<runtime::PassScheduler>(loop_, "bind", [this] { return StartPass(); });
 }
 
 void BinderLoop::Trigger() {
-  if (stopping_ || !leading_) return;
+  if (stopping_ || !leading_ || !scheduler_) return;
   if (source_.AnyUnansweredRequest()) {
     answers_ = true;
-    timer_.Arm(std::chrono::milliseconds(0));
+    scheduler_->Ask(std::chrono::milliseconds(0));
   } else {
-    if (!timer_.Armed()) timer_.Arm(std::chrono::milliseconds(50));
     full_ = true;
+    scheduler_->Ask(std::chrono::milliseconds(50));
   }
 }
 
 void BinderLoop::Stop() {
   stopping_ = true;
+  if (scheduler_) scheduler_->Stop();
   worker_.Stop();
 }
 
-void BinderLoop::StartPass() {
-  if (stopping_ || !leading_ || !source_.BinderCachesSynced()) return;
-  if (running_) {
-    again_ = true;
-    return;
-  }
+bool BinderLoop::StartPass() {
+  if (stopping_ || !leading_ || !source_.BinderCachesSynced()) return false;
   // A full pass answers too; an answers-only pass goes first when both are due.
   const bool answersOnly = answers_ || !full_;
   if (!answersOnly) full_ = false;
   answers_ = false;
-  running_ = true;
   worker_.Run([this, answersOnly] {
     PassResult pass = RunPass(answersOnly);
     loop_.Post([this, pass = std::move(pass)]() mutable { PassDone(std::move(pass)); });
   });
+  return true;
 }
 
 BinderLoop::PassResult BinderLoop::RunPass(bool answersOnly) {
@@ -119,7 +117,6 @@ BinderLoop::PassResult BinderLoop::RunPass(bool answersOnly) {
 }
 
 void BinderLoop::PassDone(PassResult pass) {
-  running_ = false;
   ++passes_[pass.answersOnly ? "answers" : "full"];
   duration_.Observe(pass.seconds);
   for (const auto& [action, count] : pass.result.decisions) {
@@ -151,14 +148,12 @@ void BinderLoop::PassDone(PassResult pass) {
   // pass it left the rest to.
   if (pass.result.incomplete || !pass.result.error.empty()) {
     full_ = true;
-    timer_.Arm(std::chrono::milliseconds(pass.result.error.empty() ? 50 : 1000));
+    scheduler_->Finished(std::chrono::milliseconds(pass.result.error.empty() ? 50 : 1000));
   } else if (pass.answersOnly) {
     full_ = true;
-    timer_.Arm(std::chrono::milliseconds(50));
-  }
-  if (again_) {
-    again_ = false;
-    Trigger();
+    scheduler_->Finished(std::chrono::milliseconds(50));
+  } else {
+    scheduler_->Finished();
   }
 }
 

@@ -1,7 +1,9 @@
 // The binder's loop, on the leader with --enable-gpu: when passes run, what each pass reads and
 // what it counts. A change in any cache queues a full pass after a 50 ms debounce; an unanswered
 // bind request queues an answers-only pass at once (D4). Passes run on one worker thread of
-// their own, so they never overlap (D2) and the reconciler's slow writes never delay them.
+// their own, so they never overlap (D2) and the reconciler's slow writes never delay them; when
+// each starts is runtime::PassScheduler's, as the reconciler's is (a failed pass holds the next
+// full one off for a second, never an answer a VM start waits on).
 //
 // A pass reads the caches into a snapshot (through BinderSource, which the daemon implements
 // over its caches), past them where they lag the binder's writes or the last leader's (D3),
@@ -23,6 +25,7 @@
 #include "kube/client.h"
 #include "runtime/loop.h"
 #include "runtime/metrics.h"
+#include "runtime/pass_scheduler.h"
 #include "runtime/worker.h"
 
 namespace cozy::controller {
@@ -70,7 +73,7 @@ class BinderLoop {
     double seconds = 0;
     BinderResult result;
   };
-  void StartPass();
+  bool StartPass();                      // the scheduler's: whether a pass started
   PassResult RunPass(bool answersOnly);  // binder worker
   void PassDone(PassResult pass);
 
@@ -81,11 +84,9 @@ class BinderLoop {
   Binder binder_;  // the worker's
   std::atomic<bool> resync_{false};
   runtime::Worker worker_;
-  runtime::Timer timer_;
+  std::unique_ptr<runtime::PassScheduler> scheduler_;  // from Start
   // Loop thread.
   bool stopping_ = false;
-  bool running_ = false;
-  bool again_ = false;    // a trigger during a pass: decide again after it
   bool full_ = false;     // a full pass is due
   bool answers_ = false;  // an answers-only pass is due
   // Metrics, loop thread.

@@ -38,6 +38,7 @@
 #include "runtime/log.h"
 #include "runtime/loop.h"
 #include "runtime/metrics.h"
+#include "runtime/pass_scheduler.h"
 #include "runtime/worker.h"
 
 namespace cozy::controller {
@@ -259,7 +260,8 @@ class Controller : public webhook::ClusterSource, public BinderSource {
     elector_->Start();
     if (options_.enableGpu) StartWebhooks();
 
-    passTimer_ = loop_.AddTimer("reconcile", [this] { StartPass(); });
+    reconcilePasses_ = std::make_unique<runtime::PassScheduler>(loop_, "reconcile",
+                                                                [this] { return StartPass(); });
     if (binder_) binder_->Start();
     resyncTimer_ = loop_.AddTimer("resync", [this] { Trigger(); });
     tick_ = loop_.AddTimer("tick", [this] { Tick(); });
@@ -346,13 +348,7 @@ class Controller : public webhook::ClusterSource, public BinderSource {
   void Trigger() {
     if (stopping_) return;
     if (binder_) binder_->Trigger();
-    if (passRunning_) {
-      dirty_ = true;
-      return;
-    }
-    if (!passTimer_.Armed()) {
-      passTimer_.Arm(std::chrono::milliseconds(50));
-    }
+    if (reconcilePasses_) reconcilePasses_->Ask(std::chrono::milliseconds(50));
   }
 
   bool CoreSynced() const {
@@ -457,16 +453,16 @@ class Controller : public webhook::ClusterSource, public BinderSource {
     return {};
   }
 
-  void StartPass() {
+  // Loop thread, from the pass scheduler: whether a pass started.
+  bool StartPass() {
     if (stopping_ || !leading_ || !CoreSynced()) {
-      return;  // leading and syncing both trigger again
+      return false;  // leading and syncing both trigger again
     }
-    passRunning_ = true;
-    dirty_ = false;
     worker_.Run([this] {
       PassResult result = RunPass();
       loop_.Post([this, result = std::move(result)]() mutable { PassDone(std::move(result)); });
     });
+    return true;
   }
 
   // Worker thread.
@@ -591,7 +587,6 @@ class Controller : public webhook::ClusterSource, public BinderSource {
   }
 
   void PassDone(PassResult result) {
-    passRunning_ = false;
     ++passes_;
     passDuration_.Observe(result.seconds);
     if (!result.error.empty()) {
@@ -625,10 +620,7 @@ class Controller : public webhook::ClusterSource, public BinderSource {
           next, std::max(until + std::chrono::milliseconds(10), std::chrono::milliseconds(10)));
     }
     resyncTimer_.Arm(next);
-    if (dirty_) {
-      dirty_ = false;
-      Trigger();
-    }
+    reconcilePasses_->Finished();  // a change during the pass: one more, soon
   }
 
   // Loop thread, every second: the kinds that come and go, health and metrics.
@@ -868,6 +860,7 @@ class Controller : public webhook::ClusterSource, public BinderSource {
     LogInfo("stopping: finishing the pass in flight, then releasing the Lease");
     runtime::Notify("STOPPING=1");
     leading_ = false;  // the pass in flight makes no further writes
+    if (reconcilePasses_) reconcilePasses_->Stop();
     if (binder_) binder_->Stop();
     worker_.Stop();
     elector_->Stop();  // a leader releases the Lease (G8)
@@ -911,13 +904,11 @@ class Controller : public webhook::ClusterSource, public BinderSource {
   std::unique_ptr<BinderLoop> binder_;  // with --enable-gpu
   runtime::Worker worker_;
   runtime::HealthServer health_;
-  runtime::Timer passTimer_;
+  std::unique_ptr<runtime::PassScheduler> reconcilePasses_;  // once the loop runs
   runtime::Timer resyncTimer_;
   std::map<std::string, std::string> cacheErrors_;  // the last error logged, by cache (loop)
   runtime::Timer tick_;
   bool stopping_ = false;
-  bool passRunning_ = false;
-  bool dirty_ = false;
   // Metrics, loop thread.
   int64_t acquisitions_ = 0;
   int64_t passes_ = 0;

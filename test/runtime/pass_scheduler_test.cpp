@@ -1,0 +1,187 @@
+// The single-flight, debounced runner both of the controller's loops run their passes through
+// (issue 25 §3): a burst is one pass, an ask during a pass is one more after it, a sooner ask
+// pulls an armed pass forward and a later one never pushes it back, a pass that cannot start
+// waits for the next ask, and nothing starts after Stop.
+#include "runtime/pass_scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "runtime/loop.h"
+#include "runtime/worker.h"
+
+namespace cozy::runtime {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A loop that ends itself after `limit` (a test that hangs fails instead).
+struct Fixture {
+  Loop loop;
+  Timer watchdog = loop.AddTimer("watchdog", [this] { loop.Exit(99); });
+  Fixture() { watchdog.Arm(10s); }
+};
+
+TEST(PassScheduler, ABurstOfAsksIsOnePass) {
+  Fixture f;
+  int passes = 0;
+  PassScheduler* self = nullptr;
+  PassScheduler scheduler(f.loop, "pass", [&] {
+    ++passes;
+    f.loop.Post([&] { self->Finished(); });
+    return true;
+  });
+  self = &scheduler;
+  for (int i = 0; i < 100; ++i) scheduler.Ask(30ms);
+  EXPECT_TRUE(scheduler.Armed());
+  Timer end = f.loop.AddTimer("end", [&] { f.loop.Exit(0); });
+  end.Arm(300ms);
+  EXPECT_EQ(f.loop.Run(), 0);
+  EXPECT_EQ(passes, 1);
+}
+
+TEST(PassScheduler, AnAskDuringAPassRunsExactlyOneMoreAfterIt) {
+  Fixture f;
+  Worker worker("passes");
+  std::vector<std::string> events;
+  std::atomic<bool> released{false};  // the first pass runs until the asks below were made
+  Timer settle = f.loop.AddTimer("settle", [&] { f.loop.Exit(0); });
+  PassScheduler* self = nullptr;
+  PassScheduler scheduler(f.loop, "pass", [&] {
+    events.push_back("start");
+    worker.Run([&] {
+      while (!released) std::this_thread::sleep_for(1ms);
+      f.loop.Post([&] {
+        events.push_back("end");
+        self->Finished();
+        if (events.size() == 4) settle.Arm(200ms);  // what would run past it shows meanwhile
+      });
+    });
+    return true;
+  });
+  self = &scheduler;
+  scheduler.Ask(0ms);
+  // While the first pass runs: three asks, one more pass.
+  Timer during = f.loop.AddTimer("during", [&] {
+    EXPECT_TRUE(scheduler.Running());
+    scheduler.Ask(20ms);
+    scheduler.Ask(0ms);
+    scheduler.Ask(40ms);
+    EXPECT_FALSE(scheduler.Armed()) << "nothing starts while a pass runs";
+    released = true;
+  });
+  during.Arm(20ms);
+  EXPECT_EQ(f.loop.Run(), 0);
+  EXPECT_EQ(events, (std::vector<std::string>{"start", "end", "start", "end"}));
+}
+
+TEST(PassScheduler, ASoonerAskPullsThePassForwardALaterOneNeverPushesItBack) {
+  Fixture f;
+  int passes = 0;
+  PassScheduler* self = nullptr;
+  PassScheduler scheduler(f.loop, "pass", [&] {
+    ++passes;
+    self->Finished();
+    f.loop.Exit(0);
+    return true;
+  });
+  self = &scheduler;
+  scheduler.Ask(60s);
+  scheduler.Ask(10ms);  // pulls it forward: the run ends well before the watchdog
+  scheduler.Ask(30s);   // never pushes it back
+  EXPECT_EQ(f.loop.Run(), 0);
+  EXPECT_EQ(passes, 1);
+}
+
+TEST(PassScheduler, APassThatCannotStartWaitsForTheNextAsk) {
+  Fixture f;
+  bool runnable = false;
+  int tries = 0;
+  int passes = 0;
+  PassScheduler* self = nullptr;
+  PassScheduler scheduler(f.loop, "pass", [&] {
+    ++tries;
+    if (!runnable) return false;
+    ++passes;
+    self->Finished();
+    return true;
+  });
+  self = &scheduler;
+  scheduler.Ask(0ms);
+  Timer later = f.loop.AddTimer("later", [&] {
+    EXPECT_EQ(tries, 1);
+    EXPECT_FALSE(scheduler.Running()) << "a pass that did not start is not running";
+    EXPECT_FALSE(scheduler.Armed()) << "nothing retries by itself";
+    runnable = true;
+    scheduler.Ask(0ms);
+  });
+  later.Arm(100ms);
+  Timer end = f.loop.AddTimer("end", [&] { f.loop.Exit(0); });
+  end.Arm(300ms);
+  EXPECT_EQ(f.loop.Run(), 0);
+  EXPECT_EQ(tries, 2);
+  EXPECT_EQ(passes, 1);
+}
+
+// A failed pass holds the next one off: a debounced ask (the binder's full pass on any cache
+// change) waits out the hold, an ask for now (a bind request a VM start waits on) does not.
+TEST(PassScheduler, AFailedPassHoldsOffEveryAskButOneForNow) {
+  Fixture f;
+  std::vector<std::string> passes;
+  std::string kind = "failing";
+  PassScheduler* self = nullptr;
+  PassScheduler scheduler(f.loop, "pass", [&] {
+    passes.push_back(kind);
+    if (kind == "failing") {
+      f.loop.Post([&] { self->Finished(60s); });
+    } else {
+      self->Finished();
+      f.loop.Exit(0);
+    }
+    return true;
+  });
+  self = &scheduler;
+  scheduler.Ask(0ms);
+  Timer debounced = f.loop.AddTimer("debounced", [&] {
+    EXPECT_EQ(passes.size(), 1U);
+    EXPECT_TRUE(scheduler.Armed()) << "the retry";
+    kind = "debounced";
+    scheduler.Ask(10ms);  // held off: this alone would wait the minute out
+  });
+  debounced.Arm(100ms);
+  Timer now = f.loop.AddTimer("now", [&] {
+    EXPECT_EQ(passes.size(), 1U) << "a debounced ask ran inside the hold-off";
+    kind = "now";
+    scheduler.Ask(0ms);
+  });
+  now.Arm(400ms);
+  EXPECT_EQ(f.loop.Run(), 0) << "the ask for now waited out the hold-off too";
+  EXPECT_EQ(passes, (std::vector<std::string>{"failing", "now"}));
+}
+
+TEST(PassScheduler, NothingStartsAfterStop) {
+  Fixture f;
+  int passes = 0;
+  PassScheduler* self = nullptr;
+  PassScheduler scheduler(f.loop, "pass", [&] {
+    ++passes;
+    f.loop.Post([&] { self->Finished(); });
+    return true;
+  });
+  self = &scheduler;
+  scheduler.Ask(20ms);
+  scheduler.Stop();
+  scheduler.Ask(0ms);
+  EXPECT_FALSE(scheduler.Armed());
+  Timer end = f.loop.AddTimer("end", [&] { f.loop.Exit(0); });
+  end.Arm(150ms);
+  EXPECT_EQ(f.loop.Run(), 0);
+  EXPECT_EQ(passes, 0);
+}
+
+}  // namespace
+}  // namespace cozy::runtime
