@@ -2,8 +2,10 @@
 // program) over N nodes x 8 GPUs whose units are all held but R, then R orders with bind
 // requests written at once. Prints: the time from the requests written to all answered, answers
 // per second, API placement writes per bound device (goal: 1), writes in a quiet window (goal:
-// 0), and, as the peer measured in the same process, the model's pass over the same cluster
-// without any API (what the API, the caches and the process add is the ratio).
+// 0), and, as the peers measured in the same process, the model's pass over the same cluster
+// without any API (what the API, the caches and the process add is the ratio) and a bare loop
+// of status merge patches against the same API server, serial and on 8 connections (the
+// binder's answers per second as a ratio to what the API server can take, issue 26 §1).
 //
 //   bench_binder [nodes=5000] [requests=1000] [quiet-seconds=60]
 //
@@ -160,6 +162,36 @@ void ModelPeer(const json& all, double answerSeconds) {
   std::printf("answer time / model pass: %.0fx\n", answerSeconds / passes[2]);
 }
 
+// The physical limit (issue 26 §1): the same API server taking a bare loop of status merge
+// patches on the requests' devices (each answered by then), one after the other on one
+// connection (as the binder writes today) and spread over kBareConnections connections. The
+// binder's answers per second are printed as a ratio to each.
+constexpr int kBareConnections = 8;
+
+void BarePatchPeer(const cozy::kube::ClientConfig& config, int first, int requests,
+                   double answersPerSecond) {
+  auto patch = [&](int r, cozy::kube::Client& client, const char* run) {
+    const int i = first + r;
+    client.MergePatch(
+        cozy::kube::ResourcePath("gpu.cozystack.io", "v1alpha1", "gpudevices", DeviceNamespace(i),
+                                 "d" + std::to_string(i), "status"),
+        {{"status", {{"bindResponse", {{"message", std::string(run) + " bare patch"}}}}}});
+  };
+  auto rate = [&](int connections, const char* run) {
+    const auto start = Clock::now();
+    cozy::bench::Parallel(config, connections, requests,
+                          [&](int r, cozy::kube::Client& client) { patch(r, client, run); });
+    return requests / Seconds(Clock::now() - start);
+  };
+  const double serial = rate(1, "serial");
+  const double concurrent = rate(kBareConnections, "concurrent");
+  std::printf(
+      "bare status merge patches on the same API server: %.0f/s on 1 connection, %.0f/s on %d\n",
+      serial, concurrent, kBareConnections);
+  std::printf("binder answers / bare patches: %.2f of serial, %.2f of concurrent (goal 0.5)\n",
+              answersPerSecond / serial, answersPerSecond / concurrent);
+}
+
 // A self-signed serving pair for the webhooks, which serve with GPUs on (never called here).
 bool SelfSignedCertificate(const std::filesystem::path& dir) {
   const auto certificate = cozy::testing::RunCommand(
@@ -271,6 +303,8 @@ int RunFake(int nodes, int requests, int quietSeconds) {
               quietWrites);
   PrintControllerMetrics(port);
   cozy::testing::Finish(controller);
+  BarePatchPeer(cozy::kube::LoadKubeconfig(work / "kubeconfig"), held, requests,
+                (requests - left) / answerSeconds);
 
   for (int i = held; i < held + requests; ++i) {
     all.push_back(Device(i, "", "req-" + std::to_string(i)));
@@ -508,6 +542,7 @@ int RunReal(const cozy::bench::Mode& mode, int nodes, int requests, int quietSec
       quietSeconds, quietWrites, cozy::bench::Describe(quiet).c_str());
   PrintControllerMetrics(port);
   controller.Stop();
+  BarePatchPeer(config, held, requests, answered / answerSeconds);
 
   for (int i = held; i < held + requests; ++i) {
     all.push_back(Device(i, "", "req-" + std::to_string(i)));
