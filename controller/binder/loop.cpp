@@ -1,6 +1,5 @@
 #include "controller/binder/loop.h"
 
-#include <thread>
 #include <utility>
 
 #include "api/keys.h"
@@ -91,13 +90,16 @@ BinderLoop::PassResult BinderLoop::RunPass(bool answersOnly) {
                        LogFields{{"devices", std::to_string(listed.size())},
                                  {"cacheBehind", std::to_string(resyncMarked)}});
     }
-    // D3: the cache must show this binder's last writes; give the watch a moment, then read
-    // the devices it still shows stale past it.
+    // D3: the cache must show this binder's last writes; give the watch up to 200 ms, woken by
+    // each change the caches take (not a poll), then read the devices it still shows stale
+    // past it.
     std::vector<std::string> stale = binder_.StaleInCache(cachedDevices);
-    for (int i = 0; i < 10 && !stale.empty(); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    while (!stale.empty() && std::chrono::steady_clock::now() < until) {
+      const uint64_t seen = source_.Generation();  // before the read: a change after it wakes
       cachedDevices = source_.CachedDevices();
       stale = binder_.StaleInCache(cachedDevices);
+      if (!stale.empty()) source_.WaitForChange(seen, until);
     }
     const int readPast = binder_.ReadPast(cachedDevices, stale, snapshot.devices);
     const bool vmisKnown = source_.FillSnapshot(snapshot);

@@ -43,6 +43,10 @@ class BinderSource {
   // Binder worker: everything but the devices; returns whether the VMIs are known (their kind
   // served and its cache synced), which the pass needs to read an attachment (G7).
   virtual bool FillSnapshot(model::Snapshot& snapshot) const = 0;
+  // Any thread: a count of the caches' changes, and a wait until it moves past `seen` (or
+  // `until`): how a pass waits for the watch to deliver its own last writes (D3).
+  virtual uint64_t Generation() const = 0;
+  virtual void WaitForChange(uint64_t seen, std::chrono::steady_clock::time_point until) const = 0;
 };
 
 class BinderLoop {

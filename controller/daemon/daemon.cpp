@@ -404,7 +404,8 @@ class Controller : public webhook::ClusterSource, public BinderSource {
     return vmisKnown;
   }
 
-  // webhook::ClusterSource, on the webhook server's threads.
+  // webhook::ClusterSource, on the webhook server's threads (Generation and WaitForChange are
+  // BinderSource's too, on the binder's worker).
   bool Synced() const override { return Ready(); }
   uint64_t Generation() const override { return generation_.load(); }
   void WaitForChange(uint64_t seen, std::chrono::steady_clock::time_point until) const override {
