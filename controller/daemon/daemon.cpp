@@ -37,6 +37,7 @@
 #include "runtime/health_server.h"
 #include "runtime/log.h"
 #include "runtime/loop.h"
+#include "runtime/manager.h"
 #include "runtime/metrics.h"
 #include "runtime/pass_scheduler.h"
 #include "runtime/worker.h"
@@ -217,13 +218,17 @@ class Controller : public webhook::ClusterSource, public BinderSource {
     runtime::Signal term = loop_.AddSignal(SIGTERM, [this](const signalfd_siginfo&) { Stop(); });
     runtime::Signal interrupt =
         loop_.AddSignal(SIGINT, [this](const signalfd_siginfo&) { Stop(); });
-    if (options_.healthAddress != "off" && !health_.Start(options_.healthAddress)) {
-      throw std::runtime_error("--health-addr " + options_.healthAddress + ": " + health_.error());
-    }
-    classes_.SetOnChange([this] { Changed(); });
-    devices_.SetOnChange([this] { Changed(); });
-    gpuNodes_.SetOnChange([this] { Changed(); });
-    settings_.SetOnChange([this] { Changed(); });
+    // What runs, in the order it starts; it stops in the reverse (runtime::Manager). A watched
+    // kind is one Watch line; readiness is every cache that gates it synced.
+    manager_.Add(
+        "health",
+        [this] {
+          if (options_.healthAddress != "off" && !health_.Start(options_.healthAddress)) {
+            throw std::runtime_error("--health-addr " + options_.healthAddress + ": " +
+                                     health_.error());
+          }
+        },
+        [this] { health_.Stop(); });
     devices_.AddIndex("class", [](const api::GpuDevice& d) {
       return std::vector<std::string>{d.spec.className};
     });
@@ -243,22 +248,37 @@ class Controller : public webhook::ClusterSource, public BinderSource {
       return HasPendingRequest(d) ? std::vector<std::string>{"pending"}
                                   : std::vector<std::string>{};
     });
-    classes_.Start();
-    devices_.Start();
-    gpuNodes_.Start();
-    settings_.Start();
-    for (auto* cache : BinderCaches()) {
-      cache->SetOnChange([this] { Changed(); });
-    }
+    Watch(std::string(kGpuClasses.plural), classes_);
+    Watch(std::string(kGpuDevices.plural), devices_);
+    Watch(std::string(kGpuNodes.plural), gpuNodes_);
+    Watch("settings", settings_);
     if (namespaces_) {
-      namespaces_->Start();
-      quotas_->Start();
-      nodes_->Start();
-      pods_->Start();
+      // What the binder's model reads besides the GPU objects (with GPUs on).
+      Watch(std::string(kNamespaces.plural), *namespaces_);
+      Watch(std::string(kResourceQuotas.plural), *quotas_);
+      Watch(std::string(kNodes.plural), *nodes_);
+      Watch(std::string(kPods.plural), *pods_);
     }
-    discovery_.Start();
-    elector_->Start();
-    if (options_.enableGpu) StartWebhooks();
+    // The kinds that come and go start and stop with their kind being served (Tick); whatever
+    // runs at the end stops here. They never gate readiness (G4).
+    manager_.Add("optional caches", {}, [this] {
+      vmis_.Stop();
+      kubevirt_.Stop();
+      records_.Stop();
+      monitors_.Stop();
+    });
+    manager_.Add(
+        "discovery", [this] { discovery_.Start(); }, [this] { discovery_.Stop(); });
+    // Stopped by Stop(), before the loop ends: a leader releases the Lease (G8).
+    manager_.Add("leader election", [this] { elector_->Start(); }, {});
+    if (options_.enableGpu) {
+      manager_.Add(
+          "webhooks", [this] { StartWebhooks(); },
+          [this] {
+            if (webhookServer_) webhookServer_->Stop();
+          });
+    }
+    manager_.Start();
 
     reconcilePasses_ = std::make_unique<runtime::PassScheduler>(loop_, "reconcile",
                                                                 [this] { return StartPass(); });
@@ -273,23 +293,7 @@ class Controller : public webhook::ClusterSource, public BinderSource {
                       {"gpu", options_.enableGpu ? "enabled" : "disabled"},
                       {"health", options_.healthAddress}});
     const int code = loop_.Run();
-    if (webhookServer_) webhookServer_->Stop();
-    discovery_.Stop();
-    vmis_.Stop();
-    kubevirt_.Stop();
-    if (namespaces_) {
-      namespaces_->Stop();
-      quotas_->Stop();
-      nodes_->Stop();
-      pods_->Stop();
-    }
-    records_.Stop();
-    monitors_.Stop();
-    classes_.Stop();
-    devices_.Stop();
-    gpuNodes_.Stop();
-    settings_.Stop();
-    health_.Stop();
+    manager_.Stop();
     return code;
   }
 
@@ -351,25 +355,27 @@ class Controller : public webhook::ClusterSource, public BinderSource {
     if (reconcilePasses_) reconcilePasses_->Ask(std::chrono::milliseconds(50));
   }
 
+  // A cache of the manager's: its changes trigger passes and wake waiting webhooks; it gates
+  // readiness.
+  template <class Cache>
+  void Watch(const std::string& name, Cache& cache) {
+    cache.SetOnChange([this] { Changed(); });
+    runtime::Manager::Runnable runnable;
+    runnable.name = name;
+    runnable.start = [&cache] { cache.Start(); };
+    runnable.stop = [&cache] { cache.Stop(); };
+    runnable.synced = [&cache] { return cache.Synced(); };
+    runnable.gatesReadiness = true;
+    manager_.Add(std::move(runnable));
+  }
+
   bool CoreSynced() const {
     return classes_.Synced() && devices_.Synced() && gpuNodes_.Synced() && settings_.Synced();
   }
 
-  // The caches only the binder reads (none with GPUs off).
-  std::vector<kube::CacheBase*> BinderCaches() {
-    if (!namespaces_) return {};
-    return {namespaces_.get(), quotas_.get(), nodes_.get(), pods_.get()};
-  }
-
-  // Readiness: the caches that need no KubeVirt have listed (KubeVirt's never count, G4).
-  bool Ready() const {
-    if (!CoreSynced()) return false;
-    if (namespaces_ &&
-        !(namespaces_->Synced() && quotas_->Synced() && nodes_->Synced() && pods_->Synced())) {
-      return false;
-    }
-    return true;
-  }
+  // Readiness: everything the manager runs has started and the caches that need no KubeVirt
+  // have listed (KubeVirt's never count, G4).
+  bool Ready() const { return manager_.Ready(); }
 
   // BinderSource, for the binder's loop.
   bool BinderCachesSynced() const override { return Ready(); }
@@ -905,6 +911,7 @@ class Controller : public webhook::ClusterSource, public BinderSource {
   std::unique_ptr<BinderLoop> binder_;  // with --enable-gpu
   runtime::Worker worker_;
   runtime::HealthServer health_;
+  runtime::Manager manager_;  // what Run starts in order and stops in reverse
   std::unique_ptr<runtime::PassScheduler> reconcilePasses_;  // once the loop runs
   runtime::Timer resyncTimer_;
   std::map<std::string, std::string> cacheErrors_;  // the last error logged, by cache (loop)

@@ -1,0 +1,85 @@
+// The daemon's runnables (issue 25 §1): started in the order added and stopped in reverse, a
+// start that throws undoing what started before it, readiness derived from what gates it.
+#include "runtime/manager.h"
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace cozy::runtime {
+namespace {
+
+struct Recorder {
+  std::vector<std::string> calls;
+  Manager::Runnable Make(const std::string& name, bool gates = false, const bool* synced = nullptr,
+                         bool throwOnStart = false) {
+    Manager::Runnable runnable;
+    runnable.name = name;
+    runnable.start = [this, name, throwOnStart] {
+      if (throwOnStart) throw std::runtime_error(name + " cannot start");
+      calls.push_back("start " + name);
+    };
+    runnable.stop = [this, name] { calls.push_back("stop " + name); };
+    if (synced) runnable.synced = [synced] { return *synced; };
+    runnable.gatesReadiness = gates;
+    return runnable;
+  }
+};
+
+TEST(Manager, StartsInOrderAndStopsInReverseOnce) {
+  Recorder r;
+  Manager manager;
+  manager.Add(r.Make("health"));
+  manager.Add(r.Make("classes"));
+  manager.Add(
+      "webhooks", [&] { r.calls.push_back("start webhooks"); },
+      [&] { r.calls.push_back("stop webhooks"); });
+  manager.Start();
+  EXPECT_TRUE(manager.Ready()) << "nothing gates readiness: ready once all started";
+  manager.Stop();
+  manager.Stop();  // once
+  EXPECT_EQ(r.calls, (std::vector<std::string>{"start health", "start classes", "start webhooks",
+                                               "stop webhooks", "stop classes", "stop health"}));
+  EXPECT_EQ(manager.Names(), (std::vector<std::string>{"health", "classes", "webhooks"}));
+  EXPECT_THROW(manager.Add(r.Make("late")), std::logic_error);
+}
+
+TEST(Manager, AStartThatThrowsStopsWhatStartedBeforeItInReverse) {
+  Recorder r;
+  Manager manager;
+  manager.Add(r.Make("health"));
+  manager.Add(r.Make("classes"));
+  manager.Add(r.Make("webhooks", false, nullptr, /*throwOnStart=*/true));
+  manager.Add(r.Make("never"));
+  EXPECT_THROW(manager.Start(), std::runtime_error);
+  EXPECT_EQ(r.calls, (std::vector<std::string>{"start health", "start classes", "stop classes",
+                                               "stop health"}));
+  EXPECT_FALSE(manager.Ready());
+}
+
+TEST(Manager, ReadyOnceEveryRunnableThatGatesItHasStartedAndSynced) {
+  Recorder r;
+  Manager manager;
+  bool classesSynced = false;
+  bool podsSynced = false;
+  bool vmisSynced = false;
+  manager.Add(r.Make("classes", true, &classesSynced));
+  manager.Add(r.Make("pods", true, &podsSynced));
+  manager.Add(r.Make("vmis", false, &vmisSynced));  // KubeVirt's never gate readiness (G4)
+  manager.Add(r.Make("webhooks", true));            // no synced: ready once started
+  EXPECT_FALSE(manager.Ready()) << "nothing started";
+  EXPECT_EQ(manager.Waiting(), (std::vector<std::string>{"classes", "pods", "webhooks"}));
+  manager.Start();
+  EXPECT_EQ(manager.Waiting(), (std::vector<std::string>{"classes", "pods"}));
+  classesSynced = true;
+  EXPECT_FALSE(manager.Ready());
+  podsSynced = true;
+  EXPECT_TRUE(manager.Ready()) << "the VMI cache, unsynced, does not hold readiness";
+  manager.Stop();
+  EXPECT_FALSE(manager.Ready()) << "a stopped runnable is not ready";
+}
+
+}  // namespace
+}  // namespace cozy::runtime
