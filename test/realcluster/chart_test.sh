@@ -202,7 +202,7 @@ wait_until 60 curl -fsS "http://127.0.0.1:$health_port/readyz" ||
 pass "gpu-controller runs as the chart's service account (a TokenRequest token) and is ready"
 
 # A tenant namespace, labelled as the hoster labels every one (docs/install.md, "Tenant namespaces").
-kc create namespace tenant-a >/dev/null
+create_namespace tenant-a
 kc label namespace tenant-a gpu.cozystack.io/tenant-namespace=true >/dev/null
 cat >"$work/order.yaml" <<EOF
 apiVersion: gpu.cozystack.io/v1alpha1

@@ -117,8 +117,7 @@ expect_refused "a member of the agents' group without an agent's name is refused
 # --- a tenant ------------------------------------------------------------------------------
 # alice, in the group tenants; the chart's gpu-tenant ClusterRole bound in her namespace (orders)
 # and cluster-wide (the catalog), as docs/install.md recommends.
-kc create namespace tenant-a >/dev/null
-kc create namespace tenant-b >/dev/null
+create_namespace tenant-a tenant-b
 on_exit "kc delete namespace tenant-a tenant-b --wait=false"
 kc create rolebinding gpu-tenant -n tenant-a --clusterrole gpu-tenant --group tenants >/dev/null
 kc create clusterrolebinding gpu-tenant-catalog --clusterrole gpu-catalog-reader --group tenants >/dev/null

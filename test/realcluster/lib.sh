@@ -69,6 +69,16 @@ kc() {
   kubectl --kubeconfig "${KC_AS:-$admin_kubeconfig}" --cache-dir "$work/kube-cache" \
     --request-timeout=20s "$@"
 }
+# create_namespace NAME...: each namespace, new. The tests share one cluster and delete their
+# namespaces without waiting (--wait=false), so one of the same name may still be terminating
+# (kube-controller-manager empties it first): wait for it to go, then create.
+create_namespace() {
+  local ns
+  for ns in "$@"; do
+    kc wait --for=delete "namespace/$ns" --timeout=120s >/dev/null 2>&1 || true
+    kc create namespace "$ns" >/dev/null
+  done
+}
 # as KUBECONFIG COMMAND...: COMMAND (kc ...) as that kubeconfig's user.
 as() {
   local kc_file=$1
