@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <utility>
 
 namespace cozy::kube {
 
@@ -21,6 +23,53 @@ Duration Backoff::Next() {
 void Backoff::Reset() {
   current_ = policy_.initial;
   failures_ = 0;
+}
+
+KeyedBackoff::KeyedBackoff(BackoffPolicy policy, RandomSource random)
+    : policy_(policy), random_(std::move(random)) {}
+
+TimePoint KeyedBackoff::Failed(const std::string& key, TimePoint now, const std::string& version) {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) {
+    it = entries_.emplace(key, Entry{Backoff(policy_, random_), now, version}).first;
+  }
+  it->second.retryAt = now + it->second.backoff.Next();
+  it->second.version = version;
+  return it->second.retryAt;
+}
+
+void KeyedBackoff::Succeeded(const std::string& key) { entries_.erase(key); }
+
+bool KeyedBackoff::HeldOff(const std::string& key, TimePoint now,
+                           const std::string& version) const {
+  auto it = entries_.find(key);
+  if (it == entries_.end() || now >= it->second.retryAt) return false;
+  return it->second.version.empty() || it->second.version == version;
+}
+
+std::optional<TimePoint> KeyedBackoff::NextRetry(TimePoint now) const {
+  std::optional<TimePoint> next;
+  for (const auto& [key, entry] : entries_) {
+    if (entry.retryAt > now && (!next || entry.retryAt < *next)) next = entry.retryAt;
+  }
+  return next;
+}
+
+void KeyedBackoff::Prune(TimePoint now) {
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    it = now - it->second.retryAt > policy_.cap ? entries_.erase(it) : std::next(it);
+  }
+}
+
+int KeyedBackoff::Failures(const std::string& key) const {
+  auto it = entries_.find(key);
+  return it == entries_.end() ? 0 : it->second.backoff.Failures();
+}
+
+size_t KeyedBackoff::HeldCount(TimePoint now) const {
+  size_t held = 0;
+  for (const auto& [key, entry] : entries_) held += entry.retryAt > now ? 1U : 0U;
+  return held;
 }
 
 RateLimiter::RateLimiter(double qps, int burst, TimeSource& time)

@@ -2,7 +2,10 @@
 // jitter, and a client-side token-bucket rate limit (client-go's defaults, research §3).
 #pragma once
 
+#include <map>
 #include <mutex>
+#include <optional>
+#include <string>
 
 #include "kube/clock.h"
 
@@ -31,6 +34,48 @@ class Backoff {
   RandomSource random_;
   Duration current_;
   int failures_ = 0;
+};
+
+// Per-object backoff: the rate limiter of client-go's work queue
+// (ItemExponentialFailureRateLimiter), for a pass that writes many objects. Each key that fails
+// waits a delay of its own that grows with its failures in a row; a success forgets it; one
+// failing object never holds back the others, and the rest of a pass goes on without it.
+//
+// A failure may name the version it was tried from (a 409: the write was planned from a stale
+// read). The key is then held off only while it is planned from that same version: once the
+// cache shows a newer one, the write goes at once.
+//
+// Not thread-safe: one pass at a time owns it (the reconciler's worker).
+class KeyedBackoff {
+ public:
+  explicit KeyedBackoff(BackoffPolicy policy, RandomSource random = DefaultRandomSource());
+
+  // `key` failed at `now` (tried from `version`; "" holds it off whatever it is planned from).
+  // Returns when it may be tried again.
+  TimePoint Failed(const std::string& key, TimePoint now, const std::string& version = "");
+  // `key` was written: its next failure starts over at the initial delay.
+  void Succeeded(const std::string& key);
+  // Whether a write of `key`, planned from `version`, waits at `now`.
+  bool HeldOff(const std::string& key, TimePoint now, const std::string& version = "") const;
+  // The earliest instant a key held off now may be tried again (none: nothing is held off).
+  std::optional<TimePoint> NextRetry(TimePoint now) const;
+  // Forgets keys that have not failed for a whole cap past their retry (an object deleted, or
+  // one no pass plans any more), so the map does not grow with every object that ever failed.
+  void Prune(TimePoint now);
+
+  int Failures(const std::string& key) const;
+  size_t HeldCount(TimePoint now) const;  // keys held off at `now`
+  size_t Size() const { return entries_.size(); }
+
+ private:
+  struct Entry {
+    Backoff backoff;
+    TimePoint retryAt;
+    std::string version;  // "" : held off whatever version is planned
+  };
+  BackoffPolicy policy_;
+  RandomSource random_;
+  std::map<std::string, Entry> entries_;
 };
 
 // Token bucket: `qps` tokens a second, at most `burst` saved up. Acquire() waits (through the

@@ -612,13 +612,20 @@ class Controller : public webhook::ClusterSource, public BinderSource {
       writes_[key] += count;
     }
     conflicts_ += result.counts.conflicts;
-    queueDepth_ = result.counts.failed;
+    queueDepth_ = result.counts.failed + result.counts.heldOff;
+    backingOff_ = static_cast<double>(result.counts.backingOff);
     waiting_ = result.waiting;
-    // Again soon after a failed write (the cache moves on a conflict, a 5xx does not), at the
-    // next grace deadline, and at the resync otherwise.
+    // Again when the first object that failed a write may be tried again (its own backoff,
+    // issue 25 §3: one failing object does not rerun the whole pass every second), a second
+    // after a pass that could not plan, at the next grace deadline, and at the resync otherwise.
     auto next = std::chrono::duration_cast<std::chrono::milliseconds>(options_.resync);
-    if (result.counts.failed > 0 || !result.error.empty()) {
+    if (!result.error.empty()) {
       next = std::min(next, std::chrono::milliseconds(1000));
+    }
+    if (result.counts.retryAt) {
+      const auto until = std::chrono::duration_cast<std::chrono::milliseconds>(
+          *result.counts.retryAt - std::chrono::steady_clock::now());
+      next = std::min(next, std::max(until, std::chrono::milliseconds(10)));
     }
     if (result.wakeAt) {
       const auto until = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -752,6 +759,10 @@ class Controller : public webhook::ClusterSource, public BinderSource {
     out.Family("gpu_controller_queue_depth", "gauge",
                "Writes the last pass planned and could not make; the next pass retries them.");
     out.Sample("gpu_controller_queue_depth", "", queueDepth_);
+    out.Family("gpu_controller_write_backoff_objects", "gauge",
+               "Objects whose last write failed, held off for a delay of their own "
+               "(1 s doubling to 1 min); the rest of each pass writes on.");
+    out.Sample("gpu_controller_write_backoff_objects", "", backingOff_);
     out.Family("gpu_controller_waiting", "gauge", "Objects waiting, by what they wait for.");
     out.Sample("gpu_controller_waiting", runtime::Label("for", "vmi-in-use"),
                waiting_.devicesInUse);
@@ -925,6 +936,7 @@ class Controller : public webhook::ClusterSource, public BinderSource {
   std::map<std::pair<std::string, std::string>, int64_t> writes_;
   int64_t conflicts_ = 0;
   int queueDepth_ = 0;
+  double backingOff_ = 0;  // objects held off after the last pass
   Waiting waiting_;
 };
 

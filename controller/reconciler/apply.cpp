@@ -55,10 +55,11 @@ std::string ActionPath(const Action& action, bool status) {
 }
 
 Applier::Applier(kube::Client& client, const std::atomic<bool>& leading,
-                 kube::DeadlineSource leadingUntil)
+                 kube::DeadlineSource leadingUntil, kube::BackoffPolicy retry)
     : client_(client),
       leading_(leading),
-      deadline_(kube::LeaderDeadline(leading, std::move(leadingUntil))) {}
+      deadline_(kube::LeaderDeadline(leading, std::move(leadingUntil))),
+      backoff_(retry) {}
 
 ApplyCounts Applier::Apply(const std::vector<Action>& actions,
                            std::chrono::steady_clock::time_point now) {
@@ -66,12 +67,18 @@ ApplyCounts Applier::Apply(const std::vector<Action>& actions,
   for (auto it = memo_.begin(); it != memo_.end();) {
     it = now - it->second.at > kMemoLife ? memo_.erase(it) : std::next(it);
   }
+  backoff_.Prune(now);
   for (const Action& action : actions) {
     const std::string key = action.Key();
     const std::string kind(TargetKind(action.kind));
     auto memo = memo_.find(key);
     if (memo != memo_.end() && memo->second.resourceVersion == action.resourceVersion) {
       ++counts.writes[{kind, "skipped"}];  // written from this version already; awaiting the watch
+      continue;
+    }
+    if (backoff_.HeldOff(key, now, action.resourceVersion)) {
+      ++counts.heldOff;
+      ++counts.writes[{kind, "backoff"}];  // failed lately: tried again once its delay is over
       continue;
     }
     if (!leading_.load()) {
@@ -81,6 +88,7 @@ ApplyCounts Applier::Apply(const std::vector<Action>& actions,
     std::string result = "ok";
     try {
       ApplyOne(action);
+      backoff_.Succeeded(key);
       memo_[key] = Memo{action.resourceVersion, now};
       runtime::LogInfo("reconciled", LogFields{{"action", std::string(ToString(action.kind))},
                                                {"object", key},
@@ -90,30 +98,40 @@ ApplyCounts Applier::Apply(const std::vector<Action>& actions,
       switch (error.kind()) {
         case kube::ErrorKind::kConflict:
           // Stale read, or someone else wrote first: the next pass reads again.
+          // Held off while the plan reads this version; a newer one in the cache goes at once.
           result = "conflict";
           ++counts.conflicts;
+          backoff_.Failed(key, now, action.resourceVersion);
           break;
         case kube::ErrorKind::kNotFound:
           result = "gone";  // deleted since the cache saw it: nothing left to do
+          backoff_.Succeeded(key);
           memo_[key] = Memo{action.resourceVersion, now};
           break;
         case kube::ErrorKind::kForbidden:
           result = "forbidden";  // e.g. a namespace being terminated refuses creates
+          backoff_.Succeeded(key);
           memo_[key] = Memo{action.resourceVersion, now};
           break;
         default:
-          result = "error";
+          result = "error";  // this object waits its backoff; the rest of the pass goes on
+          backoff_.Failed(key, now);
           break;
       }
       auto level = result == "error" ? runtime::LogLevel::kWarning : runtime::LogLevel::kDebug;
-      runtime::Logger::Get().Write(level, "reconcile write failed",
-                                   LogFields{{"action", std::string(ToString(action.kind))},
-                                             {"object", key},
-                                             {"result", result},
-                                             {"error", error.what()}});
+      LogFields fields{{"action", std::string(ToString(action.kind))},
+                       {"object", key},
+                       {"result", result},
+                       {"error", error.what()}};
+      if (const int failures = backoff_.Failures(key); failures > 0) {
+        fields.emplace_back("failuresInARow", std::to_string(failures));
+      }
+      runtime::Logger::Get().Write(level, "reconcile write failed", std::move(fields));
     }
     ++counts.writes[{kind, result}];
   }
+  counts.retryAt = backoff_.NextRetry(now);
+  counts.backingOff = backoff_.HeldCount(now);
   return counts;
 }
 

@@ -92,6 +92,59 @@ TEST_F(ControllerEndToEnd, G1_HealthAndTheReconcilersMetricsWithGpusOff) {
   }));
 }
 
+// Issue 25 §3, G1: a class whose finalizer write the API server keeps refusing (422 for it
+// alone, as a policy that denies it would; a 422 is not retried by the client, so each request
+// is one try of the reconciler's) backs off by itself, each try at least twice as long after the
+// one before (1 s, 2 s, 4 s), while the other class gets its finalizer; once the server takes the
+// write, the pass the backoff asked for makes it, with nothing else changing in the cluster.
+TEST_F(ControllerEndToEnd, G1_AWriteThatKeepsFailingBacksOffItsObjectAloneAndLandsWhenItCan) {
+  Apply(Class("a100"));
+  Apply(Class("h100"));
+  const std::string failing = "/apis/gpu.cozystack.io/v1alpha1/gpuclasses/a100";
+  fake::Fault refused = fake::Fault::Answer(422, -1, "PATCH");
+  refused.pathPrefix = failing;
+  Fake().AddFault(refused);
+  StartReplica("replica-a");
+  ASSERT_TRUE(WaitFor([&] {
+    return HasFinalizer(Get("gpuclass h100"), "gpu.cozystack.io/class-protection");
+  })) << Logs();
+  auto attempts = [&] {
+    std::vector<std::chrono::steady_clock::time_point> at;
+    for (const auto& request : Requests()) {
+      if (request.method == "PATCH" && request.path == failing) at.push_back(request.received);
+    }
+    return at;
+  };
+  ASSERT_TRUE(WaitFor([&] { return attempts().size() >= 3; }, 20s)) << Logs();
+  const auto tries = attempts();
+  for (size_t i = 1; i < tries.size(); ++i) {
+    // The delay before try i+1 is 2^(i-1) s; a slow machine only makes it longer.
+    const auto least = std::chrono::milliseconds(1000 << (i - 1)) - 100ms;
+    EXPECT_GE(tries[i] - tries[i - 1], least)
+        << "try " << i + 1 << " came "
+        << std::chrono::duration_cast<std::chrono::milliseconds>(tries[i] - tries[i - 1]).count()
+        << " ms after the one before";
+  }
+  std::string metrics;
+  ASSERT_TRUE(WaitFor([&] {
+    metrics = Metrics("replica-a");
+    return metrics.find("gpu_controller_write_backoff_objects 1\n") != std::string::npos;
+  })) << metrics;
+  EXPECT_NE(metrics.find("gpu_controller_writes_total{kind=\"GPUClass\",result=\"error\"}"),
+            std::string::npos)
+      << metrics;
+  EXPECT_FALSE(HasFinalizer(Get("gpuclass a100"), "gpu.cozystack.io/class-protection"));
+
+  Fake().ClearFaults();
+  ASSERT_TRUE(WaitFor(
+      [&] { return HasFinalizer(Get("gpuclass a100"), "gpu.cozystack.io/class-protection"); }, 20s))
+      << Logs();
+  EXPECT_TRUE(WaitFor([&] {
+    return Metrics("replica-a").find("gpu_controller_write_backoff_objects 0\n") !=
+           std::string::npos;
+  }));
+}
+
 TEST_F(ControllerEndToEnd, G9_ANonPositiveAttachmentGraceIsRefused) {
   for (const std::string grace : {"0s", "-1s", "0"}) {
     const auto result = testing::RunCommand(std::string(GPU_CONTROLLER) + " run --kubeconfig " +

@@ -186,6 +186,53 @@ TEST(Backoff, ExponentialCappedAndJittered) {
   EXPECT_EQ(jittered.Next(), 1500ms);  // stretched into [d, 2d)
 }
 
+// Issue 25 §3: one object's failures back off that object alone, growing while they last.
+TEST(KeyedBackoff, EachKeyWaitsItsOwnGrowingDelayAndASuccessStartsItOver) {
+  KeyedBackoff backoff({1s, 4s, 2.0, 0.0});
+  const TimePoint t0{std::chrono::hours(1)};
+  EXPECT_FALSE(backoff.HeldOff("a", t0));
+  EXPECT_EQ(backoff.NextRetry(t0), std::nullopt);
+  EXPECT_EQ(backoff.Failed("a", t0), t0 + 1s);
+  EXPECT_TRUE(backoff.HeldOff("a", t0 + 999ms));
+  EXPECT_FALSE(backoff.HeldOff("b", t0 + 999ms)) << "another key is not held back";
+  EXPECT_FALSE(backoff.HeldOff("a", t0 + 1s));
+  EXPECT_EQ(backoff.Failed("a", t0 + 1s), t0 + 3s);
+  EXPECT_EQ(backoff.Failed("a", t0 + 3s), t0 + 7s);
+  EXPECT_EQ(backoff.Failed("a", t0 + 7s), t0 + 11s) << "capped at 4 s";
+  EXPECT_EQ(backoff.Failures("a"), 4);
+  EXPECT_EQ(backoff.Failed("b", t0 + 7s), t0 + 8s) << "b starts at the initial delay";
+  EXPECT_EQ(backoff.NextRetry(t0 + 7s), t0 + 8s);
+  EXPECT_EQ(backoff.HeldCount(t0 + 7s), 2u);
+  EXPECT_EQ(backoff.HeldCount(t0 + 9s), 1u);
+  backoff.Succeeded("a");
+  EXPECT_FALSE(backoff.HeldOff("a", t0 + 8s));
+  EXPECT_EQ(backoff.Failures("a"), 0);
+  EXPECT_EQ(backoff.Failed("a", t0 + 8s), t0 + 9s) << "a success starts it over";
+}
+
+TEST(KeyedBackoff, AFailureFromAVersionHoldsOnlyThatVersion) {
+  KeyedBackoff backoff({1s, 4s, 2.0, 0.0});
+  const TimePoint t0{std::chrono::hours(1)};
+  backoff.Failed("a", t0, "41");  // a 409: planned from a stale read
+  EXPECT_TRUE(backoff.HeldOff("a", t0 + 500ms, "41"));
+  EXPECT_FALSE(backoff.HeldOff("a", t0 + 500ms, "42")) << "the cache moved on: write at once";
+  backoff.Failed("a", t0, "");  // any other failure holds every version
+  EXPECT_TRUE(backoff.HeldOff("a", t0 + 500ms, "42"));
+}
+
+TEST(KeyedBackoff, PruneForgetsKeysQuietForACapPastTheirRetry) {
+  KeyedBackoff backoff({1s, 4s, 2.0, 0.0});
+  const TimePoint t0{std::chrono::hours(1)};
+  backoff.Failed("gone", t0);          // retry at t0+1s; forgotten after t0+5s
+  backoff.Failed("failing", t0 + 4s);  // retry at t0+5s
+  backoff.Prune(t0 + 5s);
+  EXPECT_EQ(backoff.Size(), 2u) << "a cap past its retry is not yet over";
+  backoff.Prune(t0 + 5s + 1ms);
+  EXPECT_EQ(backoff.Size(), 1u);
+  EXPECT_EQ(backoff.Failures("gone"), 0);
+  EXPECT_EQ(backoff.Failures("failing"), 1);
+}
+
 TEST(RateLimiter, BurstThenQps) {
   FakeTimeSource time;
   RateLimiter limiter(2.0, 3, time);
