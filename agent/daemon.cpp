@@ -74,9 +74,11 @@ bool Daemon::SetUp() {
       LogInfo("SIGHUP: rescanning");
       RefreshAll("SIGHUP", true);
     });
-    debounce_ = loop_.AddTimer("debounce", [this] {
+    // The pass runs on the loop thread and is over when it returns: nothing stays running.
+    rescans_ = std::make_unique<runtime::PassScheduler>(loop_, "debounce", [this] {
       ++debouncedRescans_;
       Pass();
+      return false;
     });
     mdevRetry_ = loop_.AddTimer("mdev link retry", [this] { Pass(); });
     resync_ = loop_.AddTimer("resync", [this] {
@@ -94,10 +96,8 @@ bool Daemon::SetUp() {
     startup_ = loop_.AddTimer("startup wait", [this] {
       if (!started_) {
         std::string waiting;
-        for (const Source* source : sources_) {
-          if (!source->Settled()) {
-            waiting += (waiting.empty() ? "" : ",") + std::string(source->Name());
-          }
+        for (const std::string& name : manager_.Waiting()) {
+          waiting += (waiting.empty() ? "" : ",") + name;
         }
         LogWarning("first pass without every source's first answer", {{"waiting", waiting}});
         Pass();
@@ -152,9 +152,22 @@ int Daemon::Run() {
                                  {"sysfsRoot", options_.scan.root},
                                  {"podResources", options_.podResources.endpoint}});
   for (Source* source : sources_) {
-    source->Start(loop_, [this, source](std::string_view reason, bool debounce) {
-      OnSourceChanged(source, reason, debounce);
-    });
+    runtime::Manager::Runnable runnable;
+    runnable.name = std::string(source->Name());
+    runnable.start = [this, source] {
+      source->Start(loop_, [this, source](std::string_view reason, bool debounce) {
+        OnSourceChanged(source, reason, debounce);
+      });
+    };
+    runnable.synced = [source] { return source->Settled(); };
+    runnable.gatesReadiness = true;  // the first pass waits for it (up to --startup-wait)
+    manager_.Add(std::move(runnable));
+  }
+  try {
+    manager_.Start();
+  } catch (const std::exception& error) {
+    LogError("cannot start the agent's sources", {{"reason", error.what()}});
+    return 1;
   }
   startup_.Arm(options_.startupWait);
   OnSourceChanged(nullptr, "start", false);  // runs the first pass now when every source is settled
@@ -162,6 +175,8 @@ int Daemon::Run() {
   heartbeat_.Arm(std::chrono::seconds(1));
   health_.Heartbeat();
   const int result = loop_.Run();
+  rescans_->Stop();
+  manager_.Stop();
   runtime::Notify("STOPPING=1");
   LogInfo("gpu-agent stopped");
   return result;
@@ -195,10 +210,8 @@ void Daemon::PostPodPhases(PodPhases phases) {
 
 void Daemon::OnSourceChanged(const Source* source, std::string_view reason, bool debounce) {
   if (!started_) {
-    for (const Source* each : sources_) {
-      if (!each->Settled()) {
-        return;  // the startup timer runs the first pass at the latest
-      }
+    if (!manager_.Ready()) {
+      return;  // the startup timer runs the first pass at the latest
     }
     Pass();
     return;
@@ -210,10 +223,10 @@ void Daemon::OnSourceChanged(const Source* source, std::string_view reason, bool
   if (debounce) {
     // The first event arms the timer and later ones ride on it: a burst costs one pass per
     // window, and a steady stream cannot postpone it forever.
-    if (!debounce_.Armed()) {
+    if (!rescans_->Armed()) {
       LogDebug("rescan requested", {{"reason", std::string(reason)}});
-      debounce_.Arm(options_.debounce);
     }
+    rescans_->Ask(options_.debounce);  // rides on an armed pass, never pushes it back
     return;
   }
   Pass();

@@ -1,9 +1,13 @@
 // The gpu-agent daemon: one runtime::Loop whose inputs are sources (agent/sources): device
 // events, kubelet's pod-resources, the node's pods and the publisher. When any of them says its
 // input changed, the daemon runs the scan pass (agent/status/scan_pass.h, the same one `scan`
-// runs) and offers the status to the publisher when it changed. Timers: the debounce, the mdev
-// link retry, the slow resync and the health heartbeat; signals: SIGTERM/SIGINT stop, SIGHUP
-// rescans; D-Bus (agent/dbus) serves the inventory from the same loop.
+// runs) and offers the status to the publisher when it changed. The sources are the runnables
+// of a runtime::Manager, as the controller's caches are: started in order, and the first pass
+// waits until the manager reports them all synced (each source's first answer). A burst of
+// device events is one pass through runtime::PassScheduler, the debounced single-flight runner
+// the controller's reconciler and binder use. Timers: the mdev link retry, the slow resync and
+// the health heartbeat; signals: SIGTERM/SIGINT stop, SIGHUP rescans; D-Bus (agent/dbus)
+// serves the inventory from the same loop.
 #pragma once
 
 #include <chrono>
@@ -26,6 +30,8 @@
 #include "podresources/client.h"
 #include "runtime/health_server.h"
 #include "runtime/loop.h"
+#include "runtime/manager.h"
+#include "runtime/pass_scheduler.h"
 #include "sysfs/scanner.h"
 
 namespace cozy::agent {
@@ -106,11 +112,12 @@ class Daemon {
   std::unique_ptr<PodWatch> podWatch_;
   std::unique_ptr<PublishSource> publisher_;
   std::vector<Source*> sources_;
+  runtime::Manager manager_;  // the sources, in order; synced: each has its first answer
 
   runtime::Signal sigterm_;
   runtime::Signal sigint_;
   runtime::Signal sighup_;
-  runtime::Timer debounce_;
+  std::unique_ptr<runtime::PassScheduler> rescans_;  // debounced passes (device events)
   runtime::Timer mdevRetry_;
   runtime::Timer resync_;
   runtime::Timer heartbeat_;

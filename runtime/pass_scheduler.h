@@ -1,6 +1,6 @@
 // One pass at a time, asked for from the loop thread: the debounced single-flight runner the
 // controller's reconciler and its binder both run their passes through (issue 25 §3), written
-// once instead of once in each.
+// once instead of once in each; the agent's debounced rescans too.
 //
 // An ask names how soon the pass must start. Asks while one is armed collapse into it, and a
 // sooner ask pulls it forward (a later one never pushes it back). An ask while a pass runs is
@@ -9,6 +9,8 @@
 // now (0: a tenant waits on the answer) starts one sooner.
 // The pass itself is the owner's: `start` runs on the loop thread when one is due, starts it
 // (on a worker of the owner's) and says whether it did; its end comes back through Finished().
+// A pass that runs on the loop thread inside `start` (the agent's scan pass) is over when
+// `start` returns, which then returns false: nothing is left running, and no Finished() follows.
 #pragma once
 
 #include <chrono>
@@ -22,8 +24,9 @@ namespace cozy::runtime {
 
 class PassScheduler {
  public:
-  // `start` returns false when no pass can run now (not leading, caches not synced): what makes
-  // one runnable again asks again.
+  // `start` returns whether a pass is left running: false when no pass can run now (not
+  // leading, caches not synced; what makes one runnable again asks again) and when it ran to its
+  // end on the loop thread.
   PassScheduler(Loop& loop, const std::string& name, std::function<bool()> start);
   PassScheduler(const PassScheduler&) = delete;
   PassScheduler& operator=(const PassScheduler&) = delete;

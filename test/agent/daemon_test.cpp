@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -82,7 +83,8 @@ class DaemonTest : public ::testing::Test {
   // With udevSource set, pod-resources is read only at start, so every later rescan is the
   // device events' doing.
   void Start(const testing::FixtureHost& host, const std::string& udevSource = "off",
-             const std::string& healthAddress = "off") {
+             const std::string& healthAddress = "off",
+             const std::function<void(DaemonOptions&)>& tweak = nullptr) {
     DaemonOptions options;
     options.nodeName = "gpu-node-1";
     options.scan.root = host.root().string();
@@ -101,6 +103,7 @@ class DaemonTest : public ::testing::Test {
       options.podResourcesSchedule.firstBackoff = 1h;
       options.podResourcesSchedule.maxBackoff = 1h;
     }
+    if (tweak) tweak(options);
     daemon_ =
         std::make_unique<Daemon>(std::move(options), std::make_unique<RecordingPublisher>(shared_));
     thread_ = std::thread([this] { exitCode_ = daemon_->Run(); });
@@ -170,6 +173,36 @@ TEST_F(DaemonTest, FirstPassPublishesOnceAndASteadyStateWritesNothing) {
   EXPECT_GE(kubelet_.Calls().list, 3);
   Stop();
   EXPECT_EQ(exitCode_, 0);
+}
+
+// The sources are the runnables of a runtime::Manager (issue 25 §1): a kubelet slower than the
+// startup wait leaves pod-resources unsynced, the first pass goes ahead at the deadline naming
+// what the manager still waits for, and kubelet's answer when it comes is one more publish.
+TEST_F(DaemonTest, AFirstPassAtTheStartupDeadlineNamesTheSourceStillAwaited) {
+  const testing::FixtureHost host("a100-vfio");
+  fakes::Scenario slow = A100Scenario(false);
+  slow.delay = 1500ms;
+  kubelet_.Start((socketDir_.path() / "kubelet.sock").string(), slow);
+  Start(host, "off", "off", [](DaemonOptions& options) {
+    options.startupWait = 200ms;
+    options.podResources.callTimeout = 5s;
+  });
+  const auto first = WaitForPublishes(1);
+  ASSERT_EQ(first.size(), 1U);
+  EXPECT_FALSE(first[0].contains("resourceNames") && !first[0]["resourceNames"].empty())
+      << "published before kubelet answered: " << first[0].dump();
+  const auto both = WaitForPublishes(2);
+  ASSERT_EQ(both.size(), 2U);
+  EXPECT_EQ(both[1]["resourceNames"], nlohmann::json::array({"nvidia.com/A100"}));
+  Stop();
+  bool named = false;
+  for (const std::string& line : logLines_) {
+    if (line.find("first pass without every source's first answer") != std::string::npos) {
+      named = line.find("waiting=pod-resources") != std::string::npos &&
+              line.find("device events") == std::string::npos;
+    }
+  }
+  EXPECT_TRUE(named) << ::testing::PrintToString(logLines_);
 }
 
 TEST_F(DaemonTest, KubeletAnswerChangesArePublishedOnce) {
