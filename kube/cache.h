@@ -42,12 +42,17 @@ JsonIndexFunc FieldIndex(const std::string& jsonPointer);  // a string field, "/
 JsonIndexFunc LabelIndex(const std::string& label);        // a label's value
 JsonIndexFunc AnnotationIndex(const std::string& annotation);
 
-// What a daemon needs of any cache, whatever its type: to hear of changes and to know it synced.
+// What a daemon needs of any cache, whatever its type: to hear of changes, to know it synced,
+// and what it exports and logs (its size, list/watch failures, objects that did not decode).
 class CacheBase {
  public:
   virtual ~CacheBase() = default;
   virtual void SetOnChange(std::function<void()> onChange) = 0;
   virtual bool Synced() const = 0;
+  virtual size_t Size() const = 0;
+  virtual InformerStats Stats() const = 0;
+  virtual std::string LastError() const = 0;
+  virtual int DecodeFailures() const = 0;
 };
 
 template <class T>
@@ -115,7 +120,7 @@ class Cache : public CacheBase {
     for (const auto& [key, entry] : state_->objects) all.push_back(entry.object);
     return all;
   }
-  size_t Size() const {
+  size_t Size() const override {
     ReadLock lock(*this);
     return state_->objects.size();
   }
@@ -154,15 +159,15 @@ class Cache : public CacheBase {
     return read(View{this});
   }
 
-  InformerStats Stats() const {
+  InformerStats Stats() const override {
     std::lock_guard lock(infoMutex_);
     return stats_;
   }
-  std::string LastError() const {
+  std::string LastError() const override {
     std::lock_guard lock(infoMutex_);
     return lastError_;
   }
-  int DecodeFailures() const { return decodeFailures_.load(); }
+  int DecodeFailures() const override { return decodeFailures_.load(); }
 
  private:
   struct Entry {

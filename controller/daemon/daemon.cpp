@@ -5,6 +5,7 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <condition_variable>
@@ -248,10 +249,11 @@ class Controller : public webhook::ClusterSource, public BinderSource {
       return HasPendingRequest(d) ? std::vector<std::string>{"pending"}
                                   : std::vector<std::string>{};
     });
-    Watch(std::string(kGpuClasses.plural), classes_);
-    Watch(std::string(kGpuDevices.plural), devices_);
-    Watch(std::string(kGpuNodes.plural), gpuNodes_);
-    Watch("settings", settings_);
+    // What the reconciler reads: its passes wait for these to sync.
+    Watch(std::string(kGpuClasses.plural), classes_, Reader::kReconciler);
+    Watch(std::string(kGpuDevices.plural), devices_, Reader::kReconciler);
+    Watch(std::string(kGpuNodes.plural), gpuNodes_, Reader::kReconciler);
+    Watch("settings", settings_, Reader::kReconciler);
     if (namespaces_) {
       // What the binder's model reads besides the GPU objects (with GPUs on).
       Watch(std::string(kNamespaces.plural), *namespaces_);
@@ -355,10 +357,13 @@ class Controller : public webhook::ClusterSource, public BinderSource {
     if (reconcilePasses_) reconcilePasses_->Ask(std::chrono::milliseconds(50));
   }
 
+  // Who besides readiness waits for a watched cache to sync.
+  enum class Reader { kAny, kReconciler };
+
   // A cache of the manager's: its changes trigger passes and wake waiting webhooks; it gates
-  // readiness.
+  // readiness; its metrics and list/watch errors are exported and logged under `name`.
   template <class Cache>
-  void Watch(const std::string& name, Cache& cache) {
+  void Watch(const std::string& name, Cache& cache, Reader reader = Reader::kAny) {
     cache.SetOnChange([this] { Changed(); });
     runtime::Manager::Runnable runnable;
     runnable.name = name;
@@ -367,10 +372,14 @@ class Controller : public webhook::ClusterSource, public BinderSource {
     runnable.synced = [&cache] { return cache.Synced(); };
     runnable.gatesReadiness = true;
     manager_.Add(std::move(runnable));
+    watched_.emplace_back(name, &cache);
+    if (reader == Reader::kReconciler) reconcilerReads_.push_back(&cache);
   }
 
-  bool CoreSynced() const {
-    return classes_.Synced() && devices_.Synced() && gpuNodes_.Synced() && settings_.Synced();
+  // Whether every cache the reconciler reads has listed.
+  bool ReconcilerCachesSynced() const {
+    return std::all_of(reconcilerReads_.begin(), reconcilerReads_.end(),
+                       [](const kube::CacheBase* cache) { return cache->Synced(); });
   }
 
   // Readiness: everything the manager runs has started and the caches that need no KubeVirt
@@ -462,7 +471,7 @@ class Controller : public webhook::ClusterSource, public BinderSource {
 
   // Loop thread, from the pass scheduler: whether a pass started.
   bool StartPass() {
-    if (stopping_ || !leading_ || !CoreSynced()) {
+    if (stopping_ || !leading_ || !ReconcilerCachesSynced()) {
       return false;  // leading and syncing both trigger again
     }
     worker_.Run([this] {
@@ -678,19 +687,11 @@ class Controller : public webhook::ClusterSource, public BinderSource {
     tick_.Arm(std::chrono::seconds(1));
   }
 
-  // Every cache that exists now (the optional ones while their kinds are served), by name.
+  // Every cache that exists now, by name: the watched ones (Watch), then the optional ones
+  // while their kinds are served.
   template <class Visit>
   void ForEachCache(Visit&& visit) const {
-    visit(std::string(kGpuClasses.plural), classes_);
-    visit(std::string(kGpuDevices.plural), devices_);
-    visit(std::string(kGpuNodes.plural), gpuNodes_);
-    visit("settings", settings_);
-    if (namespaces_) {
-      visit(std::string(kNamespaces.plural), *namespaces_);
-      visit(std::string(kResourceQuotas.plural), *quotas_);
-      visit(std::string(kNodes.plural), *nodes_);
-      visit(std::string(kPods.plural), *pods_);
-    }
+    for (const auto& [name, cache] : watched_) visit(name, *cache);
     if (auto vmis = vmis_.Get()) visit(std::string(kVmis.plural), *vmis);
     if (auto records = records_.Get()) visit(std::string(kWorkloads.plural), *records);
     if (auto monitors = monitors_.Get()) visit(std::string(kWorkloadMonitors.plural), *monitors);
@@ -923,6 +924,9 @@ class Controller : public webhook::ClusterSource, public BinderSource {
   runtime::Worker worker_;
   runtime::HealthServer health_;
   runtime::Manager manager_;  // what Run starts in order and stops in reverse
+  // The caches Watch added, by name, in order; and those the reconciler's passes wait for.
+  std::vector<std::pair<std::string, const kube::CacheBase*>> watched_;
+  std::vector<const kube::CacheBase*> reconcilerReads_;
   std::unique_ptr<runtime::PassScheduler> reconcilePasses_;  // once the loop runs
   runtime::Timer resyncTimer_;
   std::map<std::string, std::string> cacheErrors_;  // the last error logged, by cache (loop)

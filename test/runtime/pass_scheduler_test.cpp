@@ -1,13 +1,15 @@
-// The single-flight, debounced runner both of the controller's loops run their passes through
-// (issue 25 §3): a burst is one pass, an ask during a pass is one more after it, a sooner ask
-// pulls an armed pass forward and a later one never pushes it back, a pass that cannot start
-// waits for the next ask, and nothing starts after Stop.
+// The single-flight, debounced runner the controller's loops and the agent's rescans run their
+// passes through (issue 25 §3): a burst is one pass, an ask during a pass is one more after it, a
+// sooner ask pulls an armed pass forward and a later one never pushes it back, a pass that cannot
+// start waits for the next ask, and nothing starts after Stop.
 #include "runtime/pass_scheduler.h"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -19,27 +21,32 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// A loop that ends itself after `limit` (a test that hangs fails instead).
+// A loop that ends itself after 10 s (a test that hangs fails instead), the scheduler under
+// test on it, and a timer that ends the run once what would happen has had time to show.
 struct Fixture {
   Loop loop;
   Timer watchdog = loop.AddTimer("watchdog", [this] { loop.Exit(99); });
+  Timer end = loop.AddTimer("end", [this] { loop.Exit(0); });
+  std::unique_ptr<PassScheduler> scheduler;
   Fixture() { watchdog.Arm(10s); }
+  PassScheduler& Schedule(std::function<bool()> start) {
+    scheduler = std::make_unique<PassScheduler>(loop, "pass", std::move(start));
+    return *scheduler;
+  }
+  void EndAfter(std::chrono::milliseconds after) { end.Arm(after); }
 };
 
 TEST(PassScheduler, ABurstOfAsksIsOnePass) {
   Fixture f;
   int passes = 0;
-  PassScheduler* self = nullptr;
-  PassScheduler scheduler(f.loop, "pass", [&] {
+  PassScheduler& scheduler = f.Schedule([&] {
     ++passes;
-    f.loop.Post([&] { self->Finished(); });
+    f.loop.Post([&] { f.scheduler->Finished(); });
     return true;
   });
-  self = &scheduler;
   for (int i = 0; i < 100; ++i) scheduler.Ask(30ms);
   EXPECT_TRUE(scheduler.Armed());
-  Timer end = f.loop.AddTimer("end", [&] { f.loop.Exit(0); });
-  end.Arm(300ms);
+  f.EndAfter(300ms);
   EXPECT_EQ(f.loop.Run(), 0);
   EXPECT_EQ(passes, 1);
 }
@@ -50,20 +57,18 @@ TEST(PassScheduler, AnAskDuringAPassRunsExactlyOneMoreAfterIt) {
   std::vector<std::string> events;
   std::atomic<bool> released{false};  // the first pass runs until the asks below were made
   Timer settle = f.loop.AddTimer("settle", [&] { f.loop.Exit(0); });
-  PassScheduler* self = nullptr;
-  PassScheduler scheduler(f.loop, "pass", [&] {
+  PassScheduler& scheduler = f.Schedule([&] {
     events.push_back("start");
     worker.Run([&] {
       while (!released) std::this_thread::sleep_for(1ms);
       f.loop.Post([&] {
         events.push_back("end");
-        self->Finished();
+        f.scheduler->Finished();
         if (events.size() == 4) settle.Arm(200ms);  // what would run past it shows meanwhile
       });
     });
     return true;
   });
-  self = &scheduler;
   scheduler.Ask(0ms);
   // While the first pass runs: three asks, one more pass.
   Timer during = f.loop.AddTimer("during", [&] {
@@ -82,14 +87,12 @@ TEST(PassScheduler, AnAskDuringAPassRunsExactlyOneMoreAfterIt) {
 TEST(PassScheduler, ASoonerAskPullsThePassForwardALaterOneNeverPushesItBack) {
   Fixture f;
   int passes = 0;
-  PassScheduler* self = nullptr;
-  PassScheduler scheduler(f.loop, "pass", [&] {
+  PassScheduler& scheduler = f.Schedule([&] {
     ++passes;
-    self->Finished();
+    f.scheduler->Finished();
     f.loop.Exit(0);
     return true;
   });
-  self = &scheduler;
   scheduler.Ask(60s);
   scheduler.Ask(10ms);  // pulls it forward: the run ends well before the watchdog
   scheduler.Ask(30s);   // never pushes it back
@@ -102,15 +105,13 @@ TEST(PassScheduler, APassThatCannotStartWaitsForTheNextAsk) {
   bool runnable = false;
   int tries = 0;
   int passes = 0;
-  PassScheduler* self = nullptr;
-  PassScheduler scheduler(f.loop, "pass", [&] {
+  PassScheduler& scheduler = f.Schedule([&] {
     ++tries;
     if (!runnable) return false;
     ++passes;
-    self->Finished();
+    f.scheduler->Finished();
     return true;
   });
-  self = &scheduler;
   scheduler.Ask(0ms);
   Timer later = f.loop.AddTimer("later", [&] {
     EXPECT_EQ(tries, 1);
@@ -120,8 +121,7 @@ TEST(PassScheduler, APassThatCannotStartWaitsForTheNextAsk) {
     scheduler.Ask(0ms);
   });
   later.Arm(100ms);
-  Timer end = f.loop.AddTimer("end", [&] { f.loop.Exit(0); });
-  end.Arm(300ms);
+  f.EndAfter(300ms);
   EXPECT_EQ(f.loop.Run(), 0);
   EXPECT_EQ(tries, 2);
   EXPECT_EQ(passes, 1);
@@ -133,18 +133,16 @@ TEST(PassScheduler, AFailedPassHoldsOffEveryAskButOneForNow) {
   Fixture f;
   std::vector<std::string> passes;
   std::string kind = "failing";
-  PassScheduler* self = nullptr;
-  PassScheduler scheduler(f.loop, "pass", [&] {
+  PassScheduler& scheduler = f.Schedule([&] {
     passes.push_back(kind);
     if (kind == "failing") {
-      f.loop.Post([&] { self->Finished(60s); });
+      f.loop.Post([&] { f.scheduler->Finished(60s); });
     } else {
-      self->Finished();
+      f.scheduler->Finished();
       f.loop.Exit(0);
     }
     return true;
   });
-  self = &scheduler;
   scheduler.Ask(0ms);
   Timer debounced = f.loop.AddTimer("debounced", [&] {
     EXPECT_EQ(passes.size(), 1U);
@@ -163,22 +161,42 @@ TEST(PassScheduler, AFailedPassHoldsOffEveryAskButOneForNow) {
   EXPECT_EQ(passes, (std::vector<std::string>{"failing", "now"}));
 }
 
+// A pass that runs on the loop thread inside `start` (the agent's rescans) is over when start
+// returns false: nothing is left running, a burst of asks is still one pass, and a later ask
+// runs another.
+TEST(PassScheduler, APassRunInlineIsOverWhenStartReturns) {
+  Fixture f;
+  int passes = 0;
+  PassScheduler& scheduler = f.Schedule([&] {
+    ++passes;
+    return false;
+  });
+  for (int i = 0; i < 10; ++i) scheduler.Ask(20ms);
+  Timer later = f.loop.AddTimer("later", [&] {
+    EXPECT_EQ(passes, 1);
+    EXPECT_FALSE(scheduler.Running());
+    scheduler.Ask(10ms);
+    scheduler.Ask(30ms);
+  });
+  later.Arm(100ms);
+  f.EndAfter(300ms);
+  EXPECT_EQ(f.loop.Run(), 0);
+  EXPECT_EQ(passes, 2);
+}
+
 TEST(PassScheduler, NothingStartsAfterStop) {
   Fixture f;
   int passes = 0;
-  PassScheduler* self = nullptr;
-  PassScheduler scheduler(f.loop, "pass", [&] {
+  PassScheduler& scheduler = f.Schedule([&] {
     ++passes;
-    f.loop.Post([&] { self->Finished(); });
+    f.loop.Post([&] { f.scheduler->Finished(); });
     return true;
   });
-  self = &scheduler;
   scheduler.Ask(20ms);
   scheduler.Stop();
   scheduler.Ask(0ms);
   EXPECT_FALSE(scheduler.Armed());
-  Timer end = f.loop.AddTimer("end", [&] { f.loop.Exit(0); });
-  end.Arm(150ms);
+  f.EndAfter(150ms);
   EXPECT_EQ(f.loop.Run(), 0);
   EXPECT_EQ(passes, 0);
 }
