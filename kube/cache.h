@@ -12,6 +12,9 @@
 #pragma once
 
 #include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <functional>
 #include <map>
@@ -22,6 +25,7 @@
 #include <shared_mutex>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -97,13 +101,24 @@ class Cache : public CacheBase {
     stopping_ = false;
     informer_ = std::make_unique<Informer>(client_, path_, options_,
                                            [this](const WatchEvent& event) { Take(event); });
+    wake_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (wake_ < 0) throw std::system_error(errno, std::generic_category(), "cache " + path_);
     thread_ = std::thread([this] { Run(); });
   }
-  // Ends the thread; waits for a LIST in flight (at most the client's request timeout).
+  // Ends the thread at once (its wait is woken); waits for a LIST in flight (at most the
+  // client's request timeout).
   void Stop() {
     stopping_ = true;
-    if (thread_.joinable()) thread_.join();
+    if (!thread_.joinable()) return;
+    const uint64_t one = 1;
+    (void)!write(wake_, &one, sizeof one);
+    thread_.join();
+    close(wake_);
+    wake_ = -1;
   }
+  // How many times the cache's thread has woken to step its informer: on the real clock an
+  // idle watch costs a wake-up when curl's timer asks for one (about once a second), not ten.
+  uint64_t Wakeups() const { return wakeups_.load(); }
 
   // The first list has been applied.
   bool Synced() const override { return synced_.load(); }
@@ -316,7 +331,12 @@ class Cache : public CacheBase {
 
   void Run() {
     TimeSource& time = client_.time();
+    // On the real clock the thread sleeps until the informer's own next time, a socket's
+    // activity or Stop()'s wake-up, whichever is first: no periodic poll. An injected clock
+    // (tests) moves only when slept on, so there the wait is capped at 100 ms of real time.
+    const bool realClock = dynamic_cast<SystemTimeSource*>(&time) != nullptr;
     while (!stopping_) {
+      ++wakeups_;
       const int lists = informer_->Stats().lists;
       pending_.clear();
       const TimePoint next = informer_->Step(time.Now());
@@ -335,18 +355,18 @@ class Cache : public CacheBase {
         if (!informer_->LastError().empty()) lastError_ = informer_->LastError();
       }
       if (stopping_) break;
-      // Sleep until the informer's time, a socket's activity or 100 ms, whichever is first,
-      // so Stop() is noticed quickly.
-      const Duration wait = std::min<Duration>(std::max(Duration::zero(), next - time.Now()),
-                                               std::chrono::milliseconds(100));
-      std::vector<pollfd> polls;
+      const Duration wait = std::min<Duration>(
+          std::max(Duration::zero(), next - time.Now()),
+          realClock ? Duration(std::chrono::minutes(1)) : Duration(std::chrono::milliseconds(100)));
+      std::vector<pollfd> polls{{wake_, POLLIN, 0}};
       for (const auto& fd : informer_->Fds()) {
         polls.push_back(
             {fd.fd, static_cast<short>((fd.read ? POLLIN : 0) | (fd.write ? POLLOUT : 0)), 0});
       }
-      if (!polls.empty()) {
+      if (realClock || polls.size() > 1) {
+        // Rounded up: a wait of 0.4 ms is 1 ms, not a busy loop of zero-length polls.
         poll(polls.data(), polls.size(),
-             static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(wait).count()));
+             static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(wait).count()));
       } else if (wait > Duration::zero()) {
         time.SleepFor(wait);
       }
@@ -364,6 +384,8 @@ class Cache : public CacheBase {
   std::vector<std::pair<std::string, std::optional<Entry>>> pending_;
   std::thread thread_;
   std::atomic<bool> stopping_{false};
+  int wake_ = -1;  // eventfd: Stop() wakes the thread's wait
+  std::atomic<uint64_t> wakeups_{0};
   std::atomic<bool> synced_{false};
   std::atomic<int> decodeFailures_{0};
   mutable std::mutex gate_;          // see ReadLock
