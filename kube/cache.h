@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <concepts>
 #include <functional>
 #include <map>
 #include <memory>
@@ -57,6 +58,7 @@ class CacheBase {
   virtual InformerStats Stats() const = 0;
   virtual std::string LastError() const = 0;
   virtual int DecodeFailures() const = 0;
+  virtual int64_t IgnoredChanges() const = 0;
 };
 
 template <class T>
@@ -95,6 +97,25 @@ class Cache : public CacheBase {
     if (thread_.joinable()) throw std::logic_error("Cache::SetOnChange after Start");
     onChange_ = std::move(onChange);
   }
+  // Whether a change of one object matters to the cache's readers: `before` is the object as
+  // cached (nullptr: it is new), `after` as it is now (nullptr: it went, or no longer decodes).
+  // A step whose changes all fail it still updates the cache (a later read sees the object as
+  // it is) but calls no onChange: a pod's status heartbeat need not wake a controller whose
+  // decisions do not read it. Only before Start(). None: every change matters.
+  using ChangeFilter = std::function<bool(const T* before, const T* after)>;
+  void SetChangeFilter(ChangeFilter matters) {
+    if (thread_.joinable()) throw std::logic_error("Cache::SetChangeFilter after Start");
+    matters_ = std::move(matters);
+  }
+  // The filter for a T that compares equal when its readers would read the same in it (its
+  // decode keeps only what they read): a change between two equal values does not matter.
+  static ChangeFilter WhenValueDiffers() requires std::equality_comparable<T> {
+    return [](const T* before, const T* after) {
+      return before == nullptr || after == nullptr || !(*before == *after);
+    };
+  }
+  // Changes applied without an onChange because none mattered (SetChangeFilter).
+  int64_t IgnoredChanges() const override { return ignoredChanges_.load(); }
   // Lists and watches on the cache's own thread until Stop().
   void Start() {
     if (thread_.joinable()) return;
@@ -313,13 +334,28 @@ class Cache : public CacheBase {
   }
 
   // The step's changes, in order, under one write lock; the replaced entries are freed after.
-  void ApplyPending(bool listed) {
+  // Returns whether a change mattered (ChangeFilter), or the step is the first sync.
+  bool ApplyPending(bool listed) {
     std::vector<Ptr> replaced;  // the last references, dropped outside the lock
+    bool mattered = listed && !synced_;
+    int64_t ignored = 0;
     {
       WriteLock lock(*this);
       for (auto& [key, entry] : pending_) {
+        const T* before = nullptr;
         if (auto old = state_->objects.find(key); old != state_->objects.end()) {
           replaced.push_back(old->second.object);
+          before = old->second.object.get();
+        }
+        const T* after = entry ? entry->object.get() : nullptr;
+        if (before != nullptr || after != nullptr) {
+          bool matters = true;  // a filter that throws: the change is taken as one that matters
+          try {
+            if (matters_) matters = matters_(before, after);
+          } catch (...) {
+          }
+          mattered = mattered || matters;
+          ignored += matters ? 0 : 1;
         }
         Remove(*state_, key);
         if (entry) Insert(*state_, key, std::move(*entry));
@@ -327,6 +363,8 @@ class Cache : public CacheBase {
       if (listed) synced_ = true;
     }
     pending_.clear();
+    ignoredChanges_ += ignored;
+    return mattered;
   }
 
   void Run() {
@@ -343,8 +381,7 @@ class Cache : public CacheBase {
       try {
         const bool listed = informer_->Stats().lists != lists;
         if (listed || !pending_.empty()) {
-          ApplyPending(listed);
-          if (onChange_) onChange_();
+          if (ApplyPending(listed) && onChange_) onChange_();
         }
       } catch (const std::exception& error) {
         Note(std::string("cache ") + path_ + ": " + error.what());
@@ -379,6 +416,8 @@ class Cache : public CacheBase {
   InformerOptions options_;
   std::map<std::string, IndexFunc> indexFuncs_;
   std::function<void()> onChange_;
+  ChangeFilter matters_;
+  std::atomic<int64_t> ignoredChanges_{0};
   std::unique_ptr<Informer> informer_;
   // The cache thread's: this step's changes, decoded (nullopt: the key goes).
   std::vector<std::pair<std::string, std::optional<Entry>>> pending_;

@@ -139,7 +139,8 @@ class Controller : public webhook::ClusterSource, public BinderSource {
         vmis_([this] {
           auto cache = std::make_shared<kube::Cache<model::VirtualMachineInstance>>(
               client_, kVmis.Path(), VmiFromJson);
-          cache->SetOnChange([this] { Changed(); });
+          cache->SetChangeFilter(kube::Cache<model::VirtualMachineInstance>::WhenValueDiffers());
+          cache->SetOnChange([this] { Changed(Readers::kBoth); });
           return cache;
         }),
         records_([this] {
@@ -148,20 +149,20 @@ class Controller : public webhook::ClusterSource, public BinderSource {
                                           Selected(std::string(api::kWorkloadMonitorNameLabel) +
                                                        "=" + std::string(api::kUsageMonitorName),
                                                    ""));
-          cache->SetOnChange([this] { Changed(); });
+          cache->SetOnChange([this] { Changed(Readers::kReconciler); });
           return cache;
         }),
         kubevirt_([this] {
           auto cache = std::make_shared<kube::Cache<model::PermittedHostDevices>>(
               client_, kKubeVirts.Path(), KubeVirtFromJson);
-          cache->SetOnChange([this] { Changed(); });
+          cache->SetOnChange([this] { Changed(Readers::kBoth); });
           return cache;
         }),
         monitors_([this] {
           auto cache = std::make_shared<JsonCache>(
               client_, kWorkloadMonitors.Path(), kube::IdentityDecode,
               Selected("", "metadata.name=" + std::string(api::kUsageMonitorName)));
-          cache->SetOnChange([this] { Changed(); });
+          cache->SetOnChange([this] { Changed(Readers::kReconciler); });
           return cache;
         }),
         // Every write of the leader's, first attempt or retry, ends by the instant its Lease
@@ -249,17 +250,23 @@ class Controller : public webhook::ClusterSource, public BinderSource {
       return HasPendingRequest(d) ? std::vector<std::string>{"pending"}
                                   : std::vector<std::string>{};
     });
-    // What the reconciler reads: its passes wait for these to sync.
-    Watch(std::string(kGpuClasses.plural), classes_, Reader::kReconciler);
-    Watch(std::string(kGpuDevices.plural), devices_, Reader::kReconciler);
-    Watch(std::string(kGpuNodes.plural), gpuNodes_, Reader::kReconciler);
-    Watch("settings", settings_, Reader::kReconciler);
+    // Each with who reads it: a change wakes those (and the webhooks' snapshot), and the
+    // reconciler's passes wait for the caches it reads to sync.
+    Watch(std::string(kGpuClasses.plural), classes_, Readers::kBoth);
+    Watch(std::string(kGpuDevices.plural), devices_, Readers::kBoth);
+    Watch(std::string(kGpuNodes.plural), gpuNodes_, Readers::kBoth);
+    Watch("settings", settings_, Readers::kReconciler);
     if (namespaces_) {
-      // What the binder's model reads besides the GPU objects (with GPUs on).
-      Watch(std::string(kNamespaces.plural), *namespaces_);
-      Watch(std::string(kResourceQuotas.plural), *quotas_);
-      Watch(std::string(kNodes.plural), *nodes_);
-      Watch(std::string(kPods.plural), *pods_);
+      // What the binder's model reads besides the GPU objects (with GPUs on), each change
+      // filtered to those the model reads something different in (issue 26 §1): a pod's
+      // status heartbeat, or a pod of cpu and memory alone, wakes nobody.
+      Watch(std::string(kNamespaces.plural), *namespaces_, Readers::kBinder,
+            kube::Cache<model::Namespace>::WhenValueDiffers());
+      Watch(std::string(kResourceQuotas.plural), *quotas_, Readers::kBinder,
+            kube::Cache<model::ResourceQuota>::WhenValueDiffers());
+      Watch(std::string(kNodes.plural), *nodes_, Readers::kBinder,
+            kube::Cache<model::Node>::WhenValueDiffers());
+      Watch(std::string(kPods.plural), *pods_, Readers::kBinder, model::PodChangeMatters);
     }
     // The kinds that come and go start and stop with their kind being served (Tick); whatever
     // runs at the end stops here. They never gate readiness (G4).
@@ -340,31 +347,38 @@ class Controller : public webhook::ClusterSource, public BinderSource {
     }
   }
 
-  // Any cache thread: something changed.
-  void Changed() {
+  // Who reads a cache: whose passes its changes wake.
+  enum class Readers { kReconciler, kBinder, kBoth };
+
+  // Any cache thread: something `readers` read changed. The webhooks' snapshot is built again
+  // on any change, and waiting webhooks and binder passes wake.
+  void Changed(Readers readers) {
     {
       std::lock_guard lock(changedMutex_);
       ++generation_;
     }
     changed_.notify_all();
-    loop_.Post([this] { Trigger(); });
+    loop_.Post([this, readers] { Trigger(readers); });
   }
 
   // Loop thread: a pass soon, collapsing a burst of changes into one.
-  void Trigger() {
+  void Trigger(Readers readers = Readers::kBoth) {
     if (stopping_) return;
-    if (binder_) binder_->Trigger();
-    if (reconcilePasses_) reconcilePasses_->Ask(std::chrono::milliseconds(50));
+    if (binder_ && readers != Readers::kReconciler) binder_->Trigger();
+    if (reconcilePasses_ && readers != Readers::kBinder) {
+      reconcilePasses_->Ask(std::chrono::milliseconds(50));
+    }
   }
 
-  // Who besides readiness waits for a watched cache to sync.
-  enum class Reader { kAny, kReconciler };
-
-  // A cache of the manager's: its changes trigger passes and wake waiting webhooks; it gates
-  // readiness; its metrics and list/watch errors are exported and logged under `name`.
+  // A cache of the manager's: its changes (those `matters` lets through; none: all) trigger
+  // the passes of its readers and wake waiting webhooks; it gates readiness, and the
+  // reconciler's passes wait for it when the reconciler reads it; its metrics and list/watch
+  // errors are exported and logged under `name`.
   template <class Cache>
-  void Watch(const std::string& name, Cache& cache, Reader reader = Reader::kAny) {
-    cache.SetOnChange([this] { Changed(); });
+  void Watch(const std::string& name, Cache& cache, Readers readers,
+             typename Cache::ChangeFilter matters = nullptr) {
+    if (matters) cache.SetChangeFilter(std::move(matters));
+    cache.SetOnChange([this, readers] { Changed(readers); });
     runtime::Manager::Runnable runnable;
     runnable.name = name;
     runnable.start = [&cache] { cache.Start(); };
@@ -373,7 +387,7 @@ class Controller : public webhook::ClusterSource, public BinderSource {
     runnable.gatesReadiness = true;
     manager_.Add(std::move(runnable));
     watched_.emplace_back(name, &cache);
-    if (reader == Reader::kReconciler) reconcilerReads_.push_back(&cache);
+    if (readers != Readers::kBinder) reconcilerReads_.push_back(&cache);
   }
 
   // Whether every cache the reconciler reads has listed.
@@ -858,6 +872,9 @@ class Controller : public webhook::ClusterSource, public BinderSource {
                "Lists and watches of each cache that failed (each backs off; logged).");
     out.Family("gpu_controller_cache_decode_failures_total", "counter",
                "Objects each cache skipped because they do not decode.");
+    out.Family("gpu_controller_cache_ignored_changes_total", "counter",
+               "Changes each cache took without waking a pass: nothing its readers read "
+               "changed (a status heartbeat, a pod that asks for no extended resource).");
     ForEachCache([&out](const std::string& name, const auto& cache) {
       const std::string label = runtime::Label("cache", name);
       out.Sample("gpu_controller_cache_synced", label, cache.Synced() ? 1 : 0);
@@ -866,6 +883,8 @@ class Controller : public webhook::ClusterSource, public BinderSource {
                  static_cast<double>(cache.Stats().failures));
       out.Sample("gpu_controller_cache_decode_failures_total", label,
                  static_cast<double>(cache.DecodeFailures()));
+      out.Sample("gpu_controller_cache_ignored_changes_total", label,
+                 static_cast<double>(cache.IgnoredChanges()));
     });
     out.Family("gpu_controller_loop_callback_failures_total", "counter",
                "Event-loop callbacks that threw (logged with their source).");

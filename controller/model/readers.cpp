@@ -142,6 +142,26 @@ std::map<std::string, int64_t> PodResourceRequests(const Pod& pod,
 
 bool PodHoldsDevices(const Pod& pod) { return pod.phase != "Succeeded" && pod.phase != "Failed"; }
 
+bool PodAsksForExtendedResources(const Pod& pod) {
+  const auto extended = [](const ResourceList& list) {
+    return std::any_of(list.begin(), list.end(), [](const auto& entry) {
+      return entry.first.find('/') != std::string::npos;
+    });
+  };
+  const auto asks = [&](const std::vector<Container>& containers) {
+    return std::any_of(containers.begin(), containers.end(), [&](const Container& container) {
+      return extended(container.requests) || extended(container.limits);
+    });
+  };
+  return asks(pod.containers) || asks(pod.initContainers) || extended(pod.overhead);
+}
+
+bool PodChangeMatters(const Pod* before, const Pod* after) {
+  if (before != nullptr && after != nullptr && *before == *after) return false;
+  return (before != nullptr && PodAsksForExtendedResources(*before)) ||
+         (after != nullptr && PodAsksForExtendedResources(*after));
+}
+
 size_t NameKeyHash::operator()(const NameKey& key) const {
   const size_t first = std::hash<std::string_view>{}(key.first);
   return first ^ (std::hash<std::string_view>{}(key.second) + 0x9e3779b97f4a7c15ULL + (first << 6) +

@@ -47,6 +47,18 @@ std::map<std::string, int64_t> PodResourceRequests(const Pod& pod,
 // Whether kubelet still holds the pod's devices: every phase but Succeeded and Failed.
 bool PodHoldsDevices(const Pod& pod);
 
+// Whether a pod asks for an extended resource (a name with a domain, "nvidia.com/GA100") in a
+// container's or init container's requests or limits, or in its overhead. The resources the
+// model counts are device plugins' and KubeVirt's, which are all extended resources, so a pod
+// that asks for none (cpu and memory only: most of a cluster's pods) never counts in a
+// decision, whatever the resource names are set to.
+bool PodAsksForExtendedResources(const Pod& pod);
+// The pod cache's change filter (kube::Cache::SetChangeFilter, issue 26 §1): a pod's change can
+// change a decision only when it asks for an extended resource, before or after, and the model
+// reads something different in it. A status heartbeat, or a pod of cpu and memory starting
+// and ending, wakes no pass.
+bool PodChangeMatters(const Pod* before, const Pod* after);
+
 // (namespace, name), viewing strings that outlive the map it keys, and its hash.
 using NameKey = std::pair<std::string_view, std::string_view>;
 struct NameKeyHash {

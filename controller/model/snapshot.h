@@ -1,6 +1,8 @@
 // The model's input: a snapshot of the cluster as plain values. Each caller builds it from its
 // own cache (the binder's informers, a webhook's, `simulate`'s file), so the model itself does
-// no I/O and every caller gets the same answers from the same objects.
+// no I/O and every caller gets the same answers from the same objects. The cached kinds compare
+// equal when the model reads nothing different in them: a cache change between two equal
+// values (a status heartbeat, a field the model never reads) wakes no pass.
 #pragma once
 
 #include <map>
@@ -20,18 +22,21 @@ using ResourceList = std::map<std::string, std::string>;  // resource name -> qu
 struct Namespace {
   std::string name;
   api::Labels labels;
+  bool operator==(const Namespace&) const = default;
 };
 
 struct ResourceQuota {
   std::string namespaceName;
   std::string name;
   ResourceList hard;  // spec.hard; quantities are read by the model, so a bad one is an error
+  bool operator==(const ResourceQuota&) const = default;
 };
 
 struct Taint {
   std::string key;
   std::string value;
   std::string effect;  // NoSchedule | PreferNoSchedule | NoExecute
+  bool operator==(const Taint&) const = default;
 };
 
 using Toleration = api::Toleration;
@@ -45,6 +50,7 @@ struct Node {
   // Each condition's lastTransitionTime (RFC 3339) by type: how long the node has been not
   // Ready, or under the condition behind a condition taint (issue 24 item 5).
   std::map<std::string, std::string> conditionsSince;
+  bool operator==(const Node&) const = default;
 };
 
 struct Container {
@@ -52,6 +58,7 @@ struct Container {
   ResourceList requests;
   ResourceList limits;
   bool restartAlways = false;  // an init container with restartPolicy Always: a sidecar
+  bool operator==(const Container&) const = default;
 };
 
 struct Pod {
@@ -63,6 +70,7 @@ struct Pod {
   std::vector<Container> initContainers;
   std::vector<Container> containers;
   ResourceList overhead;  // spec.overhead
+  bool operator==(const Pod&) const = default;
 };
 
 struct VirtualMachineInstance {
@@ -75,6 +83,7 @@ struct VirtualMachineInstance {
   std::vector<Toleration> tolerations;  // spec.tolerations
   std::string creationTimestamp;        // RFC 3339, to the second
   std::string phase;  // status.phase: Pending, Scheduling, Scheduled, Running, ...
+  bool operator==(const VirtualMachineInstance&) const = default;
 
   // On a node and not ended: a VM runs there (or is starting there), whose GPUs never move.
   bool RunsOn(std::string_view node) const {

@@ -22,10 +22,7 @@ using nlohmann::json;
 class BinderTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    fake::FakeApiServerOptions options;
-    options.crdPaths = {testing::ChartCrdDir()};
-    server_ = std::make_unique<fake::FakeApiServer>(options);
-    server_->Start();
+    server_ = testing::StartChartApiServer();
     client_ = std::make_unique<kube::Client>(testing::ConfigFor(*server_));
     server_->Seed({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "t1"}}}});
     server_->Seed(testing::ReadyNode("n1"));

@@ -123,6 +123,50 @@ TEST(PodHoldsDevicesA7, FinalPhasesHoldNothing) {
   }
 }
 
+// Issue 26 §1: which pod changes can wake the binder. Only a pod that asks for an extended
+// resource can count (device plugins' and KubeVirt's names all have a domain), and only when
+// the model reads something different in it.
+TEST(PodChangeMattersIssue26, OnlyPodsAskingForExtendedResourcesAndOnlyRealChanges) {
+  const Pod web = [] {
+    Pod pod = MakePod("tenant-a", "web", "n1", "cpu", 2);
+    pod.containers[0].requests["memory"] = "1Gi";
+    return pod;
+  }();
+  const Pod gpu = MakePod("tenant-a", "raw", "n1", kA100, 1);
+  const Pod launcher = MakePod("tenant-a", "virt-launcher-vm1", "n1", "devices.kubevirt.io/kvm", 1);
+  Pod sidecar = web;
+  sidecar.initContainers.push_back(gpu.containers[0]);
+  Pod overhead = web;
+  overhead.overhead["example.com/foo"] = "1";
+  Pod gpuDone = gpu;
+  gpuDone.phase = "Succeeded";
+  Pod webMoved = web;
+  webMoved.phase = "Succeeded";
+  struct Case {
+    const char* what;
+    const Pod* before;
+    const Pod* after;
+    bool matters;
+  };
+  const std::vector<Case> cases = {
+      {"a cpu and memory pod starts", nullptr, &web, false},
+      {"a cpu and memory pod ends", &web, &webMoved, false},
+      {"a cpu and memory pod goes", &web, nullptr, false},
+      {"a GPU pod starts", nullptr, &gpu, true},
+      {"a GPU pod ends", &gpu, &gpuDone, true},
+      {"a GPU pod goes", &gpu, nullptr, true},
+      {"a GPU pod's status heartbeat (nothing the model reads)", &gpu, &gpu, false},
+      {"a launcher asking for KubeVirt's kvm only", nullptr, &launcher, true},
+      {"an init container asking for a GPU", nullptr, &sidecar, true},
+      {"an extended resource in the overhead", nullptr, &overhead, true},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(PodChangeMatters(c.before, c.after), c.matters) << c.what;
+  }
+  EXPECT_FALSE(PodAsksForExtendedResources(web));
+  EXPECT_TRUE(PodAsksForExtendedResources(gpu));
+}
+
 // C11: "A pod now counts as a VMI's launcher only when that VMI lists the pod's UID in
 // status.activePods; any other pod's GPUs count as raw-name usage."
 TEST(LauncherIndexC11, OnlyActivePodsProveALauncher) {

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "controller/model/errors.h"
+#include "controller/model/readers.h"
 #include "test/controller/model_fixtures.h"
 
 namespace cozy::model {
@@ -86,18 +87,57 @@ TEST(NodeUnitsC13, TwoSlotsLeftKeepATwoDeviceSet) {
 
 // C6: "so the binder never books a unit a raw-name pod holds" — catalog: 2-unit node, raw pod
 // holding 1: a 2-unit order fails there.
-TEST(NodeCapacityC6, RawNamePodHoldsUnits) {
+// Two GPUs on n1, one held by a pod of the raw name; orders for two and for one, oldest first.
+Snapshot RawPodAndTwoOrders() {
   Snapshot snapshot = BaseSnapshot();
   AddNode(snapshot, "n1", 2);
   snapshot.pods = {MakePod("tenant-a", "raw", "n1", kA100, 1)};
   snapshot.devices = {Pending("tenant-a", "two", "a100", 2), Pending("tenant-a", "one", "a100", 1)};
   snapshot.devices[0].metadata.creationTimestamp = "2025-01-01T00:00:00Z";
   snapshot.devices[1].metadata.creationTimestamp = "2025-01-01T00:00:01Z";
+  return snapshot;
+}
+
+TEST(NodeCapacityC6, RawNamePodHoldsUnits) {
+  const Snapshot snapshot = RawPodAndTwoOrders();
   const Model model(snapshot);
   EXPECT_EQ(FreeOn(model, "n1", "a100"), 1);
   const std::vector<Decision> decisions = model.PlanPass();
   EXPECT_EQ(DecisionFor(decisions, "tenant-a/two").action, Action::kRefuse);
   EXPECT_EQ(DecisionFor(decisions, "tenant-a/one").action, Action::kBind);
+}
+
+// Issue 26 §1: the pod cache wakes no pass for a change PodChangeMatters turns down, which is
+// safe only if such pods never change a decision. Fifty pods of cpu and memory alone, running,
+// pending and ended, on the GPU node and in the tenant: every decision stays as it was. A pod
+// that asks for the GPU (PodChangeMatters says it matters) does change them.
+TEST(PodChangeFilterIssue26, PodsThatAskForNoExtendedResourceChangeNoDecision) {
+  const Snapshot snapshot = RawPodAndTwoOrders();
+  const auto plan = [](const Snapshot& s) {
+    std::vector<std::string> lines;
+    for (const Decision& d : Model(s).PlanPass()) {
+      lines.push_back(d.deviceNamespace + "/" + d.deviceName + " " +
+                      std::string(ToString(d.action)) + " " + d.node + " " + d.reason);
+    }
+    return lines;
+  };
+  const std::vector<std::string> before = plan(snapshot);
+  ASSERT_EQ(before.size(), 2U);
+
+  Snapshot churned = snapshot;
+  for (int i = 0; i < 50; ++i) {
+    Pod pod = MakePod("tenant-a", "web-" + std::to_string(i), i % 2 ? "n1" : "", "cpu", 2);
+    pod.containers[0].requests["memory"] = "1Gi";
+    pod.phase = i % 3 == 0 ? "Pending" : (i % 3 == 1 ? "Running" : "Succeeded");
+    ASSERT_FALSE(PodChangeMatters(nullptr, &pod)) << pod.name;
+    churned.pods.push_back(pod);
+  }
+  EXPECT_EQ(plan(churned), before);
+
+  Pod gpu = MakePod("tenant-a", "another-raw", "n1", kA100, 1);
+  ASSERT_TRUE(PodChangeMatters(nullptr, &gpu));
+  churned.pods.push_back(gpu);
+  EXPECT_NE(plan(churned), before) << "the last unit is taken: the one-GPU order is refused too";
 }
 
 TEST(NodeCapacityA7, PodsInAFinalPhaseHoldNothing) {

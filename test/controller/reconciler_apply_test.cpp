@@ -24,10 +24,7 @@ using namespace std::chrono_literals;
 class ApplierTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    fake::FakeApiServerOptions options;
-    options.crdPaths = {testing::ChartCrdDir()};
-    server_ = std::make_unique<fake::FakeApiServer>(options);
-    server_->Start();
+    server_ = testing::StartChartApiServer();
     // No client retries: each write is one request, so the log counts attempts.
     client_ = std::make_unique<kube::Client>(testing::ConfigFor(*server_),
                                              testing::TestClientOptions(time_, 0));

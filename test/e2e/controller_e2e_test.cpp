@@ -145,6 +145,69 @@ TEST_F(ControllerEndToEnd, G1_AWriteThatKeepsFailingBacksOffItsObjectAloneAndLan
   }));
 }
 
+// Issue 26 §1: pod churn that cannot change a decision wakes no pass. Pods of cpu and memory
+// alone are created, move to Running and go: the pod cache takes every change (its object count
+// follows) but neither the binder nor the reconciler runs a pass for them. A pod that asks for
+// the GPU's resource then wakes the binder (which then moves the held device off the unit the
+// pod took, and that write wakes the reconciler, as it should).
+TEST_F(ControllerEndToEnd, Issue26_PodChurnThatCannotChangeADecisionWakesNoPass) {
+  GpuNode("n1", 1);
+  Apply(Class("a100"));
+  StartReplica("replica-a", {"--enable-gpu", "--resync", "1h"});
+  Apply(Device("held"));
+  ASSERT_TRUE(WaitFor([&] { return Phase("held") == "Bound"; })) << Logs();
+  const std::string full = "gpu_controller_binder_passes_total{kind=\"full\"}";
+  const std::string reconciles = "gpu_controller_reconcile_passes_total";
+  const std::string pods = "gpu_controller_cache_objects{cache=\"pods\"}";
+  // Settled: no pass for two ticks of the metrics (a second each).
+  double fullBefore = -1, reconcilesBefore = -1;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const double f = Metric("replica-a", full), r = Metric("replica-a", reconciles);
+        const bool same = f == fullBefore && r == reconcilesBefore;
+        fullBefore = f;
+        reconcilesBefore = r;
+        if (!same) std::this_thread::sleep_for(2s);
+        return same && f > 0;
+      },
+      30s))
+      << Logs();
+  const double podsBefore = Metric("replica-a", pods);
+
+  auto pod = [](const std::string& name, const std::string& resource) {
+    return json{
+        {"apiVersion", "v1"},
+        {"kind", "Pod"},
+        {"metadata", {{"name", name}, {"namespace", Tenant()}}},
+        {"spec",
+         {{"nodeName", "n1"},
+          {"containers",
+           {{{"name", "c"},
+             {"image", "busybox"},
+             {"resources", {{"requests", {{resource, "1"}}}, {"limits", {{resource, "1"}}}}}}}}}}};
+  };
+  for (int i = 0; i < 6; ++i) Apply(pod("web-" + std::to_string(i), "cpu"));
+  for (int i = 0; i < 6; ++i) {
+    Kubectl("-n " + Tenant() + " patch pod web-" + std::to_string(i) +
+            " --subresource=status --type=merge -p '{\"status\":{\"phase\":\"Running\"}}'");
+  }
+  for (int i = 0; i < 3; ++i) {
+    Kubectl("-n " + Tenant() + " delete pod web-" + std::to_string(i) +
+            " --grace-period=0 --force --wait=false");
+  }
+  ASSERT_TRUE(WaitFor([&] { return Metric("replica-a", pods) == podsBefore + 3; }, 20s))
+      << Metrics("replica-a");
+  EXPECT_GE(Metric("replica-a", "gpu_controller_cache_ignored_changes_total{cache=\"pods\"}"), 12);
+  EXPECT_EQ(Metric("replica-a", full), fullBefore) << "the binder ran for pods it cannot count";
+  EXPECT_EQ(Metric("replica-a", reconciles), reconcilesBefore)
+      << "the reconciler ran for pods it does not read";
+
+  Apply(pod("raw", testing::GpuClassObject("a100")["spec"]["source"]["devicePlugin"]["resourceName"]
+                       .get<std::string>()));
+  EXPECT_TRUE(WaitFor([&] { return Metric("replica-a", full) > fullBefore; }, 20s))
+      << "a pod asking for the GPU wakes the binder";
+}
+
 TEST_F(ControllerEndToEnd, G9_ANonPositiveAttachmentGraceIsRefused) {
   for (const std::string grace : {"0s", "-1s", "0"}) {
     const auto result = testing::RunCommand(std::string(GPU_CONTROLLER) + " run --kubeconfig " +

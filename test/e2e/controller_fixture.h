@@ -272,9 +272,10 @@ class ControllerEndToEnd : public ::testing::Test {
                                           "127.0.0.1:" + std::to_string(port),
                                           "--discovery-interval",
                                           "500ms",
-                                          "--resync",
-                                          "1s",
                                           "-v"};
+    if (std::find(flags.begin(), flags.end(), "--resync") == flags.end()) {
+      arguments.insert(arguments.end(), {"--resync", "1s"});  // unless the scenario sets its own
+    }
     const bool gpu = std::find(flags.begin(), flags.end(), "--enable-gpu") != flags.end();
     if (gpu && std::find(flags.begin(), flags.end(), "--webhook-cert-dir") == flags.end()) {
       // The webhooks come with GPUs; a scenario that does not call them serves them anyway.
@@ -363,6 +364,13 @@ class ControllerEndToEnd : public ::testing::Test {
     return testing::RunCommand("curl -s http://127.0.0.1:" + std::to_string(ports_[identity]) +
                                "/metrics")
         .out;
+  }
+  // One sample's value (`name` with its labels, as the exposition writes it); -1 when absent.
+  double Metric(const std::string& identity, const std::string& sample) {
+    const std::string metrics = Metrics(identity);
+    const size_t at = metrics.find("\n" + sample + " ");
+    if (at == std::string::npos) return -1;
+    return std::stod(metrics.substr(at + sample.size() + 2));
   }
 
   static json Class(const std::string& name) { return testing::GpuClassObject(name); }

@@ -143,6 +143,50 @@ TEST(Cache, AnIdleCacheSleepsOnItsWatchAndStopWakesIt) {
   cache.Stop();  // its eventfd wakes the wait
 }
 
+// Issue 26 §1: a change filter. An update that changes nothing the decoded value holds (a
+// status field) is taken into the cache but wakes nobody, and is counted; one that changes
+// what it holds (the class label) wakes the reader, as an object that goes does.
+TEST(Cache, AChangeTheDecodedValueDoesNotShowWakesNobody) {
+  struct Labelled {
+    std::string name;
+    std::string gpuClass;
+    bool operator==(const Labelled&) const = default;
+  };
+  auto server = testing::StartFakeApiServer(false);
+  server->Seed({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "t"}}}});
+  server->Seed(Pod("t", "p1", "n1", "a100"));
+  Client client(testing::ConfigFor(*server), testing::TestClientOptions(DefaultTimeSource()));
+  Cache<Labelled> cache(client, "/api/v1/pods", [](const json& pod) {
+    return Labelled{pod.at("metadata").at("name").get<std::string>(),
+                    pod.at("metadata").at("labels").value(kClassLabel, "")};
+  });
+  cache.SetChangeFilter(Cache<Labelled>::WhenValueDiffers());
+  std::atomic<int> changes{0};
+  cache.SetOnChange([&] { ++changes; });
+  cache.Start();
+  ASSERT_TRUE(testing::WaitFor([&] { return cache.Synced(); }));
+  EXPECT_EQ(changes.load(), 1) << "the first sync";
+
+  const std::string path = "/api/v1/namespaces/t/pods/p1";
+  json pod = client.Get(path);
+  pod["status"] = {{"phase", "Running"}};
+  client.Update(path + "/status", pod);
+  ASSERT_TRUE(testing::WaitFor([&] { return cache.IgnoredChanges() == 1; }));
+  EXPECT_EQ(changes.load(), 1) << "a status change the value does not hold";
+
+  pod = client.Get(path);
+  pod["metadata"]["labels"][kClassLabel] = "h100";
+  client.Update(path, pod);
+  ASSERT_TRUE(testing::WaitFor([&] { return changes.load() == 2; }));
+  EXPECT_EQ(cache.Get("t/p1")->gpuClass, "h100");
+  DeleteOptions now;
+  now.gracePeriodSeconds = 0;  // a pod deleted with grace only gains a deletionTimestamp
+  client.Delete(path, now);
+  ASSERT_TRUE(testing::WaitFor([&] { return changes.load() == 3; }));
+  EXPECT_EQ(cache.Size(), 0U);
+  EXPECT_EQ(cache.IgnoredChanges(), 1);
+}
+
 TEST(Cache, TypedObjectsWithTypedIndexesAndObjectsThatDoNotDecode) {
   auto server = testing::StartFakeApiServer(false);
   server->Seed(Pod("t", "p1", "n1", "a100"));

@@ -20,6 +20,14 @@ std::unique_ptr<fake::FakeApiServer> StartFakeApiServer(bool withCrds) {
   return server;
 }
 
+std::unique_ptr<fake::FakeApiServer> StartChartApiServer() {
+  fake::FakeApiServerOptions options;
+  options.crdPaths = {ChartCrdDir()};
+  auto server = std::make_unique<fake::FakeApiServer>(options);
+  server->Start();
+  return server;
+}
+
 kube::ClientOptions TestClientOptions(kube::TimeSource& time, int maxRetries) {
   kube::ClientOptions options;
   options.time = &time;

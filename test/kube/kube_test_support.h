@@ -24,6 +24,8 @@ std::filesystem::path TestCrdFile(const std::string& name);
 
 // A started fake API server; with the chart's CRDs unless told otherwise.
 std::unique_ptr<fake::FakeApiServer> StartFakeApiServer(bool withCrds = true);
+// A started fake API server that serves every CRD of the chart (GPUClass, GPUDevice, GPUNode).
+std::unique_ptr<fake::FakeApiServer> StartChartApiServer();
 
 // Client options for tests: no rate limit, the given clock, jitter pinned to 0.
 kube::ClientOptions TestClientOptions(kube::TimeSource& time, int maxRetries = 0);
