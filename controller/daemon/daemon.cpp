@@ -35,6 +35,7 @@
 #include "kube/config.h"
 #include "kube/discovery.h"
 #include "kube/leader_election.h"
+#include "kube/optional_cache.h"
 #include "runtime/health_server.h"
 #include "runtime/log.h"
 #include "runtime/loop.h"
@@ -55,49 +56,6 @@ const kube::GroupVersionResource kVmiResource = kVmis.Resource();
 const kube::GroupVersionResource kWorkloadResource = kWorkloads.Resource();
 const kube::GroupVersionResource kKubeVirtResource = kKubeVirts.Resource();
 const kube::GroupVersionResource kMonitorResource = kWorkloadMonitors.Resource();
-
-// A cache of a kind that may come and go with its CRD: started once discovery says the kind is
-// served, dropped when it says it is not (so a reinstalled CRD is listed anew). A discovery
-// that fails changes nothing. Readers take a shared pointer and keep it for their pass.
-template <class T>
-class OptionalCache {
- public:
-  using Factory = std::function<std::shared_ptr<kube::Cache<T>>()>;
-  explicit OptionalCache(Factory factory) : factory_(std::move(factory)) {}
-  // Returns whether the cache started or went.
-  bool Follow(kube::Served served) {
-    std::shared_ptr<kube::Cache<T>> gone;
-    {
-      std::lock_guard lock(mutex_);
-      if (served == kube::Served::kServed && !cache_) {
-        cache_ = factory_();
-        cache_->Start();
-        return true;
-      }
-      if (served == kube::Served::kNotServed && cache_) {
-        gone = std::move(cache_);
-      }
-    }
-    return gone != nullptr;  // the last holder's release stops its thread
-  }
-  std::shared_ptr<kube::Cache<T>> Get() const {
-    std::lock_guard lock(mutex_);
-    return cache_;
-  }
-  void Stop() {
-    std::shared_ptr<kube::Cache<T>> gone;
-    {
-      std::lock_guard lock(mutex_);
-      gone = std::move(cache_);
-    }
-    if (gone) gone->Stop();
-  }
-
- private:
-  Factory factory_;
-  mutable std::mutex mutex_;
-  std::shared_ptr<kube::Cache<T>> cache_;
-};
 
 kube::InformerOptions Selected(std::string labelSelector, std::string fieldSelector) {
   kube::InformerOptions options;
@@ -932,10 +890,10 @@ class Controller : public webhook::ClusterSource, public BinderSource {
   std::unique_ptr<kube::Cache<model::ResourceQuota>> quotas_;
   std::unique_ptr<kube::Cache<model::Node>> nodes_;
   std::unique_ptr<kube::Cache<model::Pod>> pods_;
-  OptionalCache<model::VirtualMachineInstance> vmis_;
-  OptionalCache<nlohmann::json> records_;
-  OptionalCache<model::PermittedHostDevices> kubevirt_;
-  OptionalCache<nlohmann::json> monitors_;
+  kube::OptionalCache<model::VirtualMachineInstance> vmis_;
+  kube::OptionalCache<nlohmann::json> records_;
+  kube::OptionalCache<model::PermittedHostDevices> kubevirt_;
+  kube::OptionalCache<nlohmann::json> monitors_;
   std::unique_ptr<kube::LeaderElector> elector_;
   std::atomic<bool> leading_{false};
   Applier applier_;                     // the worker's

@@ -1,7 +1,8 @@
 // Typed caches with indexes over the informer: answers after the first list and after
 // updates and deletes, Synced() only once listed, a LIST that never blocks the caller, and
 // readers on other threads during a relist of 40,000 objects that see the state before it or
-// after it, never half of it.
+// after it, never half of it; change filters, an idle cache's wake-ups, and the optional kinds'
+// cache that follows discovery.
 #include "kube/cache.h"
 
 #include <atomic>
@@ -11,6 +12,7 @@
 
 #include <functional>
 
+#include "kube/optional_cache.h"
 #include "test/kube/kube_test_support.h"
 #include "test/support/process.h"
 
@@ -185,6 +187,38 @@ TEST(Cache, AChangeTheDecodedValueDoesNotShowWakesNobody) {
   ASSERT_TRUE(testing::WaitFor([&] { return changes.load() == 3; }));
   EXPECT_EQ(cache.Size(), 0U);
   EXPECT_EQ(cache.IgnoredChanges(), 1);
+}
+
+// An optional kind's cache (KubeVirt's, Cozystack's) follows discovery: started when the kind is
+// served, kept while discovery fails or has not answered, dropped when it is not served, and
+// made anew (a new list) when it is served again. A reader's pointer outlives the drop.
+TEST(OptionalCache, FollowsDiscoveryAndAFailingDiscoveryChangesNothing) {
+  auto server = testing::StartFakeApiServer(false);
+  server->Seed(Pod("t", "p1", "n1", "a100"));
+  Client client(testing::ConfigFor(*server), testing::TestClientOptions(DefaultTimeSource()));
+  int made = 0;
+  OptionalCache<json> optional([&] {
+    ++made;
+    return std::make_shared<JsonCache>(client, "/api/v1/pods", IdentityDecode);
+  });
+  EXPECT_FALSE(optional.Follow(Served::kNotSynced));
+  EXPECT_FALSE(optional.Follow(Served::kNotServed));
+  EXPECT_EQ(optional.Get(), nullptr);
+  EXPECT_TRUE(optional.Follow(Served::kServed));
+  const auto held = optional.Get();
+  ASSERT_NE(held, nullptr);
+  ASSERT_TRUE(testing::WaitFor([&] { return held->Synced(); }));
+  EXPECT_FALSE(optional.Follow(Served::kServed)) << "already there";
+  EXPECT_FALSE(optional.Follow(Served::kFailing)) << "a failing discovery keeps the cache";
+  EXPECT_EQ(optional.Get(), held);
+  EXPECT_TRUE(optional.Follow(Served::kNotServed));
+  EXPECT_EQ(optional.Get(), nullptr);
+  EXPECT_EQ(held->Size(), 1U) << "a reader's pointer outlives the drop";
+  EXPECT_TRUE(optional.Follow(Served::kServed));
+  EXPECT_NE(optional.Get(), held);
+  EXPECT_EQ(made, 2);
+  optional.Stop();
+  EXPECT_EQ(optional.Get(), nullptr);
 }
 
 TEST(Cache, TypedObjectsWithTypedIndexesAndObjectsThatDoNotDecode) {
