@@ -373,7 +373,11 @@ class Controller : public webhook::ClusterSource, public BinderSource {
     for (const auto& item : namespaces_->List()) snapshot.namespaces.push_back(*item);
     for (const auto& item : quotas_->List()) snapshot.quotas.push_back(*item);
     for (const auto& item : nodes_->List()) snapshot.nodes.push_back(*item);
-    for (const auto& item : pods_->List()) snapshot.pods.push_back(*item);
+    // Only pods that can count in a decision (model::PodAsksForExtendedResources; a model test
+    // shows the others change none): most of a cluster's pods are never copied into a pass.
+    for (const auto& item : pods_->List()) {
+      if (model::PodAsksForExtendedResources(*item)) snapshot.pods.push_back(*item);
+    }
     for (const auto& item : gpuNodes_.List()) snapshot.gpuNodes.push_back(*item);
     for (const auto& item : classes_.List()) snapshot.classes.push_back(*item);
     bool vmisKnown = false;

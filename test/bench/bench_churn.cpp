@@ -1,0 +1,285 @@
+// The controller under pod churn (issue 26 §1), through the fake API server: `gpu-controller run
+// --enable-gpu` (the real program) over N nodes x 8 GPUs, half of the units held by GPUDevices,
+// and P pods, a tenth of them asking for a GPU each. It runs `seconds` quiet (the floor: the
+// same cluster with no churn, the peer in the same run), then `seconds` under `rate` pod events
+// a second through the API (create, a status write to Running, delete), nine in ten of them on
+// pods of cpu and memory alone and one in ten on GPU pods (created and deleted). Prints, for
+// each phase: the controller's CPU seconds per wall second (from /proc), binder and reconciler
+// passes, and at the end its resident memory, memory per 1,000 pods, the changes its caches
+// took without a pass, and the churn's CPU as a ratio to the floor.
+//
+//   bench_churn [nodes=1000] [pods=20000] [rate=50] [seconds=20]
+//
+// The issue's size is bench_churn 5000 100000 50 60 (a machine with a few GB free). With
+// BENCH_GPU_CONTROLLER=/path/to/gpu-controller it drives that build instead (an earlier
+// commit's: the before and after of a change, on the same cluster and churn).
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kube/client.h"
+#include "kube/config.h"
+#include "test/bench/real_cluster.h"
+#include "test/fakes/fake_apiserver.h"
+#include "test/support/gpu_objects.h"
+#include "test/support/process.h"
+
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+constexpr int kGpusPerNode = 8;
+constexpr int kTenants = 100;
+constexpr const char* kGpuResource = "nvidia.com/GA100";
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+std::string Tenant(int i) { return "tenant-" + std::to_string(i % kTenants); }
+std::string NodeName(int n) { return "node-" + std::to_string(n); }
+
+json Pod(const std::string& name, const std::string& ns, const std::string& node, bool gpu) {
+  json requests = {{"cpu", "100m"}, {"memory", "128Mi"}};
+  json limits = requests;
+  if (gpu) {
+    requests[kGpuResource] = "1";
+    limits[kGpuResource] = "1";
+  }
+  return {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata", {{"name", name}, {"namespace", ns}}},
+          {"spec",
+           {{"nodeName", node},
+            {"containers",
+             {{{"name", "c"},
+               {"image", "busybox"},
+               {"resources", {{"requests", requests}, {"limits", limits}}}}}}}},
+          {"status", {{"phase", "Running"}}}};
+}
+
+json Device(int i, const std::string& node) {
+  return {{"apiVersion", "gpu.cozystack.io/v1alpha1"},
+          {"kind", "GPUDevice"},
+          {"metadata",
+           {{"name", "d" + std::to_string(i)},
+            {"namespace", Tenant(i)},
+            {"finalizers", {"gpu.cozystack.io/device-protection"}}}},
+          {"spec", {{"className", "a100"}, {"count", 1}}},
+          {"status", {{"phase", "Bound"}, {"nodeName", node}}}};
+}
+
+// utime + stime of a process, in seconds.
+double CpuSeconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  std::istringstream fields(text.substr(text.rfind(')') + 2));  // after "(comm) "
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; fields >> field; ++i) {
+    if (i == 14 || i == 15) ticks += std::stod(field);
+    if (i == 15) break;
+  }
+  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+double ResidentMiB(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  }
+  return 0;
+}
+
+struct Phase {
+  double cpuPerSecond = 0;
+  double ignoredPodChanges = 0;  // taken by the pod cache without waking a pass
+  double binderPasses = 0;
+  double reconcilePasses = 0;
+  int events = 0;
+};
+
+double Metric(const std::string& metrics, const std::string& name, const char* key = nullptr,
+              const char* value = nullptr) {
+  return cozy::bench::Sum(metrics, name, [&](const std::map<std::string, std::string>& labels) {
+    return key == nullptr || cozy::bench::Label(labels, key) == value;
+  });
+}
+
+// `seconds` of the controller's life, with `event` called `rate` times a second (none: quiet).
+Phase Measure(pid_t controller, int port, int seconds, int rate,
+              const std::function<void(int)>& event) {
+  const std::string before = cozy::bench::ControllerMetrics(port);
+  const double cpuBefore = CpuSeconds(controller);
+  const auto start = Clock::now();
+  Phase phase;
+  if (rate > 0 && event) {
+    const auto every = std::chrono::microseconds(1000000 / rate);
+    for (auto next = start; Clock::now() - start < std::chrono::seconds(seconds); next += every) {
+      std::this_thread::sleep_until(next);
+      event(phase.events++);
+    }
+  } else {
+    std::this_thread::sleep_for(std::chrono::seconds(seconds));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the metrics' next tick
+  const double wall = Seconds(Clock::now() - start);
+  const std::string after = cozy::bench::ControllerMetrics(port);
+  phase.cpuPerSecond = (CpuSeconds(controller) - cpuBefore) / wall;
+  phase.binderPasses = Metric(after, "gpu_controller_binder_passes_total", "kind", "full") -
+                       Metric(before, "gpu_controller_binder_passes_total", "kind", "full");
+  phase.reconcilePasses = Metric(after, "gpu_controller_reconcile_passes_total") -
+                          Metric(before, "gpu_controller_reconcile_passes_total");
+  const char* ignored = "gpu_controller_cache_ignored_changes_total";
+  phase.ignoredPodChanges =
+      Metric(after, ignored, "cache", "pods") - Metric(before, ignored, "cache", "pods");
+  return phase;
+}
+
+void Print(const char* name, const Phase& phase) {
+  std::printf(
+      "%-6s %4d events: CPU %.4f s/s (%.2f %% of a core), binder full passes %.0f, "
+      "reconciler passes %.0f, pod changes taken without a pass %.0f\n",
+      name, phase.events, phase.cpuPerSecond, phase.cpuPerSecond * 100, phase.binderPasses,
+      phase.reconcilePasses, phase.ignoredPodChanges);
+}
+
+int Run(int nodes, int pods, int rate, int seconds) {
+  char pattern[] = "/tmp/bench-churn.XXXXXX";
+  const std::filesystem::path work = ::mkdtemp(pattern);
+  cozy::fake::FakeApiServerOptions options;
+  options.crdPaths = {std::filesystem::path(COZY_SOURCE_DIR) / "charts/gpu/templates/crds"};
+  options.bookmarkInterval = std::chrono::minutes(1);  // as a real server's
+  cozy::fake::FakeApiServer server(options);
+  server.Start();
+  const auto seeding = Clock::now();
+  server.Seed(
+      {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "cozy-system"}}}});
+  for (int t = 0; t < kTenants; ++t) {
+    server.Seed({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", Tenant(t)}}}});
+  }
+  server.Seed(cozy::testing::GpuClassObject("a100", kGpuResource));
+  for (int n = 0; n < nodes; ++n) {
+    server.Seed(cozy::testing::ReadyNode(NodeName(n)));
+    server.Seed(cozy::testing::GpuNodeObject(NodeName(n), kGpusPerNode));
+  }
+  const int devices = nodes * kGpusPerNode / 2;
+  for (int i = 0; i < devices; ++i) server.Seed(Device(i, NodeName(i / kGpusPerNode)));
+  // GPU pods on the nodes' other half: one GPU each, a tenth of the pods.
+  const int gpuPods = pods / 10;
+  for (int i = 0; i < pods; ++i) {
+    const bool gpu = i < gpuPods;
+    const int node = gpu ? (devices + i) / kGpusPerNode % nodes : i % nodes;
+    server.Seed(Pod("p" + std::to_string(i), Tenant(i), NodeName(node), gpu));
+  }
+  std::printf(
+      "seeded %d nodes x %d GPUs, %d held devices, %d pods (%d asking for a GPU) in %.1f s\n",
+      nodes, kGpusPerNode, devices, pods, gpuPods, Seconds(Clock::now() - seeding));
+
+  std::ofstream(work / "kubeconfig") << server.Kubeconfig("churn");
+  cozy::bench::WebhookCertificates(work / "certs");
+  const int port = cozy::testing::FreePort();
+  // BENCH_GPU_CONTROLLER: another build of the program (an earlier commit's, as the peer).
+  const char* program = std::getenv("BENCH_GPU_CONTROLLER");
+  pid_t controller = cozy::testing::Spawn(
+      {program != nullptr ? program : GPU_CONTROLLER, "run", "--kubeconfig",
+       (work / "kubeconfig").string(), "--identity", "bench", "--enable-gpu", "--health-addr",
+       "127.0.0.1:" + std::to_string(port), "--qps", "0", "--webhook-addr", "127.0.0.1:0",
+       "--webhook-cert-dir", (work / "certs").string()},
+      work / "controller.log");
+  const bool ready = cozy::testing::WaitFor(
+      [&] {
+        return cozy::bench::Ready(port) &&
+               Metric(cozy::bench::ControllerMetrics(port), "gpu_controller_binder_passes_total",
+                      "kind", "full") > 0;
+      },
+      std::chrono::minutes(10), std::chrono::milliseconds(200));
+  if (!ready) {
+    std::fprintf(stderr, "the controller did not get ready; see %s\n",
+                 (work / "controller.log").c_str());
+    cozy::testing::Finish(controller);
+    return 1;
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(5));  // the first passes' writes settle
+
+  const Phase floor = Measure(controller, port, seconds, 0, nullptr);
+  Print("quiet", floor);
+
+  cozy::kube::Client client(cozy::kube::LoadKubeconfig(work / "kubeconfig"),
+                            cozy::bench::BenchClientOptions());
+  cozy::kube::DeleteOptions now;
+  now.gracePeriodSeconds = 0;
+  // Event e: nine in ten on cpu pods (create, then Running, then delete, in turn), one in ten
+  // on a GPU pod (created, then deleted).
+  auto event = [&](int e) {
+    const bool gpu = e % 10 == 9;
+    const int n = e / 3;
+    const std::string name = (gpu ? "churn-gpu-" : "churn-") + std::to_string(gpu ? e / 20 : n);
+    const std::string ns = Tenant(n);
+    const std::string path = "/api/v1/namespaces/" + ns + "/pods/" + name;
+    try {
+      if (gpu) {
+        if ((e / 10) % 2 == 0) {
+          client.Create("/api/v1/namespaces/" + ns + "/pods",
+                        Pod(name, ns, NodeName(nodes - 1), true));
+        } else {
+          client.Delete(path, now);
+        }
+        return;
+      }
+      switch (e % 3) {
+        case 0:
+          client.Create("/api/v1/namespaces/" + ns + "/pods",
+                        Pod(name, ns, NodeName(n % nodes), false));
+          break;
+        case 1:
+          client.MergePatch(path + "/status", {{"status", {{"phase", "Running"}}}});
+          break;
+        default:
+          client.Delete(path, now);
+          break;
+      }
+    } catch (const std::exception&) {
+      // The rotation may name a pod another event already removed: churn, not a failure.
+    }
+  };
+  const Phase churn = Measure(controller, port, seconds, rate, event);
+  Print("churn", churn);
+
+  // Per 1,000 pods: the slope between two runs of different pod counts (docs/benchmarks.md);
+  // this run's total has everything else in it.
+  std::printf("controller resident memory %.1f MiB\n", ResidentMiB(controller));
+  // /proc counts CPU in clock ticks (10 ms): a quiet phase of a tick or two is a coarse floor.
+  const double ticks =
+      floor.cpuPerSecond * (seconds + 1.5) * static_cast<double>(sysconf(_SC_CLK_TCK));
+  if (floor.cpuPerSecond > 0) {
+    std::printf(
+        "churn CPU / quiet CPU: %.0fx (goal: within 2x; the quiet phase used %.0f clock "
+        "ticks)\n",
+        churn.cpuPerSecond / floor.cpuPerSecond, ticks);
+  } else {
+    std::printf("churn CPU / quiet CPU: the quiet phase used no clock tick\n");
+  }
+  std::printf("churn CPU %.2f %% of a core (goal: under 5 %%)\n", churn.cpuPerSecond * 100);
+  cozy::testing::Finish(controller);
+  std::filesystem::remove_all(work);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto arg = [&](int i, int fallback) { return argc > i ? std::atoi(argv[i]) : fallback; };
+  try {
+    return Run(arg(1, 1000), arg(2, 20000), arg(3, 50), arg(4, 20));
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "bench_churn: %s\n", error.what());
+    return 1;
+  }
+}
