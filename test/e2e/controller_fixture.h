@@ -165,6 +165,16 @@ class ControllerEndToEnd : public ::testing::Test {
         "-n cozy-system delete lease/gpu-controller configmap/cozy-gpu-settings "
         "configmap/unrelated --ignore-not-found",
         true);
+    // Pods bound to a node go only once a kubelet confirms: with none here they would stay
+    // Terminating, holding their GPUs in every later test. Forced, they go at once.
+    const json tenants = Get("namespaces -l cozy-gpu-e2e=tenant");
+    if (tenants.is_object()) {
+      for (const json& item : tenants["items"]) {
+        Kubectl("-n " + item["metadata"]["name"].get<std::string>() +
+                    " delete pods --all --force --grace-period=0 --wait=false",
+                true);
+      }
+    }
     Kubectl("delete namespace -l cozy-gpu-e2e=tenant --wait=false", true);
     Kubectl("delete namespace tenant-root --ignore-not-found --timeout=60s", true);
   }
