@@ -133,11 +133,24 @@ bool LibpciSession::Scan(std::vector<LibpciFunction>& functions) {
   return true;
 }
 
+PciIdsFile& LibpciSession::Names() {
+  if (!names_) {
+    names_.emplace(access_->id_file_name == nullptr ? std::string() : access_->id_file_name);
+  }
+  return *names_;
+}
+
 std::string LibpciSession::VendorName(uint16_t vendorId) {
+  if (initialised_ && Names().usable()) {
+    return Names().VendorName(vendorId);
+  }
   return LookupName(PCI_LOOKUP_VENDOR, vendorId, 0);
 }
 
 std::string LibpciSession::DeviceName(uint16_t vendorId, uint16_t deviceId) {
+  if (initialised_ && Names().usable()) {
+    return Names().DeviceName(vendorId, deviceId);
+  }
   return LookupName(PCI_LOOKUP_DEVICE, vendorId, deviceId);
 }
 

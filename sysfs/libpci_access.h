@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "sysfs/pci_address.h"
+#include "sysfs/pci_ids.h"
 
 struct pci_access;
 struct pci_dev;
@@ -31,7 +32,8 @@ class LibpciSession {
 
   // Initialises libpci and lists the functions; false (with error()) when libpci gave up.
   bool Scan(std::vector<LibpciFunction>& functions);
-  // pci.ids names; empty when the ID is not listed (never a guess, never a number).
+  // pci.ids names; empty when the ID is not listed (never a guess, never a number). The file is
+  // libpci's (its default, or the path the session was given).
   std::string VendorName(uint16_t vendorId);
   std::string DeviceName(uint16_t vendorId, uint16_t deviceId);
 
@@ -41,8 +43,12 @@ class LibpciSession {
 
  private:
   std::string LookupName(int kind, uint16_t vendorId, uint16_t deviceId);
+  // The file libpci would read names from, read by lookup (sysfs/pci_ids.h); libpci's own
+  // lookup when that file is not usable (gzip-compressed).
+  PciIdsFile& Names();
 
   pci_access* access_ = nullptr;
+  std::optional<PciIdsFile> names_;
   bool initialised_ = false;
   std::string busPciPath_;
   std::string pciIdsPath_;

@@ -1,0 +1,214 @@
+#include "sysfs/pci_ids.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+
+namespace cozy::sysfs {
+namespace {
+
+bool IsWhite(char c) { return c == ' ' || c == '\t'; }
+
+// libpci's id_hex: `count` hex digits of either case, or nothing.
+std::optional<uint16_t> Hex(std::string_view text, size_t count) {
+  if (text.size() < count) {
+    return std::nullopt;
+  }
+  uint16_t value = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const char c = text[i];
+    uint16_t digit = 0;
+    if (c >= '0' && c <= '9') {
+      digit = static_cast<uint16_t>(c - '0');
+    } else if (c >= 'a' && c <= 'f') {
+      digit = static_cast<uint16_t>(c - 'a' + 10);
+    } else if (c >= 'A' && c <= 'F') {
+      digit = static_cast<uint16_t>(c - 'A' + 10);
+    } else {
+      return std::nullopt;
+    }
+    value = static_cast<uint16_t>((value << 4) | digit);
+  }
+  return value;
+}
+
+// "xxxx<white>name" at the start of `text` (tabs already taken off): the ID and the name.
+std::optional<std::pair<uint16_t, std::string_view>> IdAndName(std::string_view text) {
+  const auto id = Hex(text, 4);
+  if (!id || text.size() < 5 || !IsWhite(text[4])) {
+    return std::nullopt;
+  }
+  size_t at = 5;
+  while (at < text.size() && IsWhite(text[at])) {
+    ++at;
+  }
+  if (at == text.size()) {
+    return std::nullopt;  // libpci: a parse error
+  }
+  return std::make_pair(*id, text.substr(at));
+}
+
+// Skipped lines: blank, or a comment after any blanks.
+bool Skipped(std::string_view line) {
+  size_t at = 0;
+  while (at < line.size() && IsWhite(line[at])) {
+    ++at;
+  }
+  return at == line.size() || line[at] == '#';
+}
+
+size_t Nesting(std::string_view line) {
+  size_t tabs = 0;
+  while (tabs < line.size() && line[tabs] == '\t') {
+    ++tabs;
+  }
+  return tabs;
+}
+
+}  // namespace
+
+PciIdsFile::PciIdsFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // libpci's pci_open: "NAME.gz" that cannot be opened is read as NAME. Debian's libpci names
+  // /usr/share/misc/pci.ids.gz and ships /usr/share/misc/pci.ids.
+  constexpr std::string_view kGz = ".gz";
+  if (fd < 0 && path.size() >= kGz.size() &&
+      std::string_view(path).substr(path.size() - kGz.size()) == kGz) {
+    fd = ::open(path.substr(0, path.size() - kGz.size()).c_str(), O_RDONLY | O_CLOEXEC);
+  }
+  if (fd < 0) {
+    return;
+  }
+  struct stat info {};
+  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    ::close(fd);
+    return;
+  }
+  size_ = static_cast<size_t>(info.st_size);
+  if (size_ > 0) {
+    void* mapped = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (mapped == MAP_FAILED) {
+      ::close(fd);
+      size_ = 0;
+      return;
+    }
+    data_ = static_cast<const char*>(mapped);
+  }
+  ::close(fd);
+  // gzip's magic: a compressed pci.ids is libpci's to read.
+  usable_ = !(size_ >= 2 && static_cast<unsigned char>(data_[0]) == 0x1f &&
+              static_cast<unsigned char>(data_[1]) == 0x8b);
+}
+
+PciIdsFile::~PciIdsFile() {
+  if (data_ != nullptr) {
+    ::munmap(const_cast<char*>(data_), size_);
+  }
+}
+
+PciIdsFile::Line PciIdsFile::LineAt(size_t offset) const {
+  const char* start = data_ + offset;
+  const size_t left = size_ - offset;
+  const void* newline = std::memchr(start, '\n', left);
+  const size_t length =
+      newline == nullptr ? left : static_cast<size_t>(static_cast<const char*>(newline) - start);
+  Line line;
+  line.next = offset + length + (newline == nullptr ? 0 : 1);
+  std::string_view text(start, length);
+  const size_t carriage = text.find('\r');
+  if (carriage != std::string_view::npos) {
+    text = text.substr(0, carriage);
+  }
+  if (!text.empty() && IsWhite(text.back())) {
+    text.remove_suffix(1);
+  }
+  line.text = text;
+  return line;
+}
+
+size_t PciIdsFile::NextLine(size_t offset) const {
+  const void* newline = std::memchr(data_ + offset, '\n', size_ - offset);
+  return newline == nullptr ? size_
+                            : static_cast<size_t>(static_cast<const char*>(newline) - data_) + 1;
+}
+
+// One walk over the file's lines, keeping the first line of each vendor's block. Only a line
+// that starts with a hex digit can open one (device lines start with a tab, "C 03" and the
+// other capital-letter blocks with a letter and a space): the rest are stepped over unread.
+void PciIdsFile::IndexVendors() {
+  indexed_ = true;
+  for (size_t offset = 0; offset < size_;) {
+    if (!Hex(std::string_view(data_ + offset, 1), 1)) {
+      offset = NextLine(offset);
+      continue;
+    }
+    const Line line = LineAt(offset);
+    offset = line.next;
+    const std::string_view text = line.text;
+    if (text.size() >= 2 && text[0] >= 'A' && text[0] <= 'Z' && text[1] == ' ') {
+      continue;
+    }
+    const auto entry = IdAndName(text);
+    if (entry) {
+      vendors_.try_emplace(entry->first, VendorBlock{entry->second, line.next});
+    }
+  }
+}
+
+std::string PciIdsFile::VendorName(uint16_t vendorId) {
+  if (!usable_) {
+    return {};
+  }
+  if (!indexed_) {
+    IndexVendors();
+  }
+  const auto found = vendors_.find(vendorId);
+  return found == vendors_.end() ? std::string() : std::string(found->second.name);
+}
+
+std::string PciIdsFile::DeviceName(uint16_t vendorId, uint16_t deviceId) {
+  if (!usable_) {
+    return {};
+  }
+  const uint32_t key = (static_cast<uint32_t>(vendorId) << 16) | deviceId;
+  const auto known = devices_.find(key);
+  if (known != devices_.end()) {
+    return std::string(known->second);
+  }
+  if (!indexed_) {
+    IndexVendors();
+  }
+  std::string_view name;
+  const auto vendor = vendors_.find(vendorId);
+  if (vendor != vendors_.end()) {
+    // The vendor's block: its lines up to the next line at nesting 0.
+    size_t offset = vendor->second.devicesFrom;
+    while (offset < size_) {
+      // Two tabs: a subsystem (or a comment), stepped over unread.
+      if (data_[offset] == '\t' && offset + 1 < size_ && data_[offset + 1] == '\t') {
+        offset = NextLine(offset);
+        continue;
+      }
+      const Line line = LineAt(offset);
+      offset = line.next;
+      if (Skipped(line.text)) {
+        continue;
+      }
+      if (Nesting(line.text) == 0) {
+        break;
+      }
+      const auto entry = IdAndName(line.text.substr(1));
+      if (entry && entry->first == deviceId) {
+        name = entry->second;
+        break;
+      }
+    }
+  }
+  devices_.emplace(key, name);
+  return std::string(name);
+}
+
+}  // namespace cozy::sysfs

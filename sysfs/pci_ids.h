@@ -1,0 +1,64 @@
+// Vendor and device names from a pci.ids file, read the way libpci reads it but only as far as a
+// lookup needs. libpci parses all 40,000 lines of Debian's pci.ids into a hash table on its first
+// lookup (a fifth of an offline scan's instructions, docs/benchmarks.md); a host has a handful of
+// distinct IDs. This maps the file, notes where each vendor's block starts on the first lookup,
+// and reads a block's device lines only when one of its devices is asked for.
+//
+// The grammar is libpci's (lib/names-parse.c): a line ends at its first '\n' or '\r' and loses one
+// trailing space or tab; blank lines and lines whose first non-blank character is '#' are
+// skipped; a line's nesting is its count of leading tabs; at nesting 0, "C xx", "S xxxx" and any
+// other capital letter followed by a space open blocks that hold no devices, and "vvvv<white>name"
+// opens a vendor's; at nesting 1 inside a vendor's block, "dddd<white>name" names a device. Hex
+// digits are taken in either case and a name is what follows the white space after the ID.
+// Where the file breaks that grammar libpci refuses the whole file; here a malformed line names
+// nothing and the others still do. lspci_oracle_test holds the names to libpci's on the same file.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace cozy::sysfs {
+
+class PciIdsFile {
+ public:
+  // Maps `path`, or when `path` ends in ".gz" and cannot be opened, `path` without it (as libpci
+  // does). Not usable() when neither opens or the file is gzip-compressed (libpci, linked with
+  // zlib, reads those; callers ask it instead).
+  explicit PciIdsFile(const std::string& path);
+  ~PciIdsFile();
+  PciIdsFile(const PciIdsFile&) = delete;
+  PciIdsFile& operator=(const PciIdsFile&) = delete;
+
+  bool usable() const { return usable_; }
+  // The names the file gives; empty when the ID is not listed (never a number).
+  std::string VendorName(uint16_t vendorId);
+  std::string DeviceName(uint16_t vendorId, uint16_t deviceId);
+
+ private:
+  // One line of the file without its end and with libpci's one trailing blank removed.
+  struct Line {
+    std::string_view text;
+    size_t next = 0;  // where the following line starts
+  };
+  Line LineAt(size_t offset) const;
+  size_t NextLine(size_t offset) const;  // where the line after the one at `offset` starts
+  void IndexVendors();
+
+  const char* data_ = nullptr;
+  size_t size_ = 0;
+  bool usable_ = false;
+  bool indexed_ = false;
+  struct VendorBlock {
+    std::string_view name;
+    size_t devicesFrom = 0;  // the line after the vendor's own
+  };
+  std::unordered_map<uint16_t, VendorBlock> vendors_;
+  std::unordered_map<uint32_t, std::string_view> devices_;  // (vendor << 16 | device), looked up
+};
+
+}  // namespace cozy::sysfs
