@@ -1,7 +1,6 @@
 #include "sysfs/pci_address.h"
 
 #include <array>
-#include <cstdio>
 
 namespace cozy::sysfs {
 namespace {
@@ -29,10 +28,31 @@ std::optional<uint32_t> ParseHexDigits(std::string_view text, size_t minDigits, 
 
 }  // namespace
 
+std::string FormatHex(uint32_t value, int minDigits) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::array<char, 8> buffer{};
+  size_t start = buffer.size();
+  do {
+    buffer[--start] = kDigits[value & 0xf];
+    value >>= 4;
+  } while (value != 0);
+  const size_t digits = buffer.size() - start;
+  const size_t width = minDigits > 0 ? static_cast<size_t>(minDigits) : 0;
+  std::string text(width > digits ? width - digits : 0, '0');
+  text.append(buffer.data() + start, digits);
+  return text;
+}
+
+// "%04x:%02x:%02x.%x"
 std::string PciAddress::ToString() const {
-  std::array<char, 32> buffer{};
-  std::snprintf(buffer.data(), buffer.size(), "%04x:%02x:%02x.%x", domain, bus, device, function);
-  return buffer.data();
+  std::string text = FormatHex(domain, 4);
+  text += ':';
+  text += FormatHex(bus, 2);
+  text += ':';
+  text += FormatHex(device, 2);
+  text += '.';
+  text += FormatHex(function, 1);
+  return text;
 }
 
 std::optional<PciAddress> ParsePciAddress(std::string_view text) {

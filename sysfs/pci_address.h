@@ -25,4 +25,8 @@ struct PciAddress {
 // out-of-range device (>31) or function (>7) numbers.
 std::optional<PciAddress> ParsePciAddress(std::string_view text);
 
+// `value` in lower-case hex, at least `minDigits` long: printf's "%0*x", without printf (a
+// scan prints thousands of IDs).
+std::string FormatHex(uint32_t value, int minDigits);
+
 }  // namespace cozy::sysfs

@@ -286,19 +286,24 @@ int RunScan(const ScanFlags& flags, [[maybe_unused]] char** argv) {
                  std::string(cozy::podresources::ToString(tracker.lastState())).c_str(),
                  tracker.lastMessage().c_str());
   }
-  const cozy::agent::PassResult pass = cozy::agent::BuildPass(host, tracker, phases);
+  // JSON is printed as it is written, with no document in between (docs/benchmarks.md).
+  cozy::agent::PassOptions options;
+  options.document = flags.output != "json";
+  cozy::agent::PassResult pass = cozy::agent::BuildPass(host, tracker, phases, options);
   // Each problem once, on stderr, so the output stays a clean document.
   for (const std::string& problem : pass.problems) {
     std::fprintf(stderr, "gpu-agent: warning: %s\n", problem.c_str());
   }
-  const nlohmann::json object = cozy::agent::BuildGpuNode(sources.nodeName, pass.status);
   std::string rendered;
   if (flags.output == "json") {
-    rendered = cozy::agent::RenderJson(object);
-  } else if (flags.output == "yaml") {
-    rendered = cozy::agent::RenderYaml(object);
+    rendered = cozy::agent::RenderGpuNodeJson(sources.nodeName, host.scan,
+                                              pass.units ? &*pass.units : nullptr,
+                                              pass.stale ? &*pass.stale : nullptr);
   } else {
-    rendered = cozy::agent::RenderTable(object);
+    const nlohmann::json object =
+        cozy::agent::BuildGpuNode(sources.nodeName, std::move(pass.status));
+    rendered =
+        flags.output == "yaml" ? cozy::agent::RenderYaml(object) : cozy::agent::RenderTable(object);
   }
   std::fwrite(rendered.data(), 1, rendered.size(), stdout);
   return std::fflush(stdout) == 0 ? kExitOk : kExitFailure;

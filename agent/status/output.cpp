@@ -77,8 +77,6 @@ std::string Cell(const nlohmann::json& device, const char* key) {
 
 }  // namespace
 
-std::string RenderJson(const nlohmann::json& object) { return object.dump(2) + "\n"; }
-
 std::string RenderYaml(const nlohmann::json& object) {
   YAML::Emitter out;
   out.SetIndent(2);

@@ -1,4 +1,5 @@
-// How `gpu-agent scan` prints a GPUNode: JSON, YAML, or a table for people.
+// How `gpu-agent scan` prints a GPUNode as YAML or as a table for people (JSON: status_builder.h,
+// RenderGpuNodeJson).
 #pragma once
 
 #include <string>
@@ -7,7 +8,6 @@
 
 namespace cozy::agent {
 
-std::string RenderJson(const nlohmann::json& object);
 // YAML as kubectl prints it: strings that would read back as another type are quoted.
 std::string RenderYaml(const nlohmann::json& object);
 // One line per GPU function: address, IDs, model, driver, IOMMU group, NUMA, SR-IOV, mdev/vGPU.

@@ -5,7 +5,6 @@
 #include <ctime>
 
 #include "agent/status/status_builder.h"
-#include "api/gpunode.h"
 #include "api/time.h"
 
 namespace cozy::agent {
@@ -43,8 +42,20 @@ PassResult BuildPass(const HostReading& host, UnitsTracker& units, const PodPhas
   }
   std::sort(result.problems.begin(), result.problems.end());
 
-  const std::optional<UnitReport> report = units.Count(scan, podPhases, nvidia.gpus);
-  result.status = BuildStatus(scan, report ? &*report : nullptr);
+  result.units = units.Count(scan, podPhases, nvidia.gpus);
+  const std::optional<UnitReport>& report = result.units;
+
+  // Stale counts say so, and since when, once kubelet has been silent for a while: a reader
+  // tells them from fresh ones. Only while known: unknown units are absent, not stale.
+  if (options.staleAfter && report && units.stale() && units.failingSince() &&
+      options.now - *units.failingSince() >= *options.staleAfter) {
+    result.stale = StaleUnits{Rfc3339(*units.lastAnswerAt()),
+                              std::string(podresources::ToString(units.lastState()))};
+  }
+  if (options.document) {
+    result.status =
+        BuildStatus(scan, report ? &*report : nullptr, result.stale ? &*result.stale : nullptr);
+  }
 
   StatusCounts& counts = result.counts;
   counts.gpus = static_cast<int64_t>(scan.Gpus().size());
@@ -59,15 +70,6 @@ PassResult BuildPass(const HostReading& host, UnitsTracker& units, const PodPhas
                                {"notGpu", report->ignored.notGpu}};
   } else {
     counts.byHealth["Unknown"] = counts.gpus;
-  }
-
-  // Stale counts say so, and since when, once kubelet has been silent for a while: a reader
-  // tells them from fresh ones. Only while known: unknown units are absent, not stale.
-  if (options.staleAfter && report && units.stale() && units.failingSince() &&
-      options.now - *units.failingSince() >= *options.staleAfter) {
-    result.status[std::string(api::kStaleUnitsField)] = {
-        {"since", Rfc3339(*units.lastAnswerAt())},
-        {"kubelet", std::string(podresources::ToString(units.lastState()))}};
   }
   return result;
 }

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/status/pod_phases.h"
+#include "agent/status/status_builder.h"
 #include "agent/status/units_tracker.h"
 #include "sysfs/host_scan.h"
 #include "sysfs/nvidia_procfs.h"
@@ -38,10 +39,15 @@ struct PassOptions {
   // when its counts are). Unset: never (a one-shot scan).
   std::optional<std::chrono::milliseconds> staleAfter;
   std::chrono::system_clock::time_point now = std::chrono::system_clock::now();
+  // Build `status` as a document. A one-shot scan that prints JSON leaves it out and prints
+  // from `units` and `stale` (RenderGpuNodeJson) instead.
+  bool document = true;
 };
 
 struct PassResult {
-  nlohmann::json status;  // the GPUNode status, as published and printed
+  nlohmann::json status;  // the GPUNode status, as published and printed; null without `document`
+  std::optional<UnitReport> units;  // what the status counts; absent while unknown
+  std::optional<StaleUnits> stale;
   StatusCounts counts;
   // What could not be read, one line each naming the file and the reason, sorted.
   std::vector<std::string> problems;

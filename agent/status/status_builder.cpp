@@ -1,160 +1,262 @@
 #include "agent/status/status_builder.h"
 
-#include <array>
-#include <cstdio>
 #include <map>
 
+#include "agent/status/json_sinks.h"
 #include "api/gpunode.h"
 
 namespace cozy::agent {
 namespace {
 
-std::string Hex(uint32_t value, int digits) {
-  std::array<char, 16> buffer{};
-  std::snprintf(buffer.data(), buffer.size(), "%0*x", digits, value);
-  return buffer.data();
-}
+// The GPUNode, written once for both sinks (json_sinks.h). Every object's keys are written in
+// byte order, the order the document keeps them in; JsonPrinter refuses any other.
+template <typename Sink>
+class StatusWriter {
+ public:
+  explicit StatusWriter(Sink& out) : out_(out) {}
+
+  void Device(const sysfs::PciFunction& function, const FunctionUnits* units) {
+    out_.BeginObject();
+    if (units != nullptr) {
+      Field("allocatable", units->allocatable);
+      Field("allocated", units->allocated);
+    }
+    Field("classCode", sysfs::FormatHex(function.classCode, 6));
+    Field("deviceID", sysfs::FormatHex(function.deviceId, 4));
+    if (function.driver) {
+      Field("driver", *function.driver);
+    }
+    if (units != nullptr) {
+      Field("health", ToString(units->health));
+    }
+    if (function.iommuGroup) {
+      Field("iommuGroup", *function.iommuGroup);
+      if (function.iommuGroupViable) {
+        Field("iommuGroupViable", *function.iommuGroupViable);
+      }
+    }
+    if (!function.mdevTypes.empty()) {
+      out_.Key("mdevTypes");
+      out_.BeginArray();
+      for (const sysfs::MdevType& type : function.mdevTypes) {
+        out_.BeginObject();
+        if (type.availableInstances) {
+          Field("availableInstances", *type.availableInstances);
+        }
+        if (type.maxInstances) {
+          Field("maxInstances", *type.maxInstances);
+        }
+        if (!type.name.empty()) {
+          Field("name", type.name);
+        }
+        Field("type", type.type);
+        out_.EndObject();
+      }
+      out_.EndArray();
+    }
+    if (!function.mdevs.empty()) {
+      out_.Key("mdevs");
+      out_.BeginArray();
+      for (const sysfs::Mdev& mdev : function.mdevs) {
+        out_.BeginObject();
+        if (mdev.type) {
+          Field("type", *mdev.type);
+        }
+        Field("uuid", mdev.uuid);
+        out_.EndObject();
+      }
+      out_.EndArray();
+    }
+    if (!function.deviceName.empty()) {
+      Field("model", function.deviceName);
+    }
+    if (function.numaNode) {
+      Field("numaNode", *function.numaNode);
+    }
+    Field("pciAddress", function.address.ToString());
+    if (function.physicalFunction) {
+      Field("physicalFunction", function.physicalFunction->ToString());
+    }
+    if (units != nullptr && !units->resources.empty()) {
+      out_.Key("resources");
+      out_.BeginArray();
+      for (const ResourceUnits& resource : units->resources) {
+        out_.BeginObject();
+        Field("allocatable", resource.allocatable);
+        Field("allocated", resource.allocated);
+        Field("name", resource.name);
+        out_.EndObject();
+      }
+      out_.EndArray();
+    }
+    if (function.sriov) {
+      out_.Key("sriov");
+      out_.BeginObject();
+      Field("numVFs", function.sriov->numVfs);
+      Field("totalVFs", function.sriov->totalVfs);
+      out_.EndObject();
+    }
+    if (function.subsystemVendorId && function.subsystemDeviceId) {
+      Field("subsystemDeviceID", sysfs::FormatHex(*function.subsystemDeviceId, 4));
+      Field("subsystemVendorID", sysfs::FormatHex(*function.subsystemVendorId, 4));
+    }
+    if (!function.vendorName.empty()) {
+      Field("vendor", function.vendorName);
+    }
+    Field("vendorID", sysfs::FormatHex(function.vendorId, 4));
+    if (function.vgpu) {
+      out_.Key("vgpu");
+      out_.BeginObject();
+      out_.Key("creatableTypes");
+      out_.BeginArray();
+      for (const sysfs::VgpuTypeEntry& type : function.vgpu->creatableTypes) {
+        out_.BeginObject();
+        Field("id", type.id);
+        Field("name", type.name);
+        out_.EndObject();
+      }
+      out_.EndArray();
+      if (function.vgpu->currentType) {
+        Field("currentType", *function.vgpu->currentType);
+      }
+      out_.EndObject();
+    }
+    out_.EndObject();
+  }
+
+  void Status(const sysfs::HostScan& scan, const UnitReport* units, const StaleUnits* stale) {
+    std::map<sysfs::PciAddress, const FunctionUnits*> unitsByAddress;
+    if (units != nullptr) {
+      for (const FunctionUnits& function : units->functions) {
+        unitsByAddress[function.address] = &function;
+      }
+    }
+    out_.BeginObject();
+    const std::vector<const sysfs::PciFunction*> gpus = scan.Gpus();
+    out_.Key("devices");
+    out_.BeginArray();
+    for (const sysfs::PciFunction* function : gpus) {
+      const auto found = unitsByAddress.find(function->address);
+      Device(*function, found == unitsByAddress.end() ? nullptr : found->second);
+    }
+    out_.EndArray();
+    if (units != nullptr) {
+      out_.Key("resourceNames");
+      out_.BeginArray();
+      for (const std::string& name : units->resourceNames) {
+        out_.String(name);
+      }
+      out_.EndArray();
+    }
+    // Stale counts say so, and since when: a reader tells them from fresh ones.
+    if (stale != nullptr) {
+      out_.Key(api::kStaleUnitsField);
+      out_.BeginObject();
+      Field("kubelet", stale->kubelet);
+      Field("since", stale->since);
+      out_.EndObject();
+    }
+    // Totals for kubectl's printer columns, which cannot count.
+    out_.Key("summary");
+    out_.BeginObject();
+    if (units != nullptr) {
+      int64_t healthy = 0;
+      int64_t allocatable = 0;
+      int64_t allocated = 0;
+      for (const FunctionUnits& function : units->functions) {
+        healthy += function.health == Health::kHealthy ? 1 : 0;
+        allocatable += function.allocatable;
+        allocated += function.allocated;
+      }
+      Field("allocatable", allocatable);
+      Field("allocated", allocated);
+      Field("gpus", gpus.size());
+      Field("healthy", healthy);
+    } else {
+      Field("gpus", gpus.size());
+    }
+    out_.EndObject();
+    if (units != nullptr) {
+      out_.Key("unplaced");
+      out_.BeginArray();
+      for (const UnplacedUnits& entry : units->unplaced) {
+        out_.BeginObject();
+        Field("allocatable", entry.allocatable);
+        Field("allocated", entry.allocated);
+        Field("resourceName", entry.resourceName);
+        out_.EndObject();
+      }
+      out_.EndArray();
+    }
+    out_.EndObject();
+  }
+
+  void GpuNode(const std::string& nodeName, const sysfs::HostScan& scan, const UnitReport* units,
+               const StaleUnits* stale) {
+    out_.BeginObject();
+    Field("apiVersion", api::kApiVersion);
+    Field("kind", api::kGpuNodeKind);
+    out_.Key("metadata");
+    out_.BeginObject();
+    Field("name", nodeName);
+    out_.EndObject();
+    out_.Key("status");
+    Status(scan, units, stale);
+    out_.EndObject();
+  }
+
+ private:
+  void Field(std::string_view key, std::string_view value) {
+    out_.Key(key);
+    out_.String(value);
+  }
+  void Field(std::string_view key, const std::string& value) {
+    Field(key, std::string_view(value));
+  }
+  void Field(std::string_view key, const char* value) { Field(key, std::string_view(value)); }
+  void Field(std::string_view key, bool value) {
+    out_.Key(key);
+    out_.Bool(value);
+  }
+  template <typename Integer, typename = std::enable_if_t<std::is_integral_v<Integer>>>
+  void Field(std::string_view key, Integer value) {
+    out_.Key(key);
+    out_.Number(value);
+  }
+
+  Sink& out_;
+};
 
 }  // namespace
 
 nlohmann::json BuildDeviceStatus(const sysfs::PciFunction& function, const FunctionUnits* units) {
-  nlohmann::json device;
-  device["pciAddress"] = function.address.ToString();
-  device["vendorID"] = Hex(function.vendorId, 4);
-  device["deviceID"] = Hex(function.deviceId, 4);
-  if (function.subsystemVendorId && function.subsystemDeviceId) {
-    device["subsystemVendorID"] = Hex(*function.subsystemVendorId, 4);
-    device["subsystemDeviceID"] = Hex(*function.subsystemDeviceId, 4);
-  }
-  device["classCode"] = Hex(function.classCode, 6);
-  if (!function.vendorName.empty()) {
-    device["vendor"] = function.vendorName;
-  }
-  if (!function.deviceName.empty()) {
-    device["model"] = function.deviceName;
-  }
-  if (function.driver) {
-    device["driver"] = *function.driver;
-  }
-  if (function.iommuGroup) {
-    device["iommuGroup"] = *function.iommuGroup;
-    if (function.iommuGroupViable) {
-      device["iommuGroupViable"] = *function.iommuGroupViable;
-    }
-  }
-  if (function.numaNode) {
-    device["numaNode"] = *function.numaNode;
-  }
-  if (function.physicalFunction) {
-    device["physicalFunction"] = function.physicalFunction->ToString();
-  }
-  if (function.sriov) {
-    device["sriov"] = {{"totalVFs", function.sriov->totalVfs}, {"numVFs", function.sriov->numVfs}};
-  }
-  if (!function.mdevTypes.empty()) {
-    nlohmann::json types = nlohmann::json::array();
-    for (const sysfs::MdevType& type : function.mdevTypes) {
-      nlohmann::json entry = {{"type", type.type}};
-      if (!type.name.empty()) {
-        entry["name"] = type.name;
-      }
-      if (type.availableInstances) {
-        entry["availableInstances"] = *type.availableInstances;
-      }
-      if (type.maxInstances) {
-        entry["maxInstances"] = *type.maxInstances;
-      }
-      types.push_back(std::move(entry));
-    }
-    device["mdevTypes"] = std::move(types);
-  }
-  if (!function.mdevs.empty()) {
-    nlohmann::json mdevs = nlohmann::json::array();
-    for (const sysfs::Mdev& mdev : function.mdevs) {
-      nlohmann::json entry = {{"uuid", mdev.uuid}};
-      if (mdev.type) {
-        entry["type"] = *mdev.type;
-      }
-      mdevs.push_back(std::move(entry));
-    }
-    device["mdevs"] = std::move(mdevs);
-  }
-  if (function.vgpu) {
-    nlohmann::json vgpu = nlohmann::json::object();
-    if (function.vgpu->currentType) {
-      vgpu["currentType"] = *function.vgpu->currentType;
-    }
-    nlohmann::json creatable = nlohmann::json::array();
-    for (const sysfs::VgpuTypeEntry& type : function.vgpu->creatableTypes) {
-      creatable.push_back({{"id", type.id}, {"name", type.name}});
-    }
-    vgpu["creatableTypes"] = std::move(creatable);
-    device["vgpu"] = std::move(vgpu);
-  }
-  if (units != nullptr) {
-    nlohmann::json resources = nlohmann::json::array();
-    for (const ResourceUnits& resource : units->resources) {
-      resources.push_back({{"name", resource.name},
-                           {"allocatable", resource.allocatable},
-                           {"allocated", resource.allocated}});
-    }
-    if (!resources.empty()) {
-      device["resources"] = std::move(resources);
-    }
-    device["allocatable"] = units->allocatable;
-    device["allocated"] = units->allocated;
-    device["health"] = ToString(units->health);
-  }
-  return device;
+  JsonBuilder out;
+  StatusWriter<JsonBuilder>(out).Device(function, units);
+  return out.Take();
 }
 
-nlohmann::json BuildStatus(const sysfs::HostScan& scan, const UnitReport* units) {
-  std::map<sysfs::PciAddress, const FunctionUnits*> unitsByAddress;
-  if (units != nullptr) {
-    for (const FunctionUnits& function : units->functions) {
-      unitsByAddress[function.address] = &function;
-    }
-  }
-  nlohmann::json devices = nlohmann::json::array();
-  for (const sysfs::PciFunction* function : scan.Gpus()) {
-    const auto found = unitsByAddress.find(function->address);
-    devices.push_back(
-        BuildDeviceStatus(*function, found == unitsByAddress.end() ? nullptr : found->second));
-  }
-  // Totals for kubectl's printer columns, which cannot count.
-  nlohmann::json summary = {{"gpus", devices.size()}};
-  if (units != nullptr) {
-    int64_t healthy = 0;
-    int64_t allocatable = 0;
-    int64_t allocated = 0;
-    for (const FunctionUnits& function : units->functions) {
-      healthy += function.health == Health::kHealthy ? 1 : 0;
-      allocatable += function.allocatable;
-      allocated += function.allocated;
-    }
-    summary["healthy"] = healthy;
-    summary["allocatable"] = allocatable;
-    summary["allocated"] = allocated;
-  }
-  nlohmann::json status = {{"devices", std::move(devices)}, {"summary", std::move(summary)}};
-  if (units != nullptr) {
-    status["resourceNames"] = units->resourceNames;
-    nlohmann::json unplaced = nlohmann::json::array();
-    for (const UnplacedUnits& entry : units->unplaced) {
-      unplaced.push_back({{"resourceName", entry.resourceName},
-                          {"allocatable", entry.allocatable},
-                          {"allocated", entry.allocated}});
-    }
-    status["unplaced"] = std::move(unplaced);
-  }
-  return status;
+nlohmann::json BuildStatus(const sysfs::HostScan& scan, const UnitReport* units,
+                           const StaleUnits* stale) {
+  JsonBuilder out;
+  StatusWriter<JsonBuilder>(out).Status(scan, units, stale);
+  return out.Take();
 }
 
-nlohmann::json BuildGpuNode(const std::string& nodeName, const nlohmann::json& status) {
+nlohmann::json BuildGpuNode(const std::string& nodeName, nlohmann::json status) {
   return {{"apiVersion", api::kApiVersion},
           {"kind", api::kGpuNodeKind},
           {"metadata", {{"name", nodeName}}},
-          {"status", status}};
+          {"status", std::move(status)}};
+}
+
+std::string RenderGpuNodeJson(const std::string& nodeName, const sysfs::HostScan& scan,
+                              const UnitReport* units, const StaleUnits* stale) {
+  std::string text;
+  text.reserve(2048 + 1280 * scan.functions.size());  // about what a GPU function takes
+  JsonPrinter out(text);
+  StatusWriter<JsonPrinter>(out).GpuNode(nodeName, scan, units, stale);
+  text += '\n';
+  return text;
 }
 
 }  // namespace cozy::agent
