@@ -135,78 +135,87 @@ size_t PciIdsFile::NextLine(size_t offset) const {
                             : static_cast<size_t>(static_cast<const char*>(newline) - data_) + 1;
 }
 
-// One walk over the file's lines, keeping the first line of each vendor's block. Only a line
-// that starts with a hex digit can open one (device lines start with a tab, "C 03" and the
-// other capital-letter blocks with a letter and a space): the rest are stepped over unread.
-void PciIdsFile::IndexVendors() {
-  indexed_ = true;
-  for (size_t offset = 0; offset < size_;) {
+// Walks on through the file's lines until `vendorId`'s block opens or the file ends, keeping
+// the first line of each vendor's block on the way: a host's vendors are found in one walk that
+// stops at the last of them. Only a line that starts with a hex digit can open a block (device
+// lines start with a tab, "C 03" and the other capital-letter blocks with a letter and a space):
+// the rest are stepped over unread.
+const PciIdsFile::VendorBlock* PciIdsFile::FindVendor(uint16_t vendorId) {
+  const auto known = vendors_.find(vendorId);
+  if (known != vendors_.end()) {
+    return &known->second;
+  }
+  while (walked_ < size_) {
+    const size_t offset = walked_;
     if (!Hex(std::string_view(data_ + offset, 1), 1)) {
-      offset = NextLine(offset);
+      walked_ = NextLine(offset);
       continue;
     }
     const Line line = LineAt(offset);
-    offset = line.next;
+    walked_ = line.next;
     const std::string_view text = line.text;
     if (text.size() >= 2 && text[0] >= 'A' && text[0] <= 'Z' && text[1] == ' ') {
       continue;
     }
     const auto entry = IdAndName(text);
-    if (entry) {
-      vendors_.try_emplace(entry->first, VendorBlock{entry->second, line.next});
+    if (!entry) {
+      continue;
+    }
+    const auto [block, added] =
+        vendors_.try_emplace(entry->first, VendorBlock{entry->second, line.next});
+    if (added && entry->first == vendorId) {
+      return &block->second;
     }
   }
+  return nullptr;
+}
+
+// The first line naming `deviceId` in a vendor's block, or nothing.
+std::string_view PciIdsFile::FindDevice(const VendorBlock& vendor, uint16_t deviceId) const {
+  size_t offset = vendor.devicesFrom;
+  while (offset < size_) {
+    // Two tabs: a subsystem (or a comment), stepped over unread.
+    if (data_[offset] == '\t' && offset + 1 < size_ && data_[offset + 1] == '\t') {
+      offset = NextLine(offset);
+      continue;
+    }
+    const Line line = LineAt(offset);
+    offset = line.next;
+    if (Skipped(line.text)) {
+      continue;
+    }
+    if (Nesting(line.text) == 0) {
+      break;  // the next block
+    }
+    const auto entry = IdAndName(line.text.substr(1));
+    if (entry && entry->first == deviceId) {
+      return entry->second;
+    }
+  }
+  return {};
 }
 
 std::string PciIdsFile::VendorName(uint16_t vendorId) {
   if (!usable_) {
     return {};
   }
-  if (!indexed_) {
-    IndexVendors();
-  }
-  const auto found = vendors_.find(vendorId);
-  return found == vendors_.end() ? std::string() : std::string(found->second.name);
+  const VendorBlock* vendor = FindVendor(vendorId);
+  return vendor == nullptr ? std::string() : std::string(vendor->name);
 }
 
 std::string PciIdsFile::DeviceName(uint16_t vendorId, uint16_t deviceId) {
   if (!usable_) {
     return {};
   }
+  // A host asks for the same few devices over and over: each is looked for once.
   const uint32_t key = (static_cast<uint32_t>(vendorId) << 16) | deviceId;
   const auto known = devices_.find(key);
   if (known != devices_.end()) {
     return std::string(known->second);
   }
-  if (!indexed_) {
-    IndexVendors();
-  }
-  std::string_view name;
-  const auto vendor = vendors_.find(vendorId);
-  if (vendor != vendors_.end()) {
-    // The vendor's block: its lines up to the next line at nesting 0.
-    size_t offset = vendor->second.devicesFrom;
-    while (offset < size_) {
-      // Two tabs: a subsystem (or a comment), stepped over unread.
-      if (data_[offset] == '\t' && offset + 1 < size_ && data_[offset + 1] == '\t') {
-        offset = NextLine(offset);
-        continue;
-      }
-      const Line line = LineAt(offset);
-      offset = line.next;
-      if (Skipped(line.text)) {
-        continue;
-      }
-      if (Nesting(line.text) == 0) {
-        break;
-      }
-      const auto entry = IdAndName(line.text.substr(1));
-      if (entry && entry->first == deviceId) {
-        name = entry->second;
-        break;
-      }
-    }
-  }
+  const VendorBlock* vendor = FindVendor(vendorId);
+  const std::string_view name =
+      vendor == nullptr ? std::string_view() : FindDevice(*vendor, deviceId);
   devices_.emplace(key, name);
   return std::string(name);
 }

@@ -1,8 +1,8 @@
 // Vendor and device names from a pci.ids file, read the way libpci reads it but only as far as a
 // lookup needs. libpci parses all 40,000 lines of Debian's pci.ids into a hash table on its first
 // lookup (a fifth of an offline scan's instructions, docs/benchmarks.md); a host has a handful of
-// distinct IDs. This maps the file, notes where each vendor's block starts on the first lookup,
-// and reads a block's device lines only when one of its devices is asked for.
+// distinct IDs. This maps the file, walks its vendor lines only as far as the vendors asked for,
+// and reads a vendor's device lines only when one of its devices is asked for.
 //
 // The grammar is libpci's (lib/names-parse.c): a line ends at its first '\n' or '\r' and loses one
 // trailing space or tab; blank lines and lines whose first non-blank character is '#' are
@@ -47,18 +47,20 @@ class PciIdsFile {
   };
   Line LineAt(size_t offset) const;
   size_t NextLine(size_t offset) const;  // where the line after the one at `offset` starts
-  void IndexVendors();
 
-  const char* data_ = nullptr;
-  size_t size_ = 0;
-  bool usable_ = false;
-  bool indexed_ = false;
   struct VendorBlock {
     std::string_view name;
     size_t devicesFrom = 0;  // the line after the vendor's own
   };
+  const VendorBlock* FindVendor(uint16_t vendorId);
+  std::string_view FindDevice(const VendorBlock& vendor, uint16_t deviceId) const;
+
+  const char* data_ = nullptr;
+  size_t size_ = 0;
+  bool usable_ = false;
+  size_t walked_ = 0;  // vendors are indexed up to here
   std::unordered_map<uint16_t, VendorBlock> vendors_;
-  std::unordered_map<uint32_t, std::string_view> devices_;  // (vendor << 16 | device), looked up
+  std::unordered_map<uint32_t, std::string_view> devices_;  // (vendor << 16 | device), asked
 };
 
 }  // namespace cozy::sysfs

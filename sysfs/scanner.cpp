@@ -364,14 +364,15 @@ class Scanner {
     if (file.status == IoStatus::kMissing) {
       return std::nullopt;
     }
-    const std::string where = Relative(function.sysfsPath) + "/" + relativeFile;
+    // Where, for a problem only: most attributes read fine, and the path costs an allocation.
+    const auto where = [&] { return Relative(function.sysfsPath) + "/" + relativeFile; };
     if (file.status == IoStatus::kError) {
-      function.problems.push_back(where + ": " + file.error);
+      function.problems.push_back(where() + ": " + file.error);
       return std::nullopt;
     }
     auto parsed = parse(file.text);
     if (!parsed) {
-      function.problems.push_back(where + ": " + parsed.error());
+      function.problems.push_back(where() + ": " + parsed.error());
       return std::nullopt;
     }
     return T(*parsed);
@@ -423,21 +424,24 @@ class Scanner {
   }
 
   void ReadMdevTypes(const Directory& directory, PciFunction& function) {
-    const std::string typesPath = function.sysfsPath + "/mdev_supported_types";
-    const DirectoryListing types = directory.List("mdev_supported_types");
+    DirectoryListing types = directory.List("mdev_supported_types");
     if (types.status == IoStatus::kMissing) {
       return;
     }
     if (types.status == IoStatus::kError) {
-      function.problems.push_back(Relative(typesPath) + ": " + types.error);
+      function.problems.push_back(Relative(function.sysfsPath) +
+                                  "/mdev_supported_types: " + types.error);
       return;
     }
+    // Sorted by type: the names sort cheaper than the entries read from them.
+    std::sort(types.names.begin(), types.names.end());
+    function.mdevTypes.reserve(types.names.size());
     for (const std::string& typeName : types.names) {
       MdevType type;
       type.type = typeName;
-      const std::string base = "mdev_supported_types/" + typeName + "/";
-      const auto available =
-          ReadOptional<uint32_t>(directory, function, base + "available_instances", ParseUnsigned);
+      // One buffer for every type's path: a path per type was an allocation per type.
+      typePath_.assign("mdev_supported_types/").append(typeName).append("/available_instances");
+      const auto available = ReadOptional<uint32_t>(directory, function, typePath_, ParseUnsigned);
       if (available) {
         type.availableInstances = *available;
       }
@@ -449,8 +453,6 @@ class Scanner {
       type.deviceApi = shared.deviceApi;
       function.mdevTypes.push_back(std::move(type));
     }
-    std::sort(function.mdevTypes.begin(), function.mdevTypes.end(),
-              [](const MdevType& a, const MdevType& b) { return a.type < b.type; });
   }
 
   const MdevType& MdevTypeDescription(const Directory& directory, PciFunction& function,
@@ -604,6 +606,7 @@ class Scanner {
   std::optional<bool> driversDirectoryPresent_;
   size_t unregisteredDriverLinks_ = 0;
   std::map<std::string, MdevType> mdevTypeDescriptions_;
+  std::string typePath_;
 };
 
 }  // namespace

@@ -1,7 +1,10 @@
 // bench_scan: the agent's full scan of the large synthetic host next to lspci reading the same
 // tree in the same run, and gpu-agent's peak RSS. Prints figures and ratios; asserts nothing.
+// Wall time on shared machines swings; instructions under callgrind repeat exactly, so where
+// valgrind is installed each process also runs once under it and the counts are printed.
 //
 //   build/test/bench/bench_scan [runs]
+//   BENCH_GPU_AGENT=/other/build/gpu-agent build/test/bench/bench_scan   # another build
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/resource.h>
@@ -10,8 +13,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -57,6 +62,28 @@ ProcessRun RunProcess(const std::vector<std::string>& arguments) {
   return run;
 }
 
+// Instructions `arguments` executes under callgrind ("Collected : N"), or 0 without valgrind.
+uint64_t CallgrindInstructions(const std::vector<std::string>& arguments) {
+  std::string command = "valgrind --tool=callgrind --callgrind-out-file=/dev/null";
+  for (const std::string& argument : arguments) {
+    command += " '" + argument + "'";
+  }
+  command += " 2>&1 >/dev/null";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    return 0;
+  }
+  uint64_t collected = 0;
+  char line[512];
+  while (std::fgets(line, sizeof line, pipe) != nullptr) {
+    const char* at = std::strstr(line, "Collected : ");
+    if (at != nullptr) {
+      collected = std::strtoull(at + std::strlen("Collected : "), nullptr, 10);
+    }
+  }
+  return ::pclose(pipe) == 0 ? collected : 0;
+}
+
 double Median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   return values[values.size() / 2];
@@ -66,6 +93,9 @@ double Median(std::vector<double> values) {
 
 int main(int argc, char** argv) {
   const int runs = argc > 1 ? std::atoi(argv[1]) : 15;
+  const char* otherAgent = std::getenv("BENCH_GPU_AGENT");
+  const std::string agentBinary =
+      otherAgent != nullptr && *otherAgent != '\0' ? otherAgent : COZY_GPU_AGENT_BINARY;
   char pattern[] = "/tmp/bench-scan.XXXXXX";
   const std::string root = ::mkdtemp(pattern);
   const auto spec =
@@ -73,6 +103,10 @@ int main(int argc, char** argv) {
   cozy::fixtures::BuildTree(spec, root);
   const std::string busPci = root + "/sys/bus/pci";
 
+  const std::vector<std::string> agentCommand = {agentBinary, "scan", "--sysfs-root",
+                                                 root,        "-o",   "json"};
+  const std::vector<std::string> lspciCommand = {
+      "lspci", "-A", "linux-sysfs", "-O", "sysfs.path=" + busPci, "-D", "-k", "-vmm"};
   cozy::sysfs::ScanOptions options;
   options.root = root;
   size_t functions = 0;
@@ -88,10 +122,8 @@ int main(int argc, char** argv) {
     const double scanSeconds = std::chrono::duration<double>(Clock::now() - start).count();
     functions = scan.functions.size();
     gpus = scan.Gpus().size();
-    const ProcessRun agent =
-        RunProcess({COZY_GPU_AGENT_BINARY, "scan", "--sysfs-root", root, "-o", "json"});
-    const ProcessRun lspci = RunProcess(
-        {"lspci", "-A", "linux-sysfs", "-O", "sysfs.path=" + busPci, "-D", "-k", "-vmm"});
+    const ProcessRun agent = RunProcess(agentCommand);
+    const ProcessRun lspci = RunProcess(lspciCommand);
     if (agent.status != 0 || lspci.status != 0) {
       std::fprintf(stderr, "bench_scan: a run failed (agent %d, lspci %d)\n", agent.status,
                    lspci.status);
@@ -106,6 +138,8 @@ int main(int argc, char** argv) {
     agentRss = std::max(agentRss, agent.maxRssKiB);
     lspciRss = std::max(lspciRss, lspci.maxRssKiB);
   }
+  const uint64_t agentInstructions = CallgrindInstructions(agentCommand);
+  const uint64_t lspciInstructions = CallgrindInstructions(lspciCommand);
   std::filesystem::remove_all(root);
 
   const double scanMedian = Median(inProcess);
@@ -116,12 +150,22 @@ int main(int argc, char** argv) {
   std::printf("agent scan, in process (ScanHost)          %8.2f ms\n", scanMedian * 1e3);
   std::printf("gpu-agent scan -o json, whole process      %8.2f ms\n", agentMedian * 1e3);
   std::printf("lspci -A linux-sysfs -D -k -vmm, process   %8.2f ms\n", lspciMedian * 1e3);
-  std::printf("ratio gpu-agent scan / lspci               %8.2f  (goal <= 1.0)\n",
+  std::printf("ratio gpu-agent scan / lspci               %8.2f  (goal <= 0.5)\n",
               agentMedian / lspciMedian);
   std::printf("ratio in-process scan / lspci              %8.2f\n", scanMedian / lspciMedian);
   std::printf("peak RSS gpu-agent scan                    %8.2f MiB (goal < 16)\n",
               static_cast<double>(agentRss) / 1024.0);
   std::printf("peak RSS lspci                             %8.2f MiB\n",
               static_cast<double>(lspciRss) / 1024.0);
+  if (agentInstructions == 0 || lspciInstructions == 0) {
+    std::printf("instructions under callgrind: valgrind is not installed or failed\n");
+  } else {
+    std::printf("instructions, gpu-agent scan -o json      %8.1f M\n",
+                static_cast<double>(agentInstructions) / 1e6);
+    std::printf("instructions, lspci                       %8.1f M\n",
+                static_cast<double>(lspciInstructions) / 1e6);
+    std::printf("ratio of instructions gpu-agent / lspci    %8.2f  (goal <= 0.5)\n",
+                static_cast<double>(agentInstructions) / static_cast<double>(lspciInstructions));
+  }
   return 0;
 }
