@@ -23,6 +23,8 @@
 #include "api/usage_record.h"
 #include "controller/binder/binder.h"
 #include "controller/binder/loop.h"
+#include "controller/daemon/metrics.h"
+#include "controller/daemon/vmi_lookup.h"
 #include "controller/kinds.h"
 #include "controller/model/readers.h"
 #include "controller/reconciler/apply.h"
@@ -126,8 +128,7 @@ class Controller : public webhook::ClusterSource, public BinderSource {
         // Every write of the leader's, first attempt or retry, ends by the instant its Lease
         // lets it lead until (kube/leader_election.h); elector_ is made below, before any pass.
         applier_(client_, leading_, [this] { return elector_->LeadingUntil(); }),
-        worker_("reconciler"),
-        passDuration_({0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30}) {
+        worker_("reconciler") {
     kube::LeaderElectionOptions election;
     election.leaseNamespace = options.namespaceName;
     election.leaseName = "gpu-controller";
@@ -513,93 +514,27 @@ class Controller : public webhook::ClusterSource, public BinderSource {
     return input;
   }
 
-  // How this pass tells whether a VMI exists. With GPUs on, from the VMI cache, which every
-  // replica keeps once the kind is served; a kind that is not served, or a cache not synced,
-  // answers "unknown", so nothing is detached (G7). With GPUs off there is no VMI watch: each
-  // VMI an attachment names is read by name, and the API server's own NotFound for that VMI
-  // means it has ended, so turning GPUs off never leaves a deletion hanging (D12). A kind that
-  // is not served (discovery says so, or the read answers the plain 404 of an unserved kind)
-  // is a gap in discovery, not an ended VMI: "unknown" there too (G7, issue 24).
+  // How this pass tells whether a VMI exists (controller/daemon/vmi_lookup.h).
   VmiLookup VmiLookupForPass() {
     if (options_.enableGpu) {
-      const kube::ResourceState state = discovery_.State(kVmiResource);
-      auto cache = vmis_.Get();
-      return [state, cache](const std::string& ns, const std::string& name) {
-        VmiState vmi;
-        if (state.served != kube::Served::kServed) {
-          vmi.why = "VirtualMachineInstance is " + std::string(kube::ServedName(state.served));
-          return vmi;
-        }
-        if (!cache || !cache->Synced()) {
-          vmi.why = "the VMI cache has not synced";
-          return vmi;
-        }
-        auto found = cache->Get(ns + "/" + name);
-        if (!found) {
-          vmi.presence = VmiState::Presence::kAbsent;
-          return vmi;
-        }
-        vmi.presence = VmiState::Presence::kPresent;
-        vmi.uid = found->uid;
-        vmi.creationTimestamp = found->creationTimestamp;
-        return vmi;
-      };
+      return VmiLookupFromCache(discovery_.State(kVmiResource), vmis_.Get());
     }
-    auto seen = std::make_shared<std::map<std::string, VmiState>>();
-    const kube::Served served = discovery_.IsServed(kVmiResource);
-    return [this, seen, served](const std::string& ns, const std::string& name) {
-      const std::string key = ns + "/" + name;
-      if (auto it = seen->find(key); it != seen->end()) return it->second;
-      VmiState vmi;
-      if (served == kube::Served::kNotServed) {
-        vmi.why = "VirtualMachineInstance is " + std::string(kube::ServedName(served));
-        (*seen)[key] = vmi;
-        return vmi;
-      }
-      try {
-        const nlohmann::json object = client_.Get(kVmis.Path(ns, name));
-        const model::VirtualMachineInstance decoded = VmiFromJson(object);
-        vmi.presence = VmiState::Presence::kPresent;
-        vmi.uid = decoded.uid;
-        vmi.creationTimestamp = decoded.creationTimestamp;
-      } catch (const kube::ApiError& error) {
-        if (error.kind() == kube::ErrorKind::kNotFound) {
-          vmi.presence = VmiState::Presence::kAbsent;
-        } else if (error.kind() == kube::ErrorKind::kResourceNotServed) {
-          vmi.why = "VirtualMachineInstance is not served (VMI " + key + ")";
-        } else {
-          vmi.why = error.what();
-        }
-      } catch (const std::exception& error) {
-        vmi.why = std::string("VMI ") + key + ": " + error.what();
-      }
-      (*seen)[key] = vmi;
-      return vmi;
-    };
+    return VmiLookupByReading(client_, discovery_.IsServed(kVmiResource));
   }
 
   void PassDone(PassResult result) {
-    ++passes_;
-    passDuration_.Observe(result.seconds);
+    // G7: attachments whose VMI cannot be told (the kind not served, its cache not synced, the
+    // read failing) were skipped, never read as ended: the pass did not finish its work. The
+    // rest of the plan was applied; the next pass (an event, or the resync) tries again.
+    reconcilerMetrics_.Pass(result.seconds, !result.error.empty() || result.waiting.vmisUnknown > 0,
+                            result.counts, result.waiting);
     if (!result.error.empty()) {
-      ++passFailures_;
       LogWarning("reconcile pass failed", LogFields{{"error", result.error}});
     } else if (result.waiting.vmisUnknown > 0) {
-      // G7: attachments whose VMI cannot be told (the kind not served, its cache not synced,
-      // the read failing) were skipped, never read as ended: the pass did not finish its work.
-      // The rest of the plan was applied; the next pass (an event, or the resync) tries again.
-      ++passFailures_;
       LogWarning("reconcile pass skipped attachments whose VMI cannot be told",
                  LogFields{{"attachments", std::to_string(result.waiting.vmisUnknown)},
                            {"first", result.waiting.vmisUnknownWhy}});
     }
-    for (const auto& [key, count] : result.counts.writes) {
-      writes_[key] += count;
-    }
-    conflicts_ += result.counts.conflicts;
-    queueDepth_ = result.counts.failed + result.counts.heldOff;
-    backingOff_ = static_cast<double>(result.counts.backingOff);
-    waiting_ = result.waiting;
     // Again when the first object that failed a write may be tried again (its own backoff,
     // issue 25 §3: one failing object does not rerun the whole pass every second), a second
     // after a pass that could not plan, at the next grace deadline, and at the resync otherwise.
@@ -647,11 +582,7 @@ class Controller : public webhook::ClusterSource, public BinderSource {
       LogInfo("usage-record caches", LogFields{{"state", records_.Get() ? "started" : "stopped"}});
       Trigger();
     }
-    if (webhooks_) {
-      webhook::WebhookStats stats = webhooks_->TakeStats();
-      for (double seconds : stats.latencies) webhookLatency_.Observe(seconds);
-      webhookStats_ = std::move(stats);
-    }
+    if (webhooks_) webhookMetrics_.Take(webhooks_->TakeStats());
     LogCacheErrors();
     health_.Heartbeat();
     // With GPUs on, ready also means the webhooks answer: the API server may be sent here.
@@ -693,165 +624,16 @@ class Controller : public webhook::ClusterSource, public BinderSource {
 
   std::string Metrics() const {
     runtime::MetricsWriter out;
-    WriteLeaderMetrics(out);
-    WriteReconcilerMetrics(out);
+    WriteLeaderMetrics(out, leading_, acquisitions_, elector_->Transitions());
+    reconcilerMetrics_.Write(out);
     if (binder_) binder_->WriteMetrics(out);
-    if (webhooks_) WriteWebhookMetrics(out);
-    WriteCacheMetrics(out);
-    return out.Take();
-  }
-
-  void WriteLeaderMetrics(runtime::MetricsWriter& out) const {
-    out.Family("gpu_controller_leader", "gauge", "1 while this replica holds the Lease.");
-    out.Sample("gpu_controller_leader", "", leading_ ? 1 : 0);
-    out.Family("gpu_controller_leader_acquisitions_total", "counter",
-               "Times this replica became the leader.");
-    out.Sample("gpu_controller_leader_acquisitions_total", "", static_cast<double>(acquisitions_));
-    out.Family("gpu_controller_lease_transitions", "gauge",
-               "The Lease's leaseTransitions as last seen: leadership changes in the cluster.");
-    out.Sample("gpu_controller_lease_transitions", "",
-               static_cast<double>(elector_->Transitions()));
-  }
-
-  void WriteReconcilerMetrics(runtime::MetricsWriter& out) const {
-    out.Family("gpu_controller_reconcile_passes_total", "counter", "Reconciler passes run.");
-    out.Sample("gpu_controller_reconcile_passes_total", "", static_cast<double>(passes_));
-    out.Family("gpu_controller_reconcile_failures_total", "counter",
-               "Reconciler passes that could not plan.");
-    out.Sample("gpu_controller_reconcile_failures_total", "", static_cast<double>(passFailures_));
-    out.Family("gpu_controller_reconcile_duration_seconds", "histogram",
-               "Time of one reconciler pass: plan and writes.");
-    passDuration_.Write(out, "gpu_controller_reconcile_duration_seconds");
-    out.Family("gpu_controller_writes_total", "counter",
-               "Reconciler writes by object kind and result (ok, conflict, gone, forbidden, "
-               "error, skipped).");
-    for (const auto& [key, count] : writes_) {
-      out.Sample("gpu_controller_writes_total",
-                 runtime::Label("kind", key.first) + "," + runtime::Label("result", key.second),
-                 static_cast<double>(count));
-    }
-    out.Family("gpu_controller_conflicts_total", "counter",
-               "Writes refused with 409: a stale read or a concurrent writer.");
-    out.Sample("gpu_controller_conflicts_total", "", static_cast<double>(conflicts_));
-    out.Family("gpu_controller_queue_depth", "gauge",
-               "Writes the last pass planned and could not make; the next pass retries them.");
-    out.Sample("gpu_controller_queue_depth", "", queueDepth_);
-    out.Family("gpu_controller_write_backoff_objects", "gauge",
-               "Objects whose last write failed, held off for a delay of their own "
-               "(1 s doubling to 1 min); the rest of each pass writes on.");
-    out.Sample("gpu_controller_write_backoff_objects", "", backingOff_);
-    out.Family("gpu_controller_waiting", "gauge", "Objects waiting, by what they wait for.");
-    out.Sample("gpu_controller_waiting", runtime::Label("for", "vmi-in-use"),
-               waiting_.devicesInUse);
-    out.Sample("gpu_controller_waiting", runtime::Label("for", "class-holders"),
-               waiting_.classesWithHolders);
-    out.Sample("gpu_controller_waiting", runtime::Label("for", "attachment-grace"),
-               waiting_.attachmentsInGrace);
-    out.Sample("gpu_controller_waiting", runtime::Label("for", "vmi-unknown"),
-               waiting_.vmisUnknown);
-  }
-
-  // With GPUs on: the admission webhooks' answers and writes, and their server.
-  void WriteWebhookMetrics(runtime::MetricsWriter& out) const {
-    out.Family("gpu_controller_admission_total", "counter",
-               "Admission answers by webhook and result (allowed, refused, error).");
-    for (const auto& [key, count] : webhookStats_.answers) {
-      const auto slash = key.find('/');
-      out.Sample("gpu_controller_admission_total",
-                 runtime::Label("webhook", key.substr(0, slash)) + "," +
-                     runtime::Label("result", key.substr(slash + 1)),
-                 static_cast<double>(count));
-    }
-    out.Family("gpu_controller_admission_duration_seconds", "histogram",
-               "Time to answer one admission request, the VMI webhook's wait included.");
-    webhookLatency_.Write(out, "gpu_controller_admission_duration_seconds");
-    out.Family("gpu_controller_admission_writes_total", "counter",
-               "The VMI webhook's writes: template devices created, attachments, conflicts, "
-               "rollbacks.");
-    out.Sample("gpu_controller_admission_writes_total", runtime::Label("kind", "template"),
-               static_cast<double>(webhookStats_.templatesCreated));
-    out.Sample("gpu_controller_admission_writes_total", runtime::Label("kind", "attachment"),
-               static_cast<double>(webhookStats_.attachments));
-    out.Sample("gpu_controller_admission_writes_total", runtime::Label("kind", "conflict"),
-               static_cast<double>(webhookStats_.attachConflicts));
-    out.Sample("gpu_controller_admission_writes_total", runtime::Label("kind", "rollback"),
-               static_cast<double>(webhookStats_.rollbacks));
-    out.Family("gpu_controller_admission_reinvocations_total", "counter",
-               "VMI admissions that found their own answered request and wrote nothing (E9).");
-    out.Sample("gpu_controller_admission_reinvocations_total", "",
-               static_cast<double>(webhookStats_.reinvocations));
-    out.Family("gpu_controller_admission_reinvocations_read_live_total", "counter",
-               "Of those, found only by reading the API server: this replica's cache did not "
-               "show another replica's answered request yet (E9 across replicas).");
-    out.Sample("gpu_controller_admission_reinvocations_read_live_total", "",
-               static_cast<double>(webhookStats_.reinvocationsReadLive));
-    out.Family("gpu_controller_admission_bind_timeouts_total", "counter",
-               "VMI admissions the binder did not answer within the bound (E8).");
-    out.Sample("gpu_controller_admission_bind_timeouts_total", "",
-               static_cast<double>(webhookStats_.bindTimeouts));
-    const auto server = webhookServer_->stats();
-    out.Family("gpu_controller_webhook_certificate_loads_total", "counter",
-               "Serving certificate loads (result ok) and pairs that did not load (error).");
-    out.Sample("gpu_controller_webhook_certificate_loads_total", runtime::Label("result", "ok"),
-               static_cast<double>(server.certificateLoads));
-    out.Sample("gpu_controller_webhook_certificate_loads_total", runtime::Label("result", "error"),
-               static_cast<double>(server.certificateErrors));
-    out.Family("gpu_controller_webhook_certificate_expiry_timestamp_seconds", "gauge",
-               "When the served certificate expires (Unix seconds); a warning is logged in its "
-               "last 7 days.");
-    out.Sample("gpu_controller_webhook_certificate_expiry_timestamp_seconds", "",
-               static_cast<double>(server.certificateNotAfter));
-    out.Family("gpu_controller_webhook_connections_total", "counter",
-               "Webhook connections by outcome: accepted; refused by the server (malformed, "
-               "too large: rejected); 503 for a full pool or body budget (busy); closed at a "
-               "deadline (timed_out) or for a newer connection (overflowed); TLS handshakes "
-               "refused or broken (handshake_failed).");
-    const std::pair<const char*, int64_t> outcomes[] = {
-        {"accepted", server.http.accepted},
-        {"rejected", server.http.rejected},
-        {"busy", server.http.busy},
-        {"timed_out", server.http.timedOut},
-        {"overflowed", server.http.overflowed},
-        {"handshake_failed", server.http.handshakeFailures}};
-    for (const auto& [outcome, count] : outcomes) {
-      out.Sample("gpu_controller_webhook_connections_total", runtime::Label("outcome", outcome),
-                 static_cast<double>(count));
-    }
-    out.Family("gpu_controller_webhook_workers_busy", "gauge",
-               "Webhook workers running a review now.");
-    out.Sample("gpu_controller_webhook_workers_busy", "", static_cast<double>(server.http.active));
-    out.Family("gpu_controller_webhook_queued_reviews", "gauge",
-               "Complete reviews waiting for a webhook worker now.");
-    out.Sample("gpu_controller_webhook_queued_reviews", "",
-               static_cast<double>(server.http.queued));
-  }
-
-  // Every cache's state, and the event loop's failed callbacks.
-  void WriteCacheMetrics(runtime::MetricsWriter& out) const {
-    out.Family("gpu_controller_cache_synced", "gauge", "1 once a cache has listed.");
-    out.Family("gpu_controller_cache_objects", "gauge", "Objects in each cache.");
-    out.Family("gpu_controller_cache_failures_total", "counter",
-               "Lists and watches of each cache that failed (each backs off; logged).");
-    out.Family("gpu_controller_cache_decode_failures_total", "counter",
-               "Objects each cache skipped because they do not decode.");
-    out.Family("gpu_controller_cache_ignored_changes_total", "counter",
-               "Changes each cache took without waking a pass: nothing its readers read "
-               "changed (a status heartbeat, a pod that asks for no extended resource).");
-    ForEachCache([&out](const std::string& name, const auto& cache) {
-      const std::string label = runtime::Label("cache", name);
-      out.Sample("gpu_controller_cache_synced", label, cache.Synced() ? 1 : 0);
-      out.Sample("gpu_controller_cache_objects", label, static_cast<double>(cache.Size()));
-      out.Sample("gpu_controller_cache_failures_total", label,
-                 static_cast<double>(cache.Stats().failures));
-      out.Sample("gpu_controller_cache_decode_failures_total", label,
-                 static_cast<double>(cache.DecodeFailures()));
-      out.Sample("gpu_controller_cache_ignored_changes_total", label,
-                 static_cast<double>(cache.IgnoredChanges()));
+    if (webhooks_) webhookMetrics_.Write(out, webhookServer_->stats());
+    std::vector<std::pair<std::string, const kube::CacheBase*>> caches;
+    ForEachCache([&caches](const std::string& name, const kube::CacheBase& cache) {
+      caches.emplace_back(name, &cache);
     });
-    out.Family("gpu_controller_loop_callback_failures_total", "counter",
-               "Event-loop callbacks that threw (logged with their source).");
-    out.Sample("gpu_controller_loop_callback_failures_total", "",
-               static_cast<double>(loop_.callbackFailures()));
+    WriteCacheMetrics(out, caches, loop_.callbackFailures());
+    return out.Take();
   }
 
   void Stop() {
@@ -881,8 +663,7 @@ class Controller : public webhook::ClusterSource, public BinderSource {
   std::unique_ptr<kube::Client> webhookClient_;
   std::unique_ptr<webhook::Webhooks> webhooks_;
   std::unique_ptr<webhook::Server> webhookServer_;
-  webhook::WebhookStats webhookStats_;  // loop thread, from TakeStats
-  runtime::Histogram webhookLatency_{{0.001, 0.0025, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10}};
+  WebhookMetrics webhookMetrics_;  // loop thread, from TakeStats
   runtime::Loop loop_;
   kube::Client client_;
   kube::Discovery discovery_;
@@ -915,14 +696,7 @@ class Controller : public webhook::ClusterSource, public BinderSource {
   bool stopping_ = false;
   // Metrics, loop thread.
   int64_t acquisitions_ = 0;
-  int64_t passes_ = 0;
-  int64_t passFailures_ = 0;
-  runtime::Histogram passDuration_;
-  std::map<std::pair<std::string, std::string>, int64_t> writes_;
-  int64_t conflicts_ = 0;
-  int queueDepth_ = 0;
-  double backingOff_ = 0;  // objects held off after the last pass
-  Waiting waiting_;
+  ReconcilerMetrics reconcilerMetrics_;
 };
 
 }  // namespace
