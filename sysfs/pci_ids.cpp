@@ -1,10 +1,10 @@
 #include "sysfs/pci_ids.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 
 namespace cozy::sysfs {
@@ -82,31 +82,41 @@ PciIdsFile::PciIdsFile(const std::string& path) {
   if (fd < 0) {
     return;
   }
+  // Read, not mapped: a file truncated under a mapping (a careless package upgrade) would kill
+  // the daemon with SIGBUS; a read sees whatever the file holds. A non-regular file (a FIFO)
+  // is not read: it could block the scan.
   struct stat info {};
   if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
     ::close(fd);
     return;
   }
-  size_ = static_cast<size_t>(info.st_size);
-  if (size_ > 0) {
-    void* mapped = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (mapped == MAP_FAILED) {
-      ::close(fd);
-      size_ = 0;
-      return;
+  // One byte more than the stat says, so the read that finds the end needs no bigger buffer;
+  // not zeroed first (1.3 MB of stores for nothing).
+  size_t capacity = static_cast<size_t>(info.st_size) + 1;
+  text_ = std::make_unique_for_overwrite<char[]>(capacity);
+  size_t filled = 0;
+  while (true) {
+    if (filled == capacity) {  // grown since the stat
+      auto bigger = std::make_unique_for_overwrite<char[]>(2 * capacity);
+      std::memcpy(bigger.get(), text_.get(), filled);
+      text_ = std::move(bigger);
+      capacity *= 2;
     }
-    data_ = static_cast<const char*>(mapped);
+    const ssize_t n = ::read(fd, text_.get() + filled, capacity - filled);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      break;
+    }
+    filled += static_cast<size_t>(n);
   }
   ::close(fd);
+  data_ = text_.get();
+  size_ = filled;
   // gzip's magic: a compressed pci.ids is libpci's to read.
   usable_ = !(size_ >= 2 && static_cast<unsigned char>(data_[0]) == 0x1f &&
               static_cast<unsigned char>(data_[1]) == 0x8b);
-}
-
-PciIdsFile::~PciIdsFile() {
-  if (data_ != nullptr) {
-    ::munmap(const_cast<char*>(data_), size_);
-  }
 }
 
 PciIdsFile::Line PciIdsFile::LineAt(size_t offset) const {

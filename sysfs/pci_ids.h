@@ -1,7 +1,7 @@
 // Vendor and device names from a pci.ids file, read the way libpci reads it but only as far as a
 // lookup needs. libpci parses all 40,000 lines of Debian's pci.ids into a hash table on its first
 // lookup (a fifth of an offline scan's instructions, docs/benchmarks.md); a host has a handful of
-// distinct IDs. This maps the file, walks its vendor lines only as far as the vendors asked for,
+// distinct IDs. This reads the file, walks its vendor lines only as far as the vendors asked for,
 // and reads a vendor's device lines only when one of its devices is asked for.
 //
 // The grammar is libpci's (lib/names-parse.c): a line ends at its first '\n' or '\r' and loses one
@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -26,11 +27,11 @@ namespace cozy::sysfs {
 
 class PciIdsFile {
  public:
-  // Maps `path`, or when `path` ends in ".gz" and cannot be opened, `path` without it (as libpci
+  // Reads `path`, or when `path` ends in ".gz" and cannot be opened, `path` without it (as libpci
   // does). Not usable() when neither opens or the file is gzip-compressed (libpci, linked with
   // zlib, reads those; callers ask it instead).
   explicit PciIdsFile(const std::string& path);
-  ~PciIdsFile();
+  ~PciIdsFile() = default;
   PciIdsFile(const PciIdsFile&) = delete;
   PciIdsFile& operator=(const PciIdsFile&) = delete;
 
@@ -55,6 +56,7 @@ class PciIdsFile {
   const VendorBlock* FindVendor(uint16_t vendorId);
   std::string_view FindDevice(const VendorBlock& vendor, uint16_t deviceId) const;
 
+  std::unique_ptr<char[]> text_;  // the whole file
   const char* data_ = nullptr;
   size_t size_ = 0;
   bool usable_ = false;
