@@ -4,11 +4,16 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <climits>
+#include <exception>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <system_error>
+#include <thread>
 
 #include "sysfs/attributes.h"
 #include "sysfs/libpci_access.h"
@@ -23,9 +28,48 @@ constexpr std::string_view kBusMdevDevices = "sys/bus/mdev/devices";
 // What the pass before libpci learned of one `sys/bus/pci/devices` entry.
 struct Candidate {
   std::string entry;     // the entry's name
+  size_t listed = 0;     // its place in the listing
   PciFunction function;  // address and sysfsPath always; the rest when `valid`
   bool valid = false;
 };
+
+// Runs work(0) .. work(count - 1) on `readers` threads, this one among them (0: one per CPU,
+// at most 8 and one per 32 items); fewer where a thread cannot be started. The first exception a
+// call throws is rethrown here once all have stopped.
+template <typename Work>
+void ForEachInParallel(size_t count, int readers, Work&& work) {
+  size_t threads = readers > 0
+                       ? static_cast<size_t>(readers)
+                       : std::min<size_t>({std::thread::hardware_concurrency(), 8, count / 32});
+  threads = std::max<size_t>(1, std::min(threads, count));
+  std::atomic<size_t> next{0};
+  std::exception_ptr failure;
+  std::mutex failureMutex;
+  auto run = [&] {
+    for (size_t index = next.fetch_add(1); index < count; index = next.fetch_add(1)) {
+      try {
+        work(index);
+      } catch (...) {
+        const std::lock_guard lock(failureMutex);
+        if (!failure) failure = std::current_exception();
+        next.store(count);
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (size_t i = 1; i < threads; ++i) {
+    try {
+      pool.emplace_back(run);
+    } catch (const std::system_error&) {
+      break;  // the threads that started, and this one, take the rest
+    }
+  }
+  run();
+  for (std::thread& thread : pool) {
+    thread.join();
+  }
+  if (failure) std::rethrow_exception(failure);
+}
 
 // Removes a temporary directory tree when the scan ends.
 class TemporaryTree {
@@ -125,64 +169,93 @@ class Scanner {
   // Reads every function's identity before libpci sees the tree: what libpci would choke on
   // (entry names, vendor, device, class) is reported here instead, and what libpci reads with
   // strtol (which takes garbage for 0) is read strictly. One directory handle per function.
+  // The functions are read on several threads at once (ScanOptions::readers): a scan is
+  // system calls, and each function's are its own. What they share (the drivers and mdev type
+  // descriptions asked once per scan) is under cacheMutex_; what they report is kept per entry
+  // and gathered in listing order, so the result does not depend on the threads.
   std::vector<Candidate> ReadCandidates() {
     const DirectoryListing listing = ListDirectory(Path(kBusPciDevices));
     if (listing.status != IoStatus::kOk) {
       throw RootError("cannot list " + Path(kBusPciDevices) + ": " + listing.error);
     }
+    const size_t count = listing.names.size();
+    std::vector<std::vector<ScanProblem>> problems(count);  // by listing entry
     std::vector<Candidate> candidates;
-    candidates.reserve(listing.names.size());
-    for (const std::string& name : listing.names) {
-      const std::string relative = std::string(kBusPciDevices) + "/" + name;
-      Candidate candidate;
-      candidate.entry = name;
+    candidates.reserve(count);
+    for (size_t entry = 0; entry < count; ++entry) {
+      const std::string& name = listing.names[entry];
       const auto address = ParsePciAddress(name);
       // sysfs always prints the domain; a short or odd name is not the kernel's.
       if (!address || address->ToString() != ToLower(name) || name.find(':') == 2) {
-        AddProblem(relative, "entry is not a PCI address; skipped");
+        problems[entry].push_back(
+            {std::string(kBusPciDevices) + "/" + name, "entry is not a PCI address; skipped"});
         unparsableEntries_ = true;
         continue;
       }
+      Candidate candidate;
+      candidate.entry = name;
+      candidate.listed = entry;
       candidate.function.address = *address;
-      const auto directoryPath = FunctionDirectory(name);
-      if (!directoryPath) {
-        AddProblem(relative, "function vanished or its link dangles; skipped");
-        candidates.push_back(std::move(candidate));
-        continue;
-      }
-      candidate.function.sysfsPath = *directoryPath;
-      const Directory directory(*directoryPath);
-      if (!directory.ok()) {
-        AddProblem(relative, "function vanished or its link dangles; skipped");
-        candidates.push_back(std::move(candidate));
-        continue;
-      }
-      candidate.valid = ReadIdentity(directory, relative, candidate.function);
-      if (candidate.valid) {
-        PciFunction& function = candidate.function;
-        ReadSubsystem(directory, function);
-        ReadNumaNode(directory, function);
-        ReadLinks(directory, function);
-        // A GPU, or a VF that may be one (its PF decides later): read the rest through the
-        // handle already open.
-        if (IsGpuFunction(function.vendorId, function.classCode, options_.extraGpuVendors) ||
-            function.physicalFunction) {
-          ReadGpuDetails(directory, function);
-        }
-      }
       candidates.push_back(std::move(candidate));
     }
+    DriversDirectoryPresent();  // decided once, before the readers start
+    std::vector<char> unregisteredDriver(candidates.size(), 0);
+    ForEachInParallel(candidates.size(), options_.readers, [&](size_t index) {
+      Candidate& candidate = candidates[index];
+      ReadCandidate(candidate, problems[candidate.listed], unregisteredDriver[index]);
+    });
+    for (const char unregistered : unregisteredDriver) {
+      unregisteredDriverLinks_ += unregistered != 0 ? 1 : 0;
+    }
+    for (std::vector<ScanProblem>& entryProblems : problems) {
+      for (ScanProblem& problem : entryProblems) {
+        scan_.problems.push_back(std::move(problem));
+      }
+    }
+    ReportMdevTypeNameErrors(candidates);
     return candidates;
   }
 
+  // One function, on a reader thread: its problems go to `problems`, and `unregisteredDriver`
+  // says its driver link was taken from its name (a capture without sys/bus/pci/drivers).
+  void ReadCandidate(Candidate& candidate, std::vector<ScanProblem>& problems,
+                     char& unregisteredDriver) {
+    const std::string relative = std::string(kBusPciDevices) + "/" + candidate.entry;
+    const auto directoryPath = FunctionDirectory(candidate.entry);
+    if (!directoryPath) {
+      problems.push_back({relative, "function vanished or its link dangles; skipped"});
+      return;
+    }
+    candidate.function.sysfsPath = *directoryPath;
+    const Directory directory(*directoryPath);
+    if (!directory.ok()) {
+      problems.push_back({relative, "function vanished or its link dangles; skipped"});
+      return;
+    }
+    candidate.valid = ReadIdentity(directory, relative, candidate.function, problems);
+    if (candidate.valid) {
+      PciFunction& function = candidate.function;
+      ReadSubsystem(directory, function);
+      ReadNumaNode(directory, function);
+      ReadLinks(directory, function, unregisteredDriver);
+      // A GPU, or a VF that may be one (its PF decides later): read the rest through the
+      // handle already open.
+      if (IsGpuFunction(function.vendorId, function.classCode, options_.extraGpuVendors) ||
+          function.physicalFunction) {
+        ReadGpuDetails(directory, function);
+      }
+    }
+  }
+
   // vendor, device and class: mandatory for libpci and for the GPU filter.
-  bool ReadIdentity(const Directory& directory, const std::string& relative,
-                    PciFunction& function) {
-    const auto vendor = ReadMandatory(directory, relative, "vendor", ParseHexId);
+  bool ReadIdentity(const Directory& directory, const std::string& relative, PciFunction& function,
+                    std::vector<ScanProblem>& problems) {
+    const auto vendor = ReadMandatory(directory, relative, "vendor", ParseHexId, problems);
     const auto device =
-        vendor ? ReadMandatory(directory, relative, "device", ParseHexId) : std::nullopt;
+        vendor ? ReadMandatory(directory, relative, "device", ParseHexId, problems) : std::nullopt;
     const auto classCode =
-        device ? ReadMandatory(directory, relative, "class", ParseClassCode) : std::nullopt;
+        device ? ReadMandatory(directory, relative, "class", ParseClassCode, problems)
+               : std::nullopt;
     if (!vendor || !device || !classCode) {
       return false;
     }
@@ -194,18 +267,19 @@ class Scanner {
 
   template <typename Parser>
   auto ReadMandatory(const Directory& directory, const std::string& relative,
-                     const std::string& attribute, Parser parse)
+                     const std::string& attribute, Parser parse, std::vector<ScanProblem>& problems)
       -> std::optional<std::decay_t<decltype(*parse(std::string_view()))>> {
     const FileText file = directory.Read(attribute);
     if (file.status != IoStatus::kOk) {
-      AddProblem(relative + "/" + attribute,
-                 std::string("cannot read: ") +
-                     (file.status == IoStatus::kMissing ? "missing" : file.error) + "; skipped");
+      problems.push_back({relative + "/" + attribute,
+                          std::string("cannot read: ") +
+                              (file.status == IoStatus::kMissing ? "missing" : file.error) +
+                              "; skipped"});
       return std::nullopt;
     }
     const auto parsed = parse(file.text);
     if (!parsed) {
-      AddProblem(relative + "/" + attribute, parsed.error() + "; skipped");
+      problems.push_back({relative + "/" + attribute, parsed.error() + "; skipped"});
       return std::nullopt;
     }
     return *parsed;
@@ -273,12 +347,12 @@ class Scanner {
 
   // Link targets are taken by their basename, also when the target is missing (captured trees
   // such as umockdev dumps lack them); a dangling `driver` link is still worth a report.
-  void ReadLinks(const Directory& directory, PciFunction& function) {
+  void ReadLinks(const Directory& directory, PciFunction& function, char& unregisteredDriver) {
     const LinkTarget driver = directory.ReadLink("driver");
     if (driver.status == IoStatus::kOk) {
       function.driver = std::string(LinkBasename(driver.target));
-      if (!DriversDirectoryPresent()) {
-        ++unregisteredDriverLinks_;  // a capture without drivers: said once, in Run
+      if (!*driversDirectoryPresent_) {
+        unregisteredDriver = 1;  // a capture without drivers: said once, in Run
       } else if (!DriverRegistered(*function.driver)) {
         function.problems.push_back(Relative(function.sysfsPath) + "/driver: link target " +
                                     driver.target + " is missing");
@@ -332,8 +406,9 @@ class Scanner {
     }
   }
 
-  // Whether sys/bus/pci/drivers/<name> exists, asked once per driver and scan.
+  // Whether sys/bus/pci/drivers/<name> exists, asked once per driver and scan. Any reader.
   bool DriverRegistered(const std::string& name) {
+    const std::lock_guard lock(cacheMutex_);
     const auto known = registeredDrivers_.find(name);
     if (known != registeredDrivers_.end()) {
       return known->second;
@@ -436,18 +511,19 @@ class Scanner {
     // Sorted by type: the names sort cheaper than the entries read from them.
     std::sort(types.names.begin(), types.names.end());
     function.mdevTypes.reserve(types.names.size());
+    std::string typePath;
     for (const std::string& typeName : types.names) {
       MdevType type;
       type.type = typeName;
       // One buffer for every type's path: a path per type was an allocation per type.
-      typePath_.assign("mdev_supported_types/").append(typeName).append("/available_instances");
-      const auto available = ReadOptional<uint32_t>(directory, function, typePath_, ParseUnsigned);
+      typePath.assign("mdev_supported_types/").append(typeName).append("/available_instances");
+      const auto available = ReadOptional<uint32_t>(directory, function, typePath, ParseUnsigned);
       if (available) {
         type.availableInstances = *available;
       }
       // A type's name, description and device API are the driver's, the same on every parent
       // (a VF of each of 16 GPUs offers the same nvidia-1145): read once per scan.
-      const MdevType& shared = MdevTypeDescription(directory, function, typeName);
+      const MdevType& shared = MdevTypeDescription(directory, typeName);
       type.name = shared.name;
       type.maxInstances = shared.maxInstances;
       type.deviceApi = shared.deviceApi;
@@ -455,8 +531,12 @@ class Scanner {
     }
   }
 
-  const MdevType& MdevTypeDescription(const Directory& directory, PciFunction& function,
-                                      const std::string& typeName) {
+  // A type's description, read the first time any reader asks (under cacheMutex_; the entries
+  // of a std::map stay where they are, so the reference outlives the lock). A `name` that
+  // cannot be read is kept by type and reported once, after the readers, for the first
+  // function in listing order that offers the type (ReportMdevTypeNameErrors).
+  const MdevType& MdevTypeDescription(const Directory& directory, const std::string& typeName) {
+    const std::lock_guard lock(cacheMutex_);
     const auto known = mdevTypeDescriptions_.find(typeName);
     if (known != mdevTypeDescriptions_.end()) {
       return known->second;
@@ -467,8 +547,7 @@ class Scanner {
     if (name.status == IoStatus::kOk) {
       type.name = std::string(TrimAttribute(name.text));
     } else if (name.status == IoStatus::kError) {
-      function.problems.push_back(Relative(function.sysfsPath) + "/" + base +
-                                  "name: " + name.error);
+      mdevTypeNameErrors_[typeName] = name.error;
     }
     const FileText description = directory.Read(base + "description");
     if (description.status == IoStatus::kOk) {
@@ -479,6 +558,23 @@ class Scanner {
       type.deviceApi = std::string(TrimAttribute(deviceApi.text));
     }
     return mdevTypeDescriptions_.emplace(typeName, std::move(type)).first->second;
+  }
+
+  void ReportMdevTypeNameErrors(std::vector<Candidate>& candidates) {
+    for (Candidate& candidate : candidates) {
+      if (mdevTypeNameErrors_.empty()) {
+        return;
+      }
+      PciFunction& function = candidate.function;
+      for (const MdevType& type : function.mdevTypes) {
+        const auto error = mdevTypeNameErrors_.find(type.type);
+        if (error != mdevTypeNameErrors_.end()) {
+          function.problems.push_back(Relative(function.sysfsPath) + "/mdev_supported_types/" +
+                                      type.type + "/name: " + error->second);
+          mdevTypeNameErrors_.erase(error);
+        }
+      }
+    }
   }
 
   void ReadNvidiaVgpu(const Directory& directory, PciFunction& function) {
@@ -605,8 +701,9 @@ class Scanner {
   std::map<std::string, bool> registeredDrivers_;
   std::optional<bool> driversDirectoryPresent_;
   size_t unregisteredDriverLinks_ = 0;
+  std::mutex cacheMutex_;  // registeredDrivers_, mdevTypeDescriptions_, mdevTypeNameErrors_
   std::map<std::string, MdevType> mdevTypeDescriptions_;
-  std::string typePath_;
+  std::map<std::string, std::string> mdevTypeNameErrors_;  // type -> why its name is unread
 };
 
 }  // namespace

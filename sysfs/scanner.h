@@ -15,6 +15,9 @@ struct ScanOptions {
   std::string root = "/";  // the directory that holds sys/
   std::string pciIdsPath;  // empty: libpci's default (Debian's /usr/share/misc/pci.ids)
   std::vector<uint16_t> extraGpuVendors;  // PCI vendors whose class 0x03 functions are GPUs too
+  // Threads reading functions at once: 0 one per CPU (at most 8, and one per 32 functions);
+  // 1 the calling thread alone. The result is the same however many (ScanThreads test).
+  int readers = 0;
 };
 
 // The root cannot be scanned at all: it does not exist or holds no sys/bus/pci.

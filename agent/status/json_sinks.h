@@ -9,6 +9,8 @@
 // fails loudly instead of printing differently (status_writer_test holds the two to each other).
 #pragma once
 
+#include <array>
+#include <charconv>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -60,7 +62,9 @@ class JsonPrinter {
   void Number(Integer value) {
     static_assert(std::is_integral_v<Integer>, "the status holds whole numbers only");
     BeforeValue();
-    out_ += std::to_string(value);
+    std::array<char, 24> digits;  // NOLINT(cppcoreguidelines-pro-type-member-init): written next
+    const auto written = std::to_chars(digits.data(), digits.data() + digits.size(), value);
+    out_.append(digits.data(), written.ptr);
   }
   void Bool(bool value) {
     BeforeValue();

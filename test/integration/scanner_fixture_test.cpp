@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <sstream>
 
 #include "sysfs/scanner.h"
 #include "test/support/fixture_host.h"
@@ -419,6 +420,97 @@ TEST(ScanLarge, SyntheticHostHasAboutSixHundredFunctions) {
     mdevs += gpu->mdevs.size();
   }
   EXPECT_EQ(mdevs, 512U);
+}
+
+// Everything a scan says, in its order, as text: two scans are the same when these are.
+std::string Describe(const HostScan& scan) {
+  std::ostringstream out;
+  for (const PciFunction& f : scan.functions) {
+    out << f.address.ToString() << " " << f.vendorId << ":" << f.deviceId << " " << f.classCode
+        << " [" << f.vendorName << "|" << f.deviceName << "] driver=" << f.driver.value_or("-")
+        << " group=" << (f.iommuGroup ? std::to_string(*f.iommuGroup) : "-")
+        << " viable=" << (f.iommuGroupViable ? (*f.iommuGroupViable ? "y" : "n") : "-")
+        << " numa=" << (f.numaNode ? std::to_string(*f.numaNode) : "-")
+        << " pf=" << (f.physicalFunction ? f.physicalFunction->ToString() : "-") << " sriov="
+        << (f.sriov ? std::to_string(f.sriov->numVfs) + "/" + std::to_string(f.sriov->totalVfs)
+                    : "-")
+        << " gpu=" << f.isGpu << " path=" << f.sysfsPath << "\n";
+    for (const MdevType& type : f.mdevTypes) {
+      out << "  type " << type.type << " [" << type.name << "] "
+          << type.availableInstances.value_or(-1) << "/" << type.maxInstances.value_or(-1) << " "
+          << type.deviceApi << "\n";
+    }
+    for (const Mdev& mdev : f.mdevs) {
+      out << "  mdev " << mdev.uuid << " " << mdev.type.value_or("-") << "\n";
+    }
+    if (f.vgpu) {
+      out << "  vgpu " << f.vgpu->currentType.value_or("-") << " " << f.vgpu->creatableTypes.size()
+          << "\n";
+    }
+    for (const std::string& problem : f.problems) {
+      out << "  problem " << problem << "\n";
+    }
+  }
+  for (const ScanProblem& problem : scan.problems) {
+    out << "problem " << problem.path << ": " << problem.message << "\n";
+  }
+  out << "pending=" << scan.mdevLinksPending << "\n";
+  return out.str();
+}
+
+// The functions are read on several threads at once (ScanOptions::readers); what a scan says,
+// problems and their order included, must not depend on how many.
+TEST(ScanThreads, OneReaderOrManyTheScanIsTheSame) {
+  for (const std::string spec : {"broken", "large-synthetic", "t4-vgpu-4", "l40s-sriov-mdev"}) {
+    SCOPED_TRACE(spec);
+    const FixtureHost host(spec);
+    ScanOptions options;
+    options.root = host.root().string();
+    options.pciIdsPath = cozy::testing::FixturePciIds().string();
+    options.readers = 1;
+    const std::string one = Describe(ScanHost(options));
+    for (const int readers : {2, 7, 0}) {
+      options.readers = readers;
+      EXPECT_EQ(Describe(ScanHost(options)), one) << readers << " readers";
+    }
+  }
+  // A type whose `name` cannot be read (a directory in its place, on every parent: the type is
+  // the driver's): said once, for the first function in listing order that offers it.
+  {
+    const FixtureHost host("l40s-sriov-mdev");
+    size_t broken = 0;
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(host.root() / "sys")) {
+      if (entry.path().filename() == "name" &&
+          entry.path().parent_path().filename() == "nvidia-1150" && entry.is_regular_file()) {
+        std::filesystem::remove(entry.path());
+        std::filesystem::create_directory(entry.path());
+        ++broken;
+      }
+    }
+    ASSERT_GT(broken, 1U);
+    ScanOptions options;
+    options.root = host.root().string();
+    options.readers = 1;
+    const HostScan serial = ScanHost(options);
+    size_t said = 0;
+    for (const PciFunction& function : serial.functions) {
+      for (const std::string& problem : function.problems) {
+        said += problem.find("mdev_supported_types/nvidia-1150/name: ") != std::string::npos;
+      }
+    }
+    EXPECT_EQ(said, 1U);
+    options.readers = 6;
+    EXPECT_EQ(Describe(ScanHost(options)), Describe(serial));
+  }
+  // A capture without sys/bus/pci/drivers: the one line that says so counts every reader's.
+  FixtureHost capture("rtx6000ada-x4");
+  std::filesystem::remove_all(capture.root() / "sys/bus/pci/drivers");
+  ScanOptions options;
+  options.root = capture.root().string();
+  options.readers = 1;
+  const std::string one = Describe(ScanHost(options));
+  options.readers = 5;
+  EXPECT_EQ(Describe(ScanHost(options)), one);
 }
 
 }  // namespace
