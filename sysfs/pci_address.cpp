@@ -3,8 +3,6 @@
 #include <array>
 
 namespace cozy::sysfs {
-namespace {
-
 std::optional<uint32_t> ParseHexDigits(std::string_view text, size_t minDigits, size_t maxDigits) {
   if (text.size() < minDigits || text.size() > maxDigits) {
     return std::nullopt;
@@ -25,8 +23,6 @@ std::optional<uint32_t> ParseHexDigits(std::string_view text, size_t minDigits, 
   }
   return value;
 }
-
-}  // namespace
 
 std::string FormatHex(uint32_t value, int minDigits) {
   static constexpr char kDigits[] = "0123456789abcdef";

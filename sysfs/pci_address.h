@@ -25,6 +25,9 @@ struct PciAddress {
 // out-of-range device (>31) or function (>7) numbers.
 std::optional<PciAddress> ParsePciAddress(std::string_view text);
 
+// `text` as hex digits of either case, between `minDigits` and `maxDigits` of them (at most 8).
+std::optional<uint32_t> ParseHexDigits(std::string_view text, size_t minDigits, size_t maxDigits);
+
 // `value` in lower-case hex, at least `minDigits` long: printf's "%0*x", without printf (a
 // scan prints thousands of IDs).
 std::string FormatHex(uint32_t value, int minDigits);

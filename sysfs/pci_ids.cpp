@@ -7,32 +7,20 @@
 #include <cerrno>
 #include <cstring>
 
+#include "sysfs/pci_address.h"
+
 namespace cozy::sysfs {
 namespace {
 
 bool IsWhite(char c) { return c == ' ' || c == '\t'; }
 
-// libpci's id_hex: `count` hex digits of either case, or nothing.
+// libpci's id_hex: `count` hex digits of either case at the start of `text`, or nothing.
 std::optional<uint16_t> Hex(std::string_view text, size_t count) {
   if (text.size() < count) {
     return std::nullopt;
   }
-  uint16_t value = 0;
-  for (size_t i = 0; i < count; ++i) {
-    const char c = text[i];
-    uint16_t digit = 0;
-    if (c >= '0' && c <= '9') {
-      digit = static_cast<uint16_t>(c - '0');
-    } else if (c >= 'a' && c <= 'f') {
-      digit = static_cast<uint16_t>(c - 'a' + 10);
-    } else if (c >= 'A' && c <= 'F') {
-      digit = static_cast<uint16_t>(c - 'A' + 10);
-    } else {
-      return std::nullopt;
-    }
-    value = static_cast<uint16_t>((value << 4) | digit);
-  }
-  return value;
+  const auto value = ParseHexDigits(text.substr(0, count), count, count);
+  return value ? std::optional<uint16_t>(static_cast<uint16_t>(*value)) : std::nullopt;
 }
 
 // "xxxx<white>name" at the start of `text` (tabs already taken off): the ID and the name.
