@@ -3,6 +3,7 @@
 #include <array>
 
 namespace cozy::sysfs {
+
 std::optional<uint32_t> ParseHexDigits(std::string_view text, size_t minDigits, size_t maxDigits) {
   if (text.size() < minDigits || text.size() > maxDigits) {
     return std::nullopt;

@@ -14,11 +14,12 @@ namespace {
 
 bool IsWhite(char c) { return c == ' ' || c == '\t'; }
 
+bool IsHexDigit(char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
 // libpci's id_hex: `count` hex digits of either case at the start of `text`, or nothing.
 std::optional<uint16_t> Hex(std::string_view text, size_t count) {
-  if (text.size() < count) {
-    return std::nullopt;
-  }
   const auto value = ParseHexDigits(text.substr(0, count), count, count);
   return value ? std::optional<uint16_t>(static_cast<uint16_t>(*value)) : std::nullopt;
 }
@@ -145,7 +146,7 @@ const PciIdsFile::VendorBlock* PciIdsFile::FindVendor(uint16_t vendorId) {
   }
   while (walked_ < size_) {
     const size_t offset = walked_;
-    if (!Hex(std::string_view(data_ + offset, 1), 1)) {
+    if (!IsHexDigit(data_[offset])) {
       walked_ = NextLine(offset);
       continue;
     }

@@ -198,7 +198,7 @@ class Scanner {
       candidate.function.address = *address;
       candidates.push_back(std::move(candidate));
     }
-    DriversDirectoryPresent();  // decided once, before the readers start
+    driversDirectoryPresent_ = IsDirectory(Path("sys/bus/pci/drivers"));  // before the readers
     std::vector<char> unregisteredDriver(candidates.size(), 0);
     ForEachInParallel(candidates.size(), options_.readers, [&](size_t index) {
       Candidate& candidate = candidates[index];
@@ -351,7 +351,7 @@ class Scanner {
     const LinkTarget driver = directory.ReadLink("driver");
     if (driver.status == IoStatus::kOk) {
       function.driver = std::string(LinkBasename(driver.target));
-      if (!*driversDirectoryPresent_) {
+      if (!driversDirectoryPresent_) {
         unregisteredDriver = 1;  // a capture without drivers: said once, in Run
       } else if (!DriverRegistered(*function.driver)) {
         function.problems.push_back(Relative(function.sysfsPath) + "/driver: link target " +
@@ -386,15 +386,6 @@ class Scanner {
                                     physfn.target + " is not a PCI address");
       }
     }
-  }
-
-  // Whether sys/bus/pci/drivers exists at all: a live host always has it; a captured tree
-  // (umockdev records device directories only) may not, and then every driver link dangles.
-  bool DriversDirectoryPresent() {
-    if (!driversDirectoryPresent_) {
-      driversDirectoryPresent_ = IsDirectory(Path("sys/bus/pci/drivers"));
-    }
-    return *driversDirectoryPresent_;
   }
 
   // One line for a tree without a drivers directory, instead of one per bound function.
@@ -699,7 +690,9 @@ class Scanner {
   HostScan scan_;
   bool unparsableEntries_ = false;
   std::map<std::string, bool> registeredDrivers_;
-  std::optional<bool> driversDirectoryPresent_;
+  // Whether sys/bus/pci/drivers exists at all: a live host always has it; a captured tree
+  // (umockdev records device directories only) may not, and then every driver link dangles.
+  bool driversDirectoryPresent_ = false;
   size_t unregisteredDriverLinks_ = 0;
   std::mutex cacheMutex_;  // registeredDrivers_, mdevTypeDescriptions_, mdevTypeNameErrors_
   std::map<std::string, MdevType> mdevTypeDescriptions_;

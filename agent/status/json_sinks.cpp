@@ -40,10 +40,10 @@ void JsonPrinter::BeforeValue() {
   }
 }
 
-void JsonPrinter::Open(char bracket, bool object) {
+void JsonPrinter::Open(char bracket) {
   BeforeValue();
   out_ += bracket;
-  levels_.push_back(Level{object, 0, {}});
+  levels_.push_back(Level{});
 }
 
 void JsonPrinter::Close(char bracket) {

@@ -50,8 +50,8 @@ class JsonBuilder {
 class JsonPrinter {
  public:
   explicit JsonPrinter(std::string& out) : out_(out) {}
-  void BeginObject() { Open('{', true); }
-  void BeginArray() { Open('[', false); }
+  void BeginObject() { Open('{'); }
+  void BeginArray() { Open('['); }
   void EndObject() { Close('}'); }
   void EndArray() { Close(']'); }
   // Throws std::logic_error for a key that does not sort after the previous one. The key must
@@ -73,11 +73,10 @@ class JsonPrinter {
 
  private:
   struct Level {
-    bool object = false;
     size_t members = 0;
     std::string_view lastKey;  // the writer's keys are literals: they outlive the object
   };
-  void Open(char bracket, bool object);
+  void Open(char bracket);
   void Close(char bracket);
   void BeforeValue();  // the separator and indent an array element or the root needs
   void NewMember(Level& level);

@@ -159,8 +159,8 @@ class StatusWriter {
     // Totals for kubectl's printer columns, which cannot count.
     out_.Key("summary");
     out_.BeginObject();
+    int64_t healthy = 0;
     if (units != nullptr) {
-      int64_t healthy = 0;
       int64_t allocatable = 0;
       int64_t allocated = 0;
       for (const FunctionUnits& function : units->functions) {
@@ -170,10 +170,10 @@ class StatusWriter {
       }
       Field("allocatable", allocatable);
       Field("allocated", allocated);
-      Field("gpus", gpus.size());
+    }
+    Field("gpus", gpus.size());
+    if (units != nullptr) {
       Field("healthy", healthy);
-    } else {
-      Field("gpus", gpus.size());
     }
     out_.EndObject();
     if (units != nullptr) {

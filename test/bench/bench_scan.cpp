@@ -1,6 +1,6 @@
 // bench_scan: the agent's full scan of the large synthetic host next to lspci reading the same
 // tree in the same run, and gpu-agent's peak RSS. Prints figures and ratios; asserts nothing.
-// Wall time on shared machines swings; instructions under callgrind repeat exactly, so where
+// Wall time on shared machines swings; instructions under callgrind barely move, so where
 // valgrind is installed each process also runs once under it and the counts are printed.
 //
 //   build/test/bench/bench_scan [runs]
