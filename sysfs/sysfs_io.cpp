@@ -3,11 +3,15 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <array>
 #include <cerrno>
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
+#include <utility>
 
 namespace cozy::sysfs {
 namespace {
@@ -106,6 +110,43 @@ DirectoryListing ListDirectory(const std::string& path) {
   return ListOpenedDirectory(::opendir(path.c_str()));
 }
 
+namespace {
+
+// The entries of an open directory, read with getdents64 into one buffer: no DIR (whose
+// fdopendir costs an fcntl per directory), no allocation but the names'.
+DirectoryListing ListDirectoryFd(int fd) {
+  DirectoryListing result;
+  alignas(8) std::array<char, 16384> buffer;  // NOLINT(cppcoreguidelines-pro-type-member-init)
+  while (true) {
+    const long n = ::syscall(SYS_getdents64, fd, buffer.data(), buffer.size());
+    if (n < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      result.status = IoStatus::kError;
+      result.error = ErrnoText(errno);
+      result.names.clear();
+      return result;
+    }
+    if (n == 0) {
+      return result;
+    }
+    for (long offset = 0; offset < n;) {
+      // The kernel's struct linux_dirent64: ino, off, reclen, type, then the name.
+      const char* record = buffer.data() + offset;
+      uint16_t length = 0;
+      std::memcpy(&length, record + offsetof(struct dirent64, d_reclen), sizeof(length));
+      const char* name = record + offsetof(struct dirent64, d_name);
+      if (name[0] != '.') {
+        result.names.emplace_back(name);
+      }
+      offset += length;
+    }
+  }
+}
+
+}  // namespace
+
 bool PathExists(const std::string& path) {
   struct stat info {};
   return ::stat(path.c_str(), &info) == 0;
@@ -158,13 +199,41 @@ std::optional<std::string> NormalizeLexically(std::string_view path) {
   return out;
 }
 
-Directory::Directory(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+namespace {
+int DirectoryFlags(Directory::Mode mode) {
+  return (mode == Directory::Mode::kListable ? O_RDONLY : O_PATH) | O_DIRECTORY | O_CLOEXEC;
+}
+}  // namespace
+
+Directory::Directory(const std::string& path, Mode mode) : path_(path) {
+  fd_ = ::open(path.c_str(), DirectoryFlags(mode));
+  Opened();
+}
+
+Directory::Directory(const Directory& parent, const std::string& relative, std::string path,
+                     Mode mode)
+    : path_(std::move(path)) {
+  if (!parent.ok()) {
+    status_ = parent.status_;
+    error_ = parent.error_;
+    return;
+  }
+  fd_ = ::openat(parent.fd_, relative.c_str(), DirectoryFlags(mode));
+  Opened();
+}
+
+void Directory::Opened() {
   if (fd_ < 0) {
     status_ = (errno == ENOENT || errno == ENOTDIR) ? IoStatus::kMissing : IoStatus::kError;
     error_ = ErrnoText(errno);
   }
 }
+
+Directory::Directory(Directory&& other) noexcept
+    : path_(std::move(other.path_)),
+      fd_(std::exchange(other.fd_, -1)),
+      status_(other.status_),
+      error_(std::move(other.error_)) {}
 
 Directory::~Directory() {
   if (fd_ >= 0) {
@@ -186,11 +255,19 @@ DirectoryListing Directory::List(const std::string& relative) const {
   if (fd < 0) {
     return ListOpenedDirectory(nullptr);
   }
-  DIR* dir = ::fdopendir(fd);
-  if (dir == nullptr) {
-    ::close(fd);
+  DirectoryListing listing = ListDirectoryFd(fd);
+  ::close(fd);
+  return listing;
+}
+
+DirectoryListing Directory::ListEntries() const {
+  if (fd_ < 0) {
+    DirectoryListing listing;
+    listing.status = status_;
+    listing.error = error_;
+    return listing;
   }
-  return ListOpenedDirectory(dir);
+  return ListDirectoryFd(fd_);
 }
 
 bool Directory::IsSubdirectory(const std::string& relative) const {

@@ -46,15 +46,23 @@ std::optional<std::string> NormalizeLexically(std::string_view path);
 
 namespace cozy::sysfs {
 
-// An open directory (O_PATH) whose entries are read relative to it: one path walk per
-// function instead of one per attribute. Opened by absolute path, so umockdev's redirection of
-// /sys applies to the directory and thereby to everything read through it.
+// An open directory whose entries are read relative to it: one path walk per function instead
+// of one per attribute. The first is opened by absolute path, so umockdev's redirection of /sys
+// applies to it and thereby to everything read through it and the directories opened below it.
 class Directory {
  public:
-  explicit Directory(const std::string& path);
+  // kPath: for reading entries only (O_PATH). kListable: also for ListEntries().
+  enum class Mode { kPath, kListable };
+
+  explicit Directory(const std::string& path, Mode mode = Mode::kPath);
+  // `relative` below `parent`, walked from there; `path` is what messages call it.
+  Directory(const Directory& parent, const std::string& relative, std::string path,
+            Mode mode = Mode::kPath);
   ~Directory();
   Directory(const Directory&) = delete;
   Directory& operator=(const Directory&) = delete;
+  Directory(Directory&& other) noexcept;
+  Directory& operator=(Directory&&) = delete;
 
   bool ok() const { return fd_ >= 0; }
   IoStatus status() const { return status_; }
@@ -64,9 +72,14 @@ class Directory {
   FileText Read(const std::string& relative) const;
   LinkTarget ReadLink(const std::string& relative) const;
   DirectoryListing List(const std::string& relative) const;
+  // This directory's own entries, once (the handle's offset is then at the end); needs
+  // Mode::kListable.
+  DirectoryListing ListEntries() const;
   bool IsSubdirectory(const std::string& relative) const;
 
  private:
+  void Opened();  // records why fd_ is not open, from errno
+
   std::string path_;
   int fd_ = -1;
   IoStatus status_ = IoStatus::kOk;
