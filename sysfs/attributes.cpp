@@ -201,6 +201,76 @@ Parsed<std::map<std::string, std::string>> ParseUevent(std::string_view text) {
   return variables;
 }
 
+namespace {
+
+// 1 to `maxDigits` hex digits and nothing else.
+std::optional<uint32_t> ParseBareHex(std::string_view text, size_t maxDigits) {
+  if (text.empty() || text.size() > maxDigits) {
+    return std::nullopt;
+  }
+  uint32_t value = 0;
+  for (const char c : text) {
+    if (!IsHexDigit(c)) {
+      return std::nullopt;
+    }
+    value = value * 16 + static_cast<uint32_t>(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+  }
+  return value;
+}
+
+// "10DE:2330": two IDs of exactly four hex digits.
+bool ParseIdPair(std::string_view text, uint16_t& first, uint16_t& second) {
+  if (text.size() != 9 || text[4] != ':') {
+    return false;
+  }
+  const auto a = ParseBareHex(text.substr(0, 4), 4);
+  const auto b = ParseBareHex(text.substr(5), 4);
+  if (!a || !b) {
+    return false;
+  }
+  first = static_cast<uint16_t>(*a);
+  second = static_cast<uint16_t>(*b);
+  return true;
+}
+
+}  // namespace
+
+std::optional<PciUeventIdentity> ParsePciUevent(std::string_view text) {
+  PciUeventIdentity identity;
+  bool haveClass = false;
+  bool haveId = false;
+  bool haveSubsystem = false;
+  std::string_view rest = text;
+  while (!rest.empty()) {
+    const size_t newline = rest.find('\n');
+    const std::string_view line = rest.substr(0, newline);
+    rest = newline == std::string_view::npos ? std::string_view() : rest.substr(newline + 1);
+    if (line.starts_with("PCI_CLASS=")) {
+      const auto classCode = ParseBareHex(line.substr(10), 6);
+      if (haveClass || !classCode) {
+        return std::nullopt;
+      }
+      identity.classCode = *classCode;
+      haveClass = true;
+    } else if (line.starts_with("PCI_ID=")) {
+      if (haveId || !ParseIdPair(line.substr(7), identity.vendorId, identity.deviceId)) {
+        return std::nullopt;
+      }
+      haveId = true;
+    } else if (line.starts_with("PCI_SUBSYS_ID=")) {
+      if (haveSubsystem ||
+          !ParseIdPair(line.substr(14), identity.subsystemVendorId, identity.subsystemDeviceId)) {
+        return std::nullopt;
+      }
+      haveSubsystem = true;
+    }
+  }
+  if (!haveClass || !haveId || !haveSubsystem) {
+    return std::nullopt;
+  }
+  return identity;
+}
+
 bool IsMdevUuid(std::string_view text) {
   if (text.size() != 36) {
     return false;

@@ -66,6 +66,19 @@ Parsed<std::vector<VgpuTypeEntry>> ParseCreatableVgpuTypes(std::string_view text
 // uevent: KEY=VALUE lines.
 Parsed<std::map<std::string, std::string>> ParseUevent(std::string_view text);
 
+// What a PCI function's `uevent` says of it: the kernel's pci_uevent writes PCI_CLASS=%04X,
+// PCI_ID=%04X:%04X and PCI_SUBSYS_ID=%04X:%04X from the same fields as `class`, `vendor`,
+// `device` and `subsystem_*`, in one file instead of five.
+struct PciUeventIdentity {
+  uint16_t vendorId = 0;
+  uint16_t deviceId = 0;
+  uint32_t classCode = 0;
+  uint16_t subsystemVendorId = 0;
+  uint16_t subsystemDeviceId = 0;
+};
+// nullopt unless all three keys are there once each and well formed (hex of any case).
+std::optional<PciUeventIdentity> ParsePciUevent(std::string_view text);
+
 // A UUID, 8-4-4-4-12 hex digits (any case on input): an mdev's name, a device plugin's mdev ID.
 bool IsMdevUuid(std::string_view text);
 std::string ToLower(std::string_view text);

@@ -140,6 +140,12 @@ PciIdsFile& LibpciSession::Names() {
   return *names_;
 }
 
+void LibpciSession::LoadNames() {
+  if (initialised_ && Names().usable()) {
+    Names().IndexVendors();
+  }
+}
+
 std::string LibpciSession::VendorName(uint16_t vendorId) {
   if (initialised_ && Names().usable()) {
     return Names().VendorName(vendorId);

@@ -35,6 +35,8 @@ class LibpciSession {
   // pci.ids names; empty when the ID is not listed (never a guess, never a number). The file is
   // libpci's (its default, or the path the session was given).
   std::string VendorName(uint16_t vendorId);
+  // Reads the names file now (after Scan), so that the first name asked for does not wait.
+  void LoadNames();
   std::string DeviceName(uint16_t vendorId, uint16_t deviceId);
 
   const std::string& error() const { return error_; }

@@ -144,6 +144,11 @@ const PciIdsFile::VendorBlock* PciIdsFile::FindVendor(uint16_t vendorId) {
   if (known != vendors_.end()) {
     return &known->second;
   }
+  return WalkVendors(vendorId);
+}
+
+// The walk itself, from where the last one stopped: to `stopAt`'s block, or (-1) to the end.
+const PciIdsFile::VendorBlock* PciIdsFile::WalkVendors(int32_t stopAt) {
   while (walked_ < size_) {
     const size_t offset = walked_;
     if (!IsHexDigit(data_[offset])) {
@@ -162,7 +167,7 @@ const PciIdsFile::VendorBlock* PciIdsFile::FindVendor(uint16_t vendorId) {
     }
     const auto [block, added] =
         vendors_.try_emplace(entry->first, VendorBlock{entry->second, line.next});
-    if (added && entry->first == vendorId) {
+    if (added && entry->first == stopAt) {
       return &block->second;
     }
   }
@@ -192,6 +197,12 @@ std::string_view PciIdsFile::FindDevice(const VendorBlock& vendor, uint16_t devi
     }
   }
   return {};
+}
+
+void PciIdsFile::IndexVendors() {
+  if (usable_) {
+    WalkVendors(-1);
+  }
 }
 
 std::string PciIdsFile::VendorName(uint16_t vendorId) {

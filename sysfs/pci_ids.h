@@ -36,6 +36,9 @@ class PciIdsFile {
   PciIdsFile& operator=(const PciIdsFile&) = delete;
 
   bool usable() const { return usable_; }
+  // Walks every vendor line now, so that a vendor's name is then one hash lookup (the walk
+  // otherwise happens on the first lookup of a vendor not yet passed).
+  void IndexVendors();
   // The names the file gives; empty when the ID is not listed (never a number).
   std::string VendorName(uint16_t vendorId);
   std::string DeviceName(uint16_t vendorId, uint16_t deviceId);
@@ -54,6 +57,7 @@ class PciIdsFile {
     size_t devicesFrom = 0;  // the line after the vendor's own
   };
   const VendorBlock* FindVendor(uint16_t vendorId);
+  const VendorBlock* WalkVendors(int32_t stopAt);
   std::string_view FindDevice(const VendorBlock& vendor, uint16_t deviceId) const;
 
   std::unique_ptr<char[]> text_;  // the whole file

@@ -1,11 +1,13 @@
 #include "sysfs/scanner.h"
 
+#include <sched.h>
 #include <stdlib.h>  // mkdtemp, realpath
 
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <climits>
+#include <condition_variable>
 #include <exception>
 #include <filesystem>
 #include <map>
@@ -24,6 +26,7 @@ namespace {
 
 constexpr std::string_view kBusPciDevices = "sys/bus/pci/devices";
 constexpr std::string_view kBusMdevDevices = "sys/bus/mdev/devices";
+constexpr std::string_view kSysDevices = "sys/devices";
 
 // What the pass before libpci learned of one `sys/bus/pci/devices` entry.
 struct Candidate {
@@ -33,37 +36,77 @@ struct Candidate {
   bool valid = false;
 };
 
-// Runs work(0) .. work(count - 1) on `readers` threads, this one among them (0: one per CPU,
-// at most 8 and one per 32 items); fewer where a thread cannot be started. The first exception a
-// call throws is rethrown here once all have stopped.
-template <typename Work>
-void ForEachInParallel(size_t count, int readers, Work&& work) {
+// Runs work(0) .. work(count + more - 1) on `readers` threads, this one among them (0: one per
+// CPU, at most 8 and one per 32 items); fewer where a thread cannot be started. This thread
+// first runs `prologue`, which returns `more`: the other threads start on the first `count`
+// items meanwhile, and one that runs out of them waits for the prologue to say how many follow.
+// The first exception a call throws is rethrown here once all have stopped.
+//
+// Each started thread reads with a file descriptor table of its own (unshare(CLONE_FILES), a
+// copy of the process's): a scan opens and closes thousands of files, and on a shared table
+// every open and close takes the table's lock and every descriptor use a reference count. So a
+// work item can use only what was open before the call (and what it opens itself, which it
+// closes). The prologue runs here, on the shared table, so what it leaves open stays usable here.
+template <typename Prologue, typename Work>
+void ForEachInParallel(size_t count, int readers, Prologue&& prologue, Work&& work) {
   size_t threads = readers > 0
                        ? static_cast<size_t>(readers)
                        : std::min<size_t>({std::thread::hardware_concurrency(), 8, count / 32});
-  threads = std::max<size_t>(1, std::min(threads, count));
+  threads = std::max<size_t>(1, threads);
   std::atomic<size_t> next{0};
+  std::atomic<size_t> known{count};  // items that may be taken without asking
+  std::atomic<bool> stop{false};
+  std::mutex mutex;  // guards what follows
+  std::condition_variable sealedChanged;
+  bool sealed = false;  // the prologue has run
+  size_t total = count;
   std::exception_ptr failure;
-  std::mutex failureMutex;
-  auto run = [&] {
-    for (size_t index = next.fetch_add(1); index < count; index = next.fetch_add(1)) {
+  const auto fail = [&](std::exception_ptr error) {
+    const std::lock_guard lock(mutex);
+    if (!failure) failure = std::move(error);
+    stop.store(true);
+  };
+  const auto take = [&]() -> std::optional<size_t> {
+    const size_t index = next.fetch_add(1);
+    if (stop.load()) return std::nullopt;
+    if (index < known.load()) return index;
+    std::unique_lock lock(mutex);
+    sealedChanged.wait(lock, [&] { return sealed; });
+    return index < total && !stop.load() ? std::optional<size_t>(index) : std::nullopt;
+  };
+  const auto run = [&] {
+    for (std::optional<size_t> index = take(); index; index = take()) {
       try {
-        work(index);
+        work(*index);
       } catch (...) {
-        const std::lock_guard lock(failureMutex);
-        if (!failure) failure = std::current_exception();
-        next.store(count);
+        fail(std::current_exception());
       }
     }
   };
   std::vector<std::thread> pool;
   for (size_t i = 1; i < threads; ++i) {
     try {
-      pool.emplace_back(run);
+      pool.emplace_back([&] {
+        ::unshare(CLONE_FILES);  // where refused, the shared table only costs time
+        run();
+      });
     } catch (const std::system_error&) {
       break;  // the threads that started, and this one, take the rest
     }
   }
+  size_t more = 0;
+  try {
+    more = prologue();
+  } catch (...) {
+    fail(std::current_exception());
+  }
+  {
+    const std::lock_guard lock(mutex);
+    total = count + more;
+    known.store(total);
+    sealed = true;
+  }
+  sealedChanged.notify_all();
   run();
   for (std::thread& thread : pool) {
     thread.join();
@@ -109,18 +152,56 @@ class Scanner {
   HostScan Run() {
     CheckRoot();
     scan_.root = root_;
-    std::vector<Candidate> candidates = ReadCandidates();
-    ReadWithLibpci(candidates);
+    // Opened once by absolute path (which umockdev redirects); entries and function directories
+    // are walked from them, a name or three each instead of the whole path.
+    busPciDevices_.emplace(Path(kBusPciDevices), Directory::Mode::kListable);
+    sysDevices_.emplace(Path(kSysDevices));
+    std::vector<std::vector<ScanProblem>> problems;  // by entry of sys/bus/pci/devices
+    std::vector<Candidate> candidates = ListCandidates(problems);
+    MdevListing mdevs;
+    ReadAll(candidates, problems, mdevs);
+    for (std::vector<ScanProblem>& entryProblems : problems) {
+      for (ScanProblem& problem : entryProblems) {
+        scan_.problems.push_back(std::move(problem));
+      }
+    }
+    ReportMdevTypeNameErrors(candidates);
+    if (!libpci_.started) {
+      StartLibpci(candidates);
+    }
+    FinishLibpci(candidates);  // the functions, by address
     ReportMissingDriversDirectory();
-    std::sort(scan_.functions.begin(), scan_.functions.end(),
-              [](const PciFunction& a, const PciFunction& b) { return a.address < b.address; });
     ClassifyGpus();
-    ReadMdevs();
+    AttachMdevs(mdevs);
     IndexIommuGroups();
     return std::move(scan_);
   }
 
  private:
+  // What one reader learned of one `sys/bus/mdev/devices` entry.
+  struct MdevEntry {
+    std::optional<Mdev> mdev;  // when it could be read
+    PciAddress parent;
+    std::vector<ScanProblem> problems;
+  };
+  struct MdevListing {
+    std::optional<Directory> bus;  // sys/bus/mdev/devices, when it lists
+    DirectoryListing listing;      // status and error of the listing
+    std::vector<std::string> names;
+    std::vector<MdevEntry> entries;  // by name
+  };
+
+  // libpci's part of a scan: its listing of the tree (made on a reader, or after the readers
+  // when it must be shown a clean copy of the tree) and its names.
+  struct Libpci {
+    bool started = false;
+    TemporaryTree shadow;    // the clean copy, when there is one
+    std::string busPciPath;  // what libpci was shown; empty when no copy could be made
+    std::optional<LibpciSession> session;
+    bool listed = false;  // whether session->Scan succeeded
+    std::vector<LibpciFunction> functions;
+  };
+
   std::string Path(std::string_view relative) const { return JoinPath(root_, relative); }
 
   void AddProblem(std::string relativePath, std::string message) {
@@ -147,39 +228,46 @@ class Scanner {
     }
   }
 
-  // The real directory behind `sys/bus/pci/devices/<entry>`: the link's target resolved
+  // Opens a directory given relative to the root: through sys/devices when it lies below it
+  // (where every device directory is), else by its whole path.
+  Directory OpenUnderRoot(const std::string& relative) const {
+    const size_t prefix = kSysDevices.size() + 1;
+    if (sysDevices_->ok() && relative.size() > prefix && relative.starts_with(kSysDevices) &&
+        relative[prefix - 1] == '/') {
+      return Directory(*sysDevices_, relative.substr(prefix), Path(relative));
+    }
+    return Directory(Path(relative));
+  }
+
+  // The real directory behind `sys/bus/pci/devices/<entry>`, opened: the link's target resolved
   // lexically (one readlink instead of a realpath walk), realpath when that does not work.
-  std::optional<std::string> FunctionDirectory(const std::string& entry) {
-    const std::string entryPath = Path(std::string(kBusPciDevices) + "/" + entry);
-    const LinkTarget link = ReadLinkTarget(entryPath);
+  // nullopt when neither leads to a directory; a vanished target shows in the handle.
+  std::optional<Directory> FunctionDirectory(const std::string& entry) {
+    const LinkTarget link = busPciDevices_->ReadLink(entry);
     if (link.status == IoStatus::kOk && !link.target.empty() && link.target.front() != '/') {
       const auto normalized = NormalizeLexically(std::string(kBusPciDevices) + "/" + link.target);
       if (normalized) {
-        return Path(*normalized);  // a vanished target shows when its files are read
+        return OpenUnderRoot(*normalized);
       }
     }
+    const std::string entryPath = Path(std::string(kBusPciDevices) + "/" + entry);
     std::array<char, PATH_MAX> resolved{};
     if (::realpath(entryPath.c_str(), resolved.data()) == nullptr ||
         !IsDirectory(resolved.data())) {
       return std::nullopt;
     }
-    return std::string(resolved.data());
+    return std::optional<Directory>(std::in_place, std::string(resolved.data()));
   }
 
-  // Reads every function's identity before libpci sees the tree: what libpci would choke on
-  // (entry names, vendor, device, class) is reported here instead, and what libpci reads with
-  // strtol (which takes garbage for 0) is read strictly. One directory handle per function.
-  // The functions are read on several threads at once (ScanOptions::readers): a scan is
-  // system calls, and each function's are its own. What they share (the drivers and mdev type
-  // descriptions asked once per scan) is under cacheMutex_; what they report is kept per entry
-  // and gathered in listing order, so the result does not depend on the threads.
-  std::vector<Candidate> ReadCandidates() {
-    const DirectoryListing listing = ListDirectory(Path(kBusPciDevices));
+  // The entries of sys/bus/pci/devices that name a PCI function, in listing order; `problems`
+  // gets one list per entry, with what is wrong with those that do not.
+  std::vector<Candidate> ListCandidates(std::vector<std::vector<ScanProblem>>& problems) {
+    const DirectoryListing listing = busPciDevices_->ListEntries();
     if (listing.status != IoStatus::kOk) {
       throw RootError("cannot list " + Path(kBusPciDevices) + ": " + listing.error);
     }
     const size_t count = listing.names.size();
-    std::vector<std::vector<ScanProblem>> problems(count);  // by listing entry
+    problems.assign(count, {});
     std::vector<Candidate> candidates;
     candidates.reserve(count);
     for (size_t entry = 0; entry < count; ++entry) {
@@ -198,22 +286,44 @@ class Scanner {
       candidate.function.address = *address;
       candidates.push_back(std::move(candidate));
     }
+    return candidates;
+  }
+
+  // Reads every function's identity before libpci sees the tree: what libpci would choke on
+  // (entry names, vendor, device, class) is reported here instead, and what libpci reads with
+  // strtol (which takes garbage for 0) is read strictly. One directory handle per function.
+  // Functions and mdevs are read on several threads at once (ScanOptions::readers): a scan is
+  // system calls, and each function's are its own. Meanwhile this thread has libpci list the
+  // tree and loads the names file (unless libpci must be shown a clean copy made from what the
+  // readers find), and lists the mdevs, which the readers read after the functions. What the
+  // readers share (the drivers and mdev type descriptions asked
+  // once per scan) is under cacheMutex_; what they report is kept per entry and gathered in
+  // listing order, so the result does not depend on the threads.
+  void ReadAll(std::vector<Candidate>& candidates, std::vector<std::vector<ScanProblem>>& problems,
+               MdevListing& mdevs) {
     driversDirectoryPresent_ = IsDirectory(Path("sys/bus/pci/drivers"));  // before the readers
     std::vector<char> unregisteredDriver(candidates.size(), 0);
-    ForEachInParallel(candidates.size(), options_.readers, [&](size_t index) {
-      Candidate& candidate = candidates[index];
-      ReadCandidate(candidate, problems[candidate.listed], unregisteredDriver[index]);
+    // Opened before the readers start, which see only what was open then; listed after.
+    mdevs.bus.emplace(Path(kBusMdevDevices), Directory::Mode::kListable);
+    const auto prologue = [&] {
+      if (!unparsableEntries_) {
+        StartLibpci(candidates);  // reads no candidate: libpci is shown the tree itself
+      }
+      ListMdevs(mdevs);
+      return mdevs.entries.size();
+    };
+    ForEachInParallel(candidates.size(), options_.readers, prologue, [&](size_t index) {
+      if (index < candidates.size()) {
+        Candidate& candidate = candidates[index];
+        ReadCandidate(candidate, problems[candidate.listed], unregisteredDriver[index]);
+        return;
+      }
+      index -= candidates.size();
+      ReadMdev(*mdevs.bus, mdevs.names[index], mdevs.entries[index]);
     });
     for (const char unregistered : unregisteredDriver) {
       unregisteredDriverLinks_ += unregistered != 0 ? 1 : 0;
     }
-    for (std::vector<ScanProblem>& entryProblems : problems) {
-      for (ScanProblem& problem : entryProblems) {
-        scan_.problems.push_back(std::move(problem));
-      }
-    }
-    ReportMdevTypeNameErrors(candidates);
-    return candidates;
   }
 
   // One function, on a reader thread: its problems go to `problems`, and `unregisteredDriver`
@@ -221,21 +331,19 @@ class Scanner {
   void ReadCandidate(Candidate& candidate, std::vector<ScanProblem>& problems,
                      char& unregisteredDriver) {
     const std::string relative = std::string(kBusPciDevices) + "/" + candidate.entry;
-    const auto directoryPath = FunctionDirectory(candidate.entry);
-    if (!directoryPath) {
+    const std::optional<Directory> opened = FunctionDirectory(candidate.entry);
+    if (!opened || !opened->ok()) {
+      if (opened) {
+        candidate.function.sysfsPath = opened->path();
+      }
       problems.push_back({relative, "function vanished or its link dangles; skipped"});
       return;
     }
-    candidate.function.sysfsPath = *directoryPath;
-    const Directory directory(*directoryPath);
-    if (!directory.ok()) {
-      problems.push_back({relative, "function vanished or its link dangles; skipped"});
-      return;
-    }
+    const Directory& directory = *opened;
+    candidate.function.sysfsPath = directory.path();
     candidate.valid = ReadIdentity(directory, relative, candidate.function, problems);
     if (candidate.valid) {
       PciFunction& function = candidate.function;
-      ReadSubsystem(directory, function);
       ReadNumaNode(directory, function);
       ReadLinks(directory, function, unregisteredDriver);
       // A GPU, or a VF that may be one (its PF decides later): read the rest through the
@@ -247,9 +355,22 @@ class Scanner {
     }
   }
 
-  // vendor, device and class: mandatory for libpci and for the GPU filter.
+  // vendor, device and class (mandatory for libpci and for the GPU filter) and the subsystem:
+  // from `uevent`, one file where the kernel writes all five; from the five files, each checked
+  // and reported by name, when `uevent` is missing or does not hold them well formed.
   bool ReadIdentity(const Directory& directory, const std::string& relative, PciFunction& function,
                     std::vector<ScanProblem>& problems) {
+    const FileText uevent = directory.Read("uevent");
+    if (uevent.status == IoStatus::kOk) {
+      if (const auto identity = ParsePciUevent(uevent.text)) {
+        function.vendorId = identity->vendorId;
+        function.deviceId = identity->deviceId;
+        function.classCode = identity->classCode;
+        function.subsystemVendorId = identity->subsystemVendorId;
+        function.subsystemDeviceId = identity->subsystemDeviceId;
+        return true;
+      }
+    }
     const auto vendor = ReadMandatory(directory, relative, "vendor", ParseHexId, problems);
     const auto device =
         vendor ? ReadMandatory(directory, relative, "device", ParseHexId, problems) : std::nullopt;
@@ -262,6 +383,7 @@ class Scanner {
     function.vendorId = *vendor;
     function.deviceId = *device;
     function.classCode = *classCode;
+    ReadSubsystem(directory, function);
     return true;
   }
 
@@ -310,39 +432,71 @@ class Scanner {
     return shadow.path();
   }
 
-  void ReadWithLibpci(std::vector<Candidate>& candidates) {
-    TemporaryTree shadow;
-    const std::string busPciPath = BusPciPathForLibpci(candidates, shadow);
-    if (busPciPath.empty()) {
+  // libpci's listing of the tree, and its names file loaded. On any thread, once.
+  void StartLibpci(const std::vector<Candidate>& candidates) {
+    libpci_.started = true;
+    libpci_.busPciPath = BusPciPathForLibpci(candidates, libpci_.shadow);
+    if (libpci_.busPciPath.empty()) {
+      return;
+    }
+    libpci_.session.emplace(libpci_.busPciPath, options_.pciIdsPath);
+    libpci_.listed = libpci_.session->Scan(libpci_.functions);
+    if (libpci_.listed) {
+      libpci_.session->LoadNames();
+    }
+  }
+
+  // The functions libpci listed, named, in its order; what it said, after them.
+  void FinishLibpci(std::vector<Candidate>& candidates) {
+    if (libpci_.busPciPath.empty()) {
       AddProblem("sys/bus/pci/devices", "cannot prepare a clean view for libpci; scan skipped");
       return;
     }
-    LibpciSession libpci(busPciPath, options_.pciIdsPath);
-    std::vector<LibpciFunction> listed;
-    if (!libpci.Scan(listed)) {
+    LibpciSession& libpci = *libpci_.session;
+    if (!libpci_.listed) {
       AddProblem("sys/bus/pci/devices", libpci.error());
       return;
     }
-    std::map<PciAddress, Candidate*> byAddress;
+    // libpci is the enumerator: a function it does not list (gone since) is not reported, nor
+    // one it lists that the readers could not read (reported by them) or did not see (appeared
+    // since: the next scan takes it). The functions are put in address order as pointers: a
+    // PciFunction is large, and each is moved once.
+    std::vector<const PciAddress*> listed;
+    listed.reserve(libpci_.functions.size());
+    for (const LibpciFunction& entry : libpci_.functions) {
+      listed.push_back(&entry.address);
+    }
+    std::vector<Candidate*> valid;
+    valid.reserve(candidates.size());
     for (Candidate& candidate : candidates) {
       if (candidate.valid) {
-        byAddress[candidate.function.address] = &candidate;
+        valid.push_back(&candidate);
       }
     }
-    // libpci is the enumerator: a function it does not list (gone since) is not reported.
-    for (const LibpciFunction& entry : listed) {
-      const auto it = byAddress.find(entry.address);
-      if (it == byAddress.end()) {
-        continue;  // reported by ReadCandidates, or appeared since: the next scan takes it
+    const auto byAddress = [](const auto* a, const auto* b) { return *a < *b; };
+    std::sort(listed.begin(), listed.end(), byAddress);
+    std::sort(valid.begin(), valid.end(), [](const Candidate* a, const Candidate* b) {
+      return a->function.address < b->function.address;
+    });
+    scan_.functions.reserve(valid.size());
+    auto next = listed.begin();
+    for (Candidate* candidate : valid) {
+      const PciAddress& address = candidate->function.address;
+      while (next != listed.end() && **next < address) {
+        ++next;
       }
-      PciFunction function = std::move(it->second->function);
+      if (next == listed.end() || address < **next) {
+        continue;
+      }
+      PciFunction& function = scan_.functions.emplace_back(std::move(candidate->function));
       function.vendorName = libpci.VendorName(function.vendorId);
       function.deviceName = libpci.DeviceName(function.vendorId, function.deviceId);
-      scan_.functions.push_back(std::move(function));
     }
     for (const std::string& warning : libpci.TakeWarnings()) {
-      AddProblem("sys/bus/pci", "libpci: " + InRoot(warning, busPciPath));
+      AddProblem("sys/bus/pci", "libpci: " + InRoot(warning, libpci_.busPciPath));
     }
+    libpci_.functions.clear();
+    libpci_.session.reset();  // and the names file with it: the rest of the scan needs neither
   }
 
   // Link targets are taken by their basename, also when the target is missing (captured trees
@@ -423,15 +577,19 @@ class Scanner {
   }
 
   // Reads an optional attribute; a present but unreadable or malformed one is a problem.
+  // `relativeFile` is below `directory`, which is `within` below the function's directory.
   template <typename T, typename Parser>
   std::optional<T> ReadOptional(const Directory& directory, PciFunction& function,
-                                const std::string& relativeFile, Parser parse) {
+                                const std::string& relativeFile, Parser parse,
+                                std::string_view within = {}) {
     const FileText file = directory.Read(relativeFile);
     if (file.status == IoStatus::kMissing) {
       return std::nullopt;
     }
     // Where, for a problem only: most attributes read fine, and the path costs an allocation.
-    const auto where = [&] { return Relative(function.sysfsPath) + "/" + relativeFile; };
+    const auto where = [&] {
+      return Relative(function.sysfsPath) + "/" + std::string(within) + relativeFile;
+    };
     if (file.status == IoStatus::kError) {
       function.problems.push_back(where() + ": " + file.error);
       return std::nullopt;
@@ -490,7 +648,10 @@ class Scanner {
   }
 
   void ReadMdevTypes(const Directory& directory, PciFunction& function) {
-    DirectoryListing types = directory.List("mdev_supported_types");
+    static constexpr std::string_view kTypes = "mdev_supported_types/";
+    // Listed and read through one handle: each type's files are two names below it.
+    const Directory typesDirectory(directory, std::string(kTypes), {}, Directory::Mode::kListable);
+    DirectoryListing types = typesDirectory.ListEntries();
     if (types.status == IoStatus::kMissing) {
       return;
     }
@@ -507,14 +668,15 @@ class Scanner {
       MdevType type;
       type.type = typeName;
       // One buffer for every type's path: a path per type was an allocation per type.
-      typePath.assign("mdev_supported_types/").append(typeName).append("/available_instances");
-      const auto available = ReadOptional<uint32_t>(directory, function, typePath, ParseUnsigned);
+      typePath.assign(typeName).append("/available_instances");
+      const auto available =
+          ReadOptional<uint32_t>(typesDirectory, function, typePath, ParseUnsigned, kTypes);
       if (available) {
         type.availableInstances = *available;
       }
       // A type's name, description and device API are the driver's, the same on every parent
       // (a VF of each of 16 GPUs offers the same nvidia-1145): read once per scan.
-      const MdevType& shared = MdevTypeDescription(directory, typeName);
+      const MdevType& shared = MdevTypeDescription(typesDirectory, typeName);
       type.name = shared.name;
       type.maxInstances = shared.maxInstances;
       type.deviceApi = shared.deviceApi;
@@ -526,14 +688,16 @@ class Scanner {
   // of a std::map stay where they are, so the reference outlives the lock). A `name` that
   // cannot be read is kept by type and reported once, after the readers, for the first
   // function in listing order that offers the type (ReportMdevTypeNameErrors).
-  const MdevType& MdevTypeDescription(const Directory& directory, const std::string& typeName) {
+  // `types` is the parent's mdev_supported_types.
+  const MdevType& MdevTypeDescription(const Directory& types, const std::string& typeName) {
     const std::lock_guard lock(cacheMutex_);
     const auto known = mdevTypeDescriptions_.find(typeName);
     if (known != mdevTypeDescriptions_.end()) {
       return known->second;
     }
     MdevType type;
-    const std::string base = "mdev_supported_types/" + typeName + "/";
+    const Directory& directory = types;
+    const std::string base = typeName + "/";
     const FileText name = directory.Read(base + "name");
     if (name.status == IoStatus::kOk) {
       type.name = std::string(TrimAttribute(name.text));
@@ -588,72 +752,94 @@ class Scanner {
 
   // Mediated devices are found through `sys/bus/mdev/devices`, which lists them even when a
   // parent has no `mdev_supported_types` (captured trees) and before their type link exists.
-  void ReadMdevs() {
-    const std::string busPath = Path(kBusMdevDevices);
-    const DirectoryListing listing = ListDirectory(busPath);
-    if (listing.status == IoStatus::kMissing) {
+  // They are read with the functions (ReadAll) and attached to them after (AttachMdevs).
+  // `mdevs.bus` is open: the readers' descriptor tables are copies made when they started.
+  static void ListMdevs(MdevListing& mdevs) {
+    mdevs.listing = mdevs.bus->ListEntries();
+    mdevs.names = std::move(mdevs.listing.names);
+    mdevs.entries.resize(mdevs.names.size());
+  }
+
+  void AttachMdevs(MdevListing& mdevs) {
+    if (mdevs.listing.status == IoStatus::kMissing) {
       return;
     }
-    if (listing.status == IoStatus::kError) {
-      AddProblem(std::string(kBusMdevDevices), listing.error);
+    if (mdevs.listing.status == IoStatus::kError) {
+      AddProblem(std::string(kBusMdevDevices), mdevs.listing.error);
       return;
     }
-    for (const std::string& name : listing.names) {
-      const std::string relative = std::string(kBusMdevDevices) + "/" + name;
-      if (!IsMdevUuid(name)) {
-        AddProblem(relative, "entry is not an mdev UUID; skipped");
+    for (size_t index = 0; index < mdevs.entries.size(); ++index) {
+      MdevEntry& entry = mdevs.entries[index];
+      for (ScanProblem& problem : entry.problems) {
+        scan_.problems.push_back(std::move(problem));
+      }
+      if (!entry.mdev) {
         continue;
       }
-      const LinkTarget link = ReadLinkTarget(busPath + "/" + name);
-      if (link.status != IoStatus::kOk) {
-        AddProblem(relative, "cannot read link: " + link.error);
-        continue;
-      }
-      const auto parent = ParsePciAddress(LinkParentName(link.target));
-      if (!parent) {
-        AddProblem(relative, "link target " + link.target + " names no PCI parent; skipped");
-        continue;
-      }
-      Mdev mdev;
-      mdev.uuid = ToLower(name);
-      // Read through the device's own directory (the link's target, resolved lexically).
-      const auto normalized = NormalizeLexically(std::string(kBusMdevDevices) + "/" + link.target);
-      const Directory directory(normalized ? Path(*normalized) : busPath + "/" + name);
-      if (!directory.ok()) {
-        AddProblem(relative, "mdev vanished or its link dangles: " + directory.error());
-        continue;
-      }
-      const LinkTarget type = directory.ReadLink("mdev_type");
-      if (type.status == IoStatus::kOk) {
-        mdev.type = std::string(LinkBasename(type.target));
-      } else {
-        scan_.mdevLinksPending = true;
-      }
-      const LinkTarget group = directory.ReadLink("iommu_group");
-      if (group.status == IoStatus::kOk) {
-        const auto number = ParseUnsigned(LinkBasename(group.target));
-        if (number) {
-          mdev.iommuGroup = *number;
-        }
-      }
-      const LinkTarget driver = directory.ReadLink("driver");
-      if (driver.status == IoStatus::kOk) {
-        mdev.driver = std::string(LinkBasename(driver.target));
-      }
-      scan_.mdevParents[mdev.uuid] = *parent;
+      scan_.mdevLinksPending = scan_.mdevLinksPending || !entry.mdev->type;
+      scan_.mdevParents[entry.mdev->uuid] = entry.parent;
       auto it =
-          std::lower_bound(scan_.functions.begin(), scan_.functions.end(), *parent,
+          std::lower_bound(scan_.functions.begin(), scan_.functions.end(), entry.parent,
                            [](const PciFunction& f, const PciAddress& a) { return f.address < a; });
-      if (it != scan_.functions.end() && it->address == *parent) {
-        it->mdevs.push_back(std::move(mdev));
+      if (it != scan_.functions.end() && it->address == entry.parent) {
+        it->mdevs.push_back(std::move(*entry.mdev));
       } else {
-        AddProblem(relative, "parent " + parent->ToString() + " is not a scanned PCI function");
+        AddProblem(std::string(kBusMdevDevices) + "/" + mdevs.names[index],
+                   "parent " + entry.parent.ToString() + " is not a scanned PCI function");
       }
     }
     for (PciFunction& function : scan_.functions) {
       std::sort(function.mdevs.begin(), function.mdevs.end(),
                 [](const Mdev& a, const Mdev& b) { return a.uuid < b.uuid; });
     }
+  }
+
+  // One entry of `bus` (sys/bus/mdev/devices), on a reader thread.
+  void ReadMdev(const Directory& bus, const std::string& name, MdevEntry& entry) const {
+    const std::string relative = std::string(kBusMdevDevices) + "/" + name;
+    if (!IsMdevUuid(name)) {
+      entry.problems.push_back({relative, "entry is not an mdev UUID; skipped"});
+      return;
+    }
+    const LinkTarget link = bus.ReadLink(name);
+    if (link.status != IoStatus::kOk) {
+      entry.problems.push_back({relative, "cannot read link: " + link.error});
+      return;
+    }
+    const auto parent = ParsePciAddress(LinkParentName(link.target));
+    if (!parent) {
+      entry.problems.push_back(
+          {relative, "link target " + link.target + " names no PCI parent; skipped"});
+      return;
+    }
+    Mdev mdev;
+    mdev.uuid = ToLower(name);
+    // Read through the device's own directory (the link's target, resolved lexically).
+    const auto normalized = NormalizeLexically(std::string(kBusMdevDevices) + "/" + link.target);
+    const Directory directory =
+        normalized ? OpenUnderRoot(*normalized) : Directory(bus, name, Path(relative));
+    if (!directory.ok()) {
+      entry.problems.push_back(
+          {relative, "mdev vanished or its link dangles: " + directory.error()});
+      return;
+    }
+    const LinkTarget type = directory.ReadLink("mdev_type");
+    if (type.status == IoStatus::kOk) {
+      mdev.type = std::string(LinkBasename(type.target));
+    }
+    const LinkTarget group = directory.ReadLink("iommu_group");
+    if (group.status == IoStatus::kOk) {
+      const auto number = ParseUnsigned(LinkBasename(group.target));
+      if (number) {
+        mdev.iommuGroup = *number;
+      }
+    }
+    const LinkTarget driver = directory.ReadLink("driver");
+    if (driver.status == IoStatus::kOk) {
+      mdev.driver = std::string(LinkBasename(driver.target));
+    }
+    entry.parent = *parent;
+    entry.mdev = std::move(mdev);
   }
 
   static bool HandsOverToVm(const PciFunction& member) {
@@ -687,6 +873,9 @@ class Scanner {
 
   const ScanOptions& options_;
   std::string root_;
+  std::optional<Directory> busPciDevices_;  // <root>/sys/bus/pci/devices, from Run on
+  std::optional<Directory> sysDevices_;     // <root>/sys/devices, from Run on
+  Libpci libpci_;
   HostScan scan_;
   bool unparsableEntries_ = false;
   std::map<std::string, bool> registeredDrivers_;

@@ -17,6 +17,15 @@ void Check(bool condition) {
   }
 }
 
+std::string ToUpper(std::string text) {
+  for (char& c : text) {
+    if (c >= 'a' && c <= 'z') {
+      c = static_cast<char>(c - 'a' + 'A');
+    }
+  }
+  return text;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -56,6 +65,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const auto& [key, value] : *variables) {
       Check(!key.empty() && key.find('\n') == std::string::npos);
     }
+  }
+  // What the one-file identity reads is what the general parser sees under the same keys.
+  if (const auto identity = ParsePciUevent(text)) {
+    const auto variables = ParseUevent(text);
+    if (variables.ok()) {
+      char id[16];
+      std::snprintf(id, sizeof id, "%04X:%04X", identity->vendorId, identity->deviceId);
+      Check(ToUpper(variables->at("PCI_ID")) == id);
+      std::snprintf(id, sizeof id, "%04X:%04X", identity->subsystemVendorId,
+                    identity->subsystemDeviceId);
+      Check(ToUpper(variables->at("PCI_SUBSYS_ID")) == id);
+      Check(std::strtoul(variables->at("PCI_CLASS").c_str(), nullptr, 16) == identity->classCode);
+    }
+    Check(identity->classCode <= 0xffffff);
   }
   if (const auto address = ParsePciAddress(text)) {
     const auto again = ParsePciAddress(address->ToString());

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "sysfs/scanner.h"
@@ -381,6 +382,57 @@ TEST(ScanBroken, VanishedFunctionIsReportedNotFatal) {
   EXPECT_NE(scan.Find(*ParsePciAddress("0000:3b:00.0")), nullptr);
 }
 
+// A function's identity and subsystem come from its one `uevent` file when that holds them: the
+// five files are not read (a scan is system calls). The files are read, each named in what is
+// reported, when uevent is missing or garbled.
+TEST(ScanIdentity, UeventFirstTheFiveFilesWhenItIsMissingOrGarbled) {
+  FixtureHost host("a100-vfio");
+  const std::filesystem::path a100 =
+      host.root() / "sys/devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0";
+  const HostScan before = host.Scan();
+  const PciFunction& original = Function(before, "0000:3b:00.0");
+  ASSERT_EQ(original.subsystemDeviceId, 0x145f);
+  const auto write = [](const std::filesystem::path& path, const std::string& text) {
+    std::ofstream(path, std::ios::trunc) << text;
+  };
+  // The files say something else: uevent wins, and nothing is reported.
+  for (const char* file : {"vendor", "device", "class", "subsystem_vendor", "subsystem_device"}) {
+    write(a100 / file, "garbage\n");
+  }
+  HostScan scan = host.Scan();
+  const PciFunction& fromUevent = Function(scan, "0000:3b:00.0");
+  EXPECT_EQ(fromUevent.vendorId, original.vendorId);
+  EXPECT_EQ(fromUevent.deviceId, original.deviceId);
+  EXPECT_EQ(fromUevent.classCode, original.classCode);
+  EXPECT_EQ(fromUevent.subsystemVendorId, original.subsystemVendorId);
+  EXPECT_EQ(fromUevent.subsystemDeviceId, original.subsystemDeviceId);
+  EXPECT_TRUE(fromUevent.isGpu);
+  EXPECT_FALSE(HasProblemMentioning(scan, "0000:3b:00.0/"));
+  // uevent without PCI_SUBSYS_ID: the files are read, and the bad vendor is named.
+  write(a100 / "uevent", "DRIVER=vfio-pci\nPCI_CLASS=30200\nPCI_ID=10DE:20B5\n");
+  scan = host.Scan();
+  EXPECT_EQ(scan.Find(*ParsePciAddress("0000:3b:00.0")), nullptr);
+  EXPECT_TRUE(HasProblemMentioning(scan, "0000:3b:00.0/vendor: not hex: \"garbage\""));
+  // No uevent, sound files: read from the files, another device than uevent said before.
+  std::filesystem::remove(a100 / "uevent");
+  write(a100 / "vendor", "0x10de\n");
+  write(a100 / "device", "0x20b5\n");
+  write(a100 / "class", "0x030200\n");
+  write(a100 / "subsystem_vendor", "0x10de\n");
+  write(a100 / "subsystem_device", "0x1533\n");
+  scan = host.Scan();
+  const PciFunction& fromFiles = Function(scan, "0000:3b:00.0");
+  EXPECT_EQ(fromFiles.deviceId, 0x20b5);
+  EXPECT_EQ(fromFiles.subsystemDeviceId, 0x1533);
+  EXPECT_FALSE(HasProblemMentioning(scan, "0000:3b:00.0/"));
+  // A malformed subsystem file, read because uevent is gone, is the function's own problem.
+  write(a100 / "subsystem_device", "0xnope\n");
+  scan = host.Scan();
+  const PciFunction& badSubsystem = Function(scan, "0000:3b:00.0");
+  EXPECT_FALSE(badSubsystem.subsystemDeviceId);
+  EXPECT_TRUE(HasProblemMentioning(scan, "0000:3b:00.0/subsystem_device: not hex"));
+}
+
 TEST(ScanBroken, MissingMdevTypeLinkIsPendingNotAnError) {
   FixtureHost host("t4-mdev");
   // Right after `bind` the mdev exists but its mdev_type link does not yet (research §6).
@@ -460,6 +512,35 @@ std::string Describe(const HostScan& scan) {
 
 // The functions are read on several threads at once (ScanOptions::readers); what a scan says,
 // problems and their order included, must not depend on how many.
+size_t OpenDescriptors() {
+  size_t count = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    ++count;
+  }
+  return count;
+}
+
+// Readers open a directory handle per function and mdev, each on a descriptor table of its own
+// where the kernel lets them: whatever the number of readers, a scan leaves no descriptor open
+// in the process, also when functions vanish or the tree is broken.
+TEST(ScanThreads, AScanLeavesNoDescriptorOpen) {
+  for (const std::string spec : {"broken", "l40s-sriov-mdev"}) {
+    SCOPED_TRACE(spec);
+    const FixtureHost host(spec);
+    std::filesystem::remove_all(host.root() / "sys/bus/pci/devices/0000:3b:00.0");  // vanished
+    ScanOptions options;
+    options.root = host.root().string();
+    options.pciIdsPath = cozy::testing::FixturePciIds().string();
+    const size_t before = OpenDescriptors();
+    for (const int readers : {1, 2, 7, 0}) {
+      options.readers = readers;
+      const HostScan scan = ScanHost(options);
+      EXPECT_FALSE(scan.functions.empty());
+      EXPECT_EQ(OpenDescriptors(), before) << readers << " readers";
+    }
+  }
+}
+
 TEST(ScanThreads, OneReaderOrManyTheScanIsTheSame) {
   for (const std::string spec : {"broken", "large-synthetic", "t4-vgpu-4", "l40s-sriov-mdev"}) {
     SCOPED_TRACE(spec);

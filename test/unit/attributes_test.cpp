@@ -93,6 +93,47 @@ TEST(Uevent, ReadsAPciFunctionsVariables) {
   EXPECT_FALSE(ParseUevent("NOEQUALS\n").ok());
 }
 
+// The scanner reads a function's identity from its uevent: the kernel's own format, any case.
+TEST(PciUevent, ReadsTheKernelsIdentityLines) {
+  const auto identity = ParsePciUevent(
+      "DRIVER=vfio-pci\nPCI_CLASS=30200\nPCI_ID=10DE:20F1\nPCI_SUBSYS_ID=10DE:145F\n"
+      "PCI_SLOT_NAME=0000:3b:00.0\nMODALIAS=pci:"
+      "v000010DEd000020F1sv000010DEsd0000145Fbc03sc02i00\n");
+  ASSERT_TRUE(identity);
+  EXPECT_EQ(identity->vendorId, 0x10de);
+  EXPECT_EQ(identity->deviceId, 0x20f1);
+  EXPECT_EQ(identity->classCode, 0x030200U);
+  EXPECT_EQ(identity->subsystemVendorId, 0x10de);
+  EXPECT_EQ(identity->subsystemDeviceId, 0x145f);
+  const auto bridge =
+      ParsePciUevent("PCI_CLASS=60400\nPCI_ID=8086:2030\nPCI_SUBSYS_ID=0000:0000");  // no \n
+  ASSERT_TRUE(bridge);
+  EXPECT_EQ(bridge->classCode, 0x060400U);
+  EXPECT_EQ(bridge->subsystemVendorId, 0);
+  EXPECT_EQ(
+      ParsePciUevent("PCI_CLASS=120000\nPCI_ID=1002:74a1\nPCI_SUBSYS_ID=1002:74a1\n")->deviceId,
+      0x74a1);
+}
+
+// Anything short of all three keys, once each and well formed, is no identity: the scanner
+// then reads the five files and reports the bad one by name.
+TEST(PciUevent, AnythingMalformedIsNoIdentity) {
+  const std::string good = "PCI_CLASS=30200\nPCI_ID=10DE:20F1\nPCI_SUBSYS_ID=10DE:145F\n";
+  EXPECT_TRUE(ParsePciUevent(good));
+  EXPECT_FALSE(ParsePciUevent(""));
+  EXPECT_FALSE(ParsePciUevent("PCI_ID=10DE:20F1\nPCI_SUBSYS_ID=10DE:145F\n"));  // no class
+  EXPECT_FALSE(ParsePciUevent("PCI_CLASS=30200\nPCI_SUBSYS_ID=10DE:145F\n"));   // no ID
+  EXPECT_FALSE(ParsePciUevent("PCI_CLASS=30200\nPCI_ID=10DE:20F1\n"));          // no subsystem
+  EXPECT_FALSE(ParsePciUevent(good + "PCI_ID=10DE:20F2\n"));                    // twice
+  EXPECT_FALSE(ParsePciUevent("PCI_CLASS=1030200\nPCI_ID=10DE:20F1\nPCI_SUBSYS_ID=0:0\n"));
+  EXPECT_FALSE(ParsePciUevent("PCI_CLASS=30200\nPCI_ID=ZZZZ:20F1\nPCI_SUBSYS_ID=10DE:145F\n"));
+  EXPECT_FALSE(ParsePciUevent("PCI_CLASS=30200\nPCI_ID=10DE:20F\nPCI_SUBSYS_ID=10DE:145F\n"));
+  EXPECT_FALSE(ParsePciUevent("PCI_CLASS=30200\nPCI_ID=10DE-20F1\nPCI_SUBSYS_ID=10DE:145F\n"));
+  EXPECT_FALSE(ParsePciUevent("PCI_CLASS=\nPCI_ID=10DE:20F1\nPCI_SUBSYS_ID=10DE:145F\n"));
+  EXPECT_FALSE(ParsePciUevent("PCI_CLASS=0x30200\nPCI_ID=10DE:20F1\nPCI_SUBSYS_ID=10DE:145F\n"));
+  EXPECT_FALSE(ParsePciUevent("PCI_CLASS=30200\nPCI_ID=10DE:20F1 \nPCI_SUBSYS_ID=10DE:145F\n"));
+}
+
 TEST(MdevUuid, ShapeOnly) {
   EXPECT_TRUE(IsMdevUuid("aaaaaaaa-0000-4000-8000-000000000001"));
   EXPECT_TRUE(IsMdevUuid("83B8F4F2-509F-382F-3C1E-E6BFE0FA1001"));
