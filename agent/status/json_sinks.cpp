@@ -54,6 +54,10 @@ void JsonPrinter::Close(char bracket) {
     out_.append(2 * levels_.size(), ' ');
   }
   out_ += bracket;
+  if (drain_ && out_.size() >= drainAt_) {
+    drain_(out_);
+    out_.clear();  // keeps its capacity: the next piece reuses the same pages
+  }
 }
 
 void JsonPrinter::Key(std::string_view key) {

@@ -12,6 +12,7 @@
 #include <array>
 #include <charconv>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,10 +47,15 @@ class JsonBuilder {
   std::string key_;
 };
 
-// Prints JSON as dump(2) does, into `out`.
+// Prints JSON as dump(2) does, into `out`. With a `drain`, `out` is handed to it and emptied
+// each time an object or array closes with at least `drainAt` bytes in it: the document is
+// printed in pieces through one buffer instead of being held whole (what is drained stays
+// printed if a later value throws).
 class JsonPrinter {
  public:
-  explicit JsonPrinter(std::string& out) : out_(out) {}
+  using Drain = std::function<void(std::string_view)>;
+  explicit JsonPrinter(std::string& out, Drain drain = {}, size_t drainAt = 64 * 1024)
+      : out_(out), drain_(std::move(drain)), drainAt_(drainAt) {}
   void BeginObject() { Open('{'); }
   void BeginArray() { Open('['); }
   void EndObject() { Close('}'); }
@@ -83,6 +89,8 @@ class JsonPrinter {
   void Quoted(std::string_view text);  // as a JSON string, escaped as dump() escapes it
 
   std::string& out_;
+  Drain drain_;
+  size_t drainAt_;
   std::vector<Level> levels_;
   bool afterKey_ = false;
 };

@@ -259,4 +259,16 @@ std::string RenderGpuNodeJson(const std::string& nodeName, const sysfs::HostScan
   return text;
 }
 
+void PrintGpuNodeJson(const std::function<void(std::string_view)>& write,
+                      const std::string& nodeName, const sysfs::HostScan& scan,
+                      const UnitReport* units, const StaleUnits* stale) {
+  constexpr size_t kPiece = 64 * 1024;
+  std::string text;
+  text.reserve(kPiece + 4096);  // a piece and the object that closes past it
+  JsonPrinter out(text, write, kPiece);
+  StatusWriter<JsonPrinter>(out).GpuNode(nodeName, scan, units, stale);
+  text += '\n';
+  write(text);
+}
+
 }  // namespace cozy::agent

@@ -2,7 +2,9 @@
 // agent publishes: pure, so `scan` and `run` produce the same value.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -34,5 +36,11 @@ nlohmann::json BuildGpuNode(const std::string& nodeName, nlohmann::json status);
 // newline, written as it is read without building the document (`scan -o json`).
 std::string RenderGpuNodeJson(const std::string& nodeName, const sysfs::HostScan& scan,
                               const UnitReport* units = nullptr, const StaleUnits* stale = nullptr);
+// The same text handed to `write` in pieces of about 64 KiB as it is written (`scan -o json`):
+// one buffer's pages instead of the whole document's. A throw mid-way (invalid UTF-8 in a
+// name, as dump() throws) leaves the pieces already written.
+void PrintGpuNodeJson(const std::function<void(std::string_view)>& write,
+                      const std::string& nodeName, const sysfs::HostScan& scan,
+                      const UnitReport* units = nullptr, const StaleUnits* stale = nullptr);
 
 }  // namespace cozy::agent
