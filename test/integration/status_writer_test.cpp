@@ -83,6 +83,37 @@ TEST(StatusWriter, PrintsWhatTheDocumentDumpsOnEveryFixtureHost) {
   }
 }
 
+// `scan -o json` prints in pieces through one buffer: the pieces are the document, each at most
+// a piece and the object that closed past it, and a large host takes several.
+TEST(StatusWriter, PrintedInPiecesIsTheSameText) {
+  const cozy::testing::FixtureHost host("large-synthetic");
+  const sysfs::HostScan scan = host.Scan();
+  std::mt19937 random(263);
+  const UnitReport units = SomeUnits(scan, random);
+  std::vector<std::string> pieces;
+  PrintGpuNodeJson([&](std::string_view piece) { pieces.emplace_back(piece); }, "node-1", scan,
+                   &units, nullptr);
+  std::string joined;
+  for (const std::string& piece : pieces) {
+    EXPECT_LT(piece.size(), 64U * 1024 + 8 * 1024);
+    joined += piece;
+  }
+  EXPECT_GT(pieces.size(), 3U);
+  EXPECT_EQ(joined, Built("node-1", scan, &units, nullptr));
+  // A throw midway (a name that is not UTF-8) leaves what was drained, and no more.
+  sysfs::HostScan bad = scan;
+  for (auto it = bad.functions.rbegin(); it != bad.functions.rend(); ++it) {
+    if (it->isGpu) {
+      it->deviceName = "\xff";  // the last GPU: most of the document is out before it
+      break;
+    }
+  }
+  pieces.clear();
+  EXPECT_ANY_THROW(PrintGpuNodeJson([&](std::string_view piece) { pieces.emplace_back(piece); },
+                                    "node-1", bad, nullptr, nullptr));
+  EXPECT_FALSE(pieces.empty());
+}
+
 // Names and paths are the host's: quotes, backslashes, control characters and UTF-8 are
 // escaped as dump() escapes them; a byte that is not UTF-8 fails as dump() fails.
 TEST(StatusWriter, EscapesAsTheDocumentDoes) {
