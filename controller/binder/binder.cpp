@@ -25,6 +25,21 @@ std::string DevicePath(const api::GpuDevice& device, bool status) {
 
 std::string Key(const api::ObjectMeta& meta) { return meta.namespaceName + "/" + meta.name; }
 
+// Whether the server refused a write for what the device is, not for its own state: the device
+// is held off and the others go on (Binder's header).
+bool RefusedForTheDevice(kube::ErrorKind kind) {
+  switch (kind) {
+    case kube::ErrorKind::kBadRequest:
+    case kube::ErrorKind::kForbidden:
+    case kube::ErrorKind::kNotFound:
+    case kube::ErrorKind::kInvalid:
+    case kube::ErrorKind::kUnsupportedMediaType:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // Whether writing `decision` takes `device` off a node it is bound on now.
 bool FreesUnits(const api::GpuDevice& device, const model::Decision& decision) {
   const std::optional<std::string>& node = device.status.nodeName;
@@ -42,11 +57,12 @@ bool HasPendingRequest(const api::GpuDevice& device) {
 }
 
 Binder::Binder(kube::Client& client, const std::atomic<bool>& leading, std::string identity,
-               kube::DeadlineSource leadingUntil)
+               kube::DeadlineSource leadingUntil, kube::TimeSource* time)
     : client_(client),
       leading_(leading),
       write_{false, kFieldManager, {kube::LeaderDeadline(leading, std::move(leadingUntil))}},
-      identity_(std::move(identity)) {}
+      identity_(std::move(identity)),
+      time_(time != nullptr ? *time : kube::DefaultTimeSource()) {}
 
 void Binder::Event(const api::GpuDevice& device, const model::Decision& decision,
                    std::chrono::system_clock::time_point now, BinderResult& result) {
@@ -286,6 +302,7 @@ BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, boo
     devices[Key(device.metadata)] = &device;
   }
   eventsThisPass_ = 0;
+  const kube::TimePoint steadyNow = time_.Now();
   // An answers-only pass still writes a decision that frees units before the last pending
   // one: a bind after it in the plan may take the units it frees, and answering that bind
   // without the move or loss written would book a unit twice.
@@ -354,10 +371,21 @@ BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, boo
       ++result.failures;
       continue;  // stepped down mid-pass: the new leader decides afresh
     }
+    const std::string key = Key(device.metadata);
+    const bool frees = FreesUnits(device, decision);
+    if (writeBackoff_.HeldOff(key, steadyNow, device.metadata.resourceVersion)) {
+      ++result.heldOff;
+      if (frees) {
+        result.stoppedAtHeldOff = true;  // the decisions after it may stand on the units it frees
+        break;
+      }
+      continue;  // no later decision stands on a unit this one takes
+    }
     try {
       client_.MergePatchAt(DevicePath(device, true), {{"status", status}},
                            device.metadata.resourceVersion, write_);
-      replaced_[Key(device.metadata)] = device.metadata.resourceVersion;
+      writeBackoff_.Succeeded(key);
+      replaced_[key] = device.metadata.resourceVersion;
       ++result.writes;
       Event(device, decision, now, result);
       runtime::LogInfo(
@@ -372,15 +400,29 @@ BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, boo
         ++result.conflicts;
       } else {
         ++result.failures;
-        runtime::LogWarning("placement write failed",
-                            LogFields{{"device", Key(device.metadata)}, {"error", error.what()}});
+        runtime::LogWarning(
+            "placement write failed",
+            LogFields{{"device", key},
+                      {"error", error.what()},
+                      {"heldOff", RefusedForTheDevice(error.kind()) ? "yes" : "no"}});
       }
-      // The decisions after this one assumed it was written (a move frees the room a later
-      // bind takes): none of them is made, and the next pass decides from what was.
+      if (RefusedForTheDevice(error.kind())) {
+        // Refused for what the device is: it waits on its own, until its backoff ends or it
+        // changes. A bind or an answer is no later decision's ground: the pass goes on.
+        writeBackoff_.Failed(key, steadyNow, device.metadata.resourceVersion);
+        if (!frees) continue;
+        result.stoppedAtHeldOff = true;
+        break;
+      }
+      // The decisions after this one may have assumed it was written (a move frees the room a
+      // later bind takes): none of them is made, and the next pass decides from what was.
       result.incomplete = true;
       break;
     }
   }
+  writeBackoff_.Prune(steadyNow);
+  result.backingOff = writeBackoff_.HeldCount(steadyNow);
+  result.retryAt = writeBackoff_.NextRetry(steadyNow);
   return result;
 }
 

@@ -3,8 +3,19 @@
 // placement (D1); passes never overlap (D2), since one worker thread runs them all.
 //
 // Every write is a status merge patch conditional on the resourceVersion the pass read; a
-// conflict fails that write, counts, and the pass after re-reads. Decisions come from the
-// model alone (controller/model): the binder adds I/O, never a rule.
+// conflict fails that write, counts, stops the pass, and the pass after re-reads. Decisions come
+// from the model alone (controller/model): the binder adds I/O, never a rule.
+//
+// A device whose write the server refuses for what the device is (400, 403, 404, 422: a policy
+// or webhook of the hoster's refusing the status, say) is held off on its own (issue 25 §3):
+// it waits 1 s, doubling to 1 min, before its write is sent again, or until the device changes
+// (a new resourceVersion goes at once), and the rest of the pass goes on without it where that
+// is safe: a decision that only takes units (a bind, an answer) is one no later decision stands
+// on; one that frees units (a move off a node, a device lost) is, so a pass stops before it
+// while it is held off. The pass says when the first held-off device may be tried again, and
+// the loop runs a pass then. Before, one such device stopped every pass at it and the pass ran
+// again every 50 ms, the decisions after it never written. An error of the server's (5xx, 429,
+// a dropped connection) is no device's: the pass stops there, as on a conflict.
 //
 // Reading past the cache (D3): a watch event may lag a write, and a pass that planned from a
 // cache still showing a unit free would book it again. The binder remembers, for each device it
@@ -31,7 +42,9 @@
 #include "api/gpudevice.h"
 #include "controller/model/model.h"
 #include "controller/model/snapshot.h"
+#include "kube/backoff.h"
 #include "kube/client.h"
+#include "kube/clock.h"
 
 namespace cozy::controller {
 
@@ -49,9 +62,17 @@ struct BinderResult {
   // Devices the server holds that do not decode (skipped, as the cache skips them): one bad
   // object must not stop every pass. "namespace/name: why" each.
   std::vector<std::string> undecodable;
-  // A write failed: the pass stopped there, since every later decision assumed it; the next
-  // pass decides again from what the server holds.
+  // A write failed where the decisions after it assumed it (a conflict, a server error, a write
+  // that frees units): the pass stopped there; the next pass decides again from what the
+  // server holds.
   bool incomplete = false;
+  // Held off after the server refused their writes (see above): decisions not sent this pass,
+  // and whether the pass stopped before one that frees units.
+  int64_t heldOff = 0;
+  bool stoppedAtHeldOff = false;
+  size_t backingOff = 0;  // devices held off at the end of the pass
+  // When the first held-off device may be tried again: a pass is due then.
+  std::optional<std::chrono::steady_clock::time_point> retryAt;
 };
 
 class Binder {
@@ -69,8 +90,13 @@ class Binder {
   // LeaderElector::LeadingUntil; empty: no limit in time) before every attempt of each, retries
   // included: no write is sent, retried or left running past the instant the replica leads
   // until (kube::LeaderDeadline). `identity` names this replica in Events.
+  // `time` paces the per-device backoff (a fake in tests; the steady clock by default).
   Binder(kube::Client& client, const std::atomic<bool>& leading, std::string identity = "",
-         kube::DeadlineSource leadingUntil = {});
+         kube::DeadlineSource leadingUntil = {}, kube::TimeSource* time = nullptr);
+
+  // A refused device's wait before its write is sent again: 1 s, doubling to 1 min.
+  static constexpr kube::BackoffPolicy kWriteRetry{std::chrono::seconds(1), std::chrono::minutes(1),
+                                                   2.0, 0.0};
 
   // After taking the lead: `cached` as the cache showed it before `listed` was read from the API
   // server. Marks each device whose cached copy differs from the list (D3 across a leader
@@ -127,7 +153,9 @@ class Binder {
                   std::chrono::system_clock::time_point now, BinderResult& result);
 
   std::string identity_;
-  std::map<std::string, std::string> replaced_;  // "ns/name" -> the version a write replaced
+  kube::TimeSource& time_;
+  kube::KeyedBackoff writeBackoff_{kWriteRetry};  // "ns/name" -> its refused writes in a row
+  std::map<std::string, std::string> replaced_;   // "ns/name" -> the version a write replaced
   // "ns/name" -> the version the cache showed when the list after taking the lead differed
   // ("" for a device the cache did not have); dropped once the cache shows the server's.
   std::map<std::string, std::string> unsettled_;

@@ -1,5 +1,6 @@
 #include "controller/binder/loop.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "api/keys.h"
@@ -131,6 +132,8 @@ void BinderLoop::PassDone(PassResult pass) {
   conflicts_ += pass.result.conflicts;
   failures_ += pass.result.failures;
   readsPastCache_ += pass.result.readPastCache;
+  heldOff_ += pass.result.heldOff;
+  if (pass.result.error.empty()) backingOff_ = pass.result.backingOff;
   undecodable_ += static_cast<int64_t>(pass.result.undecodable.size());
   for (const std::string& device : pass.result.undecodable) {
     runtime::LogWarning("binder skipped a GPUDevice it cannot decode",
@@ -156,6 +159,14 @@ void BinderLoop::PassDone(PassResult pass) {
     scheduler_->Finished(std::chrono::milliseconds(50));
   } else {
     scheduler_->Finished();
+  }
+  // A device held off after a refused write is tried again when its backoff ends: a pass then
+  // (the decisions a held-off move or loss kept back wait for it too).
+  if (pass.result.retryAt) {
+    const auto until = std::chrono::duration_cast<std::chrono::milliseconds>(
+        *pass.result.retryAt - std::chrono::steady_clock::now());
+    full_ = true;
+    scheduler_->Ask(std::max(until, std::chrono::milliseconds(10)));
   }
 }
 
@@ -194,6 +205,12 @@ void BinderLoop::WriteMetrics(runtime::MetricsWriter& out) const {
   out.Family("gpu_controller_binder_failures_total", "counter",
              "Placement writes that failed otherwise, and passes that could not run.");
   out.Sample("gpu_controller_binder_failures_total", "", static_cast<double>(failures_ + errors_));
+  out.Family("gpu_controller_binder_held_off_total", "counter",
+             "Placement writes not sent: their device is held off after the server refused it.");
+  out.Sample("gpu_controller_binder_held_off_total", "", static_cast<double>(heldOff_));
+  out.Family("gpu_controller_binder_backoff_devices", "gauge",
+             "GPUDevices held off now after the server refused their writes (400/403/404/422).");
+  out.Sample("gpu_controller_binder_backoff_devices", "", static_cast<double>(backingOff_));
   out.Family("gpu_controller_binder_device_reads_total", "counter",
              "GPUDevices read past a cache still behind the binder's writes (D3).");
   out.Sample("gpu_controller_binder_device_reads_total", "", static_cast<double>(readsPastCache_));

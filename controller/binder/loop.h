@@ -106,6 +106,8 @@ class BinderLoop {
   int64_t failures_ = 0;
   int64_t errors_ = 0;
   int64_t readsPastCache_ = 0;
+  int64_t heldOff_ = 0;
+  size_t backingOff_ = 0;
   int64_t undecodable_ = 0;
   std::string lastError_;
 };

@@ -199,6 +199,136 @@ TEST_F(BinderTest, D4_AnAnswersOnlyPassWritesTheMoveThatFreesTheUnitItAnswersWit
   EXPECT_EQ(d3["status"]["bindResponse"]["result"], "Succeeded");
 }
 
+// Issue 25 §3: a device whose write the server refuses for what it is (a hoster's policy or
+// webhook answering 422) is held off on its own: the decisions after it that only take units
+// are still written, its write is not sent again until its backoff ends or the device changes,
+// and the pass says when to try it again.
+TEST_F(BinderTest, ARefusedDeviceIsHeldOffAndTheRestOfThePassIsWritten) {
+  server_->Seed(testing::ReadyNode("n2"));
+  server_->Seed(testing::GpuNodeObject("n2", 1));
+  const std::string devices = "/apis/gpu.cozystack.io/v1alpha1/namespaces/t1/gpudevices/";
+  model::Snapshot snapshot = Read();
+  const std::vector<model::Decision> plan = model::Model(snapshot).PlanPass();
+  ASSERT_EQ(plan.size(), 2u);
+  ASSERT_EQ(plan[0].deviceName, "d1");  // the refused one comes first: d2 is after it
+  ASSERT_EQ(plan[0].action, model::Action::kBind);
+  ASSERT_EQ(plan[1].action, model::Action::kBind);
+  fake::Fault refused = fake::Fault::Answer(422, -1, "PATCH");
+  refused.pathPrefix = devices + "d1/status";
+  server_->AddFault(refused);
+  kube::FakeTimeSource time;
+  Binder binder(*client_, leading_, "", {}, &time);
+
+  server_->ClearRequests();
+  BinderResult pass = binder.Pass(snapshot, false, true, std::chrono::system_clock::now());
+  EXPECT_EQ(pass.failures, 1);
+  EXPECT_EQ(pass.writes, 1);  // d2, after the refused d1
+  EXPECT_FALSE(pass.incomplete);
+  EXPECT_EQ(pass.backingOff, 1u);
+  ASSERT_TRUE(pass.retryAt);
+  EXPECT_EQ(*pass.retryAt - time.Now(), std::chrono::seconds(1));
+  EXPECT_EQ(Bound(), 1);
+  EXPECT_EQ(Patches().size(), 2u);
+
+  // Held off: the next passes send nothing for d1, however often they run.
+  snapshot = Read();
+  server_->ClearRequests();
+  for (int i = 0; i < 3; ++i) {
+    pass = binder.Pass(snapshot, false, true, std::chrono::system_clock::now());
+    EXPECT_EQ(pass.heldOff, 1);
+    EXPECT_EQ(pass.failures, 0);
+  }
+  EXPECT_TRUE(Patches().empty());
+
+  // Its backoff over, it is sent again; refused again, it waits twice as long.
+  time.Advance(std::chrono::seconds(1));
+  pass = binder.Pass(snapshot, false, true, std::chrono::system_clock::now());
+  EXPECT_EQ(pass.failures, 1);
+  ASSERT_TRUE(pass.retryAt);
+  EXPECT_EQ(*pass.retryAt - time.Now(), std::chrono::seconds(2));
+  EXPECT_EQ(Patches().size(), 1u);
+
+  // The device changes (its owner fixes what the policy refused): it is tried at once.
+  server_->ClearFaults();
+  client_->MergePatch(devices + "d1", {{"metadata", {{"labels", {{"fixed", "yes"}}}}}});
+  pass = binder.Pass(Read(), false, true, std::chrono::system_clock::now());
+  EXPECT_EQ(pass.writes, 1);
+  EXPECT_EQ(pass.backingOff, 0u);
+  EXPECT_FALSE(pass.retryAt);
+  EXPECT_EQ(Bound(), 2);
+}
+
+// A refused write that frees units (a move off a node) is one the decisions after it may
+// stand on: the pass stops before them, and while it is held off the passes stop there without
+// sending it; once it is written, the bind it made room for is too.
+TEST_F(BinderTest, ARefusedMoveHoldsBackTheDecisionsAfterItWithoutResending) {
+  json n2 = testing::ReadyNode("n2");
+  n2["metadata"]["labels"] = {{"pool", "a"}};
+  server_->Seed(n2);
+  server_->Seed(testing::GpuNodeObject("n2", 1));
+  server_->Seed(Class("pool-a", {{"matchLabels", {{"pool", "a"}}}}));
+  const std::string devices = "/apis/gpu.cozystack.io/v1alpha1/namespaces/t1/gpudevices/";
+  client_->Delete(devices + "d2");
+  client_->MergePatch(devices + "d1", {{"spec", {{"className", "pool-a"}}}});
+  client_->MergePatch(devices + "d1/status",
+                      {{"status", {{"phase", "Bound"}, {"nodeName", "n1"}}}});
+  server_->Seed(Device("d3", "a100"));
+  const model::Snapshot snapshot = Read();
+  const std::vector<model::Decision> plan = model::Model(snapshot).PlanPass();
+  ASSERT_EQ(plan.size(), 2u);
+  ASSERT_EQ(plan[0].deviceName, "d1");
+  ASSERT_EQ(plan[0].action, model::Action::kMove);
+  ASSERT_EQ(plan[1].deviceName, "d3");
+  ASSERT_EQ(plan[1].node, "n1");  // the unit d1's move frees
+  fake::Fault refused = fake::Fault::Answer(403, -1, "PATCH");
+  refused.pathPrefix = devices + "d1/status";
+  server_->AddFault(refused);
+  kube::FakeTimeSource time;
+  Binder binder(*client_, leading_, "", {}, &time);
+
+  server_->ClearRequests();
+  BinderResult pass = binder.Pass(snapshot, false, true, std::chrono::system_clock::now());
+  EXPECT_EQ(pass.failures, 1);
+  EXPECT_EQ(pass.writes, 0);
+  EXPECT_TRUE(pass.stoppedAtHeldOff);
+  EXPECT_FALSE(pass.incomplete);  // not a reason to run again in 50 ms
+  ASSERT_TRUE(pass.retryAt);
+  EXPECT_EQ(Patches().size(), 1u);
+
+  server_->ClearRequests();
+  pass = binder.Pass(snapshot, false, true, std::chrono::system_clock::now());
+  EXPECT_TRUE(pass.stoppedAtHeldOff);
+  EXPECT_EQ(pass.heldOff, 1);
+  EXPECT_TRUE(Patches().empty());  // neither the move nor the bind behind it
+  EXPECT_EQ(Bound(), 1);           // d1, still on n1
+
+  server_->ClearFaults();
+  time.Advance(std::chrono::seconds(1));
+  pass = binder.Pass(snapshot, false, true, std::chrono::system_clock::now());
+  EXPECT_EQ(pass.writes, 2);
+  EXPECT_FALSE(pass.stoppedAtHeldOff);
+  EXPECT_EQ(client_->Get(devices + "d1")["status"]["nodeName"], "n2");
+  EXPECT_EQ(client_->Get(devices + "d3")["status"]["nodeName"], "n1");
+}
+
+// An error of the server's (5xx, 429, a dropped connection) is no device's fault: the pass
+// stops there and runs again soon, and no device is held off for it.
+TEST_F(BinderTest, AServerErrorStopsThePassWithoutHoldingTheDeviceOff) {
+  fake::Fault down = fake::Fault::Answer(500, 4, "PATCH");
+  down.pathPrefix = "/apis/gpu.cozystack.io/v1alpha1/namespaces/t1/gpudevices/";
+  server_->AddFault(down);
+  kube::FakeTimeSource time;
+  Binder binder(*client_, leading_, "", {}, &time);
+  BinderResult pass = binder.Pass(Read(), false, true, std::chrono::system_clock::now());
+  EXPECT_EQ(pass.failures, 1);
+  EXPECT_TRUE(pass.incomplete);
+  EXPECT_EQ(pass.backingOff, 0u);
+  EXPECT_FALSE(pass.retryAt);
+  server_->ClearFaults();
+  pass = binder.Pass(Read(), false, true, std::chrono::system_clock::now());
+  EXPECT_EQ(pass.writes, 1);
+}
+
 TEST_F(BinderTest, TakesBindsSaysWhyANodeDoesNotAndIsWrittenOnlyWhenItChanges) {
   auto node = [](const std::string& name, const std::string& ready, json spec) {
     return json{{"apiVersion", "v1"},

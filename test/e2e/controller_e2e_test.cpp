@@ -637,6 +637,68 @@ TEST_F(ControllerEndToEnd, D1_D2_TwoOrdersRaceForTheLastUnitAndOnlyTheLeaderPlac
             std::string::npos);
 }
 
+// Issue 25 §3: a placement write the server refuses for what the device is (a hoster's policy
+// answering 422) holds that device off alone: the other order is bound, the refused write is
+// sent again after 1 s, then 2 s (not every 50 ms, and not holding every later decision), the
+// held device shows in the metrics, and it is bound once the server takes its write.
+TEST_F(ControllerEndToEnd, Issue25_APlacementWriteTheServerRefusesBacksOffItsDeviceAlone) {
+  GpuNode("n1", 2);
+  Apply(Class("a100"));
+  const std::string refusedPath =
+      "/apis/gpu.cozystack.io/v1alpha1/namespaces/" + Tenant() + "/gpudevices/first/status";
+  fake::Fault refused = fake::Fault::Answer(422, -1, "PATCH");
+  refused.pathPrefix = refusedPath;
+  Fake().AddFault(refused);
+  StartReplica("replica-a", {"--enable-gpu"});
+  ASSERT_TRUE(WaitFor([&] { return Holder() == "replica-a"; })) << Logs();
+  const std::filesystem::path file = Path("orders.yaml");
+  std::ofstream(file) << Device("first").dump() << "\n" << Device("second").dump() << "\n";
+  Kubectl("apply -f " + ShellQuote(file.string()));
+  ASSERT_TRUE(WaitFor([&] { return Phase("second") == "Bound"; })) << Logs();
+  // Each try with the version it was planned from: the reconciler's finalizer write changes
+  // the device after the first, and a changed device is tried at once.
+  auto attempts = [&] {
+    std::vector<std::pair<std::chrono::steady_clock::time_point, std::string>> at;
+    const std::regex version("\"resourceVersion\":\"([0-9]+)\"");
+    for (const auto& request : Requests()) {
+      std::smatch match;
+      if (request.method == "PATCH" && request.path == refusedPath &&
+          std::regex_search(request.body, match, version)) {
+        at.emplace_back(request.received, match[1]);
+      }
+    }
+    return at;
+  };
+  ASSERT_TRUE(WaitFor([&] { return attempts().size() >= 3; }, 20s)) << Logs();
+  const auto tries = attempts();
+  int sameVersion = 0;
+  for (size_t i = 1; i < tries.size(); ++i) {
+    if (tries[i].second != tries[i - 1].second) continue;
+    ++sameVersion;
+    EXPECT_GE(tries[i].first - tries[i - 1].first, 900ms)
+        << "try " << i + 1 << " came "
+        << std::chrono::duration_cast<std::chrono::milliseconds>(tries[i].first -
+                                                                 tries[i - 1].first)
+               .count()
+        << " ms after the one before, from the same version";
+  }
+  EXPECT_GE(sameVersion, 1);
+  EXPECT_NE(Phase("first"), "Bound");
+  std::string metrics;
+  ASSERT_TRUE(WaitFor([&] {
+    metrics = Metrics("replica-a");
+    return metrics.find("gpu_controller_binder_backoff_devices 1\n") != std::string::npos;
+  })) << metrics;
+  EXPECT_EQ(metrics.find("gpu_controller_binder_held_off_total 0\n"), std::string::npos) << metrics;
+
+  Fake().ClearFaults();
+  ASSERT_TRUE(WaitFor([&] { return Phase("first") == "Bound"; }, 20s)) << Logs();
+  EXPECT_TRUE(WaitFor([&] {
+    return Metrics("replica-a").find("gpu_controller_binder_backoff_devices 0\n") !=
+           std::string::npos;
+  }));
+}
+
 TEST_F(ControllerEndToEnd, D3_ADelayedDeviceWatchAndTwoRequestsForTheLastUnitBindOne) {
   GpuNode("n1", 0);  // no room yet: both orders wait, unplaced
   Apply(Class("a100"));
