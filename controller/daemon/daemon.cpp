@@ -11,25 +11,20 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <stdexcept>
-#include <thread>
 
 #include "api/gpuclass.h"
 #include "api/gpudevice.h"
 #include "api/gpunode_types.h"
 #include "api/keys.h"
-#include "api/time.h"
-#include "api/usage_record.h"
 #include "controller/binder/binder.h"
 #include "controller/binder/loop.h"
+#include "controller/daemon/caches.h"
 #include "controller/daemon/metrics.h"
-#include "controller/daemon/vmi_lookup.h"
 #include "controller/kinds.h"
 #include "controller/model/readers.h"
 #include "controller/reconciler/apply.h"
 #include "controller/reconciler/plan.h"
-#include "controller/snapshot_json.h"
 #include "controller/webhook/server.h"
 #include "controller/webhook/webhooks.h"
 #include "kube/cache.h"
@@ -37,7 +32,6 @@
 #include "kube/config.h"
 #include "kube/discovery.h"
 #include "kube/leader_election.h"
-#include "kube/optional_cache.h"
 #include "runtime/health_server.h"
 #include "runtime/log.h"
 #include "runtime/loop.h"
@@ -52,20 +46,6 @@ namespace {
 using runtime::LogFields;
 using runtime::LogInfo;
 using runtime::LogWarning;
-using JsonCache = kube::JsonCache;
-
-const kube::GroupVersionResource kVmiResource = kVmis.Resource();
-const kube::GroupVersionResource kWorkloadResource = kWorkloads.Resource();
-const kube::GroupVersionResource kKubeVirtResource = kKubeVirts.Resource();
-const kube::GroupVersionResource kMonitorResource = kWorkloadMonitors.Resource();
-
-kube::InformerOptions Selected(std::string labelSelector, std::string fieldSelector) {
-  kube::InformerOptions options;
-  options.labelSelector = std::move(labelSelector);
-  options.fieldSelector = std::move(fieldSelector);
-  return options;
-}
-
 std::string Hostname() {
   std::array<char, 256> name{};
   if (gethostname(name.data(), name.size() - 1) != 0) {
@@ -90,41 +70,7 @@ class Controller : public webhook::ClusterSource, public BinderSource {
         identity_(options.identity.empty() ? Hostname() : options.identity),
         client_(config, ClientOptions(options)),
         discovery_(client_, kube::DiscoveryOptions{options.discoveryInterval}),
-        classes_(client_, kGpuClasses.Path(), api::GpuClassFromJson),
-        devices_(client_, kGpuDevices.Path(), api::GpuDeviceFromJson),
-        gpuNodes_(client_, kGpuNodes.Path(), api::GpuNodeInventoryFromJson),
-        // G11: the ConfigMap cache holds only the settings object.
-        settings_(client_, kConfigMaps.Path(options.namespaceName), kube::IdentityDecode,
-                  Selected("", "metadata.name=" + std::string(api::kSettingsConfigMapName))),
-        vmis_([this] {
-          auto cache = std::make_shared<kube::Cache<model::VirtualMachineInstance>>(
-              client_, kVmis.Path(), VmiFromJson);
-          cache->SetChangeFilter(kube::Cache<model::VirtualMachineInstance>::WhenValueDiffers());
-          cache->SetOnChange([this] { Changed(Readers::kBoth); });
-          return cache;
-        }),
-        records_([this] {
-          auto cache =
-              std::make_shared<JsonCache>(client_, kWorkloads.Path(), kube::IdentityDecode,
-                                          Selected(std::string(api::kWorkloadMonitorNameLabel) +
-                                                       "=" + std::string(api::kUsageMonitorName),
-                                                   ""));
-          cache->SetOnChange([this] { Changed(Readers::kReconciler); });
-          return cache;
-        }),
-        kubevirt_([this] {
-          auto cache = std::make_shared<kube::Cache<model::PermittedHostDevices>>(
-              client_, kKubeVirts.Path(), KubeVirtFromJson);
-          cache->SetOnChange([this] { Changed(Readers::kBoth); });
-          return cache;
-        }),
-        monitors_([this] {
-          auto cache = std::make_shared<JsonCache>(
-              client_, kWorkloadMonitors.Path(), kube::IdentityDecode,
-              Selected("", "metadata.name=" + std::string(api::kUsageMonitorName)));
-          cache->SetOnChange([this] { Changed(Readers::kReconciler); });
-          return cache;
-        }),
+        caches_(client_, discovery_, options_, [this](Readers readers) { Changed(readers); }),
         // Every write of the leader's, first attempt or retry, ends by the instant its Lease
         // lets it lead until (kube/leader_election.h); elector_ is made below, before any pass.
         applier_(client_, leading_, [this] { return elector_->LeadingUntil(); }),
@@ -156,18 +102,7 @@ class Controller : public webhook::ClusterSource, public BinderSource {
       runtime::LogDebug("leader election", LogFields{{"message", message}});
     };
     elector_ = std::make_unique<kube::LeaderElector>(client_, std::move(election));
-    for (const auto& resource :
-         {kVmiResource, kKubeVirtResource, kWorkloadResource, kMonitorResource}) {
-      discovery_.Track(resource);
-    }
     if (options.enableGpu) {
-      // What the binder's model reads besides the GPU objects: every replica keeps these warm.
-      namespaces_ = std::make_unique<kube::Cache<model::Namespace>>(client_, kNamespaces.Path(),
-                                                                    NamespaceFromJson);
-      quotas_ = std::make_unique<kube::Cache<model::ResourceQuota>>(client_, kResourceQuotas.Path(),
-                                                                    QuotaFromJson);
-      nodes_ = std::make_unique<kube::Cache<model::Node>>(client_, kNodes.Path(), NodeFromJson);
-      pods_ = std::make_unique<kube::Cache<model::Pod>>(client_, kPods.Path(), PodFromJson);
       binder_ = std::make_unique<BinderLoop>(loop_, client_, leading_, identity_, *this,
                                              [this] { return elector_->LeadingUntil(); });
     }
@@ -190,51 +125,28 @@ class Controller : public webhook::ClusterSource, public BinderSource {
           }
         },
         [this] { health_.Stop(); });
-    devices_.AddIndex("class", [](const api::GpuDevice& d) {
-      return std::vector<std::string>{d.spec.className};
-    });
-    devices_.AddIndex("node", [](const api::GpuDevice& d) {
-      return d.status.nodeName ? std::vector<std::string>{*d.status.nodeName}
-                               : std::vector<std::string>{};
-    });
-    devices_.AddIndex("namespace", [](const api::GpuDevice& d) {
-      return std::vector<std::string>{d.metadata.namespaceName};
-    });
-    devices_.AddIndex("vmi", [](const api::GpuDevice& d) {
-      return d.status.attachment ? std::vector<std::string>{d.metadata.namespaceName + "/" +
-                                                            d.status.attachment->vmiName}
-                                 : std::vector<std::string>{};
-    });
-    devices_.AddIndex("pending", [](const api::GpuDevice& d) {
-      return HasPendingRequest(d) ? std::vector<std::string>{"pending"}
-                                  : std::vector<std::string>{};
-    });
+    caches_.AddDeviceIndexes();
     // Each with who reads it: a change wakes those (and the webhooks' snapshot), and the
     // reconciler's passes wait for the caches it reads to sync.
-    Watch(std::string(kGpuClasses.plural), classes_, Readers::kBoth);
-    Watch(std::string(kGpuDevices.plural), devices_, Readers::kBoth);
-    Watch(std::string(kGpuNodes.plural), gpuNodes_, Readers::kBoth);
-    Watch("settings", settings_, Readers::kReconciler);
-    if (namespaces_) {
+    Watch(std::string(kGpuClasses.plural), caches_.classes, Readers::kBoth);
+    Watch(std::string(kGpuDevices.plural), caches_.devices, Readers::kBoth);
+    Watch(std::string(kGpuNodes.plural), caches_.gpuNodes, Readers::kBoth);
+    Watch("settings", caches_.settings, Readers::kReconciler);
+    if (caches_.namespaces) {
       // What the binder's model reads besides the GPU objects (with GPUs on), each change
       // filtered to those the model reads something different in (issue 26 §1): a pod's
       // status heartbeat, or a pod of cpu and memory alone, wakes nobody.
-      Watch(std::string(kNamespaces.plural), *namespaces_, Readers::kBinder,
+      Watch(std::string(kNamespaces.plural), *caches_.namespaces, Readers::kBinder,
             kube::Cache<model::Namespace>::WhenValueDiffers());
-      Watch(std::string(kResourceQuotas.plural), *quotas_, Readers::kBinder,
+      Watch(std::string(kResourceQuotas.plural), *caches_.quotas, Readers::kBinder,
             kube::Cache<model::ResourceQuota>::WhenValueDiffers());
-      Watch(std::string(kNodes.plural), *nodes_, Readers::kBinder,
+      Watch(std::string(kNodes.plural), *caches_.nodes, Readers::kBinder,
             kube::Cache<model::Node>::WhenValueDiffers());
-      Watch(std::string(kPods.plural), *pods_, Readers::kBinder, model::PodChangeMatters);
+      Watch(std::string(kPods.plural), *caches_.pods, Readers::kBinder, model::PodChangeMatters);
     }
     // The kinds that come and go start and stop with their kind being served (Tick); whatever
     // runs at the end stops here. They never gate readiness (G4).
-    manager_.Add("optional caches", {}, [this] {
-      vmis_.Stop();
-      kubevirt_.Stop();
-      records_.Stop();
-      monitors_.Stop();
-    });
+    manager_.Add("optional caches", {}, [this] { caches_.StopOptional(); });
     manager_.Add(
         "discovery", [this] { discovery_.Start(); }, [this] { discovery_.Stop(); });
     // Stopped by Stop(), before the loop ends: a leader releases the Lease (G8).
@@ -306,8 +218,7 @@ class Controller : public webhook::ClusterSource, public BinderSource {
     }
   }
 
-  // Who reads a cache: whose passes its changes wake.
-  enum class Readers { kReconciler, kBinder, kBoth };
+  using Readers = ClusterCaches::Readers;
 
   // Any cache thread: something `readers` read changed. The webhooks' snapshot is built again
   // on any change, and waiting webhooks and binder passes wake.
@@ -362,38 +273,15 @@ class Controller : public webhook::ClusterSource, public BinderSource {
   // BinderSource, for the binder's loop.
   bool BinderCachesSynced() const override { return Ready(); }
   bool AnyUnansweredRequest() const override {
-    return !devices_.IndexKeys("pending", "pending").empty();
+    return !caches_.devices.IndexKeys("pending", "pending").empty();
   }
   std::vector<std::shared_ptr<const api::GpuDevice>> CachedDevices() const override {
-    return devices_.List();
+    return caches_.devices.List();
   }
 
-  // Everything but the devices, as the caches show it; returns whether the VMIs are known
-  // (their kind served and its cache synced). Any thread.
+  // Everything but the devices, as the caches show it (ClusterCaches). Any thread.
   bool FillSnapshot(model::Snapshot& snapshot) const override {
-    for (const auto& item : namespaces_->List()) snapshot.namespaces.push_back(*item);
-    for (const auto& item : quotas_->List()) snapshot.quotas.push_back(*item);
-    for (const auto& item : nodes_->List()) snapshot.nodes.push_back(*item);
-    // Only pods that can count in a decision (model::PodAsksForExtendedResources; a model test
-    // shows the others change none): most of a cluster's pods are never copied into a pass.
-    for (const auto& item : pods_->List()) {
-      if (model::PodAsksForExtendedResources(*item)) snapshot.pods.push_back(*item);
-    }
-    for (const auto& item : gpuNodes_.List()) snapshot.gpuNodes.push_back(*item);
-    for (const auto& item : classes_.List()) snapshot.classes.push_back(*item);
-    bool vmisKnown = false;
-    if (discovery_.IsServed(kVmiResource) == kube::Served::kServed) {
-      if (auto vmis = vmis_.Get(); vmis && vmis->Synced()) {
-        vmisKnown = true;
-        for (const auto& item : vmis->List()) snapshot.vmis.push_back(*item);
-      }
-    }
-    snapshot.permittedHostDevices = PermittedHostDevices();
-    snapshot.settings.resourceNames = options_.gpuResourceNames;
-    snapshot.settings.notReadyGraceSeconds =
-        std::chrono::duration_cast<std::chrono::seconds>(options_.notReadyGrace).count();
-    snapshot.now = api::FormatTime(std::chrono::system_clock::now());
-    return vmisKnown;
+    return caches_.FillSnapshot(snapshot);
   }
 
   // webhook::ClusterSource, on the webhook server's threads (Generation and WaitForChange are
@@ -411,39 +299,19 @@ class Controller : public webhook::ClusterSource, public BinderSource {
     // request build again rather than keep a state older than it claims.
     const uint64_t generation = generation_.load();
     if (prepared_ && preparedGeneration_ == generation) return prepared_;
-    auto prepared = std::make_shared<webhook::Prepared>();
-    for (const auto& item : devices_.List()) prepared->snapshot.devices.push_back(*item);
-    FillSnapshot(prepared->snapshot);
-    prepared->gpuResourceNames = model::EffectiveGpuResourceNames(
-        prepared->snapshot.settings, prepared->snapshot.gpuNodes,
-        prepared->snapshot.permittedHostDevices, prepared->snapshot.classes);
-    prepared->rawNamesForbidden = options_.rawNamesForbidden;
-    try {
-      prepared->model = std::make_unique<model::Model>(prepared->snapshot);
-    } catch (const std::exception& error) {
-      prepared->modelError = error.what();
-    }
-    prepared_ = prepared;
+    prepared_ = caches_.Prepared();
     preparedGeneration_ = generation;
     return prepared_;
   }
 
   std::shared_ptr<const api::GpuDevice> Device(const std::string& ns,
                                                const std::string& name) const override {
-    return devices_.Get(ns + "/" + name);
+    return caches_.devices.Get(ns + "/" + name);
   }
 
   std::vector<std::shared_ptr<const api::GpuDevice>> AttachedTo(
       const std::string& ns, const std::string& vmiName) const override {
-    return devices_.ByIndex("vmi", ns + "/" + vmiName);
-  }
-
-  model::PermittedHostDevices PermittedHostDevices() const {
-    if (auto kubevirt = kubevirt_.Get(); kubevirt && kubevirt->Synced()) {
-      const auto all = kubevirt->List();
-      if (!all.empty()) return *all.front();
-    }
-    return {};
+    return caches_.devices.ByIndex("vmi", ns + "/" + vmiName);
   }
 
   // Loop thread, from the pass scheduler: whether a pass started.
@@ -463,7 +331,7 @@ class Controller : public webhook::ClusterSource, public BinderSource {
     const auto started = std::chrono::steady_clock::now();
     PassResult result;
     try {
-      ReconcileInput input = BuildInput();
+      ReconcileInput input = caches_.BuildInput();
       Plan plan = PlanReconcile(input);
       result.planned = static_cast<int>(plan.actions.size());
       result.waiting = plan.waiting;
@@ -475,51 +343,6 @@ class Controller : public webhook::ClusterSource, public BinderSource {
     result.seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     return result;
-  }
-
-  ReconcileInput BuildInput() {
-    ReconcileInput input;
-    input.now = std::chrono::system_clock::now();
-    input.attachmentGrace =
-        std::chrono::duration_cast<std::chrono::seconds>(options_.attachmentGrace);
-    input.classes = classes_.List();
-    input.devices = devices_.List();
-    input.vmis = VmiLookupForPass();
-
-    const auto records = records_.Get();
-    const auto monitors = monitors_.Get();
-    if (records && monitors && records->Synced() && monitors->Synced()) {
-      input.usageRecords = true;
-      for (const auto& record : records->List()) {
-        input.records[kube::ObjectKey(*record)] = record;
-      }
-      for (const auto& monitor : monitors->List()) {
-        input.monitors[monitor->at("metadata").value("namespace", std::string())] = monitor;
-      }
-    }
-
-    ReconcileInput::Settings settings;
-    settings.namespaceName = options_.namespaceName;
-    settings.name = std::string(api::kSettingsConfigMapName);
-    if (auto stored = settings_.Get(options_.namespaceName + "/" + settings.name)) {
-      settings.stored = *stored;
-    }
-    std::vector<api::GpuNodeInventory> gpuNodes;
-    for (const auto& node : gpuNodes_.List()) gpuNodes.push_back(*node);
-    std::vector<api::GpuClass> classes;
-    for (const auto& gpuClass : input.classes) classes.push_back(*gpuClass);
-    settings.data = SettingsData(options_.gpuResourceNames, gpuNodes, PermittedHostDevices(),
-                                 classes, options_.rawNamesForbidden);
-    input.settings = std::move(settings);
-    return input;
-  }
-
-  // How this pass tells whether a VMI exists (controller/daemon/vmi_lookup.h).
-  VmiLookup VmiLookupForPass() {
-    if (options_.enableGpu) {
-      return VmiLookupFromCache(discovery_.State(kVmiResource), vmis_.Get());
-    }
-    return VmiLookupByReading(client_, discovery_.IsServed(kVmiResource));
   }
 
   void PassDone(PassResult result) {
@@ -559,29 +382,7 @@ class Controller : public webhook::ClusterSource, public BinderSource {
 
   // Loop thread, every second: the kinds that come and go, health and metrics.
   void Tick() {
-    if (options_.enableGpu && kubevirt_.Follow(discovery_.IsServed(kKubeVirtResource))) {
-      LogInfo("KubeVirt cache", LogFields{{"state", kubevirt_.Get() ? "started" : "stopped"}});
-      Trigger();
-    }
-    if (options_.enableGpu && vmis_.Follow(discovery_.IsServed(kVmiResource))) {
-      LogInfo("VirtualMachineInstance cache",
-              LogFields{{"state", vmis_.Get() ? "started" : "stopped"}});
-      Trigger();
-    }
-    const bool recordsServed = discovery_.IsServed(kWorkloadResource) == kube::Served::kServed &&
-                               discovery_.IsServed(kMonitorResource) == kube::Served::kServed;
-    const kube::Served recordState =
-        recordsServed ? kube::Served::kServed
-                      : (discovery_.IsServed(kWorkloadResource) == kube::Served::kNotServed ||
-                                 discovery_.IsServed(kMonitorResource) == kube::Served::kNotServed
-                             ? kube::Served::kNotServed
-                             : kube::Served::kNotSynced);
-    const bool recordsMoved = records_.Follow(recordState);
-    const bool monitorsMoved = monitors_.Follow(recordState);
-    if (recordsMoved || monitorsMoved) {
-      LogInfo("usage-record caches", LogFields{{"state", records_.Get() ? "started" : "stopped"}});
-      Trigger();
-    }
+    if (caches_.FollowDiscovery()) Trigger();
     if (webhooks_) webhookMetrics_.Take(webhooks_->TakeStats());
     LogCacheErrors();
     health_.Heartbeat();
@@ -599,9 +400,7 @@ class Controller : public webhook::ClusterSource, public BinderSource {
   template <class Visit>
   void ForEachCache(Visit&& visit) const {
     for (const auto& [name, cache] : watched_) visit(name, *cache);
-    if (auto vmis = vmis_.Get()) visit(std::string(kVmis.plural), *vmis);
-    if (auto records = records_.Get()) visit(std::string(kWorkloads.plural), *records);
-    if (auto monitors = monitors_.Get()) visit(std::string(kWorkloadMonitors.plural), *monitors);
+    caches_.ForEachOptional(visit);
   }
 
   // A cache that cannot list or watch (an API server refusing, a response over the client's
@@ -667,18 +466,7 @@ class Controller : public webhook::ClusterSource, public BinderSource {
   runtime::Loop loop_;
   kube::Client client_;
   kube::Discovery discovery_;
-  kube::Cache<api::GpuClass> classes_;
-  kube::Cache<api::GpuDevice> devices_;
-  kube::Cache<api::GpuNodeInventory> gpuNodes_;
-  JsonCache settings_;
-  std::unique_ptr<kube::Cache<model::Namespace>> namespaces_;
-  std::unique_ptr<kube::Cache<model::ResourceQuota>> quotas_;
-  std::unique_ptr<kube::Cache<model::Node>> nodes_;
-  std::unique_ptr<kube::Cache<model::Pod>> pods_;
-  kube::OptionalCache<model::VirtualMachineInstance> vmis_;
-  kube::OptionalCache<nlohmann::json> records_;
-  kube::OptionalCache<model::PermittedHostDevices> kubevirt_;
-  kube::OptionalCache<nlohmann::json> monitors_;
+  ClusterCaches caches_;
   std::unique_ptr<kube::LeaderElector> elector_;
   std::atomic<bool> leading_{false};
   Applier applier_;                     // the worker's

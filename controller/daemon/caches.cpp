@@ -1,0 +1,237 @@
+#include "controller/daemon/caches.h"
+
+#include <utility>
+#include <vector>
+
+#include "api/keys.h"
+#include "api/time.h"
+#include "controller/binder/binder.h"
+#include "controller/model/model.h"
+#include "controller/model/readers.h"
+#include "controller/snapshot_json.h"
+#include "runtime/log.h"
+
+namespace cozy::controller {
+namespace {
+
+const kube::GroupVersionResource kVmiResource = kVmis.Resource();
+const kube::GroupVersionResource kWorkloadResource = kWorkloads.Resource();
+const kube::GroupVersionResource kKubeVirtResource = kKubeVirts.Resource();
+const kube::GroupVersionResource kMonitorResource = kWorkloadMonitors.Resource();
+
+kube::InformerOptions Selected(std::string labelSelector, std::string fieldSelector) {
+  kube::InformerOptions options;
+  options.labelSelector = std::move(labelSelector);
+  options.fieldSelector = std::move(fieldSelector);
+  return options;
+}
+
+}  // namespace
+
+ClusterCaches::ClusterCaches(kube::Client& client, kube::Discovery& discovery,
+                             const RunOptions& options, Changed changed)
+    : classes(client, kGpuClasses.Path(), api::GpuClassFromJson),
+      devices(client, kGpuDevices.Path(), api::GpuDeviceFromJson),
+      gpuNodes(client, kGpuNodes.Path(), api::GpuNodeInventoryFromJson),
+      settings(client, kConfigMaps.Path(options.namespaceName), kube::IdentityDecode,
+               Selected("", "metadata.name=" + std::string(api::kSettingsConfigMapName))),
+      vmis([this] {
+        auto cache = std::make_shared<kube::Cache<model::VirtualMachineInstance>>(
+            client_, kVmis.Path(), VmiFromJson);
+        cache->SetChangeFilter(kube::Cache<model::VirtualMachineInstance>::WhenValueDiffers());
+        cache->SetOnChange([this] { changed_(Readers::kBoth); });
+        return cache;
+      }),
+      records([this] {
+        auto cache = std::make_shared<kube::JsonCache>(
+            client_, kWorkloads.Path(), kube::IdentityDecode,
+            Selected(std::string(api::kWorkloadMonitorNameLabel) + "=" +
+                         std::string(api::kUsageMonitorName),
+                     ""));
+        cache->SetOnChange([this] { changed_(Readers::kReconciler); });
+        return cache;
+      }),
+      kubevirt([this] {
+        auto cache = std::make_shared<kube::Cache<model::PermittedHostDevices>>(
+            client_, kKubeVirts.Path(), KubeVirtFromJson);
+        cache->SetOnChange([this] { changed_(Readers::kBoth); });
+        return cache;
+      }),
+      monitors([this] {
+        auto cache = std::make_shared<kube::JsonCache>(
+            client_, kWorkloadMonitors.Path(), kube::IdentityDecode,
+            Selected("", "metadata.name=" + std::string(api::kUsageMonitorName)));
+        cache->SetOnChange([this] { changed_(Readers::kReconciler); });
+        return cache;
+      }),
+      client_(client),
+      discovery_(discovery),
+      options_(options),
+      changed_(std::move(changed)) {
+  for (const auto& resource :
+       {kVmiResource, kKubeVirtResource, kWorkloadResource, kMonitorResource}) {
+    discovery_.Track(resource);
+  }
+  if (options.enableGpu) {
+    namespaces = std::make_unique<kube::Cache<model::Namespace>>(client, kNamespaces.Path(),
+                                                                 NamespaceFromJson);
+    quotas = std::make_unique<kube::Cache<model::ResourceQuota>>(client, kResourceQuotas.Path(),
+                                                                 QuotaFromJson);
+    nodes = std::make_unique<kube::Cache<model::Node>>(client, kNodes.Path(), NodeFromJson);
+    pods = std::make_unique<kube::Cache<model::Pod>>(client, kPods.Path(), PodFromJson);
+  }
+}
+
+void ClusterCaches::AddDeviceIndexes() {
+  devices.AddIndex(
+      "class", [](const api::GpuDevice& d) { return std::vector<std::string>{d.spec.className}; });
+  devices.AddIndex("node", [](const api::GpuDevice& d) {
+    return d.status.nodeName ? std::vector<std::string>{*d.status.nodeName}
+                             : std::vector<std::string>{};
+  });
+  devices.AddIndex("namespace", [](const api::GpuDevice& d) {
+    return std::vector<std::string>{d.metadata.namespaceName};
+  });
+  devices.AddIndex("vmi", [](const api::GpuDevice& d) {
+    return d.status.attachment ? std::vector<std::string>{d.metadata.namespaceName + "/" +
+                                                          d.status.attachment->vmiName}
+                               : std::vector<std::string>{};
+  });
+  devices.AddIndex("pending", [](const api::GpuDevice& d) {
+    return HasPendingRequest(d) ? std::vector<std::string>{"pending"} : std::vector<std::string>{};
+  });
+}
+
+bool ClusterCaches::FollowDiscovery() {
+  using runtime::LogFields;
+  bool moved = false;
+  if (options_.enableGpu && kubevirt.Follow(discovery_.IsServed(kKubeVirtResource))) {
+    runtime::LogInfo("KubeVirt cache",
+                     LogFields{{"state", kubevirt.Get() ? "started" : "stopped"}});
+    moved = true;
+  }
+  if (options_.enableGpu && vmis.Follow(discovery_.IsServed(kVmiResource))) {
+    runtime::LogInfo("VirtualMachineInstance cache",
+                     LogFields{{"state", vmis.Get() ? "started" : "stopped"}});
+    moved = true;
+  }
+  const kube::Served workloads = discovery_.IsServed(kWorkloadResource);
+  const kube::Served monitorsServed = discovery_.IsServed(kMonitorResource);
+  const kube::Served recordState =
+      workloads == kube::Served::kServed && monitorsServed == kube::Served::kServed
+          ? kube::Served::kServed
+          : (workloads == kube::Served::kNotServed || monitorsServed == kube::Served::kNotServed
+                 ? kube::Served::kNotServed
+                 : kube::Served::kNotSynced);
+  const bool recordsMoved = records.Follow(recordState);
+  const bool monitorsMoved = monitors.Follow(recordState);
+  if (recordsMoved || monitorsMoved) {
+    runtime::LogInfo("usage-record caches",
+                     LogFields{{"state", records.Get() ? "started" : "stopped"}});
+    moved = true;
+  }
+  return moved;
+}
+
+void ClusterCaches::StopOptional() {
+  vmis.Stop();
+  kubevirt.Stop();
+  records.Stop();
+  monitors.Stop();
+}
+
+bool ClusterCaches::FillSnapshot(model::Snapshot& snapshot) const {
+  for (const auto& item : namespaces->List()) snapshot.namespaces.push_back(*item);
+  for (const auto& item : quotas->List()) snapshot.quotas.push_back(*item);
+  for (const auto& item : nodes->List()) snapshot.nodes.push_back(*item);
+  // Only pods that can count in a decision (model::PodAsksForExtendedResources; a model test
+  // shows the others change none): most of a cluster's pods are never copied into a pass.
+  for (const auto& item : pods->List()) {
+    if (model::PodAsksForExtendedResources(*item)) snapshot.pods.push_back(*item);
+  }
+  for (const auto& item : gpuNodes.List()) snapshot.gpuNodes.push_back(*item);
+  for (const auto& item : classes.List()) snapshot.classes.push_back(*item);
+  bool vmisKnown = false;
+  if (discovery_.IsServed(kVmiResource) == kube::Served::kServed) {
+    if (auto cache = vmis.Get(); cache && cache->Synced()) {
+      vmisKnown = true;
+      for (const auto& item : cache->List()) snapshot.vmis.push_back(*item);
+    }
+  }
+  snapshot.permittedHostDevices = PermittedHostDevices();
+  snapshot.settings.resourceNames = options_.gpuResourceNames;
+  snapshot.settings.notReadyGraceSeconds =
+      std::chrono::duration_cast<std::chrono::seconds>(options_.notReadyGrace).count();
+  snapshot.now = api::FormatTime(std::chrono::system_clock::now());
+  return vmisKnown;
+}
+
+model::PermittedHostDevices ClusterCaches::PermittedHostDevices() const {
+  if (auto cache = kubevirt.Get(); cache && cache->Synced()) {
+    const auto all = cache->List();
+    if (!all.empty()) return *all.front();
+  }
+  return {};
+}
+
+ReconcileInput ClusterCaches::BuildInput() const {
+  ReconcileInput input;
+  input.now = std::chrono::system_clock::now();
+  input.attachmentGrace =
+      std::chrono::duration_cast<std::chrono::seconds>(options_.attachmentGrace);
+  input.classes = classes.List();
+  input.devices = devices.List();
+  input.vmis = VmiLookupForPass();
+
+  const auto recordCache = records.Get();
+  const auto monitorCache = monitors.Get();
+  if (recordCache && monitorCache && recordCache->Synced() && monitorCache->Synced()) {
+    input.usageRecords = true;
+    for (const auto& record : recordCache->List()) {
+      input.records[kube::ObjectKey(*record)] = record;
+    }
+    for (const auto& monitor : monitorCache->List()) {
+      input.monitors[monitor->at("metadata").value("namespace", std::string())] = monitor;
+    }
+  }
+
+  ReconcileInput::Settings stored;
+  stored.namespaceName = options_.namespaceName;
+  stored.name = std::string(api::kSettingsConfigMapName);
+  if (auto object = settings.Get(options_.namespaceName + "/" + stored.name)) {
+    stored.stored = *object;
+  }
+  std::vector<api::GpuNodeInventory> inventories;
+  for (const auto& node : gpuNodes.List()) inventories.push_back(*node);
+  std::vector<api::GpuClass> classList;
+  for (const auto& gpuClass : input.classes) classList.push_back(*gpuClass);
+  stored.data = SettingsData(options_.gpuResourceNames, inventories, PermittedHostDevices(),
+                             classList, options_.rawNamesForbidden);
+  input.settings = std::move(stored);
+  return input;
+}
+
+VmiLookup ClusterCaches::VmiLookupForPass() const {
+  if (options_.enableGpu) {
+    return VmiLookupFromCache(discovery_.State(kVmiResource), vmis.Get());
+  }
+  return VmiLookupByReading(client_, discovery_.IsServed(kVmiResource));
+}
+
+std::shared_ptr<const webhook::Prepared> ClusterCaches::Prepared() const {
+  auto prepared = std::make_shared<webhook::Prepared>();
+  for (const auto& item : devices.List()) prepared->snapshot.devices.push_back(*item);
+  FillSnapshot(prepared->snapshot);
+  prepared->gpuResourceNames = model::EffectiveGpuResourceNames(
+      prepared->snapshot.settings, prepared->snapshot.gpuNodes,
+      prepared->snapshot.permittedHostDevices, prepared->snapshot.classes);
+  prepared->rawNamesForbidden = options_.rawNamesForbidden;
+  try {
+    prepared->model = std::make_unique<model::Model>(prepared->snapshot);
+  } catch (const std::exception& error) {
+    prepared->modelError = error.what();
+  }
+  return prepared;
+}
+
+}  // namespace cozy::controller

@@ -1,0 +1,100 @@
+// The cluster as a gpu-controller replica caches it, and what its passes and webhooks read from
+// it: the model's snapshot (FillSnapshot), the reconciler's input (BuildInput), the webhooks'
+// snapshot and model (Prepared). daemon.cpp owns one, names each cache in a Watch line, wires
+// its changes to the passes and runs it; this file knows nothing of passes, the loop or the
+// Lease.
+//
+// The caches: GPUClasses, GPUDevices, GPUNodes and the settings ConfigMap always; with
+// --enable-gpu, Namespaces, ResourceQuotas, Nodes and Pods (what the binder's model reads besides
+// the GPU objects); and the kinds that come and go with discovery (FollowDiscovery): VMIs and
+// KubeVirt's configuration with --enable-gpu, Cozystack's usage records and their monitors.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "api/gpuclass.h"
+#include "api/gpudevice.h"
+#include "api/gpunode_types.h"
+#include "controller/daemon/daemon.h"
+#include "controller/daemon/vmi_lookup.h"
+#include "controller/kinds.h"
+#include "controller/model/snapshot.h"
+#include "controller/reconciler/plan.h"
+#include "controller/webhook/webhooks.h"
+#include "kube/cache.h"
+#include "kube/client.h"
+#include "kube/discovery.h"
+#include "kube/optional_cache.h"
+
+namespace cozy::controller {
+
+class ClusterCaches {
+ public:
+  // Who reads a cache: whose passes its changes wake.
+  enum class Readers { kReconciler, kBinder, kBoth };
+  // Called on a cache's thread when something `Readers` read changed.
+  using Changed = std::function<void(Readers)>;
+
+  // `client`, `discovery` and `options` outlive this. The kinds that come and go report their
+  // changes through `changed`; the others are wired by the daemon's Watch lines.
+  ClusterCaches(kube::Client& client, kube::Discovery& discovery, const RunOptions& options,
+                Changed changed);
+  ClusterCaches(const ClusterCaches&) = delete;
+  ClusterCaches& operator=(const ClusterCaches&) = delete;
+
+  // The GPUDevice indexes the binder (pending requests), the webhooks (a VMI's devices) and the
+  // reconciler query. Before the caches start.
+  void AddDeviceIndexes();
+
+  // Loop thread: starts or stops the kinds that come and go as discovery now says they are
+  // served (logged); returns whether any started or stopped (the passes then run again).
+  bool FollowDiscovery();
+  // Stops the kinds that come and go, whatever runs.
+  void StopOptional();
+  // Each of those that runs now, by name.
+  template <class Visit>
+  void ForEachOptional(Visit&& visit) const {
+    if (auto cache = vmis.Get()) visit(std::string(kVmis.plural), *cache);
+    if (auto cache = records.Get()) visit(std::string(kWorkloads.plural), *cache);
+    if (auto cache = monitors.Get()) visit(std::string(kWorkloadMonitors.plural), *cache);
+  }
+
+  // Everything the model reads but the devices, as the caches show it; returns whether the VMIs
+  // are known (their kind served and its cache synced, G7). Any thread.
+  bool FillSnapshot(model::Snapshot& snapshot) const;
+  // KubeVirt's permittedHostDevices, while its cache runs and has its object; else empty.
+  model::PermittedHostDevices PermittedHostDevices() const;
+  // The reconciler's input for a pass now. The reconciler's worker.
+  ReconcileInput BuildInput() const;
+  // The webhooks' view: the snapshot with the devices, and the model built over it once (a model
+  // that refuses the snapshot leaves its error instead). Any thread.
+  std::shared_ptr<const webhook::Prepared> Prepared() const;
+
+  kube::Cache<api::GpuClass> classes;
+  kube::Cache<api::GpuDevice> devices;
+  kube::Cache<api::GpuNodeInventory> gpuNodes;
+  kube::JsonCache settings;  // G11: the settings object alone
+  // With --enable-gpu; null without.
+  std::unique_ptr<kube::Cache<model::Namespace>> namespaces;
+  std::unique_ptr<kube::Cache<model::ResourceQuota>> quotas;
+  std::unique_ptr<kube::Cache<model::Node>> nodes;
+  std::unique_ptr<kube::Cache<model::Pod>> pods;
+  // While their kinds are served (FollowDiscovery).
+  kube::OptionalCache<model::VirtualMachineInstance> vmis;
+  kube::OptionalCache<nlohmann::json> records;
+  kube::OptionalCache<model::PermittedHostDevices> kubevirt;
+  kube::OptionalCache<nlohmann::json> monitors;
+
+ private:
+  // How this pass tells whether a VMI exists (controller/daemon/vmi_lookup.h).
+  VmiLookup VmiLookupForPass() const;
+
+  kube::Client& client_;
+  kube::Discovery& discovery_;
+  const RunOptions& options_;
+  Changed changed_;
+};
+
+}  // namespace cozy::controller
