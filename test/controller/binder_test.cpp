@@ -64,6 +64,30 @@ class BinderTest : public ::testing::Test {
     for (const auto& device : s.devices) all.push_back(std::make_shared<api::GpuDevice>(device));
     return all;
   }
+  // n2 joins with one unit; class pool-a serves only nodes labelled pool=a, which n1 no longer
+  // is. d1 (pool-a) holds n1's unit and must move to n2; d3 (a100, any node) is a new order the
+  // plan gives the unit d1's move frees on n1.
+  void SeedAMoveThatMakesRoom() {
+    json n2 = testing::ReadyNode("n2");
+    n2["metadata"]["labels"] = {{"pool", "a"}};
+    server_->Seed(n2);
+    server_->Seed(testing::GpuNodeObject("n2", 1));
+    server_->Seed(Class("pool-a", {{"matchLabels", {{"pool", "a"}}}}));
+    client_->Delete(kDevices + "d2");
+    client_->MergePatch(kDevices + "d1", {{"spec", {{"className", "pool-a"}}}});
+    client_->MergePatch(kDevices + "d1/status",
+                        {{"status", {{"phase", "Bound"}, {"nodeName", "n1"}}}});
+    server_->Seed(Device("d3", "a100"));
+  }
+  // Every status write of `device` answered `code` until the faults are cleared.
+  void RefuseStatusWrites(const std::string& device, int code) {
+    fake::Fault refused = fake::Fault::Answer(code, -1, "PATCH");
+    refused.pathPrefix = kDevices + device + "/status";
+    server_->AddFault(refused);
+  }
+  inline static const std::string kDevices =
+      "/apis/gpu.cozystack.io/v1alpha1/namespaces/t1/gpudevices/";
+
   // The status writes sent, applied or not.
   std::vector<fake::LoggedRequest> Patches() {
     return testing::RequestsTo(*server_, "PATCH", "/apis/gpu.cozystack.io/");
@@ -163,20 +187,9 @@ TEST_F(BinderTest, D3_ANewLeaderReadsPastACacheBehindTheLastLeadersWrites) {
 }
 
 TEST_F(BinderTest, D4_AnAnswersOnlyPassWritesTheMoveThatFreesTheUnitItAnswersWith) {
-  // n2 joins with one unit; class pool-a serves only nodes labelled pool=a, which n1 no longer
-  // is. d1 (pool-a) holds n1's unit and must move to n2; d3 (a100, any node) asks to be bound
-  // and the plan gives it the unit d1's move frees on n1.
-  json n2 = testing::ReadyNode("n2");
-  n2["metadata"]["labels"] = {{"pool", "a"}};
-  server_->Seed(n2);
-  server_->Seed(testing::GpuNodeObject("n2", 1));
-  server_->Seed(Class("pool-a", {{"matchLabels", {{"pool", "a"}}}}));
-  const std::string devices = "/apis/gpu.cozystack.io/v1alpha1/namespaces/t1/gpudevices/";
-  client_->Delete(devices + "d2");
-  client_->MergePatch(devices + "d1", {{"spec", {{"className", "pool-a"}}}});
-  client_->MergePatch(devices + "d1/status",
-                      {{"status", {{"phase", "Bound"}, {"nodeName", "n1"}}}});
-  server_->Seed(Device("d3", "a100"));
+  // d3 asks to be bound, and the plan gives it the unit d1's move frees.
+  SeedAMoveThatMakesRoom();
+  const std::string& devices = kDevices;
   client_->MergePatch(
       devices + "d3/status",
       {{"status", {{"bindRequest", {{"id", "r1"}, {"requestedAt", "2026-12-01T00:00:00Z"}}}}}});
@@ -213,9 +226,7 @@ TEST_F(BinderTest, ARefusedDeviceIsHeldOffAndTheRestOfThePassIsWritten) {
   ASSERT_EQ(plan[0].deviceName, "d1");  // the refused one comes first: d2 is after it
   ASSERT_EQ(plan[0].action, model::Action::kBind);
   ASSERT_EQ(plan[1].action, model::Action::kBind);
-  fake::Fault refused = fake::Fault::Answer(422, -1, "PATCH");
-  refused.pathPrefix = devices + "d1/status";
-  server_->AddFault(refused);
+  RefuseStatusWrites("d1", 422);
   kube::FakeTimeSource time;
   Binder binder(*client_, leading_, "", {}, &time);
 
@@ -262,17 +273,8 @@ TEST_F(BinderTest, ARefusedDeviceIsHeldOffAndTheRestOfThePassIsWritten) {
 // stand on: the pass stops before them, and while it is held off the passes stop there without
 // sending it; once it is written, the bind it made room for is too.
 TEST_F(BinderTest, ARefusedMoveHoldsBackTheDecisionsAfterItWithoutResending) {
-  json n2 = testing::ReadyNode("n2");
-  n2["metadata"]["labels"] = {{"pool", "a"}};
-  server_->Seed(n2);
-  server_->Seed(testing::GpuNodeObject("n2", 1));
-  server_->Seed(Class("pool-a", {{"matchLabels", {{"pool", "a"}}}}));
-  const std::string devices = "/apis/gpu.cozystack.io/v1alpha1/namespaces/t1/gpudevices/";
-  client_->Delete(devices + "d2");
-  client_->MergePatch(devices + "d1", {{"spec", {{"className", "pool-a"}}}});
-  client_->MergePatch(devices + "d1/status",
-                      {{"status", {{"phase", "Bound"}, {"nodeName", "n1"}}}});
-  server_->Seed(Device("d3", "a100"));
+  SeedAMoveThatMakesRoom();
+  const std::string& devices = kDevices;
   const model::Snapshot snapshot = Read();
   const std::vector<model::Decision> plan = model::Model(snapshot).PlanPass();
   ASSERT_EQ(plan.size(), 2u);
@@ -280,9 +282,7 @@ TEST_F(BinderTest, ARefusedMoveHoldsBackTheDecisionsAfterItWithoutResending) {
   ASSERT_EQ(plan[0].action, model::Action::kMove);
   ASSERT_EQ(plan[1].deviceName, "d3");
   ASSERT_EQ(plan[1].node, "n1");  // the unit d1's move frees
-  fake::Fault refused = fake::Fault::Answer(403, -1, "PATCH");
-  refused.pathPrefix = devices + "d1/status";
-  server_->AddFault(refused);
+  RefuseStatusWrites("d1", 403);
   kube::FakeTimeSource time;
   Binder binder(*client_, leading_, "", {}, &time);
 
