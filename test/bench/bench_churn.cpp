@@ -6,15 +6,19 @@
 // pods of cpu and memory alone and one in ten on GPU pods (created and deleted). Prints, for
 // each phase: the controller's CPU seconds per wall second (from /proc), binder and reconciler
 // passes, and at the end its resident memory, memory per 1,000 pods, the changes its caches
-// took without a pass, and the churn's CPU as a ratio to the floor.
+// took without a pass, and the churn's CPU as a ratio to the floor. Then the answer time of
+// `binds` bind requests (a new order, then its status.bindRequest, as the VMI webhook writes it;
+// from that write to the binder's answer seen through the API): spread over `seconds` without
+// churn (the peer), then over `seconds` of the same churn.
 //
-//   bench_churn [nodes=1000] [pods=20000] [rate=50] [seconds=20]
+//   bench_churn [nodes=1000] [pods=20000] [rate=50] [seconds=20] [binds=100]
 //
 // The size is bench_churn 5000 100000 50 60 (a machine with a few GB free). With
 // BENCH_GPU_CONTROLLER=/path/to/gpu-controller it drives that build instead (an earlier
 // commit's: the before and after of a change, on the same cluster and churn).
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "api/time.h"
 #include "kube/client.h"
 #include "kube/config.h"
 #include "test/bench/real_cluster.h"
@@ -142,6 +147,65 @@ Phase Measure(pid_t controller, int port, int seconds, int rate,
   return phase;
 }
 
+// `count` bind requests spread over `seconds`, each on a new order in a tenant's namespace,
+// answered or not within 10 s; returns each answer's time in seconds (a request never answered
+// counts as 10 s).
+std::vector<double> BindRequests(const std::filesystem::path& kubeconfig, const std::string& run,
+                                 int count, int seconds) {
+  cozy::kube::Client client(cozy::kube::LoadKubeconfig(kubeconfig),
+                            cozy::bench::BenchClientOptions());
+  std::vector<double> answers;
+  const auto start = Clock::now();
+  const auto every = std::chrono::microseconds(1000000LL * seconds / std::max(count, 1));
+  for (int i = 0; i < count; ++i) {
+    std::this_thread::sleep_until(start + every * i);
+    const std::string ns = Tenant(i);
+    const std::string name = "bind-" + run + "-" + std::to_string(i);
+    const std::string path = "/apis/gpu.cozystack.io/v1alpha1/namespaces/" + ns + "/gpudevices/";
+    const std::string id = run + "-" + std::to_string(i);
+    double answered = 10;
+    try {
+      client.Create(path, {{"apiVersion", "gpu.cozystack.io/v1alpha1"},
+                           {"kind", "GPUDevice"},
+                           {"metadata", {{"name", name}, {"namespace", ns}}},
+                           {"spec", {{"className", "a100"}, {"count", 1}}}});
+      const auto asked = Clock::now();
+      client.MergePatch(
+          path + name + "/status",
+          {{"status",
+            {{"bindRequest",
+              {{"id", id},
+               {"requestedAt", cozy::api::FormatTime(std::chrono::system_clock::now())}}}}}});
+      while (Clock::now() - asked < std::chrono::seconds(10)) {
+        const json device = client.Get(path + name);
+        const json response = device.value("status", json::object()).value("bindResponse", json());
+        if (response.is_object() && response.value("id", "") == id) {
+          answered = Seconds(Clock::now() - asked);
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+    } catch (const std::exception& error) {
+      std::fprintf(stderr, "bind request %s: %s\n", id.c_str(), error.what());
+    }
+    answers.push_back(answered);
+  }
+  return answers;
+}
+
+double Quantile(std::vector<double> values, double q) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const auto at = static_cast<size_t>(q * static_cast<double>(values.size()));
+  return values[std::min(values.size() - 1, at)];
+}
+
+void PrintAnswers(const char* name, const std::vector<double>& answers) {
+  std::printf("%-18s %3zu bind requests answered in p50 %6.1f ms, p99 %6.1f ms, max %6.1f ms\n",
+              name, answers.size(), Quantile(answers, 0.5) * 1e3, Quantile(answers, 0.99) * 1e3,
+              Quantile(answers, 1.0) * 1e3);
+}
+
 void Print(const char* name, const Phase& phase) {
   std::printf(
       "%-6s %4d events: CPU %.4f s/s (%.2f %% of a core), binder full passes %.0f, "
@@ -150,7 +214,7 @@ void Print(const char* name, const Phase& phase) {
       phase.reconcilePasses, phase.ignoredPodChanges);
 }
 
-int Run(int nodes, int pods, int rate, int seconds) {
+int Run(int nodes, int pods, int rate, int seconds, int binds) {
   char pattern[] = "/tmp/bench-churn.XXXXXX";
   const std::filesystem::path work = ::mkdtemp(pattern);
   cozy::fake::FakeApiServerOptions options;
@@ -252,6 +316,22 @@ int Run(int nodes, int pods, int rate, int seconds) {
   const Phase churn = Measure(controller, port, seconds, rate, event);
   Print("churn", churn);
 
+  // Bind answers, without churn and during it (the same churn, continued).
+  const std::vector<double> quietAnswers =
+      BindRequests(work / "kubeconfig", "quiet", binds, seconds);
+  PrintAnswers("without churn", quietAnswers);
+  std::vector<double> churnAnswers;
+  std::thread requests(
+      [&] { churnAnswers = BindRequests(work / "kubeconfig", "churn", binds, seconds); });
+  Measure(controller, port, seconds, rate, [&](int e) { event(e + churn.events); });
+  requests.join();
+  PrintAnswers("during churn", churnAnswers);
+  if (Quantile(quietAnswers, 0.5) > 0) {
+    std::printf("bind answers during churn / without: p50 %.2f, p99 %.2f (goal: as fast)\n",
+                Quantile(churnAnswers, 0.5) / Quantile(quietAnswers, 0.5),
+                Quantile(churnAnswers, 0.99) / Quantile(quietAnswers, 0.99));
+  }
+
   // Per 1,000 pods: the slope between two runs of different pod counts (docs/benchmarks.md);
   // this run's total has everything else in it.
   std::printf("controller resident memory %.1f MiB\n", ResidentMiB(controller));
@@ -277,7 +357,7 @@ int Run(int nodes, int pods, int rate, int seconds) {
 int main(int argc, char** argv) {
   auto arg = [&](int i, int fallback) { return argc > i ? std::atoi(argv[i]) : fallback; };
   try {
-    return Run(arg(1, 1000), arg(2, 20000), arg(3, 50), arg(4, 20));
+    return Run(arg(1, 1000), arg(2, 20000), arg(3, 50), arg(4, 20), arg(5, 100));
   } catch (const std::exception& error) {
     std::fprintf(stderr, "bench_churn: %s\n", error.what());
     return 1;
