@@ -3,6 +3,8 @@
 #include <charconv>
 #include <limits>
 
+#include "sysfs/pci_address.h"
+
 namespace cozy::sysfs {
 namespace {
 
@@ -203,28 +205,13 @@ Parsed<std::map<std::string, std::string>> ParseUevent(std::string_view text) {
 
 namespace {
 
-// 1 to `maxDigits` hex digits and nothing else.
-std::optional<uint32_t> ParseBareHex(std::string_view text, size_t maxDigits) {
-  if (text.empty() || text.size() > maxDigits) {
-    return std::nullopt;
-  }
-  uint32_t value = 0;
-  for (const char c : text) {
-    if (!IsHexDigit(c)) {
-      return std::nullopt;
-    }
-    value = value * 16 + static_cast<uint32_t>(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
-  }
-  return value;
-}
-
 // "10DE:2330": two IDs of exactly four hex digits.
 bool ParseIdPair(std::string_view text, uint16_t& first, uint16_t& second) {
   if (text.size() != 9 || text[4] != ':') {
     return false;
   }
-  const auto a = ParseBareHex(text.substr(0, 4), 4);
-  const auto b = ParseBareHex(text.substr(5), 4);
+  const auto a = ParseHexDigits(text.substr(0, 4), 4, 4);
+  const auto b = ParseHexDigits(text.substr(5), 4, 4);
   if (!a || !b) {
     return false;
   }
@@ -246,7 +233,7 @@ std::optional<PciUeventIdentity> ParsePciUevent(std::string_view text) {
     const std::string_view line = rest.substr(0, newline);
     rest = newline == std::string_view::npos ? std::string_view() : rest.substr(newline + 1);
     if (line.starts_with("PCI_CLASS=")) {
-      const auto classCode = ParseBareHex(line.substr(10), 6);
+      const auto classCode = ParseHexDigits(line.substr(10), 1, 6);
       if (haveClass || !classCode) {
         return std::nullopt;
       }

@@ -7,16 +7,13 @@
 #include <cerrno>
 #include <cstring>
 
+#include "sysfs/attributes.h"  // IsHexDigit
 #include "sysfs/pci_address.h"
 
 namespace cozy::sysfs {
 namespace {
 
 bool IsWhite(char c) { return c == ' ' || c == '\t'; }
-
-bool IsHexDigit(char c) {
-  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-}
 
 // libpci's id_hex: `count` hex digits of either case at the start of `text`, or nothing.
 std::optional<uint16_t> Hex(std::string_view text, size_t count) {

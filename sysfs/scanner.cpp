@@ -166,8 +166,8 @@ class Scanner {
       }
     }
     ReportMdevTypeNameErrors(candidates);
-    if (!libpci_.started) {
-      StartLibpci(candidates);
+    if (unparsableEntries_) {
+      StartLibpci(candidates);  // from the readers' findings: not in ReadAll's prologue
     }
     FinishLibpci(candidates);  // the functions, by address
     ReportMissingDriversDirectory();
@@ -185,16 +185,14 @@ class Scanner {
     std::vector<ScanProblem> problems;
   };
   struct MdevListing {
-    std::optional<Directory> bus;  // sys/bus/mdev/devices, when it lists
-    DirectoryListing listing;      // status and error of the listing
-    std::vector<std::string> names;
+    std::optional<Directory> bus;    // sys/bus/mdev/devices
+    DirectoryListing listing;        // its names, or why there are none
     std::vector<MdevEntry> entries;  // by name
   };
 
   // libpci's part of a scan: its listing of the tree (made on a reader, or after the readers
   // when it must be shown a clean copy of the tree) and its names.
   struct Libpci {
-    bool started = false;
     TemporaryTree shadow;    // the clean copy, when there is one
     std::string busPciPath;  // what libpci was shown; empty when no copy could be made
     std::optional<LibpciSession> session;
@@ -296,9 +294,9 @@ class Scanner {
   // system calls, and each function's are its own. Meanwhile this thread has libpci list the
   // tree and loads the names file (unless libpci must be shown a clean copy made from what the
   // readers find), and lists the mdevs, which the readers read after the functions. What the
-  // readers share (the drivers and mdev type descriptions asked
-  // once per scan) is under cacheMutex_; what they report is kept per entry and gathered in
-  // listing order, so the result does not depend on the threads.
+  // readers share (the drivers and mdev type descriptions asked once per scan) is under
+  // cacheMutex_; what they report is kept per entry and gathered in listing order, so the
+  // result does not depend on the threads.
   void ReadAll(std::vector<Candidate>& candidates, std::vector<std::vector<ScanProblem>>& problems,
                MdevListing& mdevs) {
     driversDirectoryPresent_ = IsDirectory(Path("sys/bus/pci/drivers"));  // before the readers
@@ -319,7 +317,7 @@ class Scanner {
         return;
       }
       index -= candidates.size();
-      ReadMdev(*mdevs.bus, mdevs.names[index], mdevs.entries[index]);
+      ReadMdev(*mdevs.bus, mdevs.listing.names[index], mdevs.entries[index]);
     });
     for (const char unregistered : unregisteredDriver) {
       unregisteredDriverLinks_ += unregistered != 0 ? 1 : 0;
@@ -432,9 +430,8 @@ class Scanner {
     return shadow.path();
   }
 
-  // libpci's listing of the tree, and its names file loaded. On any thread, once.
+  // libpci's listing of the tree, and its names file loaded. Once, on the calling thread.
   void StartLibpci(const std::vector<Candidate>& candidates) {
-    libpci_.started = true;
     libpci_.busPciPath = BusPciPathForLibpci(candidates, libpci_.shadow);
     if (libpci_.busPciPath.empty()) {
       return;
@@ -688,15 +685,14 @@ class Scanner {
   // of a std::map stay where they are, so the reference outlives the lock). A `name` that
   // cannot be read is kept by type and reported once, after the readers, for the first
   // function in listing order that offers the type (ReportMdevTypeNameErrors).
-  // `types` is the parent's mdev_supported_types.
-  const MdevType& MdevTypeDescription(const Directory& types, const std::string& typeName) {
+  // `directory` is the parent's mdev_supported_types.
+  const MdevType& MdevTypeDescription(const Directory& directory, const std::string& typeName) {
     const std::lock_guard lock(cacheMutex_);
     const auto known = mdevTypeDescriptions_.find(typeName);
     if (known != mdevTypeDescriptions_.end()) {
       return known->second;
     }
     MdevType type;
-    const Directory& directory = types;
     const std::string base = typeName + "/";
     const FileText name = directory.Read(base + "name");
     if (name.status == IoStatus::kOk) {
@@ -756,8 +752,7 @@ class Scanner {
   // `mdevs.bus` is open: the readers' descriptor tables are copies made when they started.
   static void ListMdevs(MdevListing& mdevs) {
     mdevs.listing = mdevs.bus->ListEntries();
-    mdevs.names = std::move(mdevs.listing.names);
-    mdevs.entries.resize(mdevs.names.size());
+    mdevs.entries.resize(mdevs.listing.names.size());
   }
 
   void AttachMdevs(MdevListing& mdevs) {
@@ -784,7 +779,7 @@ class Scanner {
       if (it != scan_.functions.end() && it->address == entry.parent) {
         it->mdevs.push_back(std::move(*entry.mdev));
       } else {
-        AddProblem(std::string(kBusMdevDevices) + "/" + mdevs.names[index],
+        AddProblem(std::string(kBusMdevDevices) + "/" + mdevs.listing.names[index],
                    "parent " + entry.parent.ToString() + " is not a scanned PCI function");
       }
     }

@@ -20,14 +20,8 @@ constexpr size_t kMaxAttributeBytes = 64 * 1024;
 
 std::string ErrnoText(int error) { return std::strerror(error); }
 
-}  // namespace
-
-FileText ReadOpenedFile(int fd);
-
-FileText ReadAttributeFile(const std::string& path) {
-  return ReadOpenedFile(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
-}
-
+// A text attribute (sysfs pages are at most 4 KiB; 64 KiB is the hard limit here) from the
+// descriptor `fd` an open returned (negative: why it failed, from errno); closes it.
 FileText ReadOpenedFile(int fd) {
   FileText result;
   if (fd < 0) {
@@ -85,33 +79,6 @@ LinkTarget ReadLinkTargetAt(int directoryFd, const char* path) {
   return result;
 }
 
-LinkTarget ReadLinkTarget(const std::string& path) {
-  return ReadLinkTargetAt(AT_FDCWD, path.c_str());
-}
-
-DirectoryListing ListOpenedDirectory(DIR* dir) {
-  DirectoryListing result;
-  if (dir == nullptr) {
-    result.status = (errno == ENOENT || errno == ENOTDIR) ? IoStatus::kMissing : IoStatus::kError;
-    result.error = ErrnoText(errno);
-    return result;
-  }
-  while (const dirent* entry = ::readdir(dir)) {
-    if (entry->d_name[0] == '.') {
-      continue;
-    }
-    result.names.emplace_back(entry->d_name);
-  }
-  ::closedir(dir);
-  return result;
-}
-
-DirectoryListing ListDirectory(const std::string& path) {
-  return ListOpenedDirectory(::opendir(path.c_str()));
-}
-
-namespace {
-
 // The entries of an open directory, read with getdents64 into one buffer: no DIR (whose
 // fdopendir costs an fcntl per directory), no allocation but the names'.
 DirectoryListing ListDirectoryFd(int fd) {
@@ -143,6 +110,10 @@ DirectoryListing ListDirectoryFd(int fd) {
       offset += length;
     }
   }
+}
+
+int DirectoryFlags(Directory::Mode mode) {
+  return (mode == Directory::Mode::kListable ? O_RDONLY : O_PATH) | O_DIRECTORY | O_CLOEXEC;
 }
 
 }  // namespace
@@ -199,12 +170,6 @@ std::optional<std::string> NormalizeLexically(std::string_view path) {
   return out;
 }
 
-namespace {
-int DirectoryFlags(Directory::Mode mode) {
-  return (mode == Directory::Mode::kListable ? O_RDONLY : O_PATH) | O_DIRECTORY | O_CLOEXEC;
-}
-}  // namespace
-
 Directory::Directory(const std::string& path, Mode mode) : path_(path) {
   fd_ = ::open(path.c_str(), DirectoryFlags(mode));
   Opened();
@@ -248,16 +213,6 @@ FileText Directory::Read(const std::string& relative) const {
 
 LinkTarget Directory::ReadLink(const std::string& relative) const {
   return ReadLinkTargetAt(fd_, relative.c_str());
-}
-
-DirectoryListing Directory::List(const std::string& relative) const {
-  const int fd = ::openat(fd_, relative.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) {
-    return ListOpenedDirectory(nullptr);
-  }
-  DirectoryListing listing = ListDirectoryFd(fd);
-  ::close(fd);
-  return listing;
 }
 
 DirectoryListing Directory::ListEntries() const {

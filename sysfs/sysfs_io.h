@@ -1,5 +1,5 @@
-// Small, bounded reads of sysfs files, links and directories, reporting what failed on what.
-// Every call takes a full path: umockdev redirects only absolute paths under /sys.
+// Small, bounded reads of sysfs files, links and directories, reporting what failed on what,
+// all through Directory handles (below).
 #pragma once
 
 #include <optional>
@@ -17,22 +17,17 @@ struct FileText {
   std::string error;  // strerror-style reason when kError
 };
 
-// Reads a text attribute (sysfs pages are at most 4 KiB; 64 KiB is the hard limit here).
-FileText ReadAttributeFile(const std::string& path);
-
 struct LinkTarget {
   IoStatus status = IoStatus::kOk;
   std::string target;  // the link's text, not resolved
   std::string error;
 };
-LinkTarget ReadLinkTarget(const std::string& path);
 
 struct DirectoryListing {
   IoStatus status = IoStatus::kOk;
   std::vector<std::string> names;  // without "." entries, unsorted
   std::string error;
 };
-DirectoryListing ListDirectory(const std::string& path);
 
 bool PathExists(const std::string& path);
 bool IsDirectory(const std::string& path);
@@ -71,7 +66,6 @@ class Directory {
 
   FileText Read(const std::string& relative) const;
   LinkTarget ReadLink(const std::string& relative) const;
-  DirectoryListing List(const std::string& relative) const;
   // This directory's own entries, once (the handle's offset is then at the end); needs
   // Mode::kListable.
   DirectoryListing ListEntries() const;

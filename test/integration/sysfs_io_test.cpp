@@ -64,7 +64,8 @@ TEST(Directory, MissingNotADirectoryAndBelowAMissingOne) {
   EXPECT_EQ(file.ListEntries().status, IoStatus::kMissing);
   const Directory belowGone(gone, "any", "gone/any");
   EXPECT_EQ(belowGone.status(), IoStatus::kMissing);
-  EXPECT_EQ(top.List("gone").status, IoStatus::kMissing);
+  EXPECT_EQ(Directory(top, "gone", "gone", Directory::Mode::kListable).ListEntries().status,
+            IoStatus::kMissing);
   EXPECT_EQ(top.Read("gone").status, IoStatus::kMissing);
 }
 
@@ -97,9 +98,11 @@ TEST(Directory, ListingsLongerThanOneBufferAreWhole) {
   ASSERT_EQ(listing.status, IoStatus::kOk);
   EXPECT_EQ(std::set<std::string>(listing.names.begin(), listing.names.end()), made);
   EXPECT_EQ(listing.names.size(), made.size());  // each once
+  // Opened below another, as the scanner opens mdev_supported_types.
   const Directory parent(root.path().parent_path().string());
-  const DirectoryListing again = parent.List(root.path().filename().string());
-  EXPECT_EQ(again.names.size(), made.size());
+  const Directory below(parent, root.path().filename().string(), "below",
+                        Directory::Mode::kListable);
+  EXPECT_EQ(below.ListEntries().names.size(), made.size());
 }
 
 }  // namespace
