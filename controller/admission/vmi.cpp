@@ -110,6 +110,42 @@ VmiGpuEntries OwnGpuEntries(const nlohmann::json& vmi,
   return entries;
 }
 
+namespace {
+
+// The start's set placed by a whole binder pass on a copy of the snapshot with the start
+// applied: the templates added, every member attached to the VMI and asking to be bound.
+std::vector<model::Decision> WholePassTrial(const model::Snapshot& snapshot,
+                                            const model::StartTrial& start) {
+  model::Snapshot trial = snapshot;
+  if (!start.now.empty()) {
+    trial.now = start.now;  // the grace of a node that is not Ready, as of this start
+  }
+  const api::Attachment attachment{start.vmiName, "", start.now};
+  const api::BindRequest request{"admission-plan", start.now};
+  for (const api::GpuDevice* held : start.held) {
+    api::GpuDevice& device = trial.devices[static_cast<size_t>(held - snapshot.devices.data())];
+    device.status.attachment = attachment;
+    device.status.bindRequest = request;
+  }
+  trial.devices.insert(trial.devices.end(), start.templates.begin(), start.templates.end());
+  // The VMI as the pass sees it. An older VMI of the name (being replaced) leaves the copy; its
+  // pods then count as raw usage.
+  std::erase_if(trial.vmis, [&](const model::VirtualMachineInstance& vmi) {
+    return vmi.namespaceName == start.namespaceName && vmi.name == start.vmiName;
+  });
+  // No tolerations of its own: the binder answers the start before the VMI exists, so it places
+  // the set by its classes' tolerations alone, and a trial with the VMI's would admit a start the
+  // binder then refuses after the writes (E5, issue 24 items 1 and 8).
+  model::VirtualMachineInstance vmi;
+  vmi.namespaceName = start.namespaceName;
+  vmi.name = start.vmiName;
+  vmi.creationTimestamp = start.now;
+  trial.vmis.push_back(std::move(vmi));
+  return model::Model(trial).PlanPass();
+}
+
+}  // namespace
+
 VmiStartPlan PlanVmiStart(const model::Snapshot& snapshot, const model::Model& model,
                           const VmiInput& input) {
   VmiStartPlan plan;
@@ -195,19 +231,14 @@ VmiStartPlan PlanVmiStart(const model::Snapshot& snapshot, const model::Model& m
     return refuse(vmiText + " orders device templates over a budget: " + *budget);
   }
 
-  // Placement: one binder pass on a copy where the whole set asks to be bound for this VMI.
-  model::Snapshot trial = snapshot;
-  if (!input.now.empty()) {
-    trial.now = input.now;  // the grace of a node that is not Ready, as of this start
-  }
+  // Placement: the decisions of one binder pass on a copy where the whole set asks to be bound
+  // for this VMI; Model::PlanStart's where it can tell them without the copy.
   const api::Attachment attachment{input.vmiName, "", input.now};
   const api::BindRequest request{"admission-plan", input.now};
+  model::StartTrial start{ns, input.vmiName, input.now, {}, {}};
   for (const Member& member : members) {
     if (member.existing) {
-      api::GpuDevice& device =
-          trial.devices[static_cast<size_t>(member.existing - snapshot.devices.data())];
-      device.status.attachment = attachment;
-      device.status.bindRequest = request;
+      start.held.push_back(member.existing);
       continue;
     }
     api::GpuDevice device;
@@ -222,23 +253,14 @@ VmiStartPlan PlanVmiStart(const model::Snapshot& snapshot, const model::Model& m
     plan.templateDevices.back().erase("status");
     device.status.attachment = attachment;
     device.status.bindRequest = request;
-    trial.devices.push_back(std::move(device));
+    start.templates.push_back(std::move(device));
   }
-  // The VMI as the pass sees it. An older VMI of the name (being replaced) leaves the copy; its
-  // pods then count as raw usage.
-  std::erase_if(trial.vmis, [&](const model::VirtualMachineInstance& vmi) {
-    return vmi.namespaceName == ns && vmi.name == input.vmiName;
-  });
-  // No tolerations of its own: the binder answers the start before the VMI exists, so it places
-  // the set by its classes' tolerations alone, and a trial with the VMI's would admit a start the
-  // binder then refuses after the writes (E5, issue 24 items 1 and 8).
-  model::VirtualMachineInstance vmi;
-  vmi.namespaceName = ns;
-  vmi.name = input.vmiName;
-  vmi.creationTimestamp = input.now;
-  trial.vmis.push_back(std::move(vmi));
-
-  const std::vector<model::Decision> decisions = model::Model(trial).PlanPass();
+  std::optional<std::vector<model::Decision>> shortcut;
+  if (!input.wholePass) {
+    shortcut = model.PlanStart(start);
+  }
+  const std::vector<model::Decision> decisions =
+      shortcut ? std::move(*shortcut) : WholePassTrial(snapshot, start);
   for (const Member& member : members) {
     const auto decision = std::find_if(decisions.begin(), decisions.end(), [&](const auto& d) {
       return d.deviceNamespace == ns && d.deviceName == member.name;

@@ -53,6 +53,9 @@ struct VmiInput {
   VmiGpuEntries entries;           // OwnGpuEntries of the VMI
   bool rawNamesForbidden = false;  // the settings' raw-name policy
   std::string now;  // RFC 3339: attachedAt, requestedAt and creationTimestamp in the plan
+  // Place the set with a whole pass on a copy of the snapshot, never Model::PlanStart's
+  // shortcut: the peer the shortcut is held equal to (tests) and measured against (benches).
+  bool wholePass = false;
 };
 
 struct PlacedDevice {
@@ -84,7 +87,9 @@ struct VmiStartPlan {
 //   replaced by the patch);
 //   the whole set fits on one node now: a binder pass (Model::PlanPass) on a copy of the
 //   snapshot with the template devices added and every member attached to the VMI with a
-//   bind request must bind, move or keep every member onto one node.
+//   bind request must bind, move or keep every member onto one node. Model::PlanStart gives
+//   that pass's decisions for the set without the copy where it can (issue 26 §1), and the
+//   copy's pass runs where it cannot.
 VmiStartPlan PlanVmiStart(const model::Snapshot& snapshot, const model::Model& model,
                           const VmiInput& input);
 

@@ -63,12 +63,6 @@ class UsageTable {
 
 namespace {}  // namespace
 
-Model::Model(const Snapshot& snapshot) : index_(std::make_unique<Index>(snapshot)) {
-  index_->Build();
-}
-
-Model::~Model() = default;
-
 void Model::Index::Build() {
   IndexClassesAndNodes();
   CountUnits();

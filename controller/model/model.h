@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -98,6 +99,17 @@ struct Decision {
   }
 };
 
+// A VM start as the VMI webhook tries it before admitting it (admission::PlanVmiStart): the
+// set its VMI will hold, made of held devices of the snapshot and of templates to create, all
+// attached to a new VMI of the name and asking to be bound.
+struct StartTrial {
+  std::string namespaceName;
+  std::string vmiName;
+  std::string now;                          // RFC 3339: the templates' creation time
+  std::vector<const api::GpuDevice*> held;  // the snapshot's own devices
+  std::vector<api::GpuDevice> templates;    // as they will be created
+};
+
 class Model {
  public:
   // Reads and indexes the snapshot, which must outlive the model. Throws InvalidSnapshot on a
@@ -125,11 +137,22 @@ class Model {
   // The decisions of one binder pass, in the order the binder takes them: restore the set
   // invariant, move held sets off nodes that cannot keep them, rebind Lost sets, bind new orders.
   std::vector<Decision> PlanPass() const;
+  // The decisions for the members of a VM start's set that PlanPass would make on a copy of the
+  // snapshot with the start applied (its set attached to a new VMI of the name, with no
+  // tolerations of its own, each member asking to be bound; the time the start's), found
+  // without that copy: from one pass over the snapshot as it stands, made on the first call and
+  // kept, and the set's own step. Nullopt where the set's turn cannot be told that way (a VMI
+  // of the name exists, devices are attached to its name, the set would be rebound from Lost or
+  // would wait behind sets it changes, ...): the caller then runs the whole pass. Thread-safe.
+  std::optional<std::vector<Decision>> PlanStart(const StartTrial& trial) const;
 
  private:
   friend class PassPlanner;
   struct Index;
   std::unique_ptr<Index> index_;
+  struct TrialBase;
+  mutable std::once_flag trialOnce_;
+  mutable std::unique_ptr<TrialBase> trialBase_;
 };
 
 }  // namespace cozy::model

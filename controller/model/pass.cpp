@@ -107,6 +107,12 @@ void PassPlanner::Decide(const DeviceSet& set, Action action, std::string_view n
 // (hundreds of bytes each) in that order missed the cache once they outgrew it.
 void PassPlanner::Decide(size_t d, Action action, std::string_view node,
                          const std::string& reason) {
+  if (nameAt_.empty()) {  // a trial's planner: a handful of members, read where they are
+    const api::ObjectMeta& meta = Device(d).metadata;
+    decisions_.push_back(
+        Decision{meta.namespaceName, meta.name, action, std::string(node), reason});
+    return;
+  }
   decisions_.push_back(Decision{*ix_.nsNames[ix_.nsOf[d]],
                                 names_.substr(nameAt_[d], nameAt_[d + 1] - nameAt_[d]), action,
                                 std::string(node), reason});
@@ -135,8 +141,8 @@ void PassPlanner::Take(size_t node, const Needs& needs, int64_t sign) {
 // Gives back what the set's Bound members hold on their nodes.
 void PassPlanner::ReleasePlaced(const DeviceSet& set) {
   for (const size_t d : set.members) {
-    if (ix_.IsNode(ix_.placedOn[d]) && ix_.deviceClass[d] != kNone) {
-      AdjustFree(ix_.placedOn[d], ix_.classes[ix_.deviceClass[d]].resource, Device(d).spec.count);
+    if (ix_.IsNode(PlacedOn(d)) && ClassOf(d) != kNone) {
+      AdjustFree(PlacedOn(d), ix_.classes[ClassOf(d)].resource, Device(d).spec.count);
     }
   }
 }
@@ -172,6 +178,7 @@ bool PassPlanner::Running(const DeviceSet& set) const {
 }
 
 std::optional<int64_t> PassPlanner::GraceLeft(const std::string& since) const {
+  nowRead_ = true;
   if (!ix_.now || since.empty()) {
     return std::nullopt;
   }
@@ -261,11 +268,11 @@ void PassPlanner::Gather(const DeviceSet& set) {
   int64_t newTotal = 0;
   std::string refusal;
   for (const size_t d : set.members) {
-    if (IsPlaced(d) || ix_.phase[d] != api::DevicePhase::kPending) {
+    if (IsPlaced(d) || Phase(d) != api::DevicePhase::kPending) {
       continue;
     }
     const api::GpuDevice& device = Device(d);
-    const ClassInfo& info = ix_.classes[ix_.deviceClass[d]];
+    const ClassInfo& info = ix_.classes[ClassOf(d)];
     if (refusal.empty() && info.gpuClass->metadata.deletionTimestamp) {
       refusal = "class " + info.gpuClass->metadata.name + " is being deleted";
     }
@@ -277,7 +284,7 @@ void PassPlanner::Gather(const DeviceSet& set) {
     if (refusal.empty() && device.metadata.deletionTimestamp) {
       refusal = device.metadata.name + " is being deleted";
     }
-    AddCount(newByClass, ix_.deviceClass[d], device.spec.count);
+    AddCount(newByClass, ClassOf(d), device.spec.count);
     AddCount(newByResource, info.resource, device.spec.count);
     newTotal += device.spec.count;
   }
@@ -290,10 +297,10 @@ void PassPlanner::Gather(const DeviceSet& set) {
   }
   if (!refusal.empty()) {
     for (const size_t d : set.members) {
-      if (!IsPlaced(d) && ix_.phase[d] == api::DevicePhase::kPending) {
+      if (!IsPlaced(d) && Phase(d) == api::DevicePhase::kPending) {
         Decide(d, Action::kRefuse, "", refusal);
       } else {
-        Decide(d, Action::kKeep, IsPlaced(d) ? ix_.NodeName(ix_.placedOn[d]) : "",
+        Decide(d, Action::kKeep, IsPlaced(d) ? ix_.NodeName(PlacedOn(d)) : "",
                "a new member of " + set.Description() + " is refused: " + refusal);
       }
     }
@@ -303,8 +310,8 @@ void PassPlanner::Gather(const DeviceSet& set) {
   // (node, members it holds) for the members' nodes that exist; node indices follow names.
   std::vector<std::pair<size_t, int64_t>> holding;
   for (const size_t d : set.members) {
-    if (ix_.IsNode(ix_.placedOn[d])) {
-      AddCount(holding, ix_.placedOn[d], 1);
+    if (ix_.IsNode(PlacedOn(d))) {
+      AddCount(holding, PlacedOn(d), 1);
     }
   }
   std::stable_sort(holding.begin(), holding.end(),
@@ -325,7 +332,7 @@ void PassPlanner::Gather(const DeviceSet& set) {
     const std::string reason =
         set.Description() + " cannot be gathered onto one node: " + NoRoom(set);
     for (const size_t d : set.members) {
-      const bool fresh = !IsPlaced(d) && ix_.phase[d] == api::DevicePhase::kPending;
+      const bool fresh = !IsPlaced(d) && Phase(d) == api::DevicePhase::kPending;
       Decide(d, fresh ? Action::kRefuse : Action::kLost, "", reason);
     }
     return;
@@ -339,7 +346,7 @@ void PassPlanner::Gather(const DeviceSet& set) {
   for (const size_t d : set.members) {
     Action action = Action::kBind;
     if (IsPlaced(d)) {
-      action = ix_.placedOn[d] == target ? Action::kKeep : Action::kMove;
+      action = PlacedOn(d) == target ? Action::kKeep : Action::kMove;
     }
     Decide(d, action, name, reason);
   }
@@ -614,7 +621,7 @@ void PassPlanner::BindNew(const DeviceSet& set) {
   }
   for (size_t i = 0; set.checkMembers && i < set.members.size(); ++i) {
     const api::GpuDevice& device = Device(set.members[i]);
-    const ClassInfo& info = ix_.classes[ix_.deviceClass[set.members[i]]];
+    const ClassInfo& info = ix_.classes[ClassOf(set.members[i])];
     if (info.gpuClass->metadata.deletionTimestamp) {
       Decide(set, Action::kRefuse, "",
              "class " + info.gpuClass->metadata.name + " is being deleted");
@@ -665,5 +672,11 @@ void PassPlanner::Book(std::string_view tenant, const Needs& needs) {
 }
 
 std::vector<Decision> Model::PlanPass() const { return PassPlanner(*index_).Run(); }
+
+// Here, where the trial's base (pass_planner.h) is a complete type.
+Model::Model(const Snapshot& snapshot) : index_(std::make_unique<Index>(snapshot)) {
+  index_->Build();
+}
+Model::~Model() = default;
 
 }  // namespace cozy::model

@@ -2,6 +2,8 @@
 // of model_internal.h so the model's other parts (index, budgets, views) do not carry it.
 #pragma once
 
+#include <unordered_set>
+
 #include "controller/model/model_internal.h"
 
 namespace cozy::model {
@@ -35,14 +37,52 @@ struct DeviceSet {
   }
 };
 
+// What placement books as a pass goes: free units by node and resource, each class's nodes by
+// free units, budgets booked, and the nodes holding more than they serve.
+struct PassBooks {
+  std::vector<int64_t> free;
+  std::vector<std::set<std::pair<int64_t, size_t>>> byFree;
+  UsageBy passUsage;
+  std::vector<char> overfull;
+};
+
+// What a VM start's trial (Model::PlanStart, trial.cpp) reads of the pass over the snapshot as it
+// stands, made once per model: the books before any step and after the last, and what tells
+// whether the start's set would be decided on them.
+struct Model::TrialBase {
+  PassBooks initial;
+  PassBooks final;
+  bool nowRead = false;                   // a step measured a grace against the snapshot's time
+  std::optional<std::string> newestNew;   // the latest creation time of a new order's set
+  std::optional<std::string> firstMixed;  // the first key of a set gathered in step 1
+  // "namespace/VMI name" of every attachment: a start's set would take such devices in.
+  std::unordered_set<std::string> attachedTo;
+};
+
 // One binder pass over the index: Model::PlanPass makes one and runs it.
 class PassPlanner {
  public:
   explicit PassPlanner(const Model::Index& ix);
   std::vector<Decision> Run();
 
+  // The pass over the snapshot as it stands, kept for the trials of VM starts (trial.cpp).
+  static std::unique_ptr<Model::TrialBase> MakeTrialBase(const Model::Index& ix);
+  // The decisions for a VM start's set as a pass over the snapshot with the start applied would
+  // make them, from `base` alone, or nullopt where the set's turn in that pass is not known
+  // without running it (trial.cpp says when).
+  static std::optional<std::vector<Decision>> TryStart(const Model::Index& ix,
+                                                       const Model::TrialBase& base,
+                                                       const StartTrial& trial);
+
  private:
   enum class State { kHeld, kLost, kNew, kMixed };
+
+  // A trial's planner: no sets of the snapshot's, the start's templates as devices numbered
+  // after the snapshot's, and books to be taken from a TrialBase.
+  PassPlanner(const Model::Index& ix, const std::vector<api::GpuDevice>& extra,
+              std::vector<size_t> extraClass);
+  PassBooks Books() const { return {free_, byFree_, passUsage_, overfull_}; }
+  void UseBooks(const PassBooks& books);
 
   // Where a set's key, and its namespace and name within it, sit in keys_. Kept small: the
   // sort reads these at random.
@@ -69,12 +109,32 @@ class PassPlanner {
     std::span<const size_t> members;
   };
 
-  const api::GpuDevice& Device(size_t d) const { return ix_.Device(d); }
-  bool IsPlaced(size_t d) const { return ix_.placedOn[d] != kNone; }
+  // Per device: the snapshot's through the index, a trial's templates (past the snapshot's)
+  // from the trial's own.
+  bool IsExtra(size_t d) const { return d >= ix_.snapshot.devices.size(); }
+  const api::GpuDevice& Device(size_t d) const {
+    return IsExtra(d) ? (*extra_)[d - ix_.snapshot.devices.size()] : ix_.Device(d);
+  }
+  size_t PlacedOn(size_t d) const { return IsExtra(d) ? kNone : ix_.placedOn[d]; }
+  api::DevicePhase Phase(size_t d) const {
+    return IsExtra(d) ? api::DevicePhase::kPending : ix_.phase[d];
+  }
+  size_t ClassOf(size_t d) const {
+    return IsExtra(d) ? extraClass_[d - ix_.snapshot.devices.size()] : ix_.deviceClass[d];
+  }
+  int64_t Ordered(size_t d) const { return IsExtra(d) ? Device(d).spec.count : ix_.ordered[d]; }
+  bool IsPlaced(size_t d) const { return PlacedOn(d) != kNone; }
   int64_t FreeAt(size_t node, size_t resource) const { return free_[ix_.At(node, resource)]; }
 
   // Grouping the devices into sets (sets.cpp).
   void GroupSets();
+  // Adds member `d` to the set's needs, creation time and flags; counts go to the buffers.
+  void CountMember(DeviceSet& set, size_t d, std::string_view created, bool deleting,
+                   std::vector<std::pair<size_t, int64_t>>& byClass,
+                   std::vector<std::pair<size_t, int64_t>>& byResource) const;
+  // Closes a set CountMember filled: its counts are copied where its views stay put.
+  void SealCounts(DeviceSet& set, const std::vector<std::pair<size_t, int64_t>>& byClass,
+                  const std::vector<std::pair<size_t, int64_t>>& byResource);
   template <typename KeyOf>
   std::vector<size_t> OrderByKey(const std::vector<size_t>& leaders,
                                  const std::vector<SetKey>& keys, const KeyOf& keyOf) const;
@@ -130,6 +190,9 @@ class PassPlanner {
   std::vector<std::vector<size_t>> classesByResource_;
   UsageBy passUsage_;
   std::vector<std::string_view> chain_;  // BudgetChain's buffer
+  mutable bool nowRead_ = false;         // GraceLeft was asked: the pass read the time
+  const std::vector<api::GpuDevice>* extra_ = nullptr;  // a trial's templates
+  std::vector<size_t> extraClass_;                      // their classes
   // What the sets view: members, needs and keys of every set, each in one array.
   std::vector<size_t> keyMembers_;  // each set's members, the sets in key order
   std::vector<std::pair<size_t, int64_t>> classCounts_;

@@ -187,26 +187,9 @@ void PassPlanner::GroupSets() {
     byClass.clear();
     byResource.clear();
     for (const size_t d : set.members) {
-      set.created = std::min(set.created, createdOf(d));
-      set.memberDeleting = set.memberDeleting || deleting[d] != 0;
-      const size_t c = ix_.deviceClass[d];
-      set.needs.total += ix_.ordered[d];
-      if (c == kNone) {
-        set.needs.unknownClass = devices[d].spec.className;  // rare: read the record
-        continue;
-      }
-      const ClassInfo& info = ix_.classes[c];
-      set.checkMembers = set.checkMembers || info.gpuClass->metadata.deletionTimestamp ||
-                         (info.maxCount && ix_.ordered[d] > *info.maxCount);
-      AddCount(byClass, c, ix_.ordered[d]);
-      AddCount(byResource, info.resource, ix_.ordered[d]);
+      CountMember(set, d, createdOf(d), deleting[d] != 0, byClass, byResource);
     }
-    set.checkMembers = set.checkMembers || set.memberDeleting;
-    set.needs.byClass = Counts(classCounts_.data() + classCounts_.size(), byClass.size());
-    set.needs.byResource =
-        Counts(resourceCounts_.data() + resourceCounts_.size(), byResource.size());
-    classCounts_.insert(classCounts_.end(), byClass.begin(), byClass.end());
-    resourceCounts_.insert(resourceCounts_.end(), byResource.begin(), byResource.end());
+    SealCounts(set, byClass, byResource);
     // A held set that stays is decided while at hand and not kept: its members are all its
     // keep decisions need. The other sets wait for their steps.
     const State state = Classify(set);
@@ -219,6 +202,34 @@ void PassPlanner::GroupSets() {
   }
 }
 
+void PassPlanner::CountMember(DeviceSet& set, size_t d, std::string_view created, bool deleting,
+                              std::vector<std::pair<size_t, int64_t>>& byClass,
+                              std::vector<std::pair<size_t, int64_t>>& byResource) const {
+  set.created = std::min(set.created, created);
+  set.memberDeleting = set.memberDeleting || deleting;
+  const size_t c = ClassOf(d);
+  const int64_t ordered = Ordered(d);
+  set.needs.total += ordered;
+  if (c == kNone) {
+    set.needs.unknownClass = Device(d).spec.className;  // rare: read the record
+    return;
+  }
+  const ClassInfo& info = ix_.classes[c];
+  set.checkMembers = set.checkMembers || info.gpuClass->metadata.deletionTimestamp ||
+                     (info.maxCount && ordered > *info.maxCount);
+  AddCount(byClass, c, ordered);
+  AddCount(byResource, info.resource, ordered);
+}
+
+void PassPlanner::SealCounts(DeviceSet& set, const std::vector<std::pair<size_t, int64_t>>& byClass,
+                             const std::vector<std::pair<size_t, int64_t>>& byResource) {
+  set.checkMembers = set.checkMembers || set.memberDeleting;
+  set.needs.byClass = Counts(classCounts_.data() + classCounts_.size(), byClass.size());
+  set.needs.byResource = Counts(resourceCounts_.data() + resourceCounts_.size(), byResource.size());
+  classCounts_.insert(classCounts_.end(), byClass.begin(), byClass.end());
+  resourceCounts_.insert(resourceCounts_.end(), byResource.begin(), byResource.end());
+}
+
 PassPlanner::State PassPlanner::Classify(const DeviceSet& set) const {
   size_t placed = 0, lostCount = 0, pending = 0;
   bool oneNode = true;
@@ -226,8 +237,8 @@ PassPlanner::State PassPlanner::Classify(const DeviceSet& set) const {
   for (const size_t d : set.members) {
     if (IsPlaced(d)) {
       ++placed;
-      oneNode = oneNode && ix_.placedOn[d] == firstNode;
-    } else if (ix_.phase[d] == api::DevicePhase::kPending) {
+      oneNode = oneNode && PlacedOn(d) == firstNode;
+    } else if (Phase(d) == api::DevicePhase::kPending) {
       ++pending;
     } else {
       ++lostCount;  // Lost, or Bound without a node

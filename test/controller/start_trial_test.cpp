@@ -1,0 +1,392 @@
+// Issue 26 §1: a VM start's trial without the whole pass (Model::PlanStart) answers as the whole
+// pass does. On random clusters (held, Lost, Pending and attached devices, VMIs running or not,
+// nodes not Ready within and past the grace, cordoned or tainted, two resource names, a class
+// being deleted, budgets at every level, raw GPU pods), random VM starts (held devices,
+// templates, both, with a start time before, at or after the devices' creation, a VMI name in
+// use or not) are tried both ways: where PlanStart answers, its decision for every member is
+// the one a binder pass makes on a copy of the snapshot with the start applied (written here
+// as the oracle, apart from the webhook's own), and admission::PlanVmiStart's plan is the same
+// with and without it. Each kind of set the shortcut takes (held, gathered, new) must be taken
+// often, so the comparison cannot pass by falling back every time.
+//
+// A fixed seed always runs; a second seed is drawn per run and printed with every failure
+// (COZY_PROPERTY_SEED replays one).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "controller/admission/vmi.h"
+#include "controller/model/model.h"
+#include "test/controller/model_fixtures.h"
+
+namespace cozy::model {
+namespace {
+
+using namespace cozy::model::testing;
+using api::DevicePhase;
+
+const std::string kL4 = "nvidia.com/L4";
+const std::vector<std::string> kTenants = {"tenant-root", "tenant-a", "tenant-a-b", "tenant-b"};
+const std::vector<std::string> kClasses = {"a100", "a100-pair", "l4"};
+constexpr const char* kNow = "2025-01-01T01:00:00Z";
+
+std::string Second(int s) {
+  return "2025-01-01T00:00:" + std::string(s < 10 ? "0" : "") + std::to_string(s) + "Z";
+}
+
+Snapshot RandomCluster(std::mt19937& random) {
+  auto pick = [&random](int low, int high) {
+    return std::uniform_int_distribution<int>(low, high)(random);
+  };
+  Snapshot snapshot;
+  snapshot.now = kNow;
+  snapshot.settings.notReadyGraceSeconds = 300;
+  snapshot.classes = {MakeClass("a100", kA100), MakeClass("l4", kL4),
+                      MakeClass("a100-pair", kA100, api::GpuMode::kPassthrough, 2)};
+  if (pick(0, 5) == 0) {
+    snapshot.classes[static_cast<size_t>(pick(0, 2))].metadata.deletionTimestamp = Second(1);
+  }
+  snapshot.namespaces = {MakeTenant("tenant-root", {}), MakeTenant("tenant-a", {"tenant-root"}),
+                         MakeTenant("tenant-a-b", {"tenant-root", "tenant-a"}),
+                         MakeTenant("tenant-b", {"tenant-root"})};
+  const int nodes = pick(1, 4);
+  for (int n = 0; n < nodes; ++n) {
+    const std::string name = "n" + std::to_string(n + 1);
+    Node node = MakeNode(name);
+    switch (pick(0, 7)) {
+      case 0:  // not Ready within the grace
+        node.ready = false;
+        node.conditionsSince["Ready"] = "2025-01-01T00:58:00Z";
+        break;
+      case 1:  // not Ready past it
+        node.ready = false;
+        node.conditionsSince["Ready"] = "2025-01-01T00:10:00Z";
+        break;
+      case 2:
+        node.unschedulable = true;
+        break;
+      case 3:
+        node.taints.push_back({"gpu", "reserved", "NoSchedule"});
+        break;
+      default:
+        break;
+    }
+    snapshot.nodes.push_back(node);
+    snapshot.gpuNodes.push_back(MakeGpuNode(name, pick(0, 3) == 0 ? kL4 : kA100, pick(1, 4), 1));
+  }
+  for (const std::string& tenant : kTenants) {
+    if (pick(0, 2) == 0) continue;
+    snapshot.quotas.push_back(
+        MakeQuota(tenant, {{"requests.gpu.cozystack.io/a100", std::to_string(pick(0, 6))}}));
+  }
+  std::map<std::string, bool> vmis;  // "ns/vm" -> listed
+  const int devices = pick(0, 12);
+  for (int i = 0; i < devices; ++i) {
+    const std::string ns = kTenants[static_cast<size_t>(pick(0, 3))];
+    const std::string vm = pick(0, 2) == 0 ? "vm" + std::to_string(pick(1, 3)) : "";
+    const std::string name = "d" + std::to_string(i);
+    const std::string& className = kClasses[static_cast<size_t>(pick(0, 2))];
+    const int count = pick(1, 2);
+    api::GpuDevice device;
+    switch (pick(0, 4)) {
+      case 0:
+      case 1:
+        device = Pending(ns, name, className, count, vm);
+        break;
+      case 2:
+      case 3:
+        device = Bound(ns, name, className, count, "n" + std::to_string(pick(1, nodes)), vm);
+        break;
+      default:
+        device = Lost(ns, name, className, count, vm);
+        break;
+    }
+    // The webhook attaches before the VMI exists, with no UID: such a device joins any new
+    // VMI of the name.
+    if (device.status.attachment && pick(0, 2) == 0) device.status.attachment->vmiUid = "";
+    device.metadata.creationTimestamp = Second(2 * i);
+    if (pick(0, 15) == 0) device.metadata.deletionTimestamp = Second(59);
+    snapshot.devices.push_back(device);
+    if (!vm.empty() && pick(0, 3) != 0) vmis[ns + "/" + vm] = true;
+  }
+  for (const auto& [key, listed] : vmis) {
+    const size_t slash = key.find('/');
+    VirtualMachineInstance vmi = MakeVmi(key.substr(0, slash), key.substr(slash + 1), {});
+    if (pick(0, 1) == 0) {
+      vmi.nodeName = "n" + std::to_string(pick(1, nodes));
+      vmi.phase = "Running";
+      if (pick(0, 1) == 0) {  // its launcher, whose GPUs the VMI's devices cover or not
+        const std::string pod = "virt-launcher-" + vmi.name;
+        snapshot.pods.push_back(MakePod(vmi.namespaceName, pod, vmi.nodeName, kA100, pick(1, 2)));
+        vmi.activePodUids.push_back(pod + "-uid");
+      }
+    }
+    if (pick(0, 3) == 0) vmi.tolerations.push_back({"gpu", "Equal", "reserved", "NoSchedule"});
+    snapshot.vmis.push_back(vmi);
+  }
+  for (int p = pick(0, 2); p > 0; --p) {
+    snapshot.pods.push_back(MakePod(kTenants[static_cast<size_t>(pick(0, 3))],
+                                    "raw" + std::to_string(p), "n" + std::to_string(pick(1, nodes)),
+                                    kA100, pick(1, 2)));
+  }
+  return snapshot;
+}
+
+// A template's device as the webhook hands it to the trial: attached to the VMI, no UID yet,
+// asking to be bound.
+api::GpuDevice Template(const std::string& ns, const std::string& vmi, const std::string& name,
+                        const std::string& className, int64_t count, const std::string& now) {
+  api::GpuDevice device = MakeDevice(ns, name, className, count);
+  device.metadata.creationTimestamp = now;
+  device.status.attachment = api::Attachment{vmi, "", now};
+  device.status.bindRequest = api::BindRequest{"admission-plan", now};
+  return device;
+}
+
+struct Start {
+  StartTrial trial;           // as the model takes it
+  admission::VmiInput input;  // as the webhook takes it
+};
+
+Start RandomStart(const Snapshot& snapshot, std::mt19937& random) {
+  auto pick = [&random](int low, int high) {
+    return std::uniform_int_distribution<int>(low, high)(random);
+  };
+  Start start;
+  const std::string ns = kTenants[static_cast<size_t>(pick(0, 3))];
+  const std::string vmi = "vm" + std::to_string(pick(1, 5));
+  const std::vector<std::string> times = {
+      "", Second(0), Second(7), Second(30), "2025-01-01T02:00:00Z", kNow};
+  const std::string now = times[static_cast<size_t>(pick(0, static_cast<int>(times.size()) - 1))];
+  start.trial.namespaceName = ns;
+  start.trial.vmiName = vmi;
+  start.trial.now = now;
+  start.input.namespaceName = ns;
+  start.input.vmiName = vmi;
+  start.input.now = now;
+  // One start in two holds Bound devices of one node alone, as a tenant's reserved GPUs.
+  const bool heldOnly = pick(0, 1) == 0;
+  std::string node;
+  for (const api::GpuDevice& device : snapshot.devices) {
+    if (device.metadata.namespaceName != ns || pick(0, heldOnly ? 1 : 2) != 0) continue;
+    if (heldOnly) {
+      if (device.status.phase != DevicePhase::kBound || !device.status.nodeName ||
+          (!node.empty() && *device.status.nodeName != node)) {
+        continue;
+      }
+      node = *device.status.nodeName;
+    }
+    start.trial.held.push_back(&device);
+    start.input.references.devices.push_back(device.metadata.name);
+  }
+  for (int t = heldOnly && !start.trial.held.empty() ? 0
+                                                     : pick(start.trial.held.empty() ? 1 : 0, 2);
+       t > 0; --t) {
+    const std::string& className = kClasses[static_cast<size_t>(pick(0, 2))];
+    const int count = pick(1, 2);
+    const std::string name = "gpu" + std::to_string(t);
+    start.input.references.templates.push_back({name, className, count});
+    start.trial.templates.push_back(
+        Template(ns, vmi, TemplateDeviceName(vmi, name), className, count, now));
+  }
+  return start;
+}
+
+// The oracle: the whole pass on a copy of the snapshot with the start applied.
+std::vector<Decision> WholePass(const Snapshot& snapshot, const StartTrial& trial) {
+  Snapshot copy = snapshot;
+  if (!trial.now.empty()) copy.now = trial.now;
+  for (const api::GpuDevice* held : trial.held) {
+    api::GpuDevice& device = copy.devices[static_cast<size_t>(held - snapshot.devices.data())];
+    device.status.attachment = api::Attachment{trial.vmiName, "", trial.now};
+    device.status.bindRequest = api::BindRequest{"admission-plan", trial.now};
+  }
+  copy.devices.insert(copy.devices.end(), trial.templates.begin(), trial.templates.end());
+  std::erase_if(copy.vmis, [&](const VirtualMachineInstance& vmi) {
+    return vmi.namespaceName == trial.namespaceName && vmi.name == trial.vmiName;
+  });
+  VirtualMachineInstance vmi;
+  vmi.namespaceName = trial.namespaceName;
+  vmi.name = trial.vmiName;
+  vmi.creationTimestamp = trial.now;
+  copy.vmis.push_back(vmi);
+  return Model(copy).PlanPass();
+}
+
+std::string Describe(const Decision& d) {
+  return d.deviceNamespace + "/" + d.deviceName + " " + std::string(ToString(d.action)) + " " +
+         d.node + (d.startRefused ? " (start refused)" : "") + ": " + d.reason;
+}
+
+std::string DescribeCluster(const Snapshot& snapshot, const StartTrial& trial) {
+  std::string text =
+      "start " + trial.namespaceName + "/" + trial.vmiName + " at '" + trial.now + "'; held:";
+  for (const api::GpuDevice* d : trial.held) text += " " + d->metadata.name;
+  text += "; templates:";
+  for (const api::GpuDevice& d : trial.templates) {
+    text +=
+        " " + d.metadata.name + "(" + d.spec.className + "x" + std::to_string(d.spec.count) + ")";
+  }
+  text += "\ndevices:";
+  for (const api::GpuDevice& d : snapshot.devices) {
+    text += "\n  " + d.metadata.namespaceName + "/" + d.metadata.name + " " + d.spec.className +
+            "x" + std::to_string(d.spec.count) + " " +
+            (d.status.phase ? std::string(api::ToString(*d.status.phase)) : "Pending") + " " +
+            d.status.nodeName.value_or("") +
+            (d.status.attachment ? " vmi " + d.status.attachment->vmiName : "");
+  }
+  return text;
+}
+
+struct Taken {
+  int held = 0, gathered = 0, fresh = 0, fellBack = 0;
+};
+
+void CheckSeed(uint32_t seed, int clusters, Taken& taken) {
+  std::mt19937 random(seed);
+  for (int c = 0; c < clusters; ++c) {
+    const Snapshot snapshot = RandomCluster(random);
+    const Model model(snapshot);
+    for (int s = 0; s < 4; ++s) {
+      const Start start = RandomStart(snapshot, random);
+      const StartTrial& trial = start.trial;
+      SCOPED_TRACE("seed " + std::to_string(seed) + ", cluster " + std::to_string(c) + ": " +
+                   DescribeCluster(snapshot, trial));
+      const std::optional<std::vector<Decision>> shortcut = model.PlanStart(trial);
+      if (!shortcut) {
+        ++taken.fellBack;
+      } else {
+        const bool anyPlaced =
+            std::any_of(trial.held.begin(), trial.held.end(), [](const api::GpuDevice* d) {
+              return d->status.phase == DevicePhase::kBound && d->status.nodeName;
+            });
+        if (trial.templates.empty()) {
+          ++taken.held;
+        } else if (anyPlaced || !trial.held.empty()) {
+          ++taken.gathered;
+        } else {
+          ++taken.fresh;
+        }
+        const std::vector<Decision> whole = WholePass(snapshot, trial);
+        ASSERT_EQ(shortcut->size(), trial.held.size() + trial.templates.size());
+        for (const Decision& decision : *shortcut) {
+          const auto same = std::find_if(whole.begin(), whole.end(), [&](const Decision& d) {
+            return d.deviceNamespace == decision.deviceNamespace &&
+                   d.deviceName == decision.deviceName;
+          });
+          ASSERT_NE(same, whole.end()) << Describe(decision);
+          EXPECT_EQ(Describe(decision), Describe(*same));
+        }
+      }
+      // The webhook's plan, with and without the shortcut.
+      admission::VmiInput whole = start.input;
+      whole.wholePass = true;
+      const admission::VmiStartPlan fast = admission::PlanVmiStart(snapshot, model, start.input);
+      const admission::VmiStartPlan slow = admission::PlanVmiStart(snapshot, model, whole);
+      EXPECT_EQ(fast.refusal, slow.refusal);
+      EXPECT_EQ(fast.node, slow.node);
+      EXPECT_EQ(fast.heldDevices, slow.heldDevices);
+      EXPECT_EQ(fast.templateDevices, slow.templateDevices);
+      EXPECT_EQ(fast.devices, slow.devices);
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
+TEST(StartTrial, TheShortcutAnswersAsTheWholePassOnRandomClusters) {
+  std::vector<uint32_t> seeds = {20261203};
+  if (const char* replay = std::getenv("COZY_PROPERTY_SEED")) {
+    seeds = {static_cast<uint32_t>(std::strtoul(replay, nullptr, 10))};
+  } else {
+    seeds.push_back(std::random_device{}());
+  }
+  Taken taken;
+  for (const uint32_t seed : seeds) {
+    CheckSeed(seed, 1500, taken);
+    if (HasFailure()) {
+      ADD_FAILURE() << "replay with COZY_PROPERTY_SEED=" << seed;
+      return;
+    }
+  }
+  std::cout << "held " << taken.held << ", gathered " << taken.gathered << ", new " << taken.fresh
+            << ", whole pass " << taken.fellBack << "\n";
+  // Each kind of set the shortcut takes is taken many times, and the whole pass still runs for
+  // the rest: a shortcut that always fell back, or never did, would show here.
+  EXPECT_GE(taken.held, 100);
+  EXPECT_GE(taken.gathered, 100);
+  EXPECT_GE(taken.fresh, 100);
+  EXPECT_GE(taken.fellBack, 100);
+}
+
+// The base pass is made once and kept: a second start on the same model answers from it, and
+// two starts do not see each other (each is tried alone on the snapshot as it stands).
+TEST(StartTrial, StartsOnOneModelAreTriedAloneOnTheSnapshotAsItStands) {
+  Snapshot snapshot;
+  snapshot.now = kNow;
+  snapshot.classes = {MakeClass("a100", kA100)};
+  snapshot.namespaces = {MakeTenant("tenant-a", {})};
+  snapshot.nodes = {MakeNode("n1"), MakeNode("n2")};
+  snapshot.gpuNodes = {MakeGpuNode("n1", kA100, 1), MakeGpuNode("n2", kA100, 2)};
+  const Model model(snapshot);
+  auto start = [](const std::string& vmi) {
+    StartTrial trial{"tenant-a", vmi, kNow, {}, {}};
+    trial.templates.push_back(Template("tenant-a", vmi, vmi + "-gpu", "a100", 2, kNow));
+    return trial;
+  };
+  for (const std::string vmi : {"vm1", "vm2"}) {
+    const std::optional<std::vector<Decision>> decisions = model.PlanStart(start(vmi));
+    ASSERT_TRUE(decisions);
+    ASSERT_EQ(decisions->size(), 1u);
+    EXPECT_EQ(Describe(decisions->front()),
+              "tenant-a/" + vmi + "-gpu bind n2: the fullest eligible node with room");
+  }
+}
+
+// A set gathered in step 1 before the start's key takes its room first: the start's own gather
+// is not told from the books before any step, and the whole pass answers.
+TEST(StartTrial, AStartGatheredAfterAnotherGatherIsLeftToTheWholePass) {
+  Snapshot snapshot;
+  snapshot.now = kNow;
+  snapshot.classes = {MakeClass("a100", kA100)};
+  snapshot.namespaces = {MakeTenant("tenant-a", {})};
+  snapshot.nodes = {MakeNode("n1"), MakeNode("n2")};
+  snapshot.gpuNodes = {MakeGpuNode("n1", kA100, 3), MakeGpuNode("n2", kA100, 2)};
+  // vm1's set is split: one member on n1, one never bound; it is gathered onto n1 first.
+  snapshot.devices = {Bound("tenant-a", "a", "a100", 1, "n1", "vm1"),
+                      Pending("tenant-a", "b", "a100", 1, "vm1"),
+                      Bound("tenant-a", "c", "a100", 1, "n1")};
+  snapshot.vmis = {MakeVmi("tenant-a", "vm1", {})};
+  const Model model(snapshot);
+  const StartTrial trial{
+      "tenant-a",
+      "vm2",
+      kNow,
+      {&snapshot.devices[2]},
+      {Template("tenant-a", "vm2", TemplateDeviceName("vm2", "gpu"), "a100", 1, kNow)}};
+  EXPECT_FALSE(model.PlanStart(trial));
+  // With n1's last unit taken by vm1, vm2's set goes whole to n2.
+  std::vector<std::string> whole;
+  for (const Decision& decision : WholePass(snapshot, trial)) {
+    if (decision.deviceName == "c" || decision.deviceName == "vm2-gpu") {
+      whole.push_back(Describe(decision));
+    }
+  }
+  EXPECT_EQ(whole, (std::vector<std::string>{
+                       "tenant-a/c move n2: gathering the set of VMI vm2 onto n2",
+                       "tenant-a/vm2-gpu bind n2: gathering the set of VMI vm2 onto n2"}));
+  admission::VmiInput input;
+  input.namespaceName = "tenant-a";
+  input.vmiName = "vm2";
+  input.now = kNow;
+  input.references = {{"c"}, {{"gpu", "a100", 1}}};  // the template's device: vm2-gpu
+  EXPECT_EQ(admission::PlanVmiStart(snapshot, model, input).node, "n2");
+}
+
+}  // namespace
+}  // namespace cozy::model
