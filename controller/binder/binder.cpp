@@ -1,7 +1,11 @@
 #include "controller/binder/binder.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <exception>
+#include <functional>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -66,6 +70,15 @@ Binder::Binder(kube::Client& client, const std::atomic<bool>& leading, std::stri
 
 void Binder::Event(const api::GpuDevice& device, const model::Decision& decision,
                    std::chrono::system_clock::time_point now, BinderResult& result) {
+  std::optional<PendingEvent> event = PrepareDeviceEvent(device, decision, now, result);
+  if (!event) return;
+  PostEvent(*event);
+  EventPosted(*event, now, result);
+}
+
+std::optional<Binder::PendingEvent> Binder::PrepareDeviceEvent(
+    const api::GpuDevice& device, const model::Decision& decision,
+    std::chrono::system_clock::time_point now, BinderResult& result) {
   std::string reason, type = "Normal", action;
   switch (decision.action) {
     case model::Action::kBind:
@@ -81,7 +94,7 @@ void Binder::Event(const api::GpuDevice& device, const model::Decision& decision
       reason = "Refused", action = "Place", type = "Warning";
       break;
     case model::Action::kKeep:
-      return;
+      return std::nullopt;
   }
   std::string note =
       decision.node.empty() ? decision.reason : "node " + decision.node + ": " + decision.reason;
@@ -90,25 +103,37 @@ void Binder::Event(const api::GpuDevice& device, const model::Decision& decision
                                     {"namespace", device.metadata.namespaceName},
                                     {"name", device.metadata.name},
                                     {"uid", device.metadata.uid}};
-  WriteEvent(regarding, device.metadata.namespaceName, device.metadata.uid, action, reason, type,
-             std::move(note), now, result);
+  return PrepareEvent(regarding, device.metadata.namespaceName, device.metadata.uid, action, reason,
+                      type, std::move(note), now, result);
 }
 
 void Binder::WriteEvent(const nlohmann::json& regarding, const std::string& eventNamespace,
                         const std::string& uid, const std::string& action,
                         const std::string& reason, const std::string& type, std::string note,
                         std::chrono::system_clock::time_point now, BinderResult& result) {
+  std::optional<PendingEvent> event = PrepareEvent(regarding, eventNamespace, uid, action, reason,
+                                                   type, std::move(note), now, result);
+  if (!event) return;
+  PostEvent(*event);
+  EventPosted(*event, now, result);
+}
+
+std::optional<Binder::PendingEvent> Binder::PrepareEvent(
+    const nlohmann::json& regarding, const std::string& eventNamespace, const std::string& uid,
+    const std::string& action, const std::string& reason, const std::string& type, std::string note,
+    std::chrono::system_clock::time_point now, BinderResult& result) {
   if (note.size() > 1024) note.resize(1024);  // the API's limit on an Event's note
-  const std::string key = uid + "\n" + reason + "\n" + note;
+  std::string key = uid + "\n" + reason + "\n" + note;
   auto sent = eventsSent_.find(key);
   if ((sent != eventsSent_.end() && now - sent->second < kEventRepeat) ||
       eventsThisPass_ >= kEventsPerPass) {
     ++result.eventsSuppressed;
-    return;
+    return std::nullopt;
   }
   for (auto it = eventsSent_.begin(); it != eventsSent_.end();) {
     it = now - it->second >= kEventRepeat ? eventsSent_.erase(it) : std::next(it);
   }
+  ++eventsThisPass_;  // taken now, so Events prepared together stay within the limit
   const std::string time = kube::FormatMicroTime(now);
   // Named as client-go's recorder names Events, "<object>.<unix nanoseconds in hex>": unique
   // per object and time, and a valid DNS subdomain. (A generateName of "<object>." is not:
@@ -122,7 +147,12 @@ void Binder::WriteEvent(const nlohmann::json& regarding, const std::string& even
       static_cast<unsigned long long>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                           std::chrono::system_clock::now().time_since_epoch())
                                           .count()));
-  const nlohmann::json event = {
+  PendingEvent event;
+  event.key = std::move(key);
+  event.eventNamespace = eventNamespace;
+  event.what = regarding.value("kind", std::string()) + " " +
+               (eventNamespace == kClusterEventNamespace ? name : eventNamespace + "/" + name);
+  event.body = {
       {"apiVersion", "events.k8s.io/v1"},
       {"kind", "Event"},
       {"metadata", {{"name", prefix + suffix}, {"namespace", eventNamespace}}},
@@ -134,19 +164,28 @@ void Binder::WriteEvent(const nlohmann::json& regarding, const std::string& even
       {"type", type},
       {"note", note},
       {"regarding", regarding}};
+  return event;
+}
+
+// Any thread: sends the Event, noting what came of it in the event itself.
+void Binder::PostEvent(PendingEvent& event) {
   try {
-    client_.Create(kEvents.Path(eventNamespace), event, write_);
-    eventsSent_[key] = now;
-    ++eventsThisPass_;
-    ++result.events;
-  } catch (const kube::ApiError& error) {
-    runtime::LogDebug("event not written",
-                      LogFields{{"object", regarding.value("kind", std::string()) + " " +
-                                               (eventNamespace == kClusterEventNamespace
-                                                    ? name
-                                                    : eventNamespace + "/" + name)},
-                                {"error", error.what()}});
+    client_.Create(kEvents.Path(event.eventNamespace), event.body, write_);
+    event.written = true;
+  } catch (const std::exception& error) {
+    event.error = error.what();
   }
+}
+
+void Binder::EventPosted(const PendingEvent& event, std::chrono::system_clock::time_point now,
+                         BinderResult& result) {
+  if (event.written) {
+    eventsSent_[event.key] = now;
+    ++result.events;
+    return;
+  }
+  --eventsThisPass_;
+  runtime::LogDebug("event not written", LogFields{{"object", event.what}, {"error", event.error}});
 }
 
 void Binder::ReportUnpermittedClasses(const model::Snapshot& snapshot,
@@ -274,6 +313,90 @@ int Binder::ReadPast(const std::vector<std::shared_ptr<const api::GpuDevice>>& c
   return static_cast<int>(stale.size());
 }
 
+bool Binder::SendBatch(std::vector<PlacementWrite>& batch,
+                       std::chrono::system_clock::time_point now, BinderResult& result) {
+  const kube::TimePoint steadyNow = time_.Now();
+  ForEachConcurrently(batch.size(), [this, &batch](size_t i) {
+    PlacementWrite& write = batch[i];
+    try {
+      client_.MergePatchAt(DevicePath(*write.device, true), write.body,
+                           write.device->metadata.resourceVersion, write_);
+      write.written = true;
+    } catch (const kube::ApiError& error) {
+      write.failure = error.kind();
+      write.error = error.what();
+    } catch (...) {
+      write.thrown = std::current_exception();
+    }
+  });
+  // What came of each, in the plan's order, as if they had been sent one after the other.
+  bool goOn = true;
+  std::vector<PendingEvent> events;
+  for (PlacementWrite& write : batch) {
+    const api::GpuDevice& device = *write.device;
+    const model::Decision& decision = *write.decision;
+    if (write.thrown) std::rethrow_exception(write.thrown);
+    if (write.written) {
+      writeBackoff_.Succeeded(write.key);
+      replaced_[write.key] = device.metadata.resourceVersion;
+      ++result.writes;
+      if (std::optional<PendingEvent> event = PrepareDeviceEvent(device, decision, now, result)) {
+        events.push_back(std::move(*event));
+      }
+      const nlohmann::json& status = write.body["status"];
+      runtime::LogInfo(
+          "placed",
+          LogFields{
+              {"device", write.key},
+              {"action", std::string(model::ToString(decision.action))},
+              {"node", decision.node},
+              {"answer", write.pending ? status["bindResponse"]["result"].get<std::string>() : ""},
+              {"reason", decision.reason}});
+      continue;
+    }
+    const kube::ErrorKind kind = *write.failure;
+    if (kind == kube::ErrorKind::kConflict) {
+      ++result.conflicts;
+    } else {
+      ++result.failures;
+      runtime::LogWarning("placement write failed",
+                          LogFields{{"device", write.key},
+                                    {"error", write.error},
+                                    {"heldOff", RefusedForTheDevice(kind) ? "yes" : "no"}});
+    }
+    if (RefusedForTheDevice(kind)) {
+      // Refused for what the device is: it waits on its own, until its backoff ends or it
+      // changes. A bind or an answer is no later decision's ground: the pass goes on.
+      writeBackoff_.Failed(write.key, steadyNow, device.metadata.resourceVersion);
+      if (write.frees) {
+        result.stoppedAtHeldOff = true;
+        goOn = false;
+      }
+      continue;
+    }
+    // The decisions after this one may have assumed it was written (a move frees the room a
+    // later bind takes): none after the batch is made, and the next pass decides from what
+    // was. (The batch's others took units only, and were sent beside it.)
+    result.incomplete = true;
+    goOn = false;
+  }
+  ForEachConcurrently(events.size(), [this, &events](size_t i) { PostEvent(events[i]); });
+  for (const PendingEvent& event : events) EventPosted(event, now, result);
+  return goOn;
+}
+
+void Binder::ForEachConcurrently(size_t count, const std::function<void(size_t)>& work) {
+  std::atomic<size_t> next{0};
+  auto run = [&] {
+    for (size_t i = next++; i < count; i = next++) work(i);
+  };
+  std::vector<std::thread> writers;
+  const size_t threads = std::min<size_t>(kWriters, count);
+  for (size_t t = 1; t < threads; ++t) writers.emplace_back(run);
+  run();
+  for (std::thread& writer : writers) writer.join();
+}
+
 BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, bool vmisKnown,
                           std::chrono::system_clock::time_point now) {
   BinderResult result;
@@ -313,7 +436,17 @@ BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, boo
       if (found != devices.end() && HasPendingRequest(*found->second)) lastPending = i + 1;
     }
   }
-  for (size_t index = 0; index < decisions.size(); ++index) {
+  // Writes go out in batches (issue 26 §1): the decisions that free no units (binds, answers)
+  // stand on nothing written before them in the batch, so a batch is sent over up to kWriters
+  // connections at once; a decision that frees units is a batch of its own, sent once every
+  // write before it is in and before any after it, which may take what it frees.
+  std::vector<PlacementWrite> batch;
+  bool stopped = false;
+  auto flush = [&] {
+    if (!batch.empty() && !SendBatch(batch, now, result)) stopped = true;
+    batch.clear();
+  };
+  for (size_t index = 0; index < decisions.size() && !stopped; ++index) {
     const model::Decision& decision = decisions[index];
     ++result.decisions[std::string(model::ToString(decision.action))];
     auto found = devices.find(decision.deviceNamespace + "/" + decision.deviceName);
@@ -371,7 +504,7 @@ BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, boo
       ++result.failures;
       continue;  // stepped down mid-pass: the new leader decides afresh
     }
-    const std::string key = Key(device.metadata);
+    std::string key = Key(device.metadata);
     const bool frees = FreesUnits(device, decision);
     if (writeBackoff_.HeldOff(key, steadyNow, device.metadata.resourceVersion)) {
       ++result.heldOff;
@@ -381,45 +514,19 @@ BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, boo
       }
       continue;  // no later decision stands on a unit this one takes
     }
-    try {
-      client_.MergePatchAt(DevicePath(device, true), {{"status", status}},
-                           device.metadata.resourceVersion, write_);
-      writeBackoff_.Succeeded(key);
-      replaced_[key] = device.metadata.resourceVersion;
-      ++result.writes;
-      Event(device, decision, now, result);
-      runtime::LogInfo(
-          "placed",
-          LogFields{{"device", Key(device.metadata)},
-                    {"action", std::string(model::ToString(decision.action))},
-                    {"node", decision.node},
-                    {"answer", pending ? status["bindResponse"]["result"].get<std::string>() : ""},
-                    {"reason", decision.reason}});
-    } catch (const kube::ApiError& error) {
-      if (error.kind() == kube::ErrorKind::kConflict) {
-        ++result.conflicts;
-      } else {
-        ++result.failures;
-        runtime::LogWarning(
-            "placement write failed",
-            LogFields{{"device", key},
-                      {"error", error.what()},
-                      {"heldOff", RefusedForTheDevice(error.kind()) ? "yes" : "no"}});
-      }
-      if (RefusedForTheDevice(error.kind())) {
-        // Refused for what the device is: it waits on its own, until its backoff ends or it
-        // changes. A bind or an answer is no later decision's ground: the pass goes on.
-        writeBackoff_.Failed(key, steadyNow, device.metadata.resourceVersion);
-        if (!frees) continue;
-        result.stoppedAtHeldOff = true;
-        break;
-      }
-      // The decisions after this one may have assumed it was written (a move frees the room a
-      // later bind takes): none of them is made, and the next pass decides from what was.
-      result.incomplete = true;
-      break;
-    }
+    if (frees) flush();
+    if (stopped) break;
+    PlacementWrite write;
+    write.device = &device;
+    write.decision = &decision;
+    write.body = {{"status", std::move(status)}};
+    write.key = std::move(key);
+    write.pending = pending;
+    write.frees = frees;
+    batch.push_back(std::move(write));
+    if (frees || batch.size() >= kBatch) flush();
   }
+  flush();
   writeBackoff_.Prune(steadyNow);
   result.backingOff = writeBackoff_.HeldCount(steadyNow);
   result.retryAt = writeBackoff_.NextRetry(steadyNow);

@@ -6,6 +6,15 @@
 // conflict fails that write, counts, stops the pass, and the pass after re-reads. Decisions come
 // from the model alone (controller/model): the binder adds I/O, never a rule.
 //
+// Writes go out in batches, up to kWriters at once (issue 26 §1): the decisions that free no
+// units (binds, answers, keeps that answer) stand on nothing written before them, so those
+// between two decisions that free units (a move off a node, a device lost) are sent together,
+// kBatch at most; a decision that frees units is sent alone, once every write before it is in
+// and before any after it, which may take what it frees. What comes of each write is then taken
+// in the plan's order, as if they had gone one after the other; a conflict or a server error
+// stops the pass after its batch (the batch's others took units only, so none stood on it). The
+// Events of a batch's writes are sent together after it.
+//
 // A device whose write the server refuses for what the device is (400, 403, 404, 422: a policy
 // or webhook of the hoster's refusing the status, say) is held off on its own (issue 25 §3):
 // it waits 1 s, doubling to 1 min, before its write is sent again, or until the device changes
@@ -33,6 +42,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -45,6 +56,7 @@
 #include "kube/backoff.h"
 #include "kube/client.h"
 #include "kube/clock.h"
+#include "kube/errors.h"
 
 namespace cozy::controller {
 
@@ -138,7 +150,41 @@ class Binder {
   void ReportUnpermittedClasses(const model::Snapshot& snapshot,
                                 std::chrono::system_clock::time_point now, BinderResult& result);
 
+  // How many placement writes (and their Events) are in flight at once at most, each on a
+  // connection of its own, and how many decisions a batch gathers before it is sent.
+  static constexpr size_t kWriters = 8;
+  static constexpr size_t kBatch = 64;
+
  private:
+  // One decision's status patch, and what came of it.
+  struct PlacementWrite {
+    const api::GpuDevice* device = nullptr;
+    const model::Decision* decision = nullptr;
+    nlohmann::json body;   // {"status": ...}
+    std::string key;       // "ns/name"
+    bool pending = false;  // it answers a bind request
+    bool frees = false;    // it takes the device off a node it holds units on
+    bool written = false;
+    std::optional<kube::ErrorKind> failure;  // the server's refusal, or the request's failure
+    std::string error;
+    std::exception_ptr thrown;  // anything else, thrown again on the binder's thread
+  };
+  // An Event ready to be sent, and what came of sending it.
+  struct PendingEvent {
+    std::string key;  // (uid, reason, note): the rate limit's key
+    std::string eventNamespace;
+    std::string what;  // the object, for the log
+    nlohmann::json body;
+    bool written = false;
+    std::string error;
+  };
+  // Sends the batch's writes concurrently, then takes what came of each in the plan's order as
+  // the serial loop did (counts, backoff, Events, logs). Returns false where the pass must stop
+  // after the batch: a write failed that decisions after it may stand on.
+  bool SendBatch(std::vector<PlacementWrite>& batch, std::chrono::system_clock::time_point now,
+                 BinderResult& result);
+  // work(0) .. work(count - 1) over up to kWriters threads, this one included.
+  static void ForEachConcurrently(size_t count, const std::function<void(size_t)>& work);
   kube::Client& client_;
   const std::atomic<bool>& leading_;
   // The options of every write: the field manager, and the lease's deadline on each attempt.
@@ -151,6 +197,19 @@ class Binder {
                   const std::string& uid, const std::string& action, const std::string& reason,
                   const std::string& type, std::string note,
                   std::chrono::system_clock::time_point now, BinderResult& result);
+  // The steps of WriteEvent: the rate limit and the Event's body (the binder's thread), the
+  // request (any thread), and its outcome counted (the binder's thread).
+  std::optional<PendingEvent> PrepareDeviceEvent(const api::GpuDevice& device,
+                                                 const model::Decision& decision,
+                                                 std::chrono::system_clock::time_point now,
+                                                 BinderResult& result);
+  std::optional<PendingEvent> PrepareEvent(
+      const nlohmann::json& regarding, const std::string& eventNamespace, const std::string& uid,
+      const std::string& action, const std::string& reason, const std::string& type,
+      std::string note, std::chrono::system_clock::time_point now, BinderResult& result);
+  void PostEvent(PendingEvent& event);
+  void EventPosted(const PendingEvent& event, std::chrono::system_clock::time_point now,
+                   BinderResult& result);
 
   std::string identity_;
   kube::TimeSource& time_;

@@ -13,6 +13,7 @@
 #include "controller/snapshot_json.h"
 #include "test/kube/kube_test_support.h"
 #include "test/support/gpu_objects.h"
+#include "test/support/process.h"
 
 namespace cozy::controller {
 namespace {
@@ -87,6 +88,14 @@ class BinderTest : public ::testing::Test {
   }
   inline static const std::string kDevices =
       "/apis/gpu.cozystack.io/v1alpha1/namespaces/t1/gpudevices/";
+
+  // A client with no rate limit of its own (the daemon's is --qps): the binder's writes go out
+  // as fast as it sends them.
+  kube::Client Unlimited() {
+    kube::ClientOptions options;
+    options.qps = 0;
+    return kube::Client(testing::ConfigFor(*server_), options);
+  }
 
   // The status writes sent, applied or not.
   std::vector<fake::LoggedRequest> Patches() {
@@ -210,6 +219,82 @@ TEST_F(BinderTest, D4_AnAnswersOnlyPassWritesTheMoveThatFreesTheUnitItAnswersWit
   EXPECT_EQ(d1["status"]["nodeName"], "n2");
   EXPECT_EQ(d3["status"]["nodeName"], "n1");
   EXPECT_EQ(d3["status"]["bindResponse"]["result"], "Succeeded");
+}
+
+// Issue 26 §1: the binds of a pass, which stand on no write before them, are in flight together
+// (up to Binder::kWriters): with every status write held 2 s by the server, eight are received
+// before the first is answered. One after the other, the second would come only after that.
+TEST_F(BinderTest, BindsOfAPassAreWrittenConcurrently) {
+  server_->Seed(testing::ReadyNode("big"));
+  server_->Seed(testing::GpuNodeObject("big", 16));
+  for (int i = 3; i <= 12; ++i) server_->Seed(Device("d" + std::to_string(i), "a100"));
+  const model::Snapshot snapshot = Read();
+  fake::Fault slow;
+  slow.method = "PATCH";
+  slow.pathPrefix = kDevices;
+  slow.latencyMs = 2000;
+  server_->AddFault(slow);
+  server_->ClearRequests();
+  kube::Client unlimited = Unlimited();
+  Binder binder(unlimited, leading_);
+  BinderResult pass;
+  std::thread run(
+      [&] { pass = binder.Pass(snapshot, false, true, std::chrono::system_clock::now()); });
+  const bool inFlight = testing::WaitFor([&] { return Patches().size() >= Binder::kWriters; },
+                                         std::chrono::seconds(10));
+  const std::vector<fake::LoggedRequest> received = Patches();
+  run.join();
+  ASSERT_TRUE(inFlight) << received.size() << " status writes received";
+  for (const fake::LoggedRequest& request : received) {
+    EXPECT_EQ(request.status, 0) << request.path << " was answered before the eighth was sent";
+  }
+  EXPECT_EQ(pass.writes, 12);  // d1 or d2 takes n1's unit; the other and d3..d12 go to big
+  EXPECT_EQ(Bound(), 12);
+}
+
+// A decision that frees units is written alone, after every write before it and before any
+// after it: the bind that takes the unit d1's move frees is sent only once the move is answered.
+TEST_F(BinderTest, AMoveThatFreesUnitsIsAnsweredBeforeTheBindThatTakesThemIsSent) {
+  SeedAMoveThatMakesRoom();
+  const model::Snapshot snapshot = Read();
+  fake::Fault slow;
+  slow.method = "PATCH";
+  slow.pathPrefix = kDevices;
+  slow.latencyMs = 300;
+  server_->AddFault(slow);
+  server_->ClearRequests();
+  Binder binder(*client_, leading_);
+  const BinderResult pass = binder.Pass(snapshot, false, true, std::chrono::system_clock::now());
+  EXPECT_EQ(pass.writes, 2);
+  const std::vector<fake::LoggedRequest> patches = Patches();
+  ASSERT_EQ(patches.size(), 2u);
+  EXPECT_EQ(patches[0].path, kDevices + "d1/status");
+  EXPECT_EQ(patches[1].path, kDevices + "d3/status");
+  // Received no sooner than the move's answer, which the server held 300 ms.
+  EXPECT_GE(patches[1].received - patches[0].received, std::chrono::milliseconds(300));
+}
+
+// A conflict in a batch: the batch's other binds, sent beside it, are written (they take units
+// only, so none stood on it); the pass stops after the batch, and the next pass writes the rest.
+TEST_F(BinderTest, AConflictInABatchStopsThePassAfterTheBatch) {
+  server_->Seed(testing::ReadyNode("big"));
+  server_->Seed(testing::GpuNodeObject("big", 80));
+  const int orders = static_cast<int>(Binder::kBatch) + 6;
+  for (int i = 3; i < 3 + orders; ++i) server_->Seed(Device("d" + std::to_string(i), "a100"));
+  fake::Fault conflict = fake::Fault::Answer(409, 1, "PATCH");
+  conflict.pathPrefix = kDevices;
+  server_->AddFault(conflict);
+  server_->ClearRequests();
+  kube::Client unlimited = Unlimited();
+  Binder binder(unlimited, leading_);
+  BinderResult pass = binder.Pass(Read(), false, true, std::chrono::system_clock::now());
+  EXPECT_EQ(pass.conflicts, 1);
+  EXPECT_TRUE(pass.incomplete);
+  EXPECT_EQ(Patches().size(), Binder::kBatch);
+  EXPECT_EQ(pass.writes, static_cast<int64_t>(Binder::kBatch) - 1);
+  pass = binder.Pass(Read(), false, true, std::chrono::system_clock::now());
+  EXPECT_FALSE(pass.incomplete);
+  EXPECT_EQ(Bound(), orders + 2);  // one of d1 and d2 on n1, every other order on big
 }
 
 // Issue 25 §3: a device whose write the server refuses for what it is (a hoster's policy or
