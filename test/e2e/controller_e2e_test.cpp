@@ -1262,11 +1262,12 @@ TEST_F(ControllerEndToEnd, D1_ALeaderChangeInTheMiddleOfAPassWritesEachPlacement
   StartReplica("replica-a", {"--enable-gpu"});
   ASSERT_TRUE(WaitFor([&] { return Holder() == "replica-a"; })) << Logs();
   StartReplica("replica-b", {"--enable-gpu"});
-  // Every placement write takes 150 ms, so a pass over 30 new orders takes seconds.
+  // Every placement write takes 600 ms, so a pass over 30 new orders takes seconds even with
+  // the binder's writes eight at a time (Binder::kWriters): four rounds, 2.4 s.
   fake::Fault slow;
   slow.method = "PATCH";
   slow.pathPrefix = "/apis/gpu.cozystack.io/v1alpha1/namespaces/" + Tenant() + "/gpudevices/";
-  slow.latencyMs = 150;
+  slow.latencyMs = 600;
   Fake().AddFault(slow);
   const std::filesystem::path file = Path("orders.yaml");
   {
