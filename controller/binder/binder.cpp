@@ -415,6 +415,12 @@ BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, boo
   try {
     const model::Model model(snapshot);
     decisions = model.PlanPass();
+    if (!answersOnly && std::all_of(decisions.begin(), decisions.end(), [](const auto& d) {
+          return d.action == model::Action::kKeep && !d.startRefused &&
+                 d.reason == model::kHeldReason;
+        })) {
+      result.quietRoom = model.Free();
+    }
   } catch (const std::exception& error) {
     result.error = std::string("the model cannot read the cluster: ") + error.what();
     return result;

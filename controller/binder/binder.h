@@ -85,6 +85,9 @@ struct BinderResult {
   size_t backingOff = 0;  // devices held off at the end of the pass
   // When the first held-off device may be tried again: a pass is due then.
   std::optional<std::chrono::steady_clock::time_point> retryAt;
+  // A full pass that decided only held keeps (model::kHeldReason): the room it left, which
+  // pod changes may take without a pass (BinderLoop's QuietRoom, issue 26 §1).
+  std::optional<model::FreeUnits> quietRoom;
 };
 
 class Binder {

@@ -58,10 +58,44 @@ bool BinderLoop::StartPass() {
   return true;
 }
 
+void QuietRoom::Unsettle() {
+  std::lock_guard lock(mutex_);
+  room_.reset();
+}
+
+void QuietRoom::Settle(model::FreeUnits room) {
+  std::lock_guard lock(mutex_);
+  room_ = std::move(room);
+}
+
+bool QuietRoom::Absorbs(const model::Pod* before, const model::Pod* after) {
+  std::lock_guard lock(mutex_);
+  if (!room_) return false;
+  try {
+    if (!model::AbsorbPodChange(*room_, before, after)) return false;
+  } catch (const std::exception&) {
+    return false;  // a quantity the model cannot read: the pass says what
+  }
+  ++absorbed_;
+  return true;
+}
+
+int64_t QuietRoom::Absorbed() const {
+  std::lock_guard lock(mutex_);
+  return absorbed_;
+}
+
+bool QuietRoom::Settled() const {
+  std::lock_guard lock(mutex_);
+  return room_.has_value();
+}
+
 BinderLoop::PassResult BinderLoop::RunPass(bool answersOnly) {
   const auto started = std::chrono::steady_clock::now();
   PassResult pass;
   pass.answersOnly = answersOnly;
+  // Before the caches are read: a pod change from here on wakes a pass (which reads it).
+  quietRoom_.Unsettle();
   try {
     model::Snapshot snapshot;
     auto cachedDevices = source_.CachedDevices();
@@ -112,6 +146,12 @@ BinderLoop::PassResult BinderLoop::RunPass(bool answersOnly) {
       pass.result.conditionWrites = binder_.WriteNodeConditions(snapshot, now);
       binder_.ReportUnpermittedClasses(snapshot, now, pass.result);
     }
+    BinderResult& result = pass.result;
+    if (result.quietRoom && result.error.empty() && !result.incomplete && result.failures == 0 &&
+        result.conflicts == 0 && result.heldOff == 0 && leading_.load()) {
+      quietRoom_.Settle(std::move(*result.quietRoom));
+    }
+    result.quietRoom.reset();
   } catch (const std::exception& error) {
     pass.result.error = error.what();
   }
@@ -171,6 +211,13 @@ void BinderLoop::PassDone(PassResult pass) {
 }
 
 void BinderLoop::WriteMetrics(runtime::MetricsWriter& out) const {
+  out.Family("gpu_controller_binder_quiet_pod_changes_total", "counter",
+             "Pod changes the room of a quiet cluster took without a binder pass.");
+  out.Sample("gpu_controller_binder_quiet_pod_changes_total", "",
+             static_cast<double>(quietRoom_.Absorbed()));
+  out.Family("gpu_controller_binder_quiet", "gauge",
+             "1 while the last full pass decided only held keeps and its room takes pod changes.");
+  out.Sample("gpu_controller_binder_quiet", "", quietRoom_.Settled() ? 1 : 0);
   out.Family("gpu_controller_binder_passes_total", "counter",
              "Binder passes: full, or answers only (bind requests first).");
   for (const auto& [kind, count] : passes_) {

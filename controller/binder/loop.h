@@ -16,11 +16,14 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "api/gpudevice.h"
 #include "controller/binder/binder.h"
+#include "controller/model/model.h"
 #include "controller/model/snapshot.h"
 #include "kube/client.h"
 #include "runtime/loop.h"
@@ -49,6 +52,27 @@ class BinderSource {
   virtual void WaitForChange(uint64_t seen, std::chrono::steady_clock::time_point until) const = 0;
 };
 
+// The room the last full pass left when it decided only held keeps (a quiet cluster), for the
+// pods cache's filter (issue 26 §1): a pod change model::AbsorbPodChange takes in it cannot
+// change a decision, and wakes no pass. Unsettled when a pass starts reading the caches, so a
+// change the pass may not have seen is never absorbed against the room it leaves; settled
+// again by a full pass that decided only held keeps and wrote nothing that failed. Any thread.
+class QuietRoom {
+ public:
+  void Unsettle();
+  void Settle(model::FreeUnits room);
+  // Whether the change is absorbed (taking its units from the room); false while unsettled,
+  // and for a change the model cannot read.
+  bool Absorbs(const model::Pod* before, const model::Pod* after);
+  bool Settled() const;
+  int64_t Absorbed() const;  // changes absorbed, ever
+
+ private:
+  mutable std::mutex mutex_;
+  std::optional<model::FreeUnits> room_;
+  int64_t absorbed_ = 0;
+};
+
 class BinderLoop {
  public:
   // `leading` is the replica's: read before each pass and each write; with `leadingUntil`
@@ -64,12 +88,17 @@ class BinderLoop {
   void Trigger();
   // Any thread, on taking the lead, before `leading` turns true: the first pass lists the
   // devices from the API server before it trusts the cache (D3 across a leader change).
-  void TookTheLead() { resync_ = true; }
+  void TookTheLead() {
+    quietRoom_.Unsettle();  // a room left in an earlier term is nobody's now
+    resync_ = true;
+  }
   // Once `leading` is false: lets the pass in flight finish (it writes nothing more), then
   // stops the worker.
   void Stop();
   // Loop thread: the gpu_controller_binder_* families and the rest of the binder's metrics.
   void WriteMetrics(runtime::MetricsWriter& out) const;
+  // The pods cache's filter asks it whether a pod change needs a pass (any thread).
+  QuietRoom& quietRoom() { return quietRoom_; }
 
  private:
   struct PassResult {
@@ -86,6 +115,7 @@ class BinderLoop {
   const std::atomic<bool>& leading_;
   BinderSource& source_;
   Binder binder_;  // the worker's
+  QuietRoom quietRoom_;
   std::atomic<bool> resync_{false};
   runtime::Worker worker_;
   std::unique_ptr<runtime::PassScheduler> scheduler_;  // from Start

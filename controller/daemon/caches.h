@@ -33,7 +33,8 @@ namespace cozy::controller {
 class ClusterCaches {
  public:
   // Who reads a cache: whose passes its changes wake.
-  enum class Readers { kReconciler, kBinder, kBoth };
+  // kNone: a change only the webhooks' snapshot shows (a pod the binder's quiet room absorbs).
+  enum class Readers { kReconciler, kBinder, kBoth, kNone };
   // Called on a cache's thread when something `Readers` read changed.
   using Changed = std::function<void(Readers)>;
 

@@ -142,7 +142,7 @@ class Controller : public webhook::ClusterSource, public BinderSource {
             kube::Cache<model::ResourceQuota>::WhenValueDiffers());
       Watch(std::string(kNodes.plural), *caches_.nodes, Readers::kBinder,
             kube::Cache<model::Node>::WhenValueDiffers());
-      Watch(std::string(kPods.plural), *caches_.pods, Readers::kBinder, model::PodChangeMatters);
+      WatchPods();
     }
     // The kinds that come and go start and stop with their kind being served (Tick); whatever
     // runs at the end stops here. They never gate readiness (G4).
@@ -233,7 +233,7 @@ class Controller : public webhook::ClusterSource, public BinderSource {
 
   // Loop thread: a pass soon, collapsing a burst of changes into one.
   void Trigger(Readers readers = Readers::kBoth) {
-    if (stopping_) return;
+    if (stopping_ || readers == Readers::kNone) return;
     if (binder_ && readers != Readers::kReconciler) binder_->Trigger();
     if (reconcilePasses_ && readers != Readers::kBinder) {
       reconcilePasses_->Ask(std::chrono::milliseconds(50));
@@ -258,6 +258,31 @@ class Controller : public webhook::ClusterSource, public BinderSource {
     manager_.Add(std::move(runnable));
     watched_.emplace_back(name, &cache);
     if (readers != Readers::kBinder) reconcilerReads_.push_back(&cache);
+  }
+
+  // Pods, with a filter of two steps (issue 26 §1). A change the model reads nothing different
+  // in (model::PodChangeMatters) is taken quietly. Of the others, those the binder's quiet room
+  // absorbs (BinderLoop's QuietRoom: the last full pass decided only held keeps, and the pod's
+  // units fit in its node's room) still renew the webhooks' snapshot, whose budgets and room
+  // count the pod, but wake no binder pass. The filter runs on the cache's thread for each
+  // change of a step, and the step's change callback after them, on the same thread.
+  void WatchPods() {
+    kube::Cache<model::Pod>& pods = *caches_.pods;
+    Watch(std::string(kPods.plural), pods, Readers::kBinder,
+          [this](const model::Pod* before, const model::Pod* after) {
+            if (!model::PodChangeMatters(before, after)) return false;
+            if (binder_ && binder_->quietRoom().Absorbs(before, after)) {
+              podsAbsorbed_ = true;
+            } else {
+              podsWakeBinder_ = true;
+            }
+            return true;
+          });
+    pods.SetOnChange([this] {
+      const bool absorbedOnly = podsAbsorbed_ && !podsWakeBinder_;
+      podsAbsorbed_ = podsWakeBinder_ = false;
+      Changed(absorbedOnly ? Readers::kNone : Readers::kBinder);
+    });
   }
 
   // Whether every cache the reconciler reads has listed.
@@ -482,6 +507,9 @@ class Controller : public webhook::ClusterSource, public BinderSource {
   std::map<std::string, std::string> cacheErrors_;  // the last error logged, by cache (loop)
   runtime::Timer tick_;
   bool stopping_ = false;
+  // The pods cache's thread: what the filter made of the changes of one step (WatchPods).
+  bool podsAbsorbed_ = false;
+  bool podsWakeBinder_ = false;
   // Metrics, loop thread.
   int64_t acquisitions_ = 0;
   ReconcilerMetrics reconcilerMetrics_;

@@ -11,6 +11,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "controller/model/readers.h"
@@ -78,6 +79,10 @@ struct ClusterView {
 };
 
 enum class Action { kBind, kMove, kLost, kKeep, kRefuse };
+
+// The reason of a keep whose set stays on a node that keeps it, whatever room the others have:
+// no problem on the node, nothing over its units.
+inline constexpr std::string_view kHeldReason = "held";
 std::string_view ToString(Action action);
 
 // One device's outcome in a binder pass.
@@ -110,6 +115,22 @@ struct StartTrial {
   std::vector<api::GpuDevice> templates;    // as they will be created
 };
 
+// Free units by node and resource name as a pass counts them (served, less what Bound devices
+// and the pods no device covers hold), for the classes' resource names.
+struct FreeUnits {
+  std::set<std::string> resources;
+  std::unordered_map<std::string, std::map<std::string, int64_t, std::less<>>> byNode;
+};
+
+// Whether a pod's change (before, after: null for none) cannot change a decision of a pass that
+// decided only held keeps (kHeldReason) and left `room` free (issue 26 §1). Such a pass looked
+// at no room but to find the nodes holding more than they serve, whose sets then leave; so a
+// pod that frees units, holds none, asks for no class's resource, is on no node, or held the
+// same there before, changes nothing, and a pod that now holds units changes nothing when they
+// fit in its node's room, which it then takes (so the pods after it are weighed against what
+// is left). False for anything else: a pass must decide.
+bool AbsorbPodChange(FreeUnits& room, const Pod* before, const Pod* after);
+
 class Model {
  public:
   // Reads and indexes the snapshot, which must outlive the model. Throws InvalidSnapshot on a
@@ -137,6 +158,8 @@ class Model {
   // The decisions of one binder pass, in the order the binder takes them: restore the set
   // invariant, move held sets off nodes that cannot keep them, rebind Lost sets, bind new orders.
   std::vector<Decision> PlanPass() const;
+  // Every node's free units (FreeUnits), before any decision of a pass.
+  FreeUnits Free() const;
   // The decisions for the members of a VM start's set that PlanPass would make on a copy of the
   // snapshot with the start applied (its set attached to a new VMI of the name, with no
   // tolerations of its own, each member asking to be bound; the time the start's), found

@@ -471,7 +471,7 @@ void PassPlanner::MoveHeld(const std::vector<DeviceSet*>& held) {
   }
   DecideCordoned(cordoned);
   DecideWaiting(waiting);
-  static const std::string kHeld = "held";
+  static const std::string kHeld(kHeldReason);
   for (const Staying& entry : staying) {
     for (const size_t d : entry.members) {
       Decide(d, Action::kKeep, ix_.nodes[entry.node]->name, kHeld);

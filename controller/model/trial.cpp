@@ -136,7 +136,7 @@ std::optional<std::vector<Decision>> PassPlanner::TryStart(const Model::Index& i
       if (!planner.StaysPut(set)) {
         return std::nullopt;  // it would move or wait: MoveHeld weighs it against the others
       }
-      planner.Decide(set, Action::kKeep, ix.nodes[set.node]->name, "held");
+      planner.Decide(set, Action::kKeep, ix.nodes[set.node]->name, std::string(kHeldReason));
       break;
     case State::kMixed:
       if (base.firstMixed && *base.firstMixed < set.key) {

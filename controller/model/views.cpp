@@ -103,4 +103,46 @@ ClusterView Model::View() const {
   return view;
 }
 
+FreeUnits Model::Free() const {
+  const Index& ix = *index_;
+  FreeUnits room;
+  room.resources.insert(ix.resources.begin(), ix.resources.end());
+  room.byNode.reserve(ix.nodes.size());
+  for (size_t n = 0; n < ix.nodes.size(); ++n) {
+    auto& free = room.byNode[ix.nodes[n]->name];
+    for (size_t r = 0; r < ix.resources.size(); ++r) {
+      free[ix.resources[r]] = ix.Free(n, r);
+    }
+  }
+  return room;
+}
+
+bool AbsorbPodChange(FreeUnits& room, const Pod* before, const Pod* after) {
+  if (after == nullptr || !PodHoldsDevices(*after) || after->nodeName.empty()) {
+    return true;  // it frees units, or holds none on a node
+  }
+  const std::map<std::string, int64_t> requests = PodResourceRequests(*after, room.resources);
+  if (requests.empty()) {
+    return true;
+  }
+  if (before != nullptr && PodHoldsDevices(*before) && before->nodeName == after->nodeName &&
+      PodResourceRequests(*before, room.resources) == requests) {
+    return true;  // counted already
+  }
+  const auto node = room.byNode.find(after->nodeName);
+  if (node == room.byNode.end()) {
+    return false;
+  }
+  for (const auto& [resource, count] : requests) {
+    const auto free = node->second.find(resource);
+    if (free == node->second.end() || free->second < count) {
+      return false;
+    }
+  }
+  for (const auto& [resource, count] : requests) {
+    node->second.find(resource)->second -= count;
+  }
+  return true;
+}
+
 }  // namespace cozy::model

@@ -221,6 +221,36 @@ TEST_F(BinderTest, D4_AnAnswersOnlyPassWritesTheMoveThatFreesTheUnitItAnswersWit
   EXPECT_EQ(d3["status"]["bindResponse"]["result"], "Succeeded");
 }
 
+// Issue 26 §1, the quiet room: only a full pass that decided held keeps alone leaves one (the
+// room each node has left), so the pods cache may take GPU pods without a pass; a pass that
+// binds or refuses, and an answers-only pass, leave none.
+TEST_F(BinderTest, OnlyAFullPassOfHeldKeepsLeavesAQuietRoom) {
+  server_->Seed(testing::ReadyNode("n2"));
+  server_->Seed(testing::GpuNodeObject("n2", 2));
+  client_->Delete(kDevices + "d2");
+  Binder binder(*client_, leading_);
+  const auto now = std::chrono::system_clock::now();
+  BinderResult pass = binder.Pass(Read(), false, true, now);  // d1 is bound: not quiet
+  ASSERT_TRUE(pass.error.empty()) << pass.error;
+  EXPECT_EQ(pass.writes, 1);
+  EXPECT_FALSE(pass.quietRoom);
+  pass = binder.Pass(Read(), true, true, now);  // held keeps, but answers only
+  EXPECT_FALSE(pass.quietRoom);
+  pass = binder.Pass(Read(), false, true, now);
+  ASSERT_TRUE(pass.quietRoom);
+  const std::string node = client_->Get(kDevices + "d1")["status"]["nodeName"];
+  const std::string other = node == "n1" ? "n2" : "n1";
+  const std::string resource =
+      testing::GpuClassObject("a100")["spec"]["source"]["devicePlugin"]["resourceName"];
+  auto served = [](const std::string& n) { return n == "n1" ? 1 : 2; };
+  auto& byNode = pass.quietRoom->byNode;
+  EXPECT_EQ(byNode[node][resource], served(node) - 1) << "d1 holds one of its node's units";
+  EXPECT_EQ(byNode[other][resource], served(other));
+  EXPECT_EQ(pass.quietRoom->resources, std::set<std::string>{resource});
+  server_->Seed(Device("d4", "a100"));  // a new order: the pass binds, not quiet
+  EXPECT_FALSE(binder.Pass(Read(), false, true, now).quietRoom);
+}
+
 // Issue 26 §1: the binds of a pass, which stand on no write before them, are in flight together
 // (up to Binder::kWriters): with every status write held 2 s by the server, eight are received
 // before the first is answered. One after the other, the second would come only after that.

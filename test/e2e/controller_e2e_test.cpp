@@ -208,6 +208,61 @@ TEST_F(ControllerEndToEnd, Issue26_PodChurnThatCannotChangeADecisionWakesNoPass)
       << "a pod asking for the GPU wakes the binder";
 }
 
+// Issue 26 §1, the quiet room: once a full pass decided only held keeps, a GPU pod whose units
+// fit in its node's room wakes no pass (the room takes them), and a pod that overfills the node
+// wakes one, which moves the set off it.
+TEST_F(ControllerEndToEnd, Issue26_OnAQuietClusterAPodThatFitsWakesNoPassAndOneThatOverfills) {
+  GpuNode("n1", 2);
+  GpuNode("n2", 2);
+  Apply(Class("a100"));
+  StartReplica("replica-a", {"--enable-gpu", "--resync", "1h"});
+  Apply(Device("held"));
+  ASSERT_TRUE(WaitFor([&] { return Phase("held") == "Bound"; })) << Logs();
+  const std::string node = NodeOf("held"), other = node == "n1" ? "n2" : "n1";
+  const std::string full = "gpu_controller_binder_passes_total{kind=\"full\"}";
+  const std::string quiet = "gpu_controller_binder_quiet";
+  const std::string absorbed = "gpu_controller_binder_quiet_pod_changes_total";
+  // Settled: the room is, and no pass ran for a second (a pass's count lands after its room).
+  double fullBefore = -1;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const double f = Metric("replica-a", full);
+        const bool same = f == fullBefore && Metric("replica-a", quiet) == 1;
+        fullBefore = f;
+        if (!same) std::this_thread::sleep_for(1s);
+        return same;
+      },
+      20s))
+      << Metrics("replica-a");
+  const std::string resource =
+      testing::GpuClassObject("a100")["spec"]["source"]["devicePlugin"]["resourceName"];
+  auto pod = [&](const std::string& name) {
+    return json{
+        {"apiVersion", "v1"},
+        {"kind", "Pod"},
+        {"metadata", {{"name", name}, {"namespace", Tenant()}}},
+        {"spec",
+         {{"nodeName", node},
+          {"containers",
+           {{{"name", "c"},
+             {"image", "busybox"},
+             {"resources", {{"requests", {{resource, "1"}}}, {"limits", {{resource, "1"}}}}}}}}}}};
+  };
+  Apply(pod("raw-1"));  // the node's last free unit
+  ASSERT_TRUE(WaitFor([&] { return Metric("replica-a", absorbed) >= 1; }, 20s))
+      << Metrics("replica-a");
+  std::this_thread::sleep_for(1500ms);  // a pass it woke would have run by now (50 ms debounce)
+  EXPECT_EQ(Metric("replica-a", full), fullBefore) << "a pod that fits woke the binder\n" << Logs();
+  EXPECT_EQ(NodeOf("held"), node);
+
+  Apply(pod("raw-2"));  // one more than the node serves: the set must leave
+  EXPECT_TRUE(WaitFor([&] { return NodeOf("held") == other; }, 20s))
+      << "a pod that overfills the node wakes a pass that moves the set\n"
+      << Logs();
+  EXPECT_TRUE(WaitFor([&] { return Metric("replica-a", full) > fullBefore; }, 5s));
+  EXPECT_EQ(Metric("replica-a", absorbed), 1);
+}
+
 TEST_F(ControllerEndToEnd, G9_ANonPositiveAttachmentGraceIsRefused) {
   for (const std::string grace : {"0s", "-1s", "0"}) {
     const auto result = testing::RunCommand(std::string(GPU_CONTROLLER) + " run --kubeconfig " +
