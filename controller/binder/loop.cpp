@@ -71,10 +71,15 @@ void QuietRoom::Settle(model::FreeUnits room) {
 bool QuietRoom::Absorbs(const model::Pod* before, const model::Pod* after) {
   std::lock_guard lock(mutex_);
   if (!room_) return false;
+  bool absorbed = false;
   try {
-    if (!model::AbsorbPodChange(*room_, before, after)) return false;
+    absorbed = model::AbsorbPodChange(*room_, before, after);
   } catch (const std::exception&) {
-    return false;  // a quantity the model cannot read: the pass says what
+    // a quantity the model cannot read: the pass says what
+  }
+  if (!absorbed) {
+    room_.reset();  // the room no longer says what is free; the pass this wakes settles anew
+    return false;
   }
   ++absorbed_;
   return true;

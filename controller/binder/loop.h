@@ -62,7 +62,7 @@ class QuietRoom {
   void Unsettle();
   void Settle(model::FreeUnits room);
   // Whether the change is absorbed (taking its units from the room); false while unsettled,
-  // and for a change the model cannot read.
+  // and for a change the room turns down or the model cannot read, which unsettles it.
   bool Absorbs(const model::Pod* before, const model::Pod* after);
   bool Settled() const;
   int64_t Absorbed() const;  // changes absorbed, ever

@@ -1,11 +1,15 @@
 // Small builders for model snapshots, so each test states only what its rule is about.
 #pragma once
 
+#include <cstdint>
+#include <cstdlib>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "api/keys.h"
+#include "controller/model/model.h"
 #include "controller/model/snapshot.h"
 
 namespace cozy::model::testing {
@@ -120,6 +124,21 @@ inline Namespace MakeTenant(const std::string& name, const std::vector<std::stri
 
 inline ResourceQuota MakeQuota(const std::string& ns, ResourceList hard) {
   return ResourceQuota{ns, "gpu", std::move(hard)};
+}
+
+// A decision as one line, for comparing two passes' decisions and naming the one that differs.
+inline std::string DescribeDecision(const Decision& d) {
+  return d.deviceNamespace + "/" + d.deviceName + " " + std::string(ToString(d.action)) + " " +
+         d.node + (d.startRefused ? " (start refused)" : "") + ": " + d.reason;
+}
+
+// The seeds of a property test: the fixed one and one drawn for this run, or the one
+// COZY_PROPERTY_SEED names (a failure prints its seed to replay).
+inline std::vector<uint32_t> PropertySeeds(uint32_t fixed) {
+  if (const char* replay = std::getenv("COZY_PROPERTY_SEED")) {
+    return {static_cast<uint32_t>(std::strtoul(replay, nullptr, 10))};
+  }
+  return {fixed, std::random_device{}()};
 }
 
 }  // namespace cozy::model::testing
