@@ -291,6 +291,7 @@ json FakeApiServer::CreateLocked(const ResourceType& type, const std::string& ns
   if (dryRun) return FromStorage(type.group, type.plural, std::move(object));
   metadata["resourceVersion"] = std::to_string(++resourceVersion_);
   store[key] = object;
+  TrackCollectableLocked(stored.StoreKey(), key, &object);
   RecordEventLocked(stored, "ADDED", object);
   if (type.plural == "customresourcedefinitions") RegisterCrdLocked(object);
   if (!metadata.value("ownerReferences", json::array()).empty()) settleNeeded_ = true;
@@ -404,6 +405,7 @@ json FakeApiServer::WriteLocked(const ResourceType& type, const std::string& key
 json FakeApiServer::CommitLocked(const ResourceType& type, const std::string& key, json object) {
   object["metadata"]["resourceVersion"] = std::to_string(++resourceVersion_);
   objects_[type.StoreKey()][key] = object;
+  TrackCollectableLocked(type.StoreKey(), key, &object);
   RecordEventLocked(type, "MODIFIED", object);
   if (type.plural == "customresourcedefinitions") RegisterCrdLocked(object);
   if (IsDeleting(object)) {
@@ -431,6 +433,7 @@ void FakeApiServer::RemoveLocked(const ResourceType& type, const std::string& ke
   }
   json object = it->second;
   store.erase(it);
+  TrackCollectableLocked(type.StoreKey(), key, nullptr);
   object["metadata"]["resourceVersion"] = std::to_string(++resourceVersion_);
   RecordEventLocked(type, "DELETED", object);
 }
@@ -612,20 +615,43 @@ void FakeApiServer::SettleLocked() {
   }
 }
 
+void FakeApiServer::TrackCollectableLocked(const std::string& storeKey, const std::string& key,
+                                           const json* object) {
+  bool collectable = false;
+  if (object != nullptr && object->contains("metadata")) {
+    const json& metadata = (*object)["metadata"];
+    const auto references = metadata.find("ownerReferences");
+    collectable = references != metadata.end() && references->is_array() && !references->empty();
+    if (!collectable && IsDeleting(*object)) {
+      for (const std::string& finalizer : Finalizers(*object)) {
+        collectable = collectable || finalizer == "orphan" || finalizer == "foregroundDeletion";
+      }
+    }
+  }
+  if (collectable) {
+    collectable_.emplace(storeKey, key);
+  } else {
+    collectable_.erase({storeKey, key});
+  }
+}
+
 void FakeApiServer::CollectGarbageLocked() {
-  // Every object by uid, and the dependents of every owner uid.
+  // The objects it can act on (collectable_: every other object is left as it is below), and
+  // the dependents of every owner uid.
   struct Place {
     std::string storeKey;
     std::string key;
   };
   std::map<std::string, std::vector<Place>> dependents;
   std::vector<Place> all;
-  for (const auto& [storeKey, store] : objects_) {
-    for (const auto& [key, object] : store) {
-      all.push_back({storeKey, key});
-      for (const auto& reference : object["metadata"].value("ownerReferences", json::array())) {
-        dependents[reference.value("uid", "")].push_back({storeKey, key});
-      }
+  for (const auto& [storeKey, key] : collectable_) {
+    auto store = objects_.find(storeKey);
+    if (store == objects_.end()) continue;
+    auto it = store->second.find(key);
+    if (it == store->second.end()) continue;
+    all.push_back({storeKey, key});
+    for (const auto& reference : it->second["metadata"].value("ownerReferences", json::array())) {
+      dependents[reference.value("uid", "")].push_back({storeKey, key});
     }
   }
   auto find = [this](const Place& place) -> json* {

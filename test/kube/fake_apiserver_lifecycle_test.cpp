@@ -583,6 +583,53 @@ TEST(FakeGarbageCollector, OrphanRemovesTheReferencesAndKeepsTheDependents) {
   EXPECT_FALSE(orphan.body["metadata"].contains("ownerReferences"));
 }
 
+// The collector visits only objects that have owners or hold its finalizers (the fake keeps
+// them in an index, so a write on a server of 100,000 ownerless pods does not walk them all):
+// an owner gained or dropped by a later write counts as at creation, and an owner that goes
+// while its dependents wait takes them with it.
+TEST(FakeGarbageCollector, OwnersGainedOrDroppedByAWriteCountAsAtCreation) {
+  auto server = StartWithNamespace();
+  auto owner = Call(*server, "POST", kConfigMaps, ConfigMap("owner")).body;
+  ASSERT_EQ(Call(*server, "POST", kConfigMaps, ConfigMap("adopted")).status, 201);
+  json released = ConfigMap("released");
+  released["metadata"]["ownerReferences"] = {OwnerRef(owner)};
+  ASSERT_EQ(Call(*server, "POST", kConfigMaps, released).status, 201);
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_EQ(
+        Call(*server, "POST", kConfigMaps, ConfigMap("bystander-" + std::to_string(i))).status,
+        201);
+  }
+  ASSERT_EQ(
+      Call(*server, "PATCH", kConfigMaps + "/adopted",
+           {{"metadata", {{"ownerReferences", {OwnerRef(owner)}}}}}, "application/merge-patch+json")
+          .status,
+      200);
+  ASSERT_EQ(Call(*server, "PATCH", kConfigMaps + "/released",
+                 {{"metadata", {{"ownerReferences", nullptr}}}}, "application/merge-patch+json")
+                .status,
+            200);
+  // A bystander deleted first wakes the collector with nothing of its own to do.
+  ASSERT_EQ(Call(*server, "DELETE", kConfigMaps + "/bystander-0").status, 200);
+  EXPECT_EQ(Call(*server, "GET", kConfigMaps + "/adopted").status, 200);
+
+  ASSERT_EQ(
+      Call(*server, "DELETE", kConfigMaps + "/owner", {{"propagationPolicy", "Background"}}).status,
+      200);
+  EXPECT_EQ(Call(*server, "GET", kConfigMaps + "/adopted").status, 404);
+  EXPECT_EQ(Call(*server, "GET", kConfigMaps + "/released").status, 200);
+  EXPECT_EQ(Call(*server, "GET", kConfigMaps + "/bystander-1").status, 200);
+
+  // A dependent created after its owner went is collected at once, as the real collector does
+  // once it resolves the reference; a same-named object in its place is a new one.
+  json late = ConfigMap("late");
+  late["metadata"]["ownerReferences"] = {OwnerRef(owner)};
+  ASSERT_EQ(Call(*server, "POST", kConfigMaps, late).status, 201);
+  EXPECT_EQ(Call(*server, "GET", kConfigMaps + "/late").status, 404);
+  ASSERT_EQ(Call(*server, "POST", kConfigMaps, ConfigMap("late")).status, 201);
+  ASSERT_EQ(Call(*server, "DELETE", kConfigMaps + "/bystander-2").status, 200);
+  EXPECT_EQ(Call(*server, "GET", kConfigMaps + "/late").status, 200);
+}
+
 TEST(FakeKinds, BuiltinKindsValidateTheBasics) {
   auto server = StartWithNamespace();
   auto badName = Call(*server, "POST", kConfigMaps, ConfigMap("Not_A_Name"));
