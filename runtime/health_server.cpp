@@ -1,5 +1,7 @@
 #include "runtime/health_server.h"
 
+#include "runtime/metrics.h"
+
 namespace cozy::runtime {
 
 HealthServer::HealthServer() : lastBeat_(std::chrono::steady_clock::now()) {
@@ -17,8 +19,17 @@ HealthServer::HealthServer() : lastBeat_(std::chrono::steady_clock::now()) {
                   : HttpResponse{503, "text/plain; charset=utf-8", "first pass not done\n"};
   });
   server_.Handle("/metrics", [this] {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", metrics_};
+    // The daemon's text as it last set it, then the process's own figures as they are now
+    // (read from the kernel, not the daemon: a stalled loop still shows its CPU and memory).
+    MetricsWriter process;
+    WriteProcessMetrics(process);
+    std::string text;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      text = metrics_;
+    }
+    text += process.Take();
+    return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", std::move(text)};
   });
 }
 

@@ -1,6 +1,12 @@
 #include "runtime/metrics.h"
 
+#include <dirent.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <fstream>
 
 namespace cozy::runtime {
 
@@ -72,6 +78,52 @@ void Histogram::Write(MetricsWriter& out, std::string_view name) const {
   out.Sample(bucket, Label("le", "+Inf"), static_cast<double>(count_));
   out.Sample(std::string(name) + "_sum", "", sum_);
   out.Sample(std::string(name) + "_count", "", static_cast<double>(count_));
+}
+
+namespace {
+
+// Entries of /proc/self/fd but the directory handle that reads it; -1 when it cannot be read.
+int OpenFds() {
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  int count = 0;
+  while (const dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] != '.') ++count;
+  }
+  closedir(dir);
+  return count - 1;
+}
+
+}  // namespace
+
+void WriteProcessMetrics(MetricsWriter& out) {
+  timespec cpu{};
+  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu) == 0) {
+    out.Family("process_cpu_seconds_total", "counter",
+               "Total user and system CPU time spent in seconds.");
+    out.Sample("process_cpu_seconds_total", "",
+               static_cast<double>(cpu.tv_sec) + static_cast<double>(cpu.tv_nsec) / 1e9);
+  }
+  // /proc/self/statm: size and resident, in pages.
+  std::ifstream statm("/proc/self/statm");
+  double size = 0;
+  double resident = 0;
+  if (statm >> size >> resident) {
+    const auto page = static_cast<double>(sysconf(_SC_PAGESIZE));
+    out.Family("process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.");
+    out.Sample("process_virtual_memory_bytes", "", size * page);
+    out.Family("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
+    out.Sample("process_resident_memory_bytes", "", resident * page);
+  }
+  if (const int fds = OpenFds(); fds >= 0) {
+    out.Family("process_open_fds", "gauge", "Number of open file descriptors.");
+    out.Sample("process_open_fds", "", fds);
+  }
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY) {
+    out.Family("process_max_fds", "gauge", "Maximum number of open file descriptors.");
+    out.Sample("process_max_fds", "", static_cast<double>(files.rlim_cur));
+  }
 }
 
 }  // namespace cozy::runtime

@@ -27,6 +27,14 @@ std::string Label(std::string_view key, std::string_view value);
 // A sample value: shortest form that reads back the same (%.9g).
 std::string MetricNumber(double value);
 
+// The process's own figures under the names Prometheus's client libraries give them, so that a
+// hoster's dashboards for any exporter read ours: process_cpu_seconds_total (user and system
+// CPU of every thread the process ran, ended ones included, to the nanosecond: the clock
+// CLOCK_PROCESS_CPUTIME_ID, not /proc's 10 ms ticks), process_resident_memory_bytes,
+// process_virtual_memory_bytes, process_open_fds and process_max_fds. A figure the kernel does
+// not give is left out, never written as zero.
+void WriteProcessMetrics(MetricsWriter& out);
+
 // Observations counted into buckets with fixed upper bounds (+Inf implied).
 class Histogram {
  public:

@@ -16,6 +16,7 @@
 // The size is bench_churn 5000 100000 50 60 (a machine with a few GB free). With
 // BENCH_GPU_CONTROLLER=/path/to/gpu-controller it drives that build instead (an earlier
 // commit's: the before and after of a change, on the same cluster and churn).
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,6 +32,8 @@
 #include <vector>
 
 #include "api/time.h"
+#include "controller/model/readers.h"
+#include "controller/snapshot_json.h"
 #include "kube/client.h"
 #include "kube/config.h"
 #include "test/bench/real_cluster.h"
@@ -94,6 +97,19 @@ double CpuSeconds(pid_t pid) {
   return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
+// The controller's CPU seconds: its own process_cpu_seconds_total (to the nanosecond, ended
+// threads included), or /proc's ticks for a build that does not export it (an earlier commit's
+// through BENCH_GPU_CONTROLLER).
+bool preciseCpu = true;
+double Cpu(pid_t pid, const std::string& metrics) {
+  if (metrics.find("\nprocess_cpu_seconds_total ") != std::string::npos) {
+    return cozy::bench::Sum(metrics, "process_cpu_seconds_total",
+                            [](const std::map<std::string, std::string>&) { return true; });
+  }
+  preciseCpu = false;
+  return CpuSeconds(pid);
+}
+
 double ResidentMiB(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   for (std::string line; std::getline(in, line);) {
@@ -122,7 +138,7 @@ double Metric(const std::string& metrics, const std::string& name, const char* k
 Phase Measure(pid_t controller, int port, int seconds, int rate,
               const std::function<void(int)>& event) {
   const std::string before = cozy::bench::ControllerMetrics(port);
-  const double cpuBefore = CpuSeconds(controller);
+  const double cpuBefore = Cpu(controller, before);
   const auto start = Clock::now();
   Phase phase;
   if (rate > 0 && event) {
@@ -137,7 +153,7 @@ Phase Measure(pid_t controller, int port, int seconds, int rate,
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the metrics' next tick
   const double wall = Seconds(Clock::now() - start);
   const std::string after = cozy::bench::ControllerMetrics(port);
-  phase.cpuPerSecond = (CpuSeconds(controller) - cpuBefore) / wall;
+  phase.cpuPerSecond = (Cpu(controller, after) - cpuBefore) / wall;
   phase.binderPasses = Metric(after, "gpu_controller_binder_passes_total", "kind", "full") -
                        Metric(before, "gpu_controller_binder_passes_total", "kind", "full");
   phase.reconcilePasses = Metric(after, "gpu_controller_reconcile_passes_total") -
@@ -194,6 +210,38 @@ std::vector<double> BindRequests(const std::filesystem::path& kubeconfig, const 
     answers.push_back(answered);
   }
   return answers;
+}
+
+// The reference walk, the other peer: the least that taking the churn's pod events
+// costs, in this process on one thread: each event's text (a pod as the server stores it, in a
+// watch event) parsed and decoded as the controller's pods cache decodes it, and the model's
+// filter asked whether it matters. Returns CPU seconds per event.
+double ReferenceWalk(const cozy::fake::FakeApiServer& server, int pods) {
+  std::vector<std::string> lines;
+  const int step = std::max(1, pods / 1000);
+  for (int i = 0; i < pods; i += step) {
+    const json object = server.Object("v1", "pods", Tenant(i), "p" + std::to_string(i));
+    if (object.is_object()) lines.push_back(json{{"type", "MODIFIED"}, {"object", object}}.dump());
+  }
+  if (lines.empty()) return 0;
+  auto threadCpu = [] {
+    timespec now{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+    return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) / 1e9;
+  };
+  int matters = 0;
+  const int rounds = 5;
+  const double start = threadCpu();
+  for (int round = 0; round < rounds; ++round) {
+    for (const std::string& line : lines) {
+      const json event = json::parse(line);
+      const cozy::model::Pod pod = cozy::controller::PodFromJson(event.at("object"));
+      matters += cozy::model::PodChangeMatters(nullptr, &pod) ? 1 : 0;
+    }
+  }
+  const double perEvent = (threadCpu() - start) / static_cast<double>(rounds * lines.size());
+  if (matters == 0) std::printf("(no pod of the reference walk asks for a GPU)\n");
+  return perEvent;
 }
 
 double Quantile(std::vector<double> values, double q) {
@@ -340,17 +388,22 @@ int Run(int nodes, int pods, int rate, int seconds, int binds) {
   // Per 1,000 pods: the slope between two runs of different pod counts (docs/benchmarks.md);
   // this run's total has everything else in it.
   std::printf("controller resident memory %.1f MiB\n", ResidentMiB(controller));
-  // /proc counts CPU in clock ticks (10 ms): a quiet phase of a tick or two is a coarse floor.
-  const double ticks =
-      floor.cpuPerSecond * (seconds + 1.5) * static_cast<double>(sysconf(_SC_CLK_TCK));
+  // The controller's own CPU clock (process_cpu_seconds_total) counts to the nanosecond; /proc's
+  // ticks (an earlier build's) count 10 ms, and a quiet phase may use none.
   if (floor.cpuPerSecond > 0) {
-    std::printf(
-        "churn CPU / quiet CPU: %.0fx (goal: within 2x; the quiet phase used %.0f clock "
-        "ticks)\n",
-        churn.cpuPerSecond / floor.cpuPerSecond, ticks);
+    std::printf("churn CPU / quiet CPU: %.1fx (goal: within 2x; quiet %.3f %% of a core%s)\n",
+                churn.cpuPerSecond / floor.cpuPerSecond, floor.cpuPerSecond * 100,
+                preciseCpu ? "" : ", counted in /proc's 10 ms ticks");
   } else {
     std::printf("churn CPU / quiet CPU: the quiet phase used no clock tick\n");
   }
+  const double reference = ReferenceWalk(server, pods);
+  const double eventsPerSecond = churn.events / (seconds + 1.5);
+  std::printf(
+      "reference walk: %.1f us of CPU per pod event (parse and decode alone); at the churn's "
+      "%.0f events/s %.3f %% of a core; churn CPU above the floor / reference: %.1fx\n",
+      reference * 1e6, eventsPerSecond, reference * eventsPerSecond * 100,
+      (churn.cpuPerSecond - floor.cpuPerSecond) / (reference * eventsPerSecond));
   std::printf("churn CPU %.2f %% of a core (goal: under 5 %%)\n", churn.cpuPerSecond * 100);
   cozy::testing::Finish(controller);
   std::filesystem::remove_all(work);
