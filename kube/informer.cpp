@@ -61,16 +61,15 @@ std::string Informer::Key(const json& object) {
   return ns.empty() ? name : ns + "/" + name;
 }
 
-json Informer::Stored(const json& object) const {
-  if (options_.keepObjects) return object;
-  const json& metadata = object.at("metadata");
-  json stub = {{"metadata",
-                {{"name", metadata.at("name")},
-                 {"resourceVersion", metadata.value("resourceVersion", "")}}}};
-  if (const auto ns = metadata.find("namespace"); ns != metadata.end()) {
-    stub["metadata"]["namespace"] = *ns;
+json Informer::Stub(const std::string& key, const std::string& resourceVersion) {
+  json metadata = {{"resourceVersion", resourceVersion}};
+  if (const auto slash = key.find('/'); slash != std::string::npos) {
+    metadata["namespace"] = key.substr(0, slash);
+    metadata["name"] = key.substr(slash + 1);
+  } else {
+    metadata["name"] = key;
   }
-  return stub;
+  return {{"metadata", std::move(metadata)}};
 }
 
 void Informer::ListAndReplace() {
@@ -81,14 +80,19 @@ void Informer::ListAndReplace() {
   // fails on a later page has handed over newer states of some objects, which the relist after
   // the backoff hands over again (the stubs still hold the old resourceVersions).
   std::map<std::string, json> fresh;
+  std::map<std::string, std::string> freshVersions;
   size_t index = 0;
   const auto changed = [this](const std::string& key, const json& object) -> const char* {
-    const auto old = cache_.find(key);
-    if (old == cache_.end()) return "ADDED";
-    return StringField(old->second["metadata"], "resourceVersion") !=
-                   StringField(object["metadata"], "resourceVersion")
-               ? "MODIFIED"
-               : nullptr;
+    const std::string version = StringField(object["metadata"], "resourceVersion");
+    if (options_.keepObjects) {
+      const auto old = cache_.find(key);
+      if (old == cache_.end()) return "ADDED";
+      return StringField(old->second["metadata"], "resourceVersion") != version ? "MODIFIED"
+                                                                                : nullptr;
+    }
+    const auto old = versions_.find(key);
+    if (old == versions_.end()) return "ADDED";
+    return old->second != version ? "MODIFIED" : nullptr;
   };
   // Client::ListPages checked each page's shape; the cache also needs every item named.
   const json metadata = client_.ListPages(
@@ -106,19 +110,24 @@ void Informer::ListAndReplace() {
             continue;
           }
           if (const char* type = changed(key, item)) handler_({type, item});
-          fresh[key] = Stored(item);
+          freshVersions[key] = StringField(item["metadata"], "resourceVersion");
         }
         page["items"] = json::array();  // this page's objects go now
       });
-  for (const auto& [key, object] : cache_) {
-    if (!fresh.count(key)) handler_({"DELETED", object});
-  }
   if (options_.keepObjects) {
+    for (const auto& [key, object] : cache_) {
+      if (!fresh.count(key)) handler_({"DELETED", object});
+    }
     for (const auto& [key, object] : fresh) {
       if (const char* type = changed(key, object)) handler_({type, object});
     }
+    cache_ = std::move(fresh);
+  } else {
+    for (const auto& [key, version] : versions_) {
+      if (!freshVersions.count(key)) handler_({"DELETED", Stub(key, version)});
+    }
+    versions_ = std::move(freshVersions);
   }
-  cache_ = std::move(fresh);
   resourceVersion_ = StringField(metadata, "resourceVersion");
   needList_ = false;
   synced_ = true;
@@ -139,12 +148,30 @@ void Informer::OpenWatch(TimePoint now) {
 void Informer::Apply(const WatchEvent& event, const std::string& key) {
   // The cache changes first (a handler may read it), and back if the handler throws, so
   // the relist that follows the failure delivers the event again.
+  if (!options_.keepObjects) {
+    std::optional<std::string> previous;
+    if (auto it = versions_.find(key); it != versions_.end()) {
+      previous = std::move(it->second);
+      versions_.erase(it);
+    }
+    if (event.type != "DELETED") {
+      versions_[key] = StringField(event.object["metadata"], "resourceVersion");
+    }
+    try {
+      handler_(event);
+    } catch (...) {
+      versions_.erase(key);
+      if (previous) versions_[key] = std::move(*previous);
+      throw;
+    }
+    return;
+  }
   std::optional<json> previous;
   if (auto it = cache_.find(key); it != cache_.end()) {
     previous = std::move(it->second);
     cache_.erase(it);
   }
-  if (event.type != "DELETED") cache_[key] = Stored(event.object);
+  if (event.type != "DELETED") cache_[key] = event.object;
   try {
     handler_(event);
   } catch (...) {

@@ -399,11 +399,15 @@ int Run(int nodes, int pods, int rate, int seconds, int binds) {
   }
   const double reference = ReferenceWalk(server, pods);
   const double eventsPerSecond = churn.events / (seconds + 1.5);
-  std::printf(
-      "reference walk: %.1f us of CPU per pod event (parse and decode alone); at the churn's "
-      "%.0f events/s %.3f %% of a core; churn CPU above the floor / reference: %.1fx\n",
-      reference * 1e6, eventsPerSecond, reference * eventsPerSecond * 100,
-      (churn.cpuPerSecond - floor.cpuPerSecond) / (reference * eventsPerSecond));
+  if (reference > 0) {
+    std::printf(
+        "reference walk: %.1f us of CPU per pod event (parse and decode alone); at the churn's "
+        "%.0f events/s %.3f %% of a core; churn CPU above the floor / reference: %.1fx\n",
+        reference * 1e6, eventsPerSecond, reference * eventsPerSecond * 100,
+        (churn.cpuPerSecond - floor.cpuPerSecond) / (reference * eventsPerSecond));
+  } else {
+    std::printf("reference walk: no seeded pods to walk\n");
+  }
   std::printf("churn CPU %.2f %% of a core (goal: under 5 %%)\n", churn.cpuPerSecond * 100);
   cozy::testing::Finish(controller);
   std::filesystem::remove_all(work);

@@ -509,10 +509,10 @@ TEST(Informer, ListsWatchesResumesAfterADropAndRelistsAfterExpiry) {
 }
 
 // Issue 23, High 4: a consumer that keeps what it needs from the events (kube::Cache) must not
-// pay for a second, raw copy of every object. With keepObjects off the informer holds stubs
-// (name, namespace, resourceVersion), hands over whole objects, and still tells a relist's
-// changes apart from what stayed.
-TEST(Informer, WithoutKeptObjectsItHoldsStubsAndStillDiffsARelist) {
+// pay for a second, raw copy of every object. With keepObjects off the informer holds each
+// object's resourceVersion alone, hands over whole objects, and still tells a relist's changes
+// apart from what stayed.
+TEST(Informer, WithoutKeptObjectsItHoldsVersionsAndStillDiffsARelist) {
   auto server = StartFakeApiServer();
   Client client(ConfigFor(*server), TestClientOptions(DefaultTimeSource()));
   server->Seed(Pod("a", "n1"));
@@ -523,33 +523,44 @@ TEST(Informer, WithoutKeptObjectsItHoldsStubsAndStillDiffsARelist) {
   options.watchTimeoutSeconds = 30;
   options.backoff = {10ms, 100ms, 2.0, 0.0};
   Informer informer(client, "/api/v1/pods", options, [&seen](const WatchEvent& event) {
-    // The events carry the whole object.
-    EXPECT_EQ(event.object["spec"]["nodeName"], "n1") << event.object.dump();
+    // The events carry the whole object; a deletion a relist finds, a stub of what was kept
+    // (name, namespace and the last resourceVersion seen).
+    if (event.type == "DELETED") {
+      EXPECT_EQ(event.object["metadata"]["namespace"], "tenant") << event.object.dump();
+      EXPECT_FALSE(event.object["metadata"].value("resourceVersion", "").empty());
+    } else {
+      EXPECT_EQ(event.object["spec"]["nodeName"], "n1") << event.object.dump();
+    }
     seen.push_back(event.type + " " + event.object["metadata"]["name"].get<std::string>());
   });
   informer.RunFor(5s, [&] { return informer.Synced() && informer.Stats().watches == 1; });
   ASSERT_EQ(informer.Stats().watches, 1) << informer.LastError();
-  ASSERT_EQ(informer.Cache().size(), 2u);
-  const json stub = informer.Cache().at("tenant/a");
-  EXPECT_FALSE(stub.contains("spec")) << stub.dump();
-  EXPECT_EQ(stub["metadata"]["name"], "a");
-  EXPECT_EQ(stub["metadata"]["namespace"], "tenant");
-  EXPECT_FALSE(stub["metadata"]["resourceVersion"].get<std::string>().empty());
-  EXPECT_EQ(stub["metadata"].size(), 3u) << stub.dump();
+  // Of each object only its resourceVersion, the server's.
+  EXPECT_TRUE(informer.Cache().empty());
+  ASSERT_EQ(informer.Versions().size(), 2u);
+  EXPECT_EQ(informer.Versions().at("tenant/a"),
+            server->Object("v1", "pods", "tenant", "a")["metadata"]["resourceVersion"]);
   // The watch is open once an event came through it.
   server->Seed(Pod("w", "n1"));
-  informer.RunFor(5s, [&] { return informer.Cache().count("tenant/w") > 0; });
+  informer.RunFor(5s, [&] { return informer.Versions().count("tenant/w") > 0; });
   ASSERT_EQ(seen.back(), "ADDED w");
-  // A relist after expiry: b changed, a and w did not, c is new.
+  // A relist after expiry: b changed, a did not, c is new, w went.
   server->ExpireWatches();
   client.MergePatch("/api/v1/namespaces/tenant/pods/b", {{"metadata", {{"labels", {{"x", "1"}}}}}});
   server->Seed(Pod("c", "n1"));
+  DeleteOptions now;
+  now.gracePeriodSeconds = 0;
+  client.Delete("/api/v1/namespaces/tenant/pods/w", now);
   seen.clear();
   informer.RunFor(5s, [&] { return informer.Stats().lists == 2; });
   ASSERT_EQ(informer.Stats().lists, 2) << informer.LastError();
   std::sort(seen.begin(), seen.end());
-  EXPECT_EQ(seen, (std::vector<std::string>{"ADDED c", "MODIFIED b"})) << informer.LastError();
-  EXPECT_FALSE(informer.Cache().at("tenant/b").contains("spec"));
+  EXPECT_EQ(seen, (std::vector<std::string>{"ADDED c", "DELETED w", "MODIFIED b"}))
+      << informer.LastError();
+  EXPECT_EQ(informer.Versions().count("tenant/w"), 0u);
+  EXPECT_EQ(informer.Versions().at("tenant/b"),
+            server->Object("v1", "pods", "tenant", "b")["metadata"]["resourceVersion"]);
+  EXPECT_TRUE(informer.Cache().empty());
 }
 
 TEST(Informer, BacksOffWhileTheServerFailsAndRecovers) {
