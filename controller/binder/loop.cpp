@@ -61,28 +61,74 @@ bool BinderLoop::StartPass() {
 void QuietRoom::Unsettle() {
   std::lock_guard lock(mutex_);
   room_.reset();
+  recording_ = false;
+  overflowed_ = false;
+  recorded_.clear();
 }
 
-void QuietRoom::Settle(model::FreeUnits room) {
+void QuietRoom::BeginPass() {
   std::lock_guard lock(mutex_);
-  room_ = std::move(room);
+  room_.reset();
+  recording_ = true;
+  overflowed_ = false;
+  recorded_.clear();
 }
 
-bool QuietRoom::Absorbs(const model::Pod* before, const model::Pod* after) {
-  std::lock_guard lock(mutex_);
-  if (!room_) return false;
-  bool absorbed = false;
+bool QuietRoom::TryAbsorb(model::FreeUnits& room, const model::Pod* before,
+                          const model::Pod* after) {
   try {
-    absorbed = model::AbsorbPodChange(*room_, before, after);
+    return model::AbsorbPodChange(room, before, after);
   } catch (const std::exception&) {
-    // a quantity the model cannot read: the pass says what
+    return false;  // a quantity the model cannot read: the pass says what
   }
-  if (!absorbed) {
+}
+
+bool QuietRoom::Settle(model::FreeUnits room) {
+  std::lock_guard lock(mutex_);
+  bool passAgain = !recording_ || overflowed_;
+  for (const Change& change : recorded_) {
+    if (passAgain) break;
+    passAgain = !TryAbsorb(room, change.before ? &*change.before : nullptr,
+                           change.after ? &*change.after : nullptr);
+  }
+  if (!passAgain) {
+    absorbed_ += static_cast<int64_t>(recorded_.size());
+    room_ = std::move(room);
+  }
+  recording_ = false;
+  overflowed_ = false;
+  recorded_.clear();
+  return passAgain;
+}
+
+bool QuietRoom::EndPass() {
+  std::lock_guard lock(mutex_);
+  const bool passAgain = !recording_ || overflowed_ || !recorded_.empty();
+  room_.reset();
+  recording_ = false;
+  overflowed_ = false;
+  recorded_.clear();
+  return passAgain;
+}
+
+QuietRoom::Take QuietRoom::Absorbs(const model::Pod* before, const model::Pod* after) {
+  std::lock_guard lock(mutex_);
+  if (recording_) {
+    if (recorded_.size() < kRecordLimit) {
+      recorded_.push_back({before ? std::optional<model::Pod>(*before) : std::nullopt,
+                           after ? std::optional<model::Pod>(*after) : std::nullopt});
+    } else {
+      overflowed_ = true;
+    }
+    return Take::kRecorded;
+  }
+  if (!room_) return Take::kRefused;
+  if (!TryAbsorb(*room_, before, after)) {
     room_.reset();  // the room no longer says what is free; the pass this wakes settles anew
-    return false;
+    return Take::kRefused;
   }
   ++absorbed_;
-  return true;
+  return Take::kAbsorbed;
 }
 
 int64_t QuietRoom::Absorbed() const {
@@ -99,8 +145,9 @@ BinderLoop::PassResult BinderLoop::RunPass(bool answersOnly) {
   const auto started = std::chrono::steady_clock::now();
   PassResult pass;
   pass.answersOnly = answersOnly;
-  // Before the caches are read: a pod change from here on wakes a pass (which reads it).
-  quietRoom_.Unsettle();
+  // Before the caches are read: a pod change from here on is recorded for the end of the pass.
+  quietRoom_.BeginPass();
+  bool settling = false;
   try {
     model::Snapshot snapshot;
     auto cachedDevices = source_.CachedDevices();
@@ -154,12 +201,14 @@ BinderLoop::PassResult BinderLoop::RunPass(bool answersOnly) {
     BinderResult& result = pass.result;
     if (result.quietRoom && result.error.empty() && !result.incomplete && result.failures == 0 &&
         result.conflicts == 0 && result.heldOff == 0 && leading_.load()) {
-      quietRoom_.Settle(std::move(*result.quietRoom));
+      settling = true;
+      pass.passAgain = quietRoom_.Settle(std::move(*result.quietRoom));
     }
     result.quietRoom.reset();
   } catch (const std::exception& error) {
     pass.result.error = error.what();
   }
+  if (!settling) pass.passAgain = quietRoom_.EndPass();
   pass.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return pass;
 }
@@ -204,6 +253,12 @@ void BinderLoop::PassDone(PassResult pass) {
     scheduler_->Finished(std::chrono::milliseconds(50));
   } else {
     scheduler_->Finished();
+  }
+  // Pod changes recorded during the pass that its room did not take (QuietRoom): the next
+  // full pass decides them, as if they had woken it when they came.
+  if (pass.passAgain) {
+    full_ = true;
+    scheduler_->Ask(std::chrono::milliseconds(50));
   }
   // A device held off after a refused write is tried again when its backoff ends: a pass then
   // (the decisions a held-off move or loss kept back wait for it too).

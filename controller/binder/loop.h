@@ -54,22 +54,54 @@ class BinderSource {
 
 // The room the last full pass left when it decided only held keeps (a quiet cluster), for the
 // pods cache's filter (issue 26 §1): a pod change model::AbsorbPodChange takes in it cannot
-// change a decision, and wakes no pass. Unsettled when a pass starts reading the caches, so a
-// change the pass may not have seen is never absorbed against the room it leaves; settled
-// again by a full pass that decided only held keeps and wrote nothing that failed. Any thread.
+// change a decision, and wakes no pass. Any thread.
+//
+// A pass starts recording (BeginPass) before it reads the caches: a pod change from then on is
+// kept, not absorbed, and wakes nothing yet, since the pass may or may not have read it. When
+// the pass decided only held keeps, Settle replays the recorded changes, in order, against the
+// room the pass left: a change the pass did read is counted twice, which only makes the room
+// smaller (AbsorbPodChange never gives units back), and one it did not is counted as the room
+// would have counted it had it been settled at the pass's read. If every change is taken the
+// room is settled without another pass; otherwise, and after a pass that settles nothing
+// (EndPass), a change recorded means one more pass. Before this, the changes that came during
+// a pass woke the next pass, which itself ran long enough to catch the next change: a churn of
+// GPU pods kept a chain of full passes going after every resync.
 class QuietRoom {
  public:
+  enum class Take {
+    kAbsorbed,  // the room took it: no pass
+    kRecorded,  // a pass is running: kept for Settle or EndPass, which say whether to pass again
+    kRefused,   // a pass must decide (the room is unsettled, or the change does not fit)
+  };
+  // Any change, at most this many per pass, is kept; past it the pass that ends runs again.
+  static constexpr size_t kRecordLimit = 4096;
+
   void Unsettle();
-  void Settle(model::FreeUnits room);
-  // Whether the change is absorbed (taking its units from the room); false while unsettled,
-  // and for a change the room turns down or the model cannot read, which unsettles it.
-  bool Absorbs(const model::Pod* before, const model::Pod* after);
+  void BeginPass();
+  // At the end of a pass that decided only held keeps: the room it left, with the changes
+  // recorded since BeginPass taken from it. Returns whether another pass is needed (a recorded
+  // change the room refused, more than kRecordLimit of them, or no pass recording: Unsettle
+  // came in between). Settled only when not.
+  bool Settle(model::FreeUnits room);
+  // At the end of any other pass: unsettled; returns whether a change was recorded (or the
+  // recording was cut off), which needs a pass.
+  bool EndPass();
+  Take Absorbs(const model::Pod* before, const model::Pod* after);
   bool Settled() const;
-  int64_t Absorbed() const;  // changes absorbed, ever
+  int64_t Absorbed() const;  // changes absorbed, ever (recorded ones once a Settle takes them)
 
  private:
+  struct Change {
+    std::optional<model::Pod> before;
+    std::optional<model::Pod> after;
+  };
+  static bool TryAbsorb(model::FreeUnits& room, const model::Pod* before, const model::Pod* after);
+
   mutable std::mutex mutex_;
   std::optional<model::FreeUnits> room_;
+  bool recording_ = false;
+  bool overflowed_ = false;
+  std::vector<Change> recorded_;
   int64_t absorbed_ = 0;
 };
 
@@ -103,6 +135,7 @@ class BinderLoop {
  private:
   struct PassResult {
     bool answersOnly = false;
+    bool passAgain = false;  // pod changes came during it that the room did not take
     double seconds = 0;
     BinderResult result;
   };

@@ -268,16 +268,19 @@ class Controller : public webhook::ClusterSource, public BinderSource {
   // change of a step, and the step's change callback after them, on the same thread.
   void WatchPods() {
     kube::Cache<model::Pod>& pods = *caches_.pods;
-    Watch(std::string(kPods.plural), pods, Readers::kBinder,
-          [this](const model::Pod* before, const model::Pod* after) {
-            if (!model::PodChangeMatters(before, after)) return false;
-            if (binder_ && binder_->quietRoom().Absorbs(before, after)) {
-              podsAbsorbed_ = true;
-            } else {
-              podsWakeBinder_ = true;
-            }
-            return true;
-          });
+    Watch(
+        std::string(kPods.plural), pods, Readers::kBinder,
+        [this](const model::Pod* before, const model::Pod* after) {
+          if (!model::PodChangeMatters(before, after)) return false;
+          // Absorbed, or recorded for the pass in flight (which passes again if its room
+          // does not take it): the webhooks' snapshot renews, no pass wakes now.
+          if (binder_ && binder_->quietRoom().Absorbs(before, after) != QuietRoom::Take::kRefused) {
+            podsAbsorbed_ = true;
+          } else {
+            podsWakeBinder_ = true;
+          }
+          return true;
+        });
     pods.SetOnChange([this] {
       const bool absorbedOnly = podsAbsorbed_ && !podsWakeBinder_;
       podsAbsorbed_ = podsWakeBinder_ = false;

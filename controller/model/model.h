@@ -120,6 +120,15 @@ struct StartTrial {
 struct FreeUnits {
   std::set<std::string> resources;
   std::unordered_map<std::string, std::map<std::string, int64_t, std::less<>>> byNode;
+  // What AbsorbPodChange itself took from byNode for each pod (namespace/name): node, resource,
+  // units. It gives exactly that back when the pod stops holding units, never more, so the
+  // room never counts as free a unit a pass counted held.
+  struct Taken {
+    std::string node;
+    std::string resource;
+    int64_t units = 0;
+  };
+  std::unordered_map<std::string, std::vector<Taken>> taken;
 };
 
 // Whether a pod's change (before, after: null for none) cannot change a decision of a pass that
@@ -128,7 +137,9 @@ struct FreeUnits {
 // pod that frees units, holds none, asks for no class's resource, is on no node, or held the
 // same there before, changes nothing, and a pod that now holds units changes nothing when they
 // fit in its node's room, which it then takes (so the pods after it are weighed against what
-// is left). False for anything else: a pass must decide.
+// is left). A pod that stops holding units gives back what this function took for it
+// (FreeUnits::taken), and nothing a pass counted: a churn of pods that start and end on a node
+// does not use its room up. False for anything else: a pass must decide.
 bool AbsorbPodChange(FreeUnits& room, const Pod* before, const Pod* after);
 
 class Model {

@@ -117,12 +117,30 @@ FreeUnits Model::Free() const {
   return room;
 }
 
+namespace {
+
+// Gives back what the room took for the pod of `key`.
+void GiveBack(FreeUnits& room, const std::string& key) {
+  const auto taken = room.taken.find(key);
+  if (taken == room.taken.end()) return;
+  for (const FreeUnits::Taken& part : taken->second) {
+    room.byNode[part.node][part.resource] += part.units;
+  }
+  room.taken.erase(taken);
+}
+
+}  // namespace
+
 bool AbsorbPodChange(FreeUnits& room, const Pod* before, const Pod* after) {
+  const Pod& pod = after != nullptr ? *after : *before;
+  const std::string key = pod.namespaceName + "/" + pod.name;
   if (after == nullptr || !PodHoldsDevices(*after) || after->nodeName.empty()) {
+    GiveBack(room, key);
     return true;  // it frees units, or holds none on a node
   }
   const std::map<std::string, int64_t> requests = PodResourceRequests(*after, room.resources);
   if (requests.empty()) {
+    GiveBack(room, key);
     return true;
   }
   if (before != nullptr && PodHoldsDevices(*before) && before->nodeName == after->nodeName &&
@@ -139,8 +157,10 @@ bool AbsorbPodChange(FreeUnits& room, const Pod* before, const Pod* after) {
       return false;
     }
   }
+  std::vector<FreeUnits::Taken>& taken = room.taken[key];
   for (const auto& [resource, count] : requests) {
     node->second.find(resource)->second -= count;
+    taken.push_back({after->nodeName, resource, count});
   }
   return true;
 }

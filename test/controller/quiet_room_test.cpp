@@ -261,9 +261,52 @@ TEST(QuietRoomIssue26, TheRoomIsTakenByWhatItAbsorbs) {
   Pod ended = first;
   ended.phase = "Succeeded";
   EXPECT_TRUE(AbsorbPodChange(room, &first, &ended));
-  EXPECT_TRUE(AbsorbPodChange(room, &first, nullptr));
+  EXPECT_EQ(room.byNode["n1"][kA100], 1) << "the pod the room took ended: its unit is back";
+  EXPECT_TRUE(AbsorbPodChange(room, &ended, nullptr));
+  EXPECT_EQ(room.byNode["n1"][kA100], 1) << "given back once";
   const Pod other = MakePod("tenant-a", "other", "n1", "x.io/y", 9);
   EXPECT_TRUE(AbsorbPodChange(room, nullptr, &other));
+}
+
+// A churn of pods that start and end on a node does not use its room up: each gives back what
+// the room took for it, and only that. A pod the pass itself counted gives nothing back when it
+// goes (the room did not take its units), so its node's room stays as small as the pass left
+// it until the next pass.
+TEST(QuietRoomIssue26, APodThatEndsGivesBackWhatTheRoomTookForItAndNoMore) {
+  Snapshot snapshot;
+  snapshot.now = "2025-01-01T01:00:00Z";
+  snapshot.classes = {MakeClass("a100", kA100)};
+  snapshot.namespaces = {MakeTenant("tenant-a", {})};
+  snapshot.nodes = {MakeNode("n1"), MakeNode("n2")};
+  snapshot.gpuNodes = {MakeGpuNode("n1", kA100, 2), MakeGpuNode("n2", kA100, 2)};
+  snapshot.devices = {Bound("tenant-a", "held", "a100", 1, "n1")};
+  const Pod counted = MakePod("tenant-a", "counted", "n2", kA100, 1);
+  snapshot.pods = {counted};
+  const Model model(snapshot);
+  ASSERT_TRUE(Quiet(model.PlanPass()));
+  FreeUnits room = model.Free();
+  ASSERT_EQ(room.byNode["n1"][kA100], 1);
+  ASSERT_EQ(room.byNode["n2"][kA100], 1);
+  for (int i = 0; i < 20; ++i) {
+    const Pod pod = MakePod("tenant-a", "churn-" + std::to_string(i), "n1", kA100, 1);
+    ASSERT_TRUE(AbsorbPodChange(room, nullptr, &pod)) << i;
+    ASSERT_EQ(room.byNode["n1"][kA100], 0);
+    ASSERT_TRUE(AbsorbPodChange(room, &pod, nullptr)) << i;
+    ASSERT_EQ(room.byNode["n1"][kA100], 1);
+  }
+  EXPECT_TRUE(room.taken.empty());
+  // The pass's own pod goes: nothing comes back, and a pod on n2 now still finds one unit.
+  EXPECT_TRUE(AbsorbPodChange(room, &counted, nullptr));
+  EXPECT_EQ(room.byNode["n2"][kA100], 1);
+  // A pod the room took that asks for one unit more is weighed whole (and refused here); when
+  // it goes, the unit the room took for it comes back.
+  const Pod small = MakePod("tenant-a", "grows", "n2", kA100, 1);
+  const Pod grown = MakePod("tenant-a", "grows", "n2", kA100, 2);
+  ASSERT_TRUE(AbsorbPodChange(room, nullptr, &small));
+  EXPECT_EQ(room.byNode["n2"][kA100], 0);
+  EXPECT_FALSE(AbsorbPodChange(room, &small, &grown)) << "2 more units do not fit in 0";
+  EXPECT_TRUE(AbsorbPodChange(room, &small, nullptr));
+  EXPECT_EQ(room.byNode["n2"][kA100], 1);
 }
 
 }  // namespace
