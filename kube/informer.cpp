@@ -148,36 +148,25 @@ void Informer::OpenWatch(TimePoint now) {
 void Informer::Apply(const WatchEvent& event, const std::string& key) {
   // The cache changes first (a handler may read it), and back if the handler throws, so
   // the relist that follows the failure delivers the event again.
-  if (!options_.keepObjects) {
-    std::optional<std::string> previous;
-    if (auto it = versions_.find(key); it != versions_.end()) {
+  const auto apply = [this, &event, &key](auto& store, auto stored) {
+    std::optional<std::decay_t<decltype(stored)>> previous;
+    if (auto it = store.find(key); it != store.end()) {
       previous = std::move(it->second);
-      versions_.erase(it);
+      store.erase(it);
     }
-    if (event.type != "DELETED") {
-      versions_[key] = StringField(event.object["metadata"], "resourceVersion");
-    }
+    if (event.type != "DELETED") store[key] = std::move(stored);
     try {
       handler_(event);
     } catch (...) {
-      versions_.erase(key);
-      if (previous) versions_[key] = std::move(*previous);
+      store.erase(key);
+      if (previous) store[key] = std::move(*previous);
       throw;
     }
-    return;
-  }
-  std::optional<json> previous;
-  if (auto it = cache_.find(key); it != cache_.end()) {
-    previous = std::move(it->second);
-    cache_.erase(it);
-  }
-  if (event.type != "DELETED") cache_[key] = event.object;
-  try {
-    handler_(event);
-  } catch (...) {
-    cache_.erase(key);
-    if (previous) cache_[key] = std::move(*previous);
-    throw;
+  };
+  if (options_.keepObjects) {
+    apply(cache_, event.object);
+  } else {
+    apply(versions_, StringField(event.object["metadata"], "resourceVersion"));
   }
 }
 

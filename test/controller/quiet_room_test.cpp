@@ -228,9 +228,8 @@ TEST(QuietRoomIssue26, APodChangeTheRoomTakesNeverChangesADecision) {
   EXPECT_GE(outcomes.turnedDownAndMoved, 50 * perSeed);
 }
 
-// The room is taken by what it absorbs: two pods that each fit a node's last unit are not both
-// taken, and the second, which overfills the node, is left to a pass that moves a set off it.
-TEST(QuietRoomIssue26, TheRoomIsTakenByWhatItAbsorbs) {
+// Two nodes of two A100 units; one unit of n1 held by a Bound device.
+Snapshot TwoNodesOneHeld() {
   Snapshot snapshot;
   snapshot.now = "2025-01-01T01:00:00Z";
   snapshot.classes = {MakeClass("a100", kA100)};
@@ -238,6 +237,13 @@ TEST(QuietRoomIssue26, TheRoomIsTakenByWhatItAbsorbs) {
   snapshot.nodes = {MakeNode("n1"), MakeNode("n2")};
   snapshot.gpuNodes = {MakeGpuNode("n1", kA100, 2), MakeGpuNode("n2", kA100, 2)};
   snapshot.devices = {Bound("tenant-a", "held", "a100", 1, "n1")};
+  return snapshot;
+}
+
+// The room is taken by what it absorbs: two pods that each fit a node's last unit are not both
+// taken, and the second, which overfills the node, is left to a pass that moves a set off it.
+TEST(QuietRoomIssue26, TheRoomIsTakenByWhatItAbsorbs) {
+  Snapshot snapshot = TwoNodesOneHeld();
   const Model model(snapshot);
   ASSERT_TRUE(Quiet(model.PlanPass()));
   FreeUnits room = model.Free();
@@ -273,13 +279,7 @@ TEST(QuietRoomIssue26, TheRoomIsTakenByWhatItAbsorbs) {
 // goes (the room did not take its units), so its node's room stays as small as the pass left
 // it until the next pass.
 TEST(QuietRoomIssue26, APodThatEndsGivesBackWhatTheRoomTookForItAndNoMore) {
-  Snapshot snapshot;
-  snapshot.now = "2025-01-01T01:00:00Z";
-  snapshot.classes = {MakeClass("a100", kA100)};
-  snapshot.namespaces = {MakeTenant("tenant-a", {})};
-  snapshot.nodes = {MakeNode("n1"), MakeNode("n2")};
-  snapshot.gpuNodes = {MakeGpuNode("n1", kA100, 2), MakeGpuNode("n2", kA100, 2)};
-  snapshot.devices = {Bound("tenant-a", "held", "a100", 1, "n1")};
+  Snapshot snapshot = TwoNodesOneHeld();
   const Pod counted = MakePod("tenant-a", "counted", "n2", kA100, 1);
   snapshot.pods = {counted};
   const Model model(snapshot);
