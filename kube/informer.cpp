@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <algorithm>
+#include <optional>
 
 namespace cozy::kube {
 using nlohmann::json;
@@ -78,21 +79,25 @@ void Informer::ListAndReplace() {
   // them again. Without (keepObjects false), each page's changes go to the handler as the page
   // arrives and only stubs are kept, so the whole list is never held at once; a list that
   // fails on a later page has handed over newer states of some objects, which the relist after
-  // the backoff hands over again (the stubs still hold the old resourceVersions).
+  // the backoff hands over again (the versions kept are still the old ones).
   std::map<std::string, json> fresh;
   std::map<std::string, std::string> freshVersions;
   size_t index = 0;
-  const auto changed = [this](const std::string& key, const json& object) -> const char* {
-    const std::string version = StringField(object["metadata"], "resourceVersion");
+  // The resourceVersion kept for `key` before this list; nullopt for an object new to it.
+  const auto kept = [this](const std::string& key) -> std::optional<std::string> {
     if (options_.keepObjects) {
       const auto old = cache_.find(key);
-      if (old == cache_.end()) return "ADDED";
-      return StringField(old->second["metadata"], "resourceVersion") != version ? "MODIFIED"
-                                                                                : nullptr;
+      if (old == cache_.end()) return std::nullopt;
+      return StringField(old->second["metadata"], "resourceVersion");
     }
     const auto old = versions_.find(key);
-    if (old == versions_.end()) return "ADDED";
-    return old->second != version ? "MODIFIED" : nullptr;
+    if (old == versions_.end()) return std::nullopt;
+    return old->second;
+  };
+  const auto changed = [&kept](const std::string& key, const json& object) -> const char* {
+    const std::optional<std::string> old = kept(key);
+    if (!old) return "ADDED";
+    return *old != StringField(object["metadata"], "resourceVersion") ? "MODIFIED" : nullptr;
   };
   // Client::ListPages checked each page's shape; the cache also needs every item named.
   const json metadata = client_.ListPages(

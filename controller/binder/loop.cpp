@@ -58,20 +58,21 @@ bool BinderLoop::StartPass() {
   return true;
 }
 
-void QuietRoom::Unsettle() {
-  std::lock_guard lock(mutex_);
+void QuietRoom::ResetLocked(bool recording) {
   room_.reset();
-  recording_ = false;
+  recording_ = recording;
   overflowed_ = false;
   recorded_.clear();
 }
 
+void QuietRoom::Unsettle() {
+  std::lock_guard lock(mutex_);
+  ResetLocked(false);
+}
+
 void QuietRoom::BeginPass() {
   std::lock_guard lock(mutex_);
-  room_.reset();
-  recording_ = true;
-  overflowed_ = false;
-  recorded_.clear();
+  ResetLocked(true);
 }
 
 bool QuietRoom::TryAbsorb(model::FreeUnits& room, const model::Pod* before,
@@ -91,23 +92,19 @@ bool QuietRoom::Settle(model::FreeUnits room) {
     passAgain = !TryAbsorb(room, change.before ? &*change.before : nullptr,
                            change.after ? &*change.after : nullptr);
   }
+  const auto taken = static_cast<int64_t>(recorded_.size());
+  ResetLocked(false);
   if (!passAgain) {
-    absorbed_ += static_cast<int64_t>(recorded_.size());
+    absorbed_ += taken;
     room_ = std::move(room);
   }
-  recording_ = false;
-  overflowed_ = false;
-  recorded_.clear();
   return passAgain;
 }
 
 bool QuietRoom::EndPass() {
   std::lock_guard lock(mutex_);
   const bool passAgain = !recording_ || overflowed_ || !recorded_.empty();
-  room_.reset();
-  recording_ = false;
-  overflowed_ = false;
-  recorded_.clear();
+  ResetLocked(false);
   return passAgain;
 }
 

@@ -60,7 +60,8 @@ class BinderSource {
 // kept, not absorbed, and wakes nothing yet, since the pass may or may not have read it. When
 // the pass decided only held keeps, Settle replays the recorded changes, in order, against the
 // room the pass left: a change the pass did read is counted twice, which only makes the room
-// smaller (AbsorbPodChange never gives units back), and one it did not is counted as the room
+// smaller (AbsorbPodChange gives back only units it took itself), and one it did not is counted
+// as the room
 // would have counted it had it been settled at the pass's read. If every change is taken the
 // room is settled without another pass; otherwise, and after a pass that settles nothing
 // (EndPass), a change recorded means one more pass. Before this, the changes that came during
@@ -96,6 +97,8 @@ class QuietRoom {
     std::optional<model::Pod> after;
   };
   static bool TryAbsorb(model::FreeUnits& room, const model::Pod* before, const model::Pod* after);
+  // Under mutex_: no room, and recording (empty) or not.
+  void ResetLocked(bool recording);
 
   mutable std::mutex mutex_;
   std::optional<model::FreeUnits> room_;

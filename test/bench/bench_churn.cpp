@@ -4,9 +4,10 @@
 // same cluster with no churn, the peer in the same run), then `seconds` under `rate` pod events
 // a second through the API (create, a status write to Running, delete), nine in ten of them on
 // pods of cpu and memory alone and one in ten on GPU pods (created and deleted). Prints, for
-// each phase: the controller's CPU seconds per wall second (from /proc), binder and reconciler
-// passes, and at the end its resident memory, memory per 1,000 pods, the changes its caches
-// took without a pass, and the churn's CPU as a ratio to the floor. Then the answer time of
+// each phase: the controller's CPU seconds per wall second (its own process_cpu_seconds_total),
+// binder and reconciler passes, and at the end its resident memory, the changes its caches took
+// without a pass, the churn's CPU as a ratio to the floor, and the other peer: a reference walk
+// of the churn's pod events (parse and decode alone, on one thread). Then the answer time of
 // `binds` bind requests (a new order, then its status.bindRequest, as the VMI webhook writes it;
 // from that write to the binder's answer seen through the API): spread over `seconds` without
 // churn (the peer), then over `seconds` of the same churn.
@@ -97,19 +98,6 @@ double CpuSeconds(pid_t pid) {
   return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
-// The controller's CPU seconds: its own process_cpu_seconds_total (to the nanosecond, ended
-// threads included), or /proc's ticks for a build that does not export it (an earlier commit's
-// through BENCH_GPU_CONTROLLER).
-bool preciseCpu = true;
-double Cpu(pid_t pid, const std::string& metrics) {
-  if (metrics.find("\nprocess_cpu_seconds_total ") != std::string::npos) {
-    return cozy::bench::Sum(metrics, "process_cpu_seconds_total",
-                            [](const std::map<std::string, std::string>&) { return true; });
-  }
-  preciseCpu = false;
-  return CpuSeconds(pid);
-}
-
 double ResidentMiB(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   for (std::string line; std::getline(in, line);) {
@@ -132,6 +120,18 @@ double Metric(const std::string& metrics, const std::string& name, const char* k
   return cozy::bench::Sum(metrics, name, [&](const std::map<std::string, std::string>& labels) {
     return key == nullptr || cozy::bench::Label(labels, key) == value;
   });
+}
+
+// The controller's CPU seconds: its own process_cpu_seconds_total (to the nanosecond, ended
+// threads included), or /proc's ticks for a build that does not export it (an earlier commit's
+// through BENCH_GPU_CONTROLLER).
+bool preciseCpu = true;
+double Cpu(pid_t pid, const std::string& metrics) {
+  if (metrics.find("\nprocess_cpu_seconds_total ") != std::string::npos) {
+    return Metric(metrics, "process_cpu_seconds_total");
+  }
+  preciseCpu = false;
+  return CpuSeconds(pid);
 }
 
 // `seconds` of the controller's life, with `event` called `rate` times a second (none: quiet).

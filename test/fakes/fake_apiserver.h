@@ -318,7 +318,8 @@ class FakeApiServer {
   // ownerReferences, and objects being deleted that hold the orphan or foregroundDeletion
   // finalizer. A collection visits these alone, so a write on a server of 100,000 pods owned
   // by nothing does not walk them all under the lock (a real API server's delete never waits
-  // for its collector either). An entry whose object is gone is skipped.
+  // for its collector either). An entry whose object went without RemoveLocked (its CRD's
+  // store dropped whole) is dropped by the next collection.
   std::set<std::pair<std::string, std::string>> collectable_;
   std::deque<std::shared_ptr<const Event>> history_;
   std::vector<Fault> faults_;

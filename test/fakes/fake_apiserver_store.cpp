@@ -642,24 +642,27 @@ void FakeApiServer::CollectGarbageLocked() {
     std::string storeKey;
     std::string key;
   };
-  std::map<std::string, std::vector<Place>> dependents;
-  std::vector<Place> all;
-  for (const auto& [storeKey, key] : collectable_) {
-    auto store = objects_.find(storeKey);
-    if (store == objects_.end()) continue;
-    auto it = store->second.find(key);
-    if (it == store->second.end()) continue;
-    all.push_back({storeKey, key});
-    for (const auto& reference : it->second["metadata"].value("ownerReferences", json::array())) {
-      dependents[reference.value("uid", "")].push_back({storeKey, key});
-    }
-  }
   auto find = [this](const Place& place) -> json* {
     auto store = objects_.find(place.storeKey);
     if (store == objects_.end()) return nullptr;
     auto it = store->second.find(place.key);
     return it == store->second.end() ? nullptr : &it->second;
   };
+  std::map<std::string, std::vector<Place>> dependents;
+  std::vector<Place> all;
+  for (auto entry = collectable_.begin(); entry != collectable_.end();) {
+    const Place place{entry->first, entry->second};
+    const json* object = find(place);
+    if (object == nullptr) {
+      entry = collectable_.erase(entry);  // its store went whole (a CRD deleted)
+      continue;
+    }
+    ++entry;
+    for (const auto& reference : object->at("metadata").value("ownerReferences", json::array())) {
+      dependents[reference.value("uid", "")].push_back(place);
+    }
+    all.push_back(place);
+  }
   for (const auto& place : all) {
     json* found = find(place);
     if (!found) continue;
