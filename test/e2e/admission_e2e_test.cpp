@@ -5,6 +5,7 @@
 // mutator), or kube-apiserver itself (controller_fixture.h). kubectl is the tenant's client: what
 // it prints is what a tenant reads. Each scenario is named by the catalog items it covers (E1-E13,
 // G2-G4, H2, H3).
+#include <atomic>
 #include <cstdlib>
 #include <future>
 #include <random>
@@ -111,6 +112,7 @@ class AdmissionEndToEnd : public ControllerEndToEnd {
 
   // kubectl create; returns (exit code, stdout + stderr).
   std::pair<int, std::string> Create(const json& object, const std::string& extra = "") {
+    // Steps create at once from several threads: each takes a file of its own.
     const std::string file = Path("create-" + std::to_string(++files_) + ".json").string();
     std::ofstream(file) << object.dump();
     const auto result =
@@ -174,7 +176,7 @@ class AdmissionEndToEnd : public ControllerEndToEnd {
 
   std::vector<json> webhookConfigurations_;
   std::map<std::string, int> webhookPorts_;
-  int files_ = 0;
+  std::atomic<int> files_ = 0;
 };
 
 TEST_F(AdmissionEndToEnd, E1_E2_E3_E4_AnOrderThatCannotBeMetIsRefusedAtApplyWithItsReason) {
@@ -538,37 +540,45 @@ TEST_F(AdmissionEndToEnd, Issue24Item6_TwoReplicasAndLeaderChangesNeverOverrunAB
     }
   };
 
+  // Names and choices are drawn on this thread, before a step runs anything at once: the seed
+  // replays the same run, and the steps' threads share nothing.
   int made = 0;
   std::vector<std::string> orders;
-  auto order = [&] {
-    const std::string name = "o" + std::to_string(++made);
-    if (Create(Order(name, "a100", pick(1, 2))).first == 0) orders.push_back(name);
-  };
-  auto vm = [&] {
-    const std::string name = "vm" + std::to_string(++made);
+  auto drawOrder = [&] { return std::make_pair("o" + std::to_string(++made), pick(1, 2)); };
+  auto drawVm = [&] {
     std::vector<std::string> held;
     if (!orders.empty() && pick(0, 1) == 1) {
       held.push_back(orders[static_cast<size_t>(pick(0, static_cast<int>(orders.size()) - 1))]);
     }
-    Create(VmWithGpus(name, held, json::array({Template("t", "a100", 1)})));
+    return std::make_pair("vm" + std::to_string(++made), held);
+  };
+  auto order = [&](const std::pair<std::string, int>& drawn) {
+    return Create(Order(drawn.first, "a100", drawn.second)).first == 0;
+  };
+  auto vm = [&](const std::pair<std::string, std::vector<std::string>>& drawn) {
+    Create(VmWithGpus(drawn.first, drawn.second, json::array({Template("t", "a100", 1)})));
   };
   std::string leader = "replica-a";
   for (int step = 0; step < 10; ++step) {
     std::string what;
     switch (pick(0, 4)) {
-      case 0:
+      case 0: {
         what = "an order";
-        order();
+        const auto drawn = drawOrder();
+        if (order(drawn)) orders.push_back(drawn.first);
         break;
+      }
       case 1:
         what = "a VM start";
-        vm();
+        vm(drawVm());
         break;
       case 2: {
         what = "a VM start and an order at once";
-        auto other = std::async(std::launch::async, order);
-        vm();
-        other.get();
+        const auto drawnVm = drawVm();
+        const auto drawnOrder = drawOrder();
+        auto other = std::async(std::launch::async, [&] { return order(drawnOrder); });
+        vm(drawnVm);
+        if (other.get()) orders.push_back(drawnOrder.first);
         break;
       }
       case 3:
