@@ -34,6 +34,7 @@
 
 #include "kube/client.h"
 #include "kube/informer.h"
+#include "runtime/thread_name.h"
 
 namespace cozy::kube {
 
@@ -294,26 +295,57 @@ class Cache : public CacheBase {
     return true;
   }
 
-  static void Insert(State& state, const std::string& key, Entry entry) {
-    for (const auto& [name, values] : entry.indexValues) {
-      for (const auto& value : values) state.indexes[name][value].insert(key);
+  static void IndexAdd(State& state, const std::string& key, const std::string& name,
+                       const std::vector<std::string>& values) {
+    for (const auto& value : values) state.indexes[name][value].insert(key);
+  }
+  static void IndexDrop(State& state, const std::string& key, const std::string& name,
+                        const std::vector<std::string>& values) {
+    auto& index = state.indexes[name];
+    for (const auto& value : values) {
+      auto found = index.find(value);
+      if (found == index.end()) continue;
+      found->second.erase(key);
+      if (found->second.empty()) index.erase(found);
     }
-    state.objects[key] = std::move(entry);
   }
 
-  static void Remove(State& state, const std::string& key) {
-    auto it = state.objects.find(key);
-    if (it == state.objects.end()) return;
-    for (const auto& [name, values] : it->second.indexValues) {
-      auto& index = state.indexes[name];
-      for (const auto& value : values) {
-        auto found = index.find(value);
-        if (found == index.end()) continue;
-        found->second.erase(key);
-        if (found->second.empty()) index.erase(found);
-      }
+  // One object's change at `at` (not `found`: it is new and `at` is where it goes), with the
+  // one lookup of its key the caller made: an
+  // update replaces the entry where it stands and touches only the indexes whose values moved
+  // (a pod's status write leaves its node and resources, and so its index entries, alone).
+  static void Replace(State& state, typename std::map<std::string, Entry>::iterator at, bool found,
+                      const std::string& key, std::optional<Entry> entry) {
+    static const std::vector<std::string> kNone;
+    const auto valuesOf = [](const Entry* of,
+                             const std::string& name) -> const std::vector<std::string>& {
+      if (of == nullptr) return kNone;
+      const auto it = of->indexValues.find(name);
+      return it == of->indexValues.end() ? kNone : it->second;
+    };
+    Entry* before = found ? &at->second : nullptr;
+    const Entry* after = entry ? &*entry : nullptr;
+    std::set<std::string> names;
+    if (before != nullptr) {
+      for (const auto& [name, values] : before->indexValues) names.insert(name);
     }
-    state.objects.erase(it);
+    if (after != nullptr) {
+      for (const auto& [name, values] : after->indexValues) names.insert(name);
+    }
+    for (const std::string& name : names) {
+      const auto& old = valuesOf(before, name);
+      const auto& now = valuesOf(after, name);
+      if (old == now) continue;
+      IndexDrop(state, key, name, old);
+      IndexAdd(state, key, name, now);
+    }
+    if (after == nullptr) {
+      if (before != nullptr) state.objects.erase(at);
+    } else if (before != nullptr) {
+      *before = std::move(*entry);
+    } else {
+      state.objects.emplace_hint(at, key, std::move(*entry));
+    }
   }
 
   // One event, decoded now (the informer keeps no copy of the object): the step's changes are
@@ -343,7 +375,9 @@ class Cache : public CacheBase {
       WriteLock lock(*this);
       for (auto& [key, entry] : pending_) {
         const T* before = nullptr;
-        if (auto old = state_->objects.find(key); old != state_->objects.end()) {
+        const auto old = state_->objects.lower_bound(key);
+        const bool found = old != state_->objects.end() && old->first == key;
+        if (found) {
           replaced.push_back(old->second.object);
           before = old->second.object.get();
         }
@@ -357,8 +391,7 @@ class Cache : public CacheBase {
           mattered = mattered || matters;
           ignored += matters ? 0 : 1;
         }
-        Remove(*state_, key);
-        if (entry) Insert(*state_, key, std::move(*entry));
+        Replace(*state_, old, found, key, std::move(entry));
       }
       if (listed) synced_ = true;
     }
@@ -368,6 +401,8 @@ class Cache : public CacheBase {
   }
 
   void Run() {
+    // "c:" and the collection's last segment: c:pods, c:gpudevices, c:configmaps.
+    runtime::NameThisThread("c:" + path_.substr(path_.find_last_of('/') + 1));
     TimeSource& time = client_.time();
     // On the real clock the thread sleeps until the informer's own next time, a socket's
     // activity or Stop()'s wake-up, whichever is first: no periodic poll. An injected clock

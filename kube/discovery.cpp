@@ -1,5 +1,7 @@
 #include "kube/discovery.h"
 
+#include "runtime/thread_name.h"
+
 #include <set>
 
 namespace cozy::kube {
@@ -129,6 +131,7 @@ void Discovery::Stop() {
 }
 
 void Discovery::Run() {
+  runtime::NameThisThread("discovery");
   for (;;) {
     {
       std::lock_guard lock(mutex_);

@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <algorithm>
 #include <optional>
+#include <vector>
 
 namespace cozy::kube {
 using nlohmann::json;
@@ -81,7 +82,8 @@ void Informer::ListAndReplace() {
   // fails on a later page has handed over newer states of some objects, which the relist after
   // the backoff hands over again (the versions kept are still the old ones).
   std::map<std::string, json> fresh;
-  std::map<std::string, std::string> freshVersions;
+  VersionMap freshVersions;
+  if (!options_.keepObjects) freshVersions.reserve(versions_.size());
   size_t index = 0;
   // The resourceVersion kept for `key` before this list; nullopt for an object new to it.
   const auto kept = [this](const std::string& key) -> std::optional<std::string> {
@@ -128,9 +130,15 @@ void Informer::ListAndReplace() {
     }
     cache_ = std::move(fresh);
   } else {
-    for (const auto& [key, version] : versions_) {
-      if (!freshVersions.count(key)) handler_({"DELETED", Stub(key, version)});
+    // In key order, as the kept objects' deletions above: the handler sees the same sequence
+    // whichever way the informer keeps what it knows.
+    std::vector<const std::pair<const std::string, std::string>*> gone;
+    for (const auto& version : versions_) {
+      if (!freshVersions.count(version.first)) gone.push_back(&version);
     }
+    std::sort(gone.begin(), gone.end(),
+              [](const auto* a, const auto* b) { return a->first < b->first; });
+    for (const auto* version : gone) handler_({"DELETED", Stub(version->first, version->second)});
     versions_ = std::move(freshVersions);
   }
   resourceVersion_ = StringField(metadata, "resourceVersion");
@@ -153,18 +161,24 @@ void Informer::OpenWatch(TimePoint now) {
 void Informer::Apply(const WatchEvent& event, const std::string& key) {
   // The cache changes first (a handler may read it), and back if the handler throws, so
   // the relist that follows the failure delivers the event again.
+  // One lookup on the way in (an update replaces the value where it stands); the rare roll
+  // back looks again.
   const auto apply = [this, &event, &key](auto& store, auto stored) {
     std::optional<std::decay_t<decltype(stored)>> previous;
-    if (auto it = store.find(key); it != store.end()) {
-      previous = std::move(it->second);
-      store.erase(it);
+    const auto it = store.find(key);
+    if (it != store.end()) previous = std::move(it->second);
+    if (event.type == "DELETED") {
+      if (it != store.end()) store.erase(it);
+    } else if (it != store.end()) {
+      it->second = std::move(stored);
+    } else {
+      store.emplace(key, std::move(stored));
     }
-    if (event.type != "DELETED") store[key] = std::move(stored);
     try {
       handler_(event);
     } catch (...) {
       store.erase(key);
-      if (previous) store[key] = std::move(*previous);
+      if (previous) store.emplace(key, std::move(*previous));
       throw;
     }
   };

@@ -1,5 +1,7 @@
 #include "kube/leader_election.h"
 
+#include "runtime/thread_name.h"
+
 #include <algorithm>
 #include <ctime>
 #include <stdexcept>
@@ -319,6 +321,7 @@ void LeaderElector::StepDown(const std::string& why) {
 }
 
 void LeaderElector::Run() {
+  runtime::NameThisThread("lease");
   const std::string lease = options_.leaseNamespace + "/" + options_.leaseName;
   for (;;) {
     {

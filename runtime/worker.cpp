@@ -1,6 +1,7 @@
 #include "runtime/worker.h"
 
 #include "runtime/log.h"
+#include "runtime/thread_name.h"
 
 namespace cozy::runtime {
 
@@ -32,6 +33,7 @@ void Worker::Stop() {
 }
 
 void Worker::Main() {
+  NameThisThread(name_);
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
     wake_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });

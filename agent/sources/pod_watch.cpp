@@ -1,6 +1,7 @@
 #include "agent/sources/pod_watch.h"
 
 #include "runtime/log.h"
+#include "runtime/thread_name.h"
 
 namespace cozy::agent {
 
@@ -33,6 +34,7 @@ void ApiPodWatch::Start(runtime::Loop& loop, Changed changed) {
 }
 
 void ApiPodWatch::Main(runtime::Loop& loop, Changed changed) {
+  runtime::NameThisThread("pod-watch");
   std::string lastError;
   bool reportedSettled = false;
   PodPhases last;

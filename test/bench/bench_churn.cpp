@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -98,6 +99,30 @@ double CpuSeconds(pid_t pid) {
   return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
+// utime + stime of each of a process's threads, in seconds, summed by thread name (the
+// controller names its threads: c:pods is the pods cache's, binder the binder's).
+std::map<std::string, double> ThreadCpu(pid_t pid) {
+  std::map<std::string, double> byName;
+  const std::filesystem::path tasks = "/proc/" + std::to_string(pid) + "/task";
+  std::error_code error;
+  for (const auto& task : std::filesystem::directory_iterator(tasks, error)) {
+    std::ifstream in(task.path() / "stat");
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    const size_t open = text.find('('), close = text.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;  // ended meanwhile
+    std::istringstream fields(text.substr(close + 2));
+    std::string field;
+    double ticks = 0;
+    for (int i = 3; fields >> field; ++i) {
+      if (i == 14 || i == 15) ticks += std::stod(field);
+      if (i == 15) break;
+    }
+    byName[text.substr(open + 1, close - open - 1)] +=
+        ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+  }
+  return byName;
+}
+
 double ResidentMiB(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   for (std::string line; std::getline(in, line);) {
@@ -113,6 +138,7 @@ struct Phase {
   double binderPasses = 0;
   double reconcilePasses = 0;
   int events = 0;
+  std::map<std::string, double> threadCpu;  // seconds by thread name, /proc's 10 ms ticks
 };
 
 double Metric(const std::string& metrics, const std::string& name, const char* key = nullptr,
@@ -139,6 +165,7 @@ Phase Measure(pid_t controller, int port, int seconds, int rate,
               const std::function<void(int)>& event) {
   const std::string before = cozy::bench::ControllerMetrics(port);
   const double cpuBefore = Cpu(controller, before);
+  const auto threadsBefore = ThreadCpu(controller);
   const auto start = Clock::now();
   Phase phase;
   if (rate > 0 && event) {
@@ -154,6 +181,11 @@ Phase Measure(pid_t controller, int port, int seconds, int rate,
   const double wall = Seconds(Clock::now() - start);
   const std::string after = cozy::bench::ControllerMetrics(port);
   phase.cpuPerSecond = (Cpu(controller, after) - cpuBefore) / wall;
+  for (const auto& [name, cpu] : ThreadCpu(controller)) {
+    const auto was = threadsBefore.find(name);
+    const double used = cpu - (was == threadsBefore.end() ? 0 : was->second);
+    if (used > 0) phase.threadCpu[name] = used;
+  }
   phase.binderPasses = Metric(after, "gpu_controller_binder_passes_total", "kind", "full") -
                        Metric(before, "gpu_controller_binder_passes_total", "kind", "full");
   phase.reconcilePasses = Metric(after, "gpu_controller_reconcile_passes_total") -
@@ -264,6 +296,16 @@ void Print(const char* name, const Phase& phase) {
       "room %.0f)\n",
       name, phase.events, phase.cpuPerSecond, phase.cpuPerSecond * 100, phase.binderPasses,
       phase.reconcilePasses, phase.ignoredPodChanges, phase.quietPodChanges);
+  std::vector<std::pair<double, std::string>> threads;
+  for (const auto& [thread, cpu] : phase.threadCpu) threads.emplace_back(cpu, thread);
+  std::sort(threads.rbegin(), threads.rend());
+  std::printf("       CPU by thread:");
+  for (const auto& [cpu, thread] : threads) std::printf(" %s %.2f s", thread.c_str(), cpu);
+  const auto pods = phase.threadCpu.find("c:pods");
+  if (phase.events > 0 && pods != phase.threadCpu.end()) {
+    std::printf("; the pods cache's thread %.0f us per event", pods->second / phase.events * 1e6);
+  }
+  std::printf("\n");
 }
 
 int Run(int nodes, int pods, int rate, int seconds, int binds) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 
 #include <gtest/gtest.h>
 
@@ -541,21 +542,34 @@ TEST(Informer, WithoutKeptObjectsItHoldsVersionsAndStillDiffsARelist) {
   EXPECT_EQ(informer.Versions().at("tenant/a"),
             server->Object("v1", "pods", "tenant", "a")["metadata"]["resourceVersion"]);
   // The watch is open once an event came through it.
+  // Gone during the relist below, with w: their deletions come in key order, whatever order
+  // the informer keeps its versions in (a hash).
+  const std::vector<std::string> alsoGone = {"g1", "g2", "g3", "g4", "g5"};
+  for (const std::string& name : alsoGone) server->Seed(Pod(name, "n1"));
   server->Seed(Pod("w", "n1"));
   informer.RunFor(5s, [&] { return informer.Versions().count("tenant/w") > 0; });
   ASSERT_EQ(seen.back(), "ADDED w");
-  // A relist after expiry: b changed, a did not, c is new, w went.
+  // A relist after expiry: b changed, a did not, c is new, w and the g's went.
   server->ExpireWatches();
   client.MergePatch("/api/v1/namespaces/tenant/pods/b", {{"metadata", {{"labels", {{"x", "1"}}}}}});
   server->Seed(Pod("c", "n1"));
   DeleteOptions now;
   now.gracePeriodSeconds = 0;
   client.Delete("/api/v1/namespaces/tenant/pods/w", now);
+  for (const std::string& name : alsoGone) {
+    client.Delete("/api/v1/namespaces/tenant/pods/" + name, now);
+  }
   seen.clear();
   informer.RunFor(5s, [&] { return informer.Stats().lists == 2; });
   ASSERT_EQ(informer.Stats().lists, 2) << informer.LastError();
+  std::vector<std::string> deleted;
+  std::copy_if(seen.begin(), seen.end(), std::back_inserter(deleted),
+               [](const std::string& event) { return event.rfind("DELETED", 0) == 0; });
+  EXPECT_EQ(deleted, (std::vector<std::string>{"DELETED g1", "DELETED g2", "DELETED g3",
+                                               "DELETED g4", "DELETED g5", "DELETED w"}));
   std::sort(seen.begin(), seen.end());
-  EXPECT_EQ(seen, (std::vector<std::string>{"ADDED c", "DELETED w", "MODIFIED b"}))
+  EXPECT_EQ(seen, (std::vector<std::string>{"ADDED c", "DELETED g1", "DELETED g2", "DELETED g3",
+                                            "DELETED g4", "DELETED g5", "DELETED w", "MODIFIED b"}))
       << informer.LastError();
   EXPECT_EQ(informer.Versions().count("tenant/w"), 0u);
   EXPECT_EQ(informer.Versions().at("tenant/b"),
