@@ -23,8 +23,7 @@
 #include "controller/daemon/metrics.h"
 #include "controller/kinds.h"
 #include "controller/model/readers.h"
-#include "controller/reconciler/apply.h"
-#include "controller/reconciler/plan.h"
+#include "controller/reconciler/loop.h"
 #include "controller/webhook/server.h"
 #include "controller/webhook/webhooks.h"
 #include "kube/cache.h"
@@ -37,8 +36,6 @@
 #include "runtime/loop.h"
 #include "runtime/manager.h"
 #include "runtime/metrics.h"
-#include "runtime/pass_scheduler.h"
-#include "runtime/worker.h"
 
 namespace cozy::controller {
 namespace {
@@ -54,16 +51,7 @@ std::string Hostname() {
   return name.data();
 }
 
-struct PassResult {
-  double seconds = 0;
-  int planned = 0;
-  ApplyCounts counts;
-  Waiting waiting;
-  std::optional<std::chrono::system_clock::time_point> wakeAt;
-  std::string error;  // the pass could not run (e.g. a decode failure)
-};
-
-class Controller : public webhook::ClusterSource, public BinderSource {
+class Controller : public webhook::ClusterSource, public BinderSource, public ReconcilerSource {
  public:
   Controller(const RunOptions& options, kube::ClientConfig config)
       : options_(options),
@@ -73,8 +61,10 @@ class Controller : public webhook::ClusterSource, public BinderSource {
         caches_(client_, discovery_, options_, [this](Readers readers) { Changed(readers); }),
         // Every write of the leader's, first attempt or retry, ends by the instant its Lease
         // lets it lead until (kube/leader_election.h); elector_ is made below, before any pass.
-        applier_(client_, leading_, [this] { return elector_->LeadingUntil(); }),
-        worker_("reconciler") {
+        // The resync asks both loops for a pass.
+        reconciler_(
+            loop_, client_, leading_, [this] { return elector_->LeadingUntil(); }, *this,
+            options.resync, [this] { Trigger(); }) {
     kube::LeaderElectionOptions election;
     election.leaseNamespace = options.namespaceName;
     election.leaseName = "gpu-controller";
@@ -160,10 +150,8 @@ class Controller : public webhook::ClusterSource, public BinderSource {
     }
     manager_.Start();
 
-    reconcilePasses_ = std::make_unique<runtime::PassScheduler>(loop_, "reconcile",
-                                                                [this] { return StartPass(); });
+    reconciler_.Start();
     if (binder_) binder_->Start();
-    resyncTimer_ = loop_.AddTimer("resync", [this] { Trigger(); });
     tick_ = loop_.AddTimer("tick", [this] { Tick(); });
     tick_.Arm(std::chrono::milliseconds(0));
     loop_.EnableWatchdog();
@@ -235,9 +223,7 @@ class Controller : public webhook::ClusterSource, public BinderSource {
   void Trigger(Readers readers = Readers::kBoth) {
     if (stopping_ || readers == Readers::kNone) return;
     if (binder_ && readers != Readers::kReconciler) binder_->Trigger();
-    if (reconcilePasses_ && readers != Readers::kBinder) {
-      reconcilePasses_->Ask(std::chrono::milliseconds(50));
-    }
+    if (readers != Readers::kBinder) reconciler_.Trigger();
   }
 
   // A cache of the manager's: its changes (those `matters` lets through; none: all) trigger
@@ -288,11 +274,14 @@ class Controller : public webhook::ClusterSource, public BinderSource {
     });
   }
 
-  // Whether every cache the reconciler reads has listed.
-  bool ReconcilerCachesSynced() const {
+  // ReconcilerSource, for the reconciler's loop: whether every cache it reads has listed, and a
+  // pass's input from them.
+  bool ReconcilerCachesSynced() const override {
     return std::all_of(reconcilerReads_.begin(), reconcilerReads_.end(),
                        [](const kube::CacheBase* cache) { return cache->Synced(); });
   }
+
+  ReconcileInput BuildInput() const override { return caches_.BuildInput(); }
 
   // Readiness: everything the manager runs has started and the caches that need no KubeVirt
   // have listed (KubeVirt's never count, G4).
@@ -342,72 +331,6 @@ class Controller : public webhook::ClusterSource, public BinderSource {
     return caches_.devices.ByIndex("vmi", ns + "/" + vmiName);
   }
 
-  // Loop thread, from the pass scheduler: whether a pass started.
-  bool StartPass() {
-    if (stopping_ || !leading_ || !ReconcilerCachesSynced()) {
-      return false;  // leading and syncing both trigger again
-    }
-    worker_.Run([this] {
-      PassResult result = RunPass();
-      loop_.Post([this, result = std::move(result)]() mutable { PassDone(std::move(result)); });
-    });
-    return true;
-  }
-
-  // Worker thread.
-  PassResult RunPass() {
-    const auto started = std::chrono::steady_clock::now();
-    PassResult result;
-    try {
-      ReconcileInput input = caches_.BuildInput();
-      Plan plan = PlanReconcile(input);
-      result.planned = static_cast<int>(plan.actions.size());
-      result.waiting = plan.waiting;
-      result.wakeAt = plan.wakeAt;
-      result.counts = applier_.Apply(plan.actions, std::chrono::steady_clock::now());
-    } catch (const std::exception& error) {
-      result.error = error.what();
-    }
-    result.seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    return result;
-  }
-
-  void PassDone(PassResult result) {
-    // G7: attachments whose VMI cannot be told (the kind not served, its cache not synced, the
-    // read failing) were skipped, never read as ended: the pass did not finish its work. The
-    // rest of the plan was applied; the next pass (an event, or the resync) tries again.
-    reconcilerMetrics_.Pass(result.seconds, !result.error.empty() || result.waiting.vmisUnknown > 0,
-                            result.counts, result.waiting);
-    if (!result.error.empty()) {
-      LogWarning("reconcile pass failed", LogFields{{"error", result.error}});
-    } else if (result.waiting.vmisUnknown > 0) {
-      LogWarning("reconcile pass skipped attachments whose VMI cannot be told",
-                 LogFields{{"attachments", std::to_string(result.waiting.vmisUnknown)},
-                           {"first", result.waiting.vmisUnknownWhy}});
-    }
-    // Again when the first object that failed a write may be tried again (its own backoff,
-    // issue 25 §3: one failing object does not rerun the whole pass every second), a second
-    // after a pass that could not plan, at the next grace deadline, and at the resync otherwise.
-    auto next = std::chrono::duration_cast<std::chrono::milliseconds>(options_.resync);
-    if (!result.error.empty()) {
-      next = std::min(next, std::chrono::milliseconds(1000));
-    }
-    if (result.counts.retryAt) {
-      const auto until = std::chrono::duration_cast<std::chrono::milliseconds>(
-          *result.counts.retryAt - std::chrono::steady_clock::now());
-      next = std::min(next, std::max(until, std::chrono::milliseconds(10)));
-    }
-    if (result.wakeAt) {
-      const auto until = std::chrono::duration_cast<std::chrono::milliseconds>(
-          *result.wakeAt - std::chrono::system_clock::now());
-      next = std::min(
-          next, std::max(until + std::chrono::milliseconds(10), std::chrono::milliseconds(10)));
-    }
-    resyncTimer_.Arm(next);
-    reconcilePasses_->Finished();  // a change during the pass: one more, soon
-  }
-
   // Loop thread, every second: the kinds that come and go, health and metrics.
   void Tick() {
     if (caches_.FollowDiscovery()) Trigger();
@@ -452,7 +375,7 @@ class Controller : public webhook::ClusterSource, public BinderSource {
   std::string Metrics() const {
     runtime::MetricsWriter out;
     WriteLeaderMetrics(out, leading_, acquisitions_, elector_->Transitions());
-    reconcilerMetrics_.Write(out);
+    reconciler_.WriteMetrics(out);
     if (binder_) binder_->WriteMetrics(out);
     if (webhooks_) webhookMetrics_.Write(out, webhookServer_->stats());
     std::vector<std::pair<std::string, const kube::CacheBase*>> caches;
@@ -469,9 +392,8 @@ class Controller : public webhook::ClusterSource, public BinderSource {
     LogInfo("stopping: finishing the pass in flight, then releasing the Lease");
     runtime::Notify("STOPPING=1");
     leading_ = false;  // the pass in flight makes no further writes
-    if (reconcilePasses_) reconcilePasses_->Stop();
+    reconciler_.Stop();
     if (binder_) binder_->Stop();
-    worker_.Stop();
     elector_->Stop();  // a leader releases the Lease (G8)
     loop_.Exit(0);
   }
@@ -497,16 +419,13 @@ class Controller : public webhook::ClusterSource, public BinderSource {
   ClusterCaches caches_;
   std::unique_ptr<kube::LeaderElector> elector_;
   std::atomic<bool> leading_{false};
-  Applier applier_;                     // the worker's
+  ReconcilerLoop reconciler_;
   std::unique_ptr<BinderLoop> binder_;  // with --enable-gpu
-  runtime::Worker worker_;
   runtime::HealthServer health_;
   runtime::Manager manager_;  // what Run starts in order and stops in reverse
   // The caches Watch added, by name, in order; and those the reconciler's passes wait for.
   std::vector<std::pair<std::string, const kube::CacheBase*>> watched_;
   std::vector<const kube::CacheBase*> reconcilerReads_;
-  std::unique_ptr<runtime::PassScheduler> reconcilePasses_;  // once the loop runs
-  runtime::Timer resyncTimer_;
   std::map<std::string, std::string> cacheErrors_;  // the last error logged, by cache (loop)
   runtime::Timer tick_;
   bool stopping_ = false;
@@ -515,7 +434,6 @@ class Controller : public webhook::ClusterSource, public BinderSource {
   bool podsWakeBinder_ = false;
   // Metrics, loop thread.
   int64_t acquisitions_ = 0;
-  ReconcilerMetrics reconcilerMetrics_;
 };
 
 }  // namespace

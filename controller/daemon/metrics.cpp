@@ -14,56 +14,6 @@ void WriteLeaderMetrics(runtime::MetricsWriter& out, bool leading, int64_t acqui
   out.Sample("gpu_controller_lease_transitions", "", static_cast<double>(leaseTransitions));
 }
 
-void ReconcilerMetrics::Pass(double seconds, bool failed, const ApplyCounts& counts,
-                             const Waiting& waiting) {
-  ++passes_;
-  duration_.Observe(seconds);
-  failures_ += failed ? 1 : 0;
-  for (const auto& [key, count] : counts.writes) {
-    writes_[key] += count;
-  }
-  conflicts_ += counts.conflicts;
-  queueDepth_ = counts.failed + counts.heldOff;
-  backingOff_ = static_cast<double>(counts.backingOff);
-  waiting_ = waiting;
-}
-
-void ReconcilerMetrics::Write(runtime::MetricsWriter& out) const {
-  out.Family("gpu_controller_reconcile_passes_total", "counter", "Reconciler passes run.");
-  out.Sample("gpu_controller_reconcile_passes_total", "", static_cast<double>(passes_));
-  out.Family("gpu_controller_reconcile_failures_total", "counter",
-             "Reconciler passes that could not plan.");
-  out.Sample("gpu_controller_reconcile_failures_total", "", static_cast<double>(failures_));
-  out.Family("gpu_controller_reconcile_duration_seconds", "histogram",
-             "Time of one reconciler pass: plan and writes.");
-  duration_.Write(out, "gpu_controller_reconcile_duration_seconds");
-  out.Family("gpu_controller_writes_total", "counter",
-             "Reconciler writes by object kind and result (ok, conflict, gone, forbidden, "
-             "error, skipped).");
-  for (const auto& [key, count] : writes_) {
-    out.Sample("gpu_controller_writes_total",
-               runtime::Label("kind", key.first) + "," + runtime::Label("result", key.second),
-               static_cast<double>(count));
-  }
-  out.Family("gpu_controller_conflicts_total", "counter",
-             "Writes refused with 409: a stale read or a concurrent writer.");
-  out.Sample("gpu_controller_conflicts_total", "", static_cast<double>(conflicts_));
-  out.Family("gpu_controller_queue_depth", "gauge",
-             "Writes the last pass planned and could not make; the next pass retries them.");
-  out.Sample("gpu_controller_queue_depth", "", queueDepth_);
-  out.Family("gpu_controller_write_backoff_objects", "gauge",
-             "Objects whose last write failed, held off for a delay of their own "
-             "(1 s doubling to 1 min); the rest of each pass writes on.");
-  out.Sample("gpu_controller_write_backoff_objects", "", backingOff_);
-  out.Family("gpu_controller_waiting", "gauge", "Objects waiting, by what they wait for.");
-  out.Sample("gpu_controller_waiting", runtime::Label("for", "vmi-in-use"), waiting_.devicesInUse);
-  out.Sample("gpu_controller_waiting", runtime::Label("for", "class-holders"),
-             waiting_.classesWithHolders);
-  out.Sample("gpu_controller_waiting", runtime::Label("for", "attachment-grace"),
-             waiting_.attachmentsInGrace);
-  out.Sample("gpu_controller_waiting", runtime::Label("for", "vmi-unknown"), waiting_.vmisUnknown);
-}
-
 void WebhookMetrics::Take(webhook::WebhookStats stats) {
   for (double seconds : stats.latencies) latency_.Observe(seconds);
   stats.latencies.clear();

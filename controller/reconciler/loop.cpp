@@ -1,0 +1,157 @@
+#include "controller/reconciler/loop.h"
+
+#include <algorithm>
+#include <exception>
+
+#include "runtime/log.h"
+
+namespace cozy::controller {
+
+using runtime::LogFields;
+using runtime::LogWarning;
+
+void ReconcilerMetrics::Pass(double seconds, bool failed, const ApplyCounts& counts,
+                             const Waiting& waiting) {
+  ++passes_;
+  duration_.Observe(seconds);
+  failures_ += failed ? 1 : 0;
+  for (const auto& [key, count] : counts.writes) {
+    writes_[key] += count;
+  }
+  conflicts_ += counts.conflicts;
+  queueDepth_ = counts.failed + counts.heldOff;
+  backingOff_ = static_cast<double>(counts.backingOff);
+  waiting_ = waiting;
+}
+
+void ReconcilerMetrics::Write(runtime::MetricsWriter& out) const {
+  out.Family("gpu_controller_reconcile_passes_total", "counter", "Reconciler passes run.");
+  out.Sample("gpu_controller_reconcile_passes_total", "", static_cast<double>(passes_));
+  out.Family("gpu_controller_reconcile_failures_total", "counter",
+             "Reconciler passes that could not plan.");
+  out.Sample("gpu_controller_reconcile_failures_total", "", static_cast<double>(failures_));
+  out.Family("gpu_controller_reconcile_duration_seconds", "histogram",
+             "Time of one reconciler pass: plan and writes.");
+  duration_.Write(out, "gpu_controller_reconcile_duration_seconds");
+  out.Family("gpu_controller_writes_total", "counter",
+             "Reconciler writes by object kind and result (ok, conflict, gone, forbidden, "
+             "error, skipped).");
+  for (const auto& [key, count] : writes_) {
+    out.Sample("gpu_controller_writes_total",
+               runtime::Label("kind", key.first) + "," + runtime::Label("result", key.second),
+               static_cast<double>(count));
+  }
+  out.Family("gpu_controller_conflicts_total", "counter",
+             "Writes refused with 409: a stale read or a concurrent writer.");
+  out.Sample("gpu_controller_conflicts_total", "", static_cast<double>(conflicts_));
+  out.Family("gpu_controller_queue_depth", "gauge",
+             "Writes the last pass planned and could not make; the next pass retries them.");
+  out.Sample("gpu_controller_queue_depth", "", queueDepth_);
+  out.Family("gpu_controller_write_backoff_objects", "gauge",
+             "Objects whose last write failed, held off for a delay of their own "
+             "(1 s doubling to 1 min); the rest of each pass writes on.");
+  out.Sample("gpu_controller_write_backoff_objects", "", backingOff_);
+  out.Family("gpu_controller_waiting", "gauge", "Objects waiting, by what they wait for.");
+  out.Sample("gpu_controller_waiting", runtime::Label("for", "vmi-in-use"), waiting_.devicesInUse);
+  out.Sample("gpu_controller_waiting", runtime::Label("for", "class-holders"),
+             waiting_.classesWithHolders);
+  out.Sample("gpu_controller_waiting", runtime::Label("for", "attachment-grace"),
+             waiting_.attachmentsInGrace);
+  out.Sample("gpu_controller_waiting", runtime::Label("for", "vmi-unknown"), waiting_.vmisUnknown);
+}
+
+ReconcilerLoop::ReconcilerLoop(runtime::Loop& loop, kube::Client& client,
+                               const std::atomic<bool>& leading, kube::DeadlineSource leadingUntil,
+                               ReconcilerSource& source, std::chrono::milliseconds resync,
+                               std::function<void()> onResync)
+    : loop_(loop),
+      leading_(leading),
+      source_(source),
+      resync_(resync),
+      onResync_(std::move(onResync)),
+      applier_(client, leading, std::move(leadingUntil)),
+      worker_("reconciler") {}
+
+void ReconcilerLoop::Start() {
+  passes_ =
+      std::make_unique<runtime::PassScheduler>(loop_, "reconcile", [this] { return StartPass(); });
+  resyncTimer_ = loop_.AddTimer("resync", [this] {
+    if (onResync_) onResync_();
+  });
+}
+
+void ReconcilerLoop::Trigger() {
+  if (passes_ && !stopping_) passes_->Ask(std::chrono::milliseconds(50));
+}
+
+void ReconcilerLoop::Stop() {
+  stopping_ = true;
+  if (passes_) passes_->Stop();
+  worker_.Stop();
+}
+
+bool ReconcilerLoop::StartPass() {
+  if (stopping_ || !leading_ || !source_.ReconcilerCachesSynced()) {
+    return false;  // leading and syncing both trigger again
+  }
+  worker_.Run([this] {
+    PassResult result = RunPass();
+    loop_.Post([this, result = std::move(result)]() mutable { PassDone(std::move(result)); });
+  });
+  return true;
+}
+
+ReconcilerLoop::PassResult ReconcilerLoop::RunPass() {
+  const auto started = std::chrono::steady_clock::now();
+  PassResult result;
+  try {
+    ReconcileInput input = source_.BuildInput();
+    Plan plan = PlanReconcile(input);
+    result.planned = static_cast<int>(plan.actions.size());
+    result.waiting = plan.waiting;
+    result.wakeAt = plan.wakeAt;
+    result.counts = applier_.Apply(plan.actions, std::chrono::steady_clock::now());
+  } catch (const std::exception& error) {
+    result.error = error.what();
+  }
+  result.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return result;
+}
+
+void ReconcilerLoop::PassDone(PassResult result) {
+  // G7: attachments whose VMI cannot be told (the kind not served, its cache not synced, the
+  // read failing) were skipped, never read as ended: the pass did not finish its work. The
+  // rest of the plan was applied; the next pass (an event, or the resync) tries again.
+  metrics_.Pass(result.seconds, !result.error.empty() || result.waiting.vmisUnknown > 0,
+                result.counts, result.waiting);
+  if (!result.error.empty()) {
+    LogWarning("reconcile pass failed", LogFields{{"error", result.error}});
+  } else if (result.waiting.vmisUnknown > 0) {
+    LogWarning("reconcile pass skipped attachments whose VMI cannot be told",
+               LogFields{{"attachments", std::to_string(result.waiting.vmisUnknown)},
+                         {"first", result.waiting.vmisUnknownWhy}});
+  }
+  // Again when the first object that failed a write may be tried again (its own backoff,
+  // issue 25 §3: one failing object does not rerun the whole pass every second), a second
+  // after a pass that could not plan, at the next grace deadline, and at the resync otherwise.
+  auto next = resync_;
+  if (!result.error.empty()) {
+    next = std::min(next, std::chrono::milliseconds(1000));
+  }
+  if (result.counts.retryAt) {
+    const auto until = std::chrono::duration_cast<std::chrono::milliseconds>(
+        *result.counts.retryAt - std::chrono::steady_clock::now());
+    next = std::min(next, std::max(until, std::chrono::milliseconds(10)));
+  }
+  if (result.wakeAt) {
+    const auto until = std::chrono::duration_cast<std::chrono::milliseconds>(
+        *result.wakeAt - std::chrono::system_clock::now());
+    next = std::min(next,
+                    std::max(until + std::chrono::milliseconds(10), std::chrono::milliseconds(10)));
+  }
+  resyncTimer_.Arm(next);
+  passes_->Finished();  // a change during the pass: one more, soon
+}
+
+}  // namespace cozy::controller

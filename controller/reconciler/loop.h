@@ -1,0 +1,111 @@
+// The reconciler's loop, on the leader: when its passes run and what each one counts (issue 25
+// §1: a runnable of its own, as the binder's loop is, so the daemon is wiring only). A change in
+// a cache the reconciler reads asks for a pass within 50 ms; runtime::PassScheduler collapses
+// asks into one pass at a time. A pass runs on a worker thread of its own: it reads the caches
+// (through ReconcilerSource), plans (PlanReconcile, pure) and writes (Applier), and its result
+// comes back to the loop thread, which counts it and arms the next resync: a second after a pass
+// that could not plan, when the first object a write failed on may be tried again (issue 25 §3),
+// at the next grace deadline a plan waits for, and at the resync period otherwise.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "controller/reconciler/apply.h"
+#include "controller/reconciler/plan.h"
+#include "kube/client.h"
+#include "runtime/loop.h"
+#include "runtime/metrics.h"
+#include "runtime/pass_scheduler.h"
+#include "runtime/worker.h"
+
+namespace cozy::controller {
+
+// What a pass reads, from the daemon's caches.
+class ReconcilerSource {
+ public:
+  virtual ~ReconcilerSource() = default;
+  // Loop thread: whether every cache the reconciler reads has listed.
+  virtual bool ReconcilerCachesSynced() const = 0;
+  // Reconciler worker: the plan's input as the caches show it now; throws when it cannot be
+  // read (a pass that could not plan).
+  virtual ReconcileInput BuildInput() const = 0;
+};
+
+// The reconciler's passes and writes, as the loop thread learns of each finished pass.
+class ReconcilerMetrics {
+ public:
+  // One pass: how long it took, whether it failed (could not plan, or skipped attachments whose
+  // VMI cannot be told), what the applier wrote and what waits.
+  void Pass(double seconds, bool failed, const ApplyCounts& counts, const Waiting& waiting);
+  void Write(runtime::MetricsWriter& out) const;
+
+ private:
+  int64_t passes_ = 0;
+  int64_t failures_ = 0;
+  runtime::Histogram duration_{{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30}};
+  std::map<std::pair<std::string, std::string>, int64_t> writes_;
+  int64_t conflicts_ = 0;
+  int queueDepth_ = 0;
+  double backingOff_ = 0;  // objects held off after the last pass
+  Waiting waiting_;
+};
+
+class ReconcilerLoop {
+ public:
+  // `leading` is read before each pass starts and by the applier before every write;
+  // `leadingUntil` bounds each write in time (Applier). `resync` is the longest time between
+  // two passes; when it comes, `onResync` runs on the loop thread (the daemon asks both its
+  // loops for a pass then).
+  ReconcilerLoop(runtime::Loop& loop, kube::Client& client, const std::atomic<bool>& leading,
+                 kube::DeadlineSource leadingUntil, ReconcilerSource& source,
+                 std::chrono::milliseconds resync, std::function<void()> onResync);
+  ReconcilerLoop(const ReconcilerLoop&) = delete;
+  ReconcilerLoop& operator=(const ReconcilerLoop&) = delete;
+
+  // Loop thread, once the loop runs: passes may start from now on.
+  void Start();
+  // Loop thread: a pass soon (within 50 ms), collapsing a burst of asks into one.
+  void Trigger();
+  // Loop thread: no pass starts after this; the one in flight finishes its write in progress
+  // (the daemon has cleared `leading` first, so it makes no further ones) and is waited for.
+  void Stop();
+
+  // Loop thread.
+  void WriteMetrics(runtime::MetricsWriter& out) const { metrics_.Write(out); }
+
+ private:
+  struct PassResult {
+    double seconds = 0;
+    int planned = 0;
+    ApplyCounts counts;
+    Waiting waiting;
+    std::optional<std::chrono::system_clock::time_point> wakeAt;
+    std::string error;  // the pass could not run (e.g. a decode failure)
+  };
+
+  bool StartPass();                  // loop thread, from the scheduler: whether a pass started
+  PassResult RunPass();              // worker thread
+  void PassDone(PassResult result);  // loop thread
+
+  runtime::Loop& loop_;
+  const std::atomic<bool>& leading_;
+  ReconcilerSource& source_;
+  std::chrono::milliseconds resync_;
+  std::function<void()> onResync_;
+  Applier applier_;  // the worker's
+  runtime::Worker worker_;
+  std::unique_ptr<runtime::PassScheduler> passes_;  // from Start
+  runtime::Timer resyncTimer_;
+  ReconcilerMetrics metrics_;  // loop thread
+  bool stopping_ = false;
+};
+
+}  // namespace cozy::controller
