@@ -18,8 +18,6 @@ const kube::GroupVersionResource kVmiResource = kVmis.Resource();
 const kube::GroupVersionResource kWorkloadResource = kWorkloads.Resource();
 const kube::GroupVersionResource kKubeVirtResource = kKubeVirts.Resource();
 const kube::GroupVersionResource kMonitorResource = kWorkloadMonitors.Resource();
-// The pods cache's index of those asking for an extended resource (the value is the name).
-const std::string kExtendedIndex = "extended";
 
 kube::InformerOptions Selected(std::string labelSelector, std::string fieldSelector) {
   kube::InformerOptions options;
@@ -81,12 +79,10 @@ ClusterCaches::ClusterCaches(kube::Client& client, kube::Discovery& discovery,
                                                                  QuotaFromJson);
     nodes = std::make_unique<kube::Cache<model::Node>>(client, kNodes.Path(), NodeFromJson);
     pods = std::make_unique<kube::Cache<model::Pod>>(client, kPods.Path(), PodFromJson);
-    // The pods a pass copies (FillSnapshot), kept as they change: a tenth of a cluster's pods
-    // or fewer, found without walking the rest on every pass.
-    pods->AddIndex(kExtendedIndex, [](const model::Pod& pod) {
-      return model::PodAsksForExtendedResources(pod) ? std::vector<std::string>{kExtendedIndex}
-                                                     : std::vector<std::string>{};
-    });
+    // Only the pods that can count in a decision (model::PodAsksForExtendedResources; a model
+    // test shows the others change none): a tenth of a cluster's pods or fewer. The others cost
+    // a decode as they change and nothing more: no memory, no index, no pass (issue 26 §1).
+    pods->SetKeep(model::PodAsksForExtendedResources);
   }
 }
 
@@ -152,12 +148,8 @@ bool ClusterCaches::FillSnapshot(model::Snapshot& snapshot) const {
   for (const auto& item : namespaces->List()) snapshot.namespaces.push_back(*item);
   for (const auto& item : quotas->List()) snapshot.quotas.push_back(*item);
   for (const auto& item : nodes->List()) snapshot.nodes.push_back(*item);
-  // Only pods that can count in a decision (model::PodAsksForExtendedResources; a model test
-  // shows the others change none): most of a cluster's pods are never copied into a pass, nor
-  // visited (the cache's index holds those that can, in the key order List gives).
-  for (const auto& item : pods->ByIndex(kExtendedIndex, kExtendedIndex)) {
-    snapshot.pods.push_back(*item);
-  }
+  // The cache keeps only the pods that can count in a decision (SetKeep above).
+  for (const auto& item : pods->List()) snapshot.pods.push_back(*item);
   for (const auto& item : gpuNodes.List()) snapshot.gpuNodes.push_back(*item);
   for (const auto& item : classes.List()) snapshot.classes.push_back(*item);
   bool vmisKnown = false;

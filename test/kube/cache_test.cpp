@@ -192,6 +192,58 @@ TEST(Cache, AChangeTheDecodedValueDoesNotShowWakesNobody) {
   EXPECT_EQ(cache.IgnoredChanges(), 1);
 }
 
+// Issue 26 §1: a cache that keeps only what its readers want (SetKeep). An object that fails
+// `keep` is never stored, wakes nobody and is counted with the changes taken quietly; one that
+// comes to pass it is stored and wakes the reader; one that comes to fail it leaves the cache,
+// which wakes the reader as a deletion does; and a relist does not hand over again the objects
+// the cache dropped (the informer still knows their versions).
+TEST(Cache, KeepsOnlyWhatItsReadersWant) {
+  auto server = testing::StartFakeApiServer(false);
+  server->Seed({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "t"}}}});
+  server->Seed(Pod("t", "gpu", "n1", "a100"));
+  server->Seed(Pod("t", "plain", "n1", ""));
+  Client client(testing::ConfigFor(*server), testing::TestClientOptions(DefaultTimeSource()));
+  JsonCache cache(client, "/api/v1/pods", IdentityDecode);
+  cache.SetKeep([](const json& pod) { return pod["metadata"]["labels"][kClassLabel] != ""; });
+  cache.AddIndex("byNode", FieldIndex("/spec/nodeName"));
+  std::atomic<int> changes{0};
+  cache.SetOnChange([&] { ++changes; });
+  cache.Start();
+  ASSERT_TRUE(testing::WaitFor([&] { return cache.Synced(); }));
+  EXPECT_EQ(changes.load(), 1) << "the first sync";
+  EXPECT_EQ(cache.Size(), 1U);
+  EXPECT_EQ(cache.Get("t/plain"), nullptr);
+  EXPECT_EQ(cache.IndexKeys("byNode", "n1"), Keys{"t/gpu"});
+  EXPECT_EQ(cache.IgnoredChanges(), 1) << "the plain pod, at the list";
+
+  // A change of the plain pod, and a new plain pod: nothing stored, nobody woken.
+  const std::string plain = "/api/v1/namespaces/t/pods/plain";
+  client.MergePatch(plain, {{"metadata", {{"annotations", {{"x", "1"}}}}}});
+  client.Create("/api/v1/namespaces/t/pods", Pod("t", "plain2", "n1", ""));
+  ASSERT_TRUE(testing::WaitFor([&] { return cache.IgnoredChanges() == 3; }));
+  EXPECT_EQ(changes.load(), 1);
+  EXPECT_EQ(cache.Size(), 1U);
+
+  // The plain pod comes to be wanted, the GPU pod comes not to be: each wakes the reader.
+  client.MergePatch(plain, {{"metadata", {{"labels", {{kClassLabel, "t4"}}}}}});
+  ASSERT_TRUE(testing::WaitFor([&] { return changes.load() == 2; }));
+  EXPECT_NE(cache.Get("t/plain"), nullptr);
+  client.MergePatch("/api/v1/namespaces/t/pods/gpu",
+                    {{"metadata", {{"labels", {{kClassLabel, ""}}}}}});
+  ASSERT_TRUE(testing::WaitFor([&] { return changes.load() == 3; }));
+  EXPECT_EQ(cache.Get("t/gpu"), nullptr);
+  EXPECT_EQ(cache.IndexKeys("byNode", "n1"), Keys{"t/plain"});
+
+  // A relist after a 410: the dropped pods are unchanged, so nothing is handed over again.
+  const int64_t ignored = cache.IgnoredChanges();
+  const int lists = cache.Stats().lists;
+  server->ExpireWatches();
+  ASSERT_TRUE(testing::WaitFor([&] { return cache.Stats().lists > lists; }, 10s));
+  EXPECT_EQ(cache.IgnoredChanges(), ignored);
+  EXPECT_EQ(changes.load(), 3);
+  EXPECT_EQ(cache.Size(), 1U);
+}
+
 // An optional kind's cache (KubeVirt's, Cozystack's) follows discovery: started when the kind is
 // served, kept while discovery fails or has not answered, dropped when it is not served, and
 // made anew (a new list) when it is served again. A reader's pointer outlives the drop.
