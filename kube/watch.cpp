@@ -80,39 +80,40 @@ void WatchStream::StopDecoding(const std::string& why) {
 }
 
 bool WatchStream::Decode(const std::string& text) {
-  const std::string name = "event " + std::to_string(++frames_);
+  ++frames_;  // named only in an error: each event would pay for the string
+  const auto name = [this] { return "event " + std::to_string(frames_); };
   std::string problem;
   json value = ParseNetworkJson(text, problem);
   if (!problem.empty()) {
-    StopDecoding(name + " " + problem);
+    StopDecoding(name() + " " + problem);
     return false;
   }
   if (!value.is_object()) {
-    StopDecoding(name + " is " + JsonTypeName(value) + ", not an object");
+    StopDecoding(name() + " is " + JsonTypeName(value) + ", not an object");
     return false;
   }
   const auto type = value.find("type");
   if (type == value.end()) {
-    StopDecoding(name + " has no type");
+    StopDecoding(name() + " has no type");
     return false;
   }
   if (!type->is_string()) {
-    StopDecoding(name + ": type is " + JsonTypeName(*type) + ", not a string");
+    StopDecoding(name() + ": type is " + JsonTypeName(*type) + ", not a string");
     return false;
   }
   const std::string typeName = type->get<std::string>();
   if (typeName != "ADDED" && typeName != "MODIFIED" && typeName != "DELETED" &&
       typeName != "BOOKMARK" && typeName != "ERROR") {
-    StopDecoding(name + ": unknown type \"" + typeName.substr(0, 64) + "\"");
+    StopDecoding(name() + ": unknown type \"" + typeName.substr(0, 64) + "\"");
     return false;
   }
   auto object = value.find("object");
   if (object == value.end()) {
-    StopDecoding(name + " (" + typeName + ") has no object");
+    StopDecoding(name() + " (" + typeName + ") has no object");
     return false;
   }
   if (!object->is_object()) {
-    StopDecoding(name + " (" + typeName + "): object is " + JsonTypeName(*object) +
+    StopDecoding(name() + " (" + typeName + "): object is " + JsonTypeName(*object) +
                  ", not an object");
     return false;
   }
