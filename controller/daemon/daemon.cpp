@@ -216,7 +216,8 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
       ++generation_;
     }
     changed_.notify_all();
-    loop_.Post([this, readers] { Trigger(readers); });
+    // A change that wakes no pass (the quiet room took it) wakes no loop either.
+    if (readers != Readers::kNone) loop_.Post([this, readers] { Trigger(readers); });
   }
 
   // Loop thread: a pass soon, collapsing a burst of changes into one.
