@@ -120,7 +120,10 @@ class Cache : public CacheBase {
   // informer still knows its resourceVersion, so a relist does not hand it over again unless it
   // changed. For a kind of which readers want a few (the pods that ask for an extended
   // resource, a tenth of a cluster's or fewer), most objects then cost a decode and nothing
-  // more, neither memory nor a walk of the cache's tree. Only before Start(). None: keep all.
+  // more, neither memory nor a walk of the cache's tree. A skim in the InformerOptions that
+  // wants the keys `keep` reads spares the watch's events of the others even the JSON document
+  // and the decode: they come as stubs (WatchEvent::skimmed) and are dropped as `keep` would
+  // drop them. Only before Start(). None: keep all.
   void SetKeep(std::function<bool(const T&)> keep) {
     if (thread_.joinable()) throw std::logic_error("Cache::SetKeep after Start");
     keep_ = std::move(keep);
@@ -366,7 +369,7 @@ class Cache : public CacheBase {
   // resourceVersion did not change keeps its decoded value.
   void Take(const WatchEvent& event) {
     std::string key = ObjectKey(event.object);
-    if (event.type == "DELETED") {
+    if (event.type == "DELETED" || event.skimmed) {  // skimmed: an object the cache does not keep
       pending_.emplace_back(std::move(key), std::nullopt);
       return;
     }

@@ -509,8 +509,10 @@ std::unique_ptr<WatchStream> Client::Watch(const std::string& collectionPath,
   std::string path = collectionPath + JoinQuery(query);
   // A server that vanishes without closing the connection must not hang the watch forever.
   long timeoutMs = options.timeoutSeconds > 0 ? (options.timeoutSeconds + 30) * 1000L : 0L;
-  return std::unique_ptr<WatchStream>(
+  std::unique_ptr<WatchStream> stream(
       new WatchStream(*this, path, config_.server + path, timeoutMs));
+  stream->skim_ = options.skim;
+  return stream;
 }
 
 }  // namespace cozy::kube

@@ -69,6 +69,9 @@ struct WatchOptions {
   std::string resourceVersion;  // "" = current state as ADDED events first
   bool allowWatchBookmarks = true;
   int timeoutSeconds = 0;  // 0: the server's default
+  // Events of objects without a key `skim` wants come as stubs of their metadata, marked
+  // skimmed, without a JSON document built (SkimEvent). Empty: every event whole.
+  SkimWants skim{};
 };
 
 // The instant by which a call must be over, asked again before each of its attempts (the first

@@ -150,8 +150,12 @@ void Informer::ListAndReplace() {
 void Informer::OpenWatch(TimePoint now) {
   int timeout = options_.watchTimeoutSeconds;
   if (timeout <= 0) timeout = 300 + static_cast<int>(options_.random() * 300.0);
-  WatchOptions watch{options_.labelSelector, options_.fieldSelector, resourceVersion_, true,
-                     timeout};
+  WatchOptions watch{options_.labelSelector,
+                     options_.fieldSelector,
+                     resourceVersion_,
+                     true,
+                     timeout,
+                     options_.keepObjects ? SkimWants{} : options_.skim};
   watch_ = client_.Watch(path_, watch);
   watchOpened_ = now;
   watchEvents_ = 0;

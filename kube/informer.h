@@ -41,6 +41,9 @@ struct InformerOptions {
   // what it needs from the events themselves (kube::Cache decodes them), so that no object is
   // held twice, once as raw JSON (issue 23: 4.7 MB per 1,000 pods before).
   bool keepObjects = true;
+  // Passed to the watch (WatchOptions::skim): its skimmed events reach the handler as stubs.
+  // Only with keepObjects false (a stub is no object to keep); lists always come whole.
+  SkimWants skim{};
 };
 
 struct InformerStats {

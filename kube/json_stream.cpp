@@ -131,3 +131,100 @@ std::string JsonTypeName(const nlohmann::json& value) {
 }
 
 }  // namespace cozy::kube
+
+namespace cozy::kube {
+namespace {
+
+// nlohmann's SAX interface: the event's type and its object's metadata are kept, every key
+// inside the object is offered to `wants`; returning false ends the parse (a wanted key, a
+// text nested too deep).
+class Skimmer {
+ public:
+  using json = nlohmann::json;
+  explicit Skimmer(const SkimWants& wants) : wants_(wants) {}
+
+  bool null() { return Value(); }
+  bool boolean(bool) { return Value(); }
+  bool number_integer(json::number_integer_t) { return Value(); }
+  bool number_unsigned(json::number_unsigned_t) { return Value(); }
+  bool number_float(json::number_float_t, const json::string_t&) { return Value(); }
+  bool binary(json::binary_t&) { return Value(); }
+  bool string(json::string_t& value) {
+    if (path_.empty() && key_ == "type") {
+      type_ = value;
+    } else if (path_.size() == 2 && path_[0] == "object" && path_[1] == "metadata") {
+      if (key_ == "name") name_ = value;
+      if (key_ == "namespace") namespace_ = value;
+      if (key_ == "resourceVersion") resourceVersion_ = value;
+    }
+    return Value();
+  }
+  bool start_object(std::size_t) { return Open(false); }
+  bool start_array(std::size_t) { return Open(true); }
+  bool end_object() { return Close(); }
+  bool end_array() { return Close(); }
+  bool key(json::string_t& key) {
+    key_.swap(key);  // the parser's buffer, which it clears before the next token
+    return !(inObject_ && wants_(inner_, key_));
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) {
+    return false;
+  }
+
+  std::optional<SkimmedEvent> Result() const {
+    if (type_ != "ADDED" && type_ != "MODIFIED" && type_ != "DELETED") return std::nullopt;
+    if (!name_ || !resourceVersion_) return std::nullopt;
+    json metadata = {{"name", *name_}, {"resourceVersion", *resourceVersion_}};
+    if (namespace_) metadata["namespace"] = *namespace_;
+    return SkimmedEvent{type_, {{"metadata", std::move(metadata)}}};
+  }
+
+ private:
+  // A container opens under the key just read, or as an element of the array it is in; the
+  // root has no name.
+  bool Open(bool array) {
+    if (depth_++ > 0) {
+      path_.push_back(inArray_.back() ? "[]" : key_);
+      if (path_.size() == 1) {
+        inObject_ = path_[0] == "object";
+      } else if (inObject_) {
+        inner_.push_back(path_.back());
+      }
+    }
+    inArray_.push_back(array);
+    return depth_ <= kMaxJsonDepth;
+  }
+  bool Close() {
+    inArray_.pop_back();
+    if (--depth_ > 0) {
+      if (path_.size() == 1) {
+        inObject_ = false;
+      } else if (inObject_) {
+        inner_.pop_back();
+      }
+      path_.pop_back();
+    }
+    return true;
+  }
+  bool Value() { return true; }
+
+  const SkimWants& wants_;
+  std::vector<std::string> path_;   // the names of the open containers under the root
+  std::vector<std::string> inner_;  // path_ below "object", offered to wants_
+  bool inObject_ = false;           // inside the event's "object"
+  std::vector<bool> inArray_;
+  std::string key_;
+  int depth_ = 0;
+  std::string type_;
+  std::optional<std::string> name_, namespace_, resourceVersion_;
+};
+
+}  // namespace
+
+std::optional<SkimmedEvent> SkimEvent(std::string_view text, const SkimWants& wants) {
+  Skimmer skimmer(wants);
+  if (!nlohmann::json::sax_parse(text, &skimmer)) return std::nullopt;
+  return skimmer.Result();
+}
+
+}  // namespace cozy::kube

@@ -9,9 +9,11 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -55,6 +57,22 @@ class JsonStreamSplitter {
 // Parses a JSON text from the network: never throws; null plus `error` set when the text is
 // not JSON or nests deeper than kMaxJsonDepth.
 nlohmann::json ParseNetworkJson(std::string_view text, std::string& error);
+
+// Skimming a watch event (issue 26 §1): for a kind of which the consumer keeps few objects
+// (the pods that ask for an extended resource), most events need not become a JSON document.
+// `wants` is offered every key inside the event's object with the path to it, from the object
+// down ({"spec", "containers", "[]", "resources", "requests"} for a container's request; "[]"
+// for an array's element), and says whether the key makes the object one to decode whole.
+using SkimWants = std::function<bool(const std::vector<std::string>& path, const std::string& key)>;
+struct SkimmedEvent {
+  std::string type;     // ADDED, MODIFIED or DELETED
+  nlohmann::json stub;  // {"metadata": {"name", "namespace" (if any), "resourceVersion"}}
+};
+// One pass over the event's text that builds no document. Returns the stub of an ADDED,
+// MODIFIED or DELETED event whose object has a string name and resourceVersion and no key
+// `wants`; nullopt for every other text (wanted, a BOOKMARK or ERROR, malformed, nested deeper
+// than kMaxJsonDepth), which the caller parses whole, and whose errors that parse reports.
+std::optional<SkimmedEvent> SkimEvent(std::string_view text, const SkimWants& wants);
 
 // "a string", "a number", "an object", "null"...: for messages about wrong types.
 std::string JsonTypeName(const nlohmann::json& value);

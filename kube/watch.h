@@ -23,6 +23,9 @@ class Client;
 struct WatchEvent {
   std::string type;  // ADDED, MODIFIED, DELETED, BOOKMARK, ERROR
   nlohmann::json object;
+  // `object` is only a stub of metadata (SkimEvent): the object has no key the watch's skim
+  // wants, so its consumer does not keep it (WatchOptions::skim).
+  bool skimmed = false;
 };
 
 class WatchStream {
@@ -86,6 +89,7 @@ class WatchStream {
   bool done_ = false;
   size_t frames_ = 0;  // values cut from the stream so far
   std::optional<ApiError> decodeError_;
+  SkimWants skim_;  // WatchOptions::skim
   std::optional<ApiError> error_;
 };
 

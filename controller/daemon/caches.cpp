@@ -78,7 +78,11 @@ ClusterCaches::ClusterCaches(kube::Client& client, kube::Discovery& discovery,
     quotas = std::make_unique<kube::Cache<model::ResourceQuota>>(client, kResourceQuotas.Path(),
                                                                  QuotaFromJson);
     nodes = std::make_unique<kube::Cache<model::Node>>(client, kNodes.Path(), NodeFromJson);
-    pods = std::make_unique<kube::Cache<model::Pod>>(client, kPods.Path(), PodFromJson);
+    // The watch skims the others: no JSON document, no decode (model::PodKeyIsExtendedResource).
+    kube::InformerOptions podOptions;
+    podOptions.skim = model::PodKeyIsExtendedResource;
+    pods = std::make_unique<kube::Cache<model::Pod>>(client, kPods.Path(), PodFromJson,
+                                                     std::move(podOptions));
     // Only the pods that can count in a decision (model::PodAsksForExtendedResources; a model
     // test shows the others change none): a tenth of a cluster's pods or fewer. The others cost
     // a decode as they change and nothing more: no memory, no index, no pass (issue 26 §1).

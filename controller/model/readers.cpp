@@ -166,6 +166,14 @@ bool PodAsksForExtendedResources(const Pod& pod) {
   return asks(pod.containers) || asks(pod.initContainers) || extended(pod.overhead);
 }
 
+bool PodKeyIsExtendedResource(const std::vector<std::string>& path, const std::string& key) {
+  if (key.find('/') == std::string::npos || path.empty() || path[0] != "spec") return false;
+  if (path.size() == 2) return path[1] == "overhead";
+  return path.size() == 5 && (path[1] == "containers" || path[1] == "initContainers") &&
+         path[2] == "[]" && path[3] == "resources" &&
+         (path[4] == "requests" || path[4] == "limits");
+}
+
 bool PodChangeMatters(const Pod* before, const Pod* after) {
   if (before != nullptr && after != nullptr && *before == *after) return false;
   return (before != nullptr && PodAsksForExtendedResources(*before)) ||

@@ -53,6 +53,11 @@ bool PodHoldsDevices(const Pod& pod);
 // that asks for none (cpu and memory only: most of a cluster's pods) never counts in a
 // decision, whatever the resource names are set to.
 bool PodAsksForExtendedResources(const Pod& pod);
+// The same question of a pod's JSON, one key at a time (a kube::SkimWants): whether `key`, at
+// `path` under the pod, is an extended resource's name in a container's or init container's
+// requests or limits, or in the pod's overhead. A pod with no such key is one
+// PodAsksForExtendedResources says no to; the watch of pods then builds no document of it.
+bool PodKeyIsExtendedResource(const std::vector<std::string>& path, const std::string& key);
 // The pod cache's change filter (kube::Cache::SetChangeFilter, issue 26 §1): a pod's change can
 // change a decision only when it asks for an extended resource, before or after, and the model
 // reads something different in it. A status heartbeat, or a pod of cpu and memory starting

@@ -244,6 +244,51 @@ TEST(Cache, KeepsOnlyWhatItsReadersWant) {
   EXPECT_EQ(cache.Size(), 1U);
 }
 
+// The same with the watch skimming what the cache does not keep (InformerOptions::skim): the
+// plain pod's changes reach the cache as stubs, never decoded, and still count as taken
+// quietly; a pod that comes to carry a wanted key comes whole, is decoded and kept.
+TEST(Cache, ASkimmingWatchDecodesNothingItDoesNotKeep) {
+  auto server = testing::StartFakeApiServer(false);
+  server->Seed({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "t"}}}});
+  server->Seed(Pod("t", "gpu", "n1", "a100"));
+  Client client(testing::ConfigFor(*server), testing::TestClientOptions(DefaultTimeSource()));
+  InformerOptions options;
+  options.skim = [](const std::vector<std::string>& path, const std::string& key) {
+    return path == std::vector<std::string>{"metadata", "labels"} && key == kClassLabel;
+  };
+  std::atomic<int> decoded{0};
+  JsonCache cache(
+      client, "/api/v1/pods",
+      [&decoded](const json& pod) {
+        ++decoded;
+        return pod;
+      },
+      options);
+  cache.SetKeep([](const json& pod) { return pod["metadata"]["labels"].contains(kClassLabel); });
+  cache.Start();
+  ASSERT_TRUE(testing::WaitFor([&] { return cache.Synced(); }));
+  EXPECT_EQ(decoded.load(), 1);
+
+  json plain = Pod("t", "plain", "n1", "");
+  plain["metadata"].erase("labels");
+  client.Create("/api/v1/namespaces/t/pods", plain);
+  client.MergePatch("/api/v1/namespaces/t/pods/plain",
+                    {{"metadata", {{"annotations", {{"x", "1"}}}}}});
+  ASSERT_TRUE(testing::WaitFor([&] { return cache.IgnoredChanges() == 2; }));
+  EXPECT_EQ(decoded.load(), 1) << "a skimmed pod is never decoded";
+  EXPECT_EQ(cache.Size(), 1U);
+
+  client.MergePatch("/api/v1/namespaces/t/pods/plain",
+                    {{"metadata", {{"labels", {{kClassLabel, "t4"}}}}}});
+  ASSERT_TRUE(testing::WaitFor([&] { return cache.Get("t/plain") != nullptr; }));
+  EXPECT_EQ(decoded.load(), 2);
+  DeleteOptions now;
+  now.gracePeriodSeconds = 0;
+  client.Delete("/api/v1/namespaces/t/pods/plain", now);
+  ASSERT_TRUE(testing::WaitFor([&] { return cache.Get("t/plain") == nullptr; }));
+  EXPECT_EQ(cache.Size(), 1U);
+}
+
 // An optional kind's cache (KubeVirt's, Cozystack's) follows discovery: started when the kind is
 // served, kept while discovery fails or has not answered, dropped when it is not served, and
 // made anew (a new list) when it is served again. A reader's pointer outlives the drop.

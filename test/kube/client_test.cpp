@@ -308,6 +308,55 @@ TEST(ParseNetworkJson, RefusesTextNestedTooDeepOrNotJsonWithoutThrowing) {
   EXPECT_EQ(error, "is not JSON");
 }
 
+// Issue 26 §1: a watch event skimmed without a document. The keys inside the object are
+// offered with their path from the object ("[]" for an array's element); a wanted key, an
+// event of another type, an object without a string name or resourceVersion, or a text that
+// is not JSON or nests too deep are left to the whole parse (nullopt).
+TEST(SkimEvent, StubsWhatNoKeyIsWantedForAndLeavesTheRestWhole) {
+  std::vector<std::string> offered;
+  const SkimWants wants = [&offered](const std::vector<std::string>& path, const std::string& key) {
+    std::string joined;
+    for (const std::string& part : path) joined += part + ".";
+    offered.push_back(joined + key);
+    return key == "wanted";
+  };
+  const std::string plain =
+      R"({"type":"MODIFIED","object":{"metadata":{"name":"p","namespace":"t","resourceVersion":"7",)"
+      R"("labels":{"name":"not-this-one"}},"spec":{"containers":[{"name":"c","resources":)"
+      R"({"requests":{"cpu":"1"}}}]}}})";
+  const auto stub = SkimEvent(plain, wants);
+  ASSERT_TRUE(stub.has_value());
+  EXPECT_EQ(stub->type, "MODIFIED");
+  EXPECT_EQ(stub->stub,
+            (nlohmann::json{
+                {"metadata", {{"name", "p"}, {"namespace", "t"}, {"resourceVersion", "7"}}}}));
+  EXPECT_EQ(offered, (std::vector<std::string>{
+                         "metadata", "metadata.name", "metadata.namespace",
+                         "metadata.resourceVersion", "metadata.labels", "metadata.labels.name",
+                         "spec", "spec.containers", "spec.containers.[].name",
+                         "spec.containers.[].resources", "spec.containers.[].resources.requests",
+                         "spec.containers.[].resources.requests.cpu"}));
+  const auto cluster = SkimEvent(
+      R"({"type":"ADDED","object":{"metadata":{"name":"n","resourceVersion":"1"}}})", wants);
+  ASSERT_TRUE(cluster.has_value());
+  EXPECT_EQ(cluster->stub,
+            (nlohmann::json{{"metadata", {{"name", "n"}, {"resourceVersion", "1"}}}}));
+  for (
+      const std::string& text : std::vector<std::string>{
+          R"({"type":"ADDED","object":{"metadata":{"name":"p","resourceVersion":"1"},"wanted":1}})",
+          R"({"type":"BOOKMARK","object":{"metadata":{"name":"p","resourceVersion":"1"}}})",
+          R"({"type":"ERROR","object":{"kind":"Status","code":410}})",
+          R"({"type":"ADDED","object":{"metadata":{"name":"p"}}})",
+          R"({"type":"ADDED","object":{"metadata":{"name":"p","resourceVersion":1}}})",
+          R"({"type":"ADDED","object":{"metadata":{"name":"p","resourceVersion":"1"})",
+          std::string(
+              R"({"type":"ADDED","object":{"metadata":{"name":"p","resourceVersion":"1"},"x":)") +
+              std::string(2000, '[') + std::string(2000, ']') + "}}",
+      }) {
+    EXPECT_FALSE(SkimEvent(text, wants).has_value()) << text.substr(0, 120);
+  }
+}
+
 TEST(JsonStreamSplitter, ValuesSplitAcrossReadsAndSeveralInOne) {
   JsonStreamSplitter splitter;
   splitter.Feed(R"({"type":"ADDED","object":{"s":"a}\"{"}})"
