@@ -150,6 +150,7 @@ class Skimmer {
   bool number_float(json::number_float_t, const json::string_t&) { return Value(); }
   bool binary(json::binary_t&) { return Value(); }
   bool string(json::string_t& value) {
+    if (inArray_.empty() || inArray_.back()) return Value();  // an element: no key names it
     if (path_.empty() && key_ == "type") {
       type_ = value;
     } else if (path_.size() == 2 && path_[0] == "object" && path_[1] == "metadata") {
@@ -165,6 +166,21 @@ class Skimmer {
   bool end_array() { return Close(); }
   bool key(json::string_t& key) {
     key_.swap(key);  // the parser's buffer, which it clears before the next token
+    // A key read again (a hostile text) drops what its first value gave: the whole parse keeps
+    // the last value, and so does the skim.
+    if (path_.empty()) {
+      if (key_ == "type") type_.clear();
+      if (key_ == "object") {
+        objectIsObject_ = false;
+        name_.reset(), namespace_.reset(), resourceVersion_.reset();
+      }
+    } else if (path_.size() == 1 && path_[0] == "object" && key_ == "metadata") {
+      name_.reset(), namespace_.reset(), resourceVersion_.reset();
+    } else if (path_.size() == 2 && path_[0] == "object" && path_[1] == "metadata") {
+      if (key_ == "name") name_.reset();
+      if (key_ == "namespace") namespace_.reset();
+      if (key_ == "resourceVersion") resourceVersion_.reset();
+    }
     return !(inObject_ && wants_(inner_, key_));
   }
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) {
@@ -173,6 +189,7 @@ class Skimmer {
 
   std::optional<SkimmedEvent> Result() const {
     if (type_ != "ADDED" && type_ != "MODIFIED" && type_ != "DELETED") return std::nullopt;
+    if (!objectIsObject_) return std::nullopt;
     if (!name_ || !resourceVersion_) return std::nullopt;
     json metadata = {{"name", *name_}, {"resourceVersion", *resourceVersion_}};
     if (namespace_) metadata["namespace"] = *namespace_;
@@ -183,6 +200,7 @@ class Skimmer {
   // A container opens under the key just read, or as an element of the array it is in; the
   // root has no name.
   bool Open(bool array) {
+    if (depth_ == 1 && !inArray_.back() && key_ == "object") objectIsObject_ = !array;
     if (depth_++ > 0) {
       path_.push_back(inArray_.back() ? "[]" : key_);
       if (path_.size() == 1) {
@@ -212,6 +230,7 @@ class Skimmer {
   std::vector<std::string> path_;   // the names of the open containers under the root
   std::vector<std::string> inner_;  // path_ below "object", offered to wants_
   bool inObject_ = false;           // inside the event's "object"
+  bool objectIsObject_ = false;     // the event's last "object" is an object
   std::vector<bool> inArray_;
   std::string key_;
   int depth_ = 0;

@@ -1,5 +1,6 @@
 // Fuzz target for what the Kubernetes client parses from the network: a watch stream cut
-// into JSON values at any byte boundary, and error answers (Status bodies, Retry-After).
+// into JSON values at any byte boundary, and error answers (Status bodies, Retry-After); the
+// skim of an event (kube::SkimEvent) never throws and stubs only what parses whole.
 // The splitter must hand out the same values however the bytes are split, and never hold
 // more than it was given; with a small cap it must fail at the same value however the bytes
 // are split, and never hold more than the cap and one read. Parsing (frames, Status bodies,
@@ -51,7 +52,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const auto& value : whole.values) {
     Check(value.front() == '{' || value.front() == '[');
     std::string error;
-    (void)cozy::kube::ParseNetworkJson(value, error);
+    const auto parsed = cozy::kube::ParseNetworkJson(value, error);
+    // A skim never throws, and stubs only what parses whole as an event of that type.
+    const auto skimmed =
+        cozy::kube::SkimEvent(value, [](const std::vector<std::string>&, const std::string& key) {
+          return key.find('/') != std::string::npos;
+        });
+    if (skimmed) {
+      Check(error.empty() && parsed.is_object());
+      Check(parsed.contains("type") && parsed["type"] == skimmed->type);
+      Check(parsed.contains("object") && parsed["object"].is_object());
+      const auto& metadata = parsed["object"].value("metadata", nlohmann::json::object());
+      Check(metadata.is_object() &&
+            metadata.value("name", nlohmann::json()) == skimmed->stub["metadata"]["name"]);
+    }
   }
   auto capped = SplitAll(bytes, bytes.size() + 1, 16);
   Check(SplitAll(bytes, 1, 16) == capped);

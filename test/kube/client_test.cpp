@@ -348,6 +348,12 @@ TEST(SkimEvent, StubsWhatNoKeyIsWantedForAndLeavesTheRestWhole) {
           R"({"type":"ERROR","object":{"kind":"Status","code":410}})",
           R"({"type":"ADDED","object":{"metadata":{"name":"p"}}})",
           R"({"type":"ADDED","object":{"metadata":{"name":"p","resourceVersion":1}}})",
+          // A key read again keeps its last value, as the whole parse does.
+          R"({"type":"ADDED","object":{"metadata":{"name":"p","resourceVersion":"1"}},"object":5})",
+          R"({"type":"ADDED","type":5,"object":{"metadata":{"name":"p","resourceVersion":"1"}}})",
+          R"({"type":"ADDED","object":{"metadata":{"name":"p","resourceVersion":"1","name":1}}})",
+          R"({"type":"ADDED","object":{"metadata":{"name":"p","resourceVersion":"1"},"metadata":[]}})",
+          R"({"type":"ADDED","object":{"metadata":[{"name":1,"resourceVersion":"1"},"p"]}})",
           R"({"type":"ADDED","object":{"metadata":{"name":"p","resourceVersion":"1"})",
           std::string(
               R"({"type":"ADDED","object":{"metadata":{"name":"p","resourceVersion":"1"},"x":)") +
