@@ -311,25 +311,10 @@ class Cache : public CacheBase {
     return true;
   }
 
-  static void IndexAdd(State& state, const std::string& key, const std::string& name,
-                       const std::vector<std::string>& values) {
-    for (const auto& value : values) state.indexes[name][value].insert(key);
-  }
-  static void IndexDrop(State& state, const std::string& key, const std::string& name,
-                        const std::vector<std::string>& values) {
-    auto& index = state.indexes[name];
-    for (const auto& value : values) {
-      auto found = index.find(value);
-      if (found == index.end()) continue;
-      found->second.erase(key);
-      if (found->second.empty()) index.erase(found);
-    }
-  }
-
   // One object's change at `at` (not `found`: it is new and `at` is where it goes), with the
-  // one lookup of its key the caller made: an
-  // update replaces the entry where it stands and touches only the indexes whose values moved
-  // (a pod's status write leaves its node and resources, and so its index entries, alone).
+  // one lookup of its key the caller made: an update replaces the entry where it stands and
+  // touches only the indexes whose values moved (a pod's status write leaves its node and
+  // resources, and so its index entries, alone).
   static void Replace(State& state, typename std::map<std::string, Entry>::iterator at, bool found,
                       const std::string& key, std::optional<Entry> entry) {
     static const std::vector<std::string> kNone;
@@ -341,19 +326,19 @@ class Cache : public CacheBase {
     };
     Entry* before = found ? &at->second : nullptr;
     const Entry* after = entry ? &*entry : nullptr;
-    std::set<std::string> names;
-    if (before != nullptr) {
-      for (const auto& [name, values] : before->indexValues) names.insert(name);
-    }
-    if (after != nullptr) {
-      for (const auto& [name, values] : after->indexValues) names.insert(name);
-    }
-    for (const std::string& name : names) {
+    // Every index is registered in state.indexes (AddIndex), and an entry's values are only
+    // ever under those names.
+    for (auto& [name, index] : state.indexes) {
       const auto& old = valuesOf(before, name);
       const auto& now = valuesOf(after, name);
       if (old == now) continue;
-      IndexDrop(state, key, name, old);
-      IndexAdd(state, key, name, now);
+      for (const auto& value : old) {
+        auto held = index.find(value);
+        if (held == index.end()) continue;
+        held->second.erase(key);
+        if (held->second.empty()) index.erase(held);
+      }
+      for (const auto& value : now) index[value].insert(key);
     }
     if (after == nullptr) {
       if (before != nullptr) state.objects.erase(at);

@@ -130,9 +130,6 @@ std::string JsonTypeName(const nlohmann::json& value) {
   return "not a JSON value";
 }
 
-}  // namespace cozy::kube
-
-namespace cozy::kube {
 namespace {
 
 // nlohmann's SAX interface: the event's type and its object's metadata are kept, every key
@@ -143,14 +140,14 @@ class Skimmer {
   using json = nlohmann::json;
   explicit Skimmer(const SkimWants& wants) : wants_(wants) {}
 
-  bool null() { return Value(); }
-  bool boolean(bool) { return Value(); }
-  bool number_integer(json::number_integer_t) { return Value(); }
-  bool number_unsigned(json::number_unsigned_t) { return Value(); }
-  bool number_float(json::number_float_t, const json::string_t&) { return Value(); }
-  bool binary(json::binary_t&) { return Value(); }
+  bool null() { return true; }
+  bool boolean(bool) { return true; }
+  bool number_integer(json::number_integer_t) { return true; }
+  bool number_unsigned(json::number_unsigned_t) { return true; }
+  bool number_float(json::number_float_t, const json::string_t&) { return true; }
+  bool binary(json::binary_t&) { return true; }
   bool string(json::string_t& value) {
-    if (inArray_.empty() || inArray_.back()) return Value();  // an element: no key names it
+    if (inArray_.empty() || inArray_.back()) return true;  // an element: no key names it
     if (path_.empty() && key_ == "type") {
       type_ = value;
     } else if (path_.size() == 2 && path_[0] == "object" && path_[1] == "metadata") {
@@ -158,7 +155,7 @@ class Skimmer {
       if (key_ == "namespace") namespace_ = value;
       if (key_ == "resourceVersion") resourceVersion_ = value;
     }
-    return Value();
+    return true;
   }
   bool start_object(std::size_t) { return Open(false); }
   bool start_array(std::size_t) { return Open(true); }
@@ -198,10 +195,10 @@ class Skimmer {
 
  private:
   // A container opens under the key just read, or as an element of the array it is in; the
-  // root has no name.
+  // root has no name. inArray_ holds one entry per open container: its size is the depth.
   bool Open(bool array) {
-    if (depth_ == 1 && !inArray_.back() && key_ == "object") objectIsObject_ = !array;
-    if (depth_++ > 0) {
+    if (inArray_.size() == 1 && !inArray_.back() && key_ == "object") objectIsObject_ = !array;
+    if (!inArray_.empty()) {
       path_.push_back(inArray_.back() ? "[]" : key_);
       if (path_.size() == 1) {
         inObject_ = path_[0] == "object";
@@ -210,11 +207,11 @@ class Skimmer {
       }
     }
     inArray_.push_back(array);
-    return depth_ <= kMaxJsonDepth;
+    return inArray_.size() <= static_cast<size_t>(kMaxJsonDepth);
   }
   bool Close() {
     inArray_.pop_back();
-    if (--depth_ > 0) {
+    if (!inArray_.empty()) {
       if (path_.size() == 1) {
         inObject_ = false;
       } else if (inObject_) {
@@ -224,7 +221,6 @@ class Skimmer {
     }
     return true;
   }
-  bool Value() { return true; }
 
   const SkimWants& wants_;
   std::vector<std::string> path_;   // the names of the open containers under the root
@@ -233,7 +229,6 @@ class Skimmer {
   bool objectIsObject_ = false;     // the event's last "object" is an object
   std::vector<bool> inArray_;
   std::string key_;
-  int depth_ = 0;
   std::string type_;
   std::optional<std::string> name_, namespace_, resourceVersion_;
 };

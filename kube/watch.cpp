@@ -80,14 +80,14 @@ void WatchStream::StopDecoding(const std::string& why) {
 }
 
 bool WatchStream::Decode(const std::string& text) {
+  ++frames_;
   if (skim_) {
     if (std::optional<SkimmedEvent> skimmed = SkimEvent(text, skim_)) {
-      ++frames_;
       events_.push_back({std::move(skimmed->type), std::move(skimmed->stub), true});
       return true;
     }
   }
-  ++frames_;  // named only in an error: each event would pay for the string
+  // Named only in an error: each event would pay for the string.
   const auto name = [this] { return "event " + std::to_string(frames_); };
   std::string problem;
   json value = ParseNetworkJson(text, problem);

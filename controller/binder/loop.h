@@ -61,9 +61,8 @@ class BinderSource {
 // the pass decided only held keeps, Settle replays the recorded changes, in order, against the
 // room the pass left: a change the pass did read is counted twice, which only makes the room
 // smaller (AbsorbPodChange gives back only units it took itself), and one it did not is counted
-// as the room
-// would have counted it had it been settled at the pass's read. If every change is taken the
-// room is settled without another pass; otherwise, and after a pass that settles nothing
+// as the room would have counted it had it been settled at the pass's read. If every change is
+// taken the room is settled without another pass; otherwise, and after a pass that settles nothing
 // (EndPass), a change recorded means one more pass. Before this, the changes that came during
 // a pass woke the next pass, which itself ran long enough to catch the next change: a churn of
 // GPU pods kept a chain of full passes going after every resync.

@@ -86,11 +86,10 @@ json Device(int i, const std::string& node) {
           {"status", {{"phase", "Bound"}, {"nodeName", node}}}};
 }
 
-// utime + stime of a process, in seconds.
-double CpuSeconds(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(in)), {});
-  std::istringstream fields(text.substr(text.rfind(')') + 2));  // after "(comm) "
+// utime + stime, in seconds, of a /proc stat text (a process's or a thread's); `close` is
+// where its "(comm)" ends.
+double StatCpuSeconds(const std::string& text, size_t close) {
+  std::istringstream fields(text.substr(close + 2));  // after "(comm) "
   std::string field;
   double ticks = 0;
   for (int i = 3; fields >> field; ++i) {
@@ -98,6 +97,20 @@ double CpuSeconds(pid_t pid) {
     if (i == 15) break;
   }
   return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// utime + stime of a process, in seconds.
+double CpuSeconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  return StatCpuSeconds(text, text.rfind(')'));
+}
+
+// The calling thread's CPU seconds, to the nanosecond: the in-process walks' clock.
+double ThisThreadCpu() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) / 1e9;
 }
 
 // utime + stime of each of a process's threads, in seconds, summed by thread name (the
@@ -111,15 +124,7 @@ std::map<std::string, double> ThreadCpu(pid_t pid) {
     std::string text((std::istreambuf_iterator<char>(in)), {});
     const size_t open = text.find('('), close = text.rfind(')');
     if (open == std::string::npos || close == std::string::npos) continue;  // ended meanwhile
-    std::istringstream fields(text.substr(close + 2));
-    std::string field;
-    double ticks = 0;
-    for (int i = 3; fields >> field; ++i) {
-      if (i == 14 || i == 15) ticks += std::stod(field);
-      if (i == 15) break;
-    }
-    byName[text.substr(open + 1, close - open - 1)] +=
-        ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+    byName[text.substr(open + 1, close - open - 1)] += StatCpuSeconds(text, close);
   }
   return byName;
 }
@@ -257,14 +262,9 @@ double ReferenceWalk(const cozy::fake::FakeApiServer& server, int pods) {
     if (object.is_object()) lines.push_back(json{{"type", "MODIFIED"}, {"object", object}}.dump());
   }
   if (lines.empty()) return 0;
-  auto threadCpu = [] {
-    timespec now{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
-    return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) / 1e9;
-  };
   int matters = 0;
   const int rounds = 5;
-  const double start = threadCpu();
+  const double start = ThisThreadCpu();
   for (int round = 0; round < rounds; ++round) {
     for (const std::string& line : lines) {
       const json event = json::parse(line);
@@ -272,7 +272,7 @@ double ReferenceWalk(const cozy::fake::FakeApiServer& server, int pods) {
       matters += cozy::model::PodChangeMatters(nullptr, &pod) ? 1 : 0;
     }
   }
-  const double perEvent = (threadCpu() - start) / static_cast<double>(rounds * lines.size());
+  const double perEvent = (ThisThreadCpu() - start) / static_cast<double>(rounds * lines.size());
   if (matters == 0) std::printf("(no pod of the reference walk asks for a GPU)\n");
   return perEvent;
 }
@@ -323,15 +323,10 @@ void SkimWalk(const cozy::fake::FakeApiServer& server, int pods) {
     real.push_back(json{{"type", "MODIFIED"}, {"object", RealSized(object)}}.dump());
   }
   if (small.empty()) return;
-  auto threadCpu = [] {
-    timespec now{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
-    return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) / 1e9;
-  };
   auto time = [&](const std::vector<std::string>& lines, bool skim) {
     int kept = 0;
     const int rounds = 5;
-    const double start = threadCpu();
+    const double start = ThisThreadCpu();
     for (int round = 0; round < rounds; ++round) {
       for (const std::string& line : lines) {
         if (skim) {
@@ -344,7 +339,7 @@ void SkimWalk(const cozy::fake::FakeApiServer& server, int pods) {
       }
     }
     if (kept != 0) std::printf("(a pod of the skim walk was kept)\n");
-    return (threadCpu() - start) / static_cast<double>(rounds * lines.size()) * 1e6;
+    return (ThisThreadCpu() - start) / static_cast<double>(rounds * lines.size()) * 1e6;
   };
   const double smallWhole = time(small, false), smallSkim = time(small, true);
   const double realWhole = time(real, false), realSkim = time(real, true);
