@@ -1,10 +1,15 @@
 #include "controller/binder/binder.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <exception>
 #include <functional>
+#include <mutex>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -52,6 +57,81 @@ bool FreesUnits(const api::GpuDevice& device, const model::Decision& decision) {
          (decision.action == model::Action::kMove && decision.node != *node);
 }
 
+// A pass's writers: up to `threads` threads, started as the jobs come, each taking the oldest job
+// waiting. Close (or the destructor) lets them finish every job handed over, then joins them.
+class Writers {
+ public:
+  explicit Writers(size_t capacity) : capacity_(capacity) {}
+  Writers(const Writers&) = delete;
+  Writers& operator=(const Writers&) = delete;
+  ~Writers() { Close(); }
+
+  void Submit(std::function<void()> job) {
+    {
+      std::lock_guard lock(mutex_);
+      jobs_.push_back(std::move(job));
+      if (idle_ == 0 && threads_.size() < capacity_) {
+        threads_.emplace_back([this] { Main(); });
+      }
+    }
+    work_.notify_one();
+  }
+  // Waits until `ready` holds; checked again each time a job ends.
+  void WaitUntil(const std::function<bool()>& ready) {
+    std::unique_lock lock(mutex_);
+    ended_.wait(lock, ready);
+  }
+  void Close() {
+    {
+      std::lock_guard lock(mutex_);
+      closing_ = true;
+    }
+    work_.notify_all();
+    for (std::thread& thread : threads_) thread.join();
+    threads_.clear();
+  }
+
+ private:
+  void Main() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      ++idle_;
+      work_.wait(lock, [this] { return closing_ || !jobs_.empty(); });
+      --idle_;
+      if (jobs_.empty()) return;  // closing, and nothing left
+      std::function<void()> job = std::move(jobs_.front());
+      jobs_.pop_front();
+      lock.unlock();
+      job();
+      lock.lock();
+      ended_.notify_all();
+    }
+  }
+
+  const size_t capacity_;
+  std::mutex mutex_;
+  std::condition_variable work_;
+  std::condition_variable ended_;
+  std::deque<std::function<void()>> jobs_;
+  std::vector<std::thread> threads_;
+  size_t idle_ = 0;
+  bool closing_ = false;
+};
+
+// A device by namespace and name, without building "ns/name" for each of a pass's decisions.
+struct DeviceName {
+  std::string_view ns;
+  std::string_view name;
+  bool operator==(const DeviceName&) const = default;
+};
+struct DeviceNameHash {
+  size_t operator()(const DeviceName& device) const {
+    const size_t ns = std::hash<std::string_view>()(device.ns);
+    return ns ^ (std::hash<std::string_view>()(device.name) + 0x9e3779b97f4a7c15ULL + (ns << 6) +
+                 (ns >> 2));
+  }
+};
+
 }  // namespace
 
 bool HasPendingRequest(const api::GpuDevice& device) {
@@ -67,14 +147,6 @@ Binder::Binder(kube::Client& client, const std::atomic<bool>& leading, std::stri
       write_{false, kFieldManager, {kube::LeaderDeadline(leading, std::move(leadingUntil))}},
       identity_(std::move(identity)),
       time_(time != nullptr ? *time : kube::DefaultTimeSource()) {}
-
-void Binder::Event(const api::GpuDevice& device, const model::Decision& decision,
-                   std::chrono::system_clock::time_point now, BinderResult& result) {
-  std::optional<PendingEvent> event = PrepareDeviceEvent(device, decision, now, result);
-  if (!event) return;
-  PostEvent(*event);
-  EventPosted(*event, now, result);
-}
 
 std::optional<Binder::PendingEvent> Binder::PrepareDeviceEvent(
     const api::GpuDevice& device, const model::Decision& decision,
@@ -113,9 +185,7 @@ void Binder::WriteEvent(const nlohmann::json& regarding, const std::string& even
                         std::chrono::system_clock::time_point now, BinderResult& result) {
   std::optional<PendingEvent> event = PrepareEvent(regarding, eventNamespace, uid, action, reason,
                                                    type, std::move(note), now, result);
-  if (!event) return;
-  PostEvent(*event);
-  EventPosted(*event, now, result);
+  if (event) QueueEvent(std::move(*event), now, result);
 }
 
 std::optional<Binder::PendingEvent> Binder::PrepareEvent(
@@ -177,15 +247,36 @@ void Binder::PostEvent(PendingEvent& event) {
   }
 }
 
-void Binder::EventPosted(const PendingEvent& event, std::chrono::system_clock::time_point now,
-                         BinderResult& result) {
-  if (event.written) {
-    eventsSent_[event.key] = now;
-    ++result.events;
+void Binder::QueueEvent(PendingEvent event, std::chrono::system_clock::time_point now,
+                        BinderResult& result) {
+  if (eventsQueued_.load() >= kEventQueue) {
+    --eventsThisPass_;
+    ++eventsDropped_;
     return;
   }
-  --eventsThisPass_;
-  runtime::LogDebug("event not written", LogFields{{"object", event.what}, {"error", event.error}});
+  // Counted, and held back from repeating, as it is handed over: the sender's outcome is its
+  // own (gpu_controller_events_total{result="failed"}).
+  eventsSent_[event.key] = now;
+  ++result.events;
+  ++eventsQueued_;
+  eventSender_.Run([this, event = std::move(event)]() mutable {
+    PostEvent(event);
+    if (event.written) {
+      ++eventsWritten_;
+    } else {
+      ++eventsFailed_;
+      runtime::LogDebug("event not written",
+                        LogFields{{"object", event.what}, {"error", event.error}});
+    }
+    std::lock_guard lock(eventsMutex_);
+    --eventsQueued_;
+    eventsDrained_.notify_all();
+  });
+}
+
+bool Binder::WaitForEvents(std::chrono::milliseconds limit) {
+  std::unique_lock lock(eventsMutex_);
+  return eventsDrained_.wait_for(lock, limit, [this] { return eventsQueued_.load() == 0; });
 }
 
 void Binder::ReportUnpermittedClasses(const model::Snapshot& snapshot,
@@ -242,13 +333,21 @@ std::vector<std::string> Binder::StaleInCache(
   if (replaced_.empty() && unsettled_.empty()) {
     return stale;
   }
-  std::unordered_map<std::string, const std::string*> versions;
+  // Keyed by views of the cached devices' own names: no "ns/name" built per device.
+  std::unordered_map<DeviceName, const std::string*, DeviceNameHash> versions;
   versions.reserve(cached.size());
   for (const auto& device : cached) {
-    versions[Key(device->metadata)] = &device->metadata.resourceVersion;
+    versions.emplace(DeviceName{device->metadata.namespaceName, device->metadata.name},
+                     &device->metadata.resourceVersion);
   }
+  auto split = [](const std::string& key) {
+    const size_t slash = key.find('/');
+    return DeviceName{
+        std::string_view(key).substr(0, slash),
+        slash == std::string::npos ? std::string_view() : std::string_view(key).substr(slash + 1)};
+  };
   for (auto it = replaced_.begin(); it != replaced_.end();) {
-    auto found = versions.find(it->first);
+    auto found = versions.find(split(it->first));
     if (found != versions.end() && *found->second == it->second) {
       stale.push_back(it->first);  // still the version our write replaced
       ++it;
@@ -263,6 +362,23 @@ std::vector<std::string> Binder::StaleInCache(
     if (!already.contains(key)) stale.push_back(key);
   }
   return stale;
+}
+
+std::vector<std::string> Binder::StillStale(
+    const std::vector<std::string>& stale,
+    const std::function<std::shared_ptr<const api::GpuDevice>(const std::string&)>& cached) const {
+  std::vector<std::string> still;
+  for (const std::string& key : stale) {
+    if (unsettled_.contains(key)) {
+      still.push_back(key);  // settled by ReadPast alone (a leader change)
+      continue;
+    }
+    auto replaced = replaced_.find(key);
+    if (replaced == replaced_.end()) continue;
+    const std::shared_ptr<const api::GpuDevice> device = cached(key);
+    if (device && device->metadata.resourceVersion == replaced->second) still.push_back(key);
+  }
+  return still;
 }
 
 int Binder::ReadPast(const std::vector<std::shared_ptr<const api::GpuDevice>>& cached,
@@ -313,11 +429,10 @@ int Binder::ReadPast(const std::vector<std::shared_ptr<const api::GpuDevice>>& c
   return static_cast<int>(stale.size());
 }
 
-bool Binder::SendBatch(std::vector<PlacementWrite>& batch,
-                       std::chrono::system_clock::time_point now, BinderResult& result) {
-  const kube::TimePoint steadyNow = time_.Now();
-  ForEachConcurrently(batch.size(), [this, &batch](size_t i) {
-    PlacementWrite& write = batch[i];
+void Binder::Send(PlacementWrite& write, std::atomic<bool>& halt) {
+  if (halt.load()) {
+    write.skipped = true;
+  } else {
     try {
       client_.MergePatchAt(DevicePath(*write.device, true), write.body,
                            write.device->metadata.resourceVersion, write_);
@@ -328,73 +443,61 @@ bool Binder::SendBatch(std::vector<PlacementWrite>& batch,
     } catch (...) {
       write.thrown = std::current_exception();
     }
-  });
-  // What came of each, in the plan's order, as if they had been sent one after the other.
-  bool goOn = true;
-  std::vector<PendingEvent> events;
-  for (PlacementWrite& write : batch) {
-    const api::GpuDevice& device = *write.device;
-    const model::Decision& decision = *write.decision;
-    if (write.thrown) std::rethrow_exception(write.thrown);
-    if (write.written) {
-      writeBackoff_.Succeeded(write.key);
-      replaced_[write.key] = device.metadata.resourceVersion;
-      ++result.writes;
-      if (std::optional<PendingEvent> event = PrepareDeviceEvent(device, decision, now, result)) {
-        events.push_back(std::move(*event));
-      }
-      const nlohmann::json& status = write.body["status"];
-      runtime::LogInfo(
-          "placed",
-          LogFields{
-              {"device", write.key},
-              {"action", std::string(model::ToString(decision.action))},
-              {"node", decision.node},
-              {"answer", write.pending ? status["bindResponse"]["result"].get<std::string>() : ""},
-              {"reason", decision.reason}});
-      continue;
+    // A failure that stops the pass (TakeWrite) stops the writers at once: no write is sent
+    // after it, beyond those already in flight.
+    if (write.thrown || (write.failure && (!RefusedForTheDevice(*write.failure) || write.frees))) {
+      halt = true;
     }
-    const kube::ErrorKind kind = *write.failure;
-    if (kind == kube::ErrorKind::kConflict) {
-      ++result.conflicts;
-    } else {
-      ++result.failures;
-      runtime::LogWarning("placement write failed",
-                          LogFields{{"device", write.key},
-                                    {"error", write.error},
-                                    {"heldOff", RefusedForTheDevice(kind) ? "yes" : "no"}});
-    }
-    if (RefusedForTheDevice(kind)) {
-      // Refused for what the device is: it waits on its own, until its backoff ends or it
-      // changes. A bind or an answer is no later decision's ground: the pass goes on.
-      writeBackoff_.Failed(write.key, steadyNow, device.metadata.resourceVersion);
-      if (write.frees) {
-        result.stoppedAtHeldOff = true;
-        goOn = false;
-      }
-      continue;
-    }
-    // The decisions after this one may have assumed it was written (a move frees the room a
-    // later bind takes): none after the batch is made, and the next pass decides from what
-    // was. (The batch's others took units only, and were sent beside it.)
-    result.incomplete = true;
-    goOn = false;
   }
-  ForEachConcurrently(events.size(), [this, &events](size_t i) { PostEvent(events[i]); });
-  for (const PendingEvent& event : events) EventPosted(event, now, result);
-  return goOn;
+  write.done.store(true);
 }
 
-void Binder::ForEachConcurrently(size_t count, const std::function<void(size_t)>& work) {
-  std::atomic<size_t> next{0};
-  auto run = [&] {
-    for (size_t i = next++; i < count; i = next++) work(i);
-  };
-  std::vector<std::thread> writers;
-  const size_t threads = std::min<size_t>(kWriters, count);
-  for (size_t t = 1; t < threads; ++t) writers.emplace_back(run);
-  run();
-  for (std::thread& writer : writers) writer.join();
+bool Binder::TakeWrite(PlacementWrite& write, kube::TimePoint steadyNow,
+                       std::chrono::system_clock::time_point now, BinderResult& result,
+                       std::optional<PendingEvent>& event) {
+  if (write.thrown) std::rethrow_exception(write.thrown);
+  if (write.skipped) return false;  // the pass stopped before it was sent
+  const api::GpuDevice& device = *write.device;
+  const model::Decision& decision = *write.decision;
+  if (write.written) {
+    writeBackoff_.Succeeded(write.key);
+    replaced_[write.key] = device.metadata.resourceVersion;
+    ++result.writes;
+    event = PrepareDeviceEvent(device, decision, now, result);
+    const nlohmann::json& status = write.body["status"];
+    runtime::LogInfo(
+        "placed",
+        LogFields{
+            {"device", write.key},
+            {"action", std::string(model::ToString(decision.action))},
+            {"node", decision.node},
+            {"answer", write.pending ? status["bindResponse"]["result"].get<std::string>() : ""},
+            {"reason", decision.reason}});
+    return true;
+  }
+  const kube::ErrorKind kind = *write.failure;
+  if (kind == kube::ErrorKind::kConflict) {
+    ++result.conflicts;
+  } else {
+    ++result.failures;
+    runtime::LogWarning("placement write failed",
+                        LogFields{{"device", write.key},
+                                  {"error", write.error},
+                                  {"heldOff", RefusedForTheDevice(kind) ? "yes" : "no"}});
+  }
+  if (RefusedForTheDevice(kind)) {
+    // Refused for what the device is: it waits on its own, until its backoff ends or it
+    // changes. A bind or an answer is no later decision's ground: the pass goes on.
+    writeBackoff_.Failed(write.key, steadyNow, device.metadata.resourceVersion);
+    if (!write.frees) return true;
+    result.stoppedAtHeldOff = true;
+    return false;
+  }
+  // The decisions after this one may have assumed it was written (a move frees the room a later
+  // bind takes): none after it is sent, and the next pass decides from what was. (The writes in
+  // flight beside it took units only.)
+  result.incomplete = true;
+  return false;
 }
 
 BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, bool vmisKnown,
@@ -412,6 +515,7 @@ BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, boo
     }
   }
   std::vector<model::Decision> decisions;
+  const auto planning = std::chrono::steady_clock::now();
   try {
     const model::Model model(snapshot);
     decisions = model.PlanPass();
@@ -425,64 +529,119 @@ BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, boo
     result.error = std::string("the model cannot read the cluster: ") + error.what();
     return result;
   }
-  std::unordered_map<std::string, const api::GpuDevice*> devices;
-  devices.reserve(snapshot.devices.size());
-  for (const api::GpuDevice& device : snapshot.devices) {
-    devices[Key(device.metadata)] = &device;
+  const auto writing = std::chrono::steady_clock::now();
+  std::array<int64_t, 5> byAction{};  // decisions by model::Action
+  result.planSeconds = std::chrono::duration<double>(writing - planning).count();
+  // Each decision's device, found once. An answers-only pass looks up only what it may write:
+  // the devices with a request, and those of the decisions that may free units (a move, a
+  // loss); a full pass, every device.
+  using ByName = std::unordered_map<DeviceName, const api::GpuDevice*, DeviceNameHash>;
+  auto name = [](const model::Decision& d) { return DeviceName{d.deviceNamespace, d.deviceName}; };
+  ByName byName;
+  ByName pendingByName;
+  auto indexDevices = [&](ByName& into, bool pendingOnly) {
+    for (const api::GpuDevice& device : snapshot.devices) {
+      if (pendingOnly && !HasPendingRequest(device)) continue;
+      into.emplace(DeviceName{device.metadata.namespaceName, device.metadata.name}, &device);
+    }
+  };
+  if (answersOnly) {
+    indexDevices(pendingByName, true);
+  } else {
+    byName.reserve(snapshot.devices.size());
+    indexDevices(byName, false);
+  }
+  std::vector<const api::GpuDevice*> deviceOf(decisions.size(), nullptr);
+  size_t lastPending = 0;  // an answers-only pass: after the last decision with a request
+  for (size_t i = 0; i < decisions.size(); ++i) {
+    const model::Decision& decision = decisions[i];
+    ++byAction[static_cast<size_t>(decision.action)];
+    if (answersOnly) {
+      auto found = pendingByName.find(name(decision));
+      if (found != pendingByName.end()) {
+        deviceOf[i] = found->second;
+        lastPending = i + 1;
+        continue;
+      }
+      if (decision.action != model::Action::kMove && decision.action != model::Action::kLost) {
+        continue;  // neither answers nor frees units
+      }
+      if (byName.empty()) indexDevices(byName, false);
+    }
+    auto found = byName.find(name(decision));
+    if (found != byName.end()) deviceOf[i] = found->second;
+  }
+  for (size_t a = 0; a < byAction.size(); ++a) {
+    if (byAction[a] > 0) {
+      result.decisions[std::string(model::ToString(static_cast<model::Action>(a)))] += byAction[a];
+    }
   }
   eventsThisPass_ = 0;
   const kube::TimePoint steadyNow = time_.Now();
-  // An answers-only pass still writes a decision that frees units before the last pending
-  // one: a bind after it in the plan may take the units it frees, and answering that bind
-  // without the move or loss written would book a unit twice.
-  size_t lastPending = 0;
-  if (answersOnly) {
-    for (size_t i = 0; i < decisions.size(); ++i) {
-      auto found = devices.find(decisions[i].deviceNamespace + "/" + decisions[i].deviceName);
-      if (found != devices.end() && HasPendingRequest(*found->second)) lastPending = i + 1;
-    }
-  }
-  // Writes go out in batches (issue 26 §1): the decisions that free no units (binds, answers)
-  // stand on nothing written before them in the batch, so a batch is sent over up to kWriters
-  // connections at once; a decision that frees units is a batch of its own, sent once every
-  // write before it is in and before any after it, which may take what it frees.
-  std::vector<PlacementWrite> batch;
+  // The writes go to the writers as the pass reaches them (the header's pipeline), and what
+  // came of each is taken in the plan's order; its Event goes to the event sender.
+  std::deque<PlacementWrite> writes;  // handed over; those before `taken` are taken
+  size_t taken = 0;
+  std::atomic<bool> halt{false};  // the pass stopped: writes not sent yet are not sent
   bool stopped = false;
-  auto flush = [&] {
-    if (!batch.empty() && !SendBatch(batch, now, result)) stopped = true;
-    batch.clear();
+  Writers writers(kWriters);  // declared last: its threads are joined before the rest goes
+  auto post = [&](std::optional<PendingEvent> event) {
+    if (event) QueueEvent(std::move(*event), now, result);
+  };
+  // Takes the writes that are in, in order; with `all`, waits for each.
+  auto take = [&](bool all) {
+    while (taken < writes.size()) {
+      PlacementWrite& write = writes[taken];
+      if (!write.done.load()) {
+        if (!all) return;
+        writers.WaitUntil([&write] { return write.done.load(); });
+      }
+      ++taken;
+      std::optional<PendingEvent> event;
+      bool goOn = false;
+      try {
+        goOn = TakeWrite(write, steadyNow, now, result, event);
+      } catch (...) {
+        halt = true;  // thrown on: the writes still queued are not sent
+        throw;
+      }
+      post(std::move(event));
+      if (!goOn && !write.skipped) {
+        stopped = true;
+        halt = true;
+      }
+    }
   };
   for (size_t index = 0; index < decisions.size() && !stopped; ++index) {
     const model::Decision& decision = decisions[index];
-    ++result.decisions[std::string(model::ToString(decision.action))];
-    auto found = devices.find(decision.deviceNamespace + "/" + decision.deviceName);
-    if (found == devices.end()) {
-      continue;
-    }
-    const api::GpuDevice& device = *found->second;
+    if (deviceOf[index] == nullptr) continue;
+    const api::GpuDevice& device = *deviceOf[index];
     const bool pending = HasPendingRequest(device);
     if (answersOnly && !pending && !(index < lastPending && FreesUnits(device, decision))) {
       continue;
     }
-    nlohmann::json status = nlohmann::json::object();
+    // What the status must become: placed on the decision's node, or lost (the most of a
+    // cluster's decisions are keeps of what stands, which build nothing).
     const std::optional<std::string>& nodeName = device.status.nodeName;
-    switch (decision.action) {
-      case model::Action::kBind:
-      case model::Action::kMove:
-        if (device.Phase() != api::DevicePhase::kBound || !nodeName || *nodeName != decision.node) {
-          status["phase"] = api::ToString(api::DevicePhase::kBound);
-          status["nodeName"] = decision.node;
-        }
-        break;
-      case model::Action::kLost:
-        if (device.Phase() != api::DevicePhase::kLost || nodeName) {
-          status["phase"] = api::ToString(api::DevicePhase::kLost);
-          status["nodeName"] = nullptr;
-        }
-        break;
-      case model::Action::kKeep:
-      case model::Action::kRefuse:
-        break;
+    const bool place =
+        (decision.action == model::Action::kBind || decision.action == model::Action::kMove) &&
+        (device.Phase() != api::DevicePhase::kBound || !nodeName || *nodeName != decision.node);
+    const bool lose = decision.action == model::Action::kLost &&
+                      (device.Phase() != api::DevicePhase::kLost || nodeName);
+    if (!place && !lose && !pending) {
+      if (decision.action == model::Action::kRefuse && leading_.load()) {
+        // A refused order: the tenant learns why.
+        post(PrepareDeviceEvent(device, decision, now, result));
+      }
+      continue;
+    }
+    nlohmann::json status = nlohmann::json::object();
+    if (place) {
+      status["phase"] = api::ToString(api::DevicePhase::kBound);
+      status["nodeName"] = decision.node;
+    } else if (lose) {
+      status["phase"] = api::ToString(api::DevicePhase::kLost);
+      status["nodeName"] = nullptr;
     }
     if (pending) {
       const bool placed = decision.StartsOnNode();
@@ -500,12 +659,6 @@ BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, boo
         result.answerLatencies.push_back(std::chrono::duration<double>(now - *requested).count());
       }
     }
-    if (status.empty()) {
-      if (decision.action == model::Action::kRefuse && leading_.load()) {
-        Event(device, decision, now, result);  // a refused order: the tenant learns why
-      }
-      continue;
-    }
     if (!leading_.load()) {
       ++result.failures;
       continue;  // stepped down mid-pass: the new leader decides afresh
@@ -520,19 +673,21 @@ BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, boo
       }
       continue;  // no later decision stands on a unit this one takes
     }
-    if (frees) flush();
+    if (frees) take(true);  // alone: every write before it is in first
     if (stopped) break;
-    PlacementWrite write;
+    PlacementWrite& write = writes.emplace_back();
     write.device = &device;
     write.decision = &decision;
     write.body = {{"status", std::move(status)}};
     write.key = std::move(key);
     write.pending = pending;
     write.frees = frees;
-    batch.push_back(std::move(write));
-    if (frees || batch.size() >= kBatch) flush();
+    writers.Submit([this, &write, &halt] { Send(write, halt); });
+    take(frees);  // a write that frees units is in before any after it is sent
   }
-  flush();
+  take(true);
+  result.writeSeconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - writing).count();
   writeBackoff_.Prune(steadyNow);
   result.backingOff = writeBackoff_.HeldCount(steadyNow);
   result.retryAt = writeBackoff_.NextRetry(steadyNow);

@@ -6,14 +6,15 @@
 // conflict fails that write, counts, stops the pass, and the pass after re-reads. Decisions come
 // from the model alone (controller/model): the binder adds I/O, never a rule.
 //
-// Writes go out in batches, up to kWriters at once (issue 26 §1): the decisions that free no
-// units (binds, answers, keeps that answer) stand on nothing written before them, so those
-// between two decisions that free units (a move off a node, a device lost) are sent together,
-// kBatch at most; a decision that frees units is sent alone, once every write before it is in
-// and before any after it, which may take what it frees. What comes of each write is then taken
-// in the plan's order, as if they had gone one after the other; a conflict or a server error
-// stops the pass after its batch (the batch's others took units only, so none stood on it). The
-// Events of a batch's writes are sent together after it.
+// Writes go out over up to kWriters connections at once (issue 26 §1), as a pipeline: the
+// decisions that free no units (binds, answers, keeps that answer) stand on nothing written
+// before them, so each is handed to the next free writer as the pass reaches it; a decision that
+// frees units (a move off a node, a device lost) is sent alone, once every write before it is
+// in and before any after it, which may take what it frees. What comes of each write is taken
+// in the plan's order, as if they had gone one after the other, and its Event is handed to the
+// writers behind it. A conflict or a server error stops the pass: writes not sent yet are not
+// sent, and those in flight beside it (binds and answers: they took units only, so none stood
+// on it) are taken as they come.
 //
 // A device whose write the server refuses for what the device is (400, 403, 404, 422: a policy
 // or webhook of the hoster's refusing the status, say) is held off on its own (issue 25 §3):
@@ -42,10 +43,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <exception>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -57,6 +60,7 @@
 #include "kube/client.h"
 #include "kube/clock.h"
 #include "kube/errors.h"
+#include "runtime/worker.h"
 
 namespace cozy::controller {
 
@@ -64,7 +68,7 @@ struct BinderResult {
   std::map<std::string, int64_t> decisions;  // by action (bind, move, lost, keep, refuse)
   int64_t writes = 0;                        // placement and answer patches that applied
   int64_t conditionWrites = 0;               // GPUNode TakesBinds conditions that changed
-  int64_t events = 0;                        // Events written for tenants
+  int64_t events = 0;                        // Events for tenants, handed to the sender
   int64_t eventsSuppressed = 0;              // repeats held back by the rate limit
   int64_t conflicts = 0;
   int64_t failures = 0;                 // other failed writes
@@ -88,6 +92,10 @@ struct BinderResult {
   // A full pass that decided only held keeps (model::kHeldReason): the room it left, which
   // pod changes may take without a pass (BinderLoop's QuietRoom, issue 26 §1).
   std::optional<model::FreeUnits> quietRoom;
+  // Where the pass's time went (the debug log's "binder pass" line): the model's plan, and the
+  // writes with their Events.
+  double planSeconds = 0;
+  double writeSeconds = 0;
 };
 
 class Binder {
@@ -97,9 +105,22 @@ class Binder {
   // Events: what a tenant must know about a device (bound, moved, Lost, refused and why), as
   // events.k8s.io/v1 Events regarding the GPUDevice. The same event (device, reason, message)
   // is written at most once per kEventRepeat, and at most kEventsPerPass per pass, so a pending
-  // order refused pass after pass does not flood the namespace.
+  // order refused pass after pass does not flood the namespace. A pass hands its Events to a
+  // sender of their own, one at a time on one connection, as client-go's recorder does: they
+  // never hold up the pass or the next one, and take one connection of the API server's time
+  // beside the kWriters of the placement writes a VM start waits on (a fifth of the API
+  // server's work, at a thousand binds at once, before). Past kEventQueue waiting, an Event is
+  // dropped and counted.
   static constexpr std::chrono::minutes kEventRepeat{10};
   static constexpr int kEventsPerPass = 100;
+  static constexpr int64_t kEventQueue = 1000;
+  // Waits until every Event handed over is sent (or failed), at most `limit`; whether they are.
+  bool WaitForEvents(std::chrono::milliseconds limit);
+  // Events the sender wrote, those it could not write, and those dropped for want of room. Any
+  // thread.
+  int64_t EventsWritten() const { return eventsWritten_.load(); }
+  int64_t EventsFailed() const { return eventsFailed_.load(); }
+  int64_t EventsDropped() const { return eventsDropped_.load(); }
 
   // `leading` is read before every write, and with `leadingUntil` (the elector's
   // LeaderElector::LeadingUntil; empty: no limit in time) before every attempt of each, retries
@@ -123,6 +144,12 @@ class Binder {
   // leader before it (D3).
   std::vector<std::string> StaleInCache(
       const std::vector<std::shared_ptr<const api::GpuDevice>>& cached);
+  // Of `stale` (StaleInCache's), those the cache still shows stale, each read by key through
+  // `cached` (a device's copy in the cache now; null: none): how a pass waits for the watch
+  // to deliver its writes without reading the whole cache again at each change.
+  std::vector<std::string> StillStale(
+      const std::vector<std::string>& stale,
+      const std::function<std::shared_ptr<const api::GpuDevice>(const std::string&)>& cached) const;
   // The devices as the pass must see them: the cache's, with each stale one read from the API
   // server (left out when it is gone, added when the cache does not have it yet). Returns the
   // number read.
@@ -154,9 +181,8 @@ class Binder {
                                 std::chrono::system_clock::time_point now, BinderResult& result);
 
   // How many placement writes (and their Events) are in flight at once at most, each on a
-  // connection of its own, and how many decisions a batch gathers before it is sent.
+  // connection of its own.
   static constexpr size_t kWriters = 8;
-  static constexpr size_t kBatch = 64;
 
  private:
   // One decision's status patch, and what came of it.
@@ -168,9 +194,11 @@ class Binder {
     bool pending = false;  // it answers a bind request
     bool frees = false;    // it takes the device off a node it holds units on
     bool written = false;
+    bool skipped = false;                    // not sent: the pass stopped before a writer took it
     std::optional<kube::ErrorKind> failure;  // the server's refusal, or the request's failure
     std::string error;
-    std::exception_ptr thrown;  // anything else, thrown again on the binder's thread
+    std::exception_ptr thrown;      // anything else, thrown again on the binder's thread
+    std::atomic<bool> done{false};  // a writer is through with it (the fields above are set)
   };
   // An Event ready to be sent, and what came of sending it.
   struct PendingEvent {
@@ -181,27 +209,27 @@ class Binder {
     bool written = false;
     std::string error;
   };
-  // Sends the batch's writes concurrently, then takes what came of each in the plan's order as
-  // the serial loop did (counts, backoff, Events, logs). Returns false where the pass must stop
-  // after the batch: a write failed that decisions after it may stand on.
-  bool SendBatch(std::vector<PlacementWrite>& batch, std::chrono::system_clock::time_point now,
-                 BinderResult& result);
-  // work(0) .. work(count - 1) over up to kWriters threads, this one included.
-  static void ForEachConcurrently(size_t count, const std::function<void(size_t)>& work);
+  // Any thread: sends the write (unless `halt`), noting what came of it in the write itself;
+  // raises `halt` where the pass must stop there.
+  void Send(PlacementWrite& write, std::atomic<bool>& halt);
+  // The binder's thread, in the plan's order: what came of one write, as the serial loop took
+  // it (counts, backoff, logs); its Event, if any, in `event`. Returns false where the pass must
+  // stop: a write failed that decisions after it may stand on.
+  bool TakeWrite(PlacementWrite& write, kube::TimePoint steadyNow,
+                 std::chrono::system_clock::time_point now, BinderResult& result,
+                 std::optional<PendingEvent>& event);
   kube::Client& client_;
   const std::atomic<bool>& leading_;
   // The options of every write: the field manager, and the lease's deadline on each attempt.
   kube::WriteOptions write_;
-  void Event(const api::GpuDevice& device, const model::Decision& decision,
-             std::chrono::system_clock::time_point now, BinderResult& result);
   // One Event regarding `regarding` (its object reference), rate limited as above by (uid,
   // reason, note).
   void WriteEvent(const nlohmann::json& regarding, const std::string& eventNamespace,
                   const std::string& uid, const std::string& action, const std::string& reason,
                   const std::string& type, std::string note,
                   std::chrono::system_clock::time_point now, BinderResult& result);
-  // The steps of WriteEvent: the rate limit and the Event's body (the binder's thread), the
-  // request (any thread), and its outcome counted (the binder's thread).
+  // The steps of WriteEvent: the rate limit and the Event's body (the binder's thread), and the
+  // request (the event sender's).
   std::optional<PendingEvent> PrepareDeviceEvent(const api::GpuDevice& device,
                                                  const model::Decision& decision,
                                                  std::chrono::system_clock::time_point now,
@@ -211,8 +239,9 @@ class Binder {
       const std::string& action, const std::string& reason, const std::string& type,
       std::string note, std::chrono::system_clock::time_point now, BinderResult& result);
   void PostEvent(PendingEvent& event);
-  void EventPosted(const PendingEvent& event, std::chrono::system_clock::time_point now,
-                   BinderResult& result);
+  // A device's Event, to the event sender (the header's "Events").
+  void QueueEvent(PendingEvent event, std::chrono::system_clock::time_point now,
+                  BinderResult& result);
 
   std::string identity_;
   kube::TimeSource& time_;
@@ -224,6 +253,15 @@ class Binder {
   // (device uid, reason, message) -> when it was last written
   std::map<std::string, std::chrono::system_clock::time_point> eventsSent_;
   int eventsThisPass_ = 0;
+  // The event sender's: Events handed over and not yet sent, and those it could not write or
+  // had no room for.
+  std::atomic<int64_t> eventsQueued_{0};
+  std::atomic<int64_t> eventsWritten_{0};
+  std::atomic<int64_t> eventsFailed_{0};
+  std::atomic<int64_t> eventsDropped_{0};
+  std::mutex eventsMutex_;
+  std::condition_variable eventsDrained_;
+  runtime::Worker eventSender_{"events"};  // declared last: stopped before the rest goes
 };
 
 // Whether a device carries a bind request it has not had an answer to.

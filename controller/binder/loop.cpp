@@ -1,6 +1,7 @@
 #include "controller/binder/loop.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <utility>
 
 #include "api/keys.h"
@@ -176,17 +177,25 @@ BinderLoop::PassResult BinderLoop::RunPass(bool answersOnly) {
     }
     // D3: the cache must show this binder's last writes; give the watch up to 200 ms, woken by
     // each change the caches take (not a poll), then read the devices it still shows stale
-    // past it.
+    // past it. While it waits, each change rechecks the stale devices alone, by key; the
+    // whole cache is read again once, after the wait.
     std::vector<std::string> stale = binder_.StaleInCache(cachedDevices);
-    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
-    while (!stale.empty() && std::chrono::steady_clock::now() < until) {
-      const uint64_t seen = source_.Generation();  // before the read: a change after it wakes
+    if (!stale.empty()) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+      std::vector<std::string> waiting = stale;
+      while (!waiting.empty() && std::chrono::steady_clock::now() < until) {
+        const uint64_t seen = source_.Generation();  // before the read: a change after it wakes
+        waiting = binder_.StillStale(
+            waiting, [this](const std::string& key) { return source_.CachedDevice(key); });
+        if (!waiting.empty()) source_.WaitForChange(seen, until);
+      }
       cachedDevices = source_.CachedDevices();
       stale = binder_.StaleInCache(cachedDevices);
-      if (!stale.empty()) source_.WaitForChange(seen, until);
     }
     const int readPast = binder_.ReadPast(cachedDevices, stale, snapshot.devices);
     const bool vmisKnown = source_.FillSnapshot(snapshot);
+    pass.readSeconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     const auto now = std::chrono::system_clock::now();
     pass.result = binder_.Pass(snapshot, answersOnly, vmisKnown, now);
     pass.result.readPastCache = readPast;
@@ -218,7 +227,6 @@ void BinderLoop::PassDone(PassResult pass) {
   }
   writes_ += pass.result.writes;
   conditionWrites_ += pass.result.conditionWrites;
-  events_ += pass.result.events;
   eventsSuppressed_ += pass.result.eventsSuppressed;
   conflicts_ += pass.result.conflicts;
   failures_ += pass.result.failures;
@@ -231,6 +239,20 @@ void BinderLoop::PassDone(PassResult pass) {
                         LogFields{{"device", device}});
   }
   for (double latency : pass.result.answerLatencies) answerLatency_.Observe(latency);
+  auto ms = [](double seconds) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f", seconds * 1000);
+    return std::string(text);
+  };
+  runtime::LogDebug("binder pass",
+                    LogFields{{"kind", pass.answersOnly ? "answers" : "full"},
+                              {"ms", ms(pass.seconds)},
+                              {"readMs", ms(pass.readSeconds)},
+                              {"planMs", ms(pass.result.planSeconds)},
+                              {"writeMs", ms(pass.result.writeSeconds)},
+                              {"writes", std::to_string(pass.result.writes)},
+                              {"answers", std::to_string(pass.result.answerLatencies.size())},
+                              {"events", std::to_string(pass.result.events)}});
   if (!pass.result.error.empty()) {
     ++errors_;
     if (pass.result.error != lastError_) {
@@ -298,11 +320,16 @@ void BinderLoop::WriteMetrics(runtime::MetricsWriter& out) const {
   out.Sample("gpu_controller_node_condition_writes_total", "",
              static_cast<double>(conditionWrites_));
   out.Family("gpu_controller_events_total", "counter",
-             "Events written for tenants (written) and repeats held back (suppressed).");
+             "Events for tenants: written, refused or failed (failed), repeats held back "
+             "(suppressed), and dropped with the sender's queue full (dropped).");
   out.Sample("gpu_controller_events_total", runtime::Label("result", "written"),
-             static_cast<double>(events_));
+             static_cast<double>(binder_.EventsWritten()));
   out.Sample("gpu_controller_events_total", runtime::Label("result", "suppressed"),
              static_cast<double>(eventsSuppressed_));
+  out.Sample("gpu_controller_events_total", runtime::Label("result", "failed"),
+             static_cast<double>(binder_.EventsFailed()));
+  out.Sample("gpu_controller_events_total", runtime::Label("result", "dropped"),
+             static_cast<double>(binder_.EventsDropped()));
   out.Family("gpu_controller_binder_conflicts_total", "counter",
              "Placement writes refused with 409 (the pass stops; the next re-reads).");
   out.Sample("gpu_controller_binder_conflicts_total", "", static_cast<double>(conflicts_));

@@ -43,6 +43,8 @@ class BinderSource {
   virtual bool AnyUnansweredRequest() const = 0;
   // Binder worker: the GPUDevices as the cache holds them now.
   virtual std::vector<std::shared_ptr<const api::GpuDevice>> CachedDevices() const = 0;
+  // Binder worker: one GPUDevice as the cache holds it now ("namespace/name"; null: none).
+  virtual std::shared_ptr<const api::GpuDevice> CachedDevice(const std::string& key) const = 0;
   // Binder worker: everything but the devices; returns whether the VMIs are known (their kind
   // served and its cache synced), which the pass needs to read an attachment (G7).
   virtual bool FillSnapshot(model::Snapshot& snapshot) const = 0;
@@ -139,6 +141,7 @@ class BinderLoop {
     bool answersOnly = false;
     bool passAgain = false;  // pod changes came during it that the room did not take
     double seconds = 0;
+    double readSeconds = 0;  // the caches read into the snapshot, past them where they lag
     BinderResult result;
   };
   bool StartPass();                      // the scheduler's: whether a pass started
@@ -165,7 +168,6 @@ class BinderLoop {
   std::map<std::string, int64_t> decisions_;
   int64_t writes_ = 0;
   int64_t conditionWrites_ = 0;
-  int64_t events_ = 0;
   int64_t eventsSuppressed_ = 0;
   int64_t conflicts_ = 0;
   int64_t failures_ = 0;

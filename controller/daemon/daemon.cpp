@@ -296,6 +296,9 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
   std::vector<std::shared_ptr<const api::GpuDevice>> CachedDevices() const override {
     return caches_.devices.List();
   }
+  std::shared_ptr<const api::GpuDevice> CachedDevice(const std::string& key) const override {
+    return caches_.devices.Get(key);
+  }
 
   // Everything but the devices, as the caches show it (ClusterCaches). Any thread.
   bool FillSnapshot(model::Snapshot& snapshot) const override {

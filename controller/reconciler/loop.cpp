@@ -80,8 +80,14 @@ void ReconcilerLoop::Start() {
   });
 }
 
+std::chrono::milliseconds ReconcilerLoop::Debounce(double seconds) {
+  const auto scaled =
+      std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000 * kDebouncePerPassTime));
+  return std::clamp(scaled, kDebounce, kDebounceMax);
+}
+
 void ReconcilerLoop::Trigger() {
-  if (passes_ && !stopping_) passes_->Ask(std::chrono::milliseconds(50));
+  if (passes_ && !stopping_) passes_->Ask(debounce_);
 }
 
 void ReconcilerLoop::Stop() {
@@ -125,6 +131,7 @@ void ReconcilerLoop::PassDone(PassResult result) {
   // rest of the plan was applied; the next pass (an event, or the resync) tries again.
   metrics_.Pass(result.seconds, !result.error.empty() || result.waiting.vmisUnknown > 0,
                 result.counts, result.waiting);
+  debounce_ = Debounce(result.seconds);
   if (!result.error.empty()) {
     LogWarning("reconcile pass failed", LogFields{{"error", result.error}});
   } else if (result.waiting.vmisUnknown > 0) {

@@ -38,6 +38,7 @@
 #include "controller/model/model.h"
 #include "controller/snapshot_json.h"
 #include "kube/watch.h"
+#include "test/bench/proc_cpu.h"
 #include "test/bench/real_cluster.h"
 #include "test/fakes/fake_apiserver.h"
 #include "test/support/fixture_host.h"
@@ -88,6 +89,7 @@ json Device(int i, const std::string& node, const std::string& requestId) {
   if (!node.empty()) {
     device["status"] = {{"phase", "Bound"}, {"nodeName", node}};
   } else {
+    device["metadata"]["labels"] = {{kRequestLabel, "true"}};  // for the bench's AnswerWatch
     device["status"] = {
         {"bindRequest", {{"id", requestId}, {"requestedAt", "2026-12-01T00:00:00Z"}}}};
   }
@@ -162,6 +164,30 @@ void ModelPeer(const json& all, double answerSeconds) {
   std::printf("answer time / model pass: %.0fx\n", answerSeconds / passes[2]);
 }
 
+// Where the CPU of the answer window went: the controller's by thread (the pass's writers end
+// with it: "ended" is the process's less its live threads), and the bench's own (the fake API
+// server serving every request, and the bench's check of the answers).
+void PrintCpu(pid_t controller, const std::map<std::string, double>& before, double controllerCpu,
+              double benchCpu, double seconds) {
+  std::map<std::string, double> used = cozy::bench::ThreadCpu(controller);
+  double live = 0;
+  for (auto& [name, cpu] : used) {
+    auto found = before.find(name);
+    cpu -= found == before.end() ? 0 : found->second;
+    live += cpu;
+  }
+  used["(ended)"] = std::max(0.0, controllerCpu - live);
+  std::printf("CPU while answering (%.2f s, in cores): controller %.2f (", seconds,
+              controllerCpu / seconds);
+  const char* separator = "";
+  for (const auto& [name, cpu] : used) {
+    if (cpu < 0.005) continue;
+    std::printf("%s%s %.2f", separator, name.c_str(), cpu / seconds);
+    separator = ", ";
+  }
+  std::printf("), bench and its API server %.2f\n", benchCpu / seconds);
+}
+
 // The physical limit (issue 26 §1): the same API server taking a bare loop of status merge
 // patches on the requests' devices (each answered by then), one after the other on one
 // connection (as the binder writes today) and spread over kBareConnections connections. The
@@ -205,113 +231,6 @@ bool SelfSignedCertificate(const std::filesystem::path& dir) {
     return false;
   }
   return true;
-}
-
-int RunFake(int nodes, int requests, int quietSeconds) {
-  const int held = nodes * kGpusPerNode - requests;  // every unit held but one per request
-  char pattern[] = "/tmp/bench-binder.XXXXXX";
-  const std::filesystem::path work = ::mkdtemp(pattern);
-
-  cozy::fake::FakeApiServerOptions options;
-  options.crdPaths = {std::filesystem::path(COZY_SOURCE_DIR) / "charts/gpu/templates/crds"};
-  cozy::fake::FakeApiServer server(options);
-  server.Start();
-  json all = json::array();  // the same cluster for the model alone
-  auto seed = [&](const json& object) {
-    server.Seed(object);
-    all.push_back(object);
-  };
-  const auto seeding = Clock::now();
-  seed(Namespace("cozy-system"));
-  for (int t = 0; t < kTenants; ++t) seed(Namespace("tenant-" + std::to_string(t)));
-  seed(GpuClass());
-  for (int n = 0; n < nodes; ++n) {
-    seed(Node(n));
-    seed(GpuNode(n));
-  }
-  // Held units fill the nodes in order, so the free ones are spread over the last nodes.
-  for (int i = 0; i < held; ++i) {
-    seed(Device(i, "node-" + std::to_string(i / kGpusPerNode), ""));
-  }
-  std::printf("seeded %d nodes x %d GPUs, %d held devices in %.1f s\n", nodes, kGpusPerNode, held,
-              Seconds(Clock::now() - seeding));
-
-  std::ofstream(work / "kubeconfig") << server.Kubeconfig("binder");
-  const int port = cozy::testing::FreePort();
-  if (!SelfSignedCertificate(work / "certs")) return 1;
-  pid_t controller = cozy::testing::Spawn(
-      {GPU_CONTROLLER, "run", "--kubeconfig", (work / "kubeconfig").string(), "--identity", "bench",
-       "--enable-gpu", "--health-addr", "127.0.0.1:" + std::to_string(port), "--qps", "0",
-       "--webhook-addr", "127.0.0.1:0", "--webhook-cert-dir", (work / "certs").string()},
-      work / "controller.log");
-  if (!WaitForController(port, work / "controller.log")) {
-    cozy::testing::Finish(controller);
-    return 1;
-  }
-  std::this_thread::sleep_for(std::chrono::seconds(1));  // the passes its writes trigger
-
-  server.ClearRequests();
-  const auto asked = Clock::now();
-  for (int i = held; i < held + requests; ++i) {
-    server.Seed(Device(i, "", "req-" + std::to_string(i)));
-  }
-  std::vector<bool> answered(static_cast<size_t>(requests), false);
-  int left = requests;
-  int bound = 0;
-  const bool done = cozy::testing::WaitFor(
-      [&] {
-        for (int r = 0; r < requests; ++r) {
-          if (answered[static_cast<size_t>(r)]) continue;
-          const int i = held + r;
-          const json device = server.Object("gpu.cozystack.io/v1alpha1", "gpudevices",
-                                            DeviceNamespace(i), "d" + std::to_string(i));
-          const json status = device.value("status", json::object());
-          if (status.value("bindResponse", json::object()).value("id", "") ==
-              "req-" + std::to_string(i)) {
-            answered[static_cast<size_t>(r)] = true;
-            --left;
-            bound += status.value("phase", "") == "Bound";
-          }
-        }
-        return left == 0;
-      },
-      std::chrono::minutes(10), std::chrono::milliseconds(20));
-  const double answerSeconds = Seconds(Clock::now() - asked);
-  int placementWrites = 0;
-  for (const auto& request : server.Requests()) {
-    if (request.method == "PATCH" && request.status < 300 && request.path.ends_with("/status") &&
-        request.path.find("/gpudevices/") != std::string::npos) {
-      ++placementWrites;
-    }
-  }
-  std::printf("%d bind requests answered%s in %.2f s: %.0f answers/s, %d bound\n", requests - left,
-              done ? "" : " (TIMED OUT)", answerSeconds, (requests - left) / answerSeconds, bound);
-  std::printf("placement writes per bound device: %.2f (%d writes)\n",
-              bound > 0 ? static_cast<double>(placementWrites) / bound : 0.0, placementWrites);
-
-  // A quiet window: nothing changes, nothing should be written.
-  std::this_thread::sleep_for(std::chrono::seconds(2));
-  server.ClearRequests();
-  std::this_thread::sleep_for(std::chrono::seconds(quietSeconds));
-  int quietWrites = 0;
-  for (const auto& request : server.Requests()) {
-    if (request.method != "GET" && request.path.find("/leases/") == std::string::npos) {
-      ++quietWrites;
-    }
-  }
-  std::printf("writes in a quiet %d s (the Lease's renewals aside): %d\n", quietSeconds,
-              quietWrites);
-  PrintControllerMetrics(port);
-  cozy::testing::Finish(controller);
-  BarePatchPeer(cozy::kube::LoadKubeconfig(work / "kubeconfig"), held, requests,
-                (requests - left) / answerSeconds);
-
-  for (int i = held; i < held + requests; ++i) {
-    all.push_back(Device(i, "", "req-" + std::to_string(i)));
-  }
-  ModelPeer(all, answerSeconds);
-  std::filesystem::remove_all(work);
-  return done && quietWrites == 0 ? 0 : 1;
 }
 
 // Answers to the bind requests as a watch on the requests' devices delivers them, each taken
@@ -390,6 +309,104 @@ class AnswerWatch {
   std::unique_ptr<cozy::kube::WatchStream> stream_;
   std::map<int, bool> answers_;
 };
+
+int RunFake(int nodes, int requests, int quietSeconds) {
+  const int held = nodes * kGpusPerNode - requests;  // every unit held but one per request
+  char pattern[] = "/tmp/bench-binder.XXXXXX";
+  const std::filesystem::path work = ::mkdtemp(pattern);
+
+  cozy::fake::FakeApiServerOptions options;
+  options.crdPaths = {std::filesystem::path(COZY_SOURCE_DIR) / "charts/gpu/templates/crds"};
+  cozy::fake::FakeApiServer server(options);
+  server.Start();
+  json all = json::array();  // the same cluster for the model alone
+  auto seed = [&](const json& object) {
+    server.Seed(object);
+    all.push_back(object);
+  };
+  const auto seeding = Clock::now();
+  seed(Namespace("cozy-system"));
+  for (int t = 0; t < kTenants; ++t) seed(Namespace("tenant-" + std::to_string(t)));
+  seed(GpuClass());
+  for (int n = 0; n < nodes; ++n) {
+    seed(Node(n));
+    seed(GpuNode(n));
+  }
+  // Held units fill the nodes in order, so the free ones are spread over the last nodes.
+  for (int i = 0; i < held; ++i) {
+    seed(Device(i, "node-" + std::to_string(i / kGpusPerNode), ""));
+  }
+  std::printf("seeded %d nodes x %d GPUs, %d held devices in %.1f s\n", nodes, kGpusPerNode, held,
+              Seconds(Clock::now() - seeding));
+
+  std::ofstream(work / "kubeconfig") << server.Kubeconfig("binder");
+  const int port = cozy::testing::FreePort();
+  if (!SelfSignedCertificate(work / "certs")) return 1;
+  pid_t controller = cozy::testing::Spawn(
+      {GPU_CONTROLLER, "run", "--kubeconfig", (work / "kubeconfig").string(), "--identity", "bench",
+       "--enable-gpu", "--health-addr", "127.0.0.1:" + std::to_string(port), "--qps", "0",
+       "--webhook-addr", "127.0.0.1:0", "--webhook-cert-dir", (work / "certs").string()},
+      work / "controller.log");
+  if (!WaitForController(port, work / "controller.log")) {
+    cozy::testing::Finish(controller);
+    return 1;
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // the passes its writes trigger
+
+  // The answers are seen as the real-cluster run sees them, through a watch on the requests'
+  // label (polling the fake's store for each request would hold its lock against the writes).
+  AnswerWatch answers(cozy::kube::LoadKubeconfig(work / "kubeconfig"), held, requests);
+  answers.Start();
+  server.ClearRequests();
+  const auto threadsBefore = cozy::bench::ThreadCpu(controller);
+  const double controllerBefore = cozy::bench::CpuSeconds(controller);
+  const double benchBefore = cozy::bench::CpuSeconds(getpid());
+  const auto asked = Clock::now();
+  for (int i = held; i < held + requests; ++i) {
+    server.Seed(Device(i, "", "req-" + std::to_string(i)));
+  }
+  const bool done = answers.Wait(std::chrono::minutes(10));
+  const int left = requests - answers.answered();
+  const int bound = answers.bound();
+  const double answerSeconds = Seconds(Clock::now() - asked);
+  PrintCpu(controller, threadsBefore, cozy::bench::CpuSeconds(controller) - controllerBefore,
+           cozy::bench::CpuSeconds(getpid()) - benchBefore, answerSeconds);
+  int placementWrites = 0;
+  for (const auto& request : server.Requests()) {
+    if (request.method == "PATCH" && request.status < 300 && request.path.ends_with("/status") &&
+        request.path.find("/gpudevices/") != std::string::npos) {
+      ++placementWrites;
+    }
+  }
+  std::printf("%d bind requests answered%s in %.2f s: %.0f answers/s, %d bound\n", requests - left,
+              done ? "" : " (TIMED OUT)", answerSeconds, (requests - left) / answerSeconds, bound);
+  std::printf("placement writes per bound device: %.2f (%d writes)\n",
+              bound > 0 ? static_cast<double>(placementWrites) / bound : 0.0, placementWrites);
+
+  // A quiet window: nothing changes, nothing should be written.
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  server.ClearRequests();
+  std::this_thread::sleep_for(std::chrono::seconds(quietSeconds));
+  int quietWrites = 0;
+  for (const auto& request : server.Requests()) {
+    if (request.method != "GET" && request.path.find("/leases/") == std::string::npos) {
+      ++quietWrites;
+    }
+  }
+  std::printf("writes in a quiet %d s (the Lease's renewals aside): %d\n", quietSeconds,
+              quietWrites);
+  PrintControllerMetrics(port);
+  cozy::testing::Finish(controller);
+  BarePatchPeer(cozy::kube::LoadKubeconfig(work / "kubeconfig"), held, requests,
+                (requests - left) / answerSeconds);
+
+  for (int i = held; i < held + requests; ++i) {
+    all.push_back(Device(i, "", "req-" + std::to_string(i)));
+  }
+  ModelPeer(all, answerSeconds);
+  std::filesystem::remove_all(work);
+  return done && quietWrites == 0 ? 0 : 1;
+}
 
 double PlacementWrites(const std::map<std::string, double>& delta, bool success) {
   double sum = 0;

@@ -39,6 +39,7 @@
 #include "kube/client.h"
 #include "kube/config.h"
 #include "kube/json_stream.h"
+#include "test/bench/proc_cpu.h"
 #include "test/bench/real_cluster.h"
 #include "test/fakes/fake_apiserver.h"
 #include "test/support/gpu_objects.h"
@@ -48,6 +49,9 @@ namespace {
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
+using cozy::bench::CpuSeconds;
+using cozy::bench::ThisThreadCpu;
+using cozy::bench::ThreadCpu;
 constexpr int kGpusPerNode = 8;
 constexpr int kTenants = 100;
 constexpr const char* kGpuResource = "nvidia.com/GA100";
@@ -84,49 +88,6 @@ json Device(int i, const std::string& node) {
             {"finalizers", {"gpu.cozystack.io/device-protection"}}}},
           {"spec", {{"className", "a100"}, {"count", 1}}},
           {"status", {{"phase", "Bound"}, {"nodeName", node}}}};
-}
-
-// utime + stime, in seconds, of a /proc stat text (a process's or a thread's); `close` is
-// where its "(comm)" ends.
-double StatCpuSeconds(const std::string& text, size_t close) {
-  std::istringstream fields(text.substr(close + 2));  // after "(comm) "
-  std::string field;
-  double ticks = 0;
-  for (int i = 3; fields >> field; ++i) {
-    if (i == 14 || i == 15) ticks += std::stod(field);
-    if (i == 15) break;
-  }
-  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
-// utime + stime of a process, in seconds.
-double CpuSeconds(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(in)), {});
-  return StatCpuSeconds(text, text.rfind(')'));
-}
-
-// The calling thread's CPU seconds, to the nanosecond: the in-process walks' clock.
-double ThisThreadCpu() {
-  timespec now{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
-  return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) / 1e9;
-}
-
-// utime + stime of each of a process's threads, in seconds, summed by thread name (the
-// controller names its threads: c:pods is the pods cache's, binder the binder's).
-std::map<std::string, double> ThreadCpu(pid_t pid) {
-  std::map<std::string, double> byName;
-  const std::filesystem::path tasks = "/proc/" + std::to_string(pid) + "/task";
-  std::error_code error;
-  for (const auto& task : std::filesystem::directory_iterator(tasks, error)) {
-    std::ifstream in(task.path() / "stat");
-    std::string text((std::istreambuf_iterator<char>(in)), {});
-    const size_t open = text.find('('), close = text.rfind(')');
-    if (open == std::string::npos || close == std::string::npos) continue;  // ended meanwhile
-    byName[text.substr(open + 1, close - open - 1)] += StatCpuSeconds(text, close);
-  }
-  return byName;
 }
 
 double ResidentMiB(pid_t pid) {

@@ -282,6 +282,36 @@ TEST_F(BinderTest, BindsOfAPassAreWrittenConcurrently) {
   EXPECT_EQ(Bound(), 12);
 }
 
+// Issue 26 §1: a pass's Events go to a sender of their own, one at a time, as client-go's
+// recorder sends them: with every Event held 700 ms by the server, a pass of ten binds is done
+// before its first Event is written (a pass that waited for them would take 700 ms at least),
+// and they are all written after it.
+TEST_F(BinderTest, EventsNeverHoldUpThePass) {
+  server_->Seed(testing::ReadyNode("big"));
+  server_->Seed(testing::GpuNodeObject("big", 16));
+  for (int i = 3; i <= 10; ++i) server_->Seed(Device("d" + std::to_string(i), "a100"));
+  fake::Fault slow;
+  slow.method = "POST";
+  slow.pathPrefix = "/apis/events.k8s.io/";
+  slow.latencyMs = 700;
+  server_->AddFault(slow);
+  kube::Client unlimited = Unlimited();
+  Binder binder(unlimited, leading_);
+  const auto started = std::chrono::steady_clock::now();
+  const BinderResult pass = binder.Pass(Read(), false, true, std::chrono::system_clock::now());
+  const auto passTook = std::chrono::steady_clock::now() - started;
+  EXPECT_EQ(pass.writes, 10);
+  EXPECT_EQ(pass.events, 10) << "each bind's Event, handed to the sender";
+  EXPECT_LT(passTook, std::chrono::milliseconds(700));
+  EXPECT_EQ(binder.EventsWritten(), 0);
+  ASSERT_TRUE(binder.WaitForEvents(std::chrono::seconds(30)));
+  EXPECT_EQ(binder.EventsWritten(), 10);
+  EXPECT_EQ(binder.EventsFailed(), 0);
+  const json events = client_->List("/apis/events.k8s.io/v1/events")["items"];
+  EXPECT_EQ(events.size(), 10u);
+  for (const json& event : events) EXPECT_EQ(event["reason"], "Bound") << event.dump();
+}
+
 // A decision that frees units is written alone, after every write before it and before any
 // after it: the bind that takes the unit d1's move frees is sent only once the move is answered.
 TEST_F(BinderTest, AMoveThatFreesUnitsIsAnsweredBeforeTheBindThatTakesThemIsSent) {
@@ -304,24 +334,38 @@ TEST_F(BinderTest, AMoveThatFreesUnitsIsAnsweredBeforeTheBindThatTakesThemIsSent
   EXPECT_GE(patches[1].received - patches[0].received, std::chrono::milliseconds(300));
 }
 
-// A conflict in a batch: the batch's other binds, sent beside it, are written (they take units
-// only, so none stood on it); the pass stops after the batch, and the next pass writes the rest.
-TEST_F(BinderTest, AConflictInABatchStopsThePassAfterTheBatch) {
+// A conflict stops the pass at once: the writes in flight beside it (binds: they take units only,
+// so none stood on it) are taken as they come, none after it is sent, and the next pass writes
+// the rest. The server answers the first write 409 at once and holds every other 300 ms, so a
+// write sent after the conflict came back would be received 300 ms after the first or later.
+TEST_F(BinderTest, AConflictStopsThePassAndNoWriteIsSentAfterIt) {
   server_->Seed(testing::ReadyNode("big"));
   server_->Seed(testing::GpuNodeObject("big", 80));
-  const int orders = static_cast<int>(Binder::kBatch) + 6;
+  const int orders = 70;
   for (int i = 3; i < 3 + orders; ++i) server_->Seed(Device("d" + std::to_string(i), "a100"));
   fake::Fault conflict = fake::Fault::Answer(409, 1, "PATCH");
   conflict.pathPrefix = kDevices;
   server_->AddFault(conflict);
+  fake::Fault slow;
+  slow.method = "PATCH";
+  slow.pathPrefix = kDevices;
+  slow.latencyMs = 300;
+  server_->AddFault(slow);
   server_->ClearRequests();
   kube::Client unlimited = Unlimited();
   Binder binder(unlimited, leading_);
   BinderResult pass = binder.Pass(Read(), false, true, std::chrono::system_clock::now());
   EXPECT_EQ(pass.conflicts, 1);
   EXPECT_TRUE(pass.incomplete);
-  EXPECT_EQ(Patches().size(), Binder::kBatch);
-  EXPECT_EQ(pass.writes, static_cast<int64_t>(Binder::kBatch) - 1);
+  const std::vector<fake::LoggedRequest> patches = Patches();
+  ASSERT_FALSE(patches.empty());
+  EXPECT_LE(patches.size(), Binder::kWriters) << "the conflict and those in flight beside it";
+  for (const fake::LoggedRequest& request : patches) {
+    EXPECT_LT(request.received - patches.front().received, std::chrono::milliseconds(250))
+        << request.path << " was sent after the conflict came back";
+  }
+  EXPECT_EQ(pass.writes, static_cast<int64_t>(patches.size()) - 1);
+  server_->ClearFaults();
   pass = binder.Pass(Read(), false, true, std::chrono::system_clock::now());
   EXPECT_FALSE(pass.incomplete);
   EXPECT_EQ(Bound(), orders + 2);  // one of d1 and d2 on n1, every other order on big
@@ -527,6 +571,8 @@ TEST_F(BinderTest, C17_AClassKubeVirtDoesNotPermitGetsAWarningEvent) {
   BinderResult first;
   binder.ReportUnpermittedClasses(snapshot, now, first);
   EXPECT_EQ(first.events, 1);
+  ASSERT_TRUE(binder.WaitForEvents(std::chrono::seconds(10)));
+  EXPECT_EQ(binder.EventsWritten(), 1);
   const json written = events();
   ASSERT_EQ(written.size(), 1u) << written.dump(2);
   const json& event = written[0];
@@ -541,6 +587,7 @@ TEST_F(BinderTest, C17_AClassKubeVirtDoesNotPermitGetsAWarningEvent) {
   binder.ReportUnpermittedClasses(snapshot, now + std::chrono::minutes(1), again);
   EXPECT_EQ(again.events, 0);
   EXPECT_EQ(again.eventsSuppressed, 1);
+  ASSERT_TRUE(binder.WaitForEvents(std::chrono::seconds(10)));
   EXPECT_EQ(events().size(), 1u);
 }
 
