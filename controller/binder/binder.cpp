@@ -21,6 +21,7 @@
 #include "kube/errors.h"
 #include "kube/leader_election.h"
 #include "runtime/log.h"
+#include "runtime/thread_name.h"
 
 namespace cozy::controller {
 namespace {
@@ -93,6 +94,7 @@ class Writers {
 
  private:
   void Main() {
+    runtime::NameThisThread("binder-writer");
     std::unique_lock lock(mutex_);
     for (;;) {
       ++idle_;

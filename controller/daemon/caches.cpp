@@ -19,48 +19,32 @@ const kube::GroupVersionResource kWorkloadResource = kWorkloads.Resource();
 const kube::GroupVersionResource kKubeVirtResource = kKubeVirts.Resource();
 const kube::GroupVersionResource kMonitorResource = kWorkloadMonitors.Resource();
 
-kube::InformerOptions Selected(std::string labelSelector, std::string fieldSelector) {
-  kube::InformerOptions options;
-  options.labelSelector = std::move(labelSelector);
-  options.fieldSelector = std::move(fieldSelector);
-  return options;
-}
-
 }  // namespace
 
 ClusterCaches::ClusterCaches(kube::Client& client, kube::Discovery& discovery,
                              const RunOptions& options, Changed changed)
-    : classes(client, kGpuClasses.Path(), api::GpuClassFromJson),
-      devices(client, kGpuDevices.Path(), api::GpuDeviceFromJson),
-      gpuNodes(client, kGpuNodes.Path(), api::GpuNodeInventoryFromJson),
-      settings(client, kConfigMaps.Path(options.namespaceName), kube::IdentityDecode,
-               Selected("", "metadata.name=" + std::string(api::kSettingsConfigMapName))),
-      vmis([this] {
-        auto cache = std::make_shared<kube::Cache<model::VirtualMachineInstance>>(
-            client_, kVmis.Path(), VmiFromJson);
+    : vmis([this] {
+        std::shared_ptr<kube::Cache<model::VirtualMachineInstance>> cache =
+            kVmiCache.Make(client_, options_.namespaceName);
         cache->SetChangeFilter(kube::Cache<model::VirtualMachineInstance>::WhenValueDiffers());
         cache->SetOnChange([this] { changed_(Readers::kBoth); });
         return cache;
       }),
       records([this] {
-        auto cache = std::make_shared<kube::JsonCache>(
-            client_, kWorkloads.Path(), kube::IdentityDecode,
-            Selected(std::string(api::kWorkloadMonitorNameLabel) + "=" +
-                         std::string(api::kUsageMonitorName),
-                     ""));
+        std::shared_ptr<kube::JsonCache> cache =
+            kUsageRecordCache.Make(client_, options_.namespaceName);
         cache->SetOnChange([this] { changed_(Readers::kReconciler); });
         return cache;
       }),
       kubevirt([this] {
-        auto cache = std::make_shared<kube::Cache<model::PermittedHostDevices>>(
-            client_, kKubeVirts.Path(), KubeVirtFromJson);
+        std::shared_ptr<kube::Cache<model::PermittedHostDevices>> cache =
+            kKubeVirtCache.Make(client_, options_.namespaceName);
         cache->SetOnChange([this] { changed_(Readers::kBoth); });
         return cache;
       }),
       monitors([this] {
-        auto cache = std::make_shared<kube::JsonCache>(
-            client_, kWorkloadMonitors.Path(), kube::IdentityDecode,
-            Selected("", "metadata.name=" + std::string(api::kUsageMonitorName)));
+        std::shared_ptr<kube::JsonCache> cache =
+            kUsageMonitorCache.Make(client_, options_.namespaceName);
         cache->SetOnChange([this] { changed_(Readers::kReconciler); });
         return cache;
       }),
@@ -72,25 +56,10 @@ ClusterCaches::ClusterCaches(kube::Client& client, kube::Discovery& discovery,
        {kVmiResource, kKubeVirtResource, kWorkloadResource, kMonitorResource}) {
     discovery_.Track(resource);
   }
-  if (options.enableGpu) {
-    namespaces = std::make_unique<kube::Cache<model::Namespace>>(client, kNamespaces.Path(),
-                                                                 NamespaceFromJson);
-    quotas = std::make_unique<kube::Cache<model::ResourceQuota>>(client, kResourceQuotas.Path(),
-                                                                 QuotaFromJson);
-    nodes = std::make_unique<kube::Cache<model::Node>>(client, kNodes.Path(), NodeFromJson);
-    // The watch skims the others: no JSON document, no decode (model::PodKeyIsExtendedResource).
-    kube::InformerOptions podOptions;
-    podOptions.skim = model::PodKeyIsExtendedResource;
-    pods = std::make_unique<kube::Cache<model::Pod>>(client, kPods.Path(), PodFromJson,
-                                                     std::move(podOptions));
-    // Only the pods that can count in a decision (model::PodAsksForExtendedResources; a model
-    // test shows the others change none): a tenth of a cluster's pods or fewer. The others cost
-    // a decode as they change and nothing more: no memory, no index, no pass (issue 26 §1).
-    pods->SetKeep(model::PodAsksForExtendedResources);
-  }
 }
 
 void ClusterCaches::AddDeviceIndexes() {
+  kube::Cache<api::GpuDevice>& devices = Make(kDeviceCache);
   devices.AddIndex(
       "class", [](const api::GpuDevice& d) { return std::vector<std::string>{d.spec.className}; });
   devices.AddIndex("node", [](const api::GpuDevice& d) {
@@ -149,13 +118,13 @@ void ClusterCaches::StopOptional() {
 }
 
 bool ClusterCaches::FillSnapshot(model::Snapshot& snapshot) const {
-  for (const auto& item : namespaces->List()) snapshot.namespaces.push_back(*item);
-  for (const auto& item : quotas->List()) snapshot.quotas.push_back(*item);
-  for (const auto& item : nodes->List()) snapshot.nodes.push_back(*item);
-  // The cache keeps only the pods that can count in a decision (SetKeep above).
-  for (const auto& item : pods->List()) snapshot.pods.push_back(*item);
-  for (const auto& item : gpuNodes.List()) snapshot.gpuNodes.push_back(*item);
-  for (const auto& item : classes.List()) snapshot.classes.push_back(*item);
+  for (const auto& item : Get(kNamespaceCache).List()) snapshot.namespaces.push_back(*item);
+  for (const auto& item : Get(kQuotaCache).List()) snapshot.quotas.push_back(*item);
+  for (const auto& item : Get(kNodeCache).List()) snapshot.nodes.push_back(*item);
+  // The cache keeps only the pods that can count in a decision (kPodCache).
+  for (const auto& item : Get(kPodCache).List()) snapshot.pods.push_back(*item);
+  for (const auto& item : Get(kGpuNodeCache).List()) snapshot.gpuNodes.push_back(*item);
+  for (const auto& item : Get(kClassCache).List()) snapshot.classes.push_back(*item);
   bool vmisKnown = false;
   if (discovery_.IsServed(kVmiResource) == kube::Served::kServed) {
     if (auto cache = vmis.Get(); cache && cache->Synced()) {
@@ -184,8 +153,8 @@ ReconcileInput ClusterCaches::BuildInput() const {
   input.now = std::chrono::system_clock::now();
   input.attachmentGrace =
       std::chrono::duration_cast<std::chrono::seconds>(options_.attachmentGrace);
-  input.classes = classes.List();
-  input.devices = devices.List();
+  input.classes = Get(kClassCache).List();
+  input.devices = Get(kDeviceCache).List();
   input.vmis = VmiLookupForPass();
 
   const auto recordCache = records.Get();
@@ -203,11 +172,11 @@ ReconcileInput ClusterCaches::BuildInput() const {
   ReconcileInput::Settings stored;
   stored.namespaceName = options_.namespaceName;
   stored.name = std::string(api::kSettingsConfigMapName);
-  if (auto object = settings.Get(options_.namespaceName + "/" + stored.name)) {
+  if (auto object = Get(kSettingsCache).Get(options_.namespaceName + "/" + stored.name)) {
     stored.stored = *object;
   }
   std::vector<api::GpuNodeInventory> inventories;
-  for (const auto& node : gpuNodes.List()) inventories.push_back(*node);
+  for (const auto& node : Get(kGpuNodeCache).List()) inventories.push_back(*node);
   std::vector<api::GpuClass> classList;
   for (const auto& gpuClass : input.classes) classList.push_back(*gpuClass);
   stored.data = SettingsData(options_.gpuResourceNames, inventories, PermittedHostDevices(),
@@ -225,7 +194,7 @@ VmiLookup ClusterCaches::VmiLookupForPass() const {
 
 std::shared_ptr<const webhook::Prepared> ClusterCaches::Prepared() const {
   auto prepared = std::make_shared<webhook::Prepared>();
-  for (const auto& item : devices.List()) prepared->snapshot.devices.push_back(*item);
+  for (const auto& item : Get(kDeviceCache).List()) prepared->snapshot.devices.push_back(*item);
   FillSnapshot(prepared->snapshot);
   prepared->gpuResourceNames = model::EffectiveGpuResourceNames(
       prepared->snapshot.settings, prepared->snapshot.gpuNodes,

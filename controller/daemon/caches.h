@@ -1,8 +1,9 @@
 // The cluster as a gpu-controller replica caches it, and what its passes and webhooks read from
 // it: the model's snapshot (FillSnapshot), the reconciler's input (BuildInput), the webhooks'
-// snapshot and model (Prepared). daemon.cpp owns one, names each cache in a Watch line, wires
-// its changes to the passes and runs it; this file knows nothing of passes, the loop or the
-// Lease.
+// snapshot and model (Prepared). It is the controller's informer factory: a cache is made from
+// its constant (controller/daemon/watched.h) and found by it. daemon.cpp owns one, asks for each
+// cache in a Watch line, wires its changes to the passes and runs it; this file knows nothing of
+// passes, the loop or the Lease.
 //
 // The caches: GPUClasses, GPUDevices, GPUNodes and the settings ConfigMap always; with
 // --enable-gpu, Namespaces, ResourceQuotas, Nodes and Pods (what the binder's model reads besides
@@ -11,7 +12,9 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "api/gpuclass.h"
@@ -19,6 +22,7 @@
 #include "api/gpunode_types.h"
 #include "controller/daemon/daemon.h"
 #include "controller/daemon/vmi_lookup.h"
+#include "controller/daemon/watched.h"
 #include "controller/kinds.h"
 #include "controller/model/snapshot.h"
 #include "controller/reconciler/plan.h"
@@ -45,6 +49,25 @@ class ClusterCaches {
   ClusterCaches(const ClusterCaches&) = delete;
   ClusterCaches& operator=(const ClusterCaches&) = delete;
 
+  // The cache of `watched`, made on the first ask (the same one after). Only while wiring,
+  // before any cache starts: the set of caches is fixed from then on.
+  template <class T>
+  kube::Cache<T>& Make(const Watched<T>& watched) {
+    auto& made = made_[&watched];
+    if (!made) made = watched.Make(client_, options_.namespaceName);
+    return static_cast<kube::Cache<T>&>(*made);
+  }
+  // The cache Make made of `watched`; std::logic_error when none was (a reader of a cache no
+  // Watch line asked for). Any thread.
+  template <class T>
+  kube::Cache<T>& Get(const Watched<T>& watched) const {
+    auto found = made_.find(&watched);
+    if (found == made_.end()) {
+      throw std::logic_error("no cache of " + watched.Name() + " is watched");
+    }
+    return static_cast<kube::Cache<T>&>(*found->second);
+  }
+
   // The GPUDevice indexes the binder (pending requests), the webhooks (a VMI's devices) and the
   // reconciler query. Before the caches start.
   void AddDeviceIndexes();
@@ -57,9 +80,9 @@ class ClusterCaches {
   // Each of those that runs now, by name.
   template <class Visit>
   void ForEachOptional(Visit&& visit) const {
-    if (auto cache = vmis.Get()) visit(std::string(kVmis.plural), *cache);
-    if (auto cache = records.Get()) visit(std::string(kWorkloads.plural), *cache);
-    if (auto cache = monitors.Get()) visit(std::string(kWorkloadMonitors.plural), *cache);
+    if (auto cache = vmis.Get()) visit(kVmiCache.Name(), *cache);
+    if (auto cache = records.Get()) visit(kUsageRecordCache.Name(), *cache);
+    if (auto cache = monitors.Get()) visit(kUsageMonitorCache.Name(), *cache);
   }
 
   // Everything the model reads but the devices, as the caches show it; returns whether the VMIs
@@ -73,15 +96,6 @@ class ClusterCaches {
   // that refuses the snapshot leaves its error instead). Any thread.
   std::shared_ptr<const webhook::Prepared> Prepared() const;
 
-  kube::Cache<api::GpuClass> classes;
-  kube::Cache<api::GpuDevice> devices;
-  kube::Cache<api::GpuNodeInventory> gpuNodes;
-  kube::JsonCache settings;  // G11: the settings object alone
-  // With --enable-gpu; null without.
-  std::unique_ptr<kube::Cache<model::Namespace>> namespaces;
-  std::unique_ptr<kube::Cache<model::ResourceQuota>> quotas;
-  std::unique_ptr<kube::Cache<model::Node>> nodes;
-  std::unique_ptr<kube::Cache<model::Pod>> pods;
   // While their kinds are served (FollowDiscovery).
   kube::OptionalCache<model::VirtualMachineInstance> vmis;
   kube::OptionalCache<nlohmann::json> records;
@@ -96,6 +110,8 @@ class ClusterCaches {
   kube::Discovery& discovery_;
   const RunOptions& options_;
   Changed changed_;
+  // The caches Make made, by their constant.
+  std::map<const void*, std::unique_ptr<kube::CacheBase>> made_;
 };
 
 }  // namespace cozy::controller

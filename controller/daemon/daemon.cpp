@@ -118,20 +118,17 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
     caches_.AddDeviceIndexes();
     // Each with who reads it: a change wakes those (and the webhooks' snapshot), and the
     // reconciler's passes wait for the caches it reads to sync.
-    Watch(std::string(kGpuClasses.plural), caches_.classes, Readers::kBoth);
-    Watch(std::string(kGpuDevices.plural), caches_.devices, Readers::kBoth);
-    Watch(std::string(kGpuNodes.plural), caches_.gpuNodes, Readers::kBoth);
-    Watch("settings", caches_.settings, Readers::kReconciler);
-    if (caches_.namespaces) {
+    Watch(kClassCache, Readers::kBoth);
+    Watch(kDeviceCache, Readers::kBoth);
+    Watch(kGpuNodeCache, Readers::kBoth);
+    Watch(kSettingsCache, Readers::kReconciler);
+    if (options_.enableGpu) {
       // What the binder's model reads besides the GPU objects (with GPUs on), each change
       // filtered to those the model reads something different in (issue 26 §1): a pod's
       // status heartbeat, or a pod of cpu and memory alone, wakes nobody.
-      Watch(std::string(kNamespaces.plural), *caches_.namespaces, Readers::kBinder,
-            kube::Cache<model::Namespace>::WhenValueDiffers());
-      Watch(std::string(kResourceQuotas.plural), *caches_.quotas, Readers::kBinder,
-            kube::Cache<model::ResourceQuota>::WhenValueDiffers());
-      Watch(std::string(kNodes.plural), *caches_.nodes, Readers::kBinder,
-            kube::Cache<model::Node>::WhenValueDiffers());
+      Watch(kNamespaceCache, Readers::kBinder, kube::Cache<model::Namespace>::WhenValueDiffers());
+      Watch(kQuotaCache, Readers::kBinder, kube::Cache<model::ResourceQuota>::WhenValueDiffers());
+      Watch(kNodeCache, Readers::kBinder, kube::Cache<model::Node>::WhenValueDiffers());
       WatchPods();
     }
     // The kinds that come and go start and stop with their kind being served (Tick); whatever
@@ -231,9 +228,11 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
   // the passes of its readers and wake waiting webhooks; it gates readiness, and the
   // reconciler's passes wait for it when the reconciler reads it; its metrics and list/watch
   // errors are exported and logged under `name`.
-  template <class Cache>
-  void Watch(const std::string& name, Cache& cache, Readers readers,
-             typename Cache::ChangeFilter matters = nullptr) {
+  template <class T>
+  void Watch(const Watched<T>& watched, Readers readers,
+             typename kube::Cache<T>::ChangeFilter matters = nullptr) {
+    kube::Cache<T>& cache = caches_.Make(watched);
+    const std::string name = watched.Name();
     if (matters) cache.SetChangeFilter(std::move(matters));
     cache.SetOnChange([this, readers] { Changed(readers); });
     runtime::Manager::Runnable runnable;
@@ -254,21 +253,18 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
   // count the pod, but wake no binder pass. The filter runs on the cache's thread for each
   // change of a step, and the step's change callback after them, on the same thread.
   void WatchPods() {
-    kube::Cache<model::Pod>& pods = *caches_.pods;
-    Watch(
-        std::string(kPods.plural), pods, Readers::kBinder,
-        [this](const model::Pod* before, const model::Pod* after) {
-          if (!model::PodChangeMatters(before, after)) return false;
-          // Absorbed, or recorded for the pass in flight (which passes again if its room
-          // does not take it): the webhooks' snapshot renews, no pass wakes now.
-          if (binder_ && binder_->quietRoom().Absorbs(before, after) != QuietRoom::Take::kRefused) {
-            podsAbsorbed_ = true;
-          } else {
-            podsWakeBinder_ = true;
-          }
-          return true;
-        });
-    pods.SetOnChange([this] {
+    Watch(kPodCache, Readers::kBinder, [this](const model::Pod* before, const model::Pod* after) {
+      if (!model::PodChangeMatters(before, after)) return false;
+      // Absorbed, or recorded for the pass in flight (which passes again if its room
+      // does not take it): the webhooks' snapshot renews, no pass wakes now.
+      if (binder_ && binder_->quietRoom().Absorbs(before, after) != QuietRoom::Take::kRefused) {
+        podsAbsorbed_ = true;
+      } else {
+        podsWakeBinder_ = true;
+      }
+      return true;
+    });
+    caches_.Get(kPodCache).SetOnChange([this] {
       const bool absorbedOnly = podsAbsorbed_ && !podsWakeBinder_;
       podsAbsorbed_ = podsWakeBinder_ = false;
       Changed(absorbedOnly ? Readers::kNone : Readers::kBinder);
@@ -291,13 +287,13 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
   // BinderSource, for the binder's loop.
   bool BinderCachesSynced() const override { return Ready(); }
   bool AnyUnansweredRequest() const override {
-    return !caches_.devices.IndexKeys("pending", "pending").empty();
+    return !caches_.Get(kDeviceCache).IndexKeys("pending", "pending").empty();
   }
   std::vector<std::shared_ptr<const api::GpuDevice>> CachedDevices() const override {
-    return caches_.devices.List();
+    return caches_.Get(kDeviceCache).List();
   }
   std::shared_ptr<const api::GpuDevice> CachedDevice(const std::string& key) const override {
-    return caches_.devices.Get(key);
+    return caches_.Get(kDeviceCache).Get(key);
   }
 
   // Everything but the devices, as the caches show it (ClusterCaches). Any thread.
@@ -327,12 +323,12 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
 
   std::shared_ptr<const api::GpuDevice> Device(const std::string& ns,
                                                const std::string& name) const override {
-    return caches_.devices.Get(ns + "/" + name);
+    return caches_.Get(kDeviceCache).Get(ns + "/" + name);
   }
 
   std::vector<std::shared_ptr<const api::GpuDevice>> AttachedTo(
       const std::string& ns, const std::string& vmiName) const override {
-    return caches_.devices.ByIndex("vmi", ns + "/" + vmiName);
+    return caches_.Get(kDeviceCache).ByIndex("vmi", ns + "/" + vmiName);
   }
 
   // Loop thread, every second: the kinds that come and go, health and metrics.
