@@ -251,7 +251,7 @@ void Binder::PostEvent(PendingEvent& event) {
 
 void Binder::QueueEvent(PendingEvent event, std::chrono::system_clock::time_point now,
                         BinderResult& result) {
-  if (eventsQueued_.load() >= kEventQueue) {
+  if (eventsQueued_.load() >= eventQueueLimit_) {
     --eventsThisPass_;
     ++eventsDropped_;
     return;

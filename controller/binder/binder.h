@@ -114,6 +114,9 @@ class Binder {
   static constexpr std::chrono::minutes kEventRepeat{10};
   static constexpr int kEventsPerPass = 100;
   static constexpr int64_t kEventQueue = 1000;
+  // How many Events may wait for the sender, the one it is sending included (kEventQueue by
+  // default). Before the first pass.
+  void SetEventQueueLimit(int64_t limit) { eventQueueLimit_ = limit; }
   // Waits until every Event handed over is sent (or failed), at most `limit`; whether they are.
   bool WaitForEvents(std::chrono::milliseconds limit);
   // Events the sender wrote, those it could not write, and those dropped for want of room. Any
@@ -255,6 +258,7 @@ class Binder {
   int eventsThisPass_ = 0;
   // The event sender's: Events handed over and not yet sent, and those it could not write or
   // had no room for.
+  int64_t eventQueueLimit_ = kEventQueue;
   std::atomic<int64_t> eventsQueued_{0};
   std::atomic<int64_t> eventsWritten_{0};
   std::atomic<int64_t> eventsFailed_{0};

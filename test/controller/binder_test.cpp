@@ -312,6 +312,30 @@ TEST_F(BinderTest, EventsNeverHoldUpThePass) {
   for (const json& event : events) EXPECT_EQ(event["reason"], "Bound") << event.dump();
 }
 
+// The sender's queue is bounded: with the server holding each Event 700 ms and room for two,
+// the first two Events of a pass of ten binds wait and are written, the other eight are dropped
+// and counted, and the pass is not held up by any of them.
+TEST_F(BinderTest, EventsPastTheSendersQueueAreDroppedAndCounted) {
+  server_->Seed(testing::ReadyNode("big"));
+  server_->Seed(testing::GpuNodeObject("big", 16));
+  for (int i = 3; i <= 10; ++i) server_->Seed(Device("d" + std::to_string(i), "a100"));
+  fake::Fault slow;
+  slow.method = "POST";
+  slow.pathPrefix = "/apis/events.k8s.io/";
+  slow.latencyMs = 700;
+  server_->AddFault(slow);
+  kube::Client unlimited = Unlimited();
+  Binder binder(unlimited, leading_);
+  binder.SetEventQueueLimit(2);
+  const BinderResult pass = binder.Pass(Read(), false, true, std::chrono::system_clock::now());
+  EXPECT_EQ(pass.writes, 10);
+  EXPECT_EQ(pass.events, 2);
+  EXPECT_EQ(binder.EventsDropped(), 8);
+  ASSERT_TRUE(binder.WaitForEvents(std::chrono::seconds(30)));
+  EXPECT_EQ(binder.EventsWritten(), 2);
+  EXPECT_EQ(client_->List("/apis/events.k8s.io/v1/events")["items"].size(), 2u);
+}
+
 // A decision that frees units is written alone, after every write before it and before any
 // after it: the bind that takes the unit d1's move frees is sent only once the move is answered.
 TEST_F(BinderTest, AMoveThatFreesUnitsIsAnsweredBeforeTheBindThatTakesThemIsSent) {
