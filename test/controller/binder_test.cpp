@@ -109,6 +109,18 @@ class BinderTest : public ::testing::Test {
     }
     return bound;
   }
+  // Ten orders that bind (d1 or d2 on n1, the rest on a node "big"), and a server that holds
+  // each Event it is sent 700 ms.
+  void TenBindsWithEventsHeld700Ms() {
+    server_->Seed(testing::ReadyNode("big"));
+    server_->Seed(testing::GpuNodeObject("big", 16));
+    for (int i = 3; i <= 10; ++i) server_->Seed(Device("d" + std::to_string(i), "a100"));
+    fake::Fault slow;
+    slow.method = "POST";
+    slow.pathPrefix = "/apis/events.k8s.io/";
+    slow.latencyMs = 700;
+    server_->AddFault(slow);
+  }
 
   std::unique_ptr<fake::FakeApiServer> server_;
   std::unique_ptr<kube::Client> client_;
@@ -287,14 +299,7 @@ TEST_F(BinderTest, BindsOfAPassAreWrittenConcurrently) {
 // before its first Event is written (a pass that waited for them would take 700 ms at least),
 // and they are all written after it.
 TEST_F(BinderTest, EventsNeverHoldUpThePass) {
-  server_->Seed(testing::ReadyNode("big"));
-  server_->Seed(testing::GpuNodeObject("big", 16));
-  for (int i = 3; i <= 10; ++i) server_->Seed(Device("d" + std::to_string(i), "a100"));
-  fake::Fault slow;
-  slow.method = "POST";
-  slow.pathPrefix = "/apis/events.k8s.io/";
-  slow.latencyMs = 700;
-  server_->AddFault(slow);
+  TenBindsWithEventsHeld700Ms();
   kube::Client unlimited = Unlimited();
   Binder binder(unlimited, leading_);
   const auto started = std::chrono::steady_clock::now();
@@ -316,14 +321,7 @@ TEST_F(BinderTest, EventsNeverHoldUpThePass) {
 // the first two Events of a pass of ten binds wait and are written, the other eight are dropped
 // and counted, and the pass is not held up by any of them.
 TEST_F(BinderTest, EventsPastTheSendersQueueAreDroppedAndCounted) {
-  server_->Seed(testing::ReadyNode("big"));
-  server_->Seed(testing::GpuNodeObject("big", 16));
-  for (int i = 3; i <= 10; ++i) server_->Seed(Device("d" + std::to_string(i), "a100"));
-  fake::Fault slow;
-  slow.method = "POST";
-  slow.pathPrefix = "/apis/events.k8s.io/";
-  slow.latencyMs = 700;
-  server_->AddFault(slow);
+  TenBindsWithEventsHeld700Ms();
   kube::Client unlimited = Unlimited();
   Binder binder(unlimited, leading_);
   binder.SetEventQueueLimit(2);
