@@ -158,6 +158,9 @@ class Cache : public CacheBase {
 
   // The first list has been applied.
   bool Synced() const override { return synced_.load(); }
+  // How many steps changed what the cache holds: read before a List(), an equal count read
+  // later says the cache holds what that List() returned (a copy of it can be kept).
+  uint64_t Version() const { return version_.load(); }
 
   Ptr Get(const std::string& key) const {
     ReadLock lock(*this);
@@ -373,6 +376,7 @@ class Cache : public CacheBase {
     std::vector<Ptr> replaced;  // the last references, dropped outside the lock
     bool mattered = listed && !synced_;
     int64_t ignored = 0;
+    bool changed = false;
     {
       WriteLock lock(*this);
       for (auto& [key, entry] : pending_) {
@@ -396,7 +400,9 @@ class Cache : public CacheBase {
         mattered = mattered || matters;
         ignored += matters ? 0 : 1;
         Replace(*state_, old, found, key, std::move(entry));
+        changed = true;
       }
+      if (changed) ++version_;
       if (listed) synced_ = true;
     }
     pending_.clear();
@@ -466,6 +472,7 @@ class Cache : public CacheBase {
   int wake_ = -1;  // eventfd: Stop() wakes the thread's wait
   std::atomic<uint64_t> wakeups_{0};
   std::atomic<bool> synced_{false};
+  std::atomic<uint64_t> version_{0};  // bumped under the writer lock, with each change
   std::atomic<int> decodeFailures_{0};
   mutable std::mutex gate_;          // see ReadLock
   mutable std::shared_mutex mutex_;  // guards *state_ (the pointer and what it points to)

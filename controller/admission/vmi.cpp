@@ -122,12 +122,13 @@ std::vector<model::Decision> WholePassTrial(const model::Snapshot& snapshot,
   }
   const api::Attachment attachment{start.vmiName, "", start.now};
   const api::BindRequest request{"admission-plan", start.now};
+  std::vector<api::GpuDevice>& devices = trial.devices.Mutable();  // the trial's own copy
   for (const api::GpuDevice* held : start.held) {
-    api::GpuDevice& device = trial.devices[static_cast<size_t>(held - snapshot.devices.data())];
+    api::GpuDevice& device = devices[static_cast<size_t>(held - snapshot.devices.data())];
     device.status.attachment = attachment;
     device.status.bindRequest = request;
   }
-  trial.devices.insert(trial.devices.end(), start.templates.begin(), start.templates.end());
+  devices.insert(devices.end(), start.templates.begin(), start.templates.end());
   // The VMI as the pass sees it. An older VMI of the name (being replaced) leaves the copy; its
   // pods then count as raw usage.
   std::erase_if(trial.vmis, [&](const model::VirtualMachineInstance& vmi) {

@@ -192,9 +192,24 @@ VmiLookup ClusterCaches::VmiLookupForPass() const {
   return VmiLookupByReading(client_, discovery_.IsServed(kVmiResource));
 }
 
+model::SharedVector<api::GpuDevice> ClusterCaches::DevicesNow() const {
+  const kube::Cache<api::GpuDevice>& cache = Get(kDeviceCache);
+  const uint64_t version = cache.Version();  // before the List: a change after it shows next time
+  std::lock_guard lock(devicesMutex_);
+  if (devicesVersion_ != version) {
+    const auto cached = cache.List();
+    std::vector<api::GpuDevice> copies;
+    copies.reserve(cached.size());
+    for (const auto& item : cached) copies.push_back(*item);
+    devices_ = std::move(copies);
+    devicesVersion_ = version;
+  }
+  return devices_;
+}
+
 std::shared_ptr<const webhook::Prepared> ClusterCaches::Prepared() const {
   auto prepared = std::make_shared<webhook::Prepared>();
-  for (const auto& item : Get(kDeviceCache).List()) prepared->snapshot.devices.push_back(*item);
+  prepared->snapshot.devices = DevicesNow();
   FillSnapshot(prepared->snapshot);
   prepared->gpuResourceNames = model::EffectiveGpuResourceNames(
       prepared->snapshot.settings, prepared->snapshot.gpuNodes,

@@ -14,6 +14,8 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -95,6 +97,10 @@ class ClusterCaches {
   // The webhooks' view: the snapshot with the devices, and the model built over it once (a model
   // that refuses the snapshot leaves its error instead). Any thread.
   std::shared_ptr<const webhook::Prepared> Prepared() const;
+  // The GPUDevices as the cache holds them now: the very vector of the call before while the
+  // cache has not changed since (a pod's change renews the webhooks' view without copying
+  // 40,000 devices again, issue 26 §1). Any thread.
+  model::SharedVector<api::GpuDevice> DevicesNow() const;
 
   // While their kinds are served (FollowDiscovery).
   kube::OptionalCache<model::VirtualMachineInstance> vmis;
@@ -112,6 +118,11 @@ class ClusterCaches {
   Changed changed_;
   // The caches Make made, by their constant.
   std::map<const void*, std::unique_ptr<kube::CacheBase>> made_;
+  // The devices as the cache held them at `devicesVersion_`, shared by the webhooks' snapshots
+  // of every state since in which only other kinds changed (DevicesNow).
+  mutable std::mutex devicesMutex_;
+  mutable std::optional<uint64_t> devicesVersion_;
+  mutable model::SharedVector<api::GpuDevice> devices_;
 };
 
 }  // namespace cozy::controller

@@ -14,6 +14,7 @@
 #include "api/gpudevice.h"
 #include "api/gpunode_types.h"
 #include "api/meta.h"
+#include "controller/model/shared_vector.h"
 
 namespace cozy::model {
 
@@ -122,7 +123,8 @@ struct Snapshot {
   std::vector<Pod> pods;
   std::vector<api::GpuNodeInventory> gpuNodes;
   std::vector<api::GpuClass> classes;
-  std::vector<api::GpuDevice> devices;
+  // Shared between copies of the snapshot until one changes them (SharedVector).
+  SharedVector<api::GpuDevice> devices;
   std::vector<VirtualMachineInstance> vmis;
   PermittedHostDevices permittedHostDevices;
   Settings settings;

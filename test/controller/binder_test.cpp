@@ -141,10 +141,12 @@ TEST_F(BinderTest, D3_ACacheBehindTheBindersWritesIsReadPastAndNoUnitIsBookedTwi
   // written device, and only it, is stale.
   const std::vector<std::string> staleKeys = binder.StaleInCache(Shared(before));
   EXPECT_EQ(staleKeys, (std::vector<std::string>{"t1/d1"}));
-  // Read past it: one GET shows the bind, so the next pass books nothing.
+  // Read past it: one GET shows the bind, so the next pass books nothing. (The first pass's
+  // Events are in first: they go out on the binder's event sender, after the pass.)
+  ASSERT_TRUE(binder.WaitForEvents(std::chrono::seconds(10)));
   server_->ClearRequests();
   model::Snapshot fresh = before;
-  EXPECT_EQ(binder.ReadPast(Shared(before), staleKeys, fresh.devices), 1);
+  EXPECT_EQ(binder.ReadPast(Shared(before), staleKeys, fresh.devices.Mutable()), 1);
   EXPECT_EQ(server_->Requests().size(), 1u);  // a GET of d1, not a LIST of every device
   EXPECT_EQ(fresh.devices.size(), 2u);
   // Until the cache itself shows the write, every pass reads the device again.
@@ -171,7 +173,8 @@ TEST_F(BinderTest, D3_ANewLeaderReadsPastACacheBehindTheLastLeadersWrites) {
   ASSERT_EQ(last.Pass(before, false, true, std::chrono::system_clock::now()).writes, 1);
   ASSERT_EQ(Bound(), 1);
   model::Snapshot behind = before;
-  std::erase_if(behind.devices, [](const api::GpuDevice& d) { return d.metadata.name == "d1"; });
+  std::erase_if(behind.devices.Mutable(),
+                [](const api::GpuDevice& d) { return d.metadata.name == "d1"; });
   bool wouldBindD2 = false;
   for (const model::Decision& decision : model::Model(behind).PlanPass()) {
     wouldBindD2 |= decision.deviceName == "d2" && decision.action == model::Action::kBind;
@@ -186,7 +189,7 @@ TEST_F(BinderTest, D3_ANewLeaderReadsPastACacheBehindTheLastLeadersWrites) {
   const std::vector<std::string> stale = next.StaleInCache(Shared(behind));
   EXPECT_EQ(stale, (std::vector<std::string>{"t1/d1"}));
   model::Snapshot seen = behind;
-  EXPECT_EQ(next.ReadPast(Shared(behind), stale, seen.devices), 1);
+  EXPECT_EQ(next.ReadPast(Shared(behind), stale, seen.devices.Mutable()), 1);
   ASSERT_EQ(seen.devices.size(), 2u);
   BinderResult pass = next.Pass(seen, false, true, std::chrono::system_clock::now());
   ASSERT_TRUE(pass.error.empty()) << pass.error;
@@ -197,7 +200,7 @@ TEST_F(BinderTest, D3_ANewLeaderReadsPastACacheBehindTheLastLeadersWrites) {
   EXPECT_EQ(next.StaleInCache(Shared(behind)), stale);
   const model::Snapshot caughtUp = Read();
   model::Snapshot again = caughtUp;
-  next.ReadPast(Shared(caughtUp), next.StaleInCache(Shared(caughtUp)), again.devices);
+  next.ReadPast(Shared(caughtUp), next.StaleInCache(Shared(caughtUp)), again.devices.Mutable());
   EXPECT_TRUE(next.StaleInCache(Shared(caughtUp)).empty());
 
   // A cache showing an older version of a device than the list is marked as well.

@@ -93,8 +93,8 @@ Snapshot RawPodAndTwoOrders() {
   AddNode(snapshot, "n1", 2);
   snapshot.pods = {MakePod("tenant-a", "raw", "n1", kA100, 1)};
   snapshot.devices = {Pending("tenant-a", "two", "a100", 2), Pending("tenant-a", "one", "a100", 1)};
-  snapshot.devices[0].metadata.creationTimestamp = "2025-01-01T00:00:00Z";
-  snapshot.devices[1].metadata.creationTimestamp = "2025-01-01T00:00:01Z";
+  snapshot.devices.Mutable()[0].metadata.creationTimestamp = "2025-01-01T00:00:00Z";
+  snapshot.devices.Mutable()[1].metadata.creationTimestamp = "2025-01-01T00:00:01Z";
   return snapshot;
 }
 
@@ -345,8 +345,8 @@ TEST(BudgetsInPassC3C4, OrdersOverABudgetAreRefused) {
   snapshot.devices = {
       Bound("tenant-a", "held", "a100", 1, "n1"), Pending("tenant-a-b", "first", "a100", 1),
       Pending("tenant-a-b", "second", "a100", 1), Pending("tenant-b", "blocked", "a100", 1)};
-  snapshot.devices[1].metadata.creationTimestamp = "2025-01-01T00:00:00Z";
-  snapshot.devices[2].metadata.creationTimestamp = "2025-01-01T00:00:01Z";
+  snapshot.devices.Mutable()[1].metadata.creationTimestamp = "2025-01-01T00:00:00Z";
+  snapshot.devices.Mutable()[2].metadata.creationTimestamp = "2025-01-01T00:00:01Z";
   const std::vector<Decision> decisions = Model(snapshot).PlanPass();
   EXPECT_EQ(DecisionFor(decisions, "tenant-a-b/first").action, Action::kBind);
   const Decision second = DecisionFor(decisions, "tenant-a-b/second");
@@ -465,8 +465,8 @@ TEST(PlacementD6, FullestNodeWithRoom) {
   AddNode(snapshot, "b", 4);
   snapshot.devices = {Bound("tenant-a", "held", "a100", 3, "a"),
                       Pending("tenant-a", "one", "a100", 1), Pending("tenant-a", "two", "a100", 2)};
-  snapshot.devices[1].metadata.creationTimestamp = "2025-01-01T00:00:00Z";
-  snapshot.devices[2].metadata.creationTimestamp = "2025-01-01T00:00:01Z";
+  snapshot.devices.Mutable()[1].metadata.creationTimestamp = "2025-01-01T00:00:00Z";
+  snapshot.devices.Mutable()[2].metadata.creationTimestamp = "2025-01-01T00:00:01Z";
   const std::vector<Decision> decisions = Model(snapshot).PlanPass();
   EXPECT_EQ(DecisionFor(decisions, "tenant-a/held").action, Action::kKeep);
   EXPECT_EQ(DecisionFor(decisions, "tenant-a/one").node, "a");
@@ -660,7 +660,9 @@ TEST(PlacementE1, NewOrdersAgainstTheirClass) {
        Pending("tenant-a", "o", "a100", 1), Action::kRefuse},
       {"no room", [](Snapshot&) {}, Pending("tenant-a", "o", "a100", 5), Action::kRefuse},
       {"order being deleted",
-       [](Snapshot& s) { s.devices[0].metadata.deletionTimestamp = "2025-01-01T00:00:00Z"; },
+       [](Snapshot& s) {
+         s.devices.Mutable()[0].metadata.deletionTimestamp = "2025-01-01T00:00:00Z";
+       },
        Pending("tenant-a", "o", "a100", 1), Action::kRefuse},
   };
   for (const Case& c : cases) {
@@ -715,6 +717,31 @@ TEST(PlacementD7, AnEarlierVmiOfTheSameNameIsAnotherSet) {
   EXPECT_EQ(DecisionFor(decisions, "tenant-a/old").node, "n1");
   EXPECT_EQ(DecisionFor(decisions, "tenant-a/new").action, Action::kKeep);
   EXPECT_EQ(DecisionFor(decisions, "tenant-a/new").node, "n2");
+}
+
+// A snapshot's copy shares its devices until one of the two changes them (issue 26 §1): the
+// change copies them first, the other copy sees nothing of it, and pointers into the one that
+// did not change stay good.
+TEST(SharedVector, ACopySharesItsElementsUntilOneOfTheTwoChangesThem) {
+  Snapshot snapshot;
+  snapshot.devices = {Pending("tenant-a", "a", "a100", 1), Pending("tenant-a", "b", "a100", 1)};
+  const api::GpuDevice* first = &snapshot.devices[0];
+  Snapshot copy = snapshot;
+  EXPECT_TRUE(copy.devices.SharesWith(snapshot.devices));
+  EXPECT_EQ(&copy.devices[0], first) << "the same elements, not a copy";
+  copy.devices.Mutable()[0].metadata.name = "changed";
+  EXPECT_FALSE(copy.devices.SharesWith(snapshot.devices));
+  EXPECT_EQ(copy.devices[0].metadata.name, "changed");
+  EXPECT_EQ(snapshot.devices[0].metadata.name, "a") << "the other copy is as it was";
+  EXPECT_EQ(&snapshot.devices[0], first);
+  copy.devices.push_back(Pending("tenant-a", "c", "a100", 1));
+  EXPECT_EQ(copy.devices.size(), 3U);
+  EXPECT_EQ(snapshot.devices.size(), 2U);
+  const std::vector<api::GpuDevice>& asVector = snapshot.devices;  // reads as a vector
+  EXPECT_EQ(asVector.size(), 2U);
+  copy.devices.clear();
+  EXPECT_TRUE(copy.devices.empty());
+  EXPECT_EQ(snapshot.devices.size(), 2U);
 }
 
 }  // namespace

@@ -124,7 +124,7 @@ Usage Measure(const Snapshot& snapshot) {
 // What the binder writes for each decision.
 void Apply(Snapshot& snapshot, const std::vector<Decision>& decisions) {
   for (const Decision& decision : decisions) {
-    for (api::GpuDevice& device : snapshot.devices) {
+    for (api::GpuDevice& device : snapshot.devices.Mutable()) {
       if (device.metadata.namespaceName != decision.deviceNamespace ||
           device.metadata.name != decision.deviceName) {
         continue;

@@ -202,11 +202,13 @@ std::vector<Decision> WholePass(const Snapshot& snapshot, const StartTrial& tria
   Snapshot copy = snapshot;
   if (!trial.now.empty()) copy.now = trial.now;
   for (const api::GpuDevice* held : trial.held) {
-    api::GpuDevice& device = copy.devices[static_cast<size_t>(held - snapshot.devices.data())];
+    api::GpuDevice& device =
+        copy.devices.Mutable()[static_cast<size_t>(held - snapshot.devices.data())];
     device.status.attachment = api::Attachment{trial.vmiName, "", trial.now};
     device.status.bindRequest = api::BindRequest{"admission-plan", trial.now};
   }
-  copy.devices.insert(copy.devices.end(), trial.templates.begin(), trial.templates.end());
+  copy.devices.Mutable().insert(copy.devices.Mutable().end(), trial.templates.begin(),
+                                trial.templates.end());
   std::erase_if(copy.vmis, [&](const VirtualMachineInstance& vmi) {
     return vmi.namespaceName == trial.namespaceName && vmi.name == trial.vmiName;
   });

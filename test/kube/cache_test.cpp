@@ -215,19 +215,24 @@ TEST(Cache, KeepsOnlyWhatItsReadersWant) {
   EXPECT_EQ(cache.Get("t/plain"), nullptr);
   EXPECT_EQ(cache.IndexKeys("byNode", "n1"), Keys{"t/gpu"});
   EXPECT_EQ(cache.IgnoredChanges(), 1) << "the plain pod, at the list";
+  const uint64_t listed = cache.Version();
+  EXPECT_GT(listed, 0U);
 
-  // A change of the plain pod, and a new plain pod: nothing stored, nobody woken.
+  // A change of the plain pod, and a new plain pod: nothing stored, nobody woken, and the
+  // cache's version stays (what it holds did not change).
   const std::string plain = "/api/v1/namespaces/t/pods/plain";
   client.MergePatch(plain, {{"metadata", {{"annotations", {{"x", "1"}}}}}});
   client.Create("/api/v1/namespaces/t/pods", Pod("t", "plain2", "n1", ""));
   ASSERT_TRUE(testing::WaitFor([&] { return cache.IgnoredChanges() == 3; }));
   EXPECT_EQ(changes.load(), 1);
   EXPECT_EQ(cache.Size(), 1U);
+  EXPECT_EQ(cache.Version(), listed);
 
   // The plain pod comes to be wanted, the GPU pod comes not to be: each wakes the reader.
   client.MergePatch(plain, {{"metadata", {{"labels", {{kClassLabel, "t4"}}}}}});
   ASSERT_TRUE(testing::WaitFor([&] { return changes.load() == 2; }));
   EXPECT_NE(cache.Get("t/plain"), nullptr);
+  EXPECT_EQ(cache.Version(), listed + 1);
   client.MergePatch("/api/v1/namespaces/t/pods/gpu",
                     {{"metadata", {{"labels", {{kClassLabel, ""}}}}}});
   ASSERT_TRUE(testing::WaitFor([&] { return changes.load() == 3; }));
@@ -242,6 +247,7 @@ TEST(Cache, KeepsOnlyWhatItsReadersWant) {
   EXPECT_EQ(cache.IgnoredChanges(), ignored);
   EXPECT_EQ(changes.load(), 3);
   EXPECT_EQ(cache.Size(), 1U);
+  EXPECT_EQ(cache.Version(), listed + 2) << "a relist that changed nothing";
 }
 
 // The same with the watch skimming what the cache does not keep (InformerOptions::skim): the
