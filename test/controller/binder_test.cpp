@@ -25,10 +25,7 @@ class BinderTest : public ::testing::Test {
   void SetUp() override {
     server_ = testing::StartChartApiServer();
     client_ = std::make_unique<kube::Client>(testing::ConfigFor(*server_));
-    server_->Seed({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "t1"}}}});
-    server_->Seed(testing::ReadyNode("n1"));
-    server_->Seed(testing::GpuNodeObject("n1", 1));
-    server_->Seed(Class("a100"));
+    testing::SeedOneGpuNode(*server_, "t1", "n1", 1);
     for (const std::string name : {"d1", "d2"}) server_->Seed(Device(name, "a100"));
   }
 

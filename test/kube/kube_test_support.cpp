@@ -1,5 +1,7 @@
 #include "test/kube/kube_test_support.h"
 
+#include "test/support/gpu_objects.h"
+
 #include "test/support/fixture_host.h"
 
 namespace cozy::testing {
@@ -71,6 +73,14 @@ nlohmann::json NodeObject(const std::string& name) {
           {"kind", "Node"},
           {"metadata", {{"name", name}, {"labels", {{"kubernetes.io/hostname", name}}}}},
           {"status", {{"conditions", {{{"type", "Ready"}, {"status", "True"}}}}}}};
+}
+
+void SeedOneGpuNode(fake::FakeApiServer& server, const std::string& ns, const std::string& node,
+                    int units) {
+  server.Seed({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", ns}}}});
+  server.Seed(ReadyNode(node));
+  server.Seed(GpuNodeObject(node, units));
+  server.Seed(GpuClassObject("a100"));
 }
 
 }  // namespace cozy::testing

@@ -40,4 +40,9 @@ std::vector<fake::LoggedRequest> Writes(const fake::FakeApiServer& server);
 
 nlohmann::json NodeObject(const std::string& name);
 
+// The smallest cluster a bind happens on: the namespace `ns`, a Ready node `node` with a GPUNode
+// serving `units` of the a100 class's resource, and the GPUClass a100.
+void SeedOneGpuNode(fake::FakeApiServer& server, const std::string& ns, const std::string& node,
+                    int units);
+
 }  // namespace cozy::testing
