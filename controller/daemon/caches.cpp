@@ -23,31 +23,11 @@ const kube::GroupVersionResource kMonitorResource = kWorkloadMonitors.Resource()
 
 ClusterCaches::ClusterCaches(kube::Client& client, kube::Discovery& discovery,
                              const RunOptions& options, Changed changed)
-    : vmis([this] {
-        std::shared_ptr<kube::Cache<model::VirtualMachineInstance>> cache =
-            kVmiCache.Make(client_, options_.namespaceName);
-        cache->SetChangeFilter(kube::Cache<model::VirtualMachineInstance>::WhenValueDiffers());
-        cache->SetOnChange([this] { changed_(Readers::kBoth); });
-        return cache;
-      }),
-      records([this] {
-        std::shared_ptr<kube::JsonCache> cache =
-            kUsageRecordCache.Make(client_, options_.namespaceName);
-        cache->SetOnChange([this] { changed_(Readers::kReconciler); });
-        return cache;
-      }),
-      kubevirt([this] {
-        std::shared_ptr<kube::Cache<model::PermittedHostDevices>> cache =
-            kKubeVirtCache.Make(client_, options_.namespaceName);
-        cache->SetOnChange([this] { changed_(Readers::kBoth); });
-        return cache;
-      }),
-      monitors([this] {
-        std::shared_ptr<kube::JsonCache> cache =
-            kUsageMonitorCache.Make(client_, options_.namespaceName);
-        cache->SetOnChange([this] { changed_(Readers::kReconciler); });
-        return cache;
-      }),
+    : vmis(Optional(kVmiCache, Readers::kBoth,
+                    kube::Cache<model::VirtualMachineInstance>::WhenValueDiffers())),
+      records(Optional(kUsageRecordCache, Readers::kReconciler)),
+      kubevirt(Optional(kKubeVirtCache, Readers::kBoth)),
+      monitors(Optional(kUsageMonitorCache, Readers::kReconciler)),
       client_(client),
       discovery_(discovery),
       options_(options),

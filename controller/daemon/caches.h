@@ -109,6 +109,19 @@ class ClusterCaches {
   kube::OptionalCache<nlohmann::json> monitors;
 
  private:
+  // The factory of a kind that comes and goes: its cache made from `watched`, its changes
+  // (those `matters` lets through) reported through `changed_` as `readers`'.
+  template <class T>
+  typename kube::OptionalCache<T>::Factory Optional(
+      const Watched<T>& watched, Readers readers,
+      typename kube::Cache<T>::ChangeFilter matters = nullptr) {
+    return [this, &watched, readers, matters] {
+      std::shared_ptr<kube::Cache<T>> cache = watched.Make(client_, options_.namespaceName);
+      if (matters) cache->SetChangeFilter(matters);
+      cache->SetOnChange([this, readers] { changed_(readers); });
+      return cache;
+    };
+  }
   // How this pass tells whether a VMI exists (controller/daemon/vmi_lookup.h).
   VmiLookup VmiLookupForPass() const;
 
