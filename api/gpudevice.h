@@ -68,6 +68,11 @@ struct GpuDevice {
   GpuDeviceStatus status;
 
   DevicePhase Phase() const { return status.phase.value_or(DevicePhase::kPending); }
+  // A bind request the binder has not answered yet: a VM start waits on the device.
+  bool RequestPending() const {
+    return status.bindRequest && !status.bindRequest->id.empty() &&
+           (!status.bindResponse || status.bindResponse->id != status.bindRequest->id);
+  }
   bool operator==(const GpuDevice&) const = default;
 };
 

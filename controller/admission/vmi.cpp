@@ -45,6 +45,7 @@ const nlohmann::json* At(const nlohmann::json& object, std::initializer_list<con
 struct Member {
   std::string name;
   const api::GpuDevice* existing = nullptr;  // null: a template to create
+  size_t index = 0;                          // the existing device's, in the snapshot
   std::string className;
   int64_t count = 0;
 };
@@ -122,13 +123,14 @@ std::vector<model::Decision> WholePassTrial(const model::Snapshot& snapshot,
   }
   const api::Attachment attachment{start.vmiName, "", start.now};
   const api::BindRequest request{"admission-plan", start.now};
-  std::vector<api::GpuDevice>& devices = trial.devices.Mutable();  // the trial's own copy
-  for (const api::GpuDevice* held : start.held) {
-    api::GpuDevice& device = devices[static_cast<size_t>(held - snapshot.devices.data())];
+  for (const size_t held : start.held) {
+    api::GpuDevice& device = trial.devices.MutableAt(held);  // the trial's own copy
     device.status.attachment = attachment;
     device.status.bindRequest = request;
   }
-  devices.insert(devices.end(), start.templates.begin(), start.templates.end());
+  for (const api::GpuDevice& device : start.templates) {
+    trial.devices.push_back(device);
+  }
   // The VMI as the pass sees it. An older VMI of the name (being replaced) leaves the copy; its
   // pods then count as raw usage.
   std::erase_if(trial.vmis, [&](const model::VirtualMachineInstance& vmi) {
@@ -158,13 +160,9 @@ VmiStartPlan PlanVmiStart(const model::Snapshot& snapshot, const model::Model& m
     refused.refusal = std::move(message);
     return refused;
   };
-  auto find = [&snapshot, &ns](std::string_view name) -> const api::GpuDevice* {
-    for (const api::GpuDevice& device : snapshot.devices) {
-      if (device.metadata.namespaceName == ns && device.metadata.name == name) {
-        return &device;
-      }
-    }
-    return nullptr;
+  // The device's index in the snapshot, or its size for none.
+  auto find = [&snapshot, &model, &ns](std::string_view name) {
+    return model.FindDevice(ns, name).value_or(snapshot.devices.size());
   };
   // The checks every existing member takes: it may be attached to this VMI's name only.
   auto checkExisting = [&](const api::GpuDevice& device) -> std::optional<std::string> {
@@ -190,14 +188,15 @@ VmiStartPlan PlanVmiStart(const model::Snapshot& snapshot, const model::Model& m
 
   std::vector<Member> members;
   for (const std::string& name : input.references.devices) {
-    const api::GpuDevice* device = find(name);
-    if (!device) {
+    const size_t d = find(name);
+    if (d == snapshot.devices.size()) {
       return refuse(vmiText + " references GPUDevice " + name + ", which does not exist in " + ns);
     }
-    if (std::optional<std::string> refusal = checkExisting(*device)) {
+    const api::GpuDevice& device = snapshot.devices[d];
+    if (std::optional<std::string> refusal = checkExisting(device)) {
       return refuse(*refusal);
     }
-    members.push_back({name, device, device->spec.className, device->spec.count});
+    members.push_back({name, &device, d, device.spec.className, device.spec.count});
   }
   std::map<std::string, int64_t> newCounts;  // by class: the templates to create, together
   for (const api::DeviceReferences::Template& item : input.references.templates) {
@@ -207,18 +206,19 @@ VmiStartPlan PlanVmiStart(const model::Snapshot& snapshot, const model::Model& m
         input.references.devices.end()) {
       return refuse(what + ": its device " + name + " is also referenced as a held device");
     }
-    if (const api::GpuDevice* device = find(name)) {
+    if (const size_t d = find(name); d < snapshot.devices.size()) {
       // Created by an earlier call for this VMI: held now, if it is that template's device.
-      const auto mark = device->metadata.labels.find(std::string(api::kTemplateDeviceLabel));
-      if (mark == device->metadata.labels.end() || mark->second != api::kTemplateDeviceLabelValue ||
-          device->spec.className != item.className || device->spec.count != item.count) {
+      const api::GpuDevice& device = snapshot.devices[d];
+      const auto mark = device.metadata.labels.find(std::string(api::kTemplateDeviceLabel));
+      if (mark == device.metadata.labels.end() || mark->second != api::kTemplateDeviceLabelValue ||
+          device.spec.className != item.className || device.spec.count != item.count) {
         return refuse(what + ": GPUDevice " + name +
                       " already exists and is not this template's device");
       }
-      if (std::optional<std::string> refusal = checkExisting(*device)) {
+      if (std::optional<std::string> refusal = checkExisting(device)) {
         return refuse(*refusal);
       }
-      members.push_back({name, device, item.className, item.count});
+      members.push_back({name, &device, d, item.className, item.count});
       continue;
     }
     if (std::optional<std::string> refusal =
@@ -226,7 +226,7 @@ VmiStartPlan PlanVmiStart(const model::Snapshot& snapshot, const model::Model& m
       return refuse(*refusal);
     }
     newCounts[item.className] += item.count;
-    members.push_back({name, nullptr, item.className, item.count});
+    members.push_back({name, nullptr, 0, item.className, item.count});
   }
   if (std::optional<std::string> budget = model.CheckNewOrder(ns, newCounts)) {
     return refuse(vmiText + " orders device templates over a budget: " + *budget);
@@ -239,7 +239,7 @@ VmiStartPlan PlanVmiStart(const model::Snapshot& snapshot, const model::Model& m
   model::StartTrial start{ns, input.vmiName, input.now, {}, {}};
   for (const Member& member : members) {
     if (member.existing) {
-      start.held.push_back(member.existing);
+      start.held.push_back(member.index);
       continue;
     }
     api::GpuDevice device;

@@ -136,12 +136,6 @@ struct DeviceNameHash {
 
 }  // namespace
 
-bool HasPendingRequest(const api::GpuDevice& device) {
-  return device.status.bindRequest && !device.status.bindRequest->id.empty() &&
-         (!device.status.bindResponse ||
-          device.status.bindResponse->id != device.status.bindRequest->id);
-}
-
 Binder::Binder(kube::Client& client, const std::atomic<bool>& leading, std::string identity,
                kube::DeadlineSource leadingUntil, kube::TimeSource* time)
     : client_(client),
@@ -384,7 +378,8 @@ std::vector<std::string> Binder::StillStale(
 }
 
 int Binder::ReadPast(const std::vector<std::shared_ptr<const api::GpuDevice>>& cached,
-                     const std::vector<std::string>& stale, std::vector<api::GpuDevice>& devices) {
+                     const std::vector<std::string>& stale,
+                     model::SharedVector<api::GpuDevice>& devices) {
   std::unordered_map<std::string, std::optional<api::GpuDevice>> fresh;
   for (const std::string& key : stale) {
     const size_t slash = key.find('/');
@@ -408,7 +403,7 @@ int Binder::ReadPast(const std::vector<std::shared_ptr<const api::GpuDevice>>& c
     const std::string key = Key(device->metadata);
     auto found = fresh.find(key);
     if (found == fresh.end()) {
-      devices.push_back(*device);
+      devices.push_back(device);  // the cache's own, shared
       continue;
     }
     if (found->second) {
@@ -520,7 +515,8 @@ BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, boo
   const auto planning = std::chrono::steady_clock::now();
   try {
     const model::Model model(snapshot);
-    decisions = model.PlanPass();
+    decisions =
+        model.PlanPass(answersOnly ? model::PassScope::kUnsettled : model::PassScope::kEvery);
     if (!answersOnly && std::all_of(decisions.begin(), decisions.end(), [](const auto& d) {
           return d.action == model::Action::kKeep && !d.startRefused &&
                  d.reason == model::kHeldReason;
@@ -543,7 +539,7 @@ BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, boo
   ByName pendingByName;
   auto indexDevices = [&](ByName& into, bool pendingOnly) {
     for (const api::GpuDevice& device : snapshot.devices) {
-      if (pendingOnly && !HasPendingRequest(device)) continue;
+      if (pendingOnly && !device.RequestPending()) continue;
       into.emplace(DeviceName{device.metadata.namespaceName, device.metadata.name}, &device);
     }
   };
@@ -618,7 +614,7 @@ BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, boo
     const model::Decision& decision = decisions[index];
     if (deviceOf[index] == nullptr) continue;
     const api::GpuDevice& device = *deviceOf[index];
-    const bool pending = HasPendingRequest(device);
+    const bool pending = device.RequestPending();
     if (answersOnly && !pending && !(index < lastPending && FreesUnits(device, decision))) {
       continue;
     }

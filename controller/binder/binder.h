@@ -157,7 +157,7 @@ class Binder {
   // server (left out when it is gone, added when the cache does not have it yet). Returns the
   // number read.
   int ReadPast(const std::vector<std::shared_ptr<const api::GpuDevice>>& cached,
-               const std::vector<std::string>& stale, std::vector<api::GpuDevice>& devices);
+               const std::vector<std::string>& stale, model::SharedVector<api::GpuDevice>& devices);
 
   // One pass over `snapshot`. `answersOnly`: the fast pass (D4), which writes only for devices
   // with an unanswered bind request, with the full pass's decisions, and the decisions before
@@ -267,8 +267,5 @@ class Binder {
   std::condition_variable eventsDrained_;
   runtime::Worker eventSender_{"events"};  // declared last: stopped before the rest goes
 };
-
-// Whether a device carries a bind request it has not had an answer to.
-bool HasPendingRequest(const api::GpuDevice& device);
 
 }  // namespace cozy::controller

@@ -192,7 +192,7 @@ BinderLoop::PassResult BinderLoop::RunPass(bool answersOnly) {
       cachedDevices = source_.CachedDevices();
       stale = binder_.StaleInCache(cachedDevices);
     }
-    const int readPast = binder_.ReadPast(cachedDevices, stale, snapshot.devices.Mutable());
+    const int readPast = binder_.ReadPast(cachedDevices, stale, snapshot.devices);
     const bool vmisKnown = source_.FillSnapshot(snapshot);
     pass.readSeconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

@@ -55,7 +55,7 @@ void ClusterCaches::AddDeviceIndexes() {
                                : std::vector<std::string>{};
   });
   devices.AddIndex("pending", [](const api::GpuDevice& d) {
-    return HasPendingRequest(d) ? std::vector<std::string>{"pending"} : std::vector<std::string>{};
+    return d.RequestPending() ? std::vector<std::string>{"pending"} : std::vector<std::string>{};
   });
 }
 
@@ -177,11 +177,7 @@ model::SharedVector<api::GpuDevice> ClusterCaches::DevicesNow() const {
   const uint64_t version = cache.Version();  // before the List: a change after it shows next time
   std::lock_guard lock(devicesMutex_);
   if (devicesVersion_ != version) {
-    const auto cached = cache.List();
-    std::vector<api::GpuDevice> copies;
-    copies.reserve(cached.size());
-    for (const auto& item : cached) copies.push_back(*item);
-    devices_ = std::move(copies);
+    devices_ = model::SharedVector<api::GpuDevice>::Sharing(cache.List());
     devicesVersion_ = version;
   }
   return devices_;

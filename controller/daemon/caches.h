@@ -97,9 +97,9 @@ class ClusterCaches {
   // The webhooks' view: the snapshot with the devices, and the model built over it once (a model
   // that refuses the snapshot leaves its error instead). Any thread.
   std::shared_ptr<const webhook::Prepared> Prepared() const;
-  // The GPUDevices as the cache holds them now: the very vector of the call before while the
-  // cache has not changed since (a pod's change renews the webhooks' view without copying
-  // 40,000 devices again, issue 26 §1). Any thread.
+  // The GPUDevices as the cache holds them now: the cache's own objects, none copied (a
+  // pointer each), and the very list of the call before while the cache has not changed since
+  // (a pod's change renews the webhooks' view without even that, issue 26 §1). Any thread.
   model::SharedVector<api::GpuDevice> DevicesNow() const;
 
   // While their kinds are served (FollowDiscovery).

@@ -165,11 +165,19 @@ void Model::Index::IndexDevices(UsageTable& ownUsage, UsageTable& ownPending) {
   phase.resize(snapshot.devices.size());
   ordered.resize(snapshot.devices.size());
   attachedVmi.assign(snapshot.devices.size(), kNone);
+  attached.assign(snapshot.devices.size(), 0);
+  requestWaits.assign(snapshot.devices.size(), 0);
   vmis.reserve(snapshot.vmis.size());
   for (const VirtualMachineInstance& vmi : snapshot.vmis) {
     vmis[{vmi.namespaceName, vmi.name}] = &vmi;
   }
   std::unordered_map<std::string_view, size_t> goneIds;
+  // Neighbours share a namespace (the caches list by key) and mostly a class: each is looked up
+  // again only when it differs from the device before's.
+  const std::string* lastNs = nullptr;
+  size_t lastNsId = kNone;
+  const std::string* lastClass = nullptr;
+  size_t lastClassId = kNone;
   for (size_t d = 0; d < snapshot.devices.size(); ++d) {
     const api::GpuDevice& device = snapshot.devices[d];
     const std::string& ns = device.metadata.namespaceName;
@@ -189,13 +197,19 @@ void Model::Index::IndexDevices(UsageTable& ownUsage, UsageTable& ownPending) {
         placedOn[d] = gone->second;
       }
     }
-    nsOf[d] = NamespaceId(ns);
+    requestWaits[d] = device.RequestPending() ? 1 : 0;
+    if (!lastNs || *lastNs != ns) {
+      lastNs = &ns;
+      lastNsId = NamespaceId(ns);
+    }
+    nsOf[d] = lastNsId;
     ownUsage.Add(nsOf[d], device.spec.count);
     const bool pending = phase[d] == api::DevicePhase::kPending;
     if (pending) {
       ownPending.Add(nsOf[d], device.spec.count);
     }
     if (device.status.attachment) {
+      attached[d] = 1;
       const api::Attachment& attachment = *device.status.attachment;
       const auto vmi = vmis.find({ns, attachment.vmiName});
       if (vmi != vmis.end() &&
@@ -203,15 +217,19 @@ void Model::Index::IndexDevices(UsageTable& ownUsage, UsageTable& ownPending) {
         attachedVmi[d] = static_cast<size_t>(vmi->second - snapshot.vmis.data());
       }
     }
-    const auto c = classIds.find(device.spec.className);
-    if (c == classIds.end()) {
+    if (!lastClass || *lastClass != device.spec.className) {
+      lastClass = &device.spec.className;
+      const auto c = classIds.find(device.spec.className);
+      lastClassId = c == classIds.end() ? kNone : c->second;
+    }
+    if (lastClassId == kNone) {
       continue;
     }
-    deviceClass[d] = c->second;
-    const size_t resource = classes[c->second].resource;
-    ownUsage.AddClass(nsOf[d], c->second, resource, device.spec.count);
+    deviceClass[d] = lastClassId;
+    const size_t resource = classes[lastClassId].resource;
+    ownUsage.AddClass(nsOf[d], lastClassId, resource, device.spec.count);
     if (pending) {
-      ownPending.AddClass(nsOf[d], c->second, resource, device.spec.count);
+      ownPending.AddClass(nsOf[d], lastClassId, resource, device.spec.count);
     }
     if (placed && IsNode(placedOn[d])) {
       bound[At(placedOn[d], resource)] += device.spec.count;

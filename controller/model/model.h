@@ -104,15 +104,24 @@ struct Decision {
   }
 };
 
+// Which sets a pass decides. kEvery: all. kUnsettled: all but the held sets it keeps where they
+// are with kHeldReason and no bind request waiting on them (a set on one node that takes binds,
+// serves its classes and holds no more than it serves), which are most of a settled cluster
+// (issue 26 §1). Its decisions are those of a kEvery pass over the same snapshot, in the same
+// order, less the keeps of the sets left out: a set kept where it is changes nothing in the
+// room or the budgets the other decisions are made on. What an answers-only binder pass writes
+// (the answers to requests, the moves and losses that free units) is all among them.
+enum class PassScope { kEvery, kUnsettled };
+
 // A VM start as the VMI webhook tries it before admitting it (admission::PlanVmiStart): the
 // set its VMI will hold, made of held devices of the snapshot and of templates to create, all
 // attached to a new VMI of the name and asking to be bound.
 struct StartTrial {
   std::string namespaceName;
   std::string vmiName;
-  std::string now;                          // RFC 3339: the templates' creation time
-  std::vector<const api::GpuDevice*> held;  // the snapshot's own devices
-  std::vector<api::GpuDevice> templates;    // as they will be created
+  std::string now;                        // RFC 3339: the templates' creation time
+  std::vector<size_t> held;               // the snapshot's own devices, by index
+  std::vector<api::GpuDevice> templates;  // as they will be created
 };
 
 // Free units by node and resource name as a pass counts them (served, less what Bound devices
@@ -164,17 +173,20 @@ class Model {
   // checks a new order (raw keys blocking included). Unknown classes are left out.
   std::optional<std::string> CheckNewOrder(std::string_view ns,
                                            const std::map<std::string, int64_t>& counts) const;
+  // The index in the snapshot's devices of the device `ns`/`name`, or nullopt. It compares
+  // the names of that namespace's devices alone.
+  std::optional<size_t> FindDevice(std::string_view ns, std::string_view name) const;
   // Whether `ns` or an ancestor tenant namespace carries api::kVgpuEntitledLabel "true".
   bool VgpuEntitled(std::string_view ns) const;
   // The decisions of one binder pass, in the order the binder takes them: restore the set
   // invariant, move held sets off nodes that cannot keep them, rebind Lost sets, bind new orders.
-  std::vector<Decision> PlanPass() const;
+  std::vector<Decision> PlanPass(PassScope scope = PassScope::kEvery) const;
   // Every node's free units (FreeUnits), before any decision of a pass.
   FreeUnits Free() const;
   // The decisions for the members of a VM start's set that PlanPass would make on a copy of the
   // snapshot with the start applied (its set attached to a new VMI of the name, with no
   // tolerations of its own, each member asking to be bound; the time the start's), found
-  // without that copy: from one pass over the snapshot as it stands, made on the first call and
+  // without that copy: from one pass over the snapshot's unsettled sets, made on the first call and
   // kept, and the set's own step. Nullopt where the set's turn cannot be told that way (a VMI
   // of the name exists, devices are attached to its name, the set would be rebound from Lost or
   // would wait behind sets it changes, ...): the caller then runs the whole pass. Thread-safe.

@@ -144,6 +144,8 @@ struct Model::Index {
   // Each VMI's attached devices (matching UID or none) as ranges of one array, by VMI index:
   // the coverage readers use these numbers instead of reaching back into the devices.
   std::vector<size_t> attachedVmi;  // by device: the VMI's index, kNone for none
+  std::vector<char> attached;       // by device: it carries an attachment (its VMI or not)
+  std::vector<char> requestWaits;   // by device: a bind request waits (RequestPending)
   std::vector<size_t> vmiDevicesAt;
   std::vector<size_t> vmiDevices;
   std::vector<std::string_view> goneNodes;

@@ -39,7 +39,7 @@ std::string_view ToString(Action action) {
   return "keep";
 }
 
-PassPlanner::PassPlanner(const Model::Index& ix) : ix_(ix) {
+PassPlanner::PassPlanner(const Model::Index& ix, PassScope scope) : ix_(ix) {
   free_.resize(ix.units.size());
   for (size_t i = 0; i < free_.size(); ++i) {
     free_[i] = ix.units[i] - ix.bound[i] - ix.raw[i];
@@ -68,9 +68,14 @@ PassPlanner::PassPlanner(const Model::Index& ix) : ix_(ix) {
       overfull_[n] = static_cast<char>(overfull_[n] || FreeAt(n, r) < 0);
     }
   }
+  if (scope == PassScope::kUnsettled) {
+    const std::vector<size_t> unsettled = Unsettled();
+    GroupSets(&unsettled);
+    return;
+  }
   // One decision per device: sized once, not regrown (each regrowth touches fresh pages).
   decisions_.reserve(ix.snapshot.devices.size());
-  GroupSets();
+  GroupSets(nullptr);
 }
 
 std::vector<Decision> PassPlanner::Run() {
@@ -381,11 +386,8 @@ PassPlanner::HeldProblem PassPlanner::ProblemOf(const DeviceSet& set, size_t n) 
 }
 
 bool PassPlanner::StartPending(const DeviceSet& set) const {
-  return std::any_of(set.members.begin(), set.members.end(), [this](size_t d) {
-    const api::GpuDeviceStatus& status = Device(d).status;
-    return status.bindRequest && !status.bindRequest->id.empty() &&
-           (!status.bindResponse || status.bindResponse->id != status.bindRequest->id);
-  });
+  return std::any_of(set.members.begin(), set.members.end(),
+                     [this](size_t d) { return Device(d).RequestPending(); });
 }
 
 // Step 2: held sets stay unless their node cannot keep them. A set whose VM runs on its node
@@ -671,7 +673,9 @@ void PassPlanner::Book(std::string_view tenant, const Needs& needs) {
   }
 }
 
-std::vector<Decision> Model::PlanPass() const { return PassPlanner(*index_).Run(); }
+std::vector<Decision> Model::PlanPass(PassScope scope) const {
+  return PassPlanner(*index_, scope).Run();
+}
 
 // Here, where the trial's base (pass_planner.h) is a complete type.
 Model::Model(const Snapshot& snapshot) : index_(std::make_unique<Index>(snapshot)) {

@@ -62,7 +62,9 @@ struct Model::TrialBase {
 // One binder pass over the index: Model::PlanPass makes one and runs it.
 class PassPlanner {
  public:
-  explicit PassPlanner(const Model::Index& ix);
+  // With PassScope::kUnsettled, Run decides only the sets Unsettled finds, and changes the
+  // books as a pass over every set would: a set kept where it is changes nothing in them.
+  explicit PassPlanner(const Model::Index& ix, PassScope scope = PassScope::kEvery);
   std::vector<Decision> Run();
 
   // The pass over the snapshot as it stands, kept for the trials of VM starts (trial.cpp).
@@ -127,7 +129,14 @@ class PassPlanner {
   int64_t FreeAt(size_t node, size_t resource) const { return free_[ix_.At(node, resource)]; }
 
   // Grouping the devices into sets (sets.cpp).
-  void GroupSets();
+  void GroupSets(const std::vector<size_t>* only);
+  // Whether device d, alone or in a set with others on its node, is kept there by StaysPut
+  // with nothing to answer: placed on a node that takes binds and holds no more than it
+  // serves, which serves its class, and no bind request waits on it.
+  bool Settled(size_t d) const;
+  // The devices of every set but those StaysPut keeps where they are with no request waiting,
+  // ascending: the sets of a pass with PassScope::kUnsettled. Also fills attachedTo_.
+  std::vector<size_t> Unsettled();
   // Adds member `d` to the set's needs, creation time and flags; counts go to the buffers.
   void CountMember(DeviceSet& set, size_t d, std::string_view created, bool deleting,
                    std::vector<std::pair<size_t, int64_t>>& byClass,
@@ -204,8 +213,10 @@ class PassPlanner {
   std::vector<Staying> staying_;  // held sets StaysPut kept, by key until MoveHeld orders them
   std::vector<char> overfull_;    // by node
   std::vector<Decision> decisions_;
-  std::string names_;           // every device's name, in device order
+  std::string names_;           // every device's name, in device order (PassScope::kEvery)
   std::vector<size_t> nameAt_;  // by device: where its name starts in names_, then the end
+  // PassScope::kUnsettled: "namespace/VMI name" of every attachment (TrialBase::attachedTo).
+  std::unordered_set<std::string> attachedTo_;
 };
 
 }  // namespace cozy::model

@@ -76,41 +76,51 @@ std::vector<size_t> PassPlanner::OrderByKey(const std::vector<size_t>& leaders,
 }
 
 // Sets: the devices attached to one VMI (same namespace, name and UID), and every other
-// device alone; built in the order of their keys.
+// device alone; built in the order of their keys. `only` (ascending device indices) limits
+// them to those devices, whose sets must then be whole (Unsettled); null: every device.
 //
 // The device records are read once, in their own order; everything after works on numbers and
 // buffers a few bytes per device, so the sets are written in the order they are taken and no
 // step reaches into a large array at random (each such step missed the cache once the cluster
 // outgrew it, and made the pass grow faster than the cluster).
-void PassPlanner::GroupSets() {
-  const std::vector<api::GpuDevice>& devices = ix_.snapshot.devices;
-  // Each device's set, each set's key in one buffer, and each device's name and creation time
-  // in others. Attached sets are found by key in a table that owns its keys (one entry per
-  // VMI, small enough to stay in cache); every other device starts its own set.
-  std::vector<size_t> setOf(devices.size());
+void PassPlanner::GroupSets(const std::vector<size_t>* only) {
+  const SharedVector<api::GpuDevice>& devices = ix_.snapshot.devices;
+  // The devices by position: device d itself, or the d-th of `only`.
+  const size_t count = only ? only->size() : devices.size();
+  auto device = [only](size_t i) { return only ? (*only)[i] : i; };
+  // Each position's set, each set's key in one buffer, and each position's creation time in
+  // another (and each device's name, for the decisions of a pass over every device). Attached
+  // sets are found by key in a table that owns its keys (one entry per VMI, small enough to
+  // stay in cache); every other device starts its own set.
+  std::vector<size_t> setOf(count);
   std::vector<size_t> leaders;  // each set's first device
   std::vector<SetKey> keys;     // each set's key in keys_
-  std::vector<size_t> createdAt(devices.size() + 1);
-  std::vector<char> deleting(devices.size());
-  leaders.reserve(devices.size());
-  keys.reserve(devices.size());
-  nameAt_.reserve(devices.size() + 1);
+  std::vector<size_t> createdAt(count + 1);
+  std::vector<char> deleting(count);
+  leaders.reserve(count);
+  keys.reserve(count);
+  if (!only) {
+    nameAt_.reserve(count + 1);
+  }
   std::unordered_map<std::string, size_t> attachedSets;
   std::string key;
-  for (size_t d = 0; d < devices.size(); ++d) {
-    const api::GpuDevice& device = devices[d];
-    nameAt_.push_back(names_.size());
-    names_ += device.metadata.name;
-    createdAt[d] = created_.size();
-    created_ += device.metadata.creationTimestamp;
-    deleting[d] = device.metadata.deletionTimestamp.has_value() ? 1 : 0;
-    const std::string& ns = device.metadata.namespaceName;
+  for (size_t i = 0; i < count; ++i) {
+    const size_t d = device(i);
+    const api::GpuDevice& record = devices[d];
+    if (!only) {
+      nameAt_.push_back(names_.size());
+      names_ += record.metadata.name;
+    }
+    createdAt[i] = created_.size();
+    created_ += record.metadata.creationTimestamp;
+    deleting[i] = record.metadata.deletionTimestamp.has_value() ? 1 : 0;
+    const std::string& ns = record.metadata.namespaceName;
     key.assign(ns);
     key += '/';
     SetKey at{
-        Offset(keys_.size()), 0, Offset(ns.size()), 0, 0, device.status.attachment.has_value()};
-    if (device.status.attachment) {
-      const api::Attachment& attachment = *device.status.attachment;
+        Offset(keys_.size()), 0, Offset(ns.size()), 0, 0, record.status.attachment.has_value()};
+    if (record.status.attachment) {
+      const api::Attachment& attachment = *record.status.attachment;
       key += "vmi ";
       at.nameAt = Offset(key.size());
       at.nameSize = Offset(attachment.vmiName.size());
@@ -118,32 +128,34 @@ void PassPlanner::GroupSets() {
       key += ' ';
       key += attachment.vmiUid;
       const auto [it, added] = attachedSets.try_emplace(key, leaders.size());
-      setOf[d] = it->second;
+      setOf[i] = it->second;
       if (!added) {
         continue;
       }
     } else {
       at.nameAt = Offset(key.size());
-      at.nameSize = Offset(device.metadata.name.size());
-      key += device.metadata.name;
-      setOf[d] = leaders.size();
+      at.nameSize = Offset(record.metadata.name.size());
+      key += record.metadata.name;
+      setOf[i] = leaders.size();
     }
     at.size = Offset(key.size());
     keys_ += key;
     leaders.push_back(d);
     keys.push_back(at);
   }
-  nameAt_.push_back(names_.size());
-  createdAt[devices.size()] = created_.size();
+  if (!only) {
+    nameAt_.push_back(names_.size());
+  }
+  createdAt[count] = created_.size();
   // The buffers are complete: views into them stay put from here on.
   auto keyOf = [this, &keys](size_t s) {
     return std::string_view(keys_).substr(keys[s].at, keys[s].size);
   };
-  auto createdOf = [this, &createdAt](size_t d) {
-    return std::string_view(created_).substr(createdAt[d], createdAt[d + 1] - createdAt[d]);
+  auto createdOf = [this, &createdAt](size_t i) {
+    return std::string_view(created_).substr(createdAt[i], createdAt[i + 1] - createdAt[i]);
   };
 
-  // Members as ranges of one array, in device order.
+  // Members as ranges of one array of positions, in device order.
   std::vector<size_t> start(leaders.size() + 1, 0);
   for (const size_t set : setOf) {
     ++start[set + 1];
@@ -151,11 +163,11 @@ void PassPlanner::GroupSets() {
   for (size_t s = 0; s < leaders.size(); ++s) {
     start[s + 1] += start[s];
   }
-  std::vector<size_t> members(devices.size());  // by set in their first devices' order
+  std::vector<size_t> members(count);  // by set in their first devices' order
   {
     std::vector<size_t> next(start.begin(), start.end() - 1);
-    for (size_t d = 0; d < devices.size(); ++d) {
-      members[next[setOf[d]]++] = d;
+    for (size_t i = 0; i < count; ++i) {
+      members[next[setOf[i]]++] = i;
     }
   }
 
@@ -164,30 +176,30 @@ void PassPlanner::GroupSets() {
   // per device) so the views into them stay put; sets_ too, for the pointers.
   const std::vector<size_t> order = OrderByKey(leaders, keys, keyOf);
   sets_.reserve(order.size());
-  classCounts_.reserve(devices.size());
-  resourceCounts_.reserve(devices.size());
-  keyMembers_.reserve(devices.size());
+  classCounts_.reserve(count);
+  resourceCounts_.reserve(count);
+  keyMembers_.reserve(count);
   std::vector<std::pair<size_t, int64_t>> byClass, byResource;
   for (const size_t s : order) {
-    const size_t leader = leaders[s];
     DeviceSet set;
     set.key = keyOf(s);
     set.namespaceName = set.key.substr(0, keys[s].nsSize);
     set.name = set.key.substr(keys[s].nameAt, keys[s].nameSize);
     set.attached = keys[s].attached;
-    set.vmi = ix_.AttachedVmi(leader);
+    set.vmi = ix_.AttachedVmi(leaders[s]);
     // The members again, in the sets' order, so every later step reads them in sequence.
-    keyMembers_.insert(keyMembers_.end(), members.begin() + static_cast<std::ptrdiff_t>(start[s]),
-                       members.begin() + static_cast<std::ptrdiff_t>(start[s + 1]));
-    set.members =
-        std::span<const size_t>(keyMembers_.data() + keyMembers_.size() - (start[s + 1] - start[s]),
-                                start[s + 1] - start[s]);
+    const size_t first = keyMembers_.size();
+    for (size_t m = start[s]; m < start[s + 1]; ++m) {
+      keyMembers_.push_back(device(members[m]));
+    }
+    set.members = std::span<const size_t>(keyMembers_.data() + first, keyMembers_.size() - first);
     set.node = ix_.placedOn[set.members.front()];
-    set.created = createdOf(leader);
+    set.created = createdOf(members[start[s]]);  // the leader's
     byClass.clear();
     byResource.clear();
-    for (const size_t d : set.members) {
-      CountMember(set, d, createdOf(d), deleting[d] != 0, byClass, byResource);
+    for (size_t m = start[s]; m < start[s + 1]; ++m) {
+      CountMember(set, device(members[m]), createdOf(members[m]), deleting[members[m]] != 0,
+                  byClass, byResource);
     }
     SealCounts(set, byClass, byResource);
     // A held set that stays is decided while at hand and not kept: its members are all its
@@ -200,6 +212,54 @@ void PassPlanner::GroupSets() {
       steps_[static_cast<size_t>(state)].push_back(&sets_.back());
     }
   }
+}
+
+bool PassPlanner::Settled(size_t d) const {
+  const size_t n = ix_.placedOn[d];
+  const size_t c = ix_.deviceClass[d];
+  return ix_.IsNode(n) && ix_.takesBinds[n] && !overfull_[n] && c != kNone &&
+         ix_.classes[c].servesNode[n] && !ix_.requestWaits[d];
+}
+
+std::vector<size_t> PassPlanner::Unsettled() {
+  std::vector<size_t> unsettled;
+  // Attached devices by their set's key (as GroupSets makes it): the set's node while every
+  // member so far is settled on it, kNone once one is not.
+  std::unordered_map<std::string, size_t> setNode;
+  std::vector<std::pair<size_t, const size_t*>> attached;  // device, its set's entry
+  std::string key;
+  for (size_t d = 0; d < ix_.attached.size(); ++d) {
+    if (!ix_.attached[d]) {
+      if (!Settled(d)) {
+        unsettled.push_back(d);
+      }
+      continue;
+    }
+    const api::GpuDevice& device = ix_.Device(d);
+    const api::Attachment& attachment = *device.status.attachment;
+    key.assign(device.metadata.namespaceName);
+    key += '/';
+    attachedTo_.insert(key + attachment.vmiName);
+    key += "vmi ";
+    key += attachment.vmiName;
+    key += ' ';
+    key += attachment.vmiUid;
+    const size_t node = Settled(d) ? ix_.placedOn[d] : kNone;
+    const auto [it, added] = setNode.try_emplace(key, node);
+    if (!added && it->second != node) {
+      it->second = kNone;
+    }
+    attached.emplace_back(d, &it->second);  // entries of an unordered_map stay put
+  }
+  const size_t alone = unsettled.size();
+  for (const auto& [d, node] : attached) {
+    if (*node == kNone) {
+      unsettled.push_back(d);
+    }
+  }
+  std::inplace_merge(unsettled.begin(), unsettled.begin() + static_cast<std::ptrdiff_t>(alone),
+                     unsettled.end());
+  return unsettled;
 }
 
 void PassPlanner::CountMember(DeviceSet& set, size_t d, std::string_view created, bool deleting,

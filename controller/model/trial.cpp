@@ -3,7 +3,11 @@
 // copy and its pass cost the whole cluster per start; but the set's decision depends only on
 // the books (free units, budgets booked) as they stand when its turn comes, and on the set.
 // One pass over the snapshot as it stands, made once per model, gives the books at the two
-// turns a start's set can take without changing what comes before it:
+// turns a start's set can take without changing what comes before it. It takes only the sets
+// that are not kept where they are (PassScope::kUnsettled), which leave the books as the
+// whole pass would: in a settled cluster, next to none, so the first start on a new state of
+// the caches does not pay a pass over every device.
+//
 //
 // - A set of held devices only, on one node that keeps them: kept there ("held"), as step 2
 //   keeps it while the sets are made, whatever else the pass does.
@@ -29,7 +33,9 @@ namespace cozy::model {
 
 std::unique_ptr<Model::TrialBase> PassPlanner::MakeTrialBase(const Model::Index& ix) {
   auto base = std::make_unique<Model::TrialBase>();
-  PassPlanner planner(ix);
+  // Only the sets a pass does more with than keep where they are: the others change nothing in
+  // the books, and a settled cluster has none (issue 26 §1).
+  PassPlanner planner(ix, PassScope::kUnsettled);
   base->initial = planner.Books();
   for (const DeviceSet* set : planner.steps_[static_cast<size_t>(State::kMixed)]) {
     if (!base->firstMixed || set->key < *base->firstMixed) {
@@ -44,12 +50,7 @@ std::unique_ptr<Model::TrialBase> PassPlanner::MakeTrialBase(const Model::Index&
   planner.Run();
   base->final = planner.Books();
   base->nowRead = planner.nowRead_;
-  for (const api::GpuDevice& device : ix.snapshot.devices) {
-    if (device.status.attachment) {
-      base->attachedTo.insert(device.metadata.namespaceName + "/" +
-                              device.status.attachment->vmiName);
-    }
-  }
+  base->attachedTo = std::move(planner.attachedTo_);
   return base;
 }
 
@@ -83,9 +84,8 @@ std::optional<std::vector<Decision>> PassPlanner::TryStart(const Model::Index& i
   // The members as the pass numbers them: held devices by index (ascending, as sets list
   // them), then the templates, which the copy would hold after every device of the snapshot.
   std::vector<size_t> members;
-  for (const api::GpuDevice* device : trial.held) {
-    const size_t d = static_cast<size_t>(device - ix.snapshot.devices.data());
-    if (d >= ix.snapshot.devices.size() || device->status.attachment ||
+  for (const size_t d : trial.held) {
+    if (d >= ix.snapshot.devices.size() || ix.Device(d).status.attachment ||
         ix.deviceClass[d] == kNone) {
       return std::nullopt;
     }

@@ -165,4 +165,18 @@ bool AbsorbPodChange(FreeUnits& room, const Pod* before, const Pod* after) {
   return true;
 }
 
+std::optional<size_t> Model::FindDevice(std::string_view ns, std::string_view name) const {
+  const auto id = index_->nsIds.find(std::string(ns));
+  if (id == index_->nsIds.end()) {
+    return std::nullopt;
+  }
+  const std::vector<size_t>& nsOf = index_->nsOf;
+  for (size_t d = 0; d < nsOf.size(); ++d) {
+    if (nsOf[d] == id->second && index_->Device(d).metadata.name == name) {
+      return d;
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace cozy::model

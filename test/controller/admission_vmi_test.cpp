@@ -130,7 +130,7 @@ TEST(VmiStartPlanE5, EveryRefusalBeforeAnyWrite) {
   snapshot.devices = {Bound("tenant-a", "held", "a100", 1, "n1"),
                       Bound("tenant-a", "theirs", "a100", 1, "n1", "vm2"),
                       Pending("tenant-a", "going", "a100", 1)};
-  snapshot.devices.Mutable()[2].metadata.deletionTimestamp = "2026-12-01T09:00:00Z";
+  snapshot.devices.MutableAt(2).metadata.deletionTimestamp = "2026-12-01T09:00:00Z";
   snapshot.devices.push_back(Bound("tenant-b", "elsewhere", "a100", 0, "n1"));
   snapshot.devices.push_back(Pending("tenant-a", "vm1-dup", "a100", 1));
   struct Case {
@@ -282,7 +282,7 @@ TEST(VmiStartPlanE9, ReinvocationTakesItsOwnAttachmentsAndTemplateDevices) {
   created.status.attachment->vmiUid = "";
   created.metadata.labels[std::string(api::kTemplateDeviceLabel)] = "true";
   snapshot.devices = {Bound("tenant-a", "held", "a100", 1, "n1", "vm1"), created};
-  snapshot.devices.Mutable()[0].status.attachment->vmiUid = "";
+  snapshot.devices.MutableAt(0).status.attachment->vmiUid = "";
   const DeviceReferences refs = {{"held"}, {{"gpu", "a100", 1}}};
   VmiStartPlan plan = Plan(snapshot, Input(refs));
   ASSERT_FALSE(plan.refusal) << *plan.refusal;
@@ -290,12 +290,12 @@ TEST(VmiStartPlanE9, ReinvocationTakesItsOwnAttachmentsAndTemplateDevices) {
   EXPECT_EQ(plan.heldDevices, (std::vector<std::string>{"held", "vm1-gpu"}));
   EXPECT_EQ(plan.node, "n1");
   // A device of that name that is not the template's is refused, not taken.
-  snapshot.devices.Mutable()[1].metadata.labels.clear();
+  snapshot.devices.MutableAt(1).metadata.labels.clear();
   plan = Plan(snapshot, Input(refs));
   EXPECT_TRUE(Contains(plan.refusal, "already exists and is not this template's device"));
   // Nor is one another VMI of that name... holds: attached to vm2.
-  snapshot.devices.Mutable()[1].metadata.labels[std::string(api::kTemplateDeviceLabel)] = "true";
-  snapshot.devices.Mutable()[1].status.attachment->vmiName = "vm2";
+  snapshot.devices.MutableAt(1).metadata.labels[std::string(api::kTemplateDeviceLabel)] = "true";
+  snapshot.devices.MutableAt(1).status.attachment->vmiName = "vm2";
   EXPECT_TRUE(Contains(Plan(snapshot, Input(refs)).refusal, "attached to VMI vm2"));
 }
 

@@ -58,9 +58,7 @@ class BinderTest : public ::testing::Test {
     return DecodeSnapshotList({{"kind", "List"}, {"items", items}});
   }
   static std::vector<std::shared_ptr<const api::GpuDevice>> Shared(const model::Snapshot& s) {
-    std::vector<std::shared_ptr<const api::GpuDevice>> all;
-    for (const auto& device : s.devices) all.push_back(std::make_shared<api::GpuDevice>(device));
-    return all;
+    return s.devices.Items();  // the snapshot's own elements, as a cache's
   }
   // n2 joins with one unit; class pool-a serves only nodes labelled pool=a, which n1 no longer
   // is. d1 (pool-a) holds n1's unit and must move to n2; d3 (a100, any node) is a new order the
@@ -143,7 +141,7 @@ TEST_F(BinderTest, D3_ACacheBehindTheBindersWritesIsReadPastAndNoUnitIsBookedTwi
   ASSERT_TRUE(binder.WaitForEvents(std::chrono::seconds(10)));
   server_->ClearRequests();
   model::Snapshot fresh = before;
-  EXPECT_EQ(binder.ReadPast(Shared(before), staleKeys, fresh.devices.Mutable()), 1);
+  EXPECT_EQ(binder.ReadPast(Shared(before), staleKeys, fresh.devices), 1);
   EXPECT_EQ(server_->Requests().size(), 1u);  // a GET of d1, not a LIST of every device
   EXPECT_EQ(fresh.devices.size(), 2u);
   // Until the cache itself shows the write, every pass reads the device again.
@@ -170,8 +168,7 @@ TEST_F(BinderTest, D3_ANewLeaderReadsPastACacheBehindTheLastLeadersWrites) {
   ASSERT_EQ(last.Pass(before, false, true, std::chrono::system_clock::now()).writes, 1);
   ASSERT_EQ(Bound(), 1);
   model::Snapshot behind = before;
-  std::erase_if(behind.devices.Mutable(),
-                [](const api::GpuDevice& d) { return d.metadata.name == "d1"; });
+  behind.devices.EraseIf([](const api::GpuDevice& d) { return d.metadata.name == "d1"; });
   bool wouldBindD2 = false;
   for (const model::Decision& decision : model::Model(behind).PlanPass()) {
     wouldBindD2 |= decision.deviceName == "d2" && decision.action == model::Action::kBind;
@@ -181,12 +178,12 @@ TEST_F(BinderTest, D3_ANewLeaderReadsPastACacheBehindTheLastLeadersWrites) {
   // On taking the lead, one list marks the device the cache lacks; it is read past (a GET)
   // until the cache shows it, and d2 is refused.
   Binder next(*client_, leading_);
-  std::vector<api::GpuDevice> listed = Read().devices;
+  std::vector<api::GpuDevice> listed = Read().devices.Copy();
   EXPECT_EQ(next.Resync(Shared(behind), listed), 1);
   const std::vector<std::string> stale = next.StaleInCache(Shared(behind));
   EXPECT_EQ(stale, (std::vector<std::string>{"t1/d1"}));
   model::Snapshot seen = behind;
-  EXPECT_EQ(next.ReadPast(Shared(behind), stale, seen.devices.Mutable()), 1);
+  EXPECT_EQ(next.ReadPast(Shared(behind), stale, seen.devices), 1);
   ASSERT_EQ(seen.devices.size(), 2u);
   BinderResult pass = next.Pass(seen, false, true, std::chrono::system_clock::now());
   ASSERT_TRUE(pass.error.empty()) << pass.error;
@@ -197,7 +194,7 @@ TEST_F(BinderTest, D3_ANewLeaderReadsPastACacheBehindTheLastLeadersWrites) {
   EXPECT_EQ(next.StaleInCache(Shared(behind)), stale);
   const model::Snapshot caughtUp = Read();
   model::Snapshot again = caughtUp;
-  next.ReadPast(Shared(caughtUp), next.StaleInCache(Shared(caughtUp)), again.devices.Mutable());
+  next.ReadPast(Shared(caughtUp), next.StaleInCache(Shared(caughtUp)), again.devices);
   EXPECT_TRUE(next.StaleInCache(Shared(caughtUp)).empty());
 
   // A cache showing an older version of a device than the list is marked as well.

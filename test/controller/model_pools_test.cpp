@@ -214,7 +214,7 @@ TEST(NotReadyIssue24Item5, AHeldSetWaitsOutTheGraceThenMoves) {
 // none has room; the set then stays held where it was.
 TEST(NotReadyIssue24Item5, AStartWithinTheGraceMovesTheSetOrIsRefusedInPlace) {
   Snapshot snapshot = NotReadyFor(20, true);
-  snapshot.devices.Mutable()[0].status.bindRequest = api::BindRequest{"req-1", kNow};
+  snapshot.devices.MutableAt(0).status.bindRequest = api::BindRequest{"req-1", kNow};
   Decision decision = DecisionFor(Model(snapshot).PlanPass(), "tenant-a/g");
   EXPECT_EQ(decision.action, Action::kMove) << decision.reason;
   EXPECT_EQ(decision.node, "n2");
@@ -303,7 +303,7 @@ TEST(ClassGoneIssue24Item8, AStartOnAHeldSetWhoseClassIsGoneIsRefused) {
   snapshot.nodes = {MakeNode("n1")};
   snapshot.gpuNodes = {MakeGpuNode("n1", kA100, 2)};
   snapshot.devices = {Bound("tenant-a", "g", "h100", 1, "n1", "vm")};
-  snapshot.devices.Mutable()[0].status.bindRequest = api::BindRequest{"req-1", kNow};
+  snapshot.devices.MutableAt(0).status.bindRequest = api::BindRequest{"req-1", kNow};
   snapshot.vmis = {MakeVmi("tenant-a", "vm", {})};
   const Decision decision = DecisionFor(Model(snapshot).PlanPass(), "tenant-a/g");
   EXPECT_EQ(decision.action, Action::kKeep) << "the devices stay where they are";

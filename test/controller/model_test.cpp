@@ -93,8 +93,8 @@ Snapshot RawPodAndTwoOrders() {
   AddNode(snapshot, "n1", 2);
   snapshot.pods = {MakePod("tenant-a", "raw", "n1", kA100, 1)};
   snapshot.devices = {Pending("tenant-a", "two", "a100", 2), Pending("tenant-a", "one", "a100", 1)};
-  snapshot.devices.Mutable()[0].metadata.creationTimestamp = "2025-01-01T00:00:00Z";
-  snapshot.devices.Mutable()[1].metadata.creationTimestamp = "2025-01-01T00:00:01Z";
+  snapshot.devices.MutableAt(0).metadata.creationTimestamp = "2025-01-01T00:00:00Z";
+  snapshot.devices.MutableAt(1).metadata.creationTimestamp = "2025-01-01T00:00:01Z";
   return snapshot;
 }
 
@@ -345,8 +345,8 @@ TEST(BudgetsInPassC3C4, OrdersOverABudgetAreRefused) {
   snapshot.devices = {
       Bound("tenant-a", "held", "a100", 1, "n1"), Pending("tenant-a-b", "first", "a100", 1),
       Pending("tenant-a-b", "second", "a100", 1), Pending("tenant-b", "blocked", "a100", 1)};
-  snapshot.devices.Mutable()[1].metadata.creationTimestamp = "2025-01-01T00:00:00Z";
-  snapshot.devices.Mutable()[2].metadata.creationTimestamp = "2025-01-01T00:00:01Z";
+  snapshot.devices.MutableAt(1).metadata.creationTimestamp = "2025-01-01T00:00:00Z";
+  snapshot.devices.MutableAt(2).metadata.creationTimestamp = "2025-01-01T00:00:01Z";
   const std::vector<Decision> decisions = Model(snapshot).PlanPass();
   EXPECT_EQ(DecisionFor(decisions, "tenant-a-b/first").action, Action::kBind);
   const Decision second = DecisionFor(decisions, "tenant-a-b/second");
@@ -465,8 +465,8 @@ TEST(PlacementD6, FullestNodeWithRoom) {
   AddNode(snapshot, "b", 4);
   snapshot.devices = {Bound("tenant-a", "held", "a100", 3, "a"),
                       Pending("tenant-a", "one", "a100", 1), Pending("tenant-a", "two", "a100", 2)};
-  snapshot.devices.Mutable()[1].metadata.creationTimestamp = "2025-01-01T00:00:00Z";
-  snapshot.devices.Mutable()[2].metadata.creationTimestamp = "2025-01-01T00:00:01Z";
+  snapshot.devices.MutableAt(1).metadata.creationTimestamp = "2025-01-01T00:00:00Z";
+  snapshot.devices.MutableAt(2).metadata.creationTimestamp = "2025-01-01T00:00:01Z";
   const std::vector<Decision> decisions = Model(snapshot).PlanPass();
   EXPECT_EQ(DecisionFor(decisions, "tenant-a/held").action, Action::kKeep);
   EXPECT_EQ(DecisionFor(decisions, "tenant-a/one").node, "a");
@@ -661,7 +661,7 @@ TEST(PlacementE1, NewOrdersAgainstTheirClass) {
       {"no room", [](Snapshot&) {}, Pending("tenant-a", "o", "a100", 5), Action::kRefuse},
       {"order being deleted",
        [](Snapshot& s) {
-         s.devices.Mutable()[0].metadata.deletionTimestamp = "2025-01-01T00:00:00Z";
+         s.devices.MutableAt(0).metadata.deletionTimestamp = "2025-01-01T00:00:00Z";
        },
        Pending("tenant-a", "o", "a100", 1), Action::kRefuse},
   };
@@ -720,8 +720,8 @@ TEST(PlacementD7, AnEarlierVmiOfTheSameNameIsAnotherSet) {
 }
 
 // A snapshot's copy shares its devices until one of the two changes them (issue 26 §1): the
-// change copies them first, the other copy sees nothing of it, and pointers into the one that
-// did not change stay good.
+// change copies the list and the element it changes, the other copy sees nothing of it, and
+// pointers into the one that did not change stay good.
 TEST(SharedVector, ACopySharesItsElementsUntilOneOfTheTwoChangesThem) {
   Snapshot snapshot;
   snapshot.devices = {Pending("tenant-a", "a", "a100", 1), Pending("tenant-a", "b", "a100", 1)};
@@ -729,7 +729,7 @@ TEST(SharedVector, ACopySharesItsElementsUntilOneOfTheTwoChangesThem) {
   Snapshot copy = snapshot;
   EXPECT_TRUE(copy.devices.SharesWith(snapshot.devices));
   EXPECT_EQ(&copy.devices[0], first) << "the same elements, not a copy";
-  copy.devices.Mutable()[0].metadata.name = "changed";
+  copy.devices.MutableAt(0).metadata.name = "changed";
   EXPECT_FALSE(copy.devices.SharesWith(snapshot.devices));
   EXPECT_EQ(copy.devices[0].metadata.name, "changed");
   EXPECT_EQ(snapshot.devices[0].metadata.name, "a") << "the other copy is as it was";
@@ -737,8 +737,16 @@ TEST(SharedVector, ACopySharesItsElementsUntilOneOfTheTwoChangesThem) {
   copy.devices.push_back(Pending("tenant-a", "c", "a100", 1));
   EXPECT_EQ(copy.devices.size(), 3U);
   EXPECT_EQ(snapshot.devices.size(), 2U);
-  const std::vector<api::GpuDevice>& asVector = snapshot.devices;  // reads as a vector
-  EXPECT_EQ(asVector.size(), 2U);
+  // A vector of a cache's elements holds those very elements, and a change copies the one.
+  const std::vector<std::shared_ptr<const api::GpuDevice>> cache = snapshot.devices.Items();
+  SharedVector<api::GpuDevice> shared = SharedVector<api::GpuDevice>::Sharing(cache);
+  EXPECT_EQ(&shared[1], cache[1].get());
+  shared.MutableAt(1).metadata.name = "changed";
+  EXPECT_EQ(cache[1]->metadata.name, "b") << "the cache's element is never written";
+  EXPECT_EQ(&shared[0], cache[0].get());
+  EXPECT_EQ(shared.EraseIf([](const api::GpuDevice& d) { return d.metadata.name == "a"; }), 1U);
+  EXPECT_EQ(shared.size(), 1U);
+  EXPECT_EQ(cache.size(), 2U);
   copy.devices.clear();
   EXPECT_TRUE(copy.devices.empty());
   EXPECT_EQ(snapshot.devices.size(), 2U);

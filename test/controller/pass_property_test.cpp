@@ -124,11 +124,12 @@ Usage Measure(const Snapshot& snapshot) {
 // What the binder writes for each decision.
 void Apply(Snapshot& snapshot, const std::vector<Decision>& decisions) {
   for (const Decision& decision : decisions) {
-    for (api::GpuDevice& device : snapshot.devices.Mutable()) {
-      if (device.metadata.namespaceName != decision.deviceNamespace ||
-          device.metadata.name != decision.deviceName) {
+    for (size_t d = 0; d < snapshot.devices.size(); ++d) {
+      if (snapshot.devices[d].metadata.namespaceName != decision.deviceNamespace ||
+          snapshot.devices[d].metadata.name != decision.deviceName) {
         continue;
       }
+      api::GpuDevice& device = snapshot.devices.MutableAt(d);
       switch (decision.action) {
         case Action::kBind:
         case Action::kMove:
