@@ -423,6 +423,7 @@ class Cache : public CacheBase {
       const int lists = informer_->Stats().lists;
       pending_.clear();
       const TimePoint next = informer_->Step(time.Now());
+      const bool took = !pending_.empty();
       try {
         const bool listed = informer_->Stats().lists != lists;
         if (listed || !pending_.empty()) {
@@ -437,6 +438,15 @@ class Cache : public CacheBase {
         if (!informer_->LastError().empty()) lastError_ = informer_->LastError();
       }
       if (stopping_) break;
+      if (took && options_.batch > Duration::zero()) {
+        // The events that come meanwhile wait in the socket for the next read (InformerOptions::
+        // batch); only Stop() ends this wait early.
+        pollfd stop{wake_, POLLIN, 0};
+        poll(
+            &stop, 1,
+            static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(options_.batch).count()));
+        if (stopping_) break;
+      }
       const Duration wait = std::min<Duration>(
           std::max(Duration::zero(), next - time.Now()),
           realClock ? Duration(std::chrono::minutes(1)) : Duration(std::chrono::milliseconds(100)));

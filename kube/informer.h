@@ -44,6 +44,11 @@ struct InformerOptions {
   // Passed to the watch (WatchOptions::skim): its skimmed events reach the handler as stubs.
   // Only with keepObjects false (a stub is no object to keep); lists always come whole.
   SkimWants skim{};
+  // Read by kube::Cache's thread: after a step that took events, the watch is read again no
+  // sooner than this, so a busy kind's events are read several per wake-up rather than one each
+  // (a wake-up, a read and a cold cache paid per event). Stop() still wakes it at once. Zero:
+  // each event is read as it comes.
+  Duration batch{};
 };
 
 struct InformerStats {

@@ -43,6 +43,8 @@ struct Watched {
   bool inControllerNamespace = false;
   std::string fieldSelector{};
   std::string labelSelector{};
+  // Its watch's events read at most once per this time (kube::InformerOptions::batch).
+  kube::Duration batch{};
 
   std::string Name() const { return name.empty() ? std::string(kind.plural) : name; }
 
@@ -53,6 +55,7 @@ struct Watched {
     options.fieldSelector = fieldSelector;
     options.labelSelector = labelSelector;
     options.skim = skim;
+    options.batch = batch;
     auto cache = std::make_unique<kube::Cache<T>>(
         client, kind.Path(inControllerNamespace ? controllerNamespace : ""), decode,
         std::move(options));
@@ -89,7 +92,8 @@ inline const Watched<model::Node> kNodeCache{.kind = kNodes, .decode = NodeFromJ
 inline const Watched<model::Pod> kPodCache{.kind = kPods,
                                            .decode = PodFromJson,
                                            .keep = model::PodAsksForExtendedResources,
-                                           .skim = model::PodKeyIsExtendedResource};
+                                           .skim = model::PodKeyIsExtendedResource,
+                                           .batch = std::chrono::milliseconds(250)};
 
 // While their kinds are served (ClusterCaches::FollowDiscovery).
 inline const Watched<model::VirtualMachineInstance> kVmiCache{.kind = kVmis, .decode = VmiFromJson};

@@ -1,8 +1,8 @@
 // Typed caches with indexes over the informer: answers after the first list and after
 // updates and deletes, Synced() only once listed, a LIST that never blocks the caller, and
 // readers on other threads during a relist of 40,000 objects that see the state before it or
-// after it, never half of it; change filters, an idle cache's wake-ups, and the optional kinds'
-// cache that follows discovery.
+// after it, never half of it; change filters, an idle cache's wake-ups, a batched watch, and the
+// optional kinds' cache that follows discovery.
 #include "kube/cache.h"
 
 #include <atomic>
@@ -104,6 +104,51 @@ TEST(Cache, IndexesAnswerAfterSyncAndAfterUpdatesAndDeletes) {
   EXPECT_EQ(cache.Size(), 3u);
   EXPECT_EQ(cache.IndexKeys("byNode", "n2"), (Keys{"tenant-b/p2", "tenant-c/p4"}));
   cache.Stop();
+}
+
+// Issue 26 §1: a batched watch (InformerOptions::batch) is read again no sooner than its batch
+// after a read that took events: ten pods created 40 ms apart reach the cache in a few steps,
+// not ten, and all of them arrive. The same pods on an unbatched cache wake it for nearly each.
+// Stop() ends a batch's wait at once.
+TEST(Cache, ABatchedWatchTakesSeveralEventsPerRead) {
+  auto server = testing::StartFakeApiServer(false);
+  server->Seed({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "tenant-a"}}}});
+  Client client(testing::ConfigFor(*server), testing::TestClientOptions(DefaultTimeSource()));
+  auto steps = [&](Duration batch, const std::string& prefix) {
+    InformerOptions options;
+    options.batch = batch;
+    JsonCache cache(client, "/api/v1/pods", IdentityDecode, options);
+    std::atomic<int> changes{0};
+    cache.SetOnChange([&] { ++changes; });
+    cache.Start();
+    EXPECT_TRUE(testing::WaitFor([&] { return cache.Synced(); }));
+    std::this_thread::sleep_for(std::chrono::duration_cast<std::chrono::milliseconds>(batch) +
+                                200ms);  // the list's batch over, the watch open
+    const size_t had = cache.Size();
+    const int before = changes.load();
+    for (int i = 0; i < 10; ++i) {
+      client.Create("/api/v1/namespaces/tenant-a/pods",
+                    Pod("tenant-a", prefix + std::to_string(i), "n1", "a100"));
+      std::this_thread::sleep_for(40ms);
+    }
+    EXPECT_TRUE(testing::WaitFor([&] { return cache.Size() == had + 10; }, 5s)) << prefix;
+    const int took = changes.load() - before;
+    cache.Stop();
+    return took;
+  };
+  const int batched = steps(300ms, "b");
+  const int unbatched = steps(Duration::zero(), "u");
+  EXPECT_LE(batched, 4) << "ten events over 400 ms, read at most once per 300 ms";
+  EXPECT_GE(unbatched, 6) << "the peer: without a batch nearly every event wakes the cache";
+
+  InformerOptions slow;
+  slow.batch = std::chrono::seconds(30);
+  JsonCache cache(client, "/api/v1/pods", IdentityDecode, slow);
+  cache.Start();
+  ASSERT_TRUE(testing::WaitFor([&] { return cache.Synced(); }));  // now in the list's batch
+  const auto stopping = Clock::now();
+  cache.Stop();
+  EXPECT_LT(Clock::now() - stopping, 2s) << "Stop() ends the batch's wait";
 }
 
 // A cache of a type of its own, indexed by that type's fields; an object that does not
