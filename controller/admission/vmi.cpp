@@ -44,8 +44,7 @@ const nlohmann::json* At(const nlohmann::json& object, std::initializer_list<con
 
 struct Member {
   std::string name;
-  const api::GpuDevice* existing = nullptr;  // null: a template to create
-  size_t index = 0;                          // the existing device's, in the snapshot
+  std::optional<size_t> existing;  // its index in the snapshot; none: a template to create
   std::string className;
   int64_t count = 0;
 };
@@ -196,7 +195,7 @@ VmiStartPlan PlanVmiStart(const model::Snapshot& snapshot, const model::Model& m
     if (std::optional<std::string> refusal = checkExisting(device)) {
       return refuse(*refusal);
     }
-    members.push_back({name, &device, d, device.spec.className, device.spec.count});
+    members.push_back({name, d, device.spec.className, device.spec.count});
   }
   std::map<std::string, int64_t> newCounts;  // by class: the templates to create, together
   for (const api::DeviceReferences::Template& item : input.references.templates) {
@@ -218,7 +217,7 @@ VmiStartPlan PlanVmiStart(const model::Snapshot& snapshot, const model::Model& m
       if (std::optional<std::string> refusal = checkExisting(device)) {
         return refuse(*refusal);
       }
-      members.push_back({name, &device, d, item.className, item.count});
+      members.push_back({name, d, item.className, item.count});
       continue;
     }
     if (std::optional<std::string> refusal =
@@ -226,7 +225,7 @@ VmiStartPlan PlanVmiStart(const model::Snapshot& snapshot, const model::Model& m
       return refuse(*refusal);
     }
     newCounts[item.className] += item.count;
-    members.push_back({name, nullptr, 0, item.className, item.count});
+    members.push_back({name, std::nullopt, item.className, item.count});
   }
   if (std::optional<std::string> budget = model.CheckNewOrder(ns, newCounts)) {
     return refuse(vmiText + " orders device templates over a budget: " + *budget);
@@ -239,7 +238,7 @@ VmiStartPlan PlanVmiStart(const model::Snapshot& snapshot, const model::Model& m
   model::StartTrial start{ns, input.vmiName, input.now, {}, {}};
   for (const Member& member : members) {
     if (member.existing) {
-      start.held.push_back(member.index);
+      start.held.push_back(*member.existing);
       continue;
     }
     api::GpuDevice device;

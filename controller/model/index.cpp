@@ -172,12 +172,6 @@ void Model::Index::IndexDevices(UsageTable& ownUsage, UsageTable& ownPending) {
     vmis[{vmi.namespaceName, vmi.name}] = &vmi;
   }
   std::unordered_map<std::string_view, size_t> goneIds;
-  // Neighbours share a namespace (the caches list by key) and mostly a class: each is looked up
-  // again only when it differs from the device before's.
-  const std::string* lastNs = nullptr;
-  size_t lastNsId = kNone;
-  const std::string* lastClass = nullptr;
-  size_t lastClassId = kNone;
   for (size_t d = 0; d < snapshot.devices.size(); ++d) {
     const api::GpuDevice& device = snapshot.devices[d];
     const std::string& ns = device.metadata.namespaceName;
@@ -198,11 +192,7 @@ void Model::Index::IndexDevices(UsageTable& ownUsage, UsageTable& ownPending) {
       }
     }
     requestWaits[d] = device.RequestPending() ? 1 : 0;
-    if (!lastNs || *lastNs != ns) {
-      lastNs = &ns;
-      lastNsId = NamespaceId(ns);
-    }
-    nsOf[d] = lastNsId;
+    nsOf[d] = NamespaceId(ns);
     ownUsage.Add(nsOf[d], device.spec.count);
     const bool pending = phase[d] == api::DevicePhase::kPending;
     if (pending) {
@@ -217,19 +207,15 @@ void Model::Index::IndexDevices(UsageTable& ownUsage, UsageTable& ownPending) {
         attachedVmi[d] = static_cast<size_t>(vmi->second - snapshot.vmis.data());
       }
     }
-    if (!lastClass || *lastClass != device.spec.className) {
-      lastClass = &device.spec.className;
-      const auto c = classIds.find(device.spec.className);
-      lastClassId = c == classIds.end() ? kNone : c->second;
-    }
-    if (lastClassId == kNone) {
+    const auto c = classIds.find(device.spec.className);
+    if (c == classIds.end()) {
       continue;
     }
-    deviceClass[d] = lastClassId;
-    const size_t resource = classes[lastClassId].resource;
-    ownUsage.AddClass(nsOf[d], lastClassId, resource, device.spec.count);
+    deviceClass[d] = c->second;
+    const size_t resource = classes[c->second].resource;
+    ownUsage.AddClass(nsOf[d], c->second, resource, device.spec.count);
     if (pending) {
-      ownPending.AddClass(nsOf[d], lastClassId, resource, device.spec.count);
+      ownPending.AddClass(nsOf[d], c->second, resource, device.spec.count);
     }
     if (placed && IsNode(placedOn[d])) {
       bound[At(placedOn[d], resource)] += device.spec.count;

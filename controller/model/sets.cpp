@@ -31,6 +31,17 @@ bool SlashedLess(std::string_view a, std::string_view b) {
                              : static_cast<unsigned char>(a[common]) < slash;
 }
 
+// Appends an attached set's key after its "ns/": "vmi <name> <uid>". Returns where the name
+// starts.
+size_t AppendAttachedKey(std::string& key, const api::Attachment& attachment) {
+  key += "vmi ";
+  const size_t nameAt = key.size();
+  key += attachment.vmiName;
+  key += ' ';
+  key += attachment.vmiUid;
+  return nameAt;
+}
+
 }  // namespace
 
 // The sets by key, "ns/..." compared as bytes, without one big sort by strings: namespaces are
@@ -121,12 +132,8 @@ void PassPlanner::GroupSets(const std::vector<size_t>* only) {
         Offset(keys_.size()), 0, Offset(ns.size()), 0, 0, record.status.attachment.has_value()};
     if (record.status.attachment) {
       const api::Attachment& attachment = *record.status.attachment;
-      key += "vmi ";
-      at.nameAt = Offset(key.size());
+      at.nameAt = Offset(AppendAttachedKey(key, attachment));
       at.nameSize = Offset(attachment.vmiName.size());
-      key += attachment.vmiName;
-      key += ' ';
-      key += attachment.vmiUid;
       const auto [it, added] = attachedSets.try_emplace(key, leaders.size());
       setOf[i] = it->second;
       if (!added) {
@@ -223,8 +230,8 @@ bool PassPlanner::Settled(size_t d) const {
 
 std::vector<size_t> PassPlanner::Unsettled() {
   std::vector<size_t> unsettled;
-  // Attached devices by their set's key (as GroupSets makes it): the set's node while every
-  // member so far is settled on it, kNone once one is not.
+  // Attached devices by their set's key (AppendAttachedKey, as GroupSets makes it): the set's node
+  // while every member so far is settled on it, kNone once one is not.
   std::unordered_map<std::string, size_t> setNode;
   std::vector<std::pair<size_t, const size_t*>> attached;  // device, its set's entry
   std::string key;
@@ -240,10 +247,7 @@ std::vector<size_t> PassPlanner::Unsettled() {
     key.assign(device.metadata.namespaceName);
     key += '/';
     attachedTo_.insert(key + attachment.vmiName);
-    key += "vmi ";
-    key += attachment.vmiName;
-    key += ' ';
-    key += attachment.vmiUid;
+    AppendAttachedKey(key, attachment);
     const size_t node = Settled(d) ? ix_.placedOn[d] : kNone;
     const auto [it, added] = setNode.try_emplace(key, node);
     if (!added && it->second != node) {
