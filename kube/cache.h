@@ -1,5 +1,6 @@
 // Typed, thread-safe caches over the informer (client-go's shared informer + indexer): one
-// collection listed and watched on a thread of its own, its objects decoded into T, with
+// collection listed and watched on an informer loop (one thread for the watches of every cache
+// that shares it, kube/informer_loop.h), its objects decoded into T, with
 // named indexes (a function object -> keys) that readers on any thread query while the
 // informer updates them.
 //
@@ -7,13 +8,9 @@
 // events the informer takes in one step, and each relist (built off the lock from the
 // informer's new state, then swapped in at once). A reader holds the reader lock for one
 // call, so it sees the state before a step or after it, never half a relist. A relist of tens
-// of thousands of objects runs on the cache's thread, never on the caller's event loop; the
+// of thousands of objects runs on a thread of its own, never on the loop's nor the caller's; the
 // informer re-watches and relists with its backoff (see informer.h).
 #pragma once
-
-#include <poll.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <concepts>
@@ -27,14 +24,13 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
-#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "kube/client.h"
 #include "kube/informer.h"
-#include "runtime/thread_name.h"
+#include "kube/informer_loop.h"
 
 namespace cozy::kube {
 
@@ -63,7 +59,7 @@ class CacheBase {
 };
 
 template <class T>
-class Cache : public CacheBase {
+class Cache : public CacheBase, private LoopMember {
  public:
   // Turns a stored object into T; one that throws is left out of the cache (counted in
   // DecodeFailures(), described by LastError()).
@@ -87,15 +83,16 @@ class Cache : public CacheBase {
 
   // Registers an index by name; only before Start() (std::logic_error after).
   void AddIndex(const std::string& name, IndexFunc index) {
-    if (thread_.joinable()) throw std::logic_error("Cache::AddIndex after Start: " + name);
+    if (loop_ != nullptr) throw std::logic_error("Cache::AddIndex after Start: " + name);
     indexFuncs_[name] = std::move(index);
     state_->indexes[name];
   }
 
-  // Called on the cache's thread after each step that changed it (a batch of watch events, a
-  // relist, the first sync); only before Start(). It must return quickly: post, do not work.
+  // Called on the loop's thread (a list's) after each step that changed it (a batch of watch
+  // events, a relist, the first sync); only before Start(). It must return quickly: post, do not
+  // work.
   void SetOnChange(std::function<void()> onChange) override {
-    if (thread_.joinable()) throw std::logic_error("Cache::SetOnChange after Start");
+    if (loop_ != nullptr) throw std::logic_error("Cache::SetOnChange after Start");
     onChange_ = std::move(onChange);
   }
   // Whether a change of one object matters to the cache's readers: `before` is the object as
@@ -105,7 +102,7 @@ class Cache : public CacheBase {
   // decisions do not read it. Only before Start(). None: every change matters.
   using ChangeFilter = std::function<bool(const T* before, const T* after)>;
   void SetChangeFilter(ChangeFilter matters) {
-    if (thread_.joinable()) throw std::logic_error("Cache::SetChangeFilter after Start");
+    if (loop_ != nullptr) throw std::logic_error("Cache::SetChangeFilter after Start");
     matters_ = std::move(matters);
   }
   // The filter for a T that compares equal when its readers would read the same in it (its
@@ -125,35 +122,37 @@ class Cache : public CacheBase {
   // and the decode: they come as stubs (WatchEvent::skimmed) and are dropped as `keep` would
   // drop them. Only before Start(). None: keep all.
   void SetKeep(std::function<bool(const T&)> keep) {
-    if (thread_.joinable()) throw std::logic_error("Cache::SetKeep after Start");
+    if (loop_ != nullptr) throw std::logic_error("Cache::SetKeep after Start");
     keep_ = std::move(keep);
   }
   // Changes applied without an onChange because none mattered (SetChangeFilter), or of objects
   // the cache does not keep (SetKeep).
   int64_t IgnoredChanges() const override { return ignoredChanges_.load(); }
-  // Lists and watches on the cache's own thread until Stop().
-  void Start() {
-    if (thread_.joinable()) return;
-    stopping_ = false;
+  // Lists and watches until Stop(): on `loop`, the thread every cache of a daemon shares (its
+  // lists on threads of their own, kube/informer_loop.h), or without one on a loop of its own
+  // whose thread is named for the collection.
+  void Start(InformerLoop* loop = nullptr) {
+    if (loop_ != nullptr) return;
     informer_ = std::make_unique<Informer>(client_, path_, options_,
                                            [this](const WatchEvent& event) { Take(event); });
-    wake_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (wake_ < 0) throw std::system_error(errno, std::generic_category(), "cache " + path_);
-    thread_ = std::thread([this] { Run(); });
+    if (loop == nullptr) {
+      // "c:" and the collection's last segment: c:pods, c:gpudevices, c:configmaps.
+      ownLoop_ = std::make_unique<InformerLoop>("c:" + LoopName(), client_.time());
+      loop = ownLoop_.get();
+    }
+    loop_ = loop;
+    loop_->Add(*this);
   }
-  // Ends the thread at once (its wait is woken); waits for a LIST in flight (at most the
-  // client's request timeout).
+  // Steps it no more, at once; waits for a step or a LIST in flight (at most the client's
+  // request timeout).
   void Stop() {
-    stopping_ = true;
-    if (!thread_.joinable()) return;
-    const uint64_t one = 1;
-    (void)!write(wake_, &one, sizeof one);
-    thread_.join();
-    close(wake_);
-    wake_ = -1;
+    if (loop_ == nullptr) return;
+    loop_->Remove(*this);
+    ownLoop_.reset();
+    loop_ = nullptr;
   }
-  // How many times the cache's thread has woken to step its informer: on the real clock an
-  // idle watch costs a wake-up when curl's timer asks for one (about once a second), not ten.
+  // How many times the cache has been stepped: on the real clock an idle watch costs a step
+  // when curl's timer asks for one (about once a second), not ten.
   uint64_t Wakeups() const { return wakeups_.load(); }
 
   // The first list has been applied.
@@ -410,59 +409,35 @@ class Cache : public CacheBase {
     return mattered;
   }
 
-  void Run() {
-    // "c:" and the collection's last segment: c:pods, c:gpudevices, c:configmaps.
-    runtime::NameThisThread("c:" + path_.substr(path_.find_last_of('/') + 1));
-    TimeSource& time = client_.time();
-    // On the real clock the thread sleeps until the informer's own next time, a socket's
-    // activity or Stop()'s wake-up, whichever is first: no periodic poll. An injected clock
-    // (tests) moves only when slept on, so there the wait is capped at 100 ms of real time.
-    const bool realClock = dynamic_cast<SystemTimeSource*>(&time) != nullptr;
-    while (!stopping_) {
-      ++wakeups_;
-      const int lists = informer_->Stats().lists;
-      pending_.clear();
-      const TimePoint next = informer_->Step(time.Now());
-      const bool took = !pending_.empty();
-      try {
-        const bool listed = informer_->Stats().lists != lists;
-        if (listed || !pending_.empty()) {
-          if (ApplyPending(listed) && onChange_) onChange_();
-        }
-      } catch (const std::exception& error) {
-        Note(std::string("cache ") + path_ + ": " + error.what());
+  std::string LoopName() const override { return path_.substr(path_.find_last_of('/') + 1); }
+  bool ListDue(TimePoint now) const override { return informer_->ListDue(now); }
+
+  // One step of the informer and the change it made, applied under one write lock.
+  Next Step(TimePoint now, bool mayList) override {
+    ++wakeups_;
+    const int lists = informer_->Stats().lists;
+    pending_.clear();
+    const TimePoint next = informer_->Step(now, mayList);
+    const bool took = !pending_.empty();
+    try {
+      const bool listed = informer_->Stats().lists != lists;
+      if (listed || !pending_.empty()) {
+        if (ApplyPending(listed) && onChange_) onChange_();
       }
-      {
-        std::lock_guard lock(infoMutex_);
-        stats_ = informer_->Stats();
-        if (!informer_->LastError().empty()) lastError_ = informer_->LastError();
-      }
-      if (stopping_) break;
-      if (took && options_.batch > Duration::zero()) {
-        // The events that come meanwhile wait in the socket for the next read (InformerOptions::
-        // batch); only Stop() ends this wait early.
-        pollfd stop{wake_, POLLIN, 0};
-        poll(
-            &stop, 1,
-            static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(options_.batch).count()));
-        if (stopping_) break;
-      }
-      const Duration wait = std::min<Duration>(
-          std::max(Duration::zero(), next - time.Now()),
-          realClock ? Duration(std::chrono::minutes(1)) : Duration(std::chrono::milliseconds(100)));
-      std::vector<pollfd> polls{{wake_, POLLIN, 0}};
-      for (const auto& fd : informer_->Fds()) {
-        polls.push_back(
-            {fd.fd, static_cast<short>((fd.read ? POLLIN : 0) | (fd.write ? POLLOUT : 0)), 0});
-      }
-      if (realClock || polls.size() > 1) {
-        // Rounded up: a wait of 0.4 ms is 1 ms, not a busy loop of zero-length polls.
-        poll(polls.data(), polls.size(),
-             static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(wait).count()));
-      } else if (wait > Duration::zero()) {
-        time.SleepFor(wait);
-      }
+    } catch (const std::exception& error) {
+      Note(std::string("cache ") + path_ + ": " + error.what());
     }
+    {
+      std::lock_guard lock(infoMutex_);
+      stats_ = informer_->Stats();
+      if (!informer_->LastError().empty()) lastError_ = informer_->LastError();
+    }
+    if (took && options_.batch > Duration::zero()) {
+      // The events that come meanwhile wait in the socket for the next read (InformerOptions::
+      // batch): nothing wakes this cache before then.
+      return {client_.time().Now() + options_.batch, {}};
+    }
+    return {next, informer_->Fds()};
   }
 
   Client& client_;
@@ -477,9 +452,8 @@ class Cache : public CacheBase {
   std::unique_ptr<Informer> informer_;
   // The cache thread's: this step's changes, decoded (nullopt: the key goes).
   std::vector<std::pair<std::string, std::optional<Entry>>> pending_;
-  std::thread thread_;
-  std::atomic<bool> stopping_{false};
-  int wake_ = -1;  // eventfd: Stop() wakes the thread's wait
+  InformerLoop* loop_ = nullptr;           // while started
+  std::unique_ptr<InformerLoop> ownLoop_;  // Start() without a loop
   std::atomic<uint64_t> wakeups_{0};
   std::atomic<bool> synced_{false};
   std::atomic<uint64_t> version_{0};  // bumped under the writer lock, with each change

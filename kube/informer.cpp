@@ -283,9 +283,9 @@ void Informer::HandleEnd(TimePoint now) {
   Fail(error->what(), now, error->retryAfter());
 }
 
-TimePoint Informer::Step(TimePoint now) {
+TimePoint Informer::Step(TimePoint now, bool mayList) {
   try {
-    return StepOnce(now);
+    return StepOnce(now, mayList);
   } catch (const ApiError& error) {
     if (error.kind() == ErrorKind::kExpired || error.kind() == ErrorKind::kBadResponse) {
       needList_ = true;
@@ -305,7 +305,7 @@ TimePoint Informer::Step(TimePoint now) {
   return retryAt_;
 }
 
-TimePoint Informer::StepOnce(TimePoint now) {
+TimePoint Informer::StepOnce(TimePoint now, bool mayList) {
   if (now < retryAt_) return retryAt_;
   if (watch_) {
     watch_->Perform();
@@ -314,6 +314,7 @@ TimePoint Informer::StepOnce(TimePoint now) {
     if (now < retryAt_) return retryAt_;
   }
   if (!watch_) {
+    if (needList_ && !mayList) return now;  // ListDue(): for a step that may block
     if (needList_) ListAndReplace();
     OpenWatch(now);
     watch_->Perform();

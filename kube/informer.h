@@ -10,8 +10,9 @@
 //
 // Driving it: Step() never waits on the watch socket; it returns the time by which it wants
 // to be called again, and Fds() says which sockets should wake the caller earlier. An event
-// loop registers those; RunFor() is the same loop on poll(2) for a thread of its own or tests.
-// The LIST itself is one ordinary (blocking, time-bounded) request.
+// loop registers those (kube::InformerLoop, for every cache of a daemon); RunFor() is the same
+// loop on poll(2) for a thread of its own or tests. The LIST itself is one ordinary (blocking,
+// time-bounded) request, which a caller that must not block keeps off its thread (ListDue()).
 #pragma once
 
 #include <functional>
@@ -76,8 +77,13 @@ class Informer {
   ~Informer();
 
   // Does whatever is due at `now`; returns when it wants to run again at the latest. Never
-  // throws: a failure is counted, kept in LastError() and backed off.
-  TimePoint Step(TimePoint now);
+  // throws: a failure is counted, kept in LastError() and backed off. With mayList false a list
+  // that falls due is not made: the step returns `now`, and ListDue() says so (a shared thread
+  // that must not block hands that step to a thread of its own, kube/informer_loop.h).
+  TimePoint Step(TimePoint now, bool mayList = true);
+  // The next step lists (and blocks on it): no watch is open, a list is needed and no backoff
+  // holds it.
+  bool ListDue(TimePoint now) const { return !watch_ && needList_ && now >= retryAt_; }
   // Sockets whose readiness should trigger Step() before that time.
   std::vector<WatchStream::Fd> Fds();
   // Steps on poll(2) until `duration` has passed on the client's clock or `stop()` says so.
@@ -97,7 +103,7 @@ class Informer {
   const std::string& LastError() const { return lastError_; }
 
  private:
-  TimePoint StepOnce(TimePoint now);
+  TimePoint StepOnce(TimePoint now, bool mayList);
   void ListAndReplace();
   void OpenWatch(TimePoint now);
   void HandleEvents(TimePoint now);

@@ -2,16 +2,15 @@
 // are free even while kubelet still lists them (A7), so the pass needs the phases.
 #pragma once
 
-#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 
 #include "agent/sources/source.h"
 #include "agent/status/pod_phases.h"
 #include "kube/client.h"
 #include "kube/informer.h"
+#include "kube/informer_loop.h"
 
 namespace cozy::agent {
 
@@ -33,9 +32,11 @@ class FixedPodPhases : public PodWatch {
   PodPhases phases_;
 };
 
-// The node's pods from the API server (list + watch, field selector spec.nodeName), on a
-// thread of its own: a LIST that takes 9 s in a brownout holds that thread, never the loop.
-class ApiPodWatch : public PodWatch {
+// The node's pods from the API server (list + watch, field selector spec.nodeName), on an
+// informer loop of its own (kube/informer_loop.h, thread `pod-watch`) that sleeps on the watch's
+// socket: no periodic poll, and a LIST that takes 9 s in a brownout holds a thread of its own
+// (`l:pods`), never the loop.
+class ApiPodWatch : public PodWatch, private kube::LoopMember {
  public:
   ApiPodWatch(kube::Client& client, const std::string& nodeName);
   ~ApiPodWatch() override;
@@ -44,15 +45,26 @@ class ApiPodWatch : public PodWatch {
   const PodPhases& Phases() const override { return phases_; }
 
  private:
-  void Main(runtime::Loop& loop, Changed changed);
+  Next Step(kube::TimePoint now, bool mayList) override;
+  bool ListDue(kube::TimePoint now) const override { return informer_.ListDue(now); }
+  std::string LoopName() const override { return "pods"; }
+  // After a step: posts the phases to the daemon's loop when they changed, and once the watch
+  // settled.
+  void Report();
 
+  kube::Client& client_;
   kube::Informer informer_;
-  std::thread thread_;
-  std::atomic<bool> stopping_{false};
-  bool eventsSinceRead_ = true;  // the watch thread's: the cache changed since phases were read
+  // The steps' state (one step at a time, on the informer loop or a list's thread).
+  runtime::Loop* events_ = nullptr;
+  Changed changed_;
+  std::string lastError_;
+  bool reportedSettled_ = false;
+  PodPhases last_;
+  bool eventsSinceRead_ = true;  // the cache changed since phases were read
   // Loop-thread state, updated by posted work.
   PodPhases phases_;
   bool settled_ = false;
+  std::unique_ptr<kube::InformerLoop> watching_;  // last: stopped before the rest goes
 };
 
 // The client settings the daemon uses: no retries inside a call (the publisher and the

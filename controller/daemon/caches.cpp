@@ -23,11 +23,13 @@ const kube::GroupVersionResource kMonitorResource = kWorkloadMonitors.Resource()
 
 ClusterCaches::ClusterCaches(kube::Client& client, kube::Discovery& discovery,
                              const RunOptions& options, Changed changed)
-    : vmis(Optional(kVmiCache, Readers::kBoth,
-                    kube::Cache<model::VirtualMachineInstance>::WhenValueDiffers())),
-      records(Optional(kUsageRecordCache, Readers::kReconciler)),
-      kubevirt(Optional(kKubeVirtCache, Readers::kBoth)),
-      monitors(Optional(kUsageMonitorCache, Readers::kReconciler)),
+    : loop_("informers", client.time()),
+      vmis(Optional(kVmiCache, Readers::kBoth,
+                    kube::Cache<model::VirtualMachineInstance>::WhenValueDiffers()),
+           &loop_),
+      records(Optional(kUsageRecordCache, Readers::kReconciler), &loop_),
+      kubevirt(Optional(kKubeVirtCache, Readers::kBoth), &loop_),
+      monitors(Optional(kUsageMonitorCache, Readers::kReconciler), &loop_),
       client_(client),
       discovery_(discovery),
       options_(options),

@@ -37,11 +37,15 @@
 namespace cozy::controller {
 
 class ClusterCaches {
+  // The thread every cache's watch is read on (issue 25 §2), their lists each on a thread of its
+  // own. First: it outlives the caches.
+  kube::InformerLoop loop_;
+
  public:
   // Who reads a cache: whose passes its changes wake.
   // kNone: a change only the webhooks' snapshot shows (a pod the binder's quiet room absorbs).
   enum class Readers { kReconciler, kBinder, kBoth, kNone };
-  // Called on a cache's thread when something `Readers` read changed.
+  // Called on the informer loop (or a list's thread) when something `Readers` read changed.
   using Changed = std::function<void(Readers)>;
 
   // `client`, `discovery` and `options` outlive this. The kinds that come and go report their
@@ -69,6 +73,9 @@ class ClusterCaches {
     }
     return static_cast<kube::Cache<T>&>(*found->second);
   }
+
+  // Where the caches run: Make's are started on it by the daemon, the optional kinds' here.
+  kube::InformerLoop& Loop() { return loop_; }
 
   // The GPUDevice indexes the binder (pending requests), the webhooks (a VMI's devices) and the
   // reconciler query. Before the caches start.

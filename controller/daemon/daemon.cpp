@@ -237,7 +237,7 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
     cache.SetOnChange([this, readers] { Changed(readers); });
     runtime::Manager::Runnable runnable;
     runnable.name = name;
-    runnable.start = [&cache] { cache.Start(); };
+    runnable.start = [this, &cache] { cache.Start(&caches_.Loop()); };
     runnable.stop = [&cache] { cache.Stop(); };
     runnable.synced = [&cache] { return cache.Synced(); };
     runnable.gatesReadiness = true;

@@ -5,7 +5,8 @@
 // (G1). With --enable-gpu the leader's binder places orders (controller/binder) and every
 // replica serves the admission webhooks (controller/webhook), all from the same caches.
 //
-// Threads: the event loop (signals, timers, health), one thread per cache, the elector's, the
+// Threads: the event loop (signals, timers, health), the informer loop that reads every cache's
+// watch (a relist on a thread of its own while it lasts), the elector's, the
 // discovery refresher's and the reconciler's worker. Passes never overlap: events that arrive
 // during one collapse into the next.
 #pragma once

@@ -5,9 +5,12 @@
 // optional kinds' cache that follows discovery.
 #include "kube/cache.h"
 
+#include <pthread.h>
+
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -476,6 +479,114 @@ TEST(Cache, ReadersDuringARelistOfFortyThousandObjectsSeeTheOldOrTheNewState) {
   cache.Stop();
 }
 
+// The names of this process's threads, as /proc shows them.
+std::multiset<std::string> ThreadNames() {
+  std::multiset<std::string> found;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream in(task.path() / "comm");
+    std::string name;
+    std::getline(in, name);
+    found.insert(name);
+  }
+  return found;
+}
+
+// Issue 25 §2: the caches of a daemon share one informer loop. Their watch events are taken on
+// its one thread (named for it; no cache has a thread of its own), and it sleeps while they are
+// idle. A list never runs on it: while a relist of pods hangs for 3 s, a ConfigMap made meanwhile
+// reaches its cache on the loop at once, and a cache stopped leaves the others running.
+TEST(InformerLoop, EveryCacheWatchesOnOneThreadAndAHangingListHoldsNoOtherCache) {
+  fake::FakeApiServerOptions options;
+  options.bookmarkInterval = std::chrono::minutes(1);  // a real server's: nothing while idle
+  auto server = std::make_unique<fake::FakeApiServer>(options);
+  server->Start();
+  server->Seed({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "tenant-a"}}}});
+  server->Seed(Pod("tenant-a", "p1", "n1", "a100"));
+  Client client(testing::ConfigFor(*server), testing::TestClientOptions(DefaultTimeSource()));
+  const auto configMap = [](const std::string& name) {
+    return json{{"apiVersion", "v1"},
+                {"kind", "ConfigMap"},
+                {"metadata", {{"name", name}, {"namespace", "tenant-a"}}}};
+  };
+  std::mutex mutex;
+  std::set<std::string> changedOn;  // the threads the watch events' changes came on
+  const auto onChange = [&] {
+    char name[16] = {};
+    pthread_getname_np(pthread_self(), name, sizeof name);
+    std::lock_guard lock(mutex);
+    changedOn.insert(name);
+  };
+  const auto names = [&] {
+    std::lock_guard lock(mutex);
+    return changedOn;
+  };
+  ASSERT_EQ(ThreadNames().count("informers"), 0u);
+  InformerLoop loop("informers", DefaultTimeSource());
+  JsonCache pods(client, "/api/v1/pods", IdentityDecode);
+  JsonCache configMaps(client, "/api/v1/configmaps", IdentityDecode);
+  JsonCache quotas(client, "/api/v1/resourcequotas", IdentityDecode);
+  pods.SetOnChange(onChange);
+  configMaps.SetOnChange(onChange);
+  pods.Start(&loop);
+  configMaps.Start(&loop);
+  quotas.Start(&loop);
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return pods.Synced() && configMaps.Synced() && quotas.Synced(); }));
+  EXPECT_EQ(loop.Lists(), 3u);
+  ASSERT_TRUE(testing::WaitFor([&] {
+    int watches = 0;
+    for (const auto& request : server->Requests()) {
+      watches += request.query.find("watch=1") != std::string::npos ? 1 : 0;
+    }
+    return watches == 3;
+  }));
+  std::this_thread::sleep_for(200ms);  // the watches' first answers taken
+  {
+    std::lock_guard lock(mutex);
+    changedOn.clear();  // the first lists' changes came on the lists' threads
+  }
+  client.Create("/api/v1/namespaces/tenant-a/pods", Pod("tenant-a", "p2", "n1", "a100"));
+  client.Create("/api/v1/namespaces/tenant-a/configmaps", configMap("c1"));
+  ASSERT_TRUE(testing::WaitFor([&] { return pods.Size() == 2u && configMaps.Size() == 1u; }));
+  EXPECT_EQ(names(), std::set<std::string>{"informers"});
+  const auto threads = ThreadNames();
+  EXPECT_EQ(threads.count("informers"), 1u);
+  EXPECT_EQ(
+      threads.count("c:pods") + threads.count("c:configmaps") + threads.count("c:resourcequota"),
+      0u);
+  // Three idle watches: the loop wakes when curl's timers ask (about once a second each), not on
+  // a 100 ms poll of each.
+  const uint64_t woken = loop.Wakeups();
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_LE(loop.Wakeups() - woken, 12u);
+
+  // Every watch expires; the pods' relist hangs for 3 s.
+  fake::Fault slow;
+  slow.method = "GET";
+  slow.pathPrefix = "/api/v1/pods";
+  slow.latencyMs = 3000;
+  slow.count = 1;
+  server->AddFault(slow);
+  const int podLists = pods.Stats().lists;
+  const int configMapLists = configMaps.Stats().lists;
+  server->ExpireWatches();
+  ASSERT_TRUE(testing::WaitFor([&] { return configMaps.Stats().lists > configMapLists; }, 2s))
+      << "the ConfigMaps' relist does not wait for the pods'";
+  const auto made = Clock::now();
+  client.Create("/api/v1/namespaces/tenant-a/configmaps", configMap("c2"));
+  ASSERT_TRUE(testing::WaitFor([&] { return configMaps.Size() == 2u; }, 2s));
+  EXPECT_LT(Clock::now() - made, 1s);
+  EXPECT_EQ(pods.Stats().lists, podLists) << "the pods' list still hangs";
+  ASSERT_TRUE(testing::WaitFor([&] { return pods.Stats().lists > podLists; }, 10s));
+  EXPECT_EQ(pods.Size(), 2u);
+
+  // One cache leaves the loop; the others go on.
+  pods.Stop();
+  client.Create("/api/v1/namespaces/tenant-a/configmaps", configMap("c3"));
+  EXPECT_TRUE(testing::WaitFor([&] { return configMaps.Size() == 3u; }, 2s));
+  configMaps.Stop();
+  quotas.Stop();
+}
 }  // namespace
 // A cache's thread carries its collection's name, as `top -H`, perf and bench_churn's CPU by
 // thread show it: "c:" and the last segment of the path, within Linux's 15 bytes.
@@ -484,16 +595,7 @@ TEST(Cache, ItsThreadIsNamedForItsCollection) {
   Client client(testing::ConfigFor(*server), testing::TestClientOptions(DefaultTimeSource()));
   JsonCache pods(client, "/api/v1/pods", IdentityDecode);
   JsonCache quotas(client, "/api/v1/resourcequotas", IdentityDecode);
-  const auto names = [] {
-    std::multiset<std::string> found;
-    for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-      std::ifstream in(task.path() / "comm");
-      std::string name;
-      std::getline(in, name);
-      found.insert(name);
-    }
-    return found;
-  };
+  const auto names = ThreadNames;
   EXPECT_EQ(names().count("c:pods"), 0u);
   pods.Start();
   quotas.Start();

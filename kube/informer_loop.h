@@ -1,0 +1,92 @@
+// One thread that reads every cache's watch (issue 25 §2), as client-go's shared informers share
+// one process: a daemon's caches sleep together in one poll(2) over all their watch sockets and
+// timers, and each is stepped only when its socket has something or its timer is due.
+//
+// A list is the exception. It is a blocking request (a relist of 100,000 pods takes seconds), so
+// it never runs on the shared thread: a member whose list is due is handed to a thread of its
+// own for that one step, and the shared thread goes on reading the other members' watches
+// meanwhile. A VM start's answer that waits for a GPUDevice event never waits behind a relist of
+// pods. While a member is out on its list the loop does not touch it; it comes back with its new
+// watch open.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <list>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kube/clock.h"
+#include "kube/watch.h"
+
+namespace cozy::kube {
+
+// What the loop steps: a cache over its informer. Its calls come from one thread at a time (the
+// loop's, or its list's), never two at once.
+class LoopMember {
+ public:
+  struct Next {
+    TimePoint at;                         // step again by then at the latest
+    std::vector<WatchStream::Fd> wakeOn;  // sockets whose activity steps it sooner
+  };
+  virtual ~LoopMember() = default;
+  // One step at `now`. With mayList false, a list that falls due is left for a step with it
+  // (ListDue() then says so).
+  virtual Next Step(TimePoint now, bool mayList) = 0;
+  // The next step would list: the loop gives it a thread of its own.
+  virtual bool ListDue(TimePoint now) const = 0;
+  // Names its list's thread ("l:" and this, within Linux's 15 bytes).
+  virtual std::string LoopName() const = 0;
+};
+
+class InformerLoop {
+ public:
+  // `threadName` names the shared thread; `time` is the clock of every member's client (an
+  // injected clock moves only when slept on, so there a wait is capped at 100 ms of real time).
+  InformerLoop(std::string threadName, TimeSource& time);
+  // Waits for lists in flight; members still in it are dropped unstepped.
+  ~InformerLoop();
+  InformerLoop(const InformerLoop&) = delete;
+  InformerLoop& operator=(const InformerLoop&) = delete;
+
+  // Steps `member` from now on (its first step at once); the thread starts with the first.
+  void Add(LoopMember& member);
+  // Steps it no more; waits for its step or list in flight (at most the client's request
+  // timeout). Never from a member's own step.
+  void Remove(LoopMember& member);
+
+  // Times the shared thread has woken (a poll that returned, a timer due, an Add or a Remove).
+  uint64_t Wakeups() const;
+  // Lists on threads of their own, so far.
+  uint64_t Lists() const;
+
+ private:
+  struct Entry {
+    LoopMember* member;
+    LoopMember::Next next;
+    bool ready = true;  // its socket had something, or it is new: step it now
+    bool busy = false;  // stepped (or listing) now, outside the lock
+    std::thread lister;
+  };
+  void Run();
+  void List(Entry& entry);
+  void Wake();
+  // Under mutex_: moves out the threads of finished lists, to be joined outside it.
+  void TakeFinishedListers(std::vector<std::thread>& finished);
+
+  std::string threadName_;
+  TimeSource& time_;
+  const bool realClock_;
+  int wake_ = -1;  // eventfd: Add, Remove, a finished list and the destructor wake the poll
+  mutable std::mutex mutex_;
+  std::condition_variable idle_;  // an entry's busy went false
+  std::list<Entry> entries_;
+  bool stopping_ = false;
+  uint64_t wakeups_ = 0;
+  uint64_t lists_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace cozy::kube
