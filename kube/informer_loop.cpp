@@ -40,42 +40,44 @@ InformerLoop::~InformerLoop() {
   }
   Wake();
   if (thread_.joinable()) thread_.join();
-  std::vector<std::thread> listers;
   {
     std::unique_lock lock(mutex_);
+    for (Entry* queued : toList_) queued->busy = false;  // lists no worker took are not made
+    toList_.clear();
     for (Entry& entry : entries_) {
       idle_.wait(lock, [&entry] { return !entry.busy; });
-      listers.push_back(std::move(entry.lister));
     }
     entries_.clear();
   }
-  for (auto& lister : listers) {
-    if (lister.joinable()) lister.join();
-  }
+  listed_.notify_all();
+  for (auto& worker : listWorkers_) worker.join();
   close(wake_);
 }
 
 void InformerLoop::Add(LoopMember& member) {
   {
     std::lock_guard lock(mutex_);
-    entries_.push_back(Entry{&member, {time_.Now(), {}}, true, false, {}});
+    entries_.push_back(Entry{&member, {time_.Now(), {}}, true, false});
     if (!thread_.joinable()) thread_ = std::thread([this] { Run(); });
   }
   Wake();
 }
 
 void InformerLoop::Remove(LoopMember& member) {
-  std::thread lister;
   {
     std::unique_lock lock(mutex_);
     const auto it = std::find_if(entries_.begin(), entries_.end(),
                                  [&member](const Entry& entry) { return entry.member == &member; });
     if (it == entries_.end()) return;
-    idle_.wait(lock, [&it] { return !it->busy; });
-    lister = std::move(it->lister);
+    // A list not yet taken by a worker is dropped; one in flight is waited for.
+    if (const auto queued = std::find(toList_.begin(), toList_.end(), &*it);
+        queued != toList_.end()) {
+      toList_.erase(queued);
+    } else {
+      idle_.wait(lock, [&it] { return !it->busy; });
+    }
     entries_.erase(it);
   }
-  if (lister.joinable()) lister.join();
   Wake();
 }
 
@@ -89,28 +91,37 @@ uint64_t InformerLoop::Lists() const {
   return lists_;
 }
 
+size_t InformerLoop::ListWorkers() const {
+  std::lock_guard lock(mutex_);
+  return listWorkers_.size();
+}
+
 void InformerLoop::Wake() {
   const uint64_t one = 1;
   (void)!write(wake_, &one, sizeof one);
 }
 
-void InformerLoop::TakeFinishedListers(std::vector<std::thread>& finished) {
-  for (Entry& entry : entries_) {
-    if (!entry.busy && entry.lister.joinable()) finished.push_back(std::move(entry.lister));
-  }
-}
-
-void InformerLoop::List(Entry& entry) {
-  runtime::NameThisThread("l:" + entry.member->LoopName());
-  LoopMember::Next next = StepSafely(*entry.member, time_, true);
-  {
-    std::lock_guard lock(mutex_);
+void InformerLoop::ListWorker() {
+  runtime::NameThisThread("l:idle");
+  std::unique_lock lock(mutex_);
+  while (true) {
+    listed_.wait(lock, [this] { return stopping_ || !toList_.empty(); });
+    if (toList_.empty()) return;  // stopping, nothing left to list
+    Entry& entry = *toList_.front();
+    toList_.pop_front();
+    --idleWorkers_;
+    lock.unlock();
+    runtime::NameThisThread("l:" + entry.member->LoopName());
+    LoopMember::Next next = StepSafely(*entry.member, time_, true);
+    runtime::NameThisThread("l:idle");
+    lock.lock();
     entry.next = std::move(next);
     entry.ready = false;
     entry.busy = false;
+    ++idleWorkers_;
+    idle_.notify_all();
+    Wake();
   }
-  idle_.notify_all();
-  Wake();
 }
 
 void InformerLoop::Run() {
@@ -118,8 +129,6 @@ void InformerLoop::Run() {
   std::unique_lock lock(mutex_);
   while (!stopping_) {
     ++wakeups_;
-    std::vector<std::thread> finished;
-    TakeFinishedListers(finished);
     // What is due: a list goes to a thread of its own; a socket with something or a timer due
     // is stepped here, one member after the other, outside the lock.
     std::vector<Entry*> due;
@@ -129,14 +138,18 @@ void InformerLoop::Run() {
       if (entry.member->ListDue(now)) {
         entry.busy = true;
         ++lists_;
-        entry.lister = std::thread([this, &entry] { List(entry); });
+        toList_.push_back(&entry);
+        if (idleWorkers_ < toList_.size()) {
+          ++idleWorkers_;
+          listWorkers_.emplace_back([this] { ListWorker(); });
+        }
+        listed_.notify_one();
       } else if (entry.ready || now >= entry.next.at) {
         entry.busy = true;
         due.push_back(&entry);
       }
     }
     lock.unlock();
-    for (auto& lister : finished) lister.join();
     for (Entry* entry : due) {
       LoopMember::Next next = StepSafely(*entry->member, time_, false);
       {

@@ -3,15 +3,22 @@
 // timers, and each is stepped only when its socket has something or its timer is due.
 //
 // A list is the exception. It is a blocking request (a relist of 100,000 pods takes seconds), so
-// it never runs on the shared thread: a member whose list is due is handed to a thread of its
-// own for that one step, and the shared thread goes on reading the other members' watches
-// meanwhile. A VM start's answer that waits for a GPUDevice event never waits behind a relist of
-// pods. While a member is out on its list the loop does not touch it; it comes back with its new
-// watch open.
+// it never runs on the shared thread: a member whose list is due is handed to a list worker for
+// that one step, and the shared thread goes on reading the other members' watches meanwhile. A
+// VM start's answer that waits for a GPUDevice event never waits behind a relist of pods. While a
+// member is out on its list the loop does not touch it; it comes back with its new watch open.
+//
+// List workers are made as lists need them (as many as ran at once, one per member at most) and
+// kept, idle, for the relists that follow. They are never let go while the loop lives: a thread
+// that ends hands its malloc arena, which holds the objects its list decoded, to the next thread
+// made (the binder's, a writer's), whose allocations then fall among the cache's objects. Lists
+// on threads that ended after each made the binder's passes 20-30 % slower at 5,000 nodes
+// (docs/benchmarks.md).
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <list>
 #include <mutex>
 #include <string>
@@ -46,7 +53,7 @@ class InformerLoop {
   // `threadName` names the shared thread; `time` is the clock of every member's client (an
   // injected clock moves only when slept on, so there a wait is capped at 100 ms of real time).
   InformerLoop(std::string threadName, TimeSource& time);
-  // Waits for lists in flight; members still in it are dropped unstepped.
+  // Waits for lists in flight, then ends the list workers; members still in it are dropped.
   ~InformerLoop();
   InformerLoop(const InformerLoop&) = delete;
   InformerLoop& operator=(const InformerLoop&) = delete;
@@ -59,8 +66,10 @@ class InformerLoop {
 
   // Times the shared thread has woken (a poll that returned, a timer due, an Add or a Remove).
   uint64_t Wakeups() const;
-  // Lists on threads of their own, so far.
+  // Lists handed to list workers, so far.
   uint64_t Lists() const;
+  // List workers made, so far (as many as lists ran at once).
+  size_t ListWorkers() const;
 
  private:
   struct Entry {
@@ -68,13 +77,11 @@ class InformerLoop {
     LoopMember::Next next;
     bool ready = true;  // its socket had something, or it is new: step it now
     bool busy = false;  // stepped (or listing) now, outside the lock
-    std::thread lister;
   };
   void Run();
-  void List(Entry& entry);
+  // A list worker: takes the members whose list is due, one at a time, until the loop ends.
+  void ListWorker();
   void Wake();
-  // Under mutex_: moves out the threads of finished lists, to be joined outside it.
-  void TakeFinishedListers(std::vector<std::thread>& finished);
 
   std::string threadName_;
   TimeSource& time_;
@@ -83,6 +90,10 @@ class InformerLoop {
   mutable std::mutex mutex_;
   std::condition_variable idle_;  // an entry's busy went false
   std::list<Entry> entries_;
+  std::deque<Entry*> toList_;       // busy entries whose list a worker has yet to take
+  std::condition_variable listed_;  // toList_ grew, or the loop ends
+  std::vector<std::thread> listWorkers_;
+  size_t idleWorkers_ = 0;
   bool stopping_ = false;
   uint64_t wakeups_ = 0;
   uint64_t lists_ = 0;

@@ -580,6 +580,21 @@ TEST(InformerLoop, EveryCacheWatchesOnOneThreadAndAHangingListHoldsNoOtherCache)
   ASSERT_TRUE(testing::WaitFor([&] { return pods.Stats().lists > podLists; }, 10s));
   EXPECT_EQ(pods.Size(), 2u);
 
+  // The list workers stay, idle, for the relists that follow (a worker that ended would hand
+  // its malloc arena, full of its list's objects, to the next thread made): after two more waves
+  // of relists there are still no more workers than lists ever ran at once (three caches), not
+  // one per list.
+  for (int wave = 0; wave < 2; ++wave) {
+    const int relisted = quotas.Stats().lists;
+    server->ExpireWatches();
+    ASSERT_TRUE(testing::WaitFor([&] { return quotas.Stats().lists > relisted; }, 5s));
+  }
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return ThreadNames().count("l:idle") == loop.ListWorkers(); }));
+  EXPECT_GE(loop.Lists(), 9u);
+  EXPECT_GE(loop.ListWorkers(), 1u);
+  EXPECT_LE(loop.ListWorkers(), 3u);
+
   // One cache leaves the loop; the others go on.
   pods.Stop();
   client.Create("/api/v1/namespaces/tenant-a/configmaps", configMap("c3"));
