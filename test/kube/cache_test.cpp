@@ -42,6 +42,16 @@ json Pod(const std::string& ns, const std::string& name, const std::string& node
 
 using Keys = std::vector<std::string>;
 
+// The next GET of pods (a list, or a watch) is answered `ms` late.
+void SlowNextPodsRequest(fake::FakeApiServer& server, int ms) {
+  fake::Fault slow;
+  slow.method = "GET";
+  slow.pathPrefix = "/api/v1/pods";
+  slow.latencyMs = ms;
+  slow.count = 1;
+  server.AddFault(slow);
+}
+
 TEST(Cache, IndexesAnswerAfterSyncAndAfterUpdatesAndDeletes) {
   auto server = testing::StartFakeApiServer(false);
   server->Seed(Pod("tenant-a", "p1", "n1", "a100", "vmi1"));
@@ -55,12 +65,7 @@ TEST(Cache, IndexesAnswerAfterSyncAndAfterUpdatesAndDeletes) {
   cache.AddIndex("byVmi", LabelIndex(kVmiLabel));
 
   // The LIST is slow: Start() does not wait for it, and nothing is synced meanwhile.
-  fake::Fault slow;
-  slow.method = "GET";
-  slow.pathPrefix = "/api/v1/pods";
-  slow.latencyMs = 500;
-  slow.count = 1;
-  server->AddFault(slow);
+  SlowNextPodsRequest(*server, 500);
   const auto start = Clock::now();
   cache.Start();
   EXPECT_LT(Clock::now() - start, 100ms);
@@ -161,15 +166,22 @@ struct PodInfo {
   std::string node;
 };
 
-// Issue 25 §2: an idle cache sleeps until its watch has something or curl's timer is due (about
-// once a second), not on a 100 ms poll; a change still arrives at once, and Stop() wakes it.
-TEST(Cache, AnIdleCacheSleepsOnItsWatchAndStopWakesIt) {
+// A fake API server as quiet as a real one (no bookmarks while idle), with namespace tenant-a and
+// its pod p1.
+std::unique_ptr<fake::FakeApiServer> QuietServerWithAPod() {
   fake::FakeApiServerOptions options;
-  options.bookmarkInterval = std::chrono::minutes(1);  // a real server's: nothing while idle
+  options.bookmarkInterval = std::chrono::minutes(1);
   auto server = std::make_unique<fake::FakeApiServer>(options);
   server->Start();
   server->Seed({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "tenant-a"}}}});
   server->Seed(Pod("tenant-a", "p1", "n1", "a100"));
+  return server;
+}
+
+// Issue 25 §2: an idle cache sleeps until its watch has something or curl's timer is due (about
+// once a second), not on a 100 ms poll; a change still arrives at once, and Stop() wakes it.
+TEST(Cache, AnIdleCacheSleepsOnItsWatchAndStopWakesIt) {
+  auto server = QuietServerWithAPod();
   Client client(testing::ConfigFor(*server), testing::TestClientOptions(DefaultTimeSource()));
   JsonCache cache(client, "/api/v1/pods", IdentityDecode);
   std::atomic<int> changes{0};
@@ -496,12 +508,7 @@ std::multiset<std::string> ThreadNames() {
 // idle. A list never runs on it: while a relist of pods hangs for 3 s, a ConfigMap made meanwhile
 // reaches its cache on the loop at once, and a cache stopped leaves the others running.
 TEST(InformerLoop, EveryCacheWatchesOnOneThreadAndAHangingListHoldsNoOtherCache) {
-  fake::FakeApiServerOptions options;
-  options.bookmarkInterval = std::chrono::minutes(1);  // a real server's: nothing while idle
-  auto server = std::make_unique<fake::FakeApiServer>(options);
-  server->Start();
-  server->Seed({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "tenant-a"}}}});
-  server->Seed(Pod("tenant-a", "p1", "n1", "a100"));
+  auto server = QuietServerWithAPod();
   Client client(testing::ConfigFor(*server), testing::TestClientOptions(DefaultTimeSource()));
   const auto configMap = [](const std::string& name) {
     return json{{"apiVersion", "v1"},
@@ -561,12 +568,7 @@ TEST(InformerLoop, EveryCacheWatchesOnOneThreadAndAHangingListHoldsNoOtherCache)
   EXPECT_LE(loop.Wakeups() - woken, 12u);
 
   // Every watch expires; the pods' relist hangs for 3 s.
-  fake::Fault slow;
-  slow.method = "GET";
-  slow.pathPrefix = "/api/v1/pods";
-  slow.latencyMs = 3000;
-  slow.count = 1;
-  server->AddFault(slow);
+  SlowNextPodsRequest(*server, 3000);
   const int podLists = pods.Stats().lists;
   const int configMapLists = configMaps.Stats().lists;
   server->ExpireWatches();
