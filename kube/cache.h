@@ -8,7 +8,7 @@
 // events the informer takes in one step, and each relist (built off the lock from the
 // informer's new state, then swapped in at once). A reader holds the reader lock for one
 // call, so it sees the state before a step or after it, never half a relist. A relist of tens
-// of thousands of objects runs on a thread of its own, never on the loop's nor the caller's; the
+// of thousands of objects runs on a list worker, never on the loop's thread nor the caller's; the
 // informer re-watches and relists with its backoff (see informer.h).
 #pragma once
 
@@ -88,9 +88,9 @@ class Cache : public CacheBase, private LoopMember {
     state_->indexes[name];
   }
 
-  // Called on the loop's thread (a list's) after each step that changed it (a batch of watch
-  // events, a relist, the first sync); only before Start(). It must return quickly: post, do not
-  // work.
+  // Called on the loop's thread (or a list worker's) after each step that changed it (a batch of
+  // watch events, a relist, the first sync); only before Start(). It must return quickly: post, do
+  // not work.
   void SetOnChange(std::function<void()> onChange) override {
     if (loop_ != nullptr) throw std::logic_error("Cache::SetOnChange after Start");
     onChange_ = std::move(onChange);

@@ -129,7 +129,7 @@ void InformerLoop::Run() {
   std::unique_lock lock(mutex_);
   while (!stopping_) {
     ++wakeups_;
-    // What is due: a list goes to a thread of its own; a socket with something or a timer due
+    // What is due: a list goes to a list worker; a socket with something or a timer due
     // is stepped here, one member after the other, outside the lock.
     std::vector<Entry*> due;
     TimePoint now = time_.Now();

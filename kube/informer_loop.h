@@ -31,7 +31,7 @@
 namespace cozy::kube {
 
 // What the loop steps: a cache over its informer. Its calls come from one thread at a time (the
-// loop's, or its list's), never two at once.
+// loop's, or a list worker's), never two at once.
 class LoopMember {
  public:
   struct Next {
@@ -42,7 +42,7 @@ class LoopMember {
   // One step at `now`. With mayList false, a list that falls due is left for a step with it
   // (ListDue() then says so).
   virtual Next Step(TimePoint now, bool mayList) = 0;
-  // The next step would list: the loop gives it a thread of its own.
+  // The next step would list: the loop hands it to a list worker.
   virtual bool ListDue(TimePoint now) const = 0;
   // Names its list's thread ("l:" and this, within Linux's 15 bytes).
   virtual std::string LoopName() const = 0;

@@ -45,7 +45,7 @@ class ClusterCaches {
   // Who reads a cache: whose passes its changes wake.
   // kNone: a change only the webhooks' snapshot shows (a pod the binder's quiet room absorbs).
   enum class Readers { kReconciler, kBinder, kBoth, kNone };
-  // Called on the informer loop (or a list's thread) when something `Readers` read changed.
+  // Called on the informer loop (or a list worker) when something `Readers` read changed.
   using Changed = std::function<void(Readers)>;
 
   // `client`, `discovery` and `options` outlive this. The kinds that come and go report their

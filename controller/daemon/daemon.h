@@ -6,7 +6,7 @@
 // replica serves the admission webhooks (controller/webhook), all from the same caches.
 //
 // Threads: the event loop (signals, timers, health), the informer loop that reads every cache's
-// watch (a relist on a thread of its own while it lasts), the elector's, the
+// watch (relists on its list workers), the elector's, the
 // discovery refresher's and the reconciler's worker. Passes never overlap: events that arrive
 // during one collapse into the next.
 #pragma once
