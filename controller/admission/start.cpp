@@ -33,7 +33,7 @@ BindAnswer AnswerFor(const api::GpuDevice& device, const std::string& requestId)
 
 std::optional<std::string> InUseByRunningVmi(
     const std::vector<std::string>& members, const std::string& ns, const DeviceReader& read,
-    const std::vector<model::VirtualMachineInstance>& vmis) {
+    const model::SharedVector<model::VirtualMachineInstance>& vmis) {
   for (const std::string& member : members) {
     const auto device = read(member);
     if (!device || !device->status.attachment || device->status.attachment->vmiUid.empty()) {

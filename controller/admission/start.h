@@ -44,7 +44,7 @@ BindAnswer AnswerFor(const api::GpuDevice& device, const std::string& requestId)
 // had been taken over. Returns the refusal, or nothing.
 std::optional<std::string> InUseByRunningVmi(
     const std::vector<std::string>& members, const std::string& ns, const DeviceReader& read,
-    const std::vector<model::VirtualMachineInstance>& vmis);
+    const model::SharedVector<model::VirtualMachineInstance>& vmis);
 
 // E9: whether the members are a set an earlier call for this VMI attached and the binder placed:
 // each attached to `vmiName` (no uid yet: the VMI was never created), each answered Succeeded to

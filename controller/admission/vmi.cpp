@@ -132,7 +132,7 @@ std::vector<model::Decision> WholePassTrial(const model::Snapshot& snapshot,
   }
   // The VMI as the pass sees it. An older VMI of the name (being replaced) leaves the copy; its
   // pods then count as raw usage.
-  std::erase_if(trial.vmis, [&](const model::VirtualMachineInstance& vmi) {
+  trial.vmis.EraseIf([&](const model::VirtualMachineInstance& vmi) {
     return vmi.namespaceName == start.namespaceName && vmi.name == start.vmiName;
   });
   // No tolerations of its own: the binder answers the start before the VMI exists, so it places

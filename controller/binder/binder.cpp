@@ -514,7 +514,14 @@ BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, boo
   std::vector<model::Decision> decisions;
   const auto planning = std::chrono::steady_clock::now();
   try {
-    const model::Model model(snapshot);
+    // The model of the pass before lends this one what both snapshots share (the nodes' tables,
+    // the numbers of every device object both hold: Model(snapshot, previous)); so it is kept,
+    // over a copy of its snapshot (the lists shared, not copied), until the next pass.
+    auto kept = std::make_shared<const model::Snapshot>(snapshot);
+    auto built = std::make_unique<const model::Model>(*kept, lastModel_.get());
+    lastModel_ = std::move(built);  // the model before goes, then the snapshot it viewed
+    lastSnapshot_ = std::move(kept);
+    const model::Model& model = *lastModel_;
     decisions =
         model.PlanPass(answersOnly ? model::PassScope::kUnsettled : model::PassScope::kEvery);
     if (!answersOnly && std::all_of(decisions.begin(), decisions.end(), [](const auto& d) {
@@ -525,6 +532,8 @@ BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, boo
     }
   } catch (const std::exception& error) {
     result.error = std::string("the model cannot read the cluster: ") + error.what();
+    lastModel_.reset();
+    lastSnapshot_.reset();
     return result;
   }
   const auto writing = std::chrono::steady_clock::now();

@@ -102,16 +102,18 @@ void ClusterCaches::StopOptional() {
 bool ClusterCaches::FillSnapshot(model::Snapshot& snapshot) const {
   for (const auto& item : Get(kNamespaceCache).List()) snapshot.namespaces.push_back(*item);
   for (const auto& item : Get(kQuotaCache).List()) snapshot.quotas.push_back(*item);
-  for (const auto& item : Get(kNodeCache).List()) snapshot.nodes.push_back(*item);
+  // The caches' own objects, shared (a pointer each, none copied).
+  snapshot.nodes = model::SharedVector<model::Node>::Sharing(Get(kNodeCache).List());
   // The cache keeps only the pods that can count in a decision (kPodCache).
-  for (const auto& item : Get(kPodCache).List()) snapshot.pods.push_back(*item);
-  for (const auto& item : Get(kGpuNodeCache).List()) snapshot.gpuNodes.push_back(*item);
+  snapshot.pods = model::SharedVector<model::Pod>::Sharing(Get(kPodCache).List());
+  snapshot.gpuNodes =
+      model::SharedVector<api::GpuNodeInventory>::Sharing(Get(kGpuNodeCache).List());
   for (const auto& item : Get(kClassCache).List()) snapshot.classes.push_back(*item);
   bool vmisKnown = false;
   if (discovery_.IsServed(kVmiResource) == kube::Served::kServed) {
     if (auto cache = vmis.Get(); cache && cache->Synced()) {
       vmisKnown = true;
-      for (const auto& item : cache->List()) snapshot.vmis.push_back(*item);
+      snapshot.vmis = model::SharedVector<model::VirtualMachineInstance>::Sharing(cache->List());
     }
   }
   snapshot.permittedHostDevices = PermittedHostDevices();
@@ -157,8 +159,8 @@ ReconcileInput ClusterCaches::BuildInput() const {
   if (auto object = Get(kSettingsCache).Get(options_.namespaceName + "/" + stored.name)) {
     stored.stored = *object;
   }
-  std::vector<api::GpuNodeInventory> inventories;
-  for (const auto& node : Get(kGpuNodeCache).List()) inventories.push_back(*node);
+  const auto inventories =
+      model::SharedVector<api::GpuNodeInventory>::Sharing(Get(kGpuNodeCache).List());
   std::vector<api::GpuClass> classList;
   for (const auto& gpuClass : input.classes) classList.push_back(*gpuClass);
   stored.data = SettingsData(options_.gpuResourceNames, inventories, PermittedHostDevices(),
@@ -185,7 +187,8 @@ model::SharedVector<api::GpuDevice> ClusterCaches::DevicesNow() const {
   return devices_;
 }
 
-std::shared_ptr<const webhook::Prepared> ClusterCaches::Prepared() const {
+std::shared_ptr<const webhook::Prepared> ClusterCaches::Prepared(
+    const webhook::Prepared* previous) const {
   auto prepared = std::make_shared<webhook::Prepared>();
   prepared->snapshot.devices = DevicesNow();
   FillSnapshot(prepared->snapshot);
@@ -194,7 +197,8 @@ std::shared_ptr<const webhook::Prepared> ClusterCaches::Prepared() const {
       prepared->snapshot.permittedHostDevices, prepared->snapshot.classes);
   prepared->rawNamesForbidden = options_.rawNamesForbidden;
   try {
-    prepared->model = std::make_unique<model::Model>(prepared->snapshot);
+    prepared->model = std::make_unique<model::Model>(
+        prepared->snapshot, previous != nullptr ? previous->model.get() : nullptr);
   } catch (const std::exception& error) {
     prepared->modelError = error.what();
   }

@@ -103,7 +103,8 @@ class ClusterCaches {
   ReconcileInput BuildInput() const;
   // The webhooks' view: the snapshot with the devices, and the model built over it once (a model
   // that refuses the snapshot leaves its error instead). Any thread.
-  std::shared_ptr<const webhook::Prepared> Prepared() const;
+  // `previous` (the view this one replaces, or null) lends the model what both share.
+  std::shared_ptr<const webhook::Prepared> Prepared(const webhook::Prepared* previous) const;
   // The GPUDevices as the cache holds them now: the cache's own objects, none copied (a
   // pointer each), and the very list of the call before while the cache has not changed since
   // (a pod's change renews the webhooks' view without even that, issue 26 §1). Any thread.

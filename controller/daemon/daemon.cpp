@@ -250,8 +250,9 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
   // in (model::PodChangeMatters) is taken quietly. Of the others, those the binder's quiet room
   // absorbs (BinderLoop's QuietRoom: the last full pass decided only held keeps, and the pod's
   // units fit in its node's room) still renew the webhooks' snapshot, whose budgets and room
-  // count the pod, but wake no binder pass. The filter runs on the cache's thread for each
-  // change of a step, and the step's change callback after them, on the same thread.
+  // count the pod, but wake no binder pass. The filter runs for each change of a step, and the
+  // step's change callback after them, on the thread that steps the pods cache: the informer
+  // loop's, or a list worker's while the cache lists (never two at once).
   void WatchPods() {
     Watch(kPodCache, Readers::kBinder, [this](const model::Pod* before, const model::Pod* after) {
       if (!model::PodChangeMatters(before, after)) return false;
@@ -316,10 +317,10 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
     // request build again rather than keep a state older than it claims.
     const uint64_t generation = generation_.load();
     if (prepared_ && preparedGeneration_ == generation) return prepared_;
-    // The view it replaces goes first (unless a request still reads it): the new one is built
-    // in the memory it frees, still in cache, not in fresh pages (2-3 ms less at 5,000 nodes).
-    prepared_.reset();
-    prepared_ = caches_.Prepared();
+    // The view it replaces lends the new one's model what did not change (the nodes' tables,
+    // the numbers of every device object both hold), and goes once that is built.
+    const std::shared_ptr<const webhook::Prepared> previous = std::move(prepared_);
+    prepared_ = caches_.Prepared(previous.get());
     preparedGeneration_ = generation;
     return prepared_;
   }
@@ -432,7 +433,7 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
   std::map<std::string, std::string> cacheErrors_;  // the last error logged, by cache (loop)
   runtime::Timer tick_;
   bool stopping_ = false;
-  // The pods cache's thread: what the filter made of the changes of one step (WatchPods).
+  // The thread stepping the pods cache (WatchPods): what the filter made of one step's changes.
   bool podsAbsorbed_ = false;
   bool podsWakeBinder_ = false;
   // Metrics, loop thread.
@@ -441,11 +442,11 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
 
 }  // namespace
 
-std::map<std::string, std::string> SettingsData(const std::vector<std::string>& hosterNames,
-                                                const std::vector<api::GpuNodeInventory>& gpuNodes,
-                                                const model::PermittedHostDevices& permitted,
-                                                const std::vector<api::GpuClass>& classes,
-                                                bool rawNamesForbidden) {
+std::map<std::string, std::string> SettingsData(
+    const std::vector<std::string>& hosterNames,
+    const model::SharedVector<api::GpuNodeInventory>& gpuNodes,
+    const model::PermittedHostDevices& permitted, const std::vector<api::GpuClass>& classes,
+    bool rawNamesForbidden) {
   std::string joined;
   for (const auto& name : model::EffectiveGpuResourceNames(model::Settings{hosterNames}, gpuNodes,
                                                            permitted, classes)) {

@@ -25,6 +25,8 @@ class UsageTable {
     Row(rawPods_, ns, resources_)[resource] += units;
   }
   size_t Rows() const { return total_.size(); }
+  // Whether anything was counted under `ns` (a number kept from an earlier index may not be).
+  bool Touched(size_t ns) const { return ns < touched_.size() && touched_[ns] != 0; }
   Usage Of(size_t ns) const {
     Usage usage;
     auto row = [ns](const std::vector<int64_t>& values, size_t width) {
@@ -46,7 +48,9 @@ class UsageTable {
   int64_t* Row(std::vector<int64_t>& values, size_t ns, size_t width) {
     if (total_.size() <= ns) {
       total_.resize(ns + 1, 0);
+      touched_.resize(ns + 1, 0);
     }
+    touched_[ns] = 1;
     if (values.size() < (ns + 1) * width) {
       values.resize((ns + 1) * width, 0);
     }
@@ -56,21 +60,39 @@ class UsageTable {
   size_t classes_;
   size_t resources_;
   std::vector<int64_t> total_;
+  std::vector<char> touched_;
   std::vector<int64_t> byClass_;
   std::vector<int64_t> devices_;
   std::vector<int64_t> rawPods_;
 };
 
-namespace {}  // namespace
-
-void Model::Index::Build() {
-  IndexClassesAndNodes();
-  CountUnits();
+void Model::Index::Build(const Index* previous) {
+  // The same nodes and classes: their tables, and each device's numbers, hold as they were.
+  const bool sameNodes = previous != nullptr &&
+                         snapshot.nodes.SameElements(previous->snapshot.nodes) &&
+                         snapshot.classes == previous->snapshot.classes;
+  if (sameNodes) {
+    TakeClassesAndNodes(*previous);
+  } else {
+    IndexClassesAndNodes();
+  }
+  if (!snapshot.now.empty()) {
+    now = api::ParseTime(snapshot.now);
+  }
+  if (sameNodes && snapshot.gpuNodes.SameElements(previous->snapshot.gpuNodes)) {
+    units = previous->units;
+    hasGpuNode = previous->hasGpuNode;
+    bound.assign(units.size(), 0);
+    raw.assign(units.size(), 0);
+  } else {
+    CountUnits();
+  }
   // Each namespace's own usage, by namespace number; only summed at the end, so order does
   // not matter.
   UsageTable ownUsage(classes.size(), resources.size());
   UsageTable ownPending(classes.size(), resources.size());
-  IndexDevices(ownUsage, ownPending);
+  ReadDevices(sameNodes ? previous : nullptr);
+  CountDevices(ownUsage, ownPending);
   GroupVmiDevices();
   CountPods(ownUsage);
   SumUsage(ownUsage, ownPending);
@@ -127,9 +149,23 @@ void Model::Index::IndexClassesAndNodes() {
       }
     }
   }
-  if (!snapshot.now.empty()) {
-    now = api::ParseTime(snapshot.now);
+}
+
+void Model::Index::TakeClassesAndNodes(const Index& previous) {
+  resources = previous.resources;
+  resourceIds = previous.resourceIds;
+  classes = previous.classes;
+  classIds = previous.classIds;
+  // Equal classes in the same order: each points at its equal in this snapshot.
+  for (ClassInfo& info : classes) {
+    info.gpuClass =
+        &snapshot.classes[static_cast<size_t>(info.gpuClass - previous.snapshot.classes.data())];
   }
+  // The very same Node objects, whose names the table views.
+  nodes = previous.nodes;
+  nodeIds = previous.nodeIds;
+  eligibility = previous.eligibility;
+  takesBinds = previous.takesBinds;
 }
 
 void Model::Index::CountUnits() {
@@ -156,69 +192,137 @@ void Model::Index::CountUnits() {
   }
 }
 
-void Model::Index::IndexDevices(UsageTable& ownUsage, UsageTable& ownPending) {
-  // Devices: class, the units Bound ones hold, attachments, and budget usage.
+// A placement on a node no Node has, numbered only once every device is read (CountDevices),
+// in device order, so a device's numbers do not depend on which devices were read before it.
+constexpr size_t kGoneNode = kNone - 1;
 
-  deviceClass.assign(snapshot.devices.size(), kNone);
-  nsOf.assign(snapshot.devices.size(), kNone);
-  placedOn.assign(snapshot.devices.size(), kNone);
-  phase.resize(snapshot.devices.size());
-  ordered.resize(snapshot.devices.size());
-  attachedVmi.assign(snapshot.devices.size(), kNone);
-  attached.assign(snapshot.devices.size(), 0);
-  requestWaits.assign(snapshot.devices.size(), 0);
+void Model::Index::ReadDevices(const Index* previous) {
+  const size_t count = snapshot.devices.size();
+  deviceClass.assign(count, kNone);
+  nsOf.assign(count, kNone);
+  placedOn.assign(count, kNone);
+  phase.assign(count, api::DevicePhase::kPending);
+  ordered.assign(count, 0);
+  attachedVmi.assign(count, kNone);
+  attached.assign(count, 0);
+  requestWaits.assign(count, 0);
   vmis.reserve(snapshot.vmis.size());
-  for (const VirtualMachineInstance& vmi : snapshot.vmis) {
-    vmis[{vmi.namespaceName, vmi.name}] = &vmi;
+  vmiIndex.reserve(snapshot.vmis.size());
+  for (size_t v = 0; v < snapshot.vmis.size(); ++v) {
+    const VirtualMachineInstance& vmi = snapshot.vmis[v];
+    vmis[{vmi.namespaceName, vmi.name}] = v;
+    vmiIndex.emplace(&vmi, v);
   }
-  std::unordered_map<std::string_view, size_t> goneIds;
-  for (size_t d = 0; d < snapshot.devices.size(); ++d) {
-    const api::GpuDevice& device = snapshot.devices[d];
-    const std::string& ns = device.metadata.namespaceName;
-    phase[d] = device.Phase();
-    ordered[d] = device.spec.count;
-    const bool placed = phase[d] == api::DevicePhase::kBound && device.status.nodeName &&
-                        !device.status.nodeName->empty();
-    if (placed) {
-      const std::string& nodeName = *device.status.nodeName;
-      if (const auto n = nodeIds.find(nodeName); n != nodeIds.end()) {
-        placedOn[d] = n->second;
-      } else {
-        const auto [gone, added] = goneIds.try_emplace(nodeName, nodes.size() + goneNodes.size());
-        if (added) {
-          goneNodes.push_back(nodeName);
-        }
-        placedOn[d] = gone->second;
-      }
+  if (previous == nullptr) {
+    for (size_t d = 0; d < count; ++d) ReadDevice(d);
+    return;
+  }
+  // The namespaces keep their numbers, so a copied device's still holds. A namespace left
+  // with nothing in it keeps a number that nothing counts under (UsageTable::Touched).
+  nsIds = previous->nsIds;
+  nsNames.assign(nsIds.size(), nullptr);
+  for (const auto& [name, id] : nsIds) nsNames[id] = &name;
+  // The VMIs' numbers hold when the VMIs are the very same objects; otherwise the attachment of
+  // a copied device is looked up again.
+  const bool sameVmis = snapshot.vmis.SameElements(previous->snapshot.vmis);
+  // Both lists are in the cache's key order ("namespace/name"): a walk of the two meets each
+  // device that is in both. Any order is correct (only the very same object is copied); an
+  // order other than the cache's only reads more devices afresh.
+  const auto& current = snapshot.devices.Items();
+  const auto& before = previous->snapshot.devices.Items();
+  auto keyLess = [](const api::GpuDevice& a, const api::GpuDevice& b) {
+    const std::string_view an = a.metadata.namespaceName, bn = b.metadata.namespaceName;
+    const size_t common = std::min(an.size(), bn.size());
+    if (const int c = an.substr(0, common).compare(bn.substr(0, common)); c != 0) return c < 0;
+    if (an.size() != bn.size()) {  // one namespace is a prefix of the other: '/' decides
+      return an.size() < bn.size() ? '/' < bn[common] : an[common] < '/';
     }
-    requestWaits[d] = device.RequestPending() ? 1 : 0;
-    nsOf[d] = NamespaceId(ns);
-    ownUsage.Add(nsOf[d], device.spec.count);
-    const bool pending = phase[d] == api::DevicePhase::kPending;
-    if (pending) {
-      ownPending.Add(nsOf[d], device.spec.count);
-    }
-    if (device.status.attachment) {
-      attached[d] = 1;
-      const api::Attachment& attachment = *device.status.attachment;
-      const auto vmi = vmis.find({ns, attachment.vmiName});
-      if (vmi != vmis.end() &&
-          (attachment.vmiUid.empty() || attachment.vmiUid == vmi->second->uid)) {
-        attachedVmi[d] = static_cast<size_t>(vmi->second - snapshot.vmis.data());
-      }
-    }
-    const auto c = classIds.find(device.spec.className);
-    if (c == classIds.end()) {
+    return a.metadata.name < b.metadata.name;
+  };
+  size_t j = 0;
+  for (size_t d = 0; d < count; ++d) {
+    while (j < before.size() && before[j] != current[d] && keyLess(*before[j], *current[d])) ++j;
+    if (j >= before.size() || before[j] != current[d]) {
+      ReadDevice(d);
+      if (j < before.size() && !keyLess(*current[d], *before[j])) ++j;  // the same key, changed
       continue;
     }
-    deviceClass[d] = c->second;
-    const size_t resource = classes[c->second].resource;
-    ownUsage.AddClass(nsOf[d], c->second, resource, device.spec.count);
-    if (pending) {
-      ownPending.AddClass(nsOf[d], c->second, resource, device.spec.count);
+    deviceClass[d] = previous->deviceClass[j];
+    nsOf[d] = previous->nsOf[j];
+    const size_t placed = previous->placedOn[j];
+    placedOn[d] = placed == kNone || previous->IsNode(placed) ? placed : kGoneNode;
+    phase[d] = previous->phase[j];
+    ordered[d] = previous->ordered[j];
+    attached[d] = previous->attached[j];
+    requestWaits[d] = previous->requestWaits[j];
+    if (sameVmis) {
+      attachedVmi[d] = previous->attachedVmi[j];
+    } else if (attached[d]) {
+      const api::GpuDevice& device = *current[d];
+      const api::Attachment& attachment = *device.status.attachment;
+      const auto vmi = vmis.find({device.metadata.namespaceName, attachment.vmiName});
+      if (vmi != vmis.end() &&
+          (attachment.vmiUid.empty() || attachment.vmiUid == snapshot.vmis[vmi->second].uid)) {
+        attachedVmi[d] = vmi->second;
+      }
     }
-    if (placed && IsNode(placedOn[d])) {
-      bound[At(placedOn[d], resource)] += device.spec.count;
+    ++j;
+  }
+}
+
+void Model::Index::ReadDevice(size_t d) {
+  ++devicesRead;
+  const api::GpuDevice& device = snapshot.devices[d];
+  const std::string& ns = device.metadata.namespaceName;
+  phase[d] = device.Phase();
+  ordered[d] = device.spec.count;
+  if (phase[d] == api::DevicePhase::kBound && device.status.nodeName &&
+      !device.status.nodeName->empty()) {
+    const auto n = nodeIds.find(*device.status.nodeName);
+    placedOn[d] = n != nodeIds.end() ? n->second : kGoneNode;
+  }
+  requestWaits[d] = device.RequestPending() ? 1 : 0;
+  nsOf[d] = NamespaceId(ns);
+  if (device.status.attachment) {
+    attached[d] = 1;
+    const api::Attachment& attachment = *device.status.attachment;
+    const auto vmi = vmis.find({ns, attachment.vmiName});
+    if (vmi != vmis.end() &&
+        (attachment.vmiUid.empty() || attachment.vmiUid == snapshot.vmis[vmi->second].uid)) {
+      attachedVmi[d] = vmi->second;
+    }
+  }
+  if (const auto c = classIds.find(device.spec.className); c != classIds.end()) {
+    deviceClass[d] = c->second;
+  }
+}
+
+void Model::Index::CountDevices(UsageTable& ownUsage, UsageTable& ownPending) {
+  std::unordered_map<std::string_view, size_t> goneIds;
+  for (size_t d = 0; d < placedOn.size(); ++d) {
+    if (placedOn[d] == kGoneNode) {
+      const std::string_view nodeName = *Device(d).status.nodeName;
+      const auto [gone, added] = goneIds.try_emplace(nodeName, nodes.size() + goneNodes.size());
+      if (added) {
+        goneNodes.push_back(nodeName);
+      }
+      placedOn[d] = gone->second;
+    }
+    ownUsage.Add(nsOf[d], ordered[d]);
+    const bool pending = phase[d] == api::DevicePhase::kPending;
+    if (pending) {
+      ownPending.Add(nsOf[d], ordered[d]);
+    }
+    if (deviceClass[d] == kNone) {
+      continue;
+    }
+    const size_t resource = classes[deviceClass[d]].resource;
+    ownUsage.AddClass(nsOf[d], deviceClass[d], resource, ordered[d]);
+    if (pending) {
+      ownPending.AddClass(nsOf[d], deviceClass[d], resource, ordered[d]);
+    }
+    if (placedOn[d] != kNone && IsNode(placedOn[d])) {
+      bound[At(placedOn[d], resource)] += ordered[d];
     }
   }
 }
@@ -284,6 +388,9 @@ void Model::Index::SumUsage(const UsageTable& ownUsage, const UsageTable& ownPen
   // itself and to every ancestor.
   std::vector<std::string_view> chain;
   for (size_t id = 0; id < ownUsage.Rows(); ++id) {
+    if (!ownUsage.Touched(id)) {
+      continue;  // a namespace kept from an earlier index that holds nothing now
+    }
     const Usage own = ownUsage.Of(id);
     tenants.BudgetChain(*nsNames[id], chain);
     for (const std::string_view member : chain) {

@@ -150,12 +150,15 @@ struct Model::Index {
   std::vector<size_t> vmiDevices;
   std::vector<std::string_view> goneNodes;
   // Keys view the snapshot's own strings, which outlive the index.
-  std::unordered_map<NameKey, const VirtualMachineInstance*, NameKeyHash> vmis;
+  std::unordered_map<NameKey, size_t, NameKeyHash> vmis;  // to the VMI's index
+  // Each VMI's index, by its address (the snapshot's VMIs are shared, not one array).
+  std::unordered_map<const VirtualMachineInstance*, size_t> vmiIndex;
   // Namespaces of devices and pods by number. The table owns its keys: a lookup per device then
   // compares against a short string in a small table, not one inside some far-away device.
   std::unordered_map<std::string, size_t> nsIds;
   std::vector<const std::string*> nsNames;  // by number: the table's own key
   std::vector<size_t> nsOf;                 // by device: its namespace's number
+  size_t devicesRead = 0;  // devices read from their objects (the rest: copied, Build)
 
   size_t NamespaceId(const std::string& ns) {
     const auto [it, added] = nsIds.try_emplace(ns, nsNames.size());
@@ -186,7 +189,7 @@ struct Model::Index {
     return attachedVmi[device] == kNone ? nullptr : &snapshot.vmis[attachedVmi[device]];
   }
   std::span<const size_t> AttachedTo(const VirtualMachineInstance& vmi) const {
-    const size_t v = static_cast<size_t>(&vmi - snapshot.vmis.data());
+    const size_t v = vmiIndex.at(&vmi);
     return std::span<const size_t>(vmiDevices)
         .subspan(vmiDevicesAt[v], vmiDevicesAt[v + 1] - vmiDevicesAt[v]);
   }
@@ -214,11 +217,22 @@ struct Model::Index {
     }
   }
 
-  void Build();
+  // Reads the snapshot. With `previous` (the index of an earlier snapshot, alive for the call),
+  // what this snapshot shares with that one is taken from it rather than read again: the
+  // classes' and nodes' tables when the nodes are the very same objects and the classes equal,
+  // the units when the GPUNodes are too, and each device's numbers when it is the very same
+  // object (issue 26 §1). What is built is the same either way, field for field.
+  void Build(const Index* previous = nullptr);
   // Build's steps, in the order it takes them (index.cpp), then ReadBudgets (budgets.cpp).
   void IndexClassesAndNodes();
+  void TakeClassesAndNodes(const Index& previous);
   void CountUnits();
-  void IndexDevices(UsageTable& ownUsage, UsageTable& ownPending);
+  // Each device's own numbers (class, phase, count, namespace, placement, attachment): read
+  // from the device, or copied from `previous` for a device object it read (nullptr: none).
+  void ReadDevices(const Index* previous);
+  void ReadDevice(size_t d);
+  // What the devices add up to, from their numbers alone: units held, usage, gone nodes.
+  void CountDevices(UsageTable& ownUsage, UsageTable& ownPending);
   void GroupVmiDevices();
   void CountPods(UsageTable& ownUsage);
   void SumUsage(const UsageTable& ownUsage, const UsageTable& ownPending);

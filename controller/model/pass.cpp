@@ -681,6 +681,11 @@ std::vector<Decision> Model::PlanPass(PassScope scope) const {
 Model::Model(const Snapshot& snapshot) : index_(std::make_unique<Index>(snapshot)) {
   index_->Build();
 }
+Model::Model(const Snapshot& snapshot, const Model* previous)
+    : index_(std::make_unique<Index>(snapshot)) {
+  index_->Build(previous ? previous->index_.get() : nullptr);
+}
+size_t Model::DevicesRead() const { return index_->devicesRead; }
 Model::~Model() = default;
 
 }  // namespace cozy::model

@@ -186,7 +186,7 @@ size_t NameKeyHash::operator()(const NameKey& key) const {
                   (first >> 2));
 }
 
-LauncherIndex::LauncherIndex(const std::vector<VirtualMachineInstance>& vmis) {
+LauncherIndex::LauncherIndex(const SharedVector<VirtualMachineInstance>& vmis) {
   size_t uids = 0;
   for (const VirtualMachineInstance& vmi : vmis) {
     uids += vmi.activePodUids.size();
@@ -320,7 +320,7 @@ bool IsNvidiaSelector(std::string_view selector) {
 }  // namespace
 
 std::set<std::string> EffectiveGpuResourceNames(const Settings& settings,
-                                                const std::vector<api::GpuNodeInventory>& gpuNodes,
+                                                const SharedVector<api::GpuNodeInventory>& gpuNodes,
                                                 const PermittedHostDevices& permitted,
                                                 const std::vector<api::GpuClass>& classes) {
   std::set<std::string> names(settings.resourceNames.begin(), settings.resourceNames.end());

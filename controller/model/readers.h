@@ -75,7 +75,7 @@ struct NameKeyHash {
 class LauncherIndex {
  public:
   // Views the VMIs' strings: `vmis` must outlive the index.
-  explicit LauncherIndex(const std::vector<VirtualMachineInstance>& vmis);
+  explicit LauncherIndex(const SharedVector<VirtualMachineInstance>& vmis);
   // The VMI the pod launches, or nullptr: the pod's GPUs are then raw-name usage.
   const VirtualMachineInstance* LauncherOf(const Pod& pod) const;
 
@@ -121,7 +121,7 @@ std::optional<UntoleratedTaintInfo> HeldSetTaint(const Node& node,
 // class's resource name, and the NVIDIA (vendor 10de) and mediated entries of KubeVirt's
 // permittedHostDevices. A PCI entry of another vendor, such as a ConnectX VF, stays out.
 std::set<std::string> EffectiveGpuResourceNames(const Settings& settings,
-                                                const std::vector<api::GpuNodeInventory>& gpuNodes,
+                                                const SharedVector<api::GpuNodeInventory>& gpuNodes,
                                                 const PermittedHostDevices& permitted,
                                                 const std::vector<api::GpuClass>& classes);
 

@@ -108,6 +108,11 @@ class SharedVector {
   const T& back() const { return *Items().back(); }
   // Whether `other` shares this one's list (a copy nobody changed since).
   bool SharesWith(const SharedVector& other) const { return data_ && data_ == other.data_; }
+  // Whether `other` holds the very same elements, in the same order: its list, or another list
+  // of the same objects (two lists Sharing one cache's objects). A pointer compare each.
+  bool SameElements(const SharedVector& other) const {
+    return SharesWith(other) || Items() == other.Items();
+  }
   // The elements as plain values, copied.
   std::vector<T> Copy() const { return std::vector<T>(begin(), end()); }
 
@@ -135,6 +140,7 @@ class SharedVector {
   size_t EraseIf(Predicate predicate) {
     return std::erase_if(List(), [&predicate](const Item& item) { return predicate(*item); });
   }
+  void EraseAt(size_t i) { List().erase(List().begin() + static_cast<std::ptrdiff_t>(i)); }
   void reserve(size_t count) { List().reserve(count); }
   void clear() { data_.reset(); }
 

@@ -119,13 +119,15 @@ struct Settings {
 struct Snapshot {
   std::vector<Namespace> namespaces;
   std::vector<ResourceQuota> quotas;
-  std::vector<Node> nodes;
-  std::vector<Pod> pods;
-  std::vector<api::GpuNodeInventory> gpuNodes;
+  // The big lists are shared between copies of the snapshot, and with the caches they were
+  // read from, until one changes them (SharedVector): a view or a pass made after one change
+  // costs a pointer per object, not a deep copy of each.
+  SharedVector<Node> nodes;
+  SharedVector<Pod> pods;
+  SharedVector<api::GpuNodeInventory> gpuNodes;
   std::vector<api::GpuClass> classes;
-  // Shared between copies of the snapshot until one changes them (SharedVector).
   SharedVector<api::GpuDevice> devices;
-  std::vector<VirtualMachineInstance> vmis;
+  SharedVector<VirtualMachineInstance> vmis;
   PermittedHostDevices permittedHostDevices;
   Settings settings;
   // The caller's clock (RFC 3339) when it read the snapshot, against which the grace is

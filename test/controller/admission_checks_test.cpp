@@ -110,7 +110,7 @@ TEST(OrderCheckE2, OnlyNodesThatTakeBindsCount) {
   Snapshot snapshot = BaseSnapshot();
   AddNode(snapshot, "n1", 2);
   AddNode(snapshot, "n2", 4);
-  snapshot.nodes[1].unschedulable = true;  // cordoned: its 4 free units take no order
+  snapshot.nodes.MutableAt(1).unschedulable = true;  // cordoned: its 4 free units take no order
   snapshot.pods = {MakePod("tenant-b", "raw", "n1", kA100, 1)};
   const std::optional<std::string> refusal = Check(snapshot, Order("tenant-a", "a100", 2));
   EXPECT_TRUE(Contains(refusal, "only 1 are free")) << refusal.value_or("admitted");
@@ -208,7 +208,7 @@ TEST(ModelRoomE2, FreeUnitsAndTheLargestNodeWithoutTheWholeView) {
   AddNode(snapshot, "n1", 2);
   AddNode(snapshot, "n2", 3);
   AddNode(snapshot, "n3", 8);
-  snapshot.nodes[2].ready = false;  // takes no binds: its units are not free to order
+  snapshot.nodes.MutableAt(2).ready = false;  // takes no binds: its units are not free to order
   snapshot.devices = {Bound("tenant-a", "held", "a100", 1, "n2")};
   const model::Model model(snapshot);
   const std::optional<model::ClassRoom> room = model.Room("a100");

@@ -204,7 +204,7 @@ TEST(VmiStartPlanE5, SetGoesWhereTheWholeOfItFits) {
   VmiStartPlan plan = Plan(snapshot, Input({{"held"}, {{"gpu", "a100", 2}}}));
   ASSERT_FALSE(plan.refusal) << *plan.refusal;
   EXPECT_EQ(plan.node, "n2");
-  snapshot.nodes[1].unschedulable = true;
+  snapshot.nodes.MutableAt(1).unschedulable = true;
   plan = Plan(snapshot, Input({{"held"}, {{"gpu", "a100", 2}}}));
   EXPECT_TRUE(Contains(plan.refusal, "no eligible node has room for 3 units of nvidia.com/GA100"))
       << plan.refusal.value_or("admitted");
@@ -218,7 +218,7 @@ TEST(VmiStartPlanE5, SetGoesWhereTheWholeOfItFits) {
 TEST(VmiStartPlanIssue24Item1E5, TheClassesTolerationsCountNotTheVmis) {
   Snapshot snapshot = BaseSnapshot();
   AddNode(snapshot, "n1", 2);
-  snapshot.nodes[0].taints = {{"gpu", "", "NoSchedule"}};
+  snapshot.nodes.MutableAt(0).taints = {{"gpu", "", "NoSchedule"}};
   const VmiInput input = Input({{}, {{"gpu", "a100", 1}}});
   std::optional<std::string> refusal = Plan(snapshot, input).refusal;
   EXPECT_TRUE(Contains(refusal, "no eligible node has room")) << refusal.value_or("admitted");
@@ -379,7 +379,7 @@ TEST(VmiGpuPatchE10, EntryNamesAreDnsLabelsDistinctPerDeviceAndIndex) {
 TEST(VmiStartPlanE10, FromTheReviewToThePatch) {
   Snapshot snapshot = BaseSnapshot();
   AddNode(snapshot, "n1", 2);
-  snapshot.nodes[0].taints = {{"gpu", "", "NoSchedule"}};
+  snapshot.nodes.MutableAt(0).taints = {{"gpu", "", "NoSchedule"}};
   snapshot.classes[0].spec.tolerations = {{"gpu", "Exists", "", "NoSchedule"}};
   snapshot.devices = {Bound("tenant-a", "held", "a100", 1, "n1")};
   const model::Model model(snapshot);

@@ -84,25 +84,33 @@ TEST_F(ClusterCachesTest, ACacheIsMadeOnceFromItsConstantAndFoundByIt) {
 
 TEST_F(ClusterCachesTest, APodsChangeKeepsTheDevicesOfTheWebhooksViewBeforeIt) {
   WatchAll();
-  const auto first = caches_->Prepared();
+  const auto first = caches_->Prepared(nullptr);
   ASSERT_EQ(first->snapshot.devices.size(), 2U);
+  ASSERT_TRUE(first->model);
+  EXPECT_EQ(first->model->DevicesRead(), 2U) << "no view before: every device is read";
   EXPECT_TRUE(first->snapshot.pods.empty());
 
   // A GPU pod starts: the next view counts it, and shares the devices with the view before.
   client_->Create("/api/v1/namespaces/t1/pods", GpuPod("raw"));
   ASSERT_TRUE(testing::WaitFor([&] { return caches_->Get(kPodCache).Size() == 1; }));
-  const auto second = caches_->Prepared();
+  const auto second = caches_->Prepared(first.get());
   EXPECT_EQ(second->snapshot.pods.size(), 1U);
   EXPECT_TRUE(second->snapshot.devices.SharesWith(first->snapshot.devices))
       << "the devices did not change: no copy";
+  EXPECT_TRUE(second->snapshot.nodes.SameElements(first->snapshot.nodes))
+      << "the nodes are the cache's own objects, as before";
+  ASSERT_TRUE(second->model);
+  EXPECT_EQ(second->model->DevicesRead(), 0U) << "the model before lent every device's numbers";
 
   // A device changes: the next view has its own devices, with the change.
   const uint64_t version = caches_->Get(kDeviceCache).Version();
   client_->MergePatch("/apis/gpu.cozystack.io/v1alpha1/namespaces/t1/gpudevices/d1/status",
                       {{"status", {{"phase", "Bound"}, {"nodeName", "n1"}}}});
   ASSERT_TRUE(testing::WaitFor([&] { return caches_->Get(kDeviceCache).Version() != version; }));
-  const auto third = caches_->Prepared();
+  const auto third = caches_->Prepared(second.get());
   EXPECT_FALSE(third->snapshot.devices.SharesWith(second->snapshot.devices));
+  ASSERT_TRUE(third->model);
+  EXPECT_EQ(third->model->DevicesRead(), 1U) << "only the changed device is read again";
   ASSERT_EQ(third->snapshot.devices.size(), 2U);
   EXPECT_EQ(third->snapshot.devices[0].status.nodeName, std::optional<std::string>("n1"));
   EXPECT_FALSE(second->snapshot.devices[0].status.nodeName) << "the view before is as it was";

@@ -42,7 +42,7 @@ Snapshot TaintedPool(bool tolerates) {
   snapshot.namespaces = {MakeTenant("tenant-a", {})};
   for (const std::string name : {"n1", "n2"}) {
     snapshot.nodes.push_back(MakeNode(name));
-    snapshot.nodes.back().taints = {kPoolTaint};
+    snapshot.nodes.MutableAt(snapshot.nodes.size() - 1).taints = {kPoolTaint};
     snapshot.gpuNodes.push_back(MakeGpuNode(name, kA100, 2));
   }
   return snapshot;
@@ -141,7 +141,8 @@ TEST(TaintedPoolIssue24Item1, ASetOfTwoClassesToleratesWhatEitherClassTolerates)
   snapshot.classes[0].spec.tolerations = {{"pool-a", "Exists", "", ""}};
   snapshot.classes[1].spec.tolerations = {{"pool-b", "Equal", "yes", "NoSchedule"}};
   snapshot.nodes = {MakeNode("n1")};
-  snapshot.nodes[0].taints = {{"pool-a", "", "NoSchedule"}, {"pool-b", "yes", "NoSchedule"}};
+  snapshot.nodes.MutableAt(0).taints = {{"pool-a", "", "NoSchedule"},
+                                        {"pool-b", "yes", "NoSchedule"}};
   api::GpuNodeInventory inventory = MakeGpuNode("n1", kA100, 1);
   inventory.devices.push_back(MakeGpuNode("n1", "nvidia.com/L40S", 1).devices[0]);
   inventory.devices.back().pciAddress = "0000:20:00.0";
@@ -168,11 +169,11 @@ Snapshot NotReadyFor(int secondsAgo, bool attached = false) {
   snapshot.namespaces = {MakeTenant("tenant-a", {})};
   snapshot.nodes = {MakeNode("n1"), MakeNode("n2")};
   snapshot.gpuNodes = {MakeGpuNode("n1", kA100, 1), MakeGpuNode("n2", kA100, 1)};
-  snapshot.nodes[0].ready = false;
+  snapshot.nodes.MutableAt(0).ready = false;
   const std::string since =
       api::FormatTime(*api::ParseTime(kNow) - std::chrono::seconds(secondsAgo));
-  snapshot.nodes[0].conditionsSince["Ready"] = since;
-  snapshot.nodes[0].taints = {{"node.kubernetes.io/unreachable", "", "NoExecute"}};
+  snapshot.nodes.MutableAt(0).conditionsSince["Ready"] = since;
+  snapshot.nodes.MutableAt(0).taints = {{"node.kubernetes.io/unreachable", "", "NoExecute"}};
   snapshot.now = kNow;
   snapshot.devices = {Bound("tenant-a", "g", "a100", 1, "n1", attached ? "vm" : "")};
   if (attached) {
@@ -220,7 +221,7 @@ TEST(NotReadyIssue24Item5, AStartWithinTheGraceMovesTheSetOrIsRefusedInPlace) {
   EXPECT_EQ(decision.node, "n2");
   EXPECT_TRUE(decision.StartsOnNode());
 
-  snapshot.gpuNodes[1].devices[0].resources[0].allocatable = 0;  // n2 has no room
+  snapshot.gpuNodes.MutableAt(1).devices[0].resources[0].allocatable = 0;  // n2 has no room
   decision = DecisionFor(Model(snapshot).PlanPass(), "tenant-a/g");
   EXPECT_EQ(decision.action, Action::kKeep) << decision.reason;
   EXPECT_EQ(decision.node, "n1");
@@ -238,32 +239,32 @@ TEST(NotReadyIssue24Item5, ASetWhoseVmRunsNeverMoves) {
       {"NotReady past the grace", [](Snapshot&) {}},
       {"cordoned, onCordon Move",
        [](Snapshot& s) {
-         s.nodes[0].ready = true;
-         s.nodes[0].taints.clear();
-         s.nodes[0].unschedulable = true;
+         s.nodes.MutableAt(0).ready = true;
+         s.nodes.MutableAt(0).taints.clear();
+         s.nodes.MutableAt(0).unschedulable = true;
        }},
       {"an untolerated NoExecute taint",
        [](Snapshot& s) {
-         s.nodes[0].ready = true;
-         s.nodes[0].taints = {{"maintenance", "", "NoExecute"}};
+         s.nodes.MutableAt(0).ready = true;
+         s.nodes.MutableAt(0).taints = {{"maintenance", "", "NoExecute"}};
        }},
       {"its function failed (the node over-full)",
        [](Snapshot& s) {
-         s.nodes[0].ready = true;
-         s.nodes[0].taints.clear();
-         s.gpuNodes[0].devices[0].resources[0].allocatable = 0;
+         s.nodes.MutableAt(0).ready = true;
+         s.nodes.MutableAt(0).taints.clear();
+         s.gpuNodes.MutableAt(0).devices[0].resources[0].allocatable = 0;
        }},
   };
   for (const Case& c : cases) {
     Snapshot snapshot = NotReadyFor(3600, true);
-    snapshot.vmis[0].nodeName = "n1";
-    snapshot.vmis[0].phase = "Running";
+    snapshot.vmis.MutableAt(0).nodeName = "n1";
+    snapshot.vmis.MutableAt(0).phase = "Running";
     c.adjust(snapshot);
     Decision decision = DecisionFor(Model(snapshot).PlanPass(), "tenant-a/g");
     EXPECT_EQ(decision.action, Action::kKeep) << c.what << ": " << decision.reason;
     EXPECT_EQ(decision.node, "n1") << c.what;
     // The same set once its VM has ended moves.
-    snapshot.vmis[0].phase = "Failed";
+    snapshot.vmis.MutableAt(0).phase = "Failed";
     decision = DecisionFor(Model(snapshot).PlanPass(), "tenant-a/g");
     EXPECT_EQ(decision.action, Action::kMove)
         << c.what << " after the VM ended: " << decision.reason;
@@ -275,20 +276,20 @@ TEST(NotReadyIssue24Item5, ASetWhoseVmRunsNeverMoves) {
 // moves the set at once.
 TEST(NotReadyIssue24Item5, ConditionTaintsGetTheGraceAndOtherTaintsDoNot) {
   Snapshot snapshot = NotReadyFor(0);
-  snapshot.nodes[0].ready = true;
-  snapshot.nodes[0].taints = {{"node.kubernetes.io/memory-pressure", "", "NoSchedule"}};
-  snapshot.nodes[0].conditionsSince["MemoryPressure"] = "2026-12-02T11:59:00Z";
+  snapshot.nodes.MutableAt(0).ready = true;
+  snapshot.nodes.MutableAt(0).taints = {{"node.kubernetes.io/memory-pressure", "", "NoSchedule"}};
+  snapshot.nodes.MutableAt(0).conditionsSince["MemoryPressure"] = "2026-12-02T11:59:00Z";
   Decision decision = DecisionFor(Model(snapshot).PlanPass(), "tenant-a/g");
   EXPECT_EQ(decision.action, Action::kKeep) << decision.reason;
   EXPECT_NE(decision.reason.find("240s more"), std::string::npos) << decision.reason;
   // The node takes no new binds meanwhile.
   EXPECT_EQ(Model(snapshot).Room("a100")->largestNode, "n2");
 
-  snapshot.nodes[0].conditionsSince["MemoryPressure"] = "2026-12-02T11:50:00Z";
+  snapshot.nodes.MutableAt(0).conditionsSince["MemoryPressure"] = "2026-12-02T11:50:00Z";
   EXPECT_EQ(DecisionFor(Model(snapshot).PlanPass(), "tenant-a/g").action, Action::kMove);
 
-  snapshot.nodes[0].taints.push_back({"hoster/maintenance", "", "NoSchedule"});
-  snapshot.nodes[0].conditionsSince["MemoryPressure"] = "2026-12-02T11:59:59Z";
+  snapshot.nodes.MutableAt(0).taints.push_back({"hoster/maintenance", "", "NoSchedule"});
+  snapshot.nodes.MutableAt(0).conditionsSince["MemoryPressure"] = "2026-12-02T11:59:59Z";
   decision = DecisionFor(Model(snapshot).PlanPass(), "tenant-a/g");
   EXPECT_EQ(decision.action, Action::kMove) << decision.reason;
   EXPECT_NE(decision.reason.find("hoster/maintenance"), std::string::npos) << decision.reason;

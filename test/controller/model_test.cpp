@@ -144,7 +144,7 @@ TEST(NodeCapacityA7, PodsInAFinalPhaseHoldNothing) {
   Snapshot snapshot = BaseSnapshot();
   AddNode(snapshot, "n1", 2);
   snapshot.pods = {MakePod("tenant-a", "done", "n1", kA100, 1)};
-  snapshot.pods[0].phase = "Succeeded";
+  snapshot.pods.MutableAt(0).phase = "Succeeded";
   EXPECT_EQ(FreeOn(Model(snapshot), "n1", "a100"), 2);
 }
 
@@ -445,9 +445,9 @@ TEST(ClassView, NodeSelectorAndEligibilityShapeUnitsAndFree) {
   AddNode(snapshot, "n1", 4);
   AddNode(snapshot, "n2", 4);
   AddNode(snapshot, "n3", 4);
-  snapshot.nodes[0].labels["gpu"] = "a100";
-  snapshot.nodes[1].labels["gpu"] = "a100";
-  snapshot.nodes[1].unschedulable = true;
+  snapshot.nodes.MutableAt(0).labels["gpu"] = "a100";
+  snapshot.nodes.MutableAt(1).labels["gpu"] = "a100";
+  snapshot.nodes.MutableAt(1).unschedulable = true;
   const ClusterView view = Model(snapshot).View();
   EXPECT_EQ(view.classes[0].units, 8) << "n3 is not selected";
   EXPECT_EQ(view.classes[0].free, 4) << "cordoned n2 takes no binds";
@@ -576,45 +576,45 @@ TEST(PlacementD10, HeldSetsLeaveOnlyNodesThatCannotKeepThem) {
   };
   const std::vector<Case> cases = {
       {"healthy node keeps", [](Snapshot&) {}, 4, Action::kKeep, "n1"},
-      {"D10 cordoned, room elsewhere: move", [](Snapshot& s) { s.nodes[0].unschedulable = true; },
-       4, Action::kMove, "n2"},
+      {"D10 cordoned, room elsewhere: move",
+       [](Snapshot& s) { s.nodes.MutableAt(0).unschedulable = true; }, 4, Action::kMove, "n2"},
       {"D10 cordoned, no room elsewhere: keep",
-       [](Snapshot& s) { s.nodes[0].unschedulable = true; }, 0, Action::kKeep, "n1"},
+       [](Snapshot& s) { s.nodes.MutableAt(0).unschedulable = true; }, 0, Action::kKeep, "n1"},
       {"D10 cordoned, class Stay: keep",
        [](Snapshot& s) {
-         s.nodes[0].unschedulable = true;
+         s.nodes.MutableAt(0).unschedulable = true;
          s.classes[0].spec.onCordon = api::OnCordon::kStay;
        },
        4, Action::kKeep, "n1"},
-      {"NotReady, room elsewhere: move", [](Snapshot& s) { s.nodes[0].ready = false; }, 4,
+      {"NotReady, room elsewhere: move", [](Snapshot& s) { s.nodes.MutableAt(0).ready = false; }, 4,
        Action::kMove, "n2"},
-      {"NotReady, no room: Lost", [](Snapshot& s) { s.nodes[0].ready = false; }, 0, Action::kLost,
-       ""},
+      {"NotReady, no room: Lost", [](Snapshot& s) { s.nodes.MutableAt(0).ready = false; }, 0,
+       Action::kLost, ""},
       {"node gone: Lost",
        [](Snapshot& s) {
-         s.nodes.erase(s.nodes.begin());
-         s.gpuNodes.erase(s.gpuNodes.begin());
+         s.nodes.EraseAt(0);
+         s.gpuNodes.EraseAt(0);
        },
        0, Action::kLost, ""},
       {"C8 untolerated NoExecute taint: move (it is no cordon)",
        [](Snapshot& s) {
-         s.nodes[0].taints = {{"maintenance", "", "NoExecute"}};
+         s.nodes.MutableAt(0).taints = {{"maintenance", "", "NoExecute"}};
        },
        4, Action::kMove, "n2"},
       {"C8 stale unreachable taint on a Ready node: keep",
        [](Snapshot& s) {
-         s.nodes[0].taints = {{"node.kubernetes.io/unreachable", "", "NoExecute"}};
+         s.nodes.MutableAt(0).taints = {{"node.kubernetes.io/unreachable", "", "NoExecute"}};
        },
        4, Action::kKeep, "n1"},
       {"F3 nodeSelector moved the offer: move",
        [](Snapshot& s) {
          s.classes[0].spec.nodeSelector = api::LabelSelector{{{"pool", "new"}}, {}};
-         s.nodes[1].labels["pool"] = "new";
+         s.nodes.MutableAt(1).labels["pool"] = "new";
        },
        4, Action::kMove, "n2"},
       {"C13 the function failed: its unit is gone, move",
-       [](Snapshot& s) { s.gpuNodes[0].devices[0].resources[0].allocatable = 0; }, 4, Action::kMove,
-       "n2"},
+       [](Snapshot& s) { s.gpuNodes.MutableAt(0).devices[0].resources[0].allocatable = 0; }, 4,
+       Action::kMove, "n2"},
   };
   for (const Case& c : cases) {
     Snapshot snapshot = BaseSnapshot();
@@ -632,10 +632,10 @@ TEST(PlacementD10, VmiTolerationsLetASetStayOnATaintedNode) {
   Snapshot snapshot = BaseSnapshot();
   AddNode(snapshot, "n1", 2);
   AddNode(snapshot, "n2", 2);
-  snapshot.nodes[0].taints = {{"gpu", "a100", "NoSchedule"}};
+  snapshot.nodes.MutableAt(0).taints = {{"gpu", "a100", "NoSchedule"}};
   snapshot.devices = {Bound("tenant-a", "g", "a100", 1, "n1", "vm1")};
   snapshot.vmis = {MakeVmi("tenant-a", "vm1", {})};
-  snapshot.vmis[0].tolerations = {{"gpu", "Exists", "", ""}};
+  snapshot.vmis.MutableAt(0).tolerations = {{"gpu", "Exists", "", ""}};
   EXPECT_EQ(DecisionFor(Model(snapshot).PlanPass(), "tenant-a/g").action, Action::kKeep);
 }
 

@@ -163,7 +163,7 @@ std::pair<std::optional<Pod>, std::optional<Pod>> RandomChange(const Snapshot& s
 
 void Apply(Snapshot& snapshot, const std::optional<Pod>& before, const std::optional<Pod>& after) {
   if (before) {
-    std::erase_if(snapshot.pods, [&](const Pod& p) {
+    snapshot.pods.EraseIf([&](const Pod& p) {
       return p.namespaceName == before->namespaceName && p.name == before->name;
     });
   }

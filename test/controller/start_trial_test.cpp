@@ -208,7 +208,7 @@ std::vector<Decision> WholePass(const Snapshot& snapshot, const StartTrial& tria
     device.status.bindRequest = api::BindRequest{"admission-plan", trial.now};
   }
   for (const api::GpuDevice& device : trial.templates) copy.devices.push_back(device);
-  std::erase_if(copy.vmis, [&](const VirtualMachineInstance& vmi) {
+  copy.vmis.EraseIf([&](const VirtualMachineInstance& vmi) {
     return vmi.namespaceName == trial.namespaceName && vmi.name == trial.vmiName;
   });
   VirtualMachineInstance vmi;
@@ -440,6 +440,211 @@ TEST(UnsettledPassIssue26, DecidesAsTheWholePassLessTheKeepsOfSettledSets) {
   // At least 250 of each per seed (a replay runs one).
   EXPECT_GE(leftOut, 250 * static_cast<int>(seeds.size()));
   EXPECT_GE(acting, 250 * static_cast<int>(seeds.size()));
+}
+
+// Issue 26 §1: a model built with the model of the snapshot before (Model(snapshot, previous),
+// as the webhooks' view is rebuilt after each change of the caches) is the model built afresh.
+// Random clusters, their devices in the caches' key order, go through three changes in a row,
+// each of one to three random edits (a pod, a device changed, added or removed, a node, a VMI,
+// a GPUNode, a class, the clock, or lists made anew over the same objects, as FillSnapshot
+// makes them); after each, everything a model answers (both passes, the view, free units,
+// every tenant's budgets, new orders, a VM start's trial) is compared with a fresh model's.
+// Devices must often be taken from the model before and often be read again, so the comparison
+// cannot pass by reading everything afresh.
+
+// The devices in the caches' order ("namespace/name", a std::map's), the same objects.
+void InKeyOrder(Snapshot& snapshot) {
+  std::vector<std::shared_ptr<const api::GpuDevice>> items = snapshot.devices.Items();
+  std::sort(items.begin(), items.end(), [](const auto& a, const auto& b) {
+    return a->metadata.namespaceName + "/" + a->metadata.name <
+           b->metadata.namespaceName + "/" + b->metadata.name;
+  });
+  snapshot.devices = SharedVector<api::GpuDevice>::Sharing(std::move(items));
+}
+
+void EditAtRandom(Snapshot& snapshot, std::mt19937& random, int& serial) {
+  auto pick = [&random](int low, int high) {
+    return std::uniform_int_distribution<int>(low, high)(random);
+  };
+  auto any = [&](size_t size) { return static_cast<size_t>(pick(0, static_cast<int>(size) - 1)); };
+  const std::string node = "n" + std::to_string(pick(1, static_cast<int>(snapshot.nodes.size())));
+  switch (pick(0, 11)) {
+    case 0:  // a GPU pod starts (raw, or a launcher of a listed VMI)
+      snapshot.pods.push_back(MakePod(kTenants[any(kTenants.size())],
+                                      "p" + std::to_string(++serial), node, kA100, pick(1, 2)));
+      break;
+    case 1:  // one ends
+      if (!snapshot.pods.empty())
+        snapshot.pods.MutableAt(any(snapshot.pods.size())).phase = "Succeeded";
+      break;
+    case 2:
+    case 3: {  // a device changes
+      if (snapshot.devices.empty()) break;
+      api::GpuDevice& device = snapshot.devices.MutableAt(any(snapshot.devices.size()));
+      switch (pick(0, 4)) {
+        case 0:
+          device.status.phase = DevicePhase::kBound;
+          device.status.nodeName = pick(0, 5) == 0 ? "gone" : node;
+          break;
+        case 1:
+          device.status.phase = DevicePhase::kLost;
+          device.status.nodeName.reset();
+          break;
+        case 2:
+          device.spec.count = pick(1, 3);
+          break;
+        case 3:
+          device.status.attachment = api::Attachment{"vm" + std::to_string(pick(1, 3)), "", kNow};
+          break;
+        default:
+          device.status.bindRequest = api::BindRequest{"start", kNow};
+          break;
+      }
+      break;
+    }
+    case 4: {  // a device is ordered, in a namespace of its own now and then
+      const std::string ns = pick(0, 4) == 0 ? "tenant-new" : kTenants[any(kTenants.size())];
+      snapshot.devices.push_back(pick(0, 1) == 0
+                                     ? Pending(ns, "e" + std::to_string(++serial), "a100", 1)
+                                     : Bound(ns, "e" + std::to_string(++serial), "l4", 1, node));
+      InKeyOrder(snapshot);
+      break;
+    }
+    case 5:  // one goes
+      if (!snapshot.devices.empty()) snapshot.devices.EraseAt(any(snapshot.devices.size()));
+      break;
+    case 6:  // a node is cordoned or uncordoned
+      snapshot.nodes.MutableAt(0).unschedulable = !snapshot.nodes[0].unschedulable;
+      break;
+    case 7:  // a VMI stops, or goes
+      if (snapshot.vmis.empty()) break;
+      if (pick(0, 1) == 0) {
+        snapshot.vmis.MutableAt(any(snapshot.vmis.size())).phase = "Failed";
+      } else {
+        snapshot.vmis.EraseAt(any(snapshot.vmis.size()));
+      }
+      break;
+    case 8:  // a GPUNode serves one unit less
+      snapshot.gpuNodes.MutableAt(0).devices[0].resources[0].allocatable = 0;
+      break;
+    case 9:  // a class is being deleted
+      snapshot.classes[any(snapshot.classes.size())].metadata.deletionTimestamp = Second(3);
+      break;
+    case 10:  // the clock moves
+      snapshot.now = "2025-01-01T02:00:00Z";
+      break;
+    default:  // the same objects in lists made anew (ClusterCaches::FillSnapshot's)
+      snapshot.nodes = SharedVector<Node>::Sharing(snapshot.nodes.Items());
+      snapshot.gpuNodes = SharedVector<api::GpuNodeInventory>::Sharing(snapshot.gpuNodes.Items());
+      snapshot.vmis = SharedVector<VirtualMachineInstance>::Sharing(snapshot.vmis.Items());
+      snapshot.pods = SharedVector<Pod>::Sharing(snapshot.pods.Items());
+      snapshot.devices = SharedVector<api::GpuDevice>::Sharing(snapshot.devices.Items());
+      break;
+  }
+}
+
+// Everything a model answers about its snapshot, as text.
+std::string DescribeModel(const Snapshot& snapshot, const Model& model, const Start& start) {
+  std::string text;
+  for (const PassScope scope : {PassScope::kEvery, PassScope::kUnsettled}) {
+    text += "pass:\n";
+    for (const Decision& d : model.PlanPass(scope)) text += "  " + DescribeDecision(d) + "\n";
+  }
+  auto budget = [](const RemainingBudget& b) {
+    return (b.remaining ? std::to_string(*b.remaining) : std::string("none")) + " by " +
+           b.limitedBy + " " + b.key + (b.blockedByRawKey ? " raw" : "");
+  };
+  const ClusterView view = model.View();
+  text += "resource names:";
+  for (const std::string& name : view.gpuResourceNames) text += " " + name;
+  for (const ClassView& c : view.classes) {
+    text += "\nclass " + c.name + " max " + (c.maxCount ? std::to_string(*c.maxCount) : "-") +
+            " units " + std::to_string(c.units) + " free " + std::to_string(c.free);
+  }
+  for (const NodeView& n : view.nodes) {
+    text += "\nnode " + n.name + (n.eligible ? " eligible" : " not eligible");
+    for (const std::string& reason : n.reasons) text += " (" + reason + ")";
+    for (const auto& [name, c] : n.classes) {
+      text += " " + name + ":" + std::to_string(c.units) + "/" + std::to_string(c.used) + "/" +
+              std::to_string(c.free);
+    }
+  }
+  for (const TenantView& t : view.tenants) {
+    text += "\ntenant " + t.name;
+    for (const auto& [name, c] : t.classes) {
+      text += " " + name + " used " + std::to_string(c.used) + " budget " + budget(c.budget);
+    }
+  }
+  const FreeUnits free = model.Free();
+  std::map<std::string, std::map<std::string, int64_t, std::less<>>> byNode(free.byNode.begin(),
+                                                                            free.byNode.end());
+  for (const auto& [node, units] : byNode) {
+    text += "\nfree " + node;
+    for (const auto& [resource, count] : units)
+      text += " " + resource + "=" + std::to_string(count);
+  }
+  for (const char* tenant : {"tenant-root", "tenant-a", "tenant-a-b", "tenant-b", "tenant-new"}) {
+    for (const std::string& className : kClasses) {
+      text += std::string("\nremaining ") + tenant + " " + className + ": " +
+              budget(model.Remaining(tenant, className));
+    }
+    text += std::string("\nnew order ") + tenant + ": " +
+            model.CheckNewOrder(tenant, {{"a100", 2}, {"l4", 1}}).value_or("fits");
+  }
+  for (size_t d = 0; d < snapshot.devices.size(); ++d) {
+    const api::GpuDevice& device = snapshot.devices[d];
+    const std::optional<size_t> found =
+        model.FindDevice(device.metadata.namespaceName, device.metadata.name);
+    if (found != d) text += "\nnot found at " + std::to_string(d) + ": " + device.metadata.name;
+  }
+  text += "\nstart:";
+  if (const auto decisions = model.PlanStart(start.trial)) {
+    for (const Decision& d : *decisions) text += "\n  " + DescribeDecision(d);
+  } else {
+    text += " whole pass";
+  }
+  return text;
+}
+
+TEST(ModelReuseIssue26, AModelBuiltOnTheOneBeforeIsTheModelBuiltAfresh) {
+  size_t taken = 0, read = 0;
+  const std::vector<uint32_t> seeds = PropertySeeds(20261205);
+  for (const uint32_t seed : seeds) {
+    std::mt19937 random(seed);
+    int serial = 0;
+    for (int c = 0; c < 600; ++c) {
+      std::vector<Snapshot> states;
+      states.reserve(4);  // a model views its snapshot: none may move
+      states.push_back(RandomCluster(random));
+      InKeyOrder(states[0]);
+      std::vector<std::unique_ptr<Model>> models;
+      models.push_back(std::make_unique<Model>(states[0]));
+      for (int step = 1; step <= 3; ++step) {
+        Snapshot next = states.back();  // shares every list, as the next view does
+        for (int edits = std::uniform_int_distribution<int>(1, 3)(random); edits > 0; --edits) {
+          EditAtRandom(next, random, serial);
+        }
+        states.push_back(std::move(next));
+        const Snapshot& snapshot = states.back();
+        const Start start = RandomStart(snapshot, random);
+        const std::string where = "seed " + std::to_string(seed) + ", cluster " +
+                                  std::to_string(c) + ", change " + std::to_string(step) +
+                                  " (replay with COZY_PROPERTY_SEED=" + std::to_string(seed) + ")";
+        const Model fresh(snapshot);
+        models.push_back(std::make_unique<Model>(snapshot, models.back().get()));
+        const Model& reused = *models.back();
+        ASSERT_EQ(fresh.DevicesRead(), snapshot.devices.size()) << where;
+        taken += snapshot.devices.size() - reused.DevicesRead();
+        read += reused.DevicesRead();
+        ASSERT_EQ(DescribeModel(snapshot, reused, start), DescribeModel(snapshot, fresh, start))
+            << where << "\n"
+            << DescribeCluster(snapshot, start.trial);
+      }
+    }
+  }
+  std::cout << "devices taken from the model before " << taken << ", read again " << read << "\n";
+  EXPECT_GE(taken, 5000 * seeds.size());
+  EXPECT_GE(read, 1000 * seeds.size());
 }
 
 }  // namespace
