@@ -76,6 +76,8 @@ class LauncherIndex {
  public:
   // Views the VMIs' strings: `vmis` must outlive the index.
   explicit LauncherIndex(const SharedVector<VirtualMachineInstance>& vmis);
+  // A temporary list (a std::vector converted on the way in, say) would leave it dangling.
+  explicit LauncherIndex(SharedVector<VirtualMachineInstance>&& vmis) = delete;
   // The VMI the pod launches, or nullptr: the pod's GPUs are then raw-name usage.
   const VirtualMachineInstance* LauncherOf(const Pod& pod) const;
 

@@ -170,7 +170,7 @@ TEST(PodChangeMattersIssue26, OnlyPodsAskingForExtendedResourcesAndOnlyRealChang
 // C11: "A pod now counts as a VMI's launcher only when that VMI lists the pod's UID in
 // status.activePods; any other pod's GPUs count as raw-name usage."
 TEST(LauncherIndexC11, OnlyActivePodsProveALauncher) {
-  const std::vector<VirtualMachineInstance> vmis = {MakeVmi("tenant-a", "vm1", {"launcher-uid"})};
+  const SharedVector<VirtualMachineInstance> vmis = {MakeVmi("tenant-a", "vm1", {"launcher-uid"})};
   const LauncherIndex index(vmis);
   struct Case {
     const char* what;

@@ -1391,7 +1391,7 @@ TEST(LauncherReaderC12, ListCacheAndNamedReadGiveTheSameAnswer) {
   const json stored = server.Seed(vmi);
 
   auto answer = [](const model::VirtualMachineInstance& read) {
-    const std::vector<model::VirtualMachineInstance> vmis = {read};
+    const model::SharedVector<model::VirtualMachineInstance> vmis = {read};
     const model::LauncherIndex index(vmis);
     model::Pod launcher;
     launcher.namespaceName = Tenant();
