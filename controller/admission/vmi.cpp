@@ -113,8 +113,10 @@ VmiGpuEntries OwnGpuEntries(const nlohmann::json& vmi,
 namespace {
 
 // The start's set placed by a whole binder pass on a copy of the snapshot with the start
-// applied: the templates added, every member attached to the VMI and asking to be bound.
+// applied: the templates added, every member attached to the VMI and asking to be bound. The
+// copy's model is built on the snapshot's (`model`): only the members and the templates are read.
 std::vector<model::Decision> WholePassTrial(const model::Snapshot& snapshot,
+                                            const model::Model& model,
                                             const model::StartTrial& start) {
   model::Snapshot trial = snapshot;
   if (!start.now.empty()) {
@@ -143,7 +145,7 @@ std::vector<model::Decision> WholePassTrial(const model::Snapshot& snapshot,
   vmi.name = start.vmiName;
   vmi.creationTimestamp = start.now;
   trial.vmis.push_back(std::move(vmi));
-  return model::Model(trial).PlanPass();
+  return model::Model(trial, &model).PlanPass();
 }
 
 }  // namespace
@@ -260,7 +262,7 @@ VmiStartPlan PlanVmiStart(const model::Snapshot& snapshot, const model::Model& m
     shortcut = model.PlanStart(start);
   }
   const std::vector<model::Decision> decisions =
-      shortcut ? std::move(*shortcut) : WholePassTrial(snapshot, start);
+      shortcut ? std::move(*shortcut) : WholePassTrial(snapshot, model, start);
   for (const Member& member : members) {
     const auto decision = std::find_if(decisions.begin(), decisions.end(), [&](const auto& d) {
       return d.deviceNamespace == ns && d.deviceName == member.name;
