@@ -517,7 +517,7 @@ BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, boo
     // The model of the pass before lends this one what both snapshots share (the nodes' tables,
     // the numbers of every device object both hold: Model(snapshot, previous)); so it is kept,
     // over a copy of its snapshot (the lists shared, not copied), until the next pass.
-    auto kept = std::make_shared<const model::Snapshot>(snapshot);
+    auto kept = std::make_unique<const model::Snapshot>(snapshot);
     auto built = std::make_unique<const model::Model>(*kept, lastModel_.get());
     lastModel_ = std::move(built);  // the model before goes, then the snapshot it viewed
     lastSnapshot_ = std::move(kept);

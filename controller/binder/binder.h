@@ -250,7 +250,7 @@ class Binder {
   kube::TimeSource& time_;
   // The last pass's snapshot (its own copy: lists shared) and model, which the next pass's model
   // is built with (Model(snapshot, previous)). The model goes first: it views the snapshot.
-  std::shared_ptr<const model::Snapshot> lastSnapshot_;
+  std::unique_ptr<const model::Snapshot> lastSnapshot_;
   std::unique_ptr<const model::Model> lastModel_;
   kube::KeyedBackoff writeBackoff_{kWriteRetry};  // "ns/name" -> its refused writes in a row
   std::map<std::string, std::string> replaced_;   // "ns/name" -> the version a write replaced

@@ -255,16 +255,9 @@ void Model::Index::ReadDevices(const Index* previous) {
     ordered[d] = previous->ordered[j];
     attached[d] = previous->attached[j];
     requestWaits[d] = previous->requestWaits[j];
-    if (sameVmis) {
-      attachedVmi[d] = previous->attachedVmi[j];
-    } else if (attached[d]) {
-      const api::GpuDevice& device = *current[d];
-      const api::Attachment& attachment = *device.status.attachment;
-      const auto vmi = vmis.find({device.metadata.namespaceName, attachment.vmiName});
-      if (vmi != vmis.end() &&
-          (attachment.vmiUid.empty() || attachment.vmiUid == snapshot.vmis[vmi->second].uid)) {
-        attachedVmi[d] = vmi->second;
-      }
+    // The device object is reached only where it has an attachment to look up.
+    if (attached[d]) {
+      attachedVmi[d] = sameVmis ? previous->attachedVmi[j] : AttachedVmiOf(*current[d]);
     }
     ++j;
   }
@@ -273,7 +266,6 @@ void Model::Index::ReadDevices(const Index* previous) {
 void Model::Index::ReadDevice(size_t d) {
   ++devicesRead;
   const api::GpuDevice& device = snapshot.devices[d];
-  const std::string& ns = device.metadata.namespaceName;
   phase[d] = device.Phase();
   ordered[d] = device.spec.count;
   if (phase[d] == api::DevicePhase::kBound && device.status.nodeName &&
@@ -282,19 +274,23 @@ void Model::Index::ReadDevice(size_t d) {
     placedOn[d] = n != nodeIds.end() ? n->second : kGoneNode;
   }
   requestWaits[d] = device.RequestPending() ? 1 : 0;
-  nsOf[d] = NamespaceId(ns);
-  if (device.status.attachment) {
-    attached[d] = 1;
-    const api::Attachment& attachment = *device.status.attachment;
-    const auto vmi = vmis.find({ns, attachment.vmiName});
-    if (vmi != vmis.end() &&
-        (attachment.vmiUid.empty() || attachment.vmiUid == snapshot.vmis[vmi->second].uid)) {
-      attachedVmi[d] = vmi->second;
-    }
-  }
+  nsOf[d] = NamespaceId(device.metadata.namespaceName);
+  attached[d] = device.status.attachment ? 1 : 0;
+  attachedVmi[d] = AttachedVmiOf(device);
   if (const auto c = classIds.find(device.spec.className); c != classIds.end()) {
     deviceClass[d] = c->second;
   }
+}
+
+size_t Model::Index::AttachedVmiOf(const api::GpuDevice& device) const {
+  if (!device.status.attachment) return kNone;
+  const api::Attachment& attachment = *device.status.attachment;
+  const auto vmi = vmis.find({device.metadata.namespaceName, attachment.vmiName});
+  if (vmi == vmis.end() ||
+      (!attachment.vmiUid.empty() && attachment.vmiUid != snapshot.vmis[vmi->second].uid)) {
+    return kNone;
+  }
+  return vmi->second;
 }
 
 void Model::Index::CountDevices(UsageTable& ownUsage, UsageTable& ownPending) {

@@ -155,16 +155,15 @@ class Model {
  public:
   // Reads and indexes the snapshot, which must outlive the model. Throws InvalidSnapshot on a
   // budget or GPU request it cannot read: every caller fails rather than skipping it.
-  explicit Model(const Snapshot& snapshot);
-  // The same model, built with what `previous` (a model of an earlier snapshot; null: none) read
-  // where this snapshot shares it: the same Node objects and equal classes, the same GPUNode
-  // objects, the very same device objects (Snapshot's SharedVectors, as ClusterCaches fills them).
+  // With `previous` (a model of an earlier snapshot; null: none), the same model, built with what
+  // that one read where this snapshot shares it: the same Node objects and equal classes, the
+  // same GPUNode objects, the very same device objects (Snapshot's SharedVectors, as
+  // ClusterCaches fills them).
   // After one pod's or one device's change, the devices are not read again (issue 26 §1).
   // `previous` and its snapshot need to live only during the call.
-  Model(const Snapshot& snapshot, const Model* previous);
+  explicit Model(const Snapshot& snapshot, const Model* previous = nullptr);
   // The index views the snapshot's strings: a temporary snapshot would leave it dangling.
-  explicit Model(const Snapshot&& snapshot) = delete;
-  Model(const Snapshot&& snapshot, const Model* previous) = delete;
+  explicit Model(const Snapshot&& snapshot, const Model* previous = nullptr) = delete;
   // How many of the snapshot's devices were read from their objects; the others' numbers were
   // copied from the previous model.
   size_t DevicesRead() const;

@@ -231,6 +231,9 @@ struct Model::Index {
   // from the device, or copied from `previous` for a device object it read (nullptr: none).
   void ReadDevices(const Index* previous);
   void ReadDevice(size_t d);
+  // The index of the VMI the device is attached to (its name, and its UID where the attachment
+  // names one), or kNone.
+  size_t AttachedVmiOf(const api::GpuDevice& device) const;
   // What the devices add up to, from their numbers alone: units held, usage, gone nodes.
   void CountDevices(UsageTable& ownUsage, UsageTable& ownPending);
   void GroupVmiDevices();

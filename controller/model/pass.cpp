@@ -678,9 +678,6 @@ std::vector<Decision> Model::PlanPass(PassScope scope) const {
 }
 
 // Here, where the trial's base (pass_planner.h) is a complete type.
-Model::Model(const Snapshot& snapshot) : index_(std::make_unique<Index>(snapshot)) {
-  index_->Build();
-}
 Model::Model(const Snapshot& snapshot, const Model* previous)
     : index_(std::make_unique<Index>(snapshot)) {
   index_->Build(previous ? previous->index_.get() : nullptr);
