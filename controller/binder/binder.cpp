@@ -134,6 +134,21 @@ struct DeviceNameHash {
   }
 };
 
+// "ns/name" as views of its two parts.
+DeviceName SplitKey(const std::string& key) {
+  const size_t slash = key.find('/');
+  return DeviceName{
+      std::string_view(key).substr(0, slash),
+      slash == std::string::npos ? std::string_view() : std::string_view(key).substr(slash + 1)};
+}
+
+// Whether `version` is one a write of the binder's replaced (the cache has not shown it yet).
+template <typename Written>
+bool Replaced(const Written& written, const std::string& version) {
+  return std::find(written.replaced.begin(), written.replaced.end(), version) !=
+         written.replaced.end();
+}
+
 }  // namespace
 
 Binder::Binder(kube::Client& client, const std::atomic<bool>& leading, std::string identity,
@@ -325,30 +340,29 @@ int Binder::Resync(const std::vector<std::shared_ptr<const api::GpuDevice>>& cac
 
 std::vector<std::string> Binder::StaleInCache(
     const std::vector<std::shared_ptr<const api::GpuDevice>>& cached) {
-  std::vector<std::string> stale;
-  if (replaced_.empty() && unsettled_.empty()) {
-    return stale;
-  }
+  if (written_.empty() && unsettled_.empty()) return {};
   // Keyed by views of the cached devices' own names: no "ns/name" built per device.
-  std::unordered_map<DeviceName, const std::string*, DeviceNameHash> versions;
-  versions.reserve(cached.size());
+  std::unordered_map<DeviceName, const std::shared_ptr<const api::GpuDevice>*, DeviceNameHash>
+      byName;
+  byName.reserve(cached.size());
   for (const auto& device : cached) {
-    versions.emplace(DeviceName{device->metadata.namespaceName, device->metadata.name},
-                     &device->metadata.resourceVersion);
+    byName.emplace(DeviceName{device->metadata.namespaceName, device->metadata.name}, &device);
   }
-  auto split = [](const std::string& key) {
-    const size_t slash = key.find('/');
-    return DeviceName{
-        std::string_view(key).substr(0, slash),
-        slash == std::string::npos ? std::string_view() : std::string_view(key).substr(slash + 1)};
-  };
-  for (auto it = replaced_.begin(); it != replaced_.end();) {
-    auto found = versions.find(split(it->first));
-    if (found != versions.end() && *found->second == it->second) {
-      stale.push_back(it->first);  // still the version our write replaced
+  return StaleInCache([&](const std::string& key) -> std::shared_ptr<const api::GpuDevice> {
+    auto found = byName.find(SplitKey(key));
+    return found == byName.end() ? nullptr : *found->second;
+  });
+}
+
+std::vector<std::string> Binder::StaleInCache(const CachedLookup& cached) {
+  std::vector<std::string> stale;
+  for (auto it = written_.begin(); it != written_.end();) {
+    const std::shared_ptr<const api::GpuDevice> device = cached(it->first);
+    if (device && Replaced(it->second, device->metadata.resourceVersion)) {
+      stale.push_back(it->first);  // still a version our writes replaced
       ++it;
     } else {
-      it = replaced_.erase(it);  // the cache has moved on (or the device is gone)
+      it = written_.erase(it);  // the cache has moved on (or the device is gone)
     }
   }
   // After a leader change, read past each until ReadPast finds the cache showing the server's
@@ -360,28 +374,71 @@ std::vector<std::string> Binder::StaleInCache(
   return stale;
 }
 
-std::vector<std::string> Binder::StillStale(
-    const std::vector<std::string>& stale,
-    const std::function<std::shared_ptr<const api::GpuDevice>(const std::string&)>& cached) const {
+std::shared_ptr<const api::GpuDevice> Binder::Answered(Written& written) {
+  if (!written.device && written.answer) {
+    try {
+      written.device =
+          std::make_shared<const api::GpuDevice>(api::GpuDeviceFromJson(*written.answer));
+    } catch (const std::exception&) {
+      // Written, but the answer does not say what the device is now: read it instead.
+    }
+    written.answer.reset();
+  }
+  return written.device;
+}
+
+std::vector<std::string> Binder::NeedReading(const std::vector<std::string>& stale) {
+  std::vector<std::string> reading;
+  for (const std::string& key : stale) {
+    auto written = written_.find(key);
+    if (unsettled_.contains(key) || written == written_.end() || !Answered(written->second)) {
+      reading.push_back(key);
+    }
+  }
+  return reading;
+}
+
+std::vector<std::string> Binder::StillStale(const std::vector<std::string>& stale,
+                                            const CachedLookup& cached) const {
   std::vector<std::string> still;
   for (const std::string& key : stale) {
     if (unsettled_.contains(key)) {
       still.push_back(key);  // settled by ReadPast alone (a leader change)
       continue;
     }
-    auto replaced = replaced_.find(key);
-    if (replaced == replaced_.end()) continue;
+    auto written = written_.find(key);
+    if (written == written_.end()) continue;
     const std::shared_ptr<const api::GpuDevice> device = cached(key);
-    if (device && device->metadata.resourceVersion == replaced->second) still.push_back(key);
+    if (device && Replaced(written->second, device->metadata.resourceVersion)) {
+      still.push_back(key);
+    }
   }
   return still;
 }
 
 int Binder::ReadPast(const std::vector<std::shared_ptr<const api::GpuDevice>>& cached,
                      const std::vector<std::string>& stale,
-                     model::SharedVector<api::GpuDevice>& devices) {
+                     model::SharedVector<api::GpuDevice>& devices, int* fromOwnWrites) {
+  if (fromOwnWrites) *fromOwnWrites = 0;
+  if (stale.empty()) {
+    devices = model::SharedVector<api::GpuDevice>::Sharing(cached);  // the cache's own
+    return 0;
+  }
   std::unordered_map<std::string, std::optional<api::GpuDevice>> fresh;
+  // The stale devices the answers to this binder's own writes show: no request.
+  std::unordered_map<std::string, std::shared_ptr<const api::GpuDevice>> answered;
+  int read = 0;
   for (const std::string& key : stale) {
+    if (!unsettled_.contains(key)) {
+      auto written = written_.find(key);
+      if (written != written_.end()) {
+        if (auto device = Answered(written->second)) {
+          answered.emplace(key, std::move(device));
+          continue;
+        }
+      }
+    }
+    ++read;
     const size_t slash = key.find('/');
     try {
       fresh[key] = api::GpuDeviceFromJson(
@@ -397,10 +454,28 @@ int Binder::ReadPast(const std::vector<std::shared_ptr<const api::GpuDevice>>& c
     // The marker stays until the cache itself moves past the version: every pass until then
     // reads the device again rather than plan from the stale copy.
   }
+  // Only the stale devices' keys are built: the rest are found not stale by their names' views.
+  std::unordered_set<DeviceName, DeviceNameHash> staleNames;
+  for (const std::string& key : stale) staleNames.insert(SplitKey(key));
   devices.clear();
   devices.reserve(cached.size());
   for (const auto& device : cached) {
+    if (!staleNames.contains(DeviceName{device->metadata.namespaceName, device->metadata.name})) {
+      devices.push_back(device);  // the cache's own, shared
+      continue;
+    }
     const std::string key = Key(device->metadata);
+    if (!answered.empty()) {
+      auto answer = answered.find(key);
+      if (answer != answered.end()) {
+        // The write's answer, shared; unless the cache (read after `stale` was) has moved on.
+        auto written = written_.find(key);
+        const bool behind = written != written_.end() &&
+                            Replaced(written->second, device->metadata.resourceVersion);
+        devices.push_back(behind ? answer->second : device);
+        continue;
+      }
+    }
     auto found = fresh.find(key);
     if (found == fresh.end()) {
       devices.push_back(device);  // the cache's own, shared
@@ -423,7 +498,8 @@ int Binder::ReadPast(const std::vector<std::shared_ptr<const api::GpuDevice>>& c
       unsettled_.erase(key);  // gone from both
     }
   }
-  return static_cast<int>(stale.size());
+  if (fromOwnWrites) *fromOwnWrites = static_cast<int>(answered.size());
+  return read;
 }
 
 void Binder::Send(PlacementWrite& write, std::atomic<bool>& halt) {
@@ -431,9 +507,11 @@ void Binder::Send(PlacementWrite& write, std::atomic<bool>& halt) {
     write.skipped = true;
   } else {
     try {
-      client_.MergePatchAt(DevicePath(*write.device, true), write.body,
-                           write.device->metadata.resourceVersion, write_);
+      const nlohmann::json answer =
+          client_.MergePatchAt(DevicePath(*write.device, true), write.body,
+                               write.device->metadata.resourceVersion, write_);
       write.written = true;
+      write.answer = std::make_shared<const nlohmann::json>(std::move(answer));
     } catch (const kube::ApiError& error) {
       write.failure = error.kind();
       write.error = error.what();
@@ -458,7 +536,19 @@ bool Binder::TakeWrite(PlacementWrite& write, kube::TimePoint steadyNow,
   const model::Decision& decision = *write.decision;
   if (write.written) {
     writeBackoff_.Succeeded(write.key);
-    replaced_[write.key] = device.metadata.resourceVersion;
+    Written& written = written_[write.key];
+    // A write planned from the answer to the last one: the cache may still show either version.
+    if (written.answerVersion.empty() || written.answerVersion != device.metadata.resourceVersion) {
+      written.replaced.clear();
+    }
+    written.replaced.push_back(device.metadata.resourceVersion);
+    written.answer = std::move(write.answer);
+    written.answerVersion.clear();
+    if (written.answer && written.answer->is_object()) {
+      const nlohmann::json metadata = written.answer->value("metadata", nlohmann::json::object());
+      if (metadata.is_object()) written.answerVersion = metadata.value("resourceVersion", "");
+    }
+    written.device.reset();
     ++result.writes;
     event = PrepareDeviceEvent(device, decision, now, result);
     const nlohmann::json& status = write.body["status"];

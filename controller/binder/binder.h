@@ -29,10 +29,15 @@
 //
 // Reading past the cache (D3): a watch event may lag a write, and a pass that planned from a
 // cache still showing a unit free would book it again. The binder remembers, for each device it
-// wrote, the resourceVersion its write replaced; a device the cache still shows at such a
-// version is stale, and the pass reads that device from the API server (a GET) instead. The
-// cost is bounded by the binder's own recent writes, never by the size of the cluster, and it
-// is paid only while the watch has not delivered them.
+// wrote, the resourceVersions its writes replaced and the device as the API server answered the
+// last of them (a write's answer is the object it made: a read past the cache that costs no
+// request, as kube-scheduler assumes a pod bound before its informer shows it). A device the
+// cache still shows at such a version is stale, and the pass plans from the write's answer
+// instead; one whose answer did not decode is read from the API server (a GET). The cost is
+// bounded by the binder's own recent writes, never by the size of the cluster, and it is paid
+// only while the watch has not delivered them. Before, a pass waited up to 200 ms for the watch
+// to deliver the last pass's writes: at a thousand binds at once, a tenth of the time the
+// binder took to answer them all went to that wait (issue 26 §1).
 //
 // A new leader (D3 across a leader change): its cache may still lag the writes of the leader
 // before it, which its own markers know nothing of. Before its first pass it lists the devices
@@ -74,7 +79,8 @@ struct BinderResult {
   int64_t failures = 0;                 // other failed writes
   std::vector<double> answerLatencies;  // seconds from requestedAt to the answer
   std::string error;                    // the pass did not run (G7, a bad snapshot)
-  int readPastCache = 0;                // D3: devices read past the cache
+  int readPastCache = 0;                // D3: devices read past the cache (GETs)
+  int fromOwnWrites = 0;                // D3: devices taken from the answers to its own writes
   // Devices the server holds that do not decode (skipped, as the cache skips them): one bad
   // object must not stop every pass. "namespace/name: why" each.
   std::vector<std::string> undecodable;
@@ -143,21 +149,31 @@ class Binder {
   int Resync(const std::vector<std::shared_ptr<const api::GpuDevice>>& cached,
              const std::vector<api::GpuDevice>& listed);
 
+  // A device's copy in the cache now, by "namespace/name" (null: none).
+  using CachedLookup = std::function<std::shared_ptr<const api::GpuDevice>(const std::string& key)>;
   // The devices ("namespace/name") the cache shows without a write of this binder or of the
-  // leader before it (D3).
+  // leader before it (D3), the cache read whole or (the pass's way: one lookup per device
+  // written, not one per device cached) by key.
   std::vector<std::string> StaleInCache(
       const std::vector<std::shared_ptr<const api::GpuDevice>>& cached);
-  // Of `stale` (StaleInCache's), those the cache still shows stale, each read by key through
+  std::vector<std::string> StaleInCache(const CachedLookup& cached);
+  // Of `stale` (StaleInCache's), those ReadPast will read from the API server: the devices
+  // the last leader wrote (a leader change), and those its own write has no answer for that
+  // decodes (each answer is decoded here, once). The rest it takes from those answers.
+  std::vector<std::string> NeedReading(const std::vector<std::string>& stale);
+  // Of `stale` (NeedReading's), those the cache still shows stale, each read by key through
   // `cached` (a device's copy in the cache now; null: none): how a pass waits for the watch
-  // to deliver its writes without reading the whole cache again at each change.
-  std::vector<std::string> StillStale(
-      const std::vector<std::string>& stale,
-      const std::function<std::shared_ptr<const api::GpuDevice>(const std::string&)>& cached) const;
-  // The devices as the pass must see them: the cache's, with each stale one read from the API
-  // server (left out when it is gone, added when the cache does not have it yet). Returns the
-  // number read.
+  // to deliver the writes it has no answer to without reading the whole cache again at each
+  // change.
+  std::vector<std::string> StillStale(const std::vector<std::string>& stale,
+                                      const CachedLookup& cached) const;
+  // The devices as the pass must see them: the cache's, with each stale one taken from the
+  // answer to the binder's last write of it or, without one, read from the API server (left
+  // out when it is gone, added when the cache does not have it yet). Returns the number read
+  // from the API server; `fromOwnWrites`, where given, is set to the number taken from answers.
   int ReadPast(const std::vector<std::shared_ptr<const api::GpuDevice>>& cached,
-               const std::vector<std::string>& stale, model::SharedVector<api::GpuDevice>& devices);
+               const std::vector<std::string>& stale, model::SharedVector<api::GpuDevice>& devices,
+               int* fromOwnWrites = nullptr);
 
   // One pass over `snapshot`. `answersOnly`: the fast pass (D4), which writes only for devices
   // with an unanswered bind request, with the full pass's decisions, and the decisions before
@@ -199,6 +215,9 @@ class Binder {
     bool written = false;
     bool skipped = false;                    // not sent: the pass stopped before a writer took it
     std::optional<kube::ErrorKind> failure;  // the server's refusal, or the request's failure
+    // The server's answer to the write: the device as it made it (decoded only if a pass
+    // needs it, D3).
+    std::shared_ptr<const nlohmann::json> answer;
     std::string error;
     std::exception_ptr thrown;      // anything else, thrown again on the binder's thread
     std::atomic<bool> done{false};  // a writer is through with it (the fields above are set)
@@ -253,7 +272,19 @@ class Binder {
   std::unique_ptr<const model::Snapshot> lastSnapshot_;
   std::unique_ptr<const model::Model> lastModel_;
   kube::KeyedBackoff writeBackoff_{kWriteRetry};  // "ns/name" -> its refused writes in a row
-  std::map<std::string, std::string> replaced_;   // "ns/name" -> the version a write replaced
+  // A device this binder wrote and the cache may not show yet (D3): the versions its writes
+  // replaced (more than one where a pass wrote from the answer to the one before), the
+  // server's answer to the last write, and that answer decoded, once a pass has needed it.
+  struct Written {
+    std::vector<std::string> replaced;
+    std::shared_ptr<const nlohmann::json> answer;
+    std::string answerVersion;  // the resourceVersion the answer shows
+    std::shared_ptr<const api::GpuDevice> device;
+  };
+  // The device as the answer to the binder's last write of it shows it; null where there is no
+  // answer or it does not decode (the pass reads the device from the API server then).
+  static std::shared_ptr<const api::GpuDevice> Answered(Written& written);
+  std::map<std::string, Written> written_;  // "ns/name" ->
   // "ns/name" -> the version the cache showed when the list after taking the lead differed
   // ("" for a device the cache did not have); dropped once the cache shows the server's.
   std::map<std::string, std::string> unsettled_;

@@ -52,6 +52,7 @@ bool BinderLoop::StartPass() {
   const bool answersOnly = answers_ || !full_;
   if (!answersOnly) full_ = false;
   answers_ = false;
+  answering_ = answersOnly;
   worker_.Run([this, answersOnly] {
     PassResult pass = RunPass(answersOnly);
     loop_.Post([this, pass = std::move(pass)]() mutable { PassDone(std::move(pass)); });
@@ -148,7 +149,6 @@ BinderLoop::PassResult BinderLoop::RunPass(bool answersOnly) {
   bool settling = false;
   try {
     model::Snapshot snapshot;
-    auto cachedDevices = source_.CachedDevices();
     int resyncMarked = 0;
     std::vector<std::string> undecodable;
     if (resync_.load()) {
@@ -169,36 +169,44 @@ BinderLoop::PassResult BinderLoop::RunPass(bool answersOnly) {
                                 ": " + error.what());
         }
       }
-      resyncMarked = binder_.Resync(cachedDevices, listed);
+      resyncMarked = binder_.Resync(source_.CachedDevices(), listed);
       resync_ = false;
       runtime::LogInfo("binder read the devices from the API server on taking the lead",
                        LogFields{{"devices", std::to_string(listed.size())},
                                  {"cacheBehind", std::to_string(resyncMarked)}});
     }
-    // D3: the cache must show this binder's last writes; give the watch up to 200 ms, woken by
-    // each change the caches take (not a poll), then read the devices it still shows stale
-    // past it. While it waits, each change rechecks the stale devices alone, by key; the
-    // whole cache is read again once, after the wait.
-    std::vector<std::string> stale = binder_.StaleInCache(cachedDevices);
-    if (!stale.empty()) {
+    // D3: the cache must show this binder's last writes. Where it does not, the pass plans
+    // from the answers the API server gave to them, with no wait. The devices it has no answer
+    // for (the last leader's writes, an answer that did not decode) are read past the cache:
+    // the watch gets up to 200 ms, woken by each change the caches take (not a poll), then
+    // each still stale is read with a GET. While it waits, each change rechecks those devices
+    // alone, by key; the whole cache is read again once, after the wait.
+    // Each device written is looked up by key, not the whole cache read for it; the devices are
+    // listed after, so the list is at least as new as what the lookups saw (ReadPast takes a
+    // device the list shows newer than the lookup did from the list).
+    const Binder::CachedLookup cached = [this](const std::string& key) {
+      return source_.CachedDevice(key);
+    };
+    std::vector<std::string> stale = binder_.StaleInCache(cached);
+    if (std::vector<std::string> waiting = binder_.NeedReading(stale); !waiting.empty()) {
       const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
-      std::vector<std::string> waiting = stale;
       while (!waiting.empty() && std::chrono::steady_clock::now() < until) {
         const uint64_t seen = source_.Generation();  // before the read: a change after it wakes
-        waiting = binder_.StillStale(
-            waiting, [this](const std::string& key) { return source_.CachedDevice(key); });
+        waiting = binder_.StillStale(waiting, cached);
         if (!waiting.empty()) source_.WaitForChange(seen, until);
       }
-      cachedDevices = source_.CachedDevices();
-      stale = binder_.StaleInCache(cachedDevices);
+      stale = binder_.StaleInCache(cached);
     }
-    const int readPast = binder_.ReadPast(cachedDevices, stale, snapshot.devices);
+    const auto cachedDevices = source_.CachedDevices();
+    int fromOwnWrites = 0;
+    const int readPast = binder_.ReadPast(cachedDevices, stale, snapshot.devices, &fromOwnWrites);
     const bool vmisKnown = source_.FillSnapshot(snapshot);
     pass.readSeconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     const auto now = std::chrono::system_clock::now();
     pass.result = binder_.Pass(snapshot, answersOnly, vmisKnown, now);
     pass.result.readPastCache = readPast;
+    pass.result.fromOwnWrites = fromOwnWrites;
     pass.result.undecodable = std::move(undecodable);
     if (!answersOnly) {
       pass.result.conditionWrites = binder_.WriteNodeConditions(snapshot, now);
@@ -220,6 +228,7 @@ BinderLoop::PassResult BinderLoop::RunPass(bool answersOnly) {
 }
 
 void BinderLoop::PassDone(PassResult pass) {
+  answering_ = false;
   ++passes_[pass.answersOnly ? "answers" : "full"];
   duration_.Observe(pass.seconds);
   for (const auto& [action, count] : pass.result.decisions) {
@@ -231,6 +240,7 @@ void BinderLoop::PassDone(PassResult pass) {
   conflicts_ += pass.result.conflicts;
   failures_ += pass.result.failures;
   readsPastCache_ += pass.result.readPastCache;
+  fromOwnWrites_ += pass.result.fromOwnWrites;
   heldOff_ += pass.result.heldOff;
   if (pass.result.error.empty()) backingOff_ = pass.result.backingOff;
   undecodable_ += static_cast<int64_t>(pass.result.undecodable.size());
@@ -248,6 +258,8 @@ void BinderLoop::PassDone(PassResult pass) {
                     LogFields{{"kind", pass.answersOnly ? "answers" : "full"},
                               {"ms", ms(pass.seconds)},
                               {"readMs", ms(pass.readSeconds)},
+                              {"ownAnswers", std::to_string(pass.result.fromOwnWrites)},
+                              {"reads", std::to_string(pass.result.readPastCache)},
                               {"planMs", ms(pass.result.planSeconds)},
                               {"writeMs", ms(pass.result.writeSeconds)},
                               {"writes", std::to_string(pass.result.writes)},
@@ -345,6 +357,11 @@ void BinderLoop::WriteMetrics(runtime::MetricsWriter& out) const {
   out.Family("gpu_controller_binder_device_reads_total", "counter",
              "GPUDevices read past a cache still behind the binder's writes (D3).");
   out.Sample("gpu_controller_binder_device_reads_total", "", static_cast<double>(readsPastCache_));
+  out.Family("gpu_controller_binder_own_write_answers_total", "counter",
+             "GPUDevices a pass took from the answers to the binder's own writes, the cache "
+             "still behind them (D3).");
+  out.Sample("gpu_controller_binder_own_write_answers_total", "",
+             static_cast<double>(fromOwnWrites_));
   out.Family("gpu_controller_binder_undecodable_total", "counter",
              "GPUDevices the binder read from the API server and skipped: they do not decode.");
   out.Sample("gpu_controller_binder_undecodable_total", "", static_cast<double>(undecodable_));

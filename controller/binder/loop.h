@@ -133,6 +133,8 @@ class BinderLoop {
   void Stop();
   // Loop thread: the gpu_controller_binder_* families and the rest of the binder's metrics.
   void WriteMetrics(runtime::MetricsWriter& out) const;
+  // Loop thread: whether an answers-only pass is due or running (the reconciler yields to it).
+  bool Answering() const { return answers_ || answering_; }
   // The pods cache's filter asks it whether a pod change needs a pass (any thread).
   QuietRoom& quietRoom() { return quietRoom_; }
 
@@ -159,8 +161,9 @@ class BinderLoop {
   std::unique_ptr<runtime::PassScheduler> scheduler_;  // from Start
   // Loop thread.
   bool stopping_ = false;
-  bool full_ = false;     // a full pass is due
-  bool answers_ = false;  // an answers-only pass is due
+  bool full_ = false;       // a full pass is due
+  bool answers_ = false;    // an answers-only pass is due
+  bool answering_ = false;  // the pass running is answers-only
   // Metrics, loop thread.
   std::map<std::string, int64_t> passes_;
   runtime::Histogram duration_;
@@ -173,6 +176,7 @@ class BinderLoop {
   int64_t failures_ = 0;
   int64_t errors_ = 0;
   int64_t readsPastCache_ = 0;
+  int64_t fromOwnWrites_ = 0;
   int64_t heldOff_ = 0;
   size_t backingOff_ = 0;
   int64_t undecodable_ = 0;

@@ -136,14 +136,32 @@ TEST_F(BinderTest, D3_ACacheBehindTheBindersWritesIsReadPastAndNoUnitIsBookedTwi
   // written device, and only it, is stale.
   const std::vector<std::string> staleKeys = binder.StaleInCache(Shared(before));
   EXPECT_EQ(staleKeys, (std::vector<std::string>{"t1/d1"}));
-  // Read past it: one GET shows the bind, so the next pass books nothing. (The first pass's
-  // Events are in first: they go out on the binder's event sender, after the pass.)
+  // The same by key, as a pass looks its written devices up.
+  EXPECT_EQ(
+      binder.StaleInCache([&](const std::string& key) -> std::shared_ptr<const api::GpuDevice> {
+        for (const auto& device : Shared(before)) {
+          if (device->metadata.namespaceName + "/" + device->metadata.name == key) return device;
+        }
+        return nullptr;
+      }),
+      staleKeys);
+  // Read past it: the API server's answer to the write shows the bind, so the next pass books
+  // nothing, and no request is made for it. (The first pass's Events are in first: they go
+  // out on the binder's event sender, after the pass.)
+  EXPECT_TRUE(binder.NeedReading(staleKeys).empty());
   ASSERT_TRUE(binder.WaitForEvents(std::chrono::seconds(10)));
   server_->ClearRequests();
   model::Snapshot fresh = before;
-  EXPECT_EQ(binder.ReadPast(Shared(before), staleKeys, fresh.devices), 1);
-  EXPECT_EQ(server_->Requests().size(), 1u);  // a GET of d1, not a LIST of every device
-  EXPECT_EQ(fresh.devices.size(), 2u);
+  int fromOwnWrites = 0;
+  EXPECT_EQ(binder.ReadPast(Shared(before), staleKeys, fresh.devices, &fromOwnWrites), 0);
+  EXPECT_EQ(fromOwnWrites, 1);
+  EXPECT_TRUE(server_->Requests().empty());  // neither a GET of d1 nor a LIST of every device
+  ASSERT_EQ(fresh.devices.size(), 2u);
+  for (const api::GpuDevice& device : fresh.devices) {
+    if (device.metadata.name == "d1") {
+      EXPECT_EQ(device.Phase(), api::DevicePhase::kBound);
+    }
+  }
   // Until the cache itself shows the write, every pass reads the device again.
   EXPECT_EQ(binder.StaleInCache(Shared(before)), staleKeys);
   BinderResult second = binder.Pass(fresh, false, true, std::chrono::system_clock::now());
@@ -158,6 +176,73 @@ TEST_F(BinderTest, D3_ACacheBehindTheBindersWritesIsReadPastAndNoUnitIsBookedTwi
   EXPECT_EQ(stale.conflicts, 1);
   EXPECT_TRUE(stale.incomplete);
   EXPECT_EQ(Bound(), 1);
+}
+
+TEST_F(BinderTest, D3_AWriteWhoseAnswerDoesNotSayWhatTheDeviceIsIsReadWithAGet) {
+  // The server answers d1's bind with a Status, not the device (and does not apply it): the
+  // binder cannot plan from that answer, so the device is read from the API server.
+  fake::Fault status;
+  status.method = "PATCH";
+  status.pathPrefix = kDevices + "d1/status";
+  status.status = 200;
+  status.count = 1;
+  server_->AddFault(status);
+  Binder binder(*client_, leading_);
+  const model::Snapshot before = Read();
+  ASSERT_EQ(binder.Pass(before, false, true, std::chrono::system_clock::now()).writes, 1);
+  const std::vector<std::string> stale = binder.StaleInCache(Shared(before));
+  EXPECT_EQ(stale, (std::vector<std::string>{"t1/d1"}));
+  EXPECT_EQ(binder.NeedReading(stale), stale);
+  ASSERT_TRUE(binder.WaitForEvents(std::chrono::seconds(10)));
+  server_->ClearRequests();
+  model::Snapshot read = before;
+  int fromOwnWrites = -1;
+  EXPECT_EQ(binder.ReadPast(Shared(before), stale, read.devices, &fromOwnWrites), 1);
+  EXPECT_EQ(fromOwnWrites, 0);
+  ASSERT_EQ(server_->Requests().size(), 1u);
+  EXPECT_EQ(server_->Requests()[0].method, "GET");
+  // The server's d1 is still waiting (the write did not apply): the next pass binds it again.
+  BinderResult again = binder.Pass(read, false, true, std::chrono::system_clock::now());
+  EXPECT_EQ(again.writes, 1);
+  EXPECT_EQ(again.conflicts, 0);
+  EXPECT_EQ(Bound(), 1);
+}
+
+TEST_F(BinderTest, D3_AWriteOfAWrittenDeviceKeepsEveryVersionTheCacheMayStillShowStale) {
+  // Two writes of d1 in two passes, the second planned from the first's answer, with the watch
+  // delivering neither: the cache may show the version before either write, and both are
+  // stale (with only the last replaced version kept, a cache showing the first looked caught up
+  // after the second write, and a pass planned from it).
+  Binder binder(*client_, leading_);
+  const model::Snapshot before = Read();
+  ASSERT_EQ(binder.Pass(before, false, true, std::chrono::system_clock::now()).writes, 1);
+  model::Snapshot first = before;
+  ASSERT_EQ(binder.ReadPast(Shared(before), binder.StaleInCache(Shared(before)), first.devices),
+            0);  // d1 as the first write's answer shows it
+  // A bind request on d1 that pass plans from (as if d1's answer carried it): an answer to
+  // write, conditional on the version the first write made.
+  std::vector<api::GpuDevice> devices = first.devices.Copy();
+  for (api::GpuDevice& device : devices) {
+    if (device.metadata.name == "d1") {
+      device.status.bindRequest = api::BindRequest{"r9", "2026-12-01T00:00:01Z"};
+    }
+  }
+  model::Snapshot second = first;
+  second.devices = model::SharedVector<api::GpuDevice>(std::move(devices));
+  ASSERT_EQ(binder.Pass(second, true, true, std::chrono::system_clock::now()).writes, 1);
+  // The cache at the version before the first write, or at the one the first made: stale.
+  EXPECT_EQ(binder.StaleInCache(Shared(before)), (std::vector<std::string>{"t1/d1"}));
+  EXPECT_EQ(binder.StaleInCache(Shared(first)), (std::vector<std::string>{"t1/d1"}));
+  model::Snapshot seen = before;
+  EXPECT_EQ(binder.ReadPast(Shared(before), {"t1/d1"}, seen.devices), 0);
+  for (const api::GpuDevice& device : seen.devices) {
+    if (device.metadata.name == "d1") {
+      ASSERT_TRUE(device.status.bindResponse);
+      EXPECT_EQ(device.status.bindResponse->id, "r9");  // the second write's answer
+    }
+  }
+  // The cache at the second write's answer: caught up.
+  EXPECT_TRUE(binder.StaleInCache(Shared(Read())).empty());
 }
 
 TEST_F(BinderTest, D3_ANewLeaderReadsPastACacheBehindTheLastLeadersWrites) {
