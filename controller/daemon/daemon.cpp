@@ -95,6 +95,8 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
     if (options.enableGpu) {
       binder_ = std::make_unique<BinderLoop>(loop_, client_, leading_, identity_, *this,
                                              [this] { return elector_->LeadingUntil(); });
+      // A thousand VM starts at once: the reconciler waits (1 s at most) for their answers.
+      reconciler_.SetYield([this] { return binder_->Answering(); });
     }
   }
 

@@ -30,6 +30,10 @@ void ReconcilerMetrics::Write(runtime::MetricsWriter& out) const {
   out.Family("gpu_controller_reconcile_failures_total", "counter",
              "Reconciler passes that could not plan.");
   out.Sample("gpu_controller_reconcile_failures_total", "", static_cast<double>(failures_));
+  out.Family("gpu_controller_reconcile_deferred_total", "counter",
+             "Times a reconciler pass that was due waited for the binder answering bind "
+             "requests (at most 1 s each).");
+  out.Sample("gpu_controller_reconcile_deferred_total", "", static_cast<double>(deferred_));
   out.Family("gpu_controller_reconcile_duration_seconds", "histogram",
              "Time of one reconciler pass: plan and writes.");
   duration_.Write(out, "gpu_controller_reconcile_duration_seconds");
@@ -100,6 +104,16 @@ bool ReconcilerLoop::StartPass() {
   if (stopping_ || !leading_ || !source_.ReconcilerCachesSynced()) {
     return false;  // leading and syncing both trigger again
   }
+  if (yield_ && yield_()) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!yieldingSince_) yieldingSince_ = now;
+    if (now - *yieldingSince_ < kYieldMax) {
+      metrics_.Deferred();
+      passes_->Ask(kYieldRecheck);
+      return false;
+    }
+  }
+  yieldingSince_.reset();
   worker_.Run([this] {
     PassResult result = RunPass();
     loop_.Post([this, result = std::move(result)]() mutable { PassDone(std::move(result)); });

@@ -45,11 +45,14 @@ class ReconcilerMetrics {
   // One pass: how long it took, whether it failed (could not plan, or skipped attachments whose
   // VMI cannot be told), what the applier wrote and what waits.
   void Pass(double seconds, bool failed, const ApplyCounts& counts, const Waiting& waiting);
+  // A pass that was due and waited for the binder's answers (ReconcilerLoop::SetYield).
+  void Deferred() { ++deferred_; }
   void Write(runtime::MetricsWriter& out) const;
 
  private:
   int64_t passes_ = 0;
   int64_t failures_ = 0;
+  int64_t deferred_ = 0;
   runtime::Histogram duration_{{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30}};
   std::map<std::pair<std::string, std::string>, int64_t> writes_;
   int64_t conflicts_ = 0;
@@ -83,6 +86,15 @@ class ReconcilerLoop {
   static constexpr int kDebouncePerPassTime = 4;
   // The debounce after a pass of `seconds`.
   static std::chrono::milliseconds Debounce(double seconds);
+  // Loop thread, before Start: `busy` (loop thread) says whether the binder is answering bind
+  // requests (an answers-only pass due or running). A pass due then waits, checked again every
+  // kYieldRecheck, for at most kYieldMax from when it was first due: a thousand VM starts at
+  // once get the CPU and the API server the reconciler's passes took while they waited (a
+  // fifth of the controller's CPU in bench_binder's burst, issue 26 §1), and the reconciler
+  // still runs within a second.
+  void SetYield(std::function<bool()> busy) { yield_ = std::move(busy); }
+  static constexpr std::chrono::milliseconds kYieldRecheck{20};
+  static constexpr std::chrono::milliseconds kYieldMax{1000};
   // Loop thread: no pass starts after this; the one in flight finishes its write in progress
   // (the daemon has cleared `leading` first, so it makes no further ones) and is waited for.
   void Stop();
@@ -116,6 +128,9 @@ class ReconcilerLoop {
   ReconcilerMetrics metrics_;  // loop thread
   bool stopping_ = false;
   std::chrono::milliseconds debounce_ = kDebounce;  // loop thread: Debounce of the last pass
+  std::function<bool()> yield_;                     // SetYield's
+  // Loop thread: since when the pass due has waited for the binder's answers.
+  std::optional<std::chrono::steady_clock::time_point> yieldingSince_;
 };
 
 }  // namespace cozy::controller
