@@ -1,13 +1,23 @@
 // The binder at scale, through the fake API server: `gpu-controller run --enable-gpu` (the real
-// program) over N nodes x 8 GPUs whose units are all held but R, then R orders with bind
-// requests written at once. Prints: the time from the requests written to all answered, answers
-// per second, API placement writes per bound device (goal: 1), writes in a quiet window (goal:
-// 0), and, as the peers measured in the same process, the model's pass over the same cluster
-// without any API (what the API, the caches and the process add is the ratio) and a bare loop
-// of status merge patches against the same API server, serial and on 8 connections (the
-// binder's answers per second as a ratio to what the API server can take, issue 26 §1).
+// program) over N nodes x 8 GPUs whose units are all held but 2 x R, then two bursts of R orders
+// with bind requests:
+//  - written while the binder runs: the time from the first request written to all answered;
+//  - written before the binder sees them (the controller held with SIGSTOP while they are
+//    written, as a kubelet blip or a leader's pause leaves it a backlog): the time from its
+//    SIGCONT to all answered. This is the binder's own rate: no request's write shares the
+//    window with its answers, which on a real API server halves what is left for them.
+// Prints, for each: answers per second and API placement writes per bound device (goal: 1);
+// then writes in a quiet window (goal: 0), and, as the peers measured in the same process, the
+// model's pass over the same cluster without any API (what the API, the caches and the process
+// add is the ratio) and a bare loop of status merge patches against the same API server, serial
+// and on 8 connections (the binder's answers per second as a ratio to what the API server can
+// take, issue 26 §1: goal 0.5 of the concurrent rate).
 //
 //   bench_binder [nodes=5000] [requests=1000] [quiet-seconds=60]
+//
+// BENCH_GPU_CONTROLLER=/path/to/gpu-controller drives that build instead (an A/B against an
+// earlier commit's); BENCH_CONTROLLER_LOG=FILE keeps the controller's log there, with -v (each
+// pass's times), on the fake.
 //
 // With --real-cluster (a control plane of scripts/cluster.sh brought up in a temporary
 // directory and down at the end) or --kubeconfig FILE (an existing, empty cluster, left filled):
@@ -18,8 +28,10 @@
 // (apiserver_request_total in its /metrics, before and after). Since each answer's request is a
 // write through the same server, it also prints the server's status writes while answering (the
 // requests' and the binder's) against the concurrent bare rate: what the server took in all.
+// The second burst's requests are written with the controller held, as on the fake.
 //
 //   bench_binder --real-cluster [nodes=1000] [requests=1000] [quiet-seconds=60] [seed-threads=16]
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,6 +44,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -56,6 +69,13 @@ constexpr int kTenants = 100;
 constexpr const char* kRequestLabel = "bench.cozystack.io/request";
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// The program under test: this build's gpu-controller, or BENCH_GPU_CONTROLLER's (an earlier
+// commit's, built in a worktree: an A/B in one run of the same bench).
+std::string ControllerProgram() {
+  const char* program = std::getenv("BENCH_GPU_CONTROLLER");
+  return program && *program ? program : GPU_CONTROLLER;
+}
 
 json Node(int n) { return cozy::testing::ReadyNode("node-" + std::to_string(n)); }
 
@@ -191,15 +211,22 @@ void PrintCpu(pid_t controller, const std::map<std::string, double>& before, dou
 }
 
 // The physical limit (issue 26 §1): the same API server taking a bare loop of status merge
-// patches on the requests' devices (each answered by then), one after the other on one
-// connection (as the binder writes today) and spread over kBareConnections connections. The
-// binder's answers per second are printed as a ratio to each.
+// patches on the first burst's devices (each answered by then), one after the other on one
+// connection (as the binder wrote before issue 26) and spread over kBareConnections
+// connections. Each burst's answers per second are printed as a ratio to each.
 constexpr int kBareConnections = 8;
 
-// `serverWritesPerSecond`: the status writes the API server took while the binder answered,
-// the requests' own included (0 where the requests were not written through it, as on the fake).
+// A burst's answers: what it is called, its answers per second, and the status writes the API
+// server took while the binder answered, the requests' own included (0 where the requests were
+// not written through it in that time).
+struct BurstRate {
+  std::string name;
+  double answersPerSecond = 0;
+  double serverWritesPerSecond = 0;
+};
+
 void BarePatchPeer(const cozy::kube::ClientConfig& config, int first, int requests,
-                   double answersPerSecond, double serverWritesPerSecond = 0) {
+                   const std::vector<BurstRate>& bursts) {
   auto patch = [&](int r, cozy::kube::Client& client, const char* run) {
     const int i = first + r;
     client.MergePatch(
@@ -218,17 +245,50 @@ void BarePatchPeer(const cozy::kube::ClientConfig& config, int first, int reques
   std::printf(
       "bare status merge patches on the same API server: %.0f/s on 1 connection, %.0f/s on %d\n",
       serial, concurrent, kBareConnections);
-  std::printf("binder answers / bare patches: %.2f of serial, %.2f of concurrent (goal 0.5)\n",
-              answersPerSecond / serial, answersPerSecond / concurrent);
-  if (serverWritesPerSecond > 0) {
-    // Each answer's request was a status write through the same API server, in the same time:
-    // what the server took in all, against what it can take.
+  for (const BurstRate& burst : bursts) {
     std::printf(
-        "  the API server's status writes while answering, the requests' and the binder's: "
-        "%.0f/s, %.2f of concurrent\n",
-        serverWritesPerSecond, serverWritesPerSecond / concurrent);
+        "binder answers / bare patches, requests written %s: %.2f of serial, %.2f of concurrent "
+        "(goal 0.5)\n",
+        burst.name.c_str(), burst.answersPerSecond / serial, burst.answersPerSecond / concurrent);
+    if (burst.serverWritesPerSecond > 0) {
+      // Each answer's request was a status write through the same API server, in the same
+      // time: what the server took in all, against what it can take.
+      std::printf(
+          "  the API server's status writes while answering, the requests' and the binder's: "
+          "%.0f/s, %.2f of concurrent\n",
+          burst.serverWritesPerSecond, burst.serverWritesPerSecond / concurrent);
+    }
   }
 }
+
+// Holds a process stopped (SIGSTOP) until Release or the end of the scope (SIGCONT): the
+// controller, while a burst's requests are written, so that it meets them all at once.
+class HeldProcess {
+ public:
+  explicit HeldProcess(pid_t pid) : pid_(pid) {
+    ::kill(pid_, SIGSTOP);
+    const std::string stat = "/proc/" + std::to_string(pid_) + "/stat";
+    cozy::testing::WaitFor(
+        [&] {
+          std::ifstream in(stat);
+          std::string line;
+          std::getline(in, line);
+          const size_t paren = line.rfind(')');
+          return paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] == 'T';
+        },
+        std::chrono::seconds(10), std::chrono::milliseconds(1));
+  }
+  ~HeldProcess() { Release(); }
+  HeldProcess(const HeldProcess&) = delete;
+  HeldProcess& operator=(const HeldProcess&) = delete;
+  void Release() {
+    if (pid_ > 0) ::kill(pid_, SIGCONT);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_;
+};
 
 // A self-signed serving pair for the webhooks, which serve with GPUs on (never called here).
 bool SelfSignedCertificate(const std::filesystem::path& dir) {
@@ -322,8 +382,13 @@ class AnswerWatch {
   std::map<int, bool> answers_;
 };
 
+// The two bursts' names, in the order they run.
+constexpr const char* kLive = "while the binder runs";
+constexpr const char* kHeld = "before the binder sees them";
+
 int RunFake(int nodes, int requests, int quietSeconds) {
-  const int held = nodes * kGpusPerNode - requests;  // every unit held but one per request
+  // Every unit held but one per request of the two bursts.
+  const int held = nodes * kGpusPerNode - 2 * requests;
   char pattern[] = "/tmp/bench-binder.XXXXXX";
   const std::filesystem::path work = ::mkdtemp(pattern);
 
@@ -352,48 +417,92 @@ int RunFake(int nodes, int requests, int quietSeconds) {
               Seconds(Clock::now() - seeding));
 
   std::ofstream(work / "kubeconfig") << server.Kubeconfig("binder");
+  const cozy::kube::ClientConfig config = cozy::kube::LoadKubeconfig(work / "kubeconfig");
   const int port = cozy::testing::FreePort();
   if (!SelfSignedCertificate(work / "certs")) return 1;
-  pid_t controller = cozy::testing::Spawn(
-      {GPU_CONTROLLER, "run", "--kubeconfig", (work / "kubeconfig").string(), "--identity", "bench",
-       "--enable-gpu", "--health-addr", "127.0.0.1:" + std::to_string(port), "--qps", "0",
-       "--webhook-addr", "127.0.0.1:0", "--webhook-cert-dir", (work / "certs").string()},
-      work / "controller.log");
+  std::vector<std::string> arguments = {ControllerProgram(),
+                                        "run",
+                                        "--kubeconfig",
+                                        (work / "kubeconfig").string(),
+                                        "--identity",
+                                        "bench",
+                                        "--enable-gpu",
+                                        "--health-addr",
+                                        "127.0.0.1:" + std::to_string(port),
+                                        "--qps",
+                                        "0",
+                                        "--webhook-addr",
+                                        "127.0.0.1:0",
+                                        "--webhook-cert-dir",
+                                        (work / "certs").string()};
+  if (std::getenv("BENCH_CONTROLLER_LOG")) arguments.push_back("-v");  // each pass's times
+  pid_t controller = cozy::testing::Spawn(arguments, work / "controller.log");
   if (!WaitForController(port, work / "controller.log")) {
     cozy::testing::Finish(controller);
     return 1;
   }
   std::this_thread::sleep_for(std::chrono::seconds(1));  // the passes its writes trigger
 
-  // The answers are seen as the real-cluster run sees them, through a watch on the requests'
-  // label (polling the fake's store for each request would hold its lock against the writes).
-  AnswerWatch answers(cozy::kube::LoadKubeconfig(work / "kubeconfig"), held, requests);
-  answers.Start();
-  server.ClearRequests();
-  const auto threadsBefore = cozy::bench::ThreadCpu(controller);
-  const double controllerBefore = cozy::bench::CpuSeconds(controller);
-  const double benchBefore = cozy::bench::CpuSeconds(getpid());
-  const auto asked = Clock::now();
-  for (int i = held; i < held + requests; ++i) {
-    server.Seed(Device(i, "", "req-" + std::to_string(i)));
-  }
-  const bool done = answers.Wait(std::chrono::minutes(10));
-  const int left = requests - answers.answered();
-  const int bound = answers.bound();
-  const double answerSeconds = Seconds(Clock::now() - asked);
-  PrintCpu(controller, threadsBefore, cozy::bench::CpuSeconds(controller) - controllerBefore,
-           cozy::bench::CpuSeconds(getpid()) - benchBefore, answerSeconds);
-  int placementWrites = 0;
-  for (const auto& request : server.Requests()) {
-    if (request.method == "PATCH" && request.status < 300 && request.path.ends_with("/status") &&
-        request.path.find("/gpudevices/") != std::string::npos) {
-      ++placementWrites;
+  // One burst: `requests` orders with their requests, from device `first` on, written while the
+  // binder runs or with the controller held until all are in.
+  bool done = true;
+  std::vector<BurstRate> rates;
+  auto burst = [&](int first, bool hold) {
+    // The answers are seen as the real-cluster run sees them, through a watch on the requests'
+    // label (polling the fake's store for each request would hold its lock against the writes).
+    AnswerWatch answers(config, first, requests);
+    answers.Start();
+    server.ClearRequests();
+    auto write = [&] {
+      for (int i = first; i < first + requests; ++i) {
+        server.Seed(Device(i, "", "req-" + std::to_string(i)));
+      }
+    };
+    std::optional<HeldProcess> holding;
+    if (hold) {
+      holding.emplace(controller);
+      write();
     }
-  }
-  std::printf("%d bind requests answered%s in %.2f s: %.0f answers/s, %d bound\n", requests - left,
-              done ? "" : " (TIMED OUT)", answerSeconds, (requests - left) / answerSeconds, bound);
-  std::printf("placement writes per bound device: %.2f (%d writes)\n",
-              bound > 0 ? static_cast<double>(placementWrites) / bound : 0.0, placementWrites);
+    const auto threadsBefore = cozy::bench::ThreadCpu(controller);
+    const double controllerBefore = cozy::bench::CpuSeconds(controller);
+    const double benchBefore = cozy::bench::CpuSeconds(getpid());
+    const auto asked = Clock::now();
+    if (hold) {
+      holding->Release();
+    } else {
+      write();
+    }
+    const bool answered = answers.Wait(std::chrono::minutes(10));
+    done = done && answered;
+    const int left = requests - answers.answered();
+    const int bound = answers.bound();
+    const double answerSeconds = Seconds(Clock::now() - asked);
+    std::printf("requests written %s%s:\n", hold ? kHeld : kLive,
+                hold ? " (the controller held with SIGSTOP while they were written; timed from "
+                       "its SIGCONT)"
+                     : "");
+    PrintCpu(controller, threadsBefore, cozy::bench::CpuSeconds(controller) - controllerBefore,
+             cozy::bench::CpuSeconds(getpid()) - benchBefore, answerSeconds);
+    int placementWrites = 0;
+    for (const auto& request : server.Requests()) {
+      if (request.method == "PATCH" && request.status < 300 && request.path.ends_with("/status") &&
+          request.path.find("/gpudevices/") != std::string::npos) {
+        ++placementWrites;
+      }
+    }
+    std::printf("%d bind requests answered%s in %.2f s: %.0f answers/s, %d bound\n",
+                requests - left, answered ? "" : " (TIMED OUT)", answerSeconds,
+                (requests - left) / answerSeconds, bound);
+    std::printf("placement writes per bound device: %.2f (%d writes)\n",
+                bound > 0 ? static_cast<double>(placementWrites) / bound : 0.0, placementWrites);
+    rates.push_back({hold ? kHeld : kLive, (requests - left) / answerSeconds, 0});
+    for (int i = first; i < first + requests; ++i) {
+      all.push_back(Device(i, "", "req-" + std::to_string(i)));
+    }
+  };
+  burst(held, false);
+  std::this_thread::sleep_for(std::chrono::seconds(2));  // the full pass after the answers
+  burst(held + requests, true);
 
   // A quiet window: nothing changes, nothing should be written.
   std::this_thread::sleep_for(std::chrono::seconds(2));
@@ -409,13 +518,14 @@ int RunFake(int nodes, int requests, int quietSeconds) {
               quietWrites);
   PrintControllerMetrics(port);
   cozy::testing::Finish(controller);
-  BarePatchPeer(cozy::kube::LoadKubeconfig(work / "kubeconfig"), held, requests,
-                (requests - left) / answerSeconds);
-
-  for (int i = held; i < held + requests; ++i) {
-    all.push_back(Device(i, "", "req-" + std::to_string(i)));
+  if (const char* log = std::getenv("BENCH_CONTROLLER_LOG")) {
+    std::filesystem::copy_file(work / "controller.log", log,
+                               std::filesystem::copy_options::overwrite_existing);
   }
-  ModelPeer(all, answerSeconds);
+  BarePatchPeer(config, held, requests, rates);
+
+  ModelPeer(all,
+            rates.front().answersPerSecond > 0 ? requests / rates.front().answersPerSecond : 0.0);
   std::filesystem::remove_all(work);
   return done && quietWrites == 0 ? 0 : 1;
 }
@@ -433,7 +543,8 @@ double PlacementWrites(const std::map<std::string, double>& delta, bool success)
 }
 
 int RunReal(const cozy::bench::Mode& mode, int nodes, int requests, int quietSeconds, int threads) {
-  const int held = nodes * kGpusPerNode - requests;  // every unit held but one per request
+  // Every unit held but one per request of the two bursts.
+  const int held = nodes * kGpusPerNode - 2 * requests;
   const std::filesystem::path source = COZY_SOURCE_DIR;
   cozy::bench::ControlPlane cluster(mode, source);
   const std::filesystem::path work = cluster.work();
@@ -477,26 +588,27 @@ int RunReal(const cozy::bench::Mode& mode, int nodes, int requests, int quietSec
   });
   for (int i = 0; i < held; ++i)
     all.push_back(Device(i, "node-" + std::to_string(i / kGpusPerNode), ""));
-  // The orders, without their requests yet: the tenants' creates, before the controller runs.
-  cozy::bench::Parallel(config, threads, requests, [&](int r, cozy::kube::Client& client) {
+  // The orders of both bursts, without their requests yet: the tenants' creates, before the
+  // controller runs.
+  cozy::bench::Parallel(config, threads, 2 * requests, [&](int r, cozy::kube::Client& client) {
     json order = Device(held + r, "", "");
     order.erase("status");
     order["metadata"]["labels"] = {{kRequestLabel, "true"}};
     cozy::bench::CreateWithStatus(client, order, "gpudevices", true);
   });
   const double seedSeconds = Seconds(Clock::now() - seeding);
-  const int objects = static_cast<int>(namespaces.size()) + 1 + 2 * nodes + held + requests;
+  const int objects = static_cast<int>(namespaces.size()) + 1 + 2 * nodes + held + 2 * requests;
   std::printf(
       "seeded %d nodes x %d GPUs, %d held devices, %d orders through the API server in %.1f s "
       "(%d threads; nodes and GPUNodes %.1f s; %d objects, %.0f objects/s)\n",
-      nodes, kGpusPerNode, held, requests, seedSeconds, threads, nodeSeconds, objects,
+      nodes, kGpusPerNode, held, 2 * requests, seedSeconds, threads, nodeSeconds, objects,
       objects / seedSeconds);
 
   const int port = cozy::testing::FreePort();
   if (!SelfSignedCertificate(work / "certs")) return 1;
   cozy::bench::ControllerProcess controller(
-      {GPU_CONTROLLER, "run", "--kubeconfig", cluster.kubeconfig().string(), "--identity", "bench",
-       "--enable-gpu", "--health-addr", "127.0.0.1:" + std::to_string(port), "--qps", "0",
+      {ControllerProgram(), "run", "--kubeconfig", cluster.kubeconfig().string(), "--identity",
+       "bench", "--enable-gpu", "--health-addr", "127.0.0.1:" + std::to_string(port), "--qps", "0",
        "--webhook-addr", "127.0.0.1:0", "--webhook-cert-dir", (work / "certs").string()},
       work / "controller.log");
   auto failed = [&] {
@@ -509,57 +621,96 @@ int RunReal(const cozy::bench::Mode& mode, int nodes, int requests, int quietSec
   // The writes its first pass triggers (each GPUNode's condition, the orders' first status).
   cozy::bench::WaitForStillWrites(cluster, std::chrono::seconds(2), std::chrono::minutes(5));
 
-  AnswerWatch answers(config, held, requests);
-  answers.Start();
-  const std::string metricsBefore = cluster.Metrics();
-  const auto before = cozy::bench::Writes(metricsBefore);
-  const auto asked = Clock::now();
-  cozy::bench::Parallel(config, threads, requests, [&](int r, cozy::kube::Client& client) {
-    const int i = held + r;
-    client.MergePatch(
-        cozy::kube::ResourcePath("gpu.cozystack.io", "v1alpha1", "gpudevices", DeviceNamespace(i),
-                                 "d" + std::to_string(i), "status"),
-        {{"status", Device(i, "", "req-" + std::to_string(i))["status"]}});
-  });
-  const double writeSeconds = Seconds(Clock::now() - asked);
-  const bool done = answers.Wait(std::chrono::minutes(10));
-  const double answerSeconds = Seconds(Clock::now() - asked);
-  std::this_thread::sleep_for(std::chrono::seconds(2));
-  const std::string metricsAfter = cluster.Metrics();
-  const auto after = cozy::bench::Writes(metricsAfter);
-  const auto burst = cozy::bench::Delta(before, after);
-  const double placementWrites = PlacementWrites(burst, true) - requests;  // less our requests
-  const double refusedWrites = PlacementWrites(burst, false);
-  const int answered = answers.answered();
-  const int bound = answers.bound();
-  std::printf(
-      "%d bind requests (written in %.2f s by %d threads) answered%s in %.2f s: %.0f answers/s, "
-      "%d bound\n",
-      answered, writeSeconds, threads, done ? "" : " (TIMED OUT)", answerSeconds,
-      answered / answerSeconds, bound);
-  std::printf(
-      "placement writes per bound device: %.2f (%.0f status writes the API server accepted, "
-      "the %d requests aside; %.0f refused)\n",
-      bound > 0 ? placementWrites / bound : 0.0, placementWrites, requests, refusedWrites);
-  std::printf("  API writes from the requests to 2 s after the last answer: %s\n",
-              cozy::bench::Describe(burst).c_str());
-  // The API server's own time for those status writes (ours and the binder's).
-  auto statusPatches = [](const std::string& text, const char* suffix) {
-    return cozy::bench::Sum(text, std::string("apiserver_request_duration_seconds") + suffix,
-                            [](const auto& labels) {
-                              return cozy::bench::Label(labels, "verb") == "PATCH" &&
-                                     cozy::bench::Label(labels, "resource") == "gpudevices" &&
-                                     cozy::bench::Label(labels, "subresource") == "status";
-                            });
+  // One burst: the requests of `requests` orders, from device `first` on, written by `threads`
+  // threads while the binder runs or with the controller held until all are in.
+  bool done = true;
+  std::vector<BurstRate> rates;
+  std::string metricsAfter;
+  auto burst = [&](int first, bool hold) {
+    AnswerWatch answers(config, first, requests);
+    answers.Start();
+    auto write = [&] {
+      cozy::bench::Parallel(config, threads, requests, [&](int r, cozy::kube::Client& client) {
+        const int i = first + r;
+        client.MergePatch(
+            cozy::kube::ResourcePath("gpu.cozystack.io", "v1alpha1", "gpudevices",
+                                     DeviceNamespace(i), "d" + std::to_string(i), "status"),
+            {{"status", Device(i, "", "req-" + std::to_string(i))["status"]}});
+      });
+    };
+    std::optional<HeldProcess> holding;
+    double writeSeconds = 0;
+    const std::string metricsBefore = [&] {
+      if (!hold) return cluster.Metrics();
+      holding.emplace(controller.pid());
+      const auto writing = Clock::now();
+      write();
+      writeSeconds = Seconds(Clock::now() - writing);
+      return cluster.Metrics();  // after the requests: the window's writes are the binder's
+    }();
+    const auto before = cozy::bench::Writes(metricsBefore);
+    const auto asked = Clock::now();
+    if (hold) {
+      holding->Release();
+    } else {
+      write();
+      writeSeconds = Seconds(Clock::now() - asked);
+    }
+    const bool answered = answers.Wait(std::chrono::minutes(10));
+    done = done && answered;
+    const double answerSeconds = Seconds(Clock::now() - asked);
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    metricsAfter = cluster.Metrics();
+    const auto after = cozy::bench::Writes(metricsAfter);
+    const auto writes = cozy::bench::Delta(before, after);
+    const double placementWrites =
+        PlacementWrites(writes, true) - (hold ? 0 : requests);  // less our requests
+    const double refusedWrites = PlacementWrites(writes, false);
+    const int count = answers.answered();
+    const int bound = answers.bound();
+    std::printf("requests written %s%s:\n", hold ? kHeld : kLive,
+                hold ? " (the controller held with SIGSTOP while they were written; timed from "
+                       "its SIGCONT)"
+                     : "");
+    std::printf(
+        "%d bind requests (written in %.2f s by %d threads) answered%s in %.2f s: %.0f "
+        "answers/s, %d bound\n",
+        count, writeSeconds, threads, answered ? "" : " (TIMED OUT)", answerSeconds,
+        count / answerSeconds, bound);
+    std::printf(
+        "placement writes per bound device: %.2f (%.0f status writes the API server accepted%s; "
+        "%.0f refused)\n",
+        bound > 0 ? placementWrites / bound : 0.0, placementWrites,
+        hold ? "" : (", the " + std::to_string(requests) + " requests aside").c_str(),
+        refusedWrites);
+    std::printf("  API writes from %s to 2 s after the last answer: %s\n",
+                hold ? "the SIGCONT" : "the requests", cozy::bench::Describe(writes).c_str());
+    // The API server's own time for those status writes (ours and the binder's).
+    auto statusPatches = [](const std::string& text, const char* suffix) {
+      return cozy::bench::Sum(text, std::string("apiserver_request_duration_seconds") + suffix,
+                              [](const auto& labels) {
+                                return cozy::bench::Label(labels, "verb") == "PATCH" &&
+                                       cozy::bench::Label(labels, "resource") == "gpudevices" &&
+                                       cozy::bench::Label(labels, "subresource") == "status";
+                              });
+    };
+    const double patches =
+        statusPatches(metricsAfter, "_count") - statusPatches(metricsBefore, "_count");
+    std::printf("  the API server's mean time per status write: %.1f ms (%.0f writes)\n",
+                patches > 0
+                    ? (statusPatches(metricsAfter, "_sum") - statusPatches(metricsBefore, "_sum")) /
+                          patches * 1e3
+                    : 0.0,
+                patches);
+    rates.push_back(
+        {hold ? kHeld : kLive, count / answerSeconds, hold ? 0.0 : patches / answerSeconds});
+    for (int i = first; i < first + requests; ++i) {
+      all.push_back(Device(i, "", "req-" + std::to_string(i)));
+    }
   };
-  const double patches =
-      statusPatches(metricsAfter, "_count") - statusPatches(metricsBefore, "_count");
-  std::printf("  the API server's mean time per status write: %.1f ms (%.0f writes)\n",
-              patches > 0
-                  ? (statusPatches(metricsAfter, "_sum") - statusPatches(metricsBefore, "_sum")) /
-                        patches * 1e3
-                  : 0.0,
-              patches);
+  burst(held, false);
+  burst(held + requests, true);
+  const auto after = cozy::bench::Writes(metricsAfter);
 
   // A quiet window: nothing changes, nothing should be written.
   std::this_thread::sleep_for(std::chrono::seconds(quietSeconds));
@@ -571,12 +722,10 @@ int RunReal(const cozy::bench::Mode& mode, int nodes, int requests, int quietSec
       quietSeconds, quietWrites, cozy::bench::Describe(quiet).c_str());
   PrintControllerMetrics(port);
   controller.Stop();
-  BarePatchPeer(config, held, requests, answered / answerSeconds, patches / answerSeconds);
+  BarePatchPeer(config, held, requests, rates);
 
-  for (int i = held; i < held + requests; ++i) {
-    all.push_back(Device(i, "", "req-" + std::to_string(i)));
-  }
-  ModelPeer(all, answerSeconds);
+  ModelPeer(all,
+            rates.front().answersPerSecond > 0 ? requests / rates.front().answersPerSecond : 0.0);
   return done && quietWrites == 0 ? 0 : 1;
 }
 
@@ -590,8 +739,8 @@ int main(int argc, char** argv) {
     const int nodes = cozy::bench::Positional(words, 0, mode.Real() ? 1000 : 5000);
     const int requests = cozy::bench::Positional(words, 1, 1000);
     const int quietSeconds = cozy::bench::Positional(words, 2, 60);
-    if (nodes <= 0 || requests <= 0 || requests > nodes * kGpusPerNode || quietSeconds < 0) {
-      std::fprintf(stderr, "need nodes > 0 and 0 < requests <= 8 x nodes\n");
+    if (nodes <= 0 || requests <= 0 || 2 * requests > nodes * kGpusPerNode || quietSeconds < 0) {
+      std::fprintf(stderr, "need nodes > 0 and 0 < requests <= 4 x nodes (two bursts)\n");
       return 2;
     }
     if (!mode.Real()) return RunFake(nodes, requests, quietSeconds);

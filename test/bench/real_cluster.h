@@ -80,7 +80,10 @@ struct SignalCleanup {
 
   static void Handler(int) {
     const pid_t pid = controller.load();
-    if (pid > 0) ::kill(pid, SIGTERM);
+    if (pid > 0) {
+      ::kill(pid, SIGTERM);
+      ::kill(pid, SIGCONT);  // held (bench_binder's HeldProcess): the SIGTERM is taken now
+    }
     if (!argv.empty()) ::execv(argv[0], argv.data());
     ::_exit(130);
   }
