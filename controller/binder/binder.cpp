@@ -142,6 +142,15 @@ DeviceName SplitKey(const std::string& key) {
       slash == std::string::npos ? std::string_view() : std::string_view(key).substr(slash + 1)};
 }
 
+// The resourceVersion an API answer shows ("" where it shows none).
+std::string ResourceVersionOf(const nlohmann::json* object) {
+  if (!object || !object->is_object()) return "";
+  const auto metadata = object->find("metadata");
+  if (metadata == object->end() || !metadata->is_object()) return "";
+  const auto version = metadata->find("resourceVersion");
+  return version != metadata->end() && version->is_string() ? version->get<std::string>() : "";
+}
+
 // Whether `version` is one a write of the binder's replaced (the cache has not shown it yet).
 template <typename Written>
 bool Replaced(const Written& written, const std::string& version) {
@@ -338,22 +347,6 @@ int Binder::Resync(const std::vector<std::shared_ptr<const api::GpuDevice>>& cac
   return static_cast<int>(unsettled_.size());
 }
 
-std::vector<std::string> Binder::StaleInCache(
-    const std::vector<std::shared_ptr<const api::GpuDevice>>& cached) {
-  if (written_.empty() && unsettled_.empty()) return {};
-  // Keyed by views of the cached devices' own names: no "ns/name" built per device.
-  std::unordered_map<DeviceName, const std::shared_ptr<const api::GpuDevice>*, DeviceNameHash>
-      byName;
-  byName.reserve(cached.size());
-  for (const auto& device : cached) {
-    byName.emplace(DeviceName{device->metadata.namespaceName, device->metadata.name}, &device);
-  }
-  return StaleInCache([&](const std::string& key) -> std::shared_ptr<const api::GpuDevice> {
-    auto found = byName.find(SplitKey(key));
-    return found == byName.end() ? nullptr : *found->second;
-  });
-}
-
 std::vector<std::string> Binder::StaleInCache(const CachedLookup& cached) {
   std::vector<std::string> stale;
   for (auto it = written_.begin(); it != written_.end();) {
@@ -538,16 +531,10 @@ bool Binder::TakeWrite(PlacementWrite& write, kube::TimePoint steadyNow,
     writeBackoff_.Succeeded(write.key);
     Written& written = written_[write.key];
     // A write planned from the answer to the last one: the cache may still show either version.
-    if (written.answerVersion.empty() || written.answerVersion != device.metadata.resourceVersion) {
-      written.replaced.clear();
-    }
+    if (written.answerVersion != device.metadata.resourceVersion) written.replaced.clear();
     written.replaced.push_back(device.metadata.resourceVersion);
     written.answer = std::move(write.answer);
-    written.answerVersion.clear();
-    if (written.answer && written.answer->is_object()) {
-      const nlohmann::json metadata = written.answer->value("metadata", nlohmann::json::object());
-      if (metadata.is_object()) written.answerVersion = metadata.value("resourceVersion", "");
-    }
+    written.answerVersion = ResourceVersionOf(written.answer.get());
     written.device.reset();
     ++result.writes;
     event = PrepareDeviceEvent(device, decision, now, result);

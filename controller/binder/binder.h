@@ -35,9 +35,8 @@
 // cache still shows at such a version is stale, and the pass plans from the write's answer
 // instead; one whose answer did not decode is read from the API server (a GET). The cost is
 // bounded by the binder's own recent writes, never by the size of the cluster, and it is paid
-// only while the watch has not delivered them. Before, a pass waited up to 200 ms for the watch
-// to deliver the last pass's writes: at a thousand binds at once, a tenth of the time the
-// binder took to answer them all went to that wait (issue 26 §1).
+// only while the watch has not delivered them. (Before, every stale device cost a wait of up
+// to 200 ms for the watch and, past it, a GET.)
 //
 // A new leader (D3 across a leader change): its cache may still lag the writes of the leader
 // before it, which its own markers know nothing of. Before its first pass it lists the devices
@@ -152,10 +151,8 @@ class Binder {
   // A device's copy in the cache now, by "namespace/name" (null: none).
   using CachedLookup = std::function<std::shared_ptr<const api::GpuDevice>(const std::string& key)>;
   // The devices ("namespace/name") the cache shows without a write of this binder or of the
-  // leader before it (D3), the cache read whole or (the pass's way: one lookup per device
-  // written, not one per device cached) by key.
-  std::vector<std::string> StaleInCache(
-      const std::vector<std::shared_ptr<const api::GpuDevice>>& cached);
+  // leader before it (D3), the cache read by key: one lookup per device written, not a walk of
+  // every device cached.
   std::vector<std::string> StaleInCache(const CachedLookup& cached);
   // Of `stale` (StaleInCache's), those ReadPast will read from the API server: the devices
   // the last leader wrote (a leader change), and those its own write has no answer for that

@@ -179,11 +179,9 @@ BinderLoop::PassResult BinderLoop::RunPass(bool answersOnly) {
     // from the answers the API server gave to them, with no wait. The devices it has no answer
     // for (the last leader's writes, an answer that did not decode) are read past the cache:
     // the watch gets up to 200 ms, woken by each change the caches take (not a poll), then
-    // each still stale is read with a GET. While it waits, each change rechecks those devices
-    // alone, by key; the whole cache is read again once, after the wait.
-    // Each device written is looked up by key, not the whole cache read for it; the devices are
-    // listed after, so the list is at least as new as what the lookups saw (ReadPast takes a
-    // device the list shows newer than the lookup did from the list).
+    // each still stale is read with a GET. Every check looks the written devices up by key;
+    // the devices are listed once, after, so the list is at least as new as what the checks
+    // saw (ReadPast takes a device the list shows newer than the answer from the list).
     const Binder::CachedLookup cached = [this](const std::string& key) {
       return source_.CachedDevice(key);
     };

@@ -106,9 +106,11 @@ bool ReconcilerLoop::StartPass() {
   }
   if (yield_ && yield_()) {
     const auto now = std::chrono::steady_clock::now();
-    if (!yieldingSince_) yieldingSince_ = now;
-    if (now - *yieldingSince_ < kYieldMax) {
+    if (!yieldingSince_) {
+      yieldingSince_ = now;
       metrics_.Deferred();
+    }
+    if (now - *yieldingSince_ < kYieldMax) {
       passes_->Ask(kYieldRecheck);
       return false;
     }

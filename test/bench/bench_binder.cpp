@@ -41,6 +41,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -382,6 +383,38 @@ class AnswerWatch {
   std::map<int, bool> answers_;
 };
 
+// A burst's requests, written by `write`: with `hold`, at once, the controller held (SIGSTOP)
+// until Start; without, by Start. Start returns when the burst began: the controller's release,
+// or the first request written.
+class BurstStart {
+ public:
+  BurstStart(pid_t controller, bool hold, std::function<void()> write) : write_(std::move(write)) {
+    if (!hold) return;
+    held_.emplace(controller);
+    Write();
+  }
+  Clock::time_point Start() {
+    const auto start = Clock::now();
+    if (held_) {
+      held_->Release();
+    } else {
+      Write();
+    }
+    return start;
+  }
+  double writeSeconds() const { return writeSeconds_; }
+
+ private:
+  void Write() {
+    const auto writing = Clock::now();
+    write_();
+    writeSeconds_ = Seconds(Clock::now() - writing);
+  }
+  std::function<void()> write_;
+  std::optional<HeldProcess> held_;
+  double writeSeconds_ = 0;
+};
+
 // The two bursts' names, in the order they run.
 constexpr const char* kLive = "while the binder runs";
 constexpr const char* kHeld = "before the binder sees them";
@@ -458,20 +491,11 @@ int RunFake(int nodes, int requests, int quietSeconds) {
         server.Seed(Device(i, "", "req-" + std::to_string(i)));
       }
     };
-    std::optional<HeldProcess> holding;
-    if (hold) {
-      holding.emplace(controller);
-      write();
-    }
+    BurstStart start(controller, hold, write);
     const auto threadsBefore = cozy::bench::ThreadCpu(controller);
     const double controllerBefore = cozy::bench::CpuSeconds(controller);
     const double benchBefore = cozy::bench::CpuSeconds(getpid());
-    const auto asked = Clock::now();
-    if (hold) {
-      holding->Release();
-    } else {
-      write();
-    }
+    const auto asked = start.Start();
     const bool answered = answers.Wait(std::chrono::minutes(10));
     done = done && answered;
     const int left = requests - answers.answered();
@@ -638,24 +662,12 @@ int RunReal(const cozy::bench::Mode& mode, int nodes, int requests, int quietSec
             {{"status", Device(i, "", "req-" + std::to_string(i))["status"]}});
       });
     };
-    std::optional<HeldProcess> holding;
-    double writeSeconds = 0;
-    const std::string metricsBefore = [&] {
-      if (!hold) return cluster.Metrics();
-      holding.emplace(controller.pid());
-      const auto writing = Clock::now();
-      write();
-      writeSeconds = Seconds(Clock::now() - writing);
-      return cluster.Metrics();  // after the requests: the window's writes are the binder's
-    }();
+    BurstStart start(controller.pid(), hold, write);
+    // Held, after the requests: the window's writes are then the binder's alone.
+    const std::string metricsBefore = cluster.Metrics();
     const auto before = cozy::bench::Writes(metricsBefore);
-    const auto asked = Clock::now();
-    if (hold) {
-      holding->Release();
-    } else {
-      write();
-      writeSeconds = Seconds(Clock::now() - asked);
-    }
+    const auto asked = start.Start();
+    const double writeSeconds = start.writeSeconds();
     const bool answered = answers.Wait(std::chrono::minutes(10));
     done = done && answered;
     const double answerSeconds = Seconds(Clock::now() - asked);

@@ -60,6 +60,17 @@ class BinderTest : public ::testing::Test {
   static std::vector<std::shared_ptr<const api::GpuDevice>> Shared(const model::Snapshot& s) {
     return s.devices.Items();  // the snapshot's own elements, as a cache's
   }
+  // The snapshot's devices by "namespace/name", as a pass looks a cache up.
+  static Binder::CachedLookup Cached(const model::Snapshot& s) {
+    auto byKey = std::make_shared<std::map<std::string, std::shared_ptr<const api::GpuDevice>>>();
+    for (const auto& device : Shared(s)) {
+      (*byKey)[device->metadata.namespaceName + "/" + device->metadata.name] = device;
+    }
+    return [byKey](const std::string& key) -> std::shared_ptr<const api::GpuDevice> {
+      auto found = byKey->find(key);
+      return found == byKey->end() ? nullptr : found->second;
+    };
+  }
   // n2 joins with one unit; class pool-a serves only nodes labelled pool=a, which n1 no longer
   // is. d1 (pool-a) holds n1's unit and must move to n2; d3 (a100, any node) is a new order the
   // plan gives the unit d1's move frees on n1.
@@ -125,7 +136,7 @@ class BinderTest : public ::testing::Test {
 TEST_F(BinderTest, D3_ACacheBehindTheBindersWritesIsReadPastAndNoUnitIsBookedTwice) {
   Binder binder(*client_, leading_);
   const model::Snapshot before = Read();
-  EXPECT_TRUE(binder.StaleInCache(Shared(before)).empty());
+  EXPECT_TRUE(binder.StaleInCache(Cached(before)).empty());
   BinderResult first = binder.Pass(before, false, true, std::chrono::system_clock::now());
   ASSERT_TRUE(first.error.empty()) << first.error;
 
@@ -134,17 +145,8 @@ TEST_F(BinderTest, D3_ACacheBehindTheBindersWritesIsReadPastAndNoUnitIsBookedTwi
 
   // A watch that has not delivered the write leaves the cache showing the unit free: the
   // written device, and only it, is stale.
-  const std::vector<std::string> staleKeys = binder.StaleInCache(Shared(before));
+  const std::vector<std::string> staleKeys = binder.StaleInCache(Cached(before));
   EXPECT_EQ(staleKeys, (std::vector<std::string>{"t1/d1"}));
-  // The same by key, as a pass looks its written devices up.
-  EXPECT_EQ(
-      binder.StaleInCache([&](const std::string& key) -> std::shared_ptr<const api::GpuDevice> {
-        for (const auto& device : Shared(before)) {
-          if (device->metadata.namespaceName + "/" + device->metadata.name == key) return device;
-        }
-        return nullptr;
-      }),
-      staleKeys);
   // Read past it: the API server's answer to the write shows the bind, so the next pass books
   // nothing, and no request is made for it. (The first pass's Events are in first: they go
   // out on the binder's event sender, after the pass.)
@@ -163,11 +165,11 @@ TEST_F(BinderTest, D3_ACacheBehindTheBindersWritesIsReadPastAndNoUnitIsBookedTwi
     }
   }
   // Until the cache itself shows the write, every pass reads the device again.
-  EXPECT_EQ(binder.StaleInCache(Shared(before)), staleKeys);
+  EXPECT_EQ(binder.StaleInCache(Cached(before)), staleKeys);
   BinderResult second = binder.Pass(fresh, false, true, std::chrono::system_clock::now());
   EXPECT_EQ(second.writes, 0);
   EXPECT_EQ(Bound(), 1);
-  EXPECT_TRUE(binder.StaleInCache(Shared(fresh)).empty());  // a cache that shows it: done
+  EXPECT_TRUE(binder.StaleInCache(Cached(fresh)).empty());  // a cache that shows it: done
 
   // Even a pass that did plan from the stale view cannot double-book: its first write is
   // conditional on the version it read, conflicts, and the pass stops there.
@@ -190,7 +192,7 @@ TEST_F(BinderTest, D3_AWriteWhoseAnswerDoesNotSayWhatTheDeviceIsIsReadWithAGet) 
   Binder binder(*client_, leading_);
   const model::Snapshot before = Read();
   ASSERT_EQ(binder.Pass(before, false, true, std::chrono::system_clock::now()).writes, 1);
-  const std::vector<std::string> stale = binder.StaleInCache(Shared(before));
+  const std::vector<std::string> stale = binder.StaleInCache(Cached(before));
   EXPECT_EQ(stale, (std::vector<std::string>{"t1/d1"}));
   EXPECT_EQ(binder.NeedReading(stale), stale);
   ASSERT_TRUE(binder.WaitForEvents(std::chrono::seconds(10)));
@@ -217,7 +219,7 @@ TEST_F(BinderTest, D3_AWriteOfAWrittenDeviceKeepsEveryVersionTheCacheMayStillSho
   const model::Snapshot before = Read();
   ASSERT_EQ(binder.Pass(before, false, true, std::chrono::system_clock::now()).writes, 1);
   model::Snapshot first = before;
-  ASSERT_EQ(binder.ReadPast(Shared(before), binder.StaleInCache(Shared(before)), first.devices),
+  ASSERT_EQ(binder.ReadPast(Shared(before), binder.StaleInCache(Cached(before)), first.devices),
             0);  // d1 as the first write's answer shows it
   // A bind request on d1 that pass plans from (as if d1's answer carried it): an answer to
   // write, conditional on the version the first write made.
@@ -231,8 +233,8 @@ TEST_F(BinderTest, D3_AWriteOfAWrittenDeviceKeepsEveryVersionTheCacheMayStillSho
   second.devices = model::SharedVector<api::GpuDevice>(std::move(devices));
   ASSERT_EQ(binder.Pass(second, true, true, std::chrono::system_clock::now()).writes, 1);
   // The cache at the version before the first write, or at the one the first made: stale.
-  EXPECT_EQ(binder.StaleInCache(Shared(before)), (std::vector<std::string>{"t1/d1"}));
-  EXPECT_EQ(binder.StaleInCache(Shared(first)), (std::vector<std::string>{"t1/d1"}));
+  EXPECT_EQ(binder.StaleInCache(Cached(before)), (std::vector<std::string>{"t1/d1"}));
+  EXPECT_EQ(binder.StaleInCache(Cached(first)), (std::vector<std::string>{"t1/d1"}));
   model::Snapshot seen = before;
   EXPECT_EQ(binder.ReadPast(Shared(before), {"t1/d1"}, seen.devices), 0);
   for (const api::GpuDevice& device : seen.devices) {
@@ -242,7 +244,7 @@ TEST_F(BinderTest, D3_AWriteOfAWrittenDeviceKeepsEveryVersionTheCacheMayStillSho
     }
   }
   // The cache at the second write's answer: caught up.
-  EXPECT_TRUE(binder.StaleInCache(Shared(Read())).empty());
+  EXPECT_TRUE(binder.StaleInCache(Cached(Read())).empty());
 }
 
 TEST_F(BinderTest, D3_ANewLeaderReadsPastACacheBehindTheLastLeadersWrites) {
@@ -265,7 +267,7 @@ TEST_F(BinderTest, D3_ANewLeaderReadsPastACacheBehindTheLastLeadersWrites) {
   Binder next(*client_, leading_);
   std::vector<api::GpuDevice> listed = Read().devices.Copy();
   EXPECT_EQ(next.Resync(Shared(behind), listed), 1);
-  const std::vector<std::string> stale = next.StaleInCache(Shared(behind));
+  const std::vector<std::string> stale = next.StaleInCache(Cached(behind));
   EXPECT_EQ(stale, (std::vector<std::string>{"t1/d1"}));
   model::Snapshot seen = behind;
   EXPECT_EQ(next.ReadPast(Shared(behind), stale, seen.devices), 1);
@@ -276,16 +278,16 @@ TEST_F(BinderTest, D3_ANewLeaderReadsPastACacheBehindTheLastLeadersWrites) {
   EXPECT_EQ(pass.decisions["refuse"], 1);
   EXPECT_EQ(Bound(), 1);
   // Still behind: still read past. Once the cache shows the server's version: done.
-  EXPECT_EQ(next.StaleInCache(Shared(behind)), stale);
+  EXPECT_EQ(next.StaleInCache(Cached(behind)), stale);
   const model::Snapshot caughtUp = Read();
   model::Snapshot again = caughtUp;
-  next.ReadPast(Shared(caughtUp), next.StaleInCache(Shared(caughtUp)), again.devices);
-  EXPECT_TRUE(next.StaleInCache(Shared(caughtUp)).empty());
+  next.ReadPast(Shared(caughtUp), next.StaleInCache(Cached(caughtUp)), again.devices);
+  EXPECT_TRUE(next.StaleInCache(Cached(caughtUp)).empty());
 
   // A cache showing an older version of a device than the list is marked as well.
   Binder third(*client_, leading_);
   EXPECT_EQ(third.Resync(Shared(before), listed), 1);  // d1: Pending in the cache, Bound listed
-  EXPECT_EQ(third.StaleInCache(Shared(before)), stale);
+  EXPECT_EQ(third.StaleInCache(Cached(before)), stale);
   EXPECT_EQ(Binder(*client_, leading_).Resync(Shared(caughtUp), listed), 0);
 }
 
