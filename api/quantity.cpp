@@ -9,7 +9,13 @@ namespace {
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 
 QuantityResult Error(std::string_view text, std::string_view why) {
-  return {std::nullopt, "\"" + std::string(text) + "\" " + std::string(why)};
+  return {std::nullopt, "\"" + std::string(text) + "\" " + std::string(why), false};
+}
+
+QuantityResult TooLarge(std::string_view text) {
+  QuantityResult result = Error(text, "is too large");
+  result.tooLarge = true;
+  return result;
 }
 
 bool MultiplyChecked(int64_t& value, int64_t factor) {
@@ -66,7 +72,7 @@ QuantityResult ParseWholeQuantity(std::string_view text) {
     }
     sawDigit = true;
     if (!MultiplyChecked(mantissa, 10) || __builtin_add_overflow(mantissa, c - '0', &mantissa)) {
-      return Error(text, "is too large");
+      return TooLarge(text);
     }
     if (inFraction) {
       --power10;
@@ -114,12 +120,12 @@ QuantityResult ParseWholeQuantity(std::string_view text) {
   int64_t value = mantissa;
   for (int i = 0; i < power2; ++i) {
     if (!MultiplyChecked(value, 2)) {
-      return Error(text, "is too large");
+      return TooLarge(text);
     }
   }
   for (; power10 > 0; --power10) {
     if (!MultiplyChecked(value, 10)) {
-      return Error(text, "is too large");
+      return TooLarge(text);
     }
   }
   bool remainder = false;
@@ -133,7 +139,7 @@ QuantityResult ParseWholeQuantity(std::string_view text) {
   if (remainder) {
     ++value;
   }
-  return {value, ""};
+  return {value, "", false};
 }
 
 }  // namespace cozy::api

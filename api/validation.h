@@ -27,4 +27,12 @@ std::string CheckClassName(std::string_view name);
 // gpu.cozystack.io, where it would read as a GPU budget key.
 std::string CheckClassResourceName(std::string_view resourceName);
 
+// B11: a GPU resource name a GPUNode reports is held to the same rule: only an extended resource
+// name may become a GPU name. cpu, memory, hugepages-*, ephemeral-storage and pods have no
+// domain and fail it, so one node's report can never make the raw-name policies refuse every
+// pod and VM of the cluster.
+inline std::string CheckGpuResourceName(std::string_view resourceName) {
+  return CheckClassResourceName(resourceName);
+}
+
 }  // namespace cozy::api

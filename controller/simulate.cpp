@@ -6,7 +6,6 @@
 #include <ostream>
 #include <sstream>
 
-#include "controller/model/errors.h"
 #include "controller/snapshot_json.h"
 #include "controller/table.h"
 
@@ -269,6 +268,9 @@ int RunSimulate(const std::string& snapshotPath, OutputFormat format, std::ostre
   try {
     const model::Snapshot snapshot = DecodeSnapshotList(list);
     const model::Model model(snapshot);
+    for (const model::InputProblem& problem : model.Problems()) {
+      err << "simulate: " << snapshotPath << ": warning: " << problem.Describe() << "\n";
+    }
     const model::ClusterView view = model.View();
     const std::vector<model::Decision> decisions = model.PlanPass();
     if (!device.empty()) {
@@ -293,9 +295,6 @@ int RunSimulate(const std::string& snapshotPath, OutputFormat format, std::ostre
       out << SimulationToJson(view, decisions).dump(2) << "\n";
     }
   } catch (const SnapshotError& error) {
-    err << "simulate: " << snapshotPath << ": " << error.what() << "\n";
-    return 2;
-  } catch (const model::InvalidSnapshot& error) {
     err << "simulate: " << snapshotPath << ": " << error.what() << "\n";
     return 2;
   }

@@ -323,6 +323,30 @@ void Binder::ReportUnpermittedClasses(const model::Snapshot& snapshot,
   }
 }
 
+void Binder::ReportInputProblems(std::chrono::system_clock::time_point now, BinderResult& result) {
+  if (!lastModel_) return;
+  result.inputProblems = lastModel_->Problems();
+  for (const model::InputProblem& problem : result.inputProblems) {
+    if (!leading_.load()) return;
+    nlohmann::json regarding = {{"kind", problem.kind}, {"name", problem.name}};
+    if (problem.kind == "Pod" || problem.kind == "ResourceQuota") {
+      regarding["apiVersion"] = "v1";
+      regarding["namespace"] = problem.namespaceName;
+    } else {
+      regarding["apiVersion"] = api::kApiVersion;
+    }
+    const std::string eventNamespace =
+        problem.namespaceName.empty() ? kClusterEventNamespace : problem.namespaceName;
+    // The key holds the object's name: the problem carries no UID, and the name is unique.
+    WriteEvent(regarding, eventNamespace, problem.kind + "/" + eventNamespace + "/" + problem.name,
+               "Read", "InputOutOfRange", "Warning",
+               problem.field + ": " + problem.problem +
+                   " (the catalog reads it so that only its own node or tenant is held back; "
+                   "docs/controller.md, \"Inputs out of range\")",
+               now, result);
+  }
+}
+
 int Binder::Resync(const std::vector<std::shared_ptr<const api::GpuDevice>>& cached,
                    const std::vector<api::GpuDevice>& listed) {
   std::unordered_map<std::string, const std::string*> versions;

@@ -101,6 +101,9 @@ struct BinderResult {
   // writes with their Events.
   double planSeconds = 0;
   double writeSeconds = 0;
+  // C18: inputs the model read the way that fails closed for their own owner
+  // (model::InputProblem), each with a Warning Event on its object; counted by kind.
+  std::vector<model::InputProblem> inputProblems;
 };
 
 class Binder {
@@ -195,6 +198,9 @@ class Binder {
   inline static const std::string kClusterEventNamespace = "default";
   void ReportUnpermittedClasses(const model::Snapshot& snapshot,
                                 std::chrono::system_clock::time_point now, BinderResult& result);
+  // C18: the last full pass's model's input problems, each as a Warning Event on its object
+  // (rate-limited as every Event is), into result.inputProblems.
+  void ReportInputProblems(std::chrono::system_clock::time_point now, BinderResult& result);
 
   // How many placement writes (and their Events) are in flight at once at most, each on a
   // connection of its own.

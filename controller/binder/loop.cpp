@@ -209,6 +209,7 @@ BinderLoop::PassResult BinderLoop::RunPass(bool answersOnly) {
     if (!answersOnly) {
       pass.result.conditionWrites = binder_.WriteNodeConditions(snapshot, now);
       binder_.ReportUnpermittedClasses(snapshot, now, pass.result);
+      if (pass.result.error.empty()) binder_.ReportInputProblems(now, pass.result);
     }
     BinderResult& result = pass.result;
     if (result.quietRoom && result.error.empty() && !result.incomplete && result.failures == 0 &&
@@ -242,6 +243,23 @@ void BinderLoop::PassDone(PassResult pass) {
   heldOff_ += pass.result.heldOff;
   if (pass.result.error.empty()) backingOff_ = pass.result.backingOff;
   undecodable_ += static_cast<int64_t>(pass.result.undecodable.size());
+  if (!pass.answersOnly && pass.result.error.empty()) {
+    std::map<std::string, int64_t> byKind;
+    std::set<std::string> described;
+    for (const model::InputProblem& problem : pass.result.inputProblems) {
+      ++byKind[problem.kind];
+      std::string line = problem.Describe();
+      if (!inputProblemsLogged_.contains(line)) {
+        runtime::LogWarning(
+            "the catalog reads an input out of range so that it holds back only "
+            "its own node or tenant",
+            LogFields{{"input", line}});
+      }
+      described.insert(std::move(line));
+    }
+    inputProblems_ = std::move(byKind);
+    inputProblemsLogged_ = std::move(described);
+  }
   for (const std::string& device : pass.result.undecodable) {
     runtime::LogWarning("binder skipped a GPUDevice it cannot decode",
                         LogFields{{"device", device}});
@@ -300,6 +318,15 @@ void BinderLoop::PassDone(PassResult pass) {
 }
 
 void BinderLoop::WriteMetrics(runtime::MetricsWriter& out) const {
+  out.Family("gpu_controller_model_input_problems", "gauge",
+             "Inputs the last full binder pass read out of range or could not read, by kind "
+             "(Pod, ResourceQuota, GPUNode): each holds back only its own node or tenant, and "
+             "has a Warning Event (reason InputOutOfRange) on its object.");
+  for (const std::string kind : {"GPUNode", "Pod", "ResourceQuota"}) {
+    const auto count = inputProblems_.find(kind);
+    out.Sample("gpu_controller_model_input_problems", runtime::Label("kind", kind),
+               static_cast<double>(count == inputProblems_.end() ? 0 : count->second));
+  }
   out.Family("gpu_controller_binder_quiet_pod_changes_total", "counter",
              "Pod changes the room of a quiet cluster took without a binder pass.");
   out.Sample("gpu_controller_binder_quiet_pod_changes_total", "",

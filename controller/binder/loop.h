@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -180,6 +181,9 @@ class BinderLoop {
   int64_t heldOff_ = 0;
   size_t backingOff_ = 0;
   int64_t undecodable_ = 0;
+  // C18: the last full pass's input problems by kind, and their lines already logged.
+  std::map<std::string, int64_t> inputProblems_;
+  std::set<std::string> inputProblemsLogged_;
   std::string lastError_;
 };
 

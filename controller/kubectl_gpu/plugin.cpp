@@ -12,7 +12,6 @@
 
 #include "api/keys.h"
 #include "controller/kinds.h"
-#include "controller/model/errors.h"
 #include "controller/simulate.h"
 #include "controller/snapshot_json.h"
 #include "controller/table.h"
@@ -88,7 +87,7 @@ std::vector<Kind> Kinds() {
 }
 
 // Pages of 500, as kubectl reads a large list.
-const kube::ListOptions kListOptions{"", "", "", 500};
+const kube::ListOptions kListOptions{"", "", "", 500, {}};
 
 // The settings ConfigMap gpu-controller publishes in its own namespace (its --namespace, the
 // chart's release namespace): in --controller-namespace when given; else in cozy-system, the
@@ -115,7 +114,8 @@ json ReadSettings(kube::Client& client, const std::string& controllerNamespace,
   }
   json list;
   try {
-    list = client.List(kConfigMaps.Path(), kube::ListOptions{"", "metadata.name=" + name, "", 500});
+    list = client.List(kConfigMaps.Path(),
+                       kube::ListOptions{"", "metadata.name=" + name, "", 500, {}});
   } catch (const kube::ApiError& error) {
     if (error.kind() != kube::ErrorKind::kForbidden) throw;
     warnings.push_back("no ConfigMap " + name + " in namespace " + first +
@@ -393,6 +393,9 @@ int Run(const Options& options, std::ostream& out, std::ostream& err) {
     for (const std::string& warning : warnings) err << "kubectl gpu: warning: " << warning << "\n";
     const model::Snapshot snapshot = DecodeSnapshotList(list);
     const model::Model model(snapshot);
+    for (const model::InputProblem& problem : model.Problems()) {
+      err << "kubectl gpu: warning: " << problem.Describe() << "\n";
+    }
     const model::ClusterView view = model.View();
     if (options.command == "catalog") {
       const json catalog = CatalogToJson(view, options.perNode);
@@ -430,9 +433,6 @@ int Run(const Options& options, std::ostream& out, std::ostream& err) {
         return kExitFailure;
     }
   } catch (const SnapshotError& error) {
-    err << "kubectl gpu: the cluster's objects: " << error.what() << "\n";
-    return kExitFailure;
-  } catch (const model::InvalidSnapshot& error) {
     err << "kubectl gpu: the cluster's objects: " << error.what() << "\n";
     return kExitFailure;
   } catch (const std::exception& error) {

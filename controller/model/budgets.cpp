@@ -7,7 +7,6 @@
 #include "api/json_field.h"
 #include "api/keys.h"
 #include "api/quantity.h"
-#include "controller/model/errors.h"
 
 namespace cozy::model {
 namespace {
@@ -64,6 +63,7 @@ const Usage& UsageOf(const UsageBy& usageBy, std::string_view ns) {
 }
 
 void Model::Index::ReadBudgets() {
+  budgetProblems.clear();
   for (const ResourceQuota& quota : snapshot.quotas) {
     for (const auto& [key, text] : quota.hard) {
       const bool gpuKey = key.starts_with(api::kBudgetKeyPrefix);
@@ -78,14 +78,31 @@ void Model::Index::ReadBudgets() {
       if (!gpuKey && !rawResource) {
         continue;
       }
-      // A budget that cannot be read fails every caller; none may skip it and pass.
+      // C2: a budget that cannot be read is never skipped: it refuses every order of its own
+      // namespace's subtree, and no one else's. One past api::kMaxUnits ("10E") is a budget
+      // larger than any cluster: it is read as api::kMaxUnits.
       const api::QuantityResult parsed = api::ParseWholeQuantity(text);
-      if (!parsed.value) {
-        throw InvalidSnapshot("ResourceQuota " + quota.namespaceName + "/" + quota.name,
-                              api::JoinPath("spec.hard", key), parsed.error);
-      }
       Budget& budget = budgets[quota.namespaceName];
-      Limit limit{*parsed.value, key};
+      const std::string field = api::JoinPath("spec.hard", key);
+      if (!parsed.value && !parsed.tooLarge) {
+        budgetProblems.push_back(InputProblem{"ResourceQuota", quota.namespaceName, quota.name,
+                                              field,
+                                              parsed.error + "; every GPU order in " +
+                                                  quota.namespaceName + " and below is refused"});
+        if (!budget.unreadable) {
+          budget.unreadable = "ResourceQuota " + quota.namespaceName + "/" + quota.name + ": " +
+                              field + ": " + parsed.error;
+        }
+        continue;
+      }
+      const int64_t value = parsed.value ? api::ClampUnits(*parsed.value) : api::kMaxUnits;
+      if (!parsed.value || value != *parsed.value) {
+        budgetProblems.push_back(
+            InputProblem{"ResourceQuota", quota.namespaceName, quota.name, field,
+                         "\"" + text + "\" is past " + std::to_string(api::kMaxUnits) +
+                             "; read as that many units, more than any cluster has"});
+      }
+      Limit limit{value, key};
       if (rawResource) {
         Lower(budget.raw, *rawResource, std::move(limit));
         continue;
@@ -110,12 +127,16 @@ RemainingBudget Model::Index::Remaining(std::string_view tenant, size_t classId,
     if (budget == budgets.end()) {
       continue;
     }
+    if (budget->second.unreadable) {
+      return RemainingBudget{0, std::string(ns), *budget->second.unreadable, false};
+    }
     ForEachConstraint(budget->second, UsageOf(usageBy, ns), classId, classes[classId].resource,
                       [&](const Constraint& constraint) {
                         const int64_t left =
                             constraint.blocked
                                 ? 0
                                 : std::max<int64_t>(0, constraint.limit->value - constraint.used);
+                        // (limit at most api::kMaxUnits, used at most api::kMaxUnitsSum)
                         if (!result.remaining || left < *result.remaining) {
                           result = RemainingBudget{left, std::string(ns), constraint.limit->key,
                                                    constraint.blocked};
@@ -134,37 +155,47 @@ std::optional<std::string> Model::Index::CheckBudgets(std::string_view tenant, c
     if (budget == budgets.end()) {
       continue;
     }
+    if (budget->second.unreadable) {
+      return "a GPU budget of " + std::string(ns) + " cannot be read (" +
+             *budget->second.unreadable + "), so no GPU order in " + std::string(ns) +
+             " or below can be checked against it";
+    }
     std::optional<std::string> refusal;
     for (const auto& [classId, count] : needs.byClass) {
       const size_t resource = classes[classId].resource;
       const std::string& className = classes[classId].gpuClass->metadata.name;
-      ForEachConstraint(budget->second, UsageOf(usageBy, ns), classId, resource,
-                        [&](const Constraint& constraint) {
-                          if (refusal) {
-                            return;
-                          }
-                          if (constraint.blocked) {
-                            const std::string name(ns);
-                            refusal = "the raw quota key " + constraint.limit->key + " of " + name +
-                                      " blocks class " + className + " until " + name +
-                                      " also declares " + api::ClassBudgetKey(className) + " or " +
-                                      std::string(api::kTotalBudgetKey);
-                            return;
-                          }
-                          const std::string& key = constraint.limit->key;
-                          int64_t need = count;
-                          if (constraint.kind == Constraint::Kind::kTotal) {
-                            need = needs.total;
-                          } else if (constraint.kind == Constraint::Kind::kRaw) {
-                            need = CountOf(needs.byResource, resource);
-                          }
-                          if (constraint.used + need > constraint.limit->value) {
-                            refusal = "the budget " + key + " of " + std::string(ns) + " is " +
-                                      std::to_string(constraint.limit->value) + " with " +
-                                      std::to_string(constraint.used) + " used; the order needs " +
-                                      std::to_string(need);
-                          }
-                        });
+      ForEachConstraint(
+          budget->second, UsageOf(usageBy, ns), classId, resource,
+          [&](const Constraint& constraint) {
+            if (refusal) {
+              return;
+            }
+            if (constraint.blocked) {
+              const std::string name(ns);
+              refusal = "the raw quota key " + constraint.limit->key + " of " + name +
+                        " blocks class " + className + " until " + name + " also declares " +
+                        api::ClassBudgetKey(className) + " or " + std::string(api::kTotalBudgetKey);
+              return;
+            }
+            const std::string& key = constraint.limit->key;
+            int64_t need = count;
+            if (constraint.kind == Constraint::Kind::kTotal) {
+              need = needs.total;
+            } else if (constraint.kind == Constraint::Kind::kRaw) {
+              need = CountOf(needs.byResource, resource);
+            }
+            // Written as a difference: each side stays inside int64 whatever
+            // the inputs (api::kMaxUnitsSum).
+            if (need > constraint.limit->value - constraint.used) {
+              refusal = "the budget " + key + " of " + std::string(ns) + " is " +
+                        std::to_string(constraint.limit->value) + " with " +
+                        std::to_string(constraint.used) + " used; the order needs " +
+                        std::to_string(need);
+              if (const auto problem = problemIn.find(ns); problem != problemIn.end()) {
+                *refusal += " (counted as holding all it asks for: " + problem->second + ")";
+              }
+            }
+          });
       if (refusal) {
         return refusal;
       }
@@ -192,9 +223,10 @@ std::optional<std::string> Model::CheckNewOrder(
     if (c == ix.classIds.end()) {
       continue;
     }
-    AddCount(byClass, c->second, count);
-    AddCount(byResource, ix.classes[c->second].resource, count);
-    needs.total += count;
+    const int64_t units = api::ClampUnits(count);
+    AddCount(byClass, c->second, units);
+    AddCount(byResource, ix.classes[c->second].resource, units);
+    needs.total = api::AddUnits(needs.total, units);
   }
   needs.byClass = Counts(byClass);
   needs.byResource = Counts(byResource);

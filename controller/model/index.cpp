@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "api/time.h"
+#include "api/validation.h"
 
 namespace cozy::model {
 
@@ -16,13 +17,13 @@ class UsageTable {
  public:
   UsageTable(size_t classes, size_t resources) : classes_(classes), resources_(resources) {}
 
-  void Add(size_t ns, int64_t count) { Row(total_, ns, 1)[0] += count; }
+  void Add(size_t ns, int64_t count) { Sum(Row(total_, ns, 1)[0], count); }
   void AddClass(size_t ns, size_t classId, size_t resource, int64_t count) {
-    Row(byClass_, ns, classes_)[classId] += count;
-    Row(devices_, ns, resources_)[resource] += count;
+    Sum(Row(byClass_, ns, classes_)[classId], count);
+    Sum(Row(devices_, ns, resources_)[resource], count);
   }
   void AddRawPod(size_t ns, size_t resource, int64_t units) {
-    Row(rawPods_, ns, resources_)[resource] += units;
+    Sum(Row(rawPods_, ns, resources_)[resource], units);
   }
   size_t Rows() const { return total_.size(); }
   // Whether anything was counted under `ns` (a number kept from an earlier index may not be).
@@ -44,6 +45,8 @@ class UsageTable {
   }
 
  private:
+  static void Sum(int64_t& into, int64_t amount) { into = api::AddUnits(into, amount); }
+
   // The row of namespace `ns`, growing the table (and the totals) to hold it.
   int64_t* Row(std::vector<int64_t>& values, size_t ns, size_t width) {
     if (total_.size() <= ns) {
@@ -82,6 +85,7 @@ void Model::Index::Build(const Index* previous) {
   if (sameNodes && snapshot.gpuNodes.SameElements(previous->snapshot.gpuNodes)) {
     units = previous->units;
     hasGpuNode = previous->hasGpuNode;
+    unitProblems = previous->unitProblems;
     bound.assign(units.size(), 0);
     raw.assign(units.size(), 0);
   } else {
@@ -97,6 +101,9 @@ void Model::Index::Build(const Index* previous) {
   CountPods(ownUsage);
   SumUsage(ownUsage, ownPending);
   ReadBudgets();
+  problems = unitProblems;
+  problems.insert(problems.end(), podProblems.begin(), podProblems.end());
+  problems.insert(problems.end(), budgetProblems.begin(), budgetProblems.end());
 }
 
 void Model::Index::IndexClassesAndNodes() {
@@ -176,17 +183,39 @@ void Model::Index::CountUnits() {
   bound.assign(cells, 0);
   raw.assign(cells, 0);
   hasGpuNode.assign(nodes.size(), 0);
+  unitProblems.clear();
   for (const api::GpuNodeInventory& gpuNode : snapshot.gpuNodes) {
     const auto node = nodeIds.find(gpuNode.nodeName);
     if (node == nodeIds.end()) {
       continue;  // its Node is gone; the GPUNode goes with it
     }
     hasGpuNode[node->second] = 1;
-    for (const api::InventoryDevice& device : gpuNode.devices) {
-      for (const api::InventoryResource& resource : device.resources) {
-        if (const auto r = resourceIds.find(resource.name); r != resourceIds.end()) {
-          units[At(node->second, r->second)] += resource.allocatable;
+    for (size_t i = 0; i < gpuNode.resourceNames.size(); ++i) {
+      if (std::string why = api::CheckGpuResourceName(gpuNode.resourceNames[i]); !why.empty()) {
+        unitProblems.push_back(InputProblem{"GPUNode", "", gpuNode.nodeName,
+                                            "status.resourceNames[" + std::to_string(i) + "]",
+                                            why + "; it is not taken as a GPU name"});
+      }
+    }
+    for (size_t i = 0; i < gpuNode.devices.size(); ++i) {
+      const api::InventoryDevice& device = gpuNode.devices[i];
+      for (size_t j = 0; j < device.resources.size(); ++j) {
+        const api::InventoryResource& resource = device.resources[j];
+        const auto r = resourceIds.find(resource.name);
+        if (r == resourceIds.end()) continue;
+        // A report out of range moves only its own node's room: it is read as at most
+        // api::kMaxUnits, and the sum saturates (docs/controller.md, "Inputs out of range").
+        const int64_t allocatable = api::ClampUnits(resource.allocatable);
+        if (allocatable != resource.allocatable) {
+          unitProblems.push_back(
+              InputProblem{"GPUNode", "", gpuNode.nodeName,
+                           "status.devices[" + std::to_string(i) + "].resources[" +
+                               std::to_string(j) + "].allocatable",
+                           std::to_string(resource.allocatable) + " is out of range; read as " +
+                               std::to_string(allocatable)});
         }
+        int64_t& served = units[At(node->second, r->second)];
+        served = api::AddUnits(served, allocatable);
       }
     }
   }
@@ -267,7 +296,7 @@ void Model::Index::ReadDevice(size_t d) {
   ++devicesRead;
   const api::GpuDevice& device = snapshot.devices[d];
   phase[d] = device.Phase();
-  ordered[d] = device.spec.count;
+  ordered[d] = api::ClampUnits(device.spec.count);
   if (phase[d] == api::DevicePhase::kBound && device.status.nodeName &&
       !device.status.nodeName->empty()) {
     const auto n = nodeIds.find(*device.status.nodeName);
@@ -318,7 +347,8 @@ void Model::Index::CountDevices(UsageTable& ownUsage, UsageTable& ownPending) {
       ownPending.AddClass(nsOf[d], deviceClass[d], resource, ordered[d]);
     }
     if (placedOn[d] != kNone && IsNode(placedOn[d])) {
-      bound[At(placedOn[d], resource)] += ordered[d];
+      int64_t& held = bound[At(placedOn[d], resource)];
+      held = api::AddUnits(held, ordered[d]);
     }
   }
 }
@@ -350,11 +380,23 @@ void Model::Index::CountPods(UsageTable& ownUsage) {
   // holding devices) and for the node it runs on.
   const std::set<std::string> resourceNames(resources.begin(), resources.end());
   std::vector<int64_t> budgetCovered, capacityCovered;  // by resource, reused for every pod
+  podProblems.clear();
+  std::vector<std::string_view> chain;
   for (const Pod& pod : snapshot.pods) {
     if (!PodHoldsDevices(pod)) {
       continue;
     }
-    const std::map<std::string, int64_t> requests = PodResourceRequests(pod, resourceNames);
+    // A request out of range or unreadable is read as api::kMaxUnits: the pod holds everything
+    // it could on its own node and in its own tenant chain, and nothing anywhere else.
+    const size_t problemsBefore = podProblems.size();
+    const std::map<std::string, int64_t> requests =
+        PodResourceRequests(pod, resourceNames, &podProblems);
+    if (podProblems.size() != problemsBefore) {
+      tenants.BudgetChain(pod.namespaceName, chain);
+      for (const std::string_view member : chain) {
+        problemIn.try_emplace(member, podProblems[problemsBefore].Describe());
+      }
+    }
     if (requests.empty()) {
       continue;
     }
@@ -373,7 +415,8 @@ void Model::Index::CountPods(UsageTable& ownUsage) {
       ownUsage.AddRawPod(NamespaceId(pod.namespaceName), r,
                          std::max<int64_t>(0, requested - budgetCovered[r]));
       if (node != nodeIds.end()) {
-        raw[At(node->second, r)] += std::max<int64_t>(0, requested - capacityCovered[r]);
+        int64_t& held = raw[At(node->second, r)];
+        held = api::AddUnits(held, std::max<int64_t>(0, requested - capacityCovered[r]));
       }
     }
   }

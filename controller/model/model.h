@@ -153,8 +153,9 @@ bool AbsorbPodChange(FreeUnits& room, const Pod* before, const Pod* after);
 
 class Model {
  public:
-  // Reads and indexes the snapshot, which must outlive the model. Throws InvalidSnapshot on a
-  // budget or GPU request it cannot read: every caller fails rather than skipping it.
+  // Reads and indexes the snapshot, which must outlive the model. It is total: an input out of
+  // range or unreadable is read the way that fails closed for its own owner alone and listed in
+  // Problems() (InputProblem); nothing in a snapshot makes it throw.
   // With `previous` (a model of an earlier snapshot; null: none), the same model, built with what
   // that one read where this snapshot shares it: the same Node objects and equal classes, the
   // same GPUNode objects, the very same device objects (Snapshot's SharedVectors, as
@@ -167,6 +168,8 @@ class Model {
   // How many of the snapshot's devices were read from their objects; the others' numbers were
   // copied from the previous model.
   size_t DevicesRead() const;
+  // The inputs read that way: GPUNode reports, pods' requests, budgets (in that order).
+  const std::vector<InputProblem>& Problems() const;
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;

@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "api/quantity.h"
 #include "controller/model/model.h"
 
 namespace cozy::model {
@@ -49,13 +50,13 @@ struct Usage {
     auto addAll = [sign](std::vector<int64_t>& into, const std::vector<int64_t>& from) {
       into.resize(std::max(into.size(), from.size()), 0);
       for (size_t i = 0; i < from.size(); ++i) {
-        into[i] += sign * from[i];
+        into[i] = api::AddUnits(into[i], sign * from[i]);
       }
     };
     addAll(byClass, other.byClass);
     addAll(devicesByResource, other.devicesByResource);
     addAll(rawPodsByResource, other.rawPodsByResource);
-    total += sign * other.total;
+    total = api::AddUnits(total, sign * other.total);
   }
 };
 
@@ -70,7 +71,7 @@ inline void AddAt(std::vector<int64_t>& values, size_t index, int64_t amount) {
   if (values.size() <= index) {
     values.resize(index + 1, 0);
   }
-  values[index] += amount;
+  values[index] = api::AddUnits(values[index], amount);
 }
 
 struct Limit {
@@ -84,6 +85,9 @@ struct Budget {
   std::map<size_t, Limit> byClass;
   std::optional<Limit> total;
   std::map<size_t, Limit> raw;  // by resource
+  // C2: a GPU or raw key of one of its quotas does not read: every order in the namespace and
+  // below is refused, with this description of the key (no other tenant's).
+  std::optional<std::string> unreadable;
 };
 
 // (class or resource id, GPUs), ascending by id.
@@ -159,6 +163,16 @@ struct Model::Index {
   std::vector<const std::string*> nsNames;  // by number: the table's own key
   std::vector<size_t> nsOf;                 // by device: its namespace's number
   size_t devicesRead = 0;  // devices read from their objects (the rest: copied, Build)
+  // Inputs read the way that fails closed for their own owner (InputProblem): GPUNode reports
+  // (kept with the units they were counted in), pods' requests and budgets; `problems` is all
+  // three, in that order.
+  std::vector<InputProblem> unitProblems;
+  std::vector<InputProblem> podProblems;
+  std::vector<InputProblem> budgetProblems;
+  std::vector<InputProblem> problems;
+  // Each namespace with a pod's problem in its subtree (the pod's namespace and its ancestors):
+  // the first such problem, which a refusal of an order there names.
+  std::unordered_map<std::string_view, std::string> problemIn;
 
   size_t NamespaceId(const std::string& ns) {
     const auto [it, added] = nsIds.try_emplace(ns, nsNames.size());
@@ -178,7 +192,7 @@ struct Model::Index {
   }
   int64_t Free(size_t node, size_t resource) const {
     const size_t at = At(node, resource);
-    return units[at] - bound[at] - raw[at];
+    return units[at] - bound[at] - raw[at];  // each at most api::kMaxUnitsSum: no overflow
   }
   const api::GpuDevice& Device(size_t index) const { return snapshot.devices[index]; }
 
@@ -252,7 +266,7 @@ inline void AddCount(std::vector<std::pair<size_t, int64_t>>& counts, size_t id,
   auto it = std::lower_bound(counts.begin(), counts.end(), id,
                              [](const auto& entry, size_t key) { return entry.first < key; });
   if (it != counts.end() && it->first == id) {
-    it->second += count;
+    it->second = api::AddUnits(it->second, count);
   } else {
     counts.insert(it, {id, count});
   }

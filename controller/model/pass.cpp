@@ -130,11 +130,11 @@ void PassPlanner::AdjustFree(size_t node, size_t resource, int64_t delta) {
   for (const size_t c : classesByResource_[resource]) {
     if (ix_.classes[c].takes[node]) {
       auto entry = byFree_[c].extract({free, node});
-      entry.value().first = free + delta;
+      entry.value().first = api::AddUnits(free, delta);
       byFree_[c].insert(std::move(entry));
     }
   }
-  free += delta;
+  free = api::AddUnits(free, delta);
 }
 
 void PassPlanner::Take(size_t node, const Needs& needs, int64_t sign) {
@@ -147,7 +147,7 @@ void PassPlanner::Take(size_t node, const Needs& needs, int64_t sign) {
 void PassPlanner::ReleasePlaced(const DeviceSet& set) {
   for (const size_t d : set.members) {
     if (ix_.IsNode(PlacedOn(d)) && ClassOf(d) != kNone) {
-      AdjustFree(PlacedOn(d), ix_.classes[ClassOf(d)].resource, Device(d).spec.count);
+      AdjustFree(PlacedOn(d), ix_.classes[ClassOf(d)].resource, Ordered(d));
     }
   }
 }
@@ -213,7 +213,7 @@ std::optional<int64_t> PassPlanner::Slack(const DeviceSet& set, size_t node) {
     if (left < 0) {
       return std::nullopt;
     }
-    slack += left;
+    slack = api::AddUnits(slack, left);
   }
   return slack;
 }
@@ -289,9 +289,9 @@ void PassPlanner::Gather(const DeviceSet& set) {
     if (refusal.empty() && device.metadata.deletionTimestamp) {
       refusal = device.metadata.name + " is being deleted";
     }
-    AddCount(newByClass, ClassOf(d), device.spec.count);
-    AddCount(newByResource, info.resource, device.spec.count);
-    newTotal += device.spec.count;
+    AddCount(newByClass, ClassOf(d), Ordered(d));
+    AddCount(newByResource, info.resource, Ordered(d));
+    newTotal = api::AddUnits(newTotal, Ordered(d));
   }
   const Needs newNeeds{newByResource, newByClass, newTotal, {}};
   if (refusal.empty() && newTotal > 0) {
@@ -683,6 +683,7 @@ Model::Model(const Snapshot& snapshot, const Model* previous)
   index_->Build(previous ? previous->index_.get() : nullptr);
 }
 size_t Model::DevicesRead() const { return index_->devicesRead; }
+const std::vector<InputProblem>& Model::Problems() const { return index_->problems; }
 Model::~Model() = default;
 
 }  // namespace cozy::model

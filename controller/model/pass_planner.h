@@ -124,7 +124,9 @@ class PassPlanner {
   size_t ClassOf(size_t d) const {
     return IsExtra(d) ? extraClass_[d - ix_.snapshot.devices.size()] : ix_.deviceClass[d];
   }
-  int64_t Ordered(size_t d) const { return IsExtra(d) ? Device(d).spec.count : ix_.ordered[d]; }
+  int64_t Ordered(size_t d) const {
+    return IsExtra(d) ? api::ClampUnits(Device(d).spec.count) : ix_.ordered[d];
+  }
   bool IsPlaced(size_t d) const { return PlacedOn(d) != kNone; }
   int64_t FreeAt(size_t node, size_t resource) const { return free_[ix_.At(node, resource)]; }
 

@@ -8,9 +8,24 @@
 #include "api/keys.h"
 #include "api/quantity.h"
 #include "api/validation.h"
-#include "controller/model/errors.h"
 
 namespace cozy::model {
+
+std::string InputProblem::Describe() const {
+  return kind + " " + (namespaceName.empty() ? name : namespaceName + "/" + name) + ": " + field +
+         ": " + problem;
+}
+
+namespace {
+
+// A request that does not read as a quantity within range: why, and what it is read as.
+std::string ReadAsCeiling(const api::QuantityResult& parsed) {
+  return parsed.error + "; read as " + std::to_string(api::kMaxUnits) +
+         (parsed.tooLarge ? " units, more than any node has"
+                          : " units, as if it held everything it could");
+}
+
+}  // namespace
 
 // ---- tenants ----
 
@@ -73,27 +88,38 @@ using Units = std::map<std::string, int64_t>;
 
 // `field()` names where the text stands, made only for the error: every pod change the
 // controller reads passes here, and a path string per quantity was most of this reader's work.
+// A quantity past api::kMaxUnits, or one that does not read, is api::kMaxUnits, and a problem.
 template <typename Field>
-int64_t ReadUnits(const Pod& pod, const Field& field, const std::string& text) {
+int64_t ReadUnits(const Pod& pod, const Field& field, const std::string& text,
+                  std::vector<InputProblem>* problems) {
   const api::QuantityResult parsed = api::ParseWholeQuantity(text);
-  if (!parsed.value) {
-    throw InvalidSnapshot("Pod " + pod.namespaceName + "/" + pod.name, field(), parsed.error);
+  if (parsed.value && *parsed.value <= api::kMaxUnits) {
+    return *parsed.value;
   }
-  return *parsed.value;
+  if (problems != nullptr) {
+    problems->push_back(
+        InputProblem{"Pod", pod.namespaceName, pod.name, field(),
+                     parsed.value ? "\"" + text + "\" is past " + std::to_string(api::kMaxUnits) +
+                                        "; read as that many units, more than any node has"
+                                  : ReadAsCeiling(parsed)});
+  }
+  return api::kMaxUnits;
 }
 
 // `path()`: where the container stands ("spec.containers[0]"), for an error only.
 template <typename Path>
 Units ContainerRequests(const Pod& pod, const Container& container, const Path& path,
-                        const std::set<std::string>& names) {
+                        const std::set<std::string>& names, std::vector<InputProblem>* problems) {
   Units units;
   for (const std::string& name : names) {
     if (const auto it = container.requests.find(name); it != container.requests.end()) {
       units[name] = ReadUnits(
-          pod, [&] { return api::JoinPath(path() + ".resources.requests", name); }, it->second);
+          pod, [&] { return api::JoinPath(path() + ".resources.requests", name); }, it->second,
+          problems);
     } else if (const auto limit = container.limits.find(name); limit != container.limits.end()) {
       units[name] = ReadUnits(
-          pod, [&] { return api::JoinPath(path() + ".resources.limits", name); }, limit->second);
+          pod, [&] { return api::JoinPath(path() + ".resources.limits", name); }, limit->second,
+          problems);
     }
   }
   return units;
@@ -101,7 +127,7 @@ Units ContainerRequests(const Pod& pod, const Container& container, const Path& 
 
 void Add(Units& into, const Units& from) {
   for (const auto& [name, value] : from) {
-    into[name] += value;
+    into[name] = api::AddUnits(into[name], value);
   }
 }
 
@@ -114,12 +140,14 @@ void Max(Units& into, const Units& from) {
 }  // namespace
 
 std::map<std::string, int64_t> PodResourceRequests(const Pod& pod,
-                                                   const std::set<std::string>& resourceNames) {
+                                                   const std::set<std::string>& resourceNames,
+                                                   std::vector<InputProblem>* problems) {
   Units requests;
   for (size_t i = 0; i < pod.containers.size(); ++i) {
-    Add(requests, ContainerRequests(
-                      pod, pod.containers[i],
-                      [i] { return "spec.containers[" + std::to_string(i) + "]"; }, resourceNames));
+    Add(requests,
+        ContainerRequests(
+            pod, pod.containers[i], [i] { return "spec.containers[" + std::to_string(i) + "]"; },
+            resourceNames, problems));
   }
   // Init containers run one at a time, each next to the sidecars started before it; sidecars
   // then keep running next to the app containers.
@@ -129,7 +157,7 @@ std::map<std::string, int64_t> PodResourceRequests(const Pod& pod,
     const Container& container = pod.initContainers[i];
     Units own = ContainerRequests(
         pod, container, [i] { return "spec.initContainers[" + std::to_string(i) + "]"; },
-        resourceNames);
+        resourceNames, problems);
     if (container.restartAlways) {
       Add(requests, own);
       Add(sidecars, own);
@@ -142,11 +170,16 @@ std::map<std::string, int64_t> PodResourceRequests(const Pod& pod,
   Max(requests, initPeak);
   for (const auto& [name, text] : pod.overhead) {
     if (resourceNames.contains(name)) {
-      requests[name] += ReadUnits(
-          pod, [&] { return api::JoinPath("spec.overhead", name); }, text);
+      requests[name] = api::AddUnits(
+          requests[name],
+          ReadUnits(
+              pod, [&] { return api::JoinPath("spec.overhead", name); }, text, problems));
     }
   }
   std::erase_if(requests, [](const auto& entry) { return entry.second == 0; });
+  for (auto& [name, units] : requests) {
+    units = api::ClampUnits(units);
+  }
   return requests;
 }
 
@@ -328,7 +361,10 @@ std::set<std::string> EffectiveGpuResourceNames(const Settings& settings,
     names.insert(gpuClass.ResourceName());
   }
   for (const api::GpuNodeInventory& gpuNode : gpuNodes) {
-    names.insert(gpuNode.resourceNames.begin(), gpuNode.resourceNames.end());
+    for (const std::string& name : gpuNode.resourceNames) {
+      // B11: what no extended resource name is stays out (the model names it: InputProblem).
+      if (api::CheckGpuResourceName(name).empty()) names.insert(name);
+    }
   }
   for (const PciHostDevice& device : permitted.pciHostDevices) {
     if (IsNvidiaSelector(device.pciVendorSelector)) {

@@ -18,6 +18,23 @@
 
 namespace cozy::model {
 
+// An input the model reads the way that fails closed for its own owner alone (docs/controller.md,
+// "Inputs out of range"): a quantity past kMaxUnits is read as kMaxUnits, one that does not read
+// as a quantity at all as kMaxUnits too (a pod holding everything it could), a budget that does
+// not read as refusing every order below it. It is named here so that a hoster sees it (an
+// Event, gpu_controller_model_input_problems, `kubectl gpu`), and never stops a decision about
+// anyone else.
+struct InputProblem {
+  std::string kind;           // "Pod", "ResourceQuota", "GPUNode"
+  std::string namespaceName;  // "" for a cluster-scoped object
+  std::string name;
+  std::string field;    // spec.containers[0].resources.requests["nvidia.com/x"]
+  std::string problem;  // "\"10E\" is too large; read as 1099511627776 units"
+  // "Pod tenant-a/p1: spec.containers[0]...: \"10E\" is too large; read as ..."
+  std::string Describe() const;
+  bool operator==(const InputProblem&) const = default;
+};
+
 // Tenant ancestry: a tenant namespace's ancestors are the namespaces its
 // `tenant.cozystack.io/<ancestor>` labels name.
 class TenantTree {
@@ -40,9 +57,12 @@ class TenantTree {
 // Units of each listed resource a pod requests, by the scheduler's arithmetic: the larger of
 // the app containers plus sidecars (restartable init containers) and the largest init container
 // (plus the sidecars started before it), plus the pod overhead. A request defaults to the
-// limit, as for extended resources. Throws InvalidSnapshot on a quantity it cannot read.
+// limit, as for extended resources. A quantity it cannot read, or one past api::kMaxUnits, counts
+// as api::kMaxUnits (the pod holds everything it could) and is added to `problems` where given;
+// each resource's total is at most api::kMaxUnits.
 std::map<std::string, int64_t> PodResourceRequests(const Pod& pod,
-                                                   const std::set<std::string>& resourceNames);
+                                                   const std::set<std::string>& resourceNames,
+                                                   std::vector<InputProblem>* problems = nullptr);
 
 // Whether kubelet still holds the pod's devices: every phase but Succeeded and Failed.
 bool PodHoldsDevices(const Pod& pod);
@@ -121,7 +141,8 @@ std::optional<UntoleratedTaintInfo> HeldSetTaint(const Node& node,
 
 // The effective GPU resource-name set: the hoster's list, every GPUNode's resourceNames, every
 // class's resource name, and the NVIDIA (vendor 10de) and mediated entries of KubeVirt's
-// permittedHostDevices. A PCI entry of another vendor, such as a ConnectX VF, stays out.
+// permittedHostDevices. A PCI entry of another vendor, such as a ConnectX VF, stays out, and so
+// does a GPUNode's name that is no extended resource name (B11: "cpu" from one node's agent).
 std::set<std::string> EffectiveGpuResourceNames(const Settings& settings,
                                                 const SharedVector<api::GpuNodeInventory>& gpuNodes,
                                                 const PermittedHostDevices& permitted,

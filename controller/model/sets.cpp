@@ -273,7 +273,7 @@ void PassPlanner::CountMember(DeviceSet& set, size_t d, std::string_view created
   set.memberDeleting = set.memberDeleting || deleting;
   const size_t c = ClassOf(d);
   const int64_t ordered = Ordered(d);
-  set.needs.total += ordered;
+  set.needs.total = api::AddUnits(set.needs.total, ordered);
   if (c == kNone) {
     set.needs.unknownClass = Device(d).spec.className;  // rare: read the record
     return;

@@ -31,7 +31,7 @@ std::optional<ClassRoom> Model::Room(std::string_view className) const {
   for (const size_t n : info.nodes) {  // by name
     if (!info.takes[n]) {
       const int64_t free = std::max<int64_t>(0, ix.Free(n, info.resource));
-      room.freeElsewhere += free;
+      room.freeElsewhere = api::AddUnits(room.freeElsewhere, free);
       if (free > 0 && room.firstBlocked.empty()) {
         const NodeEligibility why =
             CheckNodeEligibility(*ix.nodes[n], info.gpuClass->spec.tolerations);
@@ -43,7 +43,7 @@ std::optional<ClassRoom> Model::Room(std::string_view className) const {
       continue;
     }
     const int64_t free = std::max<int64_t>(0, ix.Free(n, info.resource));
-    room.free += free;
+    room.free = api::AddUnits(room.free, free);
     if (room.largestNode.empty() || free > room.largestNodeFree) {
       room.largestNodeFree = free;
       room.largestNode = ix.nodes[n]->name;
@@ -61,9 +61,10 @@ ClusterView Model::View() const {
   for (const ClassInfo& info : ix.classes) {
     ClassView classView{info.gpuClass->metadata.name, info.maxCount, 0, 0};
     for (size_t n : info.nodes) {
-      classView.units += ix.units[ix.At(n, info.resource)];
+      classView.units = api::AddUnits(classView.units, ix.units[ix.At(n, info.resource)]);
       if (info.takes[n]) {
-        classView.free += std::max<int64_t>(0, ix.Free(n, info.resource));
+        classView.free =
+            api::AddUnits(classView.free, std::max<int64_t>(0, ix.Free(n, info.resource)));
       }
     }
     view.classes.push_back(std::move(classView));
@@ -124,7 +125,8 @@ void GiveBack(FreeUnits& room, const std::string& key) {
   const auto taken = room.taken.find(key);
   if (taken == room.taken.end()) return;
   for (const FreeUnits::Taken& part : taken->second) {
-    room.byNode[part.node][part.resource] += part.units;
+    int64_t& free = room.byNode[part.node][part.resource];
+    free = api::AddUnits(free, part.units);
   }
   room.taken.erase(taken);
 }

@@ -161,6 +161,45 @@ TEST(GpuClassCrdB8, ResourceNameRulesAgreeWithValidator) {
   }
 }
 
+// B11: a GPUNode's status.resourceNames holds extended resource names only, by the very rules a
+// class's resourceName has (so the two never drift apart), and the validator the controller
+// filters an older CRD's objects with agrees: node-2's agent setting [cpu, memory, ...] is
+// refused at the API server.
+TEST(GpuNodeCrdB11, ResourceNamesAreExtendedResourceNamesOnly) {
+  const YAML::Node classField =
+      Schema(LoadCrd("gpu.cozystack.io_gpuclasses.yaml"))["properties"]["spec"]["properties"]
+                                                         ["source"]["properties"]["devicePlugin"]
+                                                         ["properties"]["resourceName"];
+  const YAML::Node list =
+      Schema(LoadCrd("gpunodes.yaml"))["properties"]["status"]["properties"]["resourceNames"];
+  ASSERT_TRUE(list["maxItems"].IsDefined()) << "CEL on items needs a bounded list";
+  const YAML::Node field = list["items"];
+  EXPECT_EQ(field["pattern"].as<std::string>(), classField["pattern"].as<std::string>());
+  EXPECT_EQ(field["maxLength"].as<size_t>(), classField["maxLength"].as<size_t>());
+  ASSERT_EQ(field["x-kubernetes-validations"].size(),
+            classField["x-kubernetes-validations"].size());
+  for (size_t i = 0; i < field["x-kubernetes-validations"].size(); ++i) {
+    EXPECT_EQ(field["x-kubernetes-validations"][i]["rule"].as<std::string>(),
+              classField["x-kubernetes-validations"][i]["rule"].as<std::string>());
+  }
+  std::vector<NameCase> cases = ResourceNameCases();
+  for (const char* notGpu :
+       {"memory", "hugepages-2Mi", "hugepages-1Gi", "ephemeral-storage", "pods", "storage",
+        "requests.cpu", "attachable-volumes-csi-x", "kubernetes.io/batch-cpu"}) {
+    cases.push_back({notGpu, false});
+  }
+  const std::regex pattern(field["pattern"].as<std::string>());
+  for (const NameCase& c : cases) {
+    bool accepted =
+        c.name.size() <= field["maxLength"].as<size_t>() && std::regex_search(c.name, pattern);
+    for (const auto& rule : field["x-kubernetes-validations"]) {
+      accepted = accepted && EvaluateConjunction(rule["rule"].as<std::string>(), c.name);
+    }
+    EXPECT_EQ(accepted, c.valid) << "CRD on a GPUNode's resource name \"" << c.name << "\"";
+    EXPECT_EQ(accepted, CheckGpuResourceName(c.name).empty()) << "CRD and validator disagree";
+  }
+}
+
 TEST(GpuClassCrd, SpecFields) {
   const YAML::Node spec = Schema(LoadCrd("gpu.cozystack.io_gpuclasses.yaml"))["properties"]["spec"];
   const YAML::Node properties = spec["properties"];

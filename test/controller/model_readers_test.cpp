@@ -2,8 +2,9 @@
 // quotes the design-note sentence it implements and names its catalog ID.
 #include <gtest/gtest.h>
 
+#include "api/quantity.h"
 #include "api/validation.h"
-#include "controller/model/errors.h"
+#include "controller/model/model.h"
 #include "controller/model/readers.h"
 #include "test/controller/model_fixtures.h"
 
@@ -97,18 +98,32 @@ TEST(PodResourceRequestsC5, SchedulerArithmetic) {
   }
 }
 
-// C2: "the catalog skipped a budget it could not read, where the others failed" — a request
-// that is not a quantity fails, naming the pod and the field.
-TEST(PodResourceRequestsC2, UnreadableRequestFails) {
-  Pod pod = MakePod("tenant-a", "p", "n1", kA100, 1);
-  pod.containers[0].requests[kA100] = "one";
-  try {
-    PodResourceRequests(pod, {kA100});
-    FAIL() << "accepted";
-  } catch (const InvalidSnapshot& error) {
-    EXPECT_EQ(error.object(), "Pod tenant-a/p");
-    EXPECT_EQ(error.field(), "spec.containers[0].resources.requests[\"nvidia.com/GA100\"]");
+// C2, C18: a request that is not a quantity, or one past what any node has, is never skipped: the
+// pod holds everything it could (api::kMaxUnits), and the problem names the pod and the field.
+TEST(PodResourceRequestsC2C18, UnreadableOrHugeRequestHoldsEverythingItCouldAndIsNamed) {
+  for (const std::string text : {"one", "10E", "2Ti", "9223372036854775807"}) {
+    Pod pod = MakePod("tenant-a", "p", "n1", kA100, 1);
+    pod.containers[0].requests[kA100] = text;
+    pod.initContainers.push_back(pod.containers[0]);
+    pod.overhead[kA100] = text;
+    std::vector<InputProblem> problems;
+    const auto requests = PodResourceRequests(pod, {kA100}, &problems);
+    EXPECT_EQ(requests.at(kA100), api::kMaxUnits) << text;
+    ASSERT_EQ(problems.size(), 3u) << text;
+    EXPECT_EQ(problems[0].kind, "Pod");
+    EXPECT_EQ(problems[0].namespaceName, "tenant-a");
+    EXPECT_EQ(problems[0].name, "p");
+    EXPECT_EQ(problems[0].field, "spec.containers[0].resources.requests[\"nvidia.com/GA100\"]");
+    EXPECT_NE(problems[0].problem.find(text), std::string::npos) << problems[0].problem;
+    // Without a list to fill, the same reading.
+    EXPECT_EQ(PodResourceRequests(pod, {kA100}), requests);
   }
+  // In range: as it says, and no problem.
+  std::vector<InputProblem> problems;
+  Pod pod = MakePod("tenant-a", "p", "n1", kA100, 1);
+  pod.containers[0].requests[kA100] = "1Ti";
+  EXPECT_EQ(PodResourceRequests(pod, {kA100}, &problems).at(kA100), api::kMaxUnits);
+  EXPECT_TRUE(problems.empty());
 }
 
 TEST(PodHoldsDevicesA7, FinalPhasesHoldNothing) {
@@ -335,6 +350,28 @@ TEST(EffectiveGpuResourceNamesC16, TableEntriesJoinTheHostersList) {
     EXPECT_EQ(EffectiveGpuResourceNames(Settings{c.hosterList}, {gpuNode}, table, {}), c.expected)
         << c.what;
   }
+}
+
+// B11: one node's agent reporting resourceNames [cpu, memory, ...] (an older CRD let it through)
+// adds nothing to the GPU names the raw-name policies refuse pods and VMs by; the model names
+// each such entry, and the node's real GPU name still joins.
+TEST(EffectiveGpuResourceNamesB11, AGpuNodesNamesThatAreNoExtendedResourceStayOut) {
+  api::GpuNodeInventory gpuNode;
+  gpuNode.nodeName = "n2";
+  gpuNode.resourceNames = {
+      "cpu",  "memory",          "hugepages-1Gi",           "ephemeral-storage",
+      "pods", "kubernetes.io/x", "requests.nvidia.com/gpu", "nvidia.com/GA100"};
+  EXPECT_EQ(EffectiveGpuResourceNames(Settings{}, {gpuNode}, {}, {}),
+            (std::set<std::string>{"nvidia.com/GA100"}));
+  Snapshot snapshot;
+  snapshot.nodes = {MakeNode("n2")};
+  snapshot.gpuNodes = {gpuNode};
+  const Model model(snapshot);
+  ASSERT_EQ(model.Problems().size(), 7u);
+  EXPECT_EQ(model.Problems()[0].Describe().rfind("GPUNode n2: status.resourceNames[0]: \"cpu\"", 0),
+            0u)
+      << model.Problems()[0].Describe();
+  EXPECT_EQ(model.View().gpuResourceNames, (std::set<std::string>{"nvidia.com/GA100"}));
 }
 
 // C16 (issue 14): a class's resource name is a GPU name too, even before any node reports it,

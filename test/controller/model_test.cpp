@@ -4,9 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <type_traits>
 
-#include "controller/model/errors.h"
+#include "api/quantity.h"
 #include "controller/model/readers.h"
 #include "test/controller/model_fixtures.h"
 
@@ -395,20 +396,134 @@ TEST(BudgetsInPassIssue24Item6C3, AMixedSetsTemplateIsCheckedAndBookedBeforeLate
 }
 
 // C2: "the catalog skipped a budget it could not read, where the others failed" — a malformed
-// budget fails every caller, never passes.
-TEST(BudgetsC2, UnreadableBudgetFailsTheModel) {
+// budget is never skipped: every order of its own subtree is refused, naming it, in the pass,
+// the order check and the remaining budget alike. C18: no other tenant's order is.
+TEST(BudgetsC2C18, AnUnreadableBudgetRefusesItsOwnSubtreeAndNoOneElse) {
   Snapshot snapshot = BaseSnapshot();
-  snapshot.quotas = {MakeQuota("tenant-root", {{"requests.gpu.cozystack.io/a100", "two"}})};
-  try {
-    const Model model(snapshot);
-    FAIL() << "accepted";
-  } catch (const InvalidSnapshot& error) {
-    EXPECT_EQ(error.object(), "ResourceQuota tenant-root/gpu");
-    EXPECT_EQ(error.field(), "spec.hard[\"requests.gpu.cozystack.io/a100\"]");
+  AddNode(snapshot, "n1", 4);
+  snapshot.quotas = {MakeQuota("tenant-a", {{"requests.gpu.cozystack.io/a100", "two"}})};
+  snapshot.devices = {Pending("tenant-a", "mine", "a100", 1),
+                      Pending("tenant-a-b", "child", "a100", 1),
+                      Pending("tenant-b", "other", "a100", 1)};
+  const Model model(snapshot);
+  ASSERT_EQ(model.Problems().size(), 1u);
+  EXPECT_EQ(model.Problems()[0].Describe().rfind(
+                "ResourceQuota tenant-a/gpu: spec.hard[\"requests.gpu.cozystack.io/a100\"]: "
+                "\"two\" is not a quantity",
+                0),
+            0u)
+      << model.Problems()[0].Describe();
+  const std::vector<Decision> decisions = model.PlanPass();
+  for (const char* refused : {"tenant-a/mine", "tenant-a-b/child"}) {
+    const Decision decision = DecisionFor(decisions, refused);
+    EXPECT_EQ(decision.action, Action::kRefuse) << refused;
+    EXPECT_NE(decision.reason.find("ResourceQuota tenant-a/gpu"), std::string::npos)
+        << decision.reason;
   }
+  EXPECT_EQ(DecisionFor(decisions, "tenant-b/other").action, Action::kBind);
+  EXPECT_TRUE(model.CheckNewOrder("tenant-a-b", {{"a100", 1}}).has_value());
+  EXPECT_FALSE(model.CheckNewOrder("tenant-b", {{"a100", 1}}).has_value());
+  EXPECT_EQ(model.Remaining("tenant-a", "a100").remaining, 0);
+  EXPECT_FALSE(model.Remaining("tenant-b", "a100").remaining.has_value());
   // Keys the model does not read are not its to judge.
-  snapshot.quotas = {MakeQuota("tenant-root", {{"requests.memory", "lots"}})};
-  EXPECT_NO_THROW(Model{snapshot});
+  snapshot.quotas = {MakeQuota("tenant-a", {{"requests.memory", "lots"}})};
+  EXPECT_TRUE(Model(snapshot).Problems().empty());
+}
+
+// C18: a pod asking for "10E" GPUs (the API server accepts it; it stays Pending) or for a
+// quantity that does not read holds everything it could on its own node and in its own tenant
+// chain, is named, and stops no other decision. Before, the model threw and every order, VM
+// start and binder pass of the cluster failed.
+TEST(InputsOutOfRangeC18, APodAskingForMoreThanAnyNodeHasHoldsItsOwnNodeAndTenantAlone) {
+  for (const std::string quantity : {"10E", "9e30", "one"}) {
+    Snapshot snapshot = BaseSnapshot();
+    AddNode(snapshot, "n1", 2);
+    AddNode(snapshot, "n2", 2);
+    // A raw-name key caps devices and raw-name pods together (C4): the pod's request counts.
+    const ResourceList budget = {{"requests.gpu.cozystack.io/a100", "8"},
+                                 {"requests." + kA100, "8"}};
+    snapshot.quotas = {MakeQuota("tenant-a", budget), MakeQuota("tenant-b", budget)};
+    Pod huge = MakePod("tenant-a", "huge", "n1", kA100, 1);
+    huge.containers[0].requests[kA100] = quantity;
+    huge.containers[0].limits[kA100] = quantity;
+    // One pod outside the tenant tree, not scheduled, asking for as much.
+    Pod stranger = huge;
+    stranger.namespaceName = "default";
+    stranger.name = "stranger";
+    stranger.nodeName = "";
+    snapshot.pods = {huge, stranger};
+    snapshot.devices = {Pending("tenant-a", "mine", "a100", 1),
+                        Pending("tenant-b", "other", "a100", 2)};
+    const Model model(snapshot);
+    ASSERT_EQ(model.Problems().size(), 2u) << quantity;  // each pod's request
+    EXPECT_EQ(
+        model.Problems()[0].Describe().rfind(
+            "Pod tenant-a/huge: spec.containers[0].resources.requests[\"nvidia.com/GA100\"]", 0),
+        0u)
+        << model.Problems()[0].Describe();
+    EXPECT_EQ(FreeOn(model, "n1", "a100"), 0) << quantity;
+    EXPECT_EQ(FreeOn(model, "n2", "a100"), 2) << quantity;
+    const std::vector<Decision> decisions = model.PlanPass();
+    const Decision mine = DecisionFor(decisions, "tenant-a/mine");
+    EXPECT_EQ(mine.action, Action::kRefuse) << quantity;
+    EXPECT_NE(mine.reason.find("Pod tenant-a/huge"), std::string::npos) << mine.reason;
+    const Decision other = DecisionFor(decisions, "tenant-b/other");
+    EXPECT_EQ(other.action, Action::kBind) << quantity << ": " << other.reason;
+    EXPECT_EQ(other.node, "n2");
+    EXPECT_FALSE(model.CheckNewOrder("tenant-b", {{"a100", 2}}).has_value());
+    EXPECT_TRUE(model.CheckNewOrder("tenant-a", {{"a100", 1}}).has_value());
+  }
+}
+
+// C18: sums saturate. Two pods of 9E on one node (each inside int64, their sum not), a GPUNode
+// reporting allocatable near INT64_MAX on two nodes, a budget of 10E and an order of 2^62 GPUs:
+// nothing wraps round to a small or negative number that would read as room.
+TEST(InputsOutOfRangeC18, SumsSaturateAndNeverWrap) {
+  Snapshot snapshot = BaseSnapshot();
+  AddNode(snapshot, "n1", 2);
+  AddNode(snapshot, "big1", 1);
+  AddNode(snapshot, "big2", 1);
+  AddNode(snapshot, "big3", 1);
+  AddNode(snapshot, "big4", 1);
+  for (size_t i = 1; i < snapshot.gpuNodes.size(); ++i) {
+    snapshot.gpuNodes.MutableAt(i).devices[0].resources[0].allocatable =
+        std::numeric_limits<int64_t>::max() - 1;
+  }
+  std::vector<Pod> pods = {MakePod("tenant-a", "p1", "n1", kA100, 1),
+                           MakePod("tenant-a", "p2", "n1", kA100, 1)};
+  for (Pod& pod : pods) {
+    pod.containers[0].requests[kA100] = "9E";
+    pod.containers[0].limits[kA100] = "9E";
+  }
+  snapshot.pods = pods;
+  snapshot.quotas = {MakeQuota("tenant-a", {{"requests.gpu.cozystack.io/total", "10E"}})};
+  snapshot.devices = {Pending("tenant-b", "huge", "a100", int64_t{1} << 62),
+                      Pending("tenant-b", "one", "a100", 1)};
+  snapshot.devices.MutableAt(0).metadata.creationTimestamp = "2025-01-01T00:00:00Z";
+  snapshot.devices.MutableAt(1).metadata.creationTimestamp = "2025-01-01T00:00:01Z";
+  const Model model(snapshot);
+  EXPECT_EQ(FreeOn(model, "n1", "a100"), 0);
+  EXPECT_EQ(model.NodeClass("big1", "a100")->units, api::kMaxUnits);
+  const ClusterView view = model.View();
+  ASSERT_EQ(view.classes.size(), 1u);
+  EXPECT_GE(view.classes[0].units, 4 * api::kMaxUnits);
+  EXPECT_GE(view.classes[0].free, 4 * api::kMaxUnits);
+  size_t gpuNodeProblems = 0, quotaProblems = 0;
+  for (const InputProblem& problem : model.Problems()) {
+    gpuNodeProblems += problem.kind == "GPUNode" ? 1u : 0u;
+    quotaProblems += problem.kind == "ResourceQuota" ? 1u : 0u;
+  }
+  EXPECT_EQ(gpuNodeProblems, 4u);
+  EXPECT_EQ(quotaProblems, 1u);
+  EXPECT_EQ(model.Remaining("tenant-a", "a100").remaining, api::kMaxUnits);
+  // 2^62 GPUs are read as api::kMaxUnits, which one of the big nodes serves; the next order
+  // still fits its budget and a node.
+  const std::vector<Decision> decisions = model.PlanPass();
+  EXPECT_EQ(DecisionFor(decisions, "tenant-b/huge").action, Action::kBind);
+  const Decision one = DecisionFor(decisions, "tenant-b/one");
+  EXPECT_EQ(one.action, Action::kBind) << one.reason;
+  EXPECT_NE(one.node, "n1");
+  EXPECT_FALSE(model.CheckNewOrder("tenant-a", {{"a100", 1}}).has_value());
 }
 
 // C1: "The model is pure, so each caller builds a snapshot from its own cache." One snapshot,

@@ -168,19 +168,6 @@ TEST(Simulate, MalformedInputIsExitCode2NamingObjectAndField) {
       {"GPUDevice phase",
        [](json& l) { Item(l, "GPUDevice", "spare")["status"]["phase"] = "Up"; },
        {"GPUDevice tenant-a/spare", "status.phase", "Pending, Bound, Lost"}},
-      {"C2 budget not a quantity",
-       [](json& l) {
-         Item(l, "ResourceQuota", "gpu-budget")["spec"]["hard"]["requests.gpu.cozystack.io/a100"] =
-             "six";
-       },
-       {"ResourceQuota tenant-root/gpu-budget", "spec.hard[\"requests.gpu.cozystack.io/a100\"]",
-        "\"six\""}},
-      {"pod GPU request not a quantity",
-       [](json& l) {
-         Item(l, "Pod", "cuda-job")["spec"]["containers"][0]["resources"]["requests"]
-                                   ["nvidia.com/GA100_A100_PCIE_80GB"] = "1x";
-       },
-       {"Pod tenant-a/cuda-job", "spec.containers[0].resources.requests"}},
       {"node taint without effect",
        [](json& l) { Item(l, "Node", "gpu-2")["spec"]["taints"][0].erase("effect"); },
        {"Node gpu-2", "spec.taints[0].effect", "missing"}},
@@ -209,6 +196,37 @@ TEST(Simulate, MalformedInputIsExitCode2NamingObjectAndField) {
           << result.err;
     }
   }
+}
+
+// C2, C18: a quantity the model cannot read, or one past what any cluster holds, is no malformed
+// snapshot: the simulation runs, with each such input named in a warning on stderr, and the
+// budget that does not read refuses its own subtree's orders (C2).
+TEST(Simulate, C2_C18_QuantitiesOutOfRangeAreWarningsNamingObjectAndField) {
+  json list = json::parse(ReadFile(kSnapshot));
+  Item(list, "ResourceQuota", "gpu-budget")["spec"]["hard"]["requests.gpu.cozystack.io/a100"] =
+      "six";
+  Item(list, "Pod", "cuda-job")["spec"]["containers"][0]["resources"]["requests"]
+                               ["nvidia.com/GA100_A100_PCIE_80GB"] = "10E";
+  const std::string path = ScratchPath("out-of-range.json");
+  std::ofstream(path) << list.dump();
+  const RunResult result = RunController("simulate --snapshot " + path + " -o json");
+  ASSERT_EQ(result.exitCode, 0) << result.err;
+  for (const std::string mention :
+       {"warning: ResourceQuota tenant-root/gpu-budget: "
+        "spec.hard[\"requests.gpu.cozystack.io/a100\"]: \"six\" is not a quantity",
+        "warning: Pod tenant-a/cuda-job: spec.containers[0].resources.requests"}) {
+    EXPECT_NE(result.err.find(mention), std::string::npos) << result.err;
+  }
+  const json out = json::parse(result.out);
+  bool refusedNamingTheQuota = false;
+  for (const json& decision : out.at("decisions")) {
+    if (decision.value("action", "") == "refuse" &&
+        decision.value("reason", "").find("ResourceQuota tenant-root/gpu-budget") !=
+            std::string::npos) {
+      refusedNamingTheQuota = true;
+    }
+  }
+  EXPECT_TRUE(refusedNamingTheQuota) << out.dump(2);
 }
 
 TEST(Simulate, UnreadableFileAndBadFlagsAreExitCode2) {

@@ -318,6 +318,68 @@ TEST_F(AdmissionEndToEnd, E6_E8_E9_E10_E13_AVmGetsItsGpusOnOneNodeAndItsLauncher
       << pod.dump();
 }
 
+// C18: one namespace's pods cannot take the GPU catalog from everyone. A pod asking for "10E"
+// GPUs (the API server accepts it) made the model throw, and every tenant's order, every VM
+// start and every binder pass failed. Now: a pod of 10E bound to n1 in one namespace, with a
+// raw-name quota and a budget of 10E beside it, and another of 10E, unscheduled, in a
+// namespace outside every tenant. Another tenant's order is bound (on n2, the one node with
+// room) and its VM starts; the first namespace's own order is refused at apply with a reason
+// that names its pod; the leader counts the inputs it read out of range.
+TEST_F(AdmissionEndToEnd, C18_APodOf10EGpusHoldsBackOnlyItsOwnNodeAndNamespace) {
+  StartWebhookReplica("replica-a");
+  WaitReady("replica-a");
+  WaitLeader("replica-a");
+  const std::string noisy = Tenant() + "-noisy";
+  const std::string stranger = Tenant() + "-stranger";
+  for (const std::string& ns : {noisy, stranger}) {
+    Apply({{"apiVersion", "v1"},
+           {"kind", "Namespace"},
+           {"metadata", {{"name", ns}, {"labels", {{"cozy-gpu-e2e", "tenant"}}}}}});
+  }
+  auto hog = [](const std::string& ns, const std::string& name, const std::string& node) {
+    const json units = {{"nvidia.com/GA100", "10E"}};
+    json pod = {{"apiVersion", "v1"},
+                {"kind", "Pod"},
+                {"metadata", {{"name", name}, {"namespace", ns}}},
+                {"spec",
+                 {{"containers",
+                   {{{"name", "main"},
+                     {"image", "busybox"},
+                     {"resources", {{"requests", units}, {"limits", units}}}}}}}}};
+    if (!node.empty()) pod["spec"]["nodeName"] = node;
+    return pod;
+  };
+  Apply(hog(noisy, "squatter", "n1"));
+  Apply(hog(stranger, "stranger", ""));
+  Apply({{"apiVersion", "v1"},
+         {"kind", "ResourceQuota"},
+         {"metadata", {{"name", "gpu"}, {"namespace", noisy}}},
+         {"spec",
+          {{"hard",
+            {{"requests.nvidia.com/GA100", "4"}, {"requests.gpu.cozystack.io/total", "10E"}}}}}});
+  if (!Real()) Fake().EnableVirtApiMutator();
+
+  // Another tenant: bound on n2 and its VM starts.
+  auto [code, out] = Create(Order("held", "a100", 1));
+  ASSERT_EQ(code, 0) << out << Logs();
+  ASSERT_TRUE(WaitFor([&] { return Phase("held") == "Bound"; })) << Logs();
+  EXPECT_EQ(NodeOf("held"), "n2");
+  std::tie(code, out) = Create(VmWithGpus("vm1", {"held"}));
+  ASSERT_EQ(code, 0) << out << Logs();
+  EXPECT_EQ(Get("gpudevice held", Tenant())["status"]["attachment"]["vmiName"], "vm1");
+
+  // The squatter's own namespace: refused at apply, naming the pod.
+  json order = Order("mine", "a100", 1);
+  order["metadata"]["namespace"] = noisy;
+  std::tie(code, out) = Create(order);
+  EXPECT_NE(code, 0) << out;
+  EXPECT_NE(out.find("Pod " + noisy + "/squatter"), std::string::npos) << out;
+  EXPECT_TRUE(WaitFor([&] {
+    return Metric("replica-a", "gpu_controller_model_input_problems{kind=\"Pod\"}") == 2 &&
+           Metric("replica-a", "gpu_controller_model_input_problems{kind=\"ResourceQuota\"}") == 1;
+  })) << Metrics("replica-a");
+}
+
 // Issue 24 item 4, E13 with D10: the launcher's pin must be schedulable. The node the GPUs sit
 // on has a kubernetes.io/hostname label other than its name (as cloud and bare-metal installers
 // set it), the other node's hostname label is that node's name, and the node is cordoned with no
