@@ -147,6 +147,7 @@ void Applier::ApplyOne(const Action& action) {
     case ActionKind::kStampAttachment:
     case ActionKind::kMatchAttachment:
     case ActionKind::kClearAttachment:
+    case ActionKind::kReleaseDevice:
       client_.MergePatchAt(ActionPath(action, true), action.body, action.resourceVersion, options);
       return;
     case ActionKind::kDeleteTemplateDevice:

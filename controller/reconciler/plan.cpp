@@ -152,6 +152,8 @@ std::string_view ToString(ActionKind kind) {
       return "match-attachment";
     case ActionKind::kClearAttachment:
       return "clear-attachment";
+    case ActionKind::kReleaseDevice:
+      return "release-device";
     case ActionKind::kDeleteTemplateDevice:
       return "delete-template-device";
     case ActionKind::kApplyMonitor:
@@ -298,6 +300,26 @@ void PlanDevices(const ReconcileInput& input, Plan& plan, Holdings& holdings) {
       continue;
     }
     if (!has) {
+      continue;
+    }
+    // D19: a usage record lives exactly as long as the device holds units. Our finalizer is the
+    // last one in the way of the object's end, or another's (a tenant's `example.com/hold`)
+    // keeps the device, still Bound and counted as held, after ours is gone: then its units
+    // are released first, and its record and our finalizer follow in the passes after.
+    const bool othersKeepIt = std::any_of(
+        meta.finalizers.begin(), meta.finalizers.end(),
+        [](const std::string& finalizer) { return finalizer != api::kDeviceFinalizer; });
+    if (othersKeepIt && api::HoldsUsage(device)) {
+      if (recordStored) {
+        recordsWanted.insert(recordKey);
+        namespacesHolding.insert(meta.namespaceName);
+      }
+      plan.actions.push_back(ObjectAction(
+          ActionKind::kReleaseDevice, meta,
+          {{"status",
+            {{"phase", api::ToString(api::DevicePhase::kPending)}, {"nodeName", nullptr}}}},
+          "deleted, no VMI uses it, and another finalizer keeps it: its units are released "
+          "before its usage record and finalizer go"));
       continue;
     }
     if (input.usageRecords && recordStored) {

@@ -69,6 +69,9 @@ enum class ActionKind {
   kStampAttachment,  // an attachment without attachedAt: the grace counts from now
   kMatchAttachment,  // the VMI appeared: record its UID
   kClearAttachment,  // the VMI ended, or never came within the grace
+  // D19: a deleting device no VMI uses, kept by a finalizer not ours: its units are released
+  // (status back to Pending, no node) before its usage record and our finalizer go.
+  kReleaseDevice,
   kDeleteTemplateDevice,
   kApplyMonitor,
   kDeleteMonitor,

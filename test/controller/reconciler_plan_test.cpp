@@ -132,6 +132,16 @@ TEST(ReconcilerD13, AReleasedDeviceStaysWhileItsVmiRunsThenItsRecordThenItsFinal
   EXPECT_EQ(plan.waiting.devicesInUse, 1);
 
   cluster.vmis.clear();  // the VMI ended
+  // D19: the device's other finalizer would keep it Bound once ours is gone: its units are
+  // released first, and its record stays until they are.
+  plan = cluster.PlanAt();
+  ASSERT_EQ(Kinds(plan), (Strings{"release-device d1"}));
+  EXPECT_EQ(plan.actions[0].body,
+            (nlohmann::json{{"status", {{"phase", "Pending"}, {"nodeName", nullptr}}}}));
+  EXPECT_EQ(plan.actions[0].resourceVersion, "11");
+  device.status.phase = api::DevicePhase::kPending;
+  device.status.nodeName.reset();
+  cluster.devices = {std::make_shared<api::GpuDevice>(device)};
   plan = cluster.PlanAt();
   ASSERT_EQ(Kinds(plan), (Strings{"delete-usage-record gpudevice-d1"}));
   EXPECT_EQ(plan.actions[0].uid, "record-uid");  // a delete with preconditions
@@ -142,6 +152,49 @@ TEST(ReconcilerD13, AReleasedDeviceStaysWhileItsVmiRunsThenItsRecordThenItsFinal
   ASSERT_EQ(Kinds(plan),
             (Strings{"remove-device-finalizer d1", "delete-usage-monitor cozy-gpu-usage"}));
   EXPECT_EQ(plan.actions[0].body["metadata"]["finalizers"], nlohmann::json::array({"other"}));
+}
+
+// D19: "A tenant can hold GPUs without being billed": a tenant's own finalizer on a Bound device
+// it deletes kept the device Bound and counted as used, while the reconciler removed its usage
+// record at once. A record lives exactly as long as the device holds units: the units are
+// released first; where our finalizer is the last one, its removal ends the object and the
+// units together, after the record.
+TEST(ReconcilerD19, ARecordLivesAsLongAsTheDeviceHoldsUnitsWhateverFinalizersKeepIt) {
+  for (const bool lost : {false, true}) {
+    Cluster cluster;
+    api::GpuDevice held = Bound(Device("held"));
+    if (lost) held.status.phase = api::DevicePhase::kLost;
+    held.metadata.finalizers = {"example.com/hold", std::string(api::kDeviceFinalizer)};
+    held.metadata.deletionTimestamp = "2026-12-01T09:59:00Z";
+    cluster.Add(held);
+    cluster.records = true;
+    cluster.storedMonitors["tenant-a"] =
+        std::make_shared<nlohmann::json>(api::UsageMonitor("tenant-a"));
+    cluster.storedRecords["tenant-a/gpudevice-held"] =
+        std::make_shared<nlohmann::json>(api::UsageRecord(Bound(Device("held"))));
+    Plan plan = cluster.PlanAt();
+    ASSERT_EQ(Kinds(plan), (Strings{"release-device held"})) << "lost " << lost;
+    EXPECT_EQ(TargetKind(plan.actions[0].kind), api::kGpuDeviceKind);
+    // Released: the record goes, then our finalizer; the tenant's stays theirs to remove.
+    held.status.phase = api::DevicePhase::kPending;
+    held.status.nodeName.reset();
+    cluster.devices = {std::make_shared<api::GpuDevice>(held)};
+    plan = cluster.PlanAt();
+    ASSERT_EQ(Kinds(plan), (Strings{"delete-usage-record gpudevice-held"}));
+    cluster.storedRecords.clear();
+    plan = cluster.PlanAt();
+    ASSERT_EQ(Kinds(plan),
+              (Strings{"remove-device-finalizer held", "delete-usage-monitor cozy-gpu-usage"}));
+    EXPECT_EQ(plan.actions[0].body["metadata"]["finalizers"],
+              nlohmann::json::array({"example.com/hold"}));
+  }
+  // Our finalizer alone: removing it ends the device and its units at once; nothing to release.
+  Cluster cluster;
+  api::GpuDevice alone = Bound(Device("alone"));
+  alone.metadata.finalizers = {std::string(api::kDeviceFinalizer)};
+  alone.metadata.deletionTimestamp = "2026-12-01T09:59:00Z";
+  cluster.Add(alone);
+  EXPECT_EQ(Kinds(cluster.PlanAt()), (Strings{"remove-device-finalizer alone"}));
 }
 
 TEST(ReconcilerG7, AVmiThatCannotBeToldIsNeverReadAsGone) {
@@ -243,6 +296,7 @@ TEST(ReconcilerD16, RecordsComeAfterTheirMonitorAndIgnoreLabelsOthersAdd) {
 TEST(ReconcilerD12, WithoutRecordsKindsAReleasedDeviceGoesAtOnce) {
   Cluster cluster;  // Workload kinds not served: records are skipped, nothing waits for them
   api::GpuDevice released = Bound(Device("d1"));
+  released.metadata.finalizers = {std::string(api::kDeviceFinalizer)};  // ours alone (D19)
   released.metadata.deletionTimestamp = "2026-12-01T09:59:00Z";
   cluster.Add(released);
   cluster.Add(Device("new", false));
