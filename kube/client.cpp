@@ -289,7 +289,8 @@ json Client::Request(const std::string& method, const std::string& path, const Q
       throw ApiError(ErrorKind::kBadResponse, static_cast<int>(response.status), "",
                      "response body is longer than " + std::to_string(options_.maxResponseBytes) +
                          " bytes (maxResponseBytes); transfer aborted",
-                     method, where);
+                     method, where)
+          .MarkResponseTooLarge();
     }
     if (response.code != CURLE_OK) {
       error.emplace(ErrorKind::kTransport, 0, "", response.curlError, method, where);
@@ -466,25 +467,41 @@ json Client::ListPages(const std::string& collectionPath, const ListOptions& opt
   if (!options.resourceVersion.empty()) {
     query.emplace_back("resourceVersion", options.resourceVersion);
   }
-  if (options.limit > 0) query.emplace_back("limit", std::to_string(options.limit));
-  auto checked = [&](const Query& pageQuery) {
-    json page = Request("GET", collectionPath, pageQuery);
-    if (std::string problem = ListProblem(page); !problem.empty()) {
-      throw ApiError(ErrorKind::kBadResponse, 200, "", "list: " + problem, "GET",
-                     collectionPath + JoinQuery(pageQuery));
+  // A page over the response cap (pods of tens of KB: managed fields, last-applied
+  // annotations, many env vars) is asked for again, from the same place, with half as many
+  // objects, until it fits; the smaller size holds for the rest of the list. The API server
+  // stores no object over etcd's 1.5 MiB, so a page of one always fits the default 16 MiB.
+  int limit = options.limit;
+  auto checked = [&](const std::string& continueToken) {
+    for (;;) {
+      Query pageQuery = query;
+      if (limit > 0) pageQuery.emplace_back("limit", std::to_string(limit));
+      if (!continueToken.empty()) pageQuery.emplace_back("continue", continueToken);
+      json page;
+      try {
+        page = Request("GET", collectionPath, pageQuery);
+      } catch (const ApiError& error) {
+        if (!error.responseTooLarge() || limit <= 1) throw;
+        const int smaller = limit / 2;
+        if (options.onPageHalved) options.onPageHalved(limit, smaller);
+        limit = smaller;
+        continue;
+      }
+      if (std::string problem = ListProblem(page); !problem.empty()) {
+        throw ApiError(ErrorKind::kBadResponse, 200, "", "list: " + problem, "GET",
+                       collectionPath + JoinQuery(pageQuery));
+      }
+      if (!page.contains("items") || page["items"].is_null()) page["items"] = json::array();
+      return page;
     }
-    if (!page.contains("items") || page["items"].is_null()) page["items"] = json::array();
-    return page;
   };
-  json page = checked(query);
+  json page = checked("");
   json metadata = page["metadata"];
   // Follow `continue` with the same query: every page shares the first page's snapshot.
   std::string next = page["metadata"].value("continue", "");
   onPage(page);
   while (!next.empty()) {
-    Query nextQuery = query;
-    nextQuery.emplace_back("continue", next);
-    page = checked(nextQuery);
+    page = checked(next);
     next = page["metadata"].value("continue", "");
     onPage(page);
   }

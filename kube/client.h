@@ -61,6 +61,9 @@ struct ListOptions {
   std::string fieldSelector;
   std::string resourceVersion;  // "" = consistent read of the latest state
   int limit = 0;                // > 0: pages of this size, followed through `continue`
+  // A page over ClientOptions::maxResponseBytes is asked for again with half the limit (down
+  // to 1); each time, this is told the limit before and after (ListPages).
+  std::function<void(int from, int to)> onPageHalved;
 };
 
 struct WatchOptions {

@@ -48,6 +48,13 @@ class ApiError : public std::runtime_error {
   const std::string& method() const { return method_; }
   const std::string& path() const { return path_; }
   std::optional<std::chrono::seconds> retryAfter() const { return retryAfter_; }
+  // A kBadResponse whose body passed ClientOptions::maxResponseBytes: the same request gets
+  // the same body, but a list page of fewer objects may fit (Client::ListPages).
+  bool responseTooLarge() const { return responseTooLarge_; }
+  ApiError& MarkResponseTooLarge() {
+    responseTooLarge_ = true;
+    return *this;
+  }
 
   // Worth trying again later unchanged: transport errors, 429, 5xx, an unserved kind (a CRD
   // may be installed later), 401 (a rotated token is re-read on the next request) and a bad
@@ -62,6 +69,7 @@ class ApiError : public std::runtime_error {
   std::string method_;
   std::string path_;
   std::optional<std::chrono::seconds> retryAfter_;
+  bool responseTooLarge_ = false;
 };
 
 // Retry-After is honoured up to this long: a server (or a proxy) asking for an hour, or a

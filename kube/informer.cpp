@@ -102,25 +102,30 @@ void Informer::ListAndReplace() {
     return *old != StringField(object["metadata"], "resourceVersion") ? "MODIFIED" : nullptr;
   };
   // Client::ListPages checked each page's shape; the cache also needs every item named.
-  const json metadata = client_.ListPages(
-      path_, {options_.labelSelector, options_.fieldSelector, "", std::max(0, options_.pageSize)},
-      [&](json& page) {
-        for (json& item : page["items"]) {
-          if (std::string problem = MetadataProblem(item, true, false); !problem.empty()) {
-            throw ApiError(ErrorKind::kBadResponse, 200, "",
-                           "list: items[" + std::to_string(index) + "]: " + problem, "GET", path_);
-          }
-          ++index;
-          std::string key = Key(item);
-          if (options_.keepObjects) {
-            fresh[key] = std::move(item);
-            continue;
-          }
-          if (const char* type = changed(key, item)) handler_({type, item});
-          freshVersions[key] = StringField(item["metadata"], "resourceVersion");
-        }
-        page["items"] = json::array();  // this page's objects go now
-      });
+  ListOptions list{
+      options_.labelSelector, options_.fieldSelector, "", std::max(0, options_.pageSize), {}};
+  list.onPageHalved = [this](int, int to) {
+    options_.pageSize = to;
+    stats_.pageSize = to;
+    ++stats_.pagesHalved;
+  };
+  const json metadata = client_.ListPages(path_, list, [&](json& page) {
+    for (json& item : page["items"]) {
+      if (std::string problem = MetadataProblem(item, true, false); !problem.empty()) {
+        throw ApiError(ErrorKind::kBadResponse, 200, "",
+                       "list: items[" + std::to_string(index) + "]: " + problem, "GET", path_);
+      }
+      ++index;
+      std::string key = Key(item);
+      if (options_.keepObjects) {
+        fresh[key] = std::move(item);
+        continue;
+      }
+      if (const char* type = changed(key, item)) handler_({type, item});
+      freshVersions[key] = StringField(item["metadata"], "resourceVersion");
+    }
+    page["items"] = json::array();  // this page's objects go now
+  });
   if (options_.keepObjects) {
     for (const auto& [key, object] : cache_) {
       if (!fresh.count(key)) handler_({"DELETED", object});
@@ -145,6 +150,7 @@ void Informer::ListAndReplace() {
   needList_ = false;
   synced_ = true;
   ++stats_.lists;
+  stats_.pageSize = options_.pageSize;
 }
 
 void Informer::OpenWatch(TimePoint now) {

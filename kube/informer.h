@@ -57,6 +57,11 @@ struct InformerStats {
   int watches = 0;   // watch requests opened
   int expired = 0;   // 410s seen (each one causes a relist)
   int failures = 0;  // failed lists and watches (each one backs off)
+  // List pages over the client's response cap, each asked for again with half as many objects
+  // (Client::ListPages), and the page size the informer lists with now: it keeps the smaller
+  // size for its later relists.
+  int pagesHalved = 0;
+  int pageSize = 0;
 };
 
 // A watch that ends cleanly sooner than this without a single event (not even a bookmark) is

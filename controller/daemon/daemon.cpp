@@ -365,6 +365,17 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
   // stays unready says why.
   void LogCacheErrors() {
     ForEachCache([this](const std::string& name, const auto& cache) {
+      // A list page over the response cap was asked for again with half as many objects: said
+      // once per new page size, so a controller slow to become ready says why.
+      const kube::InformerStats stats = cache.Stats();
+      int& halvedSaid = pagesHalvedSaid_[name];
+      if (stats.pagesHalved != halvedSaid) {
+        LogWarning("cache list page over the response cap; asking for smaller pages",
+                   LogFields{{"cache", name},
+                             {"pageSize", std::to_string(stats.pageSize)},
+                             {"halved", std::to_string(stats.pagesHalved)}});
+        halvedSaid = stats.pagesHalved;
+      }
       const std::string error = cache.LastError();
       std::string& said = cacheErrors_[name];
       if (error == said) return;
@@ -433,6 +444,7 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
   std::vector<std::pair<std::string, const kube::CacheBase*>> watched_;
   std::vector<const kube::CacheBase*> reconcilerReads_;
   std::map<std::string, std::string> cacheErrors_;  // the last error logged, by cache (loop)
+  std::map<std::string, int> pagesHalvedSaid_;      // list pages halved, as last logged
   runtime::Timer tick_;
   bool stopping_ = false;
   // The thread stepping the pods cache (WatchPods): what the filter made of one step's changes.

@@ -452,16 +452,16 @@ TEST_F(ClientTest, ListsWithFieldAndLabelSelectorsAndPages) {
     for (const auto& item : list["items"]) result.push_back(item["metadata"]["name"]);
     return result;
   };
-  EXPECT_EQ(names(client_->List("/api/v1/pods", {"", "spec.nodeName=n1", "", 0})),
+  EXPECT_EQ(names(client_->List("/api/v1/pods", {"", "spec.nodeName=n1", "", 0, {}})),
             (std::vector<std::string>{"a", "c"}));
   EXPECT_EQ(names(client_->List("/api/v1/namespaces/tenant/pods",
-                                {"app in (vm),app!=db", "spec.nodeName=n1", "", 0})),
+                                {"app in (vm),app!=db", "spec.nodeName=n1", "", 0, {}})),
             (std::vector<std::string>{"a"}));
-  EXPECT_EQ(names(client_->List("/api/v1/pods", {"", "", "", 1})),
+  EXPECT_EQ(names(client_->List("/api/v1/pods", {"", "", "", 1, {}})),
             (std::vector<std::string>{"a", "b", "c"}));
   EXPECT_EQ(RequestsTo(*server_, "GET", "/api/v1/pods").size(), 1u + 3u);
   try {
-    client_->List("/api/v1/pods", {"", "spec.hostname=x", "", 0});
+    client_->List("/api/v1/pods", {"", "spec.hostname=x", "", 0, {}});
     FAIL();
   } catch (const ApiError& error) {
     EXPECT_EQ(error.kind(), ErrorKind::kBadRequest);

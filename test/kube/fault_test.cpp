@@ -89,7 +89,7 @@ TEST_P(MalformedList, FailsThatListWithTheFieldNamedAndNothingElse) {
   Client client(ConfigFor(*server), TestClientOptions(DefaultTimeSource()));
   server->AddFault(fake::Fault::Mode(GetParam().mode, 1, kPods));
   try {
-    client.List(kPods, {"", "spec.nodeName=n1", "", 0});
+    client.List(kPods, {"", "spec.nodeName=n1", "", 0, {}});
     FAIL() << "a list of the wrong shape was taken";
   } catch (const ApiError& error) {
     EXPECT_EQ(error.kind(), ErrorKind::kBadResponse) << error.what();
@@ -310,6 +310,70 @@ TEST(ResponseCap, AnEndlessStringFailsAtTheDefault16MiB) {
   const uint64_t sent = BytesSent(*server, "endlessString");
   EXPECT_GE(sent, uint64_t{16} << 20);
   EXPECT_LT(sent, uint64_t{48} << 20);
+}
+
+// G13: pages of 500 were over the 16 MiB cap once pods weighed tens of KB (managed fields,
+// last-applied annotations, many env vars): 76 pods of 240 KB kept the controller unready with
+// only "response body is longer than ..." in its log. Here, at a 1 MiB cap, 60 pods of 30 KB
+// (1.8 MB in one page of 500): the page is asked for again with 250, 125, 62, then 31 pods,
+// from the same place; the smaller size holds for the rest of the list and for the informer's
+// next relist; every pod is listed once.
+TEST(ResponseCap, G13_AListPageOverTheCapIsHalvedUntilItFits) {
+  auto server = StartFakeApiServer(false);
+  const std::string padding(30 * 1024, 'x');
+  for (int i = 0; i < 60; ++i) {
+    json pod = Pod("p" + std::to_string(i));
+    pod["metadata"]["annotations"] = {{"example.com/padding", padding}};
+    server->Seed(pod);
+  }
+  Client client(ConfigFor(*server), SmallCaps(1024 * 1024));
+  std::vector<std::pair<int, int>> halved;
+  ListOptions options{"", "", "", 500, {}};
+  options.onPageHalved = [&halved](int from, int to) { halved.emplace_back(from, to); };
+  size_t items = 0;
+  client.ListPages(kPods, options, [&items](json& page) { items += page["items"].size(); });
+  EXPECT_EQ(items, 60u);
+  EXPECT_EQ(halved,
+            (std::vector<std::pair<int, int>>{{500, 250}, {250, 125}, {125, 62}, {62, 31}}));
+  std::vector<std::string> limits;
+  for (const auto& request : RequestsTo(*server, "GET", kPods)) {
+    const size_t at = request.query.find("limit=");
+    limits.push_back(at == std::string::npos
+                         ? "none"
+                         : request.query.substr(at + 6, request.query.find('&', at) - at - 6));
+  }
+  EXPECT_EQ(limits, (std::vector<std::string>{"500", "250", "125", "62", "31", "31"}));
+
+  // The informer: synced, the halving counted, and its next relist asks for 31 at once.
+  server->ClearRequests();
+  InformerOptions informerOptions;
+  informerOptions.watchTimeoutSeconds = 30;
+  size_t added = 0;
+  Informer informer(client, kPods, informerOptions, [&added](const WatchEvent& event) {
+    if (event.type == "ADDED") ++added;
+  });
+  informer.RunFor(10s, [&] { return informer.Synced(); });
+  ASSERT_TRUE(informer.Synced()) << informer.LastError();
+  EXPECT_EQ(added, 60u);
+  EXPECT_EQ(informer.Stats().pagesHalved, 4);
+  EXPECT_EQ(informer.Stats().pageSize, 31);
+  informer.RunFor(300ms);  // its watch opens
+  server->ClearRequests();
+  server->ExpireWatches();  // 410: a relist
+  informer.RunFor(3s, [&] { return informer.Stats().lists >= 2; });
+  ASSERT_GE(informer.Stats().lists, 2);
+  const auto relist = RequestsTo(*server, "GET", kPods);
+  ASSERT_FALSE(relist.empty());
+  EXPECT_NE(relist.front().query.find("limit=31"), std::string::npos) << relist.front().query;
+  EXPECT_EQ(informer.Stats().pagesHalved, 4);
+  // A single object over the cap is no list a smaller page can fix: the error stands.
+  Client tiny(ConfigFor(*server), SmallCaps(16 * 1024));
+  try {
+    tiny.ListPages(kPods, {"", "", "", 500, {}}, [](json&) {});
+    FAIL() << "a page of one over the cap was taken";
+  } catch (const ApiError& error) {
+    EXPECT_TRUE(error.responseTooLarge()) << error.what();
+  }
 }
 
 TEST(WatchEventCap, AnEndlessEventEndsThatWatchOnlyAndCostsLittle) {
