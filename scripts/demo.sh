@@ -331,6 +331,8 @@ gpu:
     certManager: false
     caBundle: $(base64 -w0 "$work/ca.crt")
     existingSecret: gpu-controller-webhook-tls
+    # The pod network the NetworkPolicy keeps off the webhook port (required: never guessed)
+    networkPolicy: {podCIDRs: [10.244.0.0/16]}
 EOF
 if [ "$mode" = fake ]; then
   # The fake has no helm client behind it: its webhook configurations, applied with kubectl.

@@ -697,6 +697,7 @@ int RunReal(const bench::Mode& mode, int nodes, int requests, int threads) {
       " --set gpu.webhook.caBundle=" +
       ca.out +
       " --set gpu.webhook.existingSecret=gpu-controller-webhook-tls"
+      " --set 'gpu.webhook.networkPolicy.podCIDRs={10.244.0.0/16}'"
       " --set gpu.webhook.url=https://127.0.0.1:" +
       std::to_string(webhookPort) + " > " + testing::ShellQuote((work / "chart.yaml").string()));
   if (ca.exitCode != 0 || rendered.exitCode != 0) {

@@ -35,7 +35,8 @@ class AdmissionEndToEnd : public ControllerEndToEnd {
   // The chart's webhook configurations with GPUs on, as the hoster installs them, with this
   // run's CA as their caBundle (cert-manager's injector writes it in a cluster).
   void ApplyWebhookConfigurations() {
-    YAML::Node values = YAML::Load("gpu: {enabled: true}");
+    YAML::Node values =
+        YAML::Load("gpu: {enabled: true, webhook: {networkPolicy: {podCIDRs: [10.244.0.0/16]}}}");
     chart::Release release;
     release.ns = kServiceNamespace;
     int applied = 0;

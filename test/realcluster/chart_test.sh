@@ -33,7 +33,8 @@ expect_ok "helm lint --strict, GPUs off" helm lint --strict "$source_dir/charts/
 cat >"$work/lint-on.yaml" <<EOF
 gpu:
   enabled: true
-  webhook: {certManager: false, caBundle: Q0E=, existingSecret: gpu-controller-webhook-tls}
+  webhook: {certManager: false, caBundle: Q0E=, existingSecret: gpu-controller-webhook-tls,
+            networkPolicy: {podCIDRs: [10.244.0.0/16]}}
 EOF
 expect_ok "helm lint --strict, GPUs on" helm lint --strict "$source_dir/charts/gpu" -f "$work/lint-on.yaml"
 
@@ -157,13 +158,15 @@ gpu:
     caBundle: $(base64 -w0 "$work/webhook-ca.crt")
     existingSecret: gpu-controller-webhook-tls
     url: https://127.0.0.1:$webhook_port
+    # Dual-stack (H8): kube-apiserver accepts one ipBlock per family.
+    networkPolicy: {podCIDRs: [10.244.0.0/16, "fd00:10:244::/56"]}
     # The CA of the API server's webhook client certificate (cluster.sh's admission.yaml).
     clientCA: |
 $(sed 's/^/      /' "$cluster_dir/pki/webhook-client-ca.crt")
 EOF
 if helm upgrade gpu "$source_dir/charts/gpu" --kubeconfig "$admin_kubeconfig" -n "$ns" \
   -f "$on_values" >"$work/out" 2>&1; then
-  pass "helm upgrade, GPUs on, webhooks at https://127.0.0.1:$webhook_port"
+  pass "helm upgrade, GPUs on, webhooks at https://127.0.0.1:$webhook_port, the NetworkPolicy of dual-stack pod CIDRs accepted (H8)"
 else
   abort "helm upgrade (GPUs on): $(cat "$work/out")"
 fi

@@ -11,9 +11,12 @@ system:serviceaccount:{{ .Release.Namespace }}:gpu-controller
 {{/*
 The device platform-fields policy's callers (docs/policies.md, F7) as two CEL list literals
 (JSON string lists are CEL list literals): users by exact name, and groups. Always the
-controller, kube-controller-manager (a user without a group of its own), cluster admins and
-kube-system's service accounts (the cluster's own controllers); then the hoster's
-policies.platformUsers and policies.platformGroups.
+controller, kube-controller-manager (a user without a group of its own) and cluster admins; then
+the hoster's policies.platformUsers and policies.platformGroups. No namespace's whole group of
+service accounts, kube-system's included: none of the cluster's own controllers touches the
+device finalizer or the template mark (the garbage collector's foregroundDeletion and orphan are
+free, and DELETE is not matched), and any service account a hoster creates in kube-system would
+otherwise be the platform.
 */}}
 {{- define "gpu.platformUsers" -}}
 {{- $extra := .Values.policies.platformUsers | default list -}}
@@ -23,5 +26,5 @@ policies.platformUsers and policies.platformGroups.
 {{- define "gpu.platformGroups" -}}
 {{- $extra := .Values.policies.platformGroups | default list -}}
 {{- range $extra }}{{ if or (not (kindIs "string" .)) (eq . "") }}{{ fail "policies.platformGroups: every entry must be a non-empty group name" }}{{ end }}{{ end -}}
-{{- concat (list "system:masters" "system:serviceaccounts:kube-system") $extra | toJson -}}
+{{- concat (list "system:masters") $extra | toJson -}}
 {{- end }}

@@ -534,7 +534,7 @@ test("F7: platform callers may drop the finalizer and set the mark", () => {
   const held = device({ finalizers: [DEVICE_FINALIZER] });
   for (const [label, docs] of RENDERS) {
     const extras = docs === ON ? [COZY_SA, OPERATOR] : [];
-    for (const user of [CONTROLLER, KUBE_SYSTEM_SA, ADMIN, KCM, ...extras,
+    for (const user of [CONTROLLER, ADMIN, KCM, ...extras,
       { username: CONTROLLER.username }]) {
       assertAllowed(docs, update("GPUDevice", user, held, device({ finalizers: [] })),
         `${label}: ${user.username} drops the finalizer`);
@@ -544,9 +544,11 @@ test("F7: platform callers may drop the finalizer and set the mark", () => {
     // Not platform: another service account of the release's namespace, the controller's name
     // in another namespace (cozy-system, where the chart is not), cozy-system's other service
     // accounts without the hoster's value, a user named like one without its group, the
-    // kube-controller-manager's name with a suffix, the controller's name with a suffix.
+    // kube-controller-manager's name with a suffix, the controller's name with a suffix, and a
+    // service account of kube-system: named identities only, no namespace's whole group.
     const notExtras = docs === ON ? [] : [COZY_SA, OPERATOR];
-    for (const user of [sa(RELEASE_NS, "default"), sa(RELEASE_NS, "gpu-agent"),
+    for (const user of [sa(RELEASE_NS, "default"), sa(RELEASE_NS, "gpu-agent"), KUBE_SYSTEM_SA,
+      sa("kube-system", "hoster-made-this"),
       sa("cozy-system", "gpu-controller"), ...notExtras, sa("cozy-public", "x"),
       { username: "system:serviceaccount:cozy-system:x" },
       { username: "system:kube-controller-manager-x", groups: ["system:authenticated"] },
