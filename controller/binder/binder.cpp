@@ -329,14 +329,17 @@ void Binder::ReportInputProblems(std::chrono::system_clock::time_point now, Bind
   for (const model::InputProblem& problem : result.inputProblems) {
     if (!leading_.load()) return;
     nlohmann::json regarding = {{"kind", problem.kind}, {"name", problem.name}};
+    std::string eventNamespace =
+        problem.namespaceName.empty() ? kClusterEventNamespace : problem.namespaceName;
     if (problem.kind == "Pod" || problem.kind == "ResourceQuota") {
       regarding["apiVersion"] = "v1";
       regarding["namespace"] = problem.namespaceName;
+    } else if (problem.kind == "Namespace") {
+      regarding["apiVersion"] = "v1";
+      eventNamespace = problem.name;  // as client-go records a Namespace's Events
     } else {
       regarding["apiVersion"] = api::kApiVersion;
     }
-    const std::string eventNamespace =
-        problem.namespaceName.empty() ? kClusterEventNamespace : problem.namespaceName;
     // The key holds the object's name: the problem carries no UID, and the name is unique.
     WriteEvent(regarding, eventNamespace, problem.kind + "/" + eventNamespace + "/" + problem.name,
                "Read", "InputOutOfRange", "Warning",

@@ -320,9 +320,10 @@ void BinderLoop::PassDone(PassResult pass) {
 void BinderLoop::WriteMetrics(runtime::MetricsWriter& out) const {
   out.Family("gpu_controller_model_input_problems", "gauge",
              "Inputs the last full binder pass read out of range or could not read, by kind "
-             "(Pod, ResourceQuota, GPUNode): each holds back only its own node or tenant, and "
+             "(Pod, ResourceQuota, GPUNode, Namespace): each holds back only its own node or "
+             "tenant, and "
              "has a Warning Event (reason InputOutOfRange) on its object.");
-  for (const std::string kind : {"GPUNode", "Pod", "ResourceQuota"}) {
+  for (const std::string kind : {"GPUNode", "Namespace", "Pod", "ResourceQuota"}) {
     const auto count = inputProblems_.find(kind);
     out.Sample("gpu_controller_model_input_problems", runtime::Label("kind", kind),
                static_cast<double>(count == inputProblems_.end() ? 0 : count->second));

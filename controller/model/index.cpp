@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "api/keys.h"
 #include "api/time.h"
 #include "api/validation.h"
 
@@ -104,6 +105,20 @@ void Model::Index::Build(const Index* previous) {
   problems = unitProblems;
   problems.insert(problems.end(), podProblems.begin(), podProblems.end());
   problems.insert(problems.end(), budgetProblems.begin(), budgetProblems.end());
+  // F18: a namespace of the tenant tree the raw-name and usage-monitor policies do not select
+  // (the chart's policy refuses making one; this names one made before it).
+  for (const Namespace& ns : snapshot.namespaces) {
+    const bool tenant = std::any_of(ns.labels.begin(), ns.labels.end(), [](const auto& label) {
+      return label.first.starts_with(api::kTenantLabelPrefix);
+    });
+    if (tenant && !ns.labels.contains(std::string(api::kTenantNamespaceLabel))) {
+      problems.push_back(InputProblem{
+          "Namespace", "", ns.name, "metadata.labels",
+          "carries a " + std::string(api::kTenantLabelPrefix) + " label but not " +
+              std::string(api::kTenantNamespaceLabel) +
+              ": the GPU raw-name and usage-monitor policies do not cover it; label it"});
+    }
+  }
 }
 
 void Model::Index::IndexClassesAndNodes() {

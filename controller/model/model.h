@@ -168,7 +168,8 @@ class Model {
   // How many of the snapshot's devices were read from their objects; the others' numbers were
   // copied from the previous model.
   size_t DevicesRead() const;
-  // The inputs read that way: GPUNode reports, pods' requests, budgets (in that order).
+  // The inputs read that way: GPUNode reports, pods' requests, budgets (in that order), then
+  // the namespaces of the tenant tree that lack the tenant-namespace label (F18).
   const std::vector<InputProblem>& Problems() const;
   ~Model();
   Model(const Model&) = delete;

@@ -25,7 +25,7 @@ namespace cozy::model {
 // Event, gpu_controller_model_input_problems, `kubectl gpu`), and never stops a decision about
 // anyone else.
 struct InputProblem {
-  std::string kind;           // "Pod", "ResourceQuota", "GPUNode"
+  std::string kind;           // "Pod", "ResourceQuota", "GPUNode", "Namespace"
   std::string namespaceName;  // "" for a cluster-scoped object
   std::string name;
   std::string field;    // spec.containers[0].resources.requests["nvidia.com/x"]

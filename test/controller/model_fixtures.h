@@ -113,9 +113,10 @@ inline VirtualMachineInstance MakeVmi(const std::string& ns, const std::string& 
   return VirtualMachineInstance{ns, name, name + "-uid", "", std::move(activePodUids), {}, "", ""};
 }
 
-// A tenant namespace labelled with each ancestor, as the tenant chart does.
+// A tenant namespace labelled with each ancestor, as the tenant chart does, and as a tenant
+// namespace for the chart's policies (F18: the two agree).
 inline Namespace MakeTenant(const std::string& name, const std::vector<std::string>& ancestors) {
-  Namespace ns{name, {}};
+  Namespace ns{name, {{std::string(api::kTenantNamespaceLabel), ""}}};
   for (const std::string& ancestor : ancestors) {
     ns.labels[std::string(api::kTenantLabelPrefix) + ancestor] = "";
   }

@@ -374,6 +374,22 @@ TEST(EffectiveGpuResourceNamesB11, AGpuNodesNamesThatAreNoExtendedResourceStayOu
   EXPECT_EQ(model.View().gpuResourceNames, (std::set<std::string>{"nvidia.com/GA100"}));
 }
 
+// F18: the tenant tree and the policies' tenant label must agree; a namespace of the tree
+// without the label (made before the chart's policy refused such a one) is named, and only it.
+TEST(TenantNamespaceF18, ANamespaceOfTheTenantTreeWithoutTheTenantNamespaceLabelIsNamed) {
+  Snapshot snapshot;
+  Namespace unlabelled = MakeTenant("tenant-b", {"tenant-root"});
+  unlabelled.labels.erase(std::string(api::kTenantNamespaceLabel));
+  snapshot.namespaces = {MakeTenant("tenant-a", {"tenant-root"}), unlabelled,
+                         Namespace{"default", {}}, Namespace{"plain", {{"team", "x"}}}};
+  const Model model(snapshot);
+  ASSERT_EQ(model.Problems().size(), 1u);
+  EXPECT_EQ(model.Problems()[0].kind, "Namespace");
+  EXPECT_EQ(model.Problems()[0].name, "tenant-b");
+  EXPECT_NE(model.Problems()[0].problem.find(std::string(api::kTenantNamespaceLabel)),
+            std::string::npos);
+}
+
 // C16 (issue 14): a class's resource name is a GPU name too, even before any node reports it,
 // so a pod requesting it directly is raw-name usage and the policies see it.
 TEST(EffectiveGpuResourceNamesC16, ClassResourceNamesJoin) {

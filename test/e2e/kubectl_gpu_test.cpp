@@ -469,7 +469,11 @@ TEST_F(KubectlGpu, WarnsOfANamespaceWithOrdersButNoTenantLabel) {
   const std::string warning =
       "kubectl gpu: warning: namespace tenant-c has GPU orders but not the label "
       "gpu.cozystack.io/tenant-namespace: the chart's raw-name and usage-monitor policies do "
-      "not cover it (docs/install.md, \"Tenant namespaces\")\n";
+      "not cover it (docs/install.md, \"Tenant namespaces\")\n"
+      // F18: and, being of the tenant tree, the model names it as well.
+      "kubectl gpu: warning: Namespace tenant-c: metadata.labels: carries a "
+      "tenant.cozystack.io/ label but not gpu.cozystack.io/tenant-namespace: the GPU raw-name "
+      "and usage-monitor policies do not cover it; label it\n";
   for (const std::string command : {"catalog -o json", "nodes", "why pending"}) {
     const auto result = Plugin(command);
     ASSERT_EQ(result.exitCode, 0) << command << ": " << result.err;

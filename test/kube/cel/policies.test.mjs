@@ -120,6 +120,7 @@ const RESOURCES = {
   DataVolume: ["cdi.kubevirt.io", "v1beta1", "datavolumes"],
   VirtualMachineInstance: ["kubevirt.io", "v1", "virtualmachineinstances"],
   Deployment: ["apps", "v1", "deployments"],
+  Namespace: ["", "v1", "namespaces"],
 };
 
 // A write as the API server hands it to admission: object null on DELETE, oldObject null on
@@ -409,7 +410,8 @@ test("F1 F2: the node-bound policy through every binding of both renders", () =>
 test("F17: the class policies render only with GPUs on; the others either way", () => {
   const classPolicies = ["gpu-class-deleting-no-orders", "gpu-class-immutable"];
   const always = ["gpu-agent-own-gpunode", "gpu-device-platform-fields",
-    "gpu-device-status-writer", "gpu-raw-names-pod", "gpu-raw-names-vmi", "gpu-usage-monitor-label"];
+    "gpu-device-status-writer", "gpu-raw-names-pod", "gpu-raw-names-vmi",
+    "gpu-tenant-namespace-label", "gpu-usage-monitor-label"];
   assert.deepEqual(policyNames(OFF), always);
   assert.deepEqual(policyNames(ON), [...always, ...classPolicies].sort());
   for (const name of classPolicies) {
@@ -861,6 +863,44 @@ test("F16: the raw-name and usage-monitor bindings select tenant namespaces only
     // The root tenant's namespace is a tenant namespace too.
     assertRefused(docs, create("Pod", TENANT, pod({ ns: "tenant-root" })), "gpu-raw-names-pod",
       /no params found/, `${label}: tenant-root`, empty, { errorsExpected: true });
+  }
+});
+
+// F18: the catalog's tenant (tenant.cozystack.io/ labels) and the policies' tenant (the
+// tenant-namespace label) cannot disagree: a namespace with the first and not the second is
+// refused, whoever writes it, so the tenant chart that forgets the second fails at install.
+test("F18: a namespace with a tenant.cozystack.io/ label must carry the tenant-namespace label", () => {
+  const empty = cluster({ objects: [] });
+  const child = (labels) => namespace("tenant-x", labels);
+  const ancestry = { "tenant.cozystack.io/tenant-root": "" };
+  for (const [label, docs] of RENDERS) {
+    for (const user of [ADMIN, COZY_SA, CONTROLLER]) {
+      assertRefused(docs, create("Namespace", user, child(ancestry)),
+        "gpu-tenant-namespace-label", /carries a tenant\.cozystack\.io\/ label but not/,
+        `${label}: ${user.username} creates a tenant namespace without the label`, empty);
+      assertAllowed(docs, create("Namespace", user, child({ ...ancestry, [TENANT_KEY]: "" })),
+        `${label}: ${user.username} creates a tenant namespace with both`, empty);
+    }
+    // Namespaces that are no tenant's stay free.
+    for (const labels of [{}, { "kubernetes.io/metadata.name": "tenant-x" },
+      { [TENANT_KEY]: "" }, { "tenant.cozystack.io": "x", "cozystack.io/tenant": "y" }]) {
+      assertAllowed(docs, create("Namespace", ADMIN, child(labels)),
+        `${label}: ${JSON.stringify(labels)}`, empty);
+    }
+    // An update may not make them disagree either way, and may fix one that does.
+    const both = child({ ...ancestry, [TENANT_KEY]: "" });
+    assertRefused(docs, update("Namespace", ADMIN, both, child(ancestry)),
+      "gpu-tenant-namespace-label", /gpu\.cozystack\.io\/tenant-namespace/,
+      `${label}: the tenant-namespace label removed`, empty);
+    assertRefused(docs, update("Namespace", ADMIN, child({}), child(ancestry)),
+      "gpu-tenant-namespace-label", /tenant-x/, `${label}: a tenant label added alone`, empty);
+    assertAllowed(docs, update("Namespace", ADMIN, child(ancestry), both),
+      `${label}: a broken namespace fixed`, empty);
+    // A broken one being deleted is let through, so it can always go.
+    const deleting = child(ancestry);
+    deleting.metadata.deletionTimestamp = "2026-01-01T00:00:00Z";
+    assertAllowed(docs, update("Namespace", ADMIN, deleting, deleting),
+      `${label}: a broken namespace being deleted`, empty);
   }
 });
 

@@ -19,6 +19,13 @@ const F1_OWN = "F1 A9: the agent in a pod may create its own node's GPUNode and 
 const F9 = "F9: adding the usage-monitor key in a tenant namespace is refused for every caller";
 const F12 = "F12: the usage-monitor expressions read only metadata and never error";
 const F14 = "F14: a GPU-requesting pod needs kubevirt-controller and a VMI owner";
+const F18 = "F18: a namespace with a tenant.cozystack.io/ label must carry the tenant-namespace label";
+const BROKEN_NAMESPACE = {
+  check: "setup-refused", message: "gpu-tenant-namespace-label",
+  why: "the stored namespace carries a tenant.cozystack.io/ label without the tenant-namespace " +
+    "label: the very policy under test refuses to store it, so only a namespace made before the " +
+    "chart was installed can be in that state",
+};
 
 const DEVICES_WITHOUT_IDS = {
   check: "refused-before-admission", message: "status\\.devices\\[0\\]\\.vendorID: Required value",
@@ -106,5 +113,7 @@ export const NOT_REPLAYED = {
     [`${PS} › ${F14} › ${render}: second container requests`, REQUEST_WITHOUT_LIMIT],
     [`${PS} › ${F14} › ${render}: migration target`, REQUEST_WITHOUT_LIMIT],
     [`${PS} › ${F14} › ${render}: init container`, DUPLICATE_CONTAINER],
+    [`${PS} › ${F18} › ${render}: a broken namespace fixed`, BROKEN_NAMESPACE],
+    [`${PS} › ${F18} › ${render}: a broken namespace being deleted`, BROKEN_NAMESPACE],
   ])),
 };
