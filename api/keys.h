@@ -79,6 +79,11 @@ inline constexpr std::string_view kDefaultControllerNamespace = "cozy-system";
 inline constexpr std::string_view kSettingsConfigMapName = "cozy-gpu-settings";
 inline constexpr std::string_view kSettingsResourceNamesKey = "resourceNames";
 inline constexpr std::string_view kSettingsRawNamePolicyKey = "rawResourceNames";
+// With GPUs on: whether the webhooks serve only callers of --webhook-client-ca (authenticated)
+// or any TLS client (unauthenticated, --webhook-allow-unauthenticated-callers).
+inline constexpr std::string_view kSettingsWebhookCallersKey = "webhookCallers";
+inline constexpr std::string_view kWebhookCallersAuthenticated = "authenticated";
+inline constexpr std::string_view kWebhookCallersUnauthenticated = "unauthenticated";
 inline constexpr std::string_view kRawNamePolicyAllowed = "allowed";
 inline constexpr std::string_view kRawNamePolicyForbidden = "forbidden";
 

@@ -102,7 +102,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   run->add_option("--webhook-client-ca", options.webhookClientCa,
                   "PEM CA bundle: only callers with a client certificate it signs (the API "
-                  "server's admission kubeconfig) may call the webhooks; re-read when it changes");
+                  "server's admission kubeconfig) may call the webhooks; re-read when it changes. "
+                  "Required with --enable-gpu unless --webhook-allow-unauthenticated-callers");
+  run->add_flag("--webhook-allow-unauthenticated-callers", options.webhookAllowUnauthenticated,
+                "Serve the webhooks to any TLS client without --webhook-client-ca (warned, and "
+                "shown by the gauge gpu_controller_webhook_callers_authenticated and kubectl gpu)");
   run->add_option("--bind-wait", bindWait,
                   "How long a VM start waits for the binder to place its GPUs (positive)")
       ->capture_default_str();

@@ -274,9 +274,23 @@ for i in 0 1; do
 done
 case "$mode" in
   fake)
+    # The API server's webhook client certificate, as an admission kubeconfig gives it to
+    # kube-apiserver: the replicas answer only callers its CA signed.
+    (cd "$work" &&
+      openssl req -x509 -newkey rsa:2048 -nodes -keyout webhook-client-ca.key \
+        -out webhook-client-ca.crt -days 1 -subj /CN=webhook-client-ca 2>/dev/null &&
+      printf 'extendedKeyUsage=clientAuth\n' >client.ext &&
+      openssl req -newkey rsa:2048 -nodes -keyout webhook-client.key -out webhook-client.csr \
+        -subj /CN=kube-apiserver-webhook-client 2>/dev/null &&
+      openssl x509 -req -in webhook-client.csr -CA webhook-client-ca.crt \
+        -CAkey webhook-client-ca.key -CAcreateserial -out webhook-client.crt -days 1 \
+        -extfile client.ext 2>/dev/null) ||
+      fail "openssl could not make the API server's webhook client certificate"
+    webhook_client_ca="$work/webhook-client-ca.crt"
     "$apiserver_bin" --crds "$source_dir/charts/gpu/templates/crds" \
       --crds "$source_dir/test/fakes/crds" --kubeconfig-out "$work/kubeconfig" --virt-api-mutator \
       --service-endpoint "$ns/gpu-controller-webhook=${webhook_ports[0]}" \
+      --webhook-client-cert "$work/webhook-client.crt" --webhook-client-key "$work/webhook-client.key" \
       >"$work/apiserver.log" 2>&1 &
     pids+=($!)
     wait_for 10 "the fake API server listening" grep -q "listening on" "$work/apiserver.log"
@@ -293,6 +307,8 @@ case "$mode" in
       COZY_CLUSTER_ETCD_PEER_PORT=$cluster_etcd_peer_port COZY_CLUSTER_KCM_PORT=$cluster_kcm_port \
       "$source_dir/scripts/cluster.sh" up "$work/cluster" >"$work/cluster-up.log" 2>&1 ||
       fail "scripts/cluster.sh up: $(tail -n 3 "$work/cluster-up.log")"
+    # cluster.sh gives kube-apiserver a webhook client certificate of a CA of its own.
+    webhook_client_ca="$work/cluster/pki/webhook-client-ca.crt"
     ;;
   kubeconfig)
     kc get --raw /version >/dev/null 2>&1 || fail "the API server of $kubeconfig does not answer"
@@ -305,6 +321,12 @@ case "$mode" in
     done
     absent kubevirt/kubevirt kubevirt ||
       fail "the cluster runs KubeVirt (kubevirt/kubevirt): the demo would change its configuration"
+    # The CA of that API server's webhook client certificate, if the caller names it; without
+    # it the replicas answer any caller (the opt-out), and say so.
+    webhook_client_ca=${COZY_DEMO_WEBHOOK_CLIENT_CA:-}
+    [ -n "$webhook_client_ca" ] ||
+      echo "demo: COZY_DEMO_WEBHOOK_CLIENT_CA not set: the webhooks answer any TLS client" \
+        "(--webhook-allow-unauthenticated-callers; docs/install.md, \"Who may call the webhooks\")"
     ;;
 esac
 
@@ -334,6 +356,14 @@ gpu:
     # The pod network the NetworkPolicy keeps off the webhook port (required: never guessed)
     networkPolicy: {podCIDRs: [10.244.0.0/16]}
 EOF
+# Only the API server's webhook client certificate gets in (H9).
+if [ -n "$webhook_client_ca" ]; then
+  { echo "    clientCA: |"; sed 's/^/      /' "$webhook_client_ca"; } >>"$work/values.yaml"
+  webhook_client_flags=(--webhook-client-ca "$webhook_client_ca")
+else
+  echo "    allowUnauthenticatedCallers: true" >>"$work/values.yaml"
+  webhook_client_flags=(--webhook-allow-unauthenticated-callers)
+fi
 if [ "$mode" = fake ]; then
   # The fake has no helm client behind it: its webhook configurations, applied with kubectl.
   "$helm_bin" template gpu "$source_dir/charts/gpu" -f "$work/values.yaml" --namespace "$ns" \
@@ -546,6 +576,7 @@ done
 for i in 0 1; do
   "$controller_bin" run --kubeconfig "$(controller_kubeconfig "$i")" --namespace "$ns" \
     --identity "gpu-controller-$i" --enable-gpu --webhook-addr "127.0.0.1:${webhook_ports[$i]}" \
+    "${webhook_client_flags[@]}" \
     --webhook-cert-dir "$work/certs" --health-addr "127.0.0.1:${health_ports[$i]}" \
     --bind-wait 5s --resync 1s --discovery-interval 500ms \
     >"$work/controller-$i.log" 2>&1 &

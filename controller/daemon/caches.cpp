@@ -163,8 +163,14 @@ ReconcileInput ClusterCaches::BuildInput() const {
       model::SharedVector<api::GpuNodeInventory>::Sharing(Get(kGpuNodeCache).List());
   std::vector<api::GpuClass> classList;
   for (const auto& gpuClass : input.classes) classList.push_back(*gpuClass);
+  // With GPUs on, whether the webhooks authenticate their callers: `kubectl gpu` warns of an
+  // install that does not.
+  const std::string_view callers = !options_.enableGpu ? std::string_view()
+                                   : options_.webhookClientCa.empty()
+                                       ? api::kWebhookCallersUnauthenticated
+                                       : api::kWebhookCallersAuthenticated;
   stored.data = SettingsData(options_.gpuResourceNames, inventories, PermittedHostDevices(),
-                             classList, options_.rawNamesForbidden);
+                             classList, options_.rawNamesForbidden, callers);
   input.settings = std::move(stored);
   return input;
 }

@@ -199,9 +199,9 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
                                                                     : options_.webhookClientCa}});
     if (options_.webhookClientCa.empty()) {
       LogWarning(
-          "admission webhooks accept any TLS client: set --webhook-client-ca to the CA of the "
-          "API server's webhook client certificate (docs/install.md, \"Who may call the "
-          "webhooks\")");
+          "admission webhooks accept any TLS client (--webhook-allow-unauthenticated-callers): "
+          "set --webhook-client-ca to the CA of the API server's webhook client certificate "
+          "(docs/install.md, \"Who may call the webhooks\")");
     }
   }
 
@@ -394,7 +394,15 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
     WriteLeaderMetrics(out, leading_, acquisitions_, elector_->Transitions());
     reconciler_.WriteMetrics(out);
     if (binder_) binder_->WriteMetrics(out);
-    if (webhooks_) webhookMetrics_.Write(out, webhookServer_->stats());
+    if (webhooks_) {
+      webhookMetrics_.Write(out, webhookServer_->stats());
+      out.Family("gpu_controller_webhook_callers_authenticated", "gauge",
+                 "1 when the webhooks serve only callers with a client certificate of "
+                 "--webhook-client-ca; 0 when any TLS client is answered "
+                 "(--webhook-allow-unauthenticated-callers).");
+      out.Sample("gpu_controller_webhook_callers_authenticated", "",
+                 options_.webhookClientCa.empty() ? 0 : 1);
+    }
     std::vector<std::pair<std::string, const kube::CacheBase*>> caches;
     ForEachCache([&caches](const std::string& name, const kube::CacheBase& cache) {
       caches.emplace_back(name, &cache);
@@ -460,19 +468,33 @@ std::map<std::string, std::string> SettingsData(
     const std::vector<std::string>& hosterNames,
     const model::SharedVector<api::GpuNodeInventory>& gpuNodes,
     const model::PermittedHostDevices& permitted, const std::vector<api::GpuClass>& classes,
-    bool rawNamesForbidden) {
+    bool rawNamesForbidden, std::string_view webhookCallers) {
   std::string joined;
   for (const auto& name : model::EffectiveGpuResourceNames(model::Settings{hosterNames}, gpuNodes,
                                                            permitted, classes)) {
     joined += (joined.empty() ? "" : ",") + name;
   }
-  return {
+  std::map<std::string, std::string> data = {
       {std::string(api::kSettingsResourceNamesKey), joined},
       {std::string(api::kSettingsRawNamePolicyKey),
        std::string(rawNamesForbidden ? api::kRawNamePolicyForbidden : api::kRawNamePolicyAllowed)}};
+  if (!webhookCallers.empty()) {
+    data[std::string(api::kSettingsWebhookCallersKey)] = std::string(webhookCallers);
+  }
+  return data;
 }
 
 int RunController(const RunOptions& options) {
+  if (options.enableGpu && options.webhookClientCa.empty() &&
+      !options.webhookAllowUnauthenticated) {
+    // Secure by default: a webhook that answers anyone writes on the strength of what any
+    // caller on the network says (docs/security.md).
+    throw std::invalid_argument(
+        "--enable-gpu serves admission webhooks, and without --webhook-client-ca any TLS client "
+        "that reaches the port could call them: give --webhook-client-ca the CA of the API "
+        "server's webhook client certificate (docs/install.md, \"Who may call the webhooks\"), "
+        "or --webhook-allow-unauthenticated-callers to run without it");
+  }
   if (options.attachmentGrace <= std::chrono::milliseconds::zero()) {
     // G9: a zero grace would clear every attachment before its VMI appears.
     throw std::invalid_argument(

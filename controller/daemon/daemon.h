@@ -14,6 +14,7 @@
 #include <chrono>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "api/gpuclass.h"
@@ -48,6 +49,11 @@ struct RunOptions {
   std::string webhookAddress = ":9443";
   std::string webhookCertDir = "/tmp/k8s-webhook-server/serving-certs";
   std::string webhookClientCa;  // PEM CA the API server's client certificate chains to; "" none
+  // With GPUs on and no client CA, the controller refuses to start unless this opt-out is
+  // given: then it serves any TLS client, warns, exports the gauge
+  // gpu_controller_webhook_callers_authenticated 0 and says so in the settings ConfigMap
+  // (webhookCallers: unauthenticated), which `kubectl gpu` shows.
+  bool webhookAllowUnauthenticated = false;
   std::chrono::milliseconds bindWait = std::chrono::seconds(8);
   // model::Settings::notReadyGraceSeconds (issue 24 item 5).
   std::chrono::milliseconds notReadyGrace = std::chrono::minutes(5);
@@ -64,6 +70,6 @@ std::map<std::string, std::string> SettingsData(
     const std::vector<std::string>& hosterNames,
     const model::SharedVector<api::GpuNodeInventory>& gpuNodes,
     const model::PermittedHostDevices& permitted, const std::vector<api::GpuClass>& classes,
-    bool rawNamesForbidden);
+    bool rawNamesForbidden, std::string_view webhookCallers = "");
 
 }  // namespace cozy::controller

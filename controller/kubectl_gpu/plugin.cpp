@@ -160,6 +160,16 @@ json ReadCluster(kube::Client& client, const std::string& controllerNamespace,
     }
   }
   json settings = ReadSettings(client, controllerNamespace, warnings);
+  // An install whose webhooks answer any TLS client (--webhook-allow-unauthenticated-callers).
+  if (settings.is_object() && settings.contains("data") && settings["data"].is_object() &&
+      settings["data"].value(std::string(api::kSettingsWebhookCallersKey), std::string()) ==
+          api::kWebhookCallersUnauthenticated) {
+    warnings.push_back(
+        "the GPU admission webhooks answer any TLS client that reaches them (the controller "
+        "runs with --webhook-allow-unauthenticated-callers, the chart with "
+        "gpu.webhook.allowUnauthenticatedCallers): give them the API server's webhook client CA "
+        "(docs/install.md, \"Who may call the webhooks\")");
+  }
   if (!settings.is_null()) {
     settings["kind"] = "ConfigMap";
     settings["apiVersion"] = "v1";

@@ -652,12 +652,33 @@ int RunReal(const bench::Mode& mode, int nodes, int requests, int threads) {
   bench::WebhookCertificates(work / "certs");
   const int healthPort = testing::FreePort();
   const int webhookPort = testing::FreePort();
-  bench::ControllerProcess controller(
-      {GPU_CONTROLLER, "run", "--kubeconfig", cluster.kubeconfig().string(), "--identity", "bench",
-       "--enable-gpu", "--health-addr", "127.0.0.1:" + std::to_string(healthPort), "--qps", "0",
-       "--webhook-addr", "127.0.0.1:" + std::to_string(webhookPort), "--webhook-cert-dir",
-       (work / "certs").string()},
-      work / "controller.log");
+  // Callers authenticated as in an install: by the CA of the webhook client certificate
+  // scripts/cluster.sh gives kube-apiserver. A cluster of someone else's (--kubeconfig) may give
+  // its API server none: then the webhooks answer any caller, as the opt-out says.
+  const std::filesystem::path clientCa =
+      cluster.dir().empty() ? std::filesystem::path() : cluster.dir() / "pki/webhook-client-ca.crt";
+  std::vector<std::string> controllerArguments = {GPU_CONTROLLER,
+                                                  "run",
+                                                  "--kubeconfig",
+                                                  cluster.kubeconfig().string(),
+                                                  "--identity",
+                                                  "bench",
+                                                  "--enable-gpu",
+                                                  "--health-addr",
+                                                  "127.0.0.1:" + std::to_string(healthPort),
+                                                  "--qps",
+                                                  "0",
+                                                  "--webhook-addr",
+                                                  "127.0.0.1:" + std::to_string(webhookPort),
+                                                  "--webhook-cert-dir",
+                                                  (work / "certs").string()};
+  if (clientCa.empty()) {
+    controllerArguments.push_back("--webhook-allow-unauthenticated-callers");
+  } else {
+    controllerArguments.insert(controllerArguments.end(),
+                               {"--webhook-client-ca", clientCa.string()});
+  }
+  bench::ControllerProcess controller(controllerArguments, work / "controller.log");
   auto failed = [&](const std::string& what) {
     const auto tail =
         testing::RunCommand("tail -n 20 " + testing::ShellQuote(controller.log().string()));
@@ -697,9 +718,12 @@ int RunReal(const bench::Mode& mode, int nodes, int requests, int threads) {
       " --set gpu.webhook.caBundle=" +
       ca.out +
       " --set gpu.webhook.existingSecret=gpu-controller-webhook-tls"
-      " --set 'gpu.webhook.networkPolicy.podCIDRs={10.244.0.0/16}'"
-      " --set gpu.webhook.url=https://127.0.0.1:" +
-      std::to_string(webhookPort) + " > " + testing::ShellQuote((work / "chart.yaml").string()));
+      " --set 'gpu.webhook.networkPolicy.podCIDRs={10.244.0.0/16}'" +
+      (clientCa.empty()
+           ? std::string(" --set gpu.webhook.allowUnauthenticatedCallers=true")
+           : " --set-file gpu.webhook.clientCA=" + testing::ShellQuote(clientCa.string())) +
+      " --set gpu.webhook.url=https://127.0.0.1:" + std::to_string(webhookPort) + " > " +
+      testing::ShellQuote((work / "chart.yaml").string()));
   if (ca.exitCode != 0 || rendered.exitCode != 0) {
     throw std::runtime_error("helm template charts/gpu: " + rendered.err);
   }

@@ -453,21 +453,13 @@ int RunFake(int nodes, int requests, int quietSeconds) {
   const cozy::kube::ClientConfig config = cozy::kube::LoadKubeconfig(work / "kubeconfig");
   const int port = cozy::testing::FreePort();
   if (!SelfSignedCertificate(work / "certs")) return 1;
-  std::vector<std::string> arguments = {ControllerProgram(),
-                                        "run",
-                                        "--kubeconfig",
-                                        (work / "kubeconfig").string(),
-                                        "--identity",
-                                        "bench",
-                                        "--enable-gpu",
-                                        "--health-addr",
-                                        "127.0.0.1:" + std::to_string(port),
-                                        "--qps",
-                                        "0",
-                                        "--webhook-addr",
-                                        "127.0.0.1:0",
-                                        "--webhook-cert-dir",
-                                        (work / "certs").string()};
+  std::vector<std::string> arguments = {
+      ControllerProgram(), "run", "--kubeconfig", (work / "kubeconfig").string(), "--identity",
+      "bench", "--enable-gpu", "--health-addr", "127.0.0.1:" + std::to_string(port), "--qps", "0",
+      "--webhook-addr", "127.0.0.1:0", "--webhook-cert-dir", (work / "certs").string(),
+      // No caller reaches these webhooks: the serving
+      // certificate stands in for the API server's CA.
+      "--webhook-client-ca", (work / "certs/tls.crt").string()};
   if (std::getenv("BENCH_CONTROLLER_LOG")) arguments.push_back("-v");  // each pass's times
   pid_t controller = cozy::testing::Spawn(arguments, work / "controller.log");
   if (!WaitForController(port, work / "controller.log")) {
@@ -633,7 +625,8 @@ int RunReal(const cozy::bench::Mode& mode, int nodes, int requests, int quietSec
   cozy::bench::ControllerProcess controller(
       {ControllerProgram(), "run", "--kubeconfig", cluster.kubeconfig().string(), "--identity",
        "bench", "--enable-gpu", "--health-addr", "127.0.0.1:" + std::to_string(port), "--qps", "0",
-       "--webhook-addr", "127.0.0.1:0", "--webhook-cert-dir", (work / "certs").string()},
+       "--webhook-addr", "127.0.0.1:0", "--webhook-cert-dir", (work / "certs").string(),
+       "--webhook-client-ca", (work / "certs/tls.crt").string()},
       work / "controller.log");
   auto failed = [&] {
     const auto tail = cozy::testing::RunCommand(

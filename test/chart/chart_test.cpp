@@ -42,18 +42,28 @@ YAML::Node Custom() {
 }
 
 // GPU on with cert-manager issuing the webhook's certificate, and GPU settings of a hoster.
+// The CA of kube-apiserver's webhook client certificate, as a hoster gives it (PEM text; the
+// chart checks only that it is PEM). Every GPU-on render here authenticates the webhooks'
+// callers, as an install must unless it opts out.
+const std::string kClientCaPem =
+    "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUQ0EK\n-----END CERTIFICATE-----\n";
+
 YAML::Node GpuOn() {
-  return YAML::Load(
+  YAML::Node values = YAML::Load(
       "gpu: {enabled: true, resourceNames: [nvidia.com/GA100, nvidia.com/TU104GL_Tesla_T4],"
       " rawGpuNames: forbid, attachmentGrace: 90s, notReadyGrace: 2m,"
       " webhook: {networkPolicy: {podCIDRs: [10.244.0.0/16]}}}");
+  values["gpu"]["webhook"]["clientCA"] = kClientCaPem;
+  return values;
 }
 
 // GPU on with the hoster's own CA bundle and serving certificate Secret instead of cert-manager.
 YAML::Node HosterCertificate() {
-  return YAML::Load(
+  YAML::Node values = YAML::Load(
       "gpu: {enabled: true, webhook: {certManager: false, caBundle: Q0EgYnVuZGxlCg==,"
       " existingSecret: hoster-webhook-tls, networkPolicy: {podCIDRs: [10.244.0.0/16]}}}");
+  values["gpu"]["webhook"]["clientCA"] = kClientCaPem;
+  return values;
 }
 
 std::vector<YAML::Node> OfKind(const std::vector<YAML::Node>& documents, const std::string& kind) {
@@ -544,8 +554,10 @@ TEST(ChartController, GpuOnRendersWebhooksCertificateAndGpuFlags) {
   EXPECT_EQ(OfKind(documents, "Certificate").size(), 2u);  // the CA, the serving certificate
   EXPECT_EQ(OfKind(documents, "Issuer").size(), 2u);       // self-signed, the CA's
   // Defaults: no resource names (the flag is left out), raw names allowed, a 2m grace.
-  const auto defaults = Strings(Controller(Render(YAML::Load(
-      "gpu: {enabled: true, webhook: {networkPolicy: {podCIDRs: [10.244.0.0/16]}}}")))["args"]);
+  YAML::Node defaultValues =
+      YAML::Load("gpu: {enabled: true, webhook: {networkPolicy: {podCIDRs: [10.244.0.0/16]}}}");
+  defaultValues["gpu"]["webhook"]["clientCA"] = kClientCaPem;
+  const auto defaults = Strings(Controller(Render(defaultValues))["args"]);
   EXPECT_TRUE(HasArg(defaults, "--raw-gpu-names=allow"));
   EXPECT_TRUE(HasArg(defaults, "--attachment-grace=2m"));
   EXPECT_TRUE(HasArg(defaults, "--not-ready-grace=5m"));  // issue 24 item 5
@@ -786,15 +798,31 @@ TEST(ChartController, OnlyTheApiServerMayReachAndCallTheWebhooks) {
   EXPECT_TRUE(OfKind(Render(off), "NetworkPolicy").empty());
   EXPECT_TRUE(OfKind(Render(), "NetworkPolicy").empty());
 
-  // No client CA by default: no flag (the controller warns); a PEM CA: a ConfigMap, mounted.
-  for (const auto& arg : Strings(Controller(documents)["args"])) {
-    EXPECT_FALSE(arg.starts_with("--webhook-client-ca")) << arg;
+  // Secure by default: with GPUs on and no client CA the chart refuses to render, naming the
+  // value and its opt-out; the opt-out renders the controller's own, which warns.
+  YAML::Node withoutCa = GpuOn();
+  withoutCa["gpu"]["webhook"].remove("clientCA");
+  try {
+    Render(withoutCa);
+    ADD_FAILURE() << "rendered webhooks that answer any caller without the opt-out";
+  } catch (const RenderError& error) {
+    EXPECT_NE(std::string(error.what()).find("gpu.webhook.clientCA"), std::string::npos)
+        << error.what();
+    EXPECT_NE(std::string(error.what()).find("gpu.webhook.allowUnauthenticatedCallers"),
+              std::string::npos)
+        << error.what();
   }
-  const std::string pem =
-      "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUQ0EK\n-----END CERTIFICATE-----\n";
+  YAML::Node optOut = withoutCa;
+  optOut["gpu"]["webhook"]["allowUnauthenticatedCallers"] = true;
+  const auto open = Strings(Controller(Render(optOut))["args"]);
+  EXPECT_TRUE(HasArg(open, "--webhook-allow-unauthenticated-callers"));
+  for (const auto& arg : open) EXPECT_FALSE(arg.starts_with("--webhook-client-ca")) << arg;
+  // A PEM CA: a ConfigMap, mounted, and no opt-out.
+  const std::string& pem = kClientCaPem;
   YAML::Node withCa = GpuOn();
-  withCa["gpu"]["webhook"]["clientCA"] = pem;
   const auto authenticated = Render(withCa);
+  EXPECT_FALSE(HasArg(Strings(Controller(authenticated)["args"]),
+                      "--webhook-allow-unauthenticated-callers"));
   const YAML::Node configMap =
       Named(authenticated, "ConfigMap", "gpu-controller-webhook-client-ca");
   EXPECT_EQ(configMap["data"]["ca.crt"].as<std::string>(), pem);
@@ -816,7 +844,7 @@ TEST(ChartController, OnlyTheApiServerMayReachAndCallTheWebhooks) {
   }
   EXPECT_EQ(volumeConfigMap, "gpu-controller-webhook-client-ca");
   // An existing ConfigMap of the hoster's: mounted by name, none rendered.
-  YAML::Node existing = GpuOn();
+  YAML::Node existing = withoutCa;
   existing["gpu"]["webhook"]["clientCAConfigMap"] = "apiserver-webhook-client-ca";
   const auto hosters = Render(existing);
   EXPECT_TRUE(OfKind(hosters, "ConfigMap").empty());
@@ -872,8 +900,10 @@ TEST(ChartController, WebhookCaComesFromCertManagerOrTheHoster) {
   }
   const YAML::Node volumes =
       Named(hosted, "Deployment", "gpu-controller")["spec"]["template"]["spec"]["volumes"];
-  ASSERT_EQ(volumes.size(), 1u);
+  ASSERT_EQ(volumes.size(), 2u);  // the serving pair, and the callers' CA (H9)
   EXPECT_EQ(volumes[0]["secret"]["secretName"].as<std::string>(""), "hoster-webhook-tls");
+  EXPECT_EQ(volumes[1]["configMap"]["name"].as<std::string>(""),
+            "gpu-controller-webhook-client-ca");
 }
 
 // Every object one object of the render names exists in the render: the webhooks' Service,

@@ -37,6 +37,10 @@ class AdmissionEndToEnd : public ControllerEndToEnd {
   void ApplyWebhookConfigurations() {
     YAML::Node values =
         YAML::Load("gpu: {enabled: true, webhook: {networkPolicy: {podCIDRs: [10.244.0.0/16]}}}");
+    // H9: the authenticated setup, with the CA of the API server's webhook client certificate.
+    std::ifstream ca(webhookClientCa_);
+    values["gpu"]["webhook"]["clientCA"] =
+        std::string(std::istreambuf_iterator<char>(ca), std::istreambuf_iterator<char>());
     chart::Release release;
     release.ns = kServiceNamespace;
     int applied = 0;
@@ -879,6 +883,39 @@ TEST_F(AdmissionEndToEnd, AForgedReviewWithoutTheApiServersCertificateChangesNot
   }
 }
 
+// H9: secure by default. With GPUs on and no --webhook-client-ca the controller refuses to start,
+// naming the flag and its opt-out, so a default install never serves its writing webhooks to
+// any caller on the network. With the opt-out it starts and says so where a hoster looks: a
+// warning at start, gpu_controller_webhook_callers_authenticated 0, and the settings ConfigMap
+// (which `kubectl gpu` warns of). A replica given the CA says 1.
+TEST_F(AdmissionEndToEnd, H9_WithoutAClientCaTheControllerRefusesToStartUnlessToldTo) {
+  const auto refused = testing::RunCommand(
+      std::string(GPU_CONTROLLER) + " run --kubeconfig " + ShellQuote(Path("kubeconfig").string()) +
+      " --enable-gpu --health-addr off --webhook-addr 127.0.0.1:0 --webhook-cert-dir " +
+      ShellQuote(WebhookCertificates()));
+  EXPECT_EQ(refused.exitCode, 2) << refused.err;
+  EXPECT_NE(refused.err.find("--webhook-client-ca"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("--webhook-allow-unauthenticated-callers"), std::string::npos)
+      << refused.err;
+
+  StartWebhookReplica("replica-a", {"--webhook-allow-unauthenticated-callers"});
+  WaitReady("replica-a");
+  WaitLeader("replica-a");
+  EXPECT_NE(Log("replica-a").find("admission webhooks accept any TLS client"), std::string::npos)
+      << Log("replica-a");
+  EXPECT_EQ(Metric("replica-a", "gpu_controller_webhook_callers_authenticated"), 0)
+      << Metrics("replica-a");
+  EXPECT_TRUE(WaitFor([&] {
+    const json settings = Get("configmap cozy-gpu-settings", "cozy-system");
+    return settings.is_object() &&
+           settings["data"].value("webhookCallers", "") == "unauthenticated";
+  })) << Get("configmap cozy-gpu-settings", "cozy-system").dump(2);
+  StartWebhookReplica("replica-b", {}, false);
+  WaitReady("replica-b");
+  EXPECT_EQ(Metric("replica-b", "gpu_controller_webhook_callers_authenticated"), 1)
+      << Metrics("replica-b");
+}
+
 TEST_F(AdmissionEndToEnd, G2_WithoutGpusThereIsNoWebhookServerAndNoCertificateIsNeeded) {
   const int webhookPort = testing::FreePort();
   StartReplica("replica-a", {"--webhook-addr", "127.0.0.1:" + std::to_string(webhookPort),
@@ -893,7 +930,8 @@ TEST_F(AdmissionEndToEnd, G2_WithoutGpusThereIsNoWebhookServerAndNoCertificateIs
   const auto result = testing::RunCommand(
       std::string(GPU_CONTROLLER) + " run --kubeconfig " + ShellQuote(Path("kubeconfig").string()) +
       " --enable-gpu --health-addr off --webhook-addr 127.0.0.1:0 --webhook-cert-dir " +
-      ShellQuote(Path("nowhere").string()));
+      ShellQuote(Path("nowhere").string()) + " --webhook-client-ca " +
+      ShellQuote(webhookClientCa_.string()));
   EXPECT_EQ(result.exitCode, 1);
   EXPECT_NE(result.err.find("nowhere/tls.crt"), std::string::npos) << result.err;
 }

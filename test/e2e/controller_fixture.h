@@ -292,8 +292,11 @@ class ControllerEndToEnd : public ::testing::Test {
       arguments.insert(arguments.end(), {"--webhook-addr", "127.0.0.1:0", "--webhook-cert-dir",
                                          WebhookCertificates()});
     }
-    if (gpu && std::find(flags.begin(), flags.end(), "--webhook-client-ca") == flags.end()) {
-      // Only the API server's webhook client certificate gets in (issue 23).
+    const auto given = [&flags](const char* flag) {
+      return std::find(flags.begin(), flags.end(), flag) != flags.end();
+    };
+    if (gpu && !given("--webhook-client-ca") && !given("--webhook-allow-unauthenticated-callers")) {
+      // Only the API server's webhook client certificate gets in (H9).
       arguments.insert(arguments.end(), {"--webhook-client-ca", webhookClientCa_.string()});
     }
     arguments.insert(arguments.end(), flags.begin(), flags.end());

@@ -429,6 +429,30 @@ TEST_F(KubectlGpu, SettingsAreReadWhereTheControllerIsInstalled) {
   EXPECT_EQ(settingsRequests(), std::vector<std::string>{"GET " + inDefault});
 }
 
+// H9: an install whose webhooks answer any TLS client (the controller's opt-out, which it
+// records in its settings) is a warning on every command; an authenticated one is not.
+TEST_F(KubectlGpu, H9_AnInstallWhoseWebhooksAnswerAnyCallerIsAWarning) {
+  json open = Settings("open-system");
+  open["data"][std::string(api::kSettingsWebhookCallersKey)] =
+      std::string(api::kWebhookCallersUnauthenticated);
+  server_->Seed(Namespace("open-system"));
+  server_->Seed(open);
+  for (const std::string command : {"catalog", "nodes -o json"}) {
+    const auto result = Plugin(command + " --controller-namespace open-system");
+    ASSERT_EQ(result.exitCode, 0) << result.err;
+    EXPECT_NE(result.err.find("kubectl gpu: warning: the GPU admission webhooks answer any TLS "
+                              "client that reaches them"),
+              std::string::npos)
+        << command << ": " << result.err;
+  }
+  json authenticated = Settings("closed-system");
+  authenticated["data"][std::string(api::kSettingsWebhookCallersKey)] =
+      std::string(api::kWebhookCallersAuthenticated);
+  server_->Seed(Namespace("closed-system"));
+  server_->Seed(authenticated);
+  EXPECT_EQ(Plugin("catalog --controller-namespace closed-system").err, "");
+}
+
 TEST_F(KubectlGpu, SettingsInNoneOrSeveralNamespacesAreAWarning) {
   server_->Seed(Namespace("other"));
   server_->Seed(Settings("other"));

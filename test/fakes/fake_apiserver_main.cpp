@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
       "usage: fake_apiserver [--port N] [--crds DIR_OR_FILE]... [--kubeconfig-out FILE] "
       "[--token TOKEN] [--bookmark-interval-ms MS] [--request-delay-ms MS] [--fault JSON]... "
       "[--virt-api-mutator] [--service-endpoint NS/NAME=[HOST:]PORT]... "
-      "[--user TOKEN=JSON]...\n";
+      "[--user TOKEN=JSON]... [--webhook-client-cert FILE --webhook-client-key FILE]\n";
   auto number = [](const std::string& flag, const std::string& text) {
     try {
       size_t end = 0;
@@ -72,6 +72,12 @@ int main(int argc, char** argv) {
         std::cerr << "fake_apiserver: --fault " << text << ": " << error.what() << "\n";
         return 2;
       }
+    } else if (arg == "--webhook-client-cert") {
+      // The client certificate it presents to admission webhooks, as kube-apiserver does with
+      // an admission kubeconfig (docs/install.md, "Who may call the webhooks").
+      options.webhookClientCertificate = value();
+    } else if (arg == "--webhook-client-key") {
+      options.webhookClientKey = value();
     } else if (arg == "--virt-api-mutator") {
       virtApiMutator = true;
     } else if (arg == "--service-endpoint") {

@@ -133,7 +133,7 @@ class FakeServerTest : public ::testing::Test {
     client_ = std::make_unique<kube::Client>(ConfigFor(*server_), TestClientOptions(time_));
     client_->Create(kGpuNodes, {{"metadata", {{"name", "n1"}}},
                                 {"spec", json::object()},
-                                {"status", {{"resourceNames", {"x"}}}}});
+                                {"status", {{"resourceNames", {"example.com/x"}}}}});
   }
   kube::FakeTimeSource time_;
   std::unique_ptr<FakeApiServer> server_;
@@ -150,17 +150,17 @@ TEST_F(FakeServerTest, StatusSubresourceRulesAndGeneration) {
   EXPECT_FALSE(afterMain.contains("status"));         // main resource ignores status
   EXPECT_EQ(afterMain["metadata"]["generation"], 1);  // spec {} has no fields: pruned
 
-  json afterStatus = client_->MergePatch(
-      kGpuNodes + "/n1/status",
-      {{"metadata", {{"labels", {{"l", "v"}}}}}, {"status", {{"resourceNames", {"a"}}}}});
-  EXPECT_EQ(afterStatus["status"]["resourceNames"], json({"a"}));
+  json afterStatus = client_->MergePatch(kGpuNodes + "/n1/status",
+                                         {{"metadata", {{"labels", {{"l", "v"}}}}},
+                                          {"status", {{"resourceNames", {"example.com/a"}}}}});
+  EXPECT_EQ(afterStatus["status"]["resourceNames"], json({"example.com/a"}));
   EXPECT_FALSE(afterStatus["metadata"].contains("labels"));  // /status ignores metadata
   EXPECT_EQ(afterStatus["metadata"]["generation"], 1);       // status never moves it
   EXPECT_NE(afterStatus["metadata"]["resourceVersion"], afterMain["metadata"]["resourceVersion"]);
 
   // A write that changes nothing keeps the resourceVersion.
-  json same =
-      client_->MergePatch(kGpuNodes + "/n1/status", {{"status", {{"resourceNames", {"a"}}}}});
+  json same = client_->MergePatch(kGpuNodes + "/n1/status",
+                                  {{"status", {{"resourceNames", {"example.com/a"}}}}});
   EXPECT_EQ(same["metadata"]["resourceVersion"], afterStatus["metadata"]["resourceVersion"]);
 }
 

@@ -33,8 +33,13 @@ expect_ok "helm lint --strict, GPUs off" helm lint --strict "$source_dir/charts/
 cat >"$work/lint-on.yaml" <<EOF
 gpu:
   enabled: true
-  webhook: {certManager: false, caBundle: Q0E=, existingSecret: gpu-controller-webhook-tls,
-            networkPolicy: {podCIDRs: [10.244.0.0/16]}}
+  webhook:
+    certManager: false
+    caBundle: Q0E=
+    existingSecret: gpu-controller-webhook-tls
+    networkPolicy: {podCIDRs: [10.244.0.0/16]}
+    clientCA: |
+$(sed 's/^/      /' "$cluster_dir/pki/webhook-client-ca.crt")
 EOF
 expect_ok "helm lint --strict, GPUs on" helm lint --strict "$source_dir/charts/gpu" -f "$work/lint-on.yaml"
 
