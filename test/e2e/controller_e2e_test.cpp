@@ -948,14 +948,7 @@ TEST_F(ControllerEndToEnd, G13_ListPagesOverTheResponseCapAreHalvedAndTheControl
   std::ofstream(Path("heavy.json")) << list.dump();
   Kubectl("create --validate=false -f " + ShellQuote(Path("heavy.json").string()));
   StartReplica("replica-a", {"--enable-gpu"});
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        return testing::RunCommand(
-                   "curl -sf http://127.0.0.1:" + std::to_string(ports_["replica-a"]) + "/readyz")
-                   .exitCode == 0;
-      },
-      60s))
-      << Log("replica-a").substr(0, 4000);
+  ASSERT_TRUE(ReadyWithin("replica-a", 60s)) << Log("replica-a").substr(0, 4000);
   const std::string log = Log("replica-a");
   EXPECT_NE(log.find("cache list page over the response cap; asking for smaller pages"),
             std::string::npos)
@@ -1000,14 +993,7 @@ TEST_F(ControllerEndToEnd, TwentyThousandPodsAreListedInPagesAndAFailingListIsLo
   refused.pathPrefix = "/api/v1/pods";
   Fake().AddFault(refused);
   StartReplica("replica-a", {"--enable-gpu"});
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        return testing::RunCommand(
-                   "curl -sf http://127.0.0.1:" + std::to_string(ports_["replica-a"]) + "/readyz")
-                   .exitCode == 0;
-      },
-      90s))
-      << Log("replica-a").substr(0, 4000);
+  ASSERT_TRUE(ReadyWithin("replica-a", 90s)) << Log("replica-a").substr(0, 4000);
   const std::string log = Log("replica-a");
   EXPECT_NE(log.find("cache cannot list or watch"), std::string::npos) << log.substr(0, 4000);
   EXPECT_NE(log.find("cache=pods"), std::string::npos) << log.substr(0, 4000);

@@ -373,6 +373,16 @@ class ControllerEndToEnd : public ::testing::Test {
     const json lease = Get("lease gpu-controller", "cozy-system");
     return lease.is_object() ? lease["spec"].value("holderIdentity", "") : "";
   }
+  // Whether the replica's /readyz answers 200 within `limit`.
+  bool ReadyWithin(const std::string& identity, std::chrono::seconds limit) {
+    return WaitFor(
+        [&] {
+          return testing::RunCommand(
+                     "curl -sf http://127.0.0.1:" + std::to_string(ports_[identity]) + "/readyz")
+                     .exitCode == 0;
+        },
+        limit);
+  }
   std::string Metrics(const std::string& identity) {
     return testing::RunCommand("curl -s http://127.0.0.1:" + std::to_string(ports_[identity]) +
                                "/metrics")
