@@ -104,6 +104,10 @@ int main(int argc, char** argv) {
                   "PEM CA bundle: only callers with a client certificate it signs (the API "
                   "server's admission kubeconfig) may call the webhooks; re-read when it changes. "
                   "Required with --enable-gpu unless --webhook-allow-unauthenticated-callers");
+  run->add_option("--kubevirt-controller-user", options.kubevirtControllerUser,
+                  "The user KubeVirt's controller creates virt-launcher pods as: the pod webhook "
+                  "pins and tolerates only its pods")
+      ->capture_default_str();
   run->add_flag("--webhook-allow-unauthenticated-callers", options.webhookAllowUnauthenticated,
                 "Serve the webhooks to any TLS client without --webhook-client-ca (warned, and "
                 "shown by the gauge gpu_controller_webhook_callers_authenticated and kubectl gpu)");

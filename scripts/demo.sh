@@ -171,6 +171,11 @@ kc() {
   kubectl --kubeconfig "${KC_AS:-$kubeconfig}" --cache-dir "$work/kube-cache" --request-timeout=20s "$@"
 }
 as_tenant() { KC_AS=$tenant_kubeconfig "$@"; } # as_tenant COMMAND...: kc in COMMAND is the tenant
+# KubeVirt's controller, the one user the pod webhook takes launcher pods from (E14): its
+# kubeconfig is made with the API server's other identities below.
+kubevirt_user=system:serviceaccount:kubevirt:kubevirt-controller
+kubevirt_kubeconfig=$kubeconfig
+as_kubevirt() { KC_AS=$kubevirt_kubeconfig "$@"; }
 show() { # show ARGS...: prints "$ kubectl ARGS" and its output, indented (checked after)
   echo "\$ kubectl $*"
   kc "$@" 2>&1 | sed 's/^/  /' || true
@@ -203,7 +208,7 @@ done
 
 # --- On a cluster given by --kubeconfig: what the demo created there, removed when it ends
 # (undo_cluster, after the agents and replicas have stopped), and nothing that was there before.
-own_release=0 own_rbac=0 own_agent_pods=0 own_nodes=0
+own_release=0 own_rbac=0 own_agent_pods=0 own_nodes=0 own_kubevirt_sa=0
 own_namespaces=() own_crds=()
 # strip_finalizers NAMESPACE|-A RESOURCE...: from every object of them there (no controller runs
 # any more to remove them, and they would hold their namespace and CRD).
@@ -227,6 +232,10 @@ undo_cluster() {
   if [ "$own_rbac" -eq 1 ]; then
     kc delete clusterrolebinding gpu-tenants-catalog --ignore-not-found >/dev/null 2>&1 ||
       left+=" clusterrolebinding/gpu-tenants-catalog"
+  fi
+  if [ "$own_kubevirt_sa" -eq 1 ]; then
+    kc delete serviceaccount kubevirt-controller -n kubevirt --ignore-not-found >/dev/null 2>&1 ||
+      left+=" serviceaccount/kubevirt-controller"
   fi
   if [ "$own_agent_pods" -eq 1 ]; then # bound to a node no kubelet runs: gone at once
     for node in "${nodes[@]}"; do
@@ -294,6 +303,10 @@ case "$mode" in
       >"$work/apiserver.log" 2>&1 &
     pids+=($!)
     wait_for 10 "the fake API server listening" grep -q "listening on" "$work/apiserver.log"
+    # kubectl sends no token over the fake's plain HTTP, so every kubectl command here is the
+    # fake's one user, system:admin: on the fake, that is the user KubeVirt's controller runs
+    # as. (On a real control plane it is a service account of its own, below.)
+    kubevirt_user=system:admin
     wait_for 10 "the fake API server answering kubectl" kc get --raw /readyz
     ;;
   real-cluster)
@@ -367,6 +380,7 @@ fi
 if [ "$mode" = fake ]; then
   # The fake has no helm client behind it: its webhook configurations, applied with kubectl.
   "$helm_bin" template gpu "$source_dir/charts/gpu" -f "$work/values.yaml" --namespace "$ns" \
+    --set policies.kubevirtControllerUser="$kubevirt_user" \
     >"$work/chart.yaml" || fail "helm template could not render charts/gpu"
   awk 'function flush() {
          if (doc ~ /\nkind: (Validating|Mutating)WebhookConfiguration/) printf "---%s\n", doc
@@ -395,7 +409,8 @@ EOF
   done
   own_release=1 # a failed install leaves a release behind too
   "$helm_bin" install gpu "$source_dir/charts/gpu" --kubeconfig "$kubeconfig" -n "$ns" \
-    --create-namespace -f "$work/values.yaml" >"$work/helm-install.log" 2>&1 ||
+    --create-namespace -f "$work/values.yaml" --set policies.kubevirtControllerUser="$kubevirt_user" \
+    >"$work/helm-install.log" 2>&1 ||
     fail "helm install: $(tail -n 3 "$work/helm-install.log")"
   kc wait --for=condition=Established --timeout=60s "${chart_crds[@]/#/crd/}" \
     "${test_crds[@]/#/crd/}" >/dev/null 2>&1 || fail "the CRDs are not Established"
@@ -513,6 +528,22 @@ EOF
       fail "TokenRequest for gpu-controller"
     kubeconfig_for "$work/controller-$i.kubeconfig" "    token: $token"
   done
+  # KubeVirt's controller: a service account of the kubevirt namespace that may create pods in
+  # the tenant's namespace, as KubeVirt's own RBAC lets it.
+  own_kubevirt_sa=1
+  kc create serviceaccount kubevirt-controller -n kubevirt >/dev/null ||
+    fail "kubectl could not create the service account kubevirt/kubevirt-controller"
+  # (a Role of its own: the aggregated ClusterRoles such as edit have rules only where
+  # kube-controller-manager runs its aggregation controller)
+  kc create role demo-kubevirt-controller -n "$tenant" --verb create,get,list,delete \
+    --resource pods >/dev/null &&
+    kc create rolebinding demo-kubevirt-controller -n "$tenant" --role demo-kubevirt-controller \
+      --serviceaccount kubevirt:kubevirt-controller >/dev/null ||
+    fail "kubectl could not let kubevirt-controller create pods in $tenant"
+  token=$(kc create token kubevirt-controller -n kubevirt --duration 1h) ||
+    fail "TokenRequest for kubevirt-controller"
+  kubevirt_kubeconfig="$work/kubevirt-controller.kubeconfig"
+  kubeconfig_for "$kubevirt_kubeconfig" "    token: $token"
   agent_kubeconfig() { echo "$work/agent-$1.kubeconfig"; }
   controller_kubeconfig() { echo "$work/controller-$1.kubeconfig"; }
 
@@ -576,7 +607,7 @@ done
 for i in 0 1; do
   "$controller_bin" run --kubeconfig "$(controller_kubeconfig "$i")" --namespace "$ns" \
     --identity "gpu-controller-$i" --enable-gpu --webhook-addr "127.0.0.1:${webhook_ports[$i]}" \
-    "${webhook_client_flags[@]}" \
+    "${webhook_client_flags[@]}" --kubevirt-controller-user "$kubevirt_user" \
     --webhook-cert-dir "$work/certs" --health-addr "127.0.0.1:${health_ports[$i]}" \
     --bind-wait 5s --resync 1s --discovery-interval 500ms \
     >"$work/controller-$i.log" 2>&1 &
@@ -700,8 +731,8 @@ metadata:
 spec:
   containers: [{name: compute, image: virt-launcher}]
 EOF
-echo "\$ kubectl create -f launcher.yaml   # virt-launcher-vm1-x7k2p, as virt-controller creates it"
-kc create -f "$work/launcher.yaml" 2>&1 | sed 's/^/  /' || fail "the launcher pod was refused"
+echo "\$ kubectl create -f launcher.yaml   # virt-launcher-vm1-x7k2p, as virt-controller creates it ($kubevirt_user)"
+as_kubevirt kc create -f "$work/launcher.yaml" 2>&1 | sed 's/^/  /' || fail "the launcher pod was refused"
 terms='{.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms'
 echo "\$ kubectl get pod virt-launcher-vm1-x7k2p -o jsonpath='{.spec.affinity...matchFields[0]}'"
 echo "  $(jp pod/virt-launcher-vm1-x7k2p "${terms}[0].matchFields[0]}" "$tenant")"

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 
+#include "api/keys.h"
+
 namespace cozy::admission {
 namespace {
 
@@ -188,10 +190,27 @@ std::optional<std::string> LauncherVmiName(const nlohmann::json& pod) {
       }
     }
   }
-  if (owner && label && *owner != *label) {
+  if (!owner || (label && *owner != *label)) {
     return std::nullopt;
   }
-  return owner ? owner : label;
+  return owner;
+}
+
+std::optional<std::string> WhyNotALauncher(const AdmissionRequest& request,
+                                           std::string_view kubevirtControllerUser) {
+  const std::string label(api::kDeviceReferenceLabel);
+  if (request.userInfo.username != kubevirtControllerUser) {
+    return "only KubeVirt's controller (" + std::string(kubevirtControllerUser) +
+           ") creates a virt-launcher pod carrying the " + label + " label; " +
+           (request.userInfo.username.empty() ? std::string("this request names no user")
+                                              : "this one comes from " + request.userInfo.username);
+  }
+  if (!LauncherVmiName(request.object)) {
+    return "the pod carries the " + label +
+           " label but names no VirtualMachineInstance by a controller owner reference (with a "
+           "vm.kubevirt.io/name label that agrees): only a virt-launcher pod may carry it";
+  }
+  return std::nullopt;
 }
 
 }  // namespace cozy::admission

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "api/meta.h"
+#include "controller/admission/review.h"
 
 namespace cozy::admission {
 
@@ -43,10 +44,18 @@ nlohmann::json PodPinPatch(const nlohmann::json& pod, const std::string& node,
 
 // The name of the VMI the pod says it launches: its controller ownerReference of kind
 // VirtualMachineInstance (apiVersion kubevirt.io/...), which kubevirt-controller writes and the
-// raw-name policy already relies on; else its vm.kubevirt.io/name label. Nullopt when neither
-// names one, or when the two disagree. Neither proves anything (whoever creates a pod writes
-// both; the proof is the VMI's status.activePods, model::LauncherIndex), and the pod webhook
-// needs no proof: it only pins, and a pod that lies about its VMI pins only itself.
+// raw-name policy already relies on. A vm.kubevirt.io/name label must agree with it, and is no
+// VMI name on its own (E14: whoever creates a pod writes its labels). Nullopt when no such
+// owner reference names one, or when the label disagrees.
 std::optional<std::string> LauncherVmiName(const nlohmann::json& pod);
+
+// E14: the pod webhook pins, and tolerates onto the GPUs' node (its cordon, its class's taints),
+// only a launcher KubeVirt's controller creates: the request's user is `kubevirtControllerUser`
+// (the chart's policies.kubevirtControllerUser) and the pod names its VMI by a controller owner
+// reference. Why a pod carrying the launcher labels is not one, for the refusal; nullopt for a
+// launcher. Labels and owner references prove nothing alone: a tenant pod labelled as its own
+// running VMI's launcher would get the cordon and class tolerations onto a GPU node.
+std::optional<std::string> WhyNotALauncher(const AdmissionRequest& request,
+                                           std::string_view kubevirtControllerUser);
 
 }  // namespace cozy::admission

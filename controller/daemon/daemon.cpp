@@ -183,6 +183,7 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
     webhookClient_ = std::make_unique<kube::Client>(client_.config(), options);
     webhook::WebhookOptions webhookOptions;
     webhookOptions.bindWait = options_.bindWait;
+    webhookOptions.kubevirtControllerUser = options_.kubevirtControllerUser;
     webhooks_ = std::make_unique<webhook::Webhooks>(*webhookClient_, *this, webhookOptions);
     webhook::ServerOptions serverOptions;
     serverOptions.address = options_.webhookAddress;

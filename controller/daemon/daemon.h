@@ -54,6 +54,9 @@ struct RunOptions {
   // gpu_controller_webhook_callers_authenticated 0 and says so in the settings ConfigMap
   // (webhookCallers: unauthenticated), which `kubectl gpu` shows.
   bool webhookAllowUnauthenticated = false;
+  // E14: the user KubeVirt's controller creates launcher pods as; the pod webhook pins no
+  // other's pods.
+  std::string kubevirtControllerUser = "system:serviceaccount:cozy-kubevirt:kubevirt-controller";
   std::chrono::milliseconds bindWait = std::chrono::seconds(8);
   // model::Settings::notReadyGraceSeconds (issue 24 item 5).
   std::chrono::milliseconds notReadyGrace = std::chrono::minutes(5);

@@ -147,11 +147,8 @@ json Webhooks::MutatePod(const json& review, const RequestContext&) {
     answer = std::move(*early);
   } else {
     const std::string vmiName = admission::LauncherVmiName(request.object).value_or("");
-    if (vmiName.empty()) {
-      answer = Encode(admission::Refuse(
-          request, "the pod carries the " + std::string(api::kDeviceReferenceLabel) +
-                       " label but names no VirtualMachineInstance: only a virt-launcher pod "
-                       "may carry it"));
+    if (const auto why = admission::WhyNotALauncher(request, options_.kubevirtControllerUser)) {
+      answer = Encode(admission::Refuse(request, *why));
     } else {
       std::vector<api::GpuDevice> devices;
       for (const auto& device : cluster_.AttachedTo(ns, vmiName)) devices.push_back(*device);

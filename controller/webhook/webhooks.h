@@ -83,6 +83,8 @@ struct WebhookOptions {
   // The longest the VMI webhook waits between looks at the binder's answer when no cache change
   // wakes it first (ClusterSource::WaitForChange).
   std::chrono::milliseconds pollInterval{250};
+  // E14: the user KubeVirt's controller creates launcher pods as (--kubevirt-controller-user).
+  std::string kubevirtControllerUser = "system:serviceaccount:cozy-kubevirt:kubevirt-controller";
 };
 
 struct WebhookStats {

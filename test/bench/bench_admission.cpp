@@ -672,6 +672,13 @@ int RunReal(const bench::Mode& mode, int nodes, int requests, int threads) {
                                                   "127.0.0.1:" + std::to_string(webhookPort),
                                                   "--webhook-cert-dir",
                                                   (work / "certs").string()};
+  // The bench creates the launcher pods as the cluster's admin: to the pod webhook that user is
+  // KubeVirt's controller here (E14).
+  const auto whoami = cluster.Kubectl("auth whoami -o jsonpath={.status.userInfo.username}");
+  if (whoami.exitCode != 0 || whoami.out.empty()) {
+    throw std::runtime_error("kubectl auth whoami: " + whoami.err);
+  }
+  controllerArguments.insert(controllerArguments.end(), {"--kubevirt-controller-user", whoami.out});
   if (clientCa.empty()) {
     controllerArguments.push_back("--webhook-allow-unauthenticated-callers");
   } else {

@@ -571,7 +571,9 @@ TEST(PodPinPatchIssue24Item1, TheLauncherCarriesItsClassesTolerations) {
   EXPECT_EQ(pod.patch(PodPinPatch(pod, "n1", twice))["spec"]["tolerations"].size(), 3U);
 }
 
-TEST(LauncherVmiNameE13, OwnerReferenceOrLabelAndNeitherWhenTheyDisagree) {
+// E13, E14: the VMI is named by the controller owner reference; a label that disagrees voids it,
+// and a label alone names none (whoever creates a pod writes its labels).
+TEST(LauncherVmiNameE13E14, TheControllerOwnerReferenceNamesTheVmiALabelAloneDoesNot) {
   json pod = ReadTestdata("pod-create.json")["request"]["object"];
   EXPECT_EQ(LauncherVmiName(pod), "vm1");
   pod["metadata"]["labels"]["vm.kubevirt.io/name"] = "vm2";
@@ -581,8 +583,33 @@ TEST(LauncherVmiNameE13, OwnerReferenceOrLabelAndNeitherWhenTheyDisagree) {
   pod["metadata"]["ownerReferences"][0]["controller"] = false;
   EXPECT_EQ(LauncherVmiName(pod), std::nullopt);
   pod["metadata"]["labels"]["vm.kubevirt.io/name"] = "vm1";
-  EXPECT_EQ(LauncherVmiName(pod), "vm1");
+  EXPECT_EQ(LauncherVmiName(pod), std::nullopt) << "a label alone";
   EXPECT_EQ(LauncherVmiName(json::object()), std::nullopt);
+}
+
+// E14: "Any tenant pod can pose as a VM's launcher": a tenant pod labelled as the launcher of its
+// own running VMI, with a VMI owner reference it wrote itself, got the pin and the cordon and
+// class tolerations. A launcher to the pod webhook is created by KubeVirt's controller, naming
+// its VMI by a controller owner reference.
+TEST(WhyNotALauncherE14, OnlyKubeVirtsControllerCreatesALauncher) {
+  const std::string kubevirt = "system:serviceaccount:cozy-kubevirt:kubevirt-controller";
+  AdmissionRequest request = DecodeAdmissionReview(ReadTestdata("pod-create.json"));
+  EXPECT_EQ(WhyNotALauncher(request, kubevirt), std::nullopt);
+  for (const std::string user : {"alice", "system:serviceaccount:tenant-a:default",
+                                 "system:serviceaccount:cozy-kubevirt:virt-handler", ""}) {
+    request.userInfo.username = user;
+    const auto why = WhyNotALauncher(request, kubevirt);
+    ASSERT_TRUE(why.has_value()) << user;
+    EXPECT_NE(why->find("only KubeVirt's controller (" + kubevirt + ")"), std::string::npos)
+        << *why;
+  }
+  request.userInfo.username = kubevirt;
+  request.object["metadata"].erase("ownerReferences");
+  const auto why = WhyNotALauncher(request, kubevirt);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("names no VirtualMachineInstance"), std::string::npos) << *why;
+  // Another name for KubeVirt's controller (KubeVirt installed in another namespace).
+  EXPECT_TRUE(WhyNotALauncher(request, "system:serviceaccount:kubevirt:kubevirt-controller"));
 }
 
 }  // namespace

@@ -116,14 +116,54 @@ class AdmissionEndToEnd : public ControllerEndToEnd {
   }
 
   // kubectl create; returns (exit code, stdout + stderr).
-  std::pair<int, std::string> Create(const json& object, const std::string& extra = "") {
+  // `kubeconfig`: whose request it is; empty: the hoster's.
+  std::pair<int, std::string> Create(const json& object, const std::string& extra = "",
+                                     const std::string& kubeconfig = "") {
     // Steps create at once from several threads: each takes a file of its own.
     const std::string file = Path("create-" + std::to_string(++files_) + ".json").string();
     std::ofstream(file) << object.dump();
-    const auto result =
-        testing::RunCommand("kubectl --kubeconfig " + ShellQuote(Path("kubeconfig").string()) +
-                            " create " + extra + " -o json -f " + ShellQuote(file));
+    const auto result = testing::RunCommand(
+        "kubectl --kubeconfig " +
+        ShellQuote(kubeconfig.empty() ? Path("kubeconfig").string() : kubeconfig) + " create " +
+        extra + " -o json -f " + ShellQuote(file));
     return {result.exitCode, result.out + result.err};
+  }
+
+  // E14: KubeVirt's controller as the API server names it (the chart's default
+  // policies.kubevirtControllerUser and the controller's --kubevirt-controller-user): a token
+  // user of the fake; on kube-apiserver a client certificate with that name (cluster.sh user).
+  static constexpr const char* kKubevirtController =
+      "system:serviceaccount:cozy-kubevirt:kubevirt-controller";
+  std::string KubevirtController() {
+    if (kubevirtKubeconfig_.empty()) {
+      if (!Real()) {
+        Fake().SetUser("kubevirt-controller",
+                       {kKubevirtController,
+                        "",
+                        {"system:serviceaccounts", "system:serviceaccounts:cozy-kubevirt"},
+                        {}});
+        kubevirtKubeconfig_ = KubeconfigFor("kubevirt-controller");
+      } else {
+        kubevirtKubeconfig_ = KubeconfigFor(kKubevirtController);
+      }
+    }
+    return kubevirtKubeconfig_;
+  }
+  // The launcher as virt-controller creates it, by KubeVirt's controller. kubectl sends no
+  // bearer token over plain HTTP, so on the fake the request goes through the kube client with
+  // the token; on kube-apiserver kubectl presents the certificate. (exit code, stdout + stderr)
+  std::pair<int, std::string> CreateLauncher(const json& pod) {
+    if (Real()) return Create(pod, "", KubevirtController());
+    kube::Client client(kube::LoadKubeconfig(KubevirtController()));
+    try {
+      return {
+          0,
+          client
+              .Create("/api/v1/namespaces/" + pod["metadata"].value("namespace", "") + "/pods", pod)
+              .dump()};
+    } catch (const kube::ApiError& error) {
+      return {1, error.what()};
+    }
   }
 
   static json Order(const std::string& name, const std::string& className, int count) {
@@ -179,6 +219,7 @@ class AdmissionEndToEnd : public ControllerEndToEnd {
     return writes;
   }
 
+  std::string kubevirtKubeconfig_;
   std::vector<json> webhookConfigurations_;
   std::map<std::string, int> webhookPorts_;
   std::atomic<int> files_ = 0;
@@ -309,7 +350,7 @@ TEST_F(AdmissionEndToEnd, E6_E8_E9_E10_E13_AVmGetsItsGpusOnOneNodeAndItsLauncher
   EXPECT_EQ(scratch["status"]["nodeName"], node);
   EXPECT_EQ(held["status"]["attachment"]["vmiName"], "vm1");
   // E13: the launcher pod gets a required node affinity to that node.
-  std::tie(code, out) = Create(Launcher("vm1"));
+  std::tie(code, out) = CreateLauncher(Launcher("vm1"));
   ASSERT_EQ(code, 0) << out << Logs();
   const json pod = json::parse(out);
   const json& terms = pod["spec"]["affinity"]["nodeAffinity"]
@@ -385,6 +426,39 @@ TEST_F(AdmissionEndToEnd, C18_APodOf10EGpusHoldsBackOnlyItsOwnNodeAndNamespace) 
   })) << Metrics("replica-a");
 }
 
+// E14: any pod labelled as its own running VMI's launcher (the labels and a VMI owner reference it
+// wrote itself) was pinned to the GPU node and given the cordon and the class's tolerations. Only
+// the pods KubeVirt's controller creates are launchers to the pod webhook now: the same pod from
+// anyone else is refused, naming who may create it, and changes nothing.
+TEST_F(AdmissionEndToEnd, E14_APodPosingAsAVmsLauncherIsRefusedUnlessKubeVirtCreatesIt) {
+  StartWebhookReplica("replica-a");
+  WaitReady("replica-a");
+  WaitLeader("replica-a");
+  if (!Real()) Fake().EnableVirtApiMutator();
+  ASSERT_EQ(Create(Order("held", "a100", 1)).first, 0);
+  auto [code, out] = Create(VmWithGpus("vm1", {"held"}));
+  ASSERT_EQ(code, 0) << out << Logs();
+  json posing = Launcher("vm1");
+  posing["metadata"]["name"] = "posing-as-vm1";
+  std::tie(code, out) = Create(posing);  // the hoster's own user, let alone a tenant
+  EXPECT_NE(code, 0) << out;
+  EXPECT_NE(out.find(std::string("only KubeVirt's controller (") + kKubevirtController + ")"),
+            std::string::npos)
+      << out;
+  EXPECT_TRUE(Get("pod posing-as-vm1", Tenant()).is_null());
+  // The same pod from KubeVirt's controller is the launcher, pinned.
+  std::tie(code, out) = CreateLauncher(Launcher("vm1"));
+  ASSERT_EQ(code, 0) << out << Logs();
+  EXPECT_FALSE(json::parse(out)["spec"]["affinity"].is_null()) << out;
+  // Without a VMI owner, KubeVirt's controller's pod names no VMI by its labels alone.
+  json unowned = Launcher("vm1");
+  unowned["metadata"]["name"] = "unowned";
+  unowned["metadata"].erase("ownerReferences");
+  std::tie(code, out) = CreateLauncher(unowned);
+  EXPECT_NE(code, 0) << out;
+  EXPECT_NE(out.find("names no VirtualMachineInstance"), std::string::npos) << out;
+}
+
 // Issue 24 item 4, E13 with D10: the launcher's pin must be schedulable. The node the GPUs sit
 // on has a kubernetes.io/hostname label other than its name (as cloud and bare-metal installers
 // set it), the other node's hostname label is that node's name, and the node is cordoned with no
@@ -407,7 +481,7 @@ TEST_F(AdmissionEndToEnd, Issue24Item4_E13_D10_TheLauncherPinFitsACordonedNodeWi
   auto [code, out] = Create(VmWithGpus("vm1", {"held"}));
   ASSERT_EQ(code, 0) << out << Logs();
   EXPECT_EQ(NodeOf("held"), node) << "D10: answered Succeeded in place";
-  std::tie(code, out) = Create(Launcher("vm1"));
+  std::tie(code, out) = CreateLauncher(Launcher("vm1"));
   ASSERT_EQ(code, 0) << out << Logs();
   const json pod = json::parse(out);
   const json pinned = Get("node " + node);
@@ -473,7 +547,7 @@ TEST_F(AdmissionEndToEnd, Issue24Item1_ATaintedPoolTakesOrdersAndStartsVmsOnceIt
   // Both on one node of the pool (the set moves off a node the second order filled).
   const std::string placed = NodeOf("held");
   EXPECT_EQ(NodeOf("vm1-scratch"), placed);
-  std::tie(code, out) = Create(Launcher("vm1"));
+  std::tie(code, out) = CreateLauncher(Launcher("vm1"));
   ASSERT_EQ(code, 0) << out << Logs();
   const json pod = json::parse(out);
   const json pool = testing::WithoutLifecycleTaints(Get("node " + placed));
