@@ -97,10 +97,8 @@ void Model::Index::ReadBudgets() {
       }
       const int64_t value = parsed.value ? api::ClampUnits(*parsed.value) : api::kMaxUnits;
       if (!parsed.value || value != *parsed.value) {
-        budgetProblems.push_back(
-            InputProblem{"ResourceQuota", quota.namespaceName, quota.name, field,
-                         "\"" + text + "\" is past " + std::to_string(api::kMaxUnits) +
-                             "; read as that many units, more than any cluster has"});
+        budgetProblems.push_back(InputProblem{"ResourceQuota", quota.namespaceName, quota.name,
+                                              field, ReadAsCeiling(text, parsed, "cluster")});
       }
       Limit limit{value, key};
       if (rawResource) {

@@ -16,16 +16,15 @@ std::string InputProblem::Describe() const {
          ": " + problem;
 }
 
-namespace {
-
-// A request that does not read as a quantity within range: why, and what it is read as.
-std::string ReadAsCeiling(const api::QuantityResult& parsed) {
-  return parsed.error + "; read as " + std::to_string(api::kMaxUnits) +
-         (parsed.tooLarge ? " units, more than any node has"
-                          : " units, as if it held everything it could");
+std::string ReadAsCeiling(std::string_view text, const api::QuantityResult& parsed,
+                          std::string_view beyond) {
+  const std::string why =
+      parsed.value ? "\"" + std::string(text) + "\" is past " + std::to_string(api::kMaxUnits)
+                   : parsed.error;
+  return why + "; read as " + std::to_string(api::kMaxUnits) + " units, " +
+         (parsed.value || parsed.tooLarge ? "more than any " + std::string(beyond) + " has"
+                                          : std::string("as if it held everything it could"));
 }
-
-}  // namespace
 
 // ---- tenants ----
 
@@ -97,11 +96,8 @@ int64_t ReadUnits(const Pod& pod, const Field& field, const std::string& text,
     return *parsed.value;
   }
   if (problems != nullptr) {
-    problems->push_back(
-        InputProblem{"Pod", pod.namespaceName, pod.name, field(),
-                     parsed.value ? "\"" + text + "\" is past " + std::to_string(api::kMaxUnits) +
-                                        "; read as that many units, more than any node has"
-                                  : ReadAsCeiling(parsed)});
+    problems->push_back(InputProblem{"Pod", pod.namespaceName, pod.name, field(),
+                                     ReadAsCeiling(text, parsed, "node")});
   }
   return api::kMaxUnits;
 }

@@ -14,6 +14,7 @@
 
 #include "api/gpuclass.h"
 #include "api/gpunode_types.h"
+#include "api/quantity.h"
 #include "controller/model/snapshot.h"
 
 namespace cozy::model {
@@ -34,6 +35,12 @@ struct InputProblem {
   std::string Describe() const;
   bool operator==(const InputProblem&) const = default;
 };
+
+// Why a quantity of `text` is read as api::kMaxUnits, for an InputProblem: past it (in range of
+// int64 or not: "more than any <beyond> has"), or not a quantity at all ("as if it held
+// everything it could").
+std::string ReadAsCeiling(std::string_view text, const api::QuantityResult& parsed,
+                          std::string_view beyond);
 
 // Tenant ancestry: a tenant namespace's ancestors are the namespaces its
 // `tenant.cozystack.io/<ancestor>` labels name.
