@@ -1,5 +1,6 @@
 #include "runtime/http_server.h"
 
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -18,6 +19,7 @@
 #include <optional>
 #include <string_view>
 #include <system_error>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -39,7 +41,9 @@ constexpr std::chrono::milliseconds kAcceptPause{100};
 // request is answered as it is accepted, and the client's close of an answered connection is
 // only seen between bursts, so a long burst would fill the slots with such connections.
 constexpr int kAcceptBurst = 16;
-constexpr int kListenBacklog = 128;
+// Deep enough that a burst of connects (a flood among them) does not drop a caller's SYN,
+// which would cost it a second's retransmission; the kernel caps it at net.core.somaxconn.
+constexpr int kListenBacklog = 4096;
 // A chunk-size line or trailer line longer than this is not a probe's.
 constexpr size_t kMaxChunkLine = 1024;
 
@@ -211,6 +215,7 @@ struct HeaderSummary {
   std::optional<uint64_t> contentLength;
   int transferEncodings = 0;
   std::string_view transferEncoding;  // the last one; several at all is refused below
+  bool close = false;                 // a Connection header naming `close`
 
   // One field line (without its line end). 0, or the status refusing it.
   int Add(std::string_view line) {
@@ -237,6 +242,13 @@ struct HeaderSummary {
     } else if (EqualsIgnoreCase(name, "transfer-encoding")) {
       ++transferEncodings;
       transferEncoding = value;
+    } else if (EqualsIgnoreCase(name, "connection")) {
+      std::string_view options = value;
+      while (!options.empty()) {
+        const size_t comma = options.find(',');
+        if (EqualsIgnoreCase(TrimWhitespace(options.substr(0, comma)), "close")) close = true;
+        options.remove_prefix(comma == std::string_view::npos ? options.size() : comma + 1);
+      }
     }
     return 0;
   }
@@ -252,8 +264,8 @@ class ChunkedBody {
 
   explicit ChunkedBody(size_t maxBytes) : maxBytes_(maxBytes) {}
 
-  // Consumes bytes up to the end of the body; what follows it is left alone. The chunks' data
-  // is appended to `keep` when given, else dropped.
+  // Consumes bytes up to the end of the body; what follows it is left alone (leftover() says
+  // how much). The chunks' data is appended to `keep` when given, else dropped.
   Result Feed(std::string_view bytes, std::string* keep = nullptr) {
     while (!bytes.empty()) {
       if (state_ == State::data) {
@@ -282,11 +294,15 @@ class ChunkedBody {
       const Result result = Line(line_);
       line_.clear();
       if (result != Result::needMore) {
+        leftover_ = bytes.size();
         return result;
       }
     }
     return Result::needMore;
   }
+
+  // Bytes of the last Feed after the body's end.
+  size_t leftover() const { return leftover_; }
 
  private:
   enum class State { size, data, dataEnd, trailer };
@@ -342,6 +358,7 @@ class ChunkedBody {
   }
 
   size_t maxBytes_;
+  size_t leftover_ = 0;
   size_t received_ = 0;
   uint64_t chunkLeft_ = 0;
   size_t trailerBytes_ = 0;
@@ -349,8 +366,8 @@ class ChunkedBody {
   State state_ = State::size;
 };
 
-std::string FormatResponse(const HttpResponse& response, bool headOnly,
-                           std::string_view allow = {}) {
+std::string FormatResponse(const HttpResponse& response, bool headOnly, std::string_view allow = {},
+                           bool close = true) {
   std::string out;
   out.reserve(160 + (headOnly ? 0 : response.body.size()));
   out += "HTTP/1.1 ";
@@ -361,7 +378,7 @@ std::string FormatResponse(const HttpResponse& response, bool headOnly,
   out += response.contentType;
   out += "\r\nContent-Length: ";
   out += std::to_string(response.body.size());
-  out += "\r\nConnection: close\r\n";
+  out += close ? "\r\nConnection: close\r\n" : "\r\nConnection: keep-alive\r\n";
   if (!allow.empty()) {
     out += "Allow: ";
     out += allow;
@@ -619,7 +636,13 @@ class HttpServer::Loop {
     uint32_t sessionWaits = 0;  // what the session's last call waits for, when not the phase's
     Clock::time_point accepted;
     Clock::time_point deadline;
-    bool receivedAny = false;
+    std::string peer;            // the peer's address bytes (an IPv4-mapped IPv6 one as IPv4)
+    bool authenticated = false;  // it presented a verified client certificate
+    Clock::time_point started;   // the current request's start (HttpRequest::accepted)
+    size_t served = 0;           // answers begun on this connection
+    bool keepAlive = false;      // the answer being written leaves it open for the next request
+    bool pipelined = false;      // bytes came after the request: closed after its answer
+    bool receivedAny = false;    // of the current request
     // Head: the bytes so far (at most maxHeaderBytes + 1), where the next line starts, and how
     // far a line end has been looked for (a trickled line is not searched from its start again).
     std::string head;
@@ -667,9 +690,28 @@ class HttpServer::Loop {
     epoll_ctl(epollFd_, operation, fd, &event);
   }
 
+  // The address bytes a peer is counted by: 4 for IPv4 (an IPv4-mapped IPv6 address too), 16
+  // for IPv6, the family alone for anything else.
+  static std::string PeerKey(const sockaddr_storage& address) {
+    if (address.ss_family == AF_INET) {
+      const auto& v4 = reinterpret_cast<const sockaddr_in&>(address);
+      return std::string(reinterpret_cast<const char*>(&v4.sin_addr), 4);
+    }
+    if (address.ss_family == AF_INET6) {
+      const auto& v6 = reinterpret_cast<const sockaddr_in6&>(address);
+      const auto* bytes = reinterpret_cast<const char*>(&v6.sin6_addr);
+      if (IN6_IS_ADDR_V4MAPPED(&v6.sin6_addr)) return std::string(bytes + 12, 4);
+      return std::string(bytes, 16);
+    }
+    return std::string(1, static_cast<char>(address.ss_family));
+  }
+
   void AcceptBurst() {
     for (int i = 0; i < kAcceptBurst; ++i) {
-      const int fd = accept4(listenFd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      sockaddr_storage address{};
+      socklen_t addressSize = sizeof address;
+      const int fd = accept4(listenFd_, reinterpret_cast<sockaddr*>(&address), &addressSize,
+                             SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) {
           continue;
@@ -681,18 +723,12 @@ class HttpServer::Loop {
         return;  // EAGAIN: all taken
       }
       counters_.accepted.fetch_add(1, std::memory_order_relaxed);
-      std::unique_ptr<SecureSession> session;
-      if (transport_ != nullptr) {
-        session = transport_->Accept(fd);
-        if (!session) {
-          counters_.handshakeFailures.fetch_add(1, std::memory_order_relaxed);
-          ::close(fd);
-          continue;
-        }
+      std::string peer = PeerKey(address);
+      if (!MakeRoom(peer)) {
+        ::close(fd);
+        continue;
       }
-      if (connections_.size() >= limits_.maxConnections) {
-        EvictOne();
-      }
+
       // Answers are one write each: without TCP_NODELAY a small one can wait on the client's
       // delayed ACK (about 40 ms per call; docs/benchmarks.md, "Through the API server").
       const int one = 1;
@@ -701,12 +737,23 @@ class HttpServer::Loop {
       connection.fd = fd;
       connection.id = ++lastId_;
       connection.accepted = now_;
+      connection.started = now_;
       connection.deadline = now_ + limits_.headerDeadline;
-      if (session) {
-        connection.session = std::move(session);
-        connection.phase = Phase::handshaking;
-      }
+      connection.peer = std::move(peer);
+      PeerCount& count = peers_[connection.peer];
+      ++count.all;
+      ++count.unauthenticated;
+      counters_.open.fetch_add(1, std::memory_order_relaxed);
       Watch(fd, EPOLLIN, EPOLL_CTL_ADD);
+      if (transport_ != nullptr) {
+        // The TLS session is made when the first bytes come (Handshake): a connection that
+        // never sends any, a flood's, costs no session at all.
+        connection.phase = Phase::handshaking;
+        if (limits_.handshakeDeadline.count() > 0) {
+          connection.deadline = now_ + std::min(limits_.handshakeDeadline, limits_.headerDeadline);
+        }
+        continue;
+      }
       // A probe sends its request with the connect: answer it now, before more accepts can
       // push it out.
       Advance(connection);
@@ -716,42 +763,99 @@ class HttpServer::Loop {
     }
   }
 
-  // Room for one more: the oldest lingering connection (already answered), else the oldest
-  // still sending its request (idle or slow), else the oldest being answered, else the oldest
-  // waiting for its handler (whose answer is then dropped). An answered one whose client has
-  // closed already just goes: no overflow.
-  void EvictOne() {
-    const auto rank = [](Phase phase) {
-      switch (phase) {
-        case Phase::lingering:
-          return 0;
-        case Phase::writing:
-          return 2;
-        case Phase::handling:
-          return 3;
-        default:
-          return 1;
-      }
-    };
+  // How readily a connection goes to make room for a new one from `newPeer`: the lowest rank
+  // first; nullopt when it stays (HttpLimits::maxConnections says why).
+  static std::optional<int> Rank(Connection& connection, std::string_view newPeer) {
+    switch (connection.phase) {
+      case Phase::lingering:
+        return 0;  // answered already
+      case Phase::handling:
+      case Phase::closed:
+        return std::nullopt;  // its request is read and a worker answers it
+      case Phase::writing:
+        // Being answered. An authenticated caller's answer is never cut; anyone else's goes
+        // last, so that clients that do not read their answers (a /metrics it never takes)
+        // cannot hold every slot of a server without a client CA for the write deadline.
+        if (connection.authenticated) return std::nullopt;
+        return 4;
+      case Phase::handshaking:
+      case Phase::readingHead:
+      case Phase::readingBody:
+        break;
+    }
+    const bool silent = connection.phase == Phase::handshaking
+                            ? !connection.session || !connection.session->ReceivedAny()
+                            : !connection.receivedAny;
+    if (connection.authenticated) {
+      // Idle between requests, it gives way only to its own address's new connection.
+      if (silent && connection.peer == newPeer) return 3;
+      return std::nullopt;
+    }
+    return silent ? 1 : 2;
+  }
+
+  // The connection to close for a new one from `newPeer`, among those `eligible` says may go:
+  // the lowest rank, then the address holding the most connections, then the oldest.
+  template <class Eligible>
+  std::unordered_map<int, Connection>::iterator PickVictim(std::string_view newPeer,
+                                                           Eligible eligible) {
     auto victim = connections_.end();
+    std::tuple<int, int64_t, Clock::time_point> best{};
     for (auto it = connections_.begin(); it != connections_.end(); ++it) {
-      if (victim == connections_.end() ||
-          std::pair(rank(it->second.phase), it->second.accepted) <
-              std::pair(rank(victim->second.phase), victim->second.accepted)) {
+      if (!eligible(it->second)) continue;
+      const std::optional<int> rank = Rank(it->second, newPeer);
+      if (!rank) continue;
+      const auto held = peers_.find(it->second.peer);
+      const int64_t crowd = held == peers_.end() ? 0 : static_cast<int64_t>(held->second.all);
+      const std::tuple<int, int64_t, Clock::time_point> key{*rank, -crowd, it->second.accepted};
+      if (victim == connections_.end() || key < best) {
         victim = it;
+        best = key;
       }
     }
-    if (victim == connections_.end()) {
-      return;
-    }
+    return victim;
+  }
+
+  // Closes `victim` to make room; an answered one whose client has closed already just goes.
+  void Evict(std::unordered_map<int, Connection>::iterator victim, std::atomic<int64_t>& counter) {
     if (victim->second.phase == Phase::lingering) {
       Linger(victim->second);
     }
     if (victim->second.phase != Phase::closed) {
-      counters_.overflowed.fetch_add(1, std::memory_order_relaxed);
+      counter.fetch_add(1, std::memory_order_relaxed);
       Close(victim->second);
     }
     connections_.erase(victim);
+  }
+
+  // Room for a new connection from `peer` (HttpLimits::maxConnectionsPerPeer, maxConnections);
+  // false when it is to be turned away.
+  bool MakeRoom(const std::string& peer) {
+    if (limits_.maxConnectionsPerPeer > 0) {
+      const auto held = peers_.find(peer);
+      if (held != peers_.end() && held->second.unauthenticated >= limits_.maxConnectionsPerPeer) {
+        const auto victim = PickVictim(peer, [&peer](const Connection& connection) {
+          return connection.peer == peer && !connection.authenticated;
+        });
+        if (victim == connections_.end()) {
+          // All its own are being answered: its new one waits for none of them to end.
+          counters_.peerCapped.fetch_add(1, std::memory_order_relaxed);
+          return false;
+        }
+        Evict(victim, counters_.peerCapped);
+      }
+    }
+    if (connections_.size() < limits_.maxConnections) {
+      return true;
+    }
+    const auto victim = PickVictim(peer, [](const Connection&) { return true; });
+    if (victim == connections_.end()) {
+      counters_.turnedAway.fetch_add(1, std::memory_order_relaxed);
+      counters_.lastRefusal.store(now_.time_since_epoch().count(), std::memory_order_relaxed);
+      return false;
+    }
+    Evict(victim, counters_.overflowed);
+    return true;
   }
 
   void ExpireDeadlines() {
@@ -761,8 +865,12 @@ class HttpServer::Loop {
         ++it;
         continue;
       }
-      if (connection.phase == Phase::readingHead || connection.phase == Phase::readingBody ||
-          connection.phase == Phase::handshaking) {
+      const bool idle = connection.phase == Phase::readingHead && connection.served > 0 &&
+                        !connection.receivedAny;
+      if (idle) {
+        // A kept connection whose next request did not come: closed silently, as planned.
+      } else if (connection.phase == Phase::readingHead || connection.phase == Phase::readingBody ||
+                 connection.phase == Phase::handshaking) {
         counters_.timedOut.fetch_add(1, std::memory_order_relaxed);
         // Part of a request came: say why it is closed, if the socket takes it at once. A
         // connection that sent nothing is closed silently (a client's idle pool is no error).
@@ -785,20 +893,27 @@ class HttpServer::Loop {
 
   // Runs the connection's phases as far as its socket allows right now.
   void Advance(Connection& connection) {
-    if (connection.phase == Phase::handshaking) {
-      Handshake(connection);
-    }
-    if (connection.phase == Phase::readingHead) {
-      ReadHead(connection);
-    }
-    if (connection.phase == Phase::readingBody) {
-      ReadBody(connection);
-    }
-    if (connection.phase == Phase::writing) {
-      Write(connection);
-    }
-    if (connection.phase == Phase::lingering) {
-      Linger(connection);
+    for (bool again = true; again;) {
+      again = false;
+      if (connection.phase == Phase::handshaking) {
+        Handshake(connection);
+      }
+      if (connection.phase == Phase::readingHead) {
+        ReadHead(connection);
+      }
+      if (connection.phase == Phase::readingBody) {
+        ReadBody(connection);
+      }
+      if (connection.phase == Phase::writing) {
+        Write(connection);
+        // Kept open: what already came of the next request (a TLS record read with the last
+        // one, which epoll will not report) is read now. Each round answers a request, and a
+        // connection carries at most requestsPerConnection of them.
+        again = connection.phase == Phase::readingHead;
+      }
+      if (connection.phase == Phase::lingering) {
+        Linger(connection);
+      }
     }
     if (connection.phase == Phase::closed) {
       return;
@@ -823,6 +938,12 @@ class HttpServer::Loop {
   }
 
   void Close(Connection& connection) {
+    if (const auto held = peers_.find(connection.peer); held != peers_.end()) {
+      --held->second.all;
+      if (!connection.authenticated) --held->second.unauthenticated;
+      if (held->second.all == 0) peers_.erase(held);
+    }
+    counters_.open.fetch_sub(1, std::memory_order_relaxed);
     bufferedBodies_ -= connection.reserved;
     connection.reserved = 0;
     connection.session.reset();
@@ -831,10 +952,25 @@ class HttpServer::Loop {
   }
 
   void Handshake(Connection& connection) {
+    if (!connection.session) {
+      connection.session = transport_->Accept(connection.fd);
+      if (!connection.session) {
+        counters_.handshakeFailures.fetch_add(1, std::memory_order_relaxed);
+        Close(connection);
+        return;
+      }
+    }
     connection.sessionWaits = 0;
     switch (connection.session->Handshake()) {
       case SecureSession::Io::done:
         connection.phase = Phase::readingHead;
+        connection.deadline = connection.accepted + limits_.headerDeadline;
+        if (connection.session->PeerVerified()) {
+          connection.authenticated = true;
+          if (const auto held = peers_.find(connection.peer); held != peers_.end()) {
+            --held->second.unauthenticated;
+          }
+        }
         return;
       case SecureSession::Io::wantRead:
         connection.sessionWaits = EPOLLIN;
@@ -928,6 +1064,12 @@ class HttpServer::Loop {
         Close(connection);  // the client gave up, or the connection broke
         return;
       }
+      if (!connection.receivedAny && connection.served > 0) {
+        // A kept connection's next request: its deadlines count from its first byte.
+        connection.started = now_;
+        connection.deadline = now_ + limits_.headerDeadline;
+        counters_.reused.fetch_add(1, std::memory_order_relaxed);
+      }
       connection.receivedAny = true;
       connection.head.append(buffer.data(), static_cast<size_t>(received));
       ParseHead(connection);
@@ -1003,8 +1145,7 @@ class HttpServer::Loop {
   bool Reserve(Connection& connection, size_t bytes) {
     if (bytes >
         limits_.maxBufferedBodyBytes - std::min(bufferedBodies_, limits_.maxBufferedBodyBytes)) {
-      counters_.busy.fetch_add(1, std::memory_order_relaxed);
-      Refuse(connection, 503, false);
+      Busy(connection);
       return false;
     }
     bufferedBodies_ += bytes;
@@ -1052,6 +1193,7 @@ class HttpServer::Loop {
         connection.body.reserve(length);
       }
     } else {
+      connection.pipelined = !rest.empty();
       Answer(connection);
       return;
     }
@@ -1088,6 +1230,7 @@ class HttpServer::Loop {
       }
       connection.bodyLeft -= take;
       if (connection.bodyLeft == 0) {
+        connection.pipelined = bytes.size() > take;
         Answer(connection);
       }
       return;
@@ -1102,6 +1245,7 @@ class HttpServer::Loop {
       case ChunkedBody::Result::needMore:
         return;
       case ChunkedBody::Result::done:
+        connection.pipelined = connection.chunked->leftover() > 0;
         Answer(connection);
         return;
       case ChunkedBody::Result::malformed:
@@ -1131,7 +1275,7 @@ class HttpServer::Loop {
         response = Refusal(500);
       }
     }
-    StartWriting(connection, FormatResponse(response, connection.request.headOnly));
+    StartAnswer(connection, response, connection.request.headOnly);
   }
 
   // A complete POST goes to the workers, or is refused at once when they are all taken.
@@ -1143,19 +1287,18 @@ class HttpServer::Loop {
     job.request.path = connection.request.path;
     job.request.query = connection.request.query;
     job.request.body = std::move(connection.body);
-    job.request.accepted = connection.accepted;
+    job.request.accepted = connection.started;
     job.reserved = connection.reserved;
     if (workers_ == nullptr || !workers_->TrySubmit(std::move(job))) {
       counters_.requests.fetch_sub(1, std::memory_order_relaxed);
-      counters_.busy.fetch_add(1, std::memory_order_relaxed);
       connection.body.clear();
-      Refuse(connection, 503, false);
+      Busy(connection);
       return;
     }
     connection.reserved = 0;  // the job holds the body now; its answer gives the bytes back
     connection.body = {};
     connection.phase = Phase::handling;
-    connection.deadline = connection.accepted + limits_.handlerDeadline;
+    connection.deadline = connection.started + limits_.handlerDeadline;
   }
 
   // Workers' answers: each goes to its connection if that is still waiting for it.
@@ -1168,7 +1311,7 @@ class HttpServer::Loop {
         continue;  // closed meanwhile (deadline, eviction, Stop): the answer is dropped
       }
       Connection& connection = found->second;
-      StartWriting(connection, FormatResponse(done.response, false));
+      StartAnswer(connection, done.response, false);
       Advance(connection);
       if (connection.phase == Phase::closed) {
         connections_.erase(found);
@@ -1185,7 +1328,52 @@ class HttpServer::Loop {
                                             status == 405 ? Allowed(connection.route) : ""));
   }
 
+  // 503: the pool or the body budget is full. Readiness says so for a while (Saturated()).
+  void Busy(Connection& connection) {
+    counters_.busy.fetch_add(1, std::memory_order_relaxed);
+    counters_.lastRefusal.store(now_.time_since_epoch().count(), std::memory_order_relaxed);
+    Refuse(connection, 503, false);
+  }
+
+  // A request read whole and answered (by its handler, or 404): the connection stays open for
+  // the next one when keep-alive allows (HttpLimits::requestsPerConnection).
+  void StartAnswer(Connection& connection, const HttpResponse& response, bool headOnly) {
+    const bool keep = connection.served + 1 < limits_.requestsPerConnection &&
+                      connection.request.minorVersion >= 1 && !connection.headers.close &&
+                      !connection.pipelined;
+    StartWriting(connection, FormatResponse(response, headOnly, {}, !keep));
+    connection.keepAlive = keep;
+  }
+
+  // The connection as it was before its last request, waiting for the next one.
+  void Renew(Connection& connection) {
+    bufferedBodies_ -= connection.reserved;
+    connection.reserved = 0;
+    connection.out.clear();
+    connection.out.shrink_to_fit();
+    connection.sent = 0;
+    connection.head.clear();
+    connection.parsed = 0;
+    connection.scanned = 0;
+    connection.requestLineSeen = false;
+    connection.request = {};
+    connection.headers = {};
+    connection.route = nullptr;
+    connection.framing = BodyFraming::none;
+    connection.bodyLeft = 0;
+    connection.chunked.reset();
+    connection.keepBody = false;
+    connection.body = {};
+    connection.keepAlive = false;
+    connection.receivedAny = false;
+    connection.phase = Phase::readingHead;
+    connection.deadline = now_ + limits_.keepAliveIdle;
+  }
+
+  // Every answer, the server's refusals too (which close the connection: keepAlive stays false).
   void StartWriting(Connection& connection, std::string out) {
+    ++connection.served;
+    connection.keepAlive = false;
     connection.head.clear();
     connection.head.shrink_to_fit();
     connection.out = std::move(out);
@@ -1206,6 +1394,10 @@ class HttpServer::Loop {
         return;
       }
       connection.sent += static_cast<size_t>(sent);
+    }
+    if (connection.keepAlive) {
+      Renew(connection);
+      return;
     }
     // All handed to the kernel: our FIN follows the answer (TLS: after close_notify); then
     // drop what the client still sends until it closes too.
@@ -1248,6 +1440,11 @@ class HttpServer::Loop {
   int epollFd_;
   uint64_t lastId_ = 0;
   size_t bufferedBodies_ = 0;  // bytes reserved by connections and jobs
+  struct PeerCount {
+    size_t all = 0;
+    size_t unauthenticated = 0;
+  };
+  std::unordered_map<std::string, PeerCount> peers_;  // by Connection::peer
   Clock::time_point now_ = Clock::now();
   std::optional<Clock::time_point> acceptPausedUntil_;
   std::unordered_map<int, Connection> connections_;
@@ -1436,6 +1633,7 @@ void HttpServer::Stop() {
   }
   workers_.reset();  // joins the workers once their handlers return
   loop_.reset();     // closes the connections
+  counters_.open.store(0);
   CloseDescriptors();
 }
 
@@ -1454,6 +1652,10 @@ HttpServer::Stats HttpServer::stats() const {
               counters_.overflowed.load(), counters_.accepted.load()};
   stats.busy = counters_.busy.load();
   stats.handshakeFailures = counters_.handshakeFailures.load();
+  stats.peerCapped = counters_.peerCapped.load();
+  stats.turnedAway = counters_.turnedAway.load();
+  stats.reused = counters_.reused.load();
+  stats.open = counters_.open.load();
   if (workers_) {
     stats.active = workers_->active();
     stats.queued = workers_->queued();
@@ -1461,6 +1663,12 @@ HttpServer::Stats HttpServer::stats() const {
   return stats;
 }
 
-bool HttpServer::Saturated() const { return workers_ && workers_->Saturated(); }
+bool HttpServer::Saturated() const {
+  if (workers_ && workers_->Saturated()) return true;
+  const int64_t last = counters_.lastRefusal.load(std::memory_order_relaxed);
+  return last != INT64_MIN &&
+         Clock::now().time_since_epoch().count() - last <
+             std::chrono::duration_cast<Clock::duration>(limits_.refusingWindow).count();
+}
 
 }  // namespace cozy::runtime

@@ -3,8 +3,10 @@
 // bounded pool of workers (the webhooks, which may wait), optionally over TLS. One thread runs
 // one epoll loop over the listening socket and every connection, with hard limits on
 // connections, bytes and time, so that whoever reaches the port can neither exhaust the pod's
-// memory nor keep a probe or a review from being answered (issue 23: the webhooks moved here
-// from cpp-httplib, which could be starved while readiness said ok).
+// memory nor keep a probe or a review from being answered (the webhooks moved here from
+// cpp-httplib, which could be starved while readiness said ok). Room is made by who a connection
+// is and what it is doing, never by age alone: a flood of silent connections from other
+// addresses cannot push out a request being answered or an authenticated caller (H10).
 #pragma once
 
 #include <atomic>
@@ -22,12 +24,26 @@
 namespace cozy::runtime {
 
 struct HttpLimits {
-  // Open connections. A new one beyond this closes the oldest connection that is not being
-  // answered (one lingering after its answer, else one still sending its request), else the
-  // oldest of all; the accept itself never waits.
+  // Open connections. A new one beyond this closes one that may go, in this order: one
+  // lingering after its last answer; one that has sent nothing yet (its TLS handshake included);
+  // one still sending its request; an authenticated one idle between requests, only when the new
+  // one comes from its own address; an unauthenticated one whose answer is being written (a
+  // client that does not read it). Within a rank, the address holding the most connections
+  // loses first, then the oldest. A connection whose request a worker is answering, and one that
+  // presented a verified client certificate (SecureSession::PeerVerified) and is not idle, never
+  // goes for a newer one: with nothing that may go, the new one is closed at once ("turned
+  // away") and Saturated() says so. The accept itself never waits.
   size_t maxConnections = 64;
-  // The whole request (head and any body) must arrive within this from accept, however it
-  // trickles; then the connection is closed (with 408 when part of a request had arrived).
+  // Connections one peer address may hold that are not authenticated (no verified client
+  // certificate), TLS handshakes included: a new one beyond this closes that address's own
+  // oldest such connection that is not being answered (else the new one), never another
+  // address's. 0: no cap.
+  size_t maxConnectionsPerPeer = 0;
+  // A TLS handshake must be done within this from accept (0: within headerDeadline).
+  std::chrono::milliseconds handshakeDeadline{0};
+  // The whole request (head and any body) must arrive within this from accept (a later request
+  // on a kept connection: from its first byte), however it trickles; then the connection is
+  // closed (with 408 when part of a request had arrived).
   std::chrono::milliseconds headerDeadline{2000};
   // Request line and headers, up to and including the empty line: 431 beyond (414 when the
   // request line alone does not end within it).
@@ -49,9 +65,23 @@ struct HttpLimits {
   // that would go past it is refused (503) before it is read, so concurrent large bodies
   // cannot add up past the pod's memory limit.
   size_t maxBufferedBodyBytes = size_t{16} << 20;
-  // From accept: a POST handler's answer later than this is not sent (the connection is
-  // closed then, and the answer dropped when it comes).
+  // From the request's start (HttpRequest::accepted): a POST handler's answer later than this
+  // is not sent (the connection is closed then, and the answer dropped when it comes).
   std::chrono::milliseconds handlerDeadline{35000};
+
+  // Keep-alive: requests one connection may carry. 1 (the default): every answer says
+  // `Connection: close`. Above 1, an HTTP/1.1 request that does not ask to close gets its answer
+  // on a connection kept open for the next request, until the last allowed one (whose answer says
+  // `Connection: close`). A refusal by the server itself (400, 413, 503, ...), an HTTP/1.0
+  // request, or bytes sent after a request before its answer (pipelining) close it.
+  size_t requestsPerConnection = 1;
+  // A kept connection whose next request has not begun within this is closed silently. Longer
+  // than a client's own idle timeout (Go's 90 s), so that the client closes first and never sends
+  // a request on a connection the server is closing.
+  std::chrono::milliseconds keepAliveIdle{120000};
+  // How long readiness (Saturated()) keeps saying so after a caller was refused 503 or turned
+  // away: long enough for a probe every few seconds to see it.
+  std::chrono::milliseconds refusingWindow{5000};
 };
 
 // A POST request as its handler sees it.
@@ -59,8 +89,9 @@ struct HttpRequest {
   std::string path;
   std::string query;  // the target after '?', as sent
   std::string body;
-  // When the connection was accepted: deadlines that the caller set for the whole exchange
-  // (an API server's webhook timeout) count from here, not from when a worker got to it.
+  // When the request began: the connection's accept for its first request, its first byte for
+  // a later one on a kept connection. Deadlines that the caller set for the whole exchange (an
+  // API server's webhook timeout) count from here, not from when a worker got to it.
   std::chrono::steady_clock::time_point accepted;
 
   // The raw value of the first `name=value` in the query ("" when absent). Not
@@ -84,6 +115,12 @@ class SecureSession {
   virtual void Shutdown() = 0;
   // Why the handshake or the stream failed, for the log.
   virtual std::string Error() = 0;
+  // After the handshake: whether the peer presented a certificate the transport verified
+  // (a caller authenticated before it sent a byte of a request).
+  virtual bool PeerVerified() { return false; }
+  // Whether any byte came from the peer yet (a ClientHello): a connection that has sent
+  // nothing is the first to go when the connections are all taken.
+  virtual bool ReceivedAny() { return true; }
 };
 
 // Makes a session for each accepted socket (runtime/tls.h has the TLS one).
@@ -100,8 +137,9 @@ struct HttpResponse {
   std::string body;
 };
 
-// One request per connection: every answer says `Connection: close` and carries
-// Content-Length. Not copyable; Start and Stop from one thread.
+// Every answer carries Content-Length; by default it also says `Connection: close` (one request
+// per connection; HttpLimits::requestsPerConnection keeps connections alive). Not copyable;
+// Start and Stop from one thread.
 class HttpServer {
  public:
   // Called on the server's thread; must be quick (read a snapshot under a mutex). An exception
@@ -144,10 +182,18 @@ class HttpServer {
     int64_t handshakeFailures = 0;  // TLS handshakes refused or broken
     int64_t active = 0;             // POST handlers running now
     int64_t queued = 0;             // complete POST requests waiting for a worker now
+    int64_t peerCapped = 0;         // closed because their address held maxConnectionsPerPeer
+    int64_t turnedAway = 0;  // new connections closed at once: every slot held by one that stays
+    int64_t reused = 0;      // requests that came on a kept connection (keep-alive)
+    int64_t open = 0;        // connections open now
   };
   Stats stats() const;
-  // Whether a POST arriving now would wait behind a full pool: every worker busy and the queue
-  // at least half full. Readiness says so, so that a Service sends callers to another replica.
+  // Whether callers are being refused, so that readiness sends them to another replica: a POST
+  // arriving now would wait behind a full pool (every worker busy and the queue at least half
+  // full), or within the last HttpLimits::refusingWindow a request was answered 503 for a full pool
+  // or body budget or a connection was turned away. Connections closed to make room for others
+  // (overflowed, peerCapped) do not count: they are how a flood of silent connections is
+  // withstood, and a flood must not be able to take every replica out of a Service.
   bool Saturated() const;
 
   struct Route {
@@ -167,6 +213,12 @@ class HttpServer {
     std::atomic<int64_t> accepted{0};
     std::atomic<int64_t> busy{0};
     std::atomic<int64_t> handshakeFailures{0};
+    std::atomic<int64_t> peerCapped{0};
+    std::atomic<int64_t> turnedAway{0};
+    std::atomic<int64_t> reused{0};
+    std::atomic<int64_t> open{0};
+    // steady_clock nanoseconds of the last 503 or turned-away connection; INT64_MIN: none.
+    std::atomic<int64_t> lastRefusal{INT64_MIN};
   };
 
   void CloseDescriptors();

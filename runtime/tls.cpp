@@ -311,6 +311,18 @@ class TlsSession : public SecureSession {
 
   std::string Error() override { return error_; }
 
+  // Only asked for, and so only present, with a client CA; a handshake that is done has
+  // verified it (SSL_VERIFY_FAIL_IF_NO_PEER_CERT), which the result says again.
+  bool PeerVerified() override {
+    return SSL_is_init_finished(ssl_) == 1 && SSL_get0_peer_certificate(ssl_) != nullptr &&
+           SSL_get_verify_result(ssl_) == X509_V_OK;
+  }
+
+  bool ReceivedAny() override {
+    const BIO* in = SSL_get_rbio(ssl_);
+    return in != nullptr && BIO_number_read(const_cast<BIO*>(in)) > 0;
+  }
+
  private:
   Io Outcome(int result) {
     switch (SSL_get_error(ssl_, result)) {

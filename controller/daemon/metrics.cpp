@@ -72,7 +72,10 @@ void WebhookMetrics::Write(runtime::MetricsWriter& out,
   out.Family("gpu_controller_webhook_connections_total", "counter",
              "Webhook connections by outcome: accepted; refused by the server (malformed, "
              "too large: rejected); 503 for a full pool or body budget (busy); closed at a "
-             "deadline (timed_out) or for a newer connection (overflowed); TLS handshakes "
+             "deadline (timed_out) or for a newer connection (overflowed); closed because "
+             "their address held its cap of unauthenticated connections (peer_capped); new "
+             "ones closed at once because every slot held a review being answered or an "
+             "authenticated caller (turned_away, which readiness reports); TLS handshakes "
              "refused or broken (handshake_failed).");
   const std::pair<const char*, int64_t> outcomes[] = {
       {"accepted", server.http.accepted},
@@ -80,11 +83,20 @@ void WebhookMetrics::Write(runtime::MetricsWriter& out,
       {"busy", server.http.busy},
       {"timed_out", server.http.timedOut},
       {"overflowed", server.http.overflowed},
+      {"peer_capped", server.http.peerCapped},
+      {"turned_away", server.http.turnedAway},
       {"handshake_failed", server.http.handshakeFailures}};
   for (const auto& [outcome, count] : outcomes) {
     out.Sample("gpu_controller_webhook_connections_total", runtime::Label("outcome", outcome),
                static_cast<double>(count));
   }
+  out.Family("gpu_controller_webhook_connections_open", "gauge", "Webhook connections open now.");
+  out.Sample("gpu_controller_webhook_connections_open", "", static_cast<double>(server.http.open));
+  out.Family("gpu_controller_webhook_reused_connection_requests_total", "counter",
+             "Reviews that came on a kept connection (keep-alive): each saved a TCP and TLS "
+             "handshake.");
+  out.Sample("gpu_controller_webhook_reused_connection_requests_total", "",
+             static_cast<double>(server.http.reused));
   out.Family("gpu_controller_webhook_workers_busy", "gauge",
              "Webhook workers running a review now.");
   out.Sample("gpu_controller_webhook_workers_busy", "", static_cast<double>(server.http.active));

@@ -93,6 +93,10 @@ void Server::Start() {
   tls_->LoadOrThrow();
   runtime::HttpLimits limits;
   limits.maxConnections = options_.maxConnections;
+  limits.maxConnectionsPerPeer = options_.maxConnectionsPerPeer;
+  limits.handshakeDeadline = options_.handshakeDeadline;
+  limits.requestsPerConnection = options_.requestsPerConnection;
+  limits.keepAliveIdle = options_.keepAliveIdle;
   limits.headerDeadline = options_.requestDeadline;
   limits.maxHeaderBytes = 16 * 1024;
   limits.maxBodyBytes = 0;  // GET routes: none here
@@ -127,7 +131,8 @@ void Server::Start() {
             return fail(400, "the body is not JSON: " + parseError);
           }
           // The API server stops waiting `timeout` after it sent the request, which is about
-          // when the connection was accepted; the answer needs its way back.
+          // when the request began (the connection's accept, or its first byte on a kept
+          // connection); the answer needs its way back.
           const auto timeout = RequestTimeout(request.QueryParameter("timeout"));
           const auto margin =
               std::min<std::chrono::milliseconds>(timeout / 10, std::chrono::seconds(1));

@@ -1,12 +1,15 @@
 // The admission webhooks' HTTPS server (issue 15, G2): AdmissionReview v1 POSTs on fixed paths,
 // served on every replica, only with --enable-gpu.
 //
-// Served on runtime::HttpServer (issue 23): one epoll loop reads every request whole within
-// a deadline from accept (TLS handshake included) with caps on header and body bytes and on
-// connections, and hands complete reviews to a bounded pool of workers; a review arriving when
-// the queue is full is answered 503 at once, and readiness reports a saturated pool
-// (Saturated()), so the Service sends the API server to another replica. TLS, the certificate
-// reload and the callers' CA are runtime::TlsTransport's (runtime/tls.h).
+// Served on runtime::HttpServer: one epoll loop reads every request whole within a deadline
+// from its start (the TLS handshake within a shorter one) with caps on header and body bytes,
+// on connections and on what one address may hold before it authenticates, and hands complete
+// reviews to a bounded pool of workers; a review arriving when the queue is full is answered
+// 503 at once, and readiness reports a saturated pool or callers turned away (Saturated()), so
+// the Service sends the API server to another replica. Connections are kept alive for the API
+// server's next review; a flood of silent connections never closes an authenticated one or a
+// review being answered (H10, docs/security.md). TLS, the certificate reload and the callers'
+// CA are runtime::TlsTransport's (runtime/tls.h).
 //
 // Callers (issue 23): with `clientCaFile` set, only a client presenting a certificate that CA
 // signed completes the TLS handshake: the API server, when its admission configuration gives it
@@ -45,6 +48,19 @@ struct ServerOptions {
   size_t maxWaiting = 24;              // of them, how many may wait for the binder at once
   size_t queue = 64;                   // complete reviews waiting for a worker; more: 503 at once
   size_t maxConnections = 128;
+  // Connections one address may hold before it authenticates (its TLS handshake included):
+  // beyond, that address's own oldest one goes, never another's. An authenticated caller's
+  // connections do not count; without a client CA every connection counts, the API server's too.
+  size_t maxConnectionsPerPeer = 32;
+  // From accept: the TLS handshake must be done within this. The API server sends its
+  // ClientHello with the connect, so a connection that has not finished by then is a stalled
+  // or hostile one, and it holds its slot no longer.
+  std::chrono::milliseconds handshakeDeadline{3000};
+  // Keep-alive: reviews one connection may carry, and how long a kept connection may wait for
+  // the next (longer than the API server's own 90 s, so that it closes first). An
+  // authenticated caller's kept connection is never closed for another address's new one.
+  size_t requestsPerConnection = 1000;
+  std::chrono::milliseconds keepAliveIdle{120000};
   // The webhooks see CREATEs only: one object, at most etcd's 1.5 MiB, in a review. A bigger
   // body is refused (413) before it is read; one nesting deeper than kube::kMaxJsonDepth is
   // refused (400) without recursing into it.

@@ -99,8 +99,55 @@ class Socket {
     return socket;
   }
 
+  // A blocking IPv4 connection from `source` (another loopback address, 127.0.0.2 and up: a
+  // different peer to the server); invalid() when it fails.
+  static Socket ConnectFrom(int port, const char* source) {
+    Socket socket(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!socket.valid()) return socket;
+    sockaddr_in local{};
+    local.sin_family = AF_INET;
+    ::inet_pton(AF_INET, source, &local.sin_addr);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::bind(socket.fd(), reinterpret_cast<sockaddr*>(&local), sizeof local) != 0 ||
+        ::connect(socket.fd(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+      socket.Close();
+    }
+    return socket;
+  }
+
   bool valid() const { return fd_ >= 0; }
   int fd() const { return fd_; }
+
+  // One answer, read up to the end its Content-Length gives (the connection may stay open);
+  // what arrived when the timeout passes or the server closes first.
+  std::string ReadAnswer(milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    std::string received;
+    for (;;) {
+      const size_t headEnd = received.find("\r\n\r\n");
+      if (headEnd != std::string::npos) {
+        const size_t length = received.find("Content-Length: ");
+        if (length != std::string::npos && length < headEnd &&
+            received.size() >= headEnd + 4 + std::stoul(received.substr(length + 16))) {
+          return received;
+        }
+      }
+      const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) return received;
+      pollfd ready{fd_, POLLIN, 0};
+      if (::poll(&ready, 1, static_cast<int>(left.count())) <= 0) continue;
+      char buffer[65536];
+      const ssize_t got = ::recv(fd_, buffer, sizeof buffer, MSG_DONTWAIT);
+      if (got > 0) {
+        received.append(buffer, static_cast<size_t>(got));
+      } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
+        return received;
+      }
+    }
+  }
 
   void Close() {
     if (fd_ >= 0) {
@@ -875,6 +922,7 @@ TEST_F(HttpPostTest, HandlersThatWaitNeverHoldTheLoopAndAFullQueueIs503AtOnce) {
   HttpLimits limits;
   limits.workers = 2;
   limits.queuedRequests = 2;
+  limits.refusingWindow = 1500ms;
   ASSERT_NO_FATAL_FAILURE(StartPostServer(limits));
   // Two workers wait on the gate, two requests queue behind them.
   std::vector<Socket> waiting;
@@ -900,6 +948,10 @@ TEST_F(HttpPostTest, HandlersThatWaitNeverHoldTheLoopAndAFullQueueIs503AtOnce) {
   for (Socket& socket : waiting) {
     EXPECT_EQ(ParseReply(socket.ReadUntilClosed(5s)).status, 200);
   }
+  // The pool is free again, but a caller was refused a moment ago: readiness says so for the
+  // refusing window (a probe every few seconds sees it), then no more.
+  EXPECT_TRUE(server_->Saturated());
+  std::this_thread::sleep_for(limits.refusingWindow + 200ms);
   EXPECT_FALSE(server_->Saturated());
 }
 
@@ -962,6 +1014,145 @@ TEST_F(HttpPostTest, StopWaitsForRunningHandlersAndDropsQueuedOnes) {
   EXPECT_EQ(started_.load(), 1);  // the queued one never ran
   EXPECT_TRUE(first.WaitClosed(1s));
   EXPECT_TRUE(second.WaitClosed(1s));
+}
+
+// H10: keep-alive. A connection carries requests until its cap, each answer saying whether it
+// stays open; the client's `Connection: close`, HTTP/1.0, and bytes sent ahead of an answer
+// (pipelining) close it after the answer.
+TEST_F(HttpServerTest, KeptConnectionsCarryRequestsUpToTheirCapH10) {
+  HttpLimits limits;
+  limits.requestsPerConnection = 3;
+  ASSERT_NO_FATAL_FAILURE(StartServer(limits));
+  Socket socket = Socket::Connect(server_->port());
+  for (int i = 1; i <= 3; ++i) {
+    ASSERT_TRUE(socket.Send(kGetHealthz)) << "request " << i;
+    const Reply reply = ParseReply(socket.ReadAnswer(2s));
+    EXPECT_EQ(reply.status, 200) << "request " << i;
+    EXPECT_EQ(reply.body, "ok\n");
+    EXPECT_EQ(reply.Header("connection"), i < 3 ? "keep-alive" : "close") << "request " << i;
+  }
+  EXPECT_TRUE(socket.WaitClosed(2s)) << "the third answer was the last";
+  EXPECT_EQ(server_->stats().reused, 2);
+
+  const auto closedAfterOne = [&](std::string_view request) {
+    Socket one = Socket::Connect(server_->port());
+    one.Send(request);
+    bool closed = false;
+    const Reply reply = ParseReply(one.ReadUntilClosed(2s, &closed));
+    EXPECT_EQ(reply.status, 200) << request;
+    EXPECT_EQ(reply.Header("connection"), "close") << request;
+    return closed;
+  };
+  EXPECT_TRUE(closedAfterOne("GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: Close\r\n\r\n"));
+  EXPECT_TRUE(closedAfterOne("GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: te, close\r\n\r\n"));
+  EXPECT_TRUE(closedAfterOne("GET /healthz HTTP/1.0\r\n\r\n"));
+  // Two requests in one send: the first is answered, and the connection closed.
+  EXPECT_TRUE(closedAfterOne(std::string(kGetHealthz) + std::string(kGetHealthz)));
+  // A refusal closes too: the request may not have been read to its end.
+  Socket refused = Socket::Connect(server_->port());
+  refused.Send("GET /healthz HTTP/1.1\r\n\r\n");  // no Host
+  bool closed = false;
+  EXPECT_EQ(ParseReply(refused.ReadUntilClosed(2s, &closed)).status, 400);
+  EXPECT_TRUE(closed);
+}
+
+// H10: a kept connection's next request has its own deadlines, counted from its first byte
+// (a handler's deadline and the caller's timeout included); one that does not come within
+// keepAliveIdle is closed silently (no 408: an idle pool is no error).
+TEST_F(HttpPostTest, AKeptConnectionsNextRequestCountsFromItsFirstByteAndIdleOnesCloseH10) {
+  HttpLimits limits;
+  limits.requestsPerConnection = 10;
+  limits.keepAliveIdle = 400ms;
+  limits.headerDeadline = 300ms;
+  ASSERT_NO_FATAL_FAILURE(StartPostServer(limits));
+  Socket socket = Socket::Connect(server_->port());
+  ASSERT_TRUE(socket.Send(Post("/echo", "one")));
+  EXPECT_EQ(ParseReply(socket.ReadAnswer(2s)).status, 200);
+  std::this_thread::sleep_for(250ms);  // less than the idle time, near the header deadline
+  const auto second = Clock::now();
+  ASSERT_TRUE(socket.Send(Post("/echo", "two")));
+  const Reply reply = ParseReply(socket.ReadAnswer(2s));
+  EXPECT_EQ(reply.status, 200);
+  EXPECT_EQ(reply.body, "/echo  two");
+  EXPECT_GE(accepted_, second) << "the second request's start is when it came";
+  const int64_t timedOut = server_->stats().timedOut;
+  bool closed = false;
+  const std::string after = socket.ReadUntilClosed(2s, &closed);
+  EXPECT_TRUE(closed) << "an idle kept connection outlived keepAliveIdle";
+  EXPECT_EQ(after, "") << "an idle kept connection is closed without a word";
+  EXPECT_EQ(server_->stats().timedOut, timedOut);
+}
+
+// H10: with every slot taken, a new connection pushes out one that may go, never the request of
+// a caller already sending it, whoever floods: the address holding the most connections loses
+// first. Before, the oldest connection still reading its request went first, so a flood of
+// silent connects closed callers mid-request (37 of 40 reviews failed in a review's test).
+TEST_F(HttpServerTest, AFloodFromOtherAddressesNeverClosesARequestBeingSentH10) {
+  HttpLimits limits;
+  limits.maxConnections = 8;
+  ASSERT_NO_FATAL_FAILURE(StartServer(limits));
+  Socket caller = Socket::Connect(server_->port());
+  ASSERT_TRUE(caller.Send("GET /healthz HTTP/1.1\r\nHost: t\r\n"));  // half of its request
+  std::vector<Socket> flood;
+  for (int i = 0; i < 40; ++i) {
+    flood.push_back(Socket::ConnectFrom(server_->port(), i % 2 == 0 ? "127.0.0.2" : "127.0.0.3"));
+    ASSERT_TRUE(flood.back().valid());
+  }
+  ExpectProbeAnswered();
+  ASSERT_TRUE(caller.Send("\r\n"));
+  EXPECT_EQ(ParseReply(caller.ReadUntilClosed(2s)).status, 200);
+  EXPECT_GE(server_->stats().overflowed, 32);
+}
+
+// H10: one address may hold maxConnectionsPerPeer connections that have not authenticated;
+// its next one closes its own oldest, never another address's.
+TEST_F(HttpServerTest, OneAddressPastItsCapClosesOnlyItsOwnConnectionsH10) {
+  HttpLimits limits;
+  limits.maxConnectionsPerPeer = 4;
+  ASSERT_NO_FATAL_FAILURE(StartServer(limits));
+  Socket other = Socket::ConnectFrom(server_->port(), "127.0.0.3");
+  ASSERT_TRUE(other.valid());
+  std::vector<Socket> flood;
+  for (int i = 0; i < 10; ++i) flood.push_back(Socket::ConnectFrom(server_->port(), "127.0.0.2"));
+  const auto settled = Clock::now() + 2s;
+  while (server_->stats().peerCapped < 6 && Clock::now() < settled) {
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_EQ(server_->stats().peerCapped, 6);
+  EXPECT_EQ(server_->stats().overflowed, 0);
+  int open = 0;
+  for (Socket& socket : flood) open += socket.WaitClosed(50ms) ? 0 : 1;
+  EXPECT_EQ(open, 4);
+  ASSERT_TRUE(other.Send(kGetHealthz));
+  EXPECT_EQ(ParseReply(other.ReadUntilClosed(2s)).status, 200);
+}
+
+// H10: when every slot holds a request being answered, a new connection is closed at once
+// (turned away) rather than closing one of them, and readiness says callers are refused.
+TEST_F(HttpPostTest, WithEverySlotAnsweringANewConnectionIsTurnedAwayAndReadinessSaysSoH10) {
+  HttpLimits limits;
+  limits.maxConnections = 2;
+  limits.workers = 2;
+  limits.refusingWindow = 1s;
+  ASSERT_NO_FATAL_FAILURE(StartPostServer(limits));
+  std::vector<Socket> waiting;
+  for (int i = 0; i < 2; ++i) {
+    waiting.push_back(Socket::Connect(server_->port()));
+    ASSERT_TRUE(waiting.back().Send(Post("/echo", "wait")));
+  }
+  ASSERT_TRUE(WaitStarted(2));
+  EXPECT_FALSE(server_->Saturated());
+  Socket late = Socket::Connect(server_->port());
+  ASSERT_TRUE(late.valid());
+  EXPECT_TRUE(late.WaitClosed(2s));
+  EXPECT_EQ(server_->stats().turnedAway, 1);
+  EXPECT_TRUE(server_->Saturated());
+  gate_.Open();
+  for (Socket& socket : waiting) {
+    EXPECT_EQ(ParseReply(socket.ReadUntilClosed(5s)).status, 200);
+  }
+  std::this_thread::sleep_for(limits.refusingWindow + 200ms);
+  EXPECT_FALSE(server_->Saturated());
 }
 
 TEST(HttpServerStart, OffServesNothing) {
