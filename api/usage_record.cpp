@@ -94,15 +94,46 @@ bool UsageObjectCurrent(const nlohmann::json& stored, const nlohmann::json& desi
   return true;
 }
 
-std::string UsageRecordDevice(const nlohmann::json& record) {
+std::string PodUsageRecordName(std::string_view podName) {
+  return JoinSubdomain("gpupod", podName);
+}
+
+nlohmann::json PodUsageRecord(std::string_view namespaceName, std::string_view podName,
+                              std::string_view podUid, const std::map<std::string, int64_t>& units,
+                              bool running) {
+  nlohmann::json resources = nlohmann::json::object();
+  for (const auto& [name, count] : units) resources[name] = std::to_string(count);
+  return {
+      {"apiVersion", kWorkloadApiVersion},
+      {"kind", kWorkloadKind},
+      {"metadata",
+       {{"name", PodUsageRecordName(podName)},
+        {"namespace", namespaceName},
+        {"labels",
+         {{kWorkloadMonitorNameLabel, kUsageMonitorName},
+          {"app.kubernetes.io/managed-by", "gpu-controller"}}},
+        {"ownerReferences",
+         nlohmann::json::array(
+             {{{"apiVersion", "v1"}, {"kind", "Pod"}, {"name", podName}, {"uid", podUid}}})}}},
+      {"status",
+       {{"kind", kUsageKind},
+        {"type", kRawUsageType},
+        {"resources", resources},
+        {"operational", running}}},
+  };
+}
+
+std::string UsageRecordOwner(const nlohmann::json& record) {
   const nlohmann::json& metadata = record.value("metadata", nlohmann::json::object());
   for (const auto& owner : metadata.value("ownerReferences", nlohmann::json::array())) {
-    if (owner.is_object() && owner.value("kind", "") == kGpuDeviceKind &&
-        owner.value("apiVersion", "") == kApiVersion) {
-      return owner.value("name", "");
+    if (!owner.is_object()) continue;
+    const std::string kind = owner.value("kind", "");
+    if ((kind == kGpuDeviceKind && owner.value("apiVersion", "") == kApiVersion) ||
+        (kind == "Pod" && owner.value("apiVersion", "") == "v1")) {
+      return kind + " " + owner.value("name", "");
     }
   }
-  return "";
+  return "no owner";
 }
 
 }  // namespace cozy::api

@@ -1,5 +1,6 @@
-// GPU usage records: one Cozystack Workload (cozystack.io/v1alpha1) per held device, under one
-// WorkloadMonitor per tenant namespace. What Cozystack bills and shows a tenant as its GPU
+// GPU usage records: one Cozystack Workload (cozystack.io/v1alpha1) per held device, and one per
+// pod whose GPUs no device covers (its raw-name usage, C11), under one WorkloadMonitor per tenant
+// namespace. What Cozystack bills and shows a tenant as its GPU
 // usage is read from these, so their shape is a contract, defined here once.
 //
 // The monitor's selector is the reserved key api::kUsageMonitorLabel, which the chart's policy
@@ -8,6 +9,8 @@
 // (or forge) GPU usage records. This one matches nothing; only gpu-controller writes records.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -50,7 +53,17 @@ nlohmann::json UsageRecord(const GpuDevice& device);
 // Whether a stored monitor or record already says what `desired` says (labels, owner,
 // selector, spec and status), so an unchanged object is not written again.
 bool UsageObjectCurrent(const nlohmann::json& stored, const nlohmann::json& desired);
-// The device a stored record belongs to (its GPUDevice owner's name), or "" for none.
-std::string UsageRecordDevice(const nlohmann::json& record);
+// A pod's record (C11): the GPUs a pod holds that no device covers, by their raw resource names.
+inline constexpr std::string_view kRawUsageType = "raw";
+// "gpupod-<pod>", shortened with a hash where that leaves a DNS subdomain.
+std::string PodUsageRecordName(std::string_view podName);
+// Owned by the pod (the garbage collector removes it with the pod, should the controller not),
+// labelled with the monitor, its status type "raw", each raw resource name with its units, and
+// operational while the pod runs.
+nlohmann::json PodUsageRecord(std::string_view namespaceName, std::string_view podName,
+                              std::string_view podUid, const std::map<std::string, int64_t>& units,
+                              bool running);
+// Whose a stored record is, for people: "GPUDevice <name>", "Pod <name>", or "no owner".
+std::string UsageRecordOwner(const nlohmann::json& record);
 
 }  // namespace cozy::api

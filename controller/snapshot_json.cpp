@@ -90,6 +90,17 @@ model::Pod DecodePod(const JsonField& item) {
   pod.namespaceName = meta.namespaceName;
   pod.name = meta.name;
   pod.uid = meta.uid;
+  if (std::optional<JsonField> metadata = item.Find("metadata")) {
+    if (std::optional<JsonField> owners = metadata->Find("ownerReferences")) {
+      for (const JsonField& owner : owners->AsArray()) {
+        if (owner.StringOr("kind", "") == "VirtualMachineInstance" &&
+            owner.StringOr("apiVersion", "").starts_with("kubevirt.io/") &&
+            owner.BoolOr("controller", false)) {
+          pod.claimedVmi = owner.StringOr("name", "");
+        }
+      }
+    }
+  }
   if (std::optional<JsonField> spec = item.Find("spec")) {
     pod.nodeName = spec->StringOr("nodeName", "");
     pod.containers = DecodeContainers(*spec, "containers");

@@ -145,6 +145,11 @@ ReconcileInput ClusterCaches::BuildInput() const {
   const auto monitorCache = monitors.Get();
   if (recordCache && monitorCache && recordCache->Synced() && monitorCache->Synced()) {
     input.usageRecords = true;
+    // Pods are watched with GPUs on only: without, their records are left as they are.
+    if (options_.enableGpu && Get(kPodCache).Synced()) {
+      input.podRecords = true;
+      input.pods = Get(kPodCache).List();
+    }
     for (const auto& record : recordCache->List()) {
       input.records[kube::ObjectKey(*record)] = record;
     }

@@ -255,9 +255,10 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
   // units fit in its node's room) still renew the webhooks' snapshot, whose budgets and room
   // count the pod, but wake no binder pass. The filter runs for each change of a step, and the
   // step's change callback after them, on the thread that steps the pods cache: the informer
-  // loop's, or a list worker's while the cache lists (never two at once).
+  // loop's, or a list worker's while the cache lists (never two at once). Every change that
+  // matters wakes the reconciler, which writes the pods' raw-name usage records (C11).
   void WatchPods() {
-    Watch(kPodCache, Readers::kBinder, [this](const model::Pod* before, const model::Pod* after) {
+    Watch(kPodCache, Readers::kBoth, [this](const model::Pod* before, const model::Pod* after) {
       if (!model::PodChangeMatters(before, after)) return false;
       // Absorbed, or recorded for the pass in flight (which passes again if its room
       // does not take it): the webhooks' snapshot renews, no pass wakes now.
@@ -271,7 +272,7 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
     caches_.Get(kPodCache).SetOnChange([this] {
       const bool absorbedOnly = podsAbsorbed_ && !podsWakeBinder_;
       podsAbsorbed_ = podsWakeBinder_ = false;
-      Changed(absorbedOnly ? Readers::kNone : Readers::kBinder);
+      Changed(absorbedOnly ? Readers::kReconciler : Readers::kBoth);
     });
   }
 

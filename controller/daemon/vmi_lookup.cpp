@@ -28,6 +28,7 @@ VmiLookup VmiLookupFromCache(kube::ResourceState state,
     vmi.presence = VmiState::Presence::kPresent;
     vmi.uid = found->uid;
     vmi.creationTimestamp = found->creationTimestamp;
+    vmi.object = found;
     return vmi;
   };
 }
@@ -45,10 +46,11 @@ VmiLookup VmiLookupByReading(kube::Client& client, kube::Served served) {
     }
     try {
       const nlohmann::json object = client.Get(kVmis.Path(ns, name));
-      const model::VirtualMachineInstance decoded = VmiFromJson(object);
+      auto decoded = std::make_shared<const model::VirtualMachineInstance>(VmiFromJson(object));
       vmi.presence = VmiState::Presence::kPresent;
-      vmi.uid = decoded.uid;
-      vmi.creationTimestamp = decoded.creationTimestamp;
+      vmi.uid = decoded->uid;
+      vmi.creationTimestamp = decoded->creationTimestamp;
+      vmi.object = std::move(decoded);
     } catch (const kube::ApiError& error) {
       if (error.kind() == kube::ErrorKind::kNotFound) {
         vmi.presence = VmiState::Presence::kAbsent;

@@ -4,7 +4,9 @@
 // there is no VMI watch: each VMI an attachment names is read by name, and the API server's own
 // NotFound for that VMI means it has ended, so turning GPUs off never leaves a deletion hanging
 // (D12). A kind that is not served (discovery says so, or the read answers the plain 404 of an
-// unserved kind) is a gap in discovery, not an ended VMI: "unknown" there too (G7, issue 24).
+// unserved kind) is a gap in discovery, not an ended VMI: "unknown" there too (G7). A present
+// VMI comes with its object, whose status.activePods is the launcher proof the pods' usage
+// records ask for (C11, C12).
 #pragma once
 
 #include <memory>

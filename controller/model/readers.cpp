@@ -236,6 +236,33 @@ const VirtualMachineInstance* LauncherIndex::LauncherOf(const Pod& pod) const {
   return it == byPod_.end() ? nullptr : it->second;
 }
 
+std::map<std::string, int64_t> PodRawUsage(
+    const Pod& pod, const std::set<std::string>& resourceNames,
+    const VirtualMachineInstance* launches,
+    std::span<const std::shared_ptr<const api::GpuDevice>> devices,
+    std::span<const std::shared_ptr<const api::GpuClass>> classes) {
+  std::map<std::string, int64_t> usage = PodResourceRequests(pod, resourceNames);
+  if (launches != nullptr) {
+    for (const auto& device : devices) {
+      const auto& attachment = device->status.attachment;
+      if (!attachment || device->metadata.namespaceName != launches->namespaceName ||
+          attachment->vmiName != launches->name ||
+          (!attachment->vmiUid.empty() && attachment->vmiUid != launches->uid)) {
+        continue;
+      }
+      for (const auto& gpuClass : classes) {
+        if (gpuClass->metadata.name != device->spec.className) continue;
+        if (auto held = usage.find(gpuClass->ResourceName()); held != usage.end()) {
+          held->second -= std::min(held->second, api::ClampUnits(device->spec.count));
+        }
+        break;
+      }
+    }
+  }
+  std::erase_if(usage, [](const auto& entry) { return entry.second <= 0; });
+  return usage;
+}
+
 // ---- nodes ----
 
 bool Tolerates(const Toleration& toleration, const Taint& taint) {

@@ -5,14 +5,17 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
 #include "api/gpuclass.h"
+#include "api/gpudevice.h"
 #include "api/gpunode_types.h"
 #include "api/quantity.h"
 #include "controller/model/snapshot.h"
@@ -111,6 +114,18 @@ class LauncherIndex {
  private:
   std::unordered_map<NameKey, const VirtualMachineInstance*, NameKeyHash> byPod_;  // (ns, pod UID)
 };
+
+// What a pod holds as raw-name usage for budgets and usage records (C11, C14): its requests of
+// `resourceNames` (PodResourceRequests), less, when it is `launches`' launcher (LauncherIndex
+// said so), the units of every device attached to that VMI (a Lost one too), each under its
+// class's resource name. A device is attached to the VMI when its attachment names the VMI in its
+// namespace, and its UID where it names one. Resources left at 0 are left out. The model counts
+// the same in its tenants' raw-name usage (Model::Index::CountPods).
+std::map<std::string, int64_t> PodRawUsage(
+    const Pod& pod, const std::set<std::string>& resourceNames,
+    const VirtualMachineInstance* launches,
+    std::span<const std::shared_ptr<const api::GpuDevice>> devices,
+    std::span<const std::shared_ptr<const api::GpuClass>> classes);
 
 // Gt and Lt tolerations tolerate nothing: the scheduler ignores them where their feature gate
 // is off.

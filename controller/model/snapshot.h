@@ -68,6 +68,9 @@ struct Pod {
   std::string uid;
   std::string nodeName;  // empty until scheduled
   std::string phase;     // Pending | Running | Succeeded | Failed | Unknown
+  // The VMI its controller owner reference (kubevirt.io) names, "" for none: what the pod claims,
+  // which proves nothing (C11). The usage records read that VMI by name for the proof (C12).
+  std::string claimedVmi;
   std::vector<Container> initContainers;
   std::vector<Container> containers;
   ResourceList overhead;  // spec.overhead

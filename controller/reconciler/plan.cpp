@@ -6,6 +6,7 @@
 #include "api/keys.h"
 #include "api/time.h"
 #include "api/usage_record.h"
+#include "controller/model/readers.h"
 
 namespace cozy::controller {
 namespace {
@@ -331,8 +332,82 @@ void PlanDevices(const ReconcileInput& input, Plan& plan, Holdings& holdings) {
   }
 }
 
-// Usage records and their namespaces' monitors: written for what devices hold, deleted once
-// nothing does (a monitor after its namespace's last record).
+// Pods' raw-name usage (C11): a pod on a node, not finished, holding GPUs of a class's resource
+// name that no device covers has a record of those units. Whether its GPUs are covered is told
+// by the one launcher reader (model::LauncherIndex, C12) over a read of the VMI the pod claims
+// by its controller owner reference: only that VMI's status.activePods holding the pod's UID
+// makes it the launcher, whose attached devices then cover it (model::PodRawUsage). A claimed
+// VMI that cannot be told now leaves the pod's record as it is.
+void PlanPods(const ReconcileInput& input, Plan& plan, Holdings& holdings) {
+  std::set<std::string> resourceNames;
+  for (const auto& gpuClass : input.classes) resourceNames.insert(gpuClass->ResourceName());
+  for (const auto& podPtr : input.pods) {
+    const model::Pod& pod = *podPtr;
+    if (pod.nodeName.empty() || !model::PodHoldsDevices(pod)) continue;
+    const std::string recordKey = pod.namespaceName + "/" + api::PodUsageRecordName(pod.name);
+    model::SharedVector<model::VirtualMachineInstance> claimed;
+    if (!pod.claimedVmi.empty()) {
+      const VmiState vmi = input.vmis(pod.namespaceName, pod.claimedVmi);
+      if (vmi.presence == VmiState::Presence::kUnknown) {
+        ++plan.waiting.vmisUnknown;
+        if (plan.waiting.vmisUnknownWhy.empty()) plan.waiting.vmisUnknownWhy = vmi.why;
+        if (input.records.count(recordKey) != 0) {
+          holdings.recordsWanted.insert(recordKey);
+          holdings.namespacesHolding.insert(pod.namespaceName);
+        }
+        continue;
+      }
+      if (vmi.object) claimed = {*vmi.object};
+    }
+    const model::LauncherIndex launchers(claimed);
+    const std::map<std::string, int64_t> usage = model::PodRawUsage(
+        pod, resourceNames, launchers.LauncherOf(pod), input.devices, input.classes);
+    if (usage.empty()) continue;
+    holdings.recordsWanted.insert(recordKey);
+    holdings.namespacesHolding.insert(pod.namespaceName);
+    if (input.monitors.count(pod.namespaceName) == 0) {
+      continue;  // the monitor first (PlanUsageObjects); its records in the pass after
+    }
+    const nlohmann::json desired =
+        api::PodUsageRecord(pod.namespaceName, pod.name, pod.uid, usage, pod.phase == "Running");
+    auto stored = input.records.find(recordKey);
+    if (stored != input.records.end() && api::UsageObjectCurrent(*stored->second, desired)) {
+      continue;
+    }
+    std::string what;
+    for (const auto& [name, units] : usage) {
+      what += (what.empty() ? "" : ", ") + std::to_string(units) + " " + name;
+    }
+    Action apply{
+        ActionKind::kApplyRecord,
+        pod.namespaceName,
+        api::PodUsageRecordName(pod.name),
+        "",
+        "",
+        desired,
+        std::nullopt,
+        "pod " + pod.namespaceName + "/" + pod.name + " holds " + what + " that no device covers"};
+    if (stored != input.records.end()) {
+      apply.stored = *stored->second;
+      apply.resourceVersion =
+          stored->second->at("metadata").value("resourceVersion", std::string());
+    }
+    plan.actions.push_back(std::move(apply));
+  }
+}
+
+// What the pods' step leaves alone when it cannot run: every stored record of a pod stays.
+void KeepPodRecords(const ReconcileInput& input, Holdings& holdings) {
+  for (const auto& [key, record] : input.records) {
+    if (api::UsageRecordOwner(*record).starts_with("Pod ")) {
+      holdings.recordsWanted.insert(key);
+      holdings.namespacesHolding.insert(record->at("metadata").value("namespace", std::string()));
+    }
+  }
+}
+
+// Usage records and their namespaces' monitors: written for what devices and pods hold, deleted
+// once nothing does (a monitor after its namespace's last record).
 void PlanUsageObjects(const ReconcileInput& input, Plan& plan, const Holdings& holdings) {
   const std::set<std::string>& recordsWanted = holdings.recordsWanted;
   const std::set<std::string>& namespacesHolding = holdings.namespacesHolding;
@@ -370,7 +445,7 @@ void PlanUsageObjects(const ReconcileInput& input, Plan& plan, const Holdings& h
         ActionKind::kDeleteRecord, metadata.value("namespace", std::string()),
         metadata.value("name", std::string()), metadata.value("resourceVersion", std::string()),
         metadata.value("uid", std::string()), nullptr, std::nullopt,
-        "no device holds it (" + api::UsageRecordDevice(record) + ")"});
+        "nothing it was written for holds GPUs now (" + api::UsageRecordOwner(record) + ")"});
   }
   for (const auto& [ns, monitorPtr] : input.monitors) {
     const nlohmann::json& monitor = *monitorPtr;
@@ -426,6 +501,11 @@ Plan PlanReconcile(const ReconcileInput& input) {
   Holdings holdings;
   PlanDevices(input, plan, holdings);
   if (input.usageRecords) {
+    if (input.podRecords) {
+      PlanPods(input, plan, holdings);
+    } else {
+      KeepPodRecords(input, holdings);
+    }
     PlanUsageObjects(input, plan, holdings);
   }
   if (input.settings) {

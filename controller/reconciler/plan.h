@@ -20,6 +20,7 @@
 
 #include "api/gpuclass.h"
 #include "api/gpudevice.h"
+#include "controller/model/snapshot.h"
 
 namespace cozy::controller {
 
@@ -36,6 +37,8 @@ struct VmiState {
   std::string uid;
   std::string creationTimestamp;  // RFC 3339
   std::string why;                // kUnknown: for the log
+  // kPresent: the VMI as read, its status.activePods the proof of its launcher (C11, C12).
+  std::shared_ptr<const model::VirtualMachineInstance> object;
 };
 using VmiLookup = std::function<VmiState(const std::string& ns, const std::string& name)>;
 using JsonPtr = std::shared_ptr<const nlohmann::json>;
@@ -49,6 +52,10 @@ struct ReconcileInput {
   bool usageRecords = false;
   std::map<std::string, JsonPtr> records;   // "namespace/name"
   std::map<std::string, JsonPtr> monitors;  // by namespace
+  // Raw-name usage records (C11): only when the pods cache has synced (GPUs on); else the pods'
+  // stored records are left as they are. The pods that ask for extended resources.
+  bool podRecords = false;
+  std::vector<std::shared_ptr<const model::Pod>> pods;
   // The settings ConfigMap: planned only when `settings` is set (the leader, its cache synced).
   struct Settings {
     std::optional<nlohmann::json> stored;  // nullopt: absent
@@ -104,7 +111,7 @@ struct Waiting {
   int devicesInUse = 0;        // deleting devices whose VMI still runs (D13)
   int classesWithHolders = 0;  // deleting classes with devices still naming them (D15)
   int attachmentsInGrace = 0;  // attachments whose VMI has not appeared yet (D18)
-  int vmisUnknown = 0;         // attachments whose VMI cannot be told now
+  int vmisUnknown = 0;         // attachments (and pods' claimed VMIs) that cannot be told now
   std::string vmisUnknownWhy;  // the first such VMI's reason, for the log
 };
 

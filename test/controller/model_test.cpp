@@ -191,6 +191,22 @@ TEST(CoverageC11C14C15, TwoNamedReaders) {
     const RemainingBudget remaining = model.Remaining("tenant-a", "a100");
     EXPECT_EQ(remaining.remaining, c.rawRemaining) << c.what;
     EXPECT_EQ(remaining.key, "requests.nvidia.com/GA100") << c.what;
+    // C11's usage-record leg: the records' reader (PodRawUsage, over the same launcher reader)
+    // counts what the model counts in the budget: the raw key's 3 less the device's 1 less
+    // what is left.
+    const LauncherIndex launchers(snapshot.vmis);
+    std::vector<std::shared_ptr<const api::GpuDevice>> devices;
+    for (const api::GpuDevice& device : snapshot.devices) {
+      devices.push_back(std::make_shared<api::GpuDevice>(device));
+    }
+    std::vector<std::shared_ptr<const api::GpuClass>> classes;
+    for (const api::GpuClass& gpuClass : snapshot.classes) {
+      classes.push_back(std::make_shared<api::GpuClass>(gpuClass));
+    }
+    const Pod& pod = snapshot.pods[0];
+    const auto raw = PodRawUsage(pod, {kA100}, launchers.LauncherOf(pod), devices, classes);
+    const int64_t recorded = raw.count(kA100) != 0 ? raw.at(kA100) : 0;
+    EXPECT_EQ(recorded, 3 - 1 - c.rawRemaining) << c.what;
   }
 }
 

@@ -105,5 +105,30 @@ TEST(PodSkimIssue26, SkimsExactlyThePodsTheCacheDoesNotKeep) {
   }
 }
 
+// C11: the VMI a pod claims is its controller owner reference of KubeVirt's kind, nothing else;
+// the usage records read that VMI by name for the proof (C12).
+TEST(PodClaimedVmiC11, OnlyAControllerOwnerReferenceOfKubeVirtNamesIt) {
+  const auto claimed = [](const json& owners) {
+    return PodFromJson({{"metadata", {{"name", "p"}, {"ownerReferences", owners}}}}).claimedVmi;
+  };
+  const json vmi = {{"apiVersion", "kubevirt.io/v1"},
+                    {"kind", "VirtualMachineInstance"},
+                    {"name", "vm1"},
+                    {"uid", "u"},
+                    {"controller", true}};
+  EXPECT_EQ(claimed(json::array({vmi})), "vm1");
+  json notController = vmi;
+  notController["controller"] = false;
+  EXPECT_EQ(claimed(json::array({notController})), "");
+  json otherGroup = vmi;
+  otherGroup["apiVersion"] = "example.com/v1";
+  EXPECT_EQ(claimed(json::array({otherGroup})), "");
+  json replicaSet = vmi;
+  replicaSet["kind"] = "ReplicaSet";
+  replicaSet["apiVersion"] = "apps/v1";
+  EXPECT_EQ(claimed(json::array({replicaSet, vmi})), "vm1");
+  EXPECT_EQ(claimed(json::array()), "");
+}
+
 }  // namespace
 }  // namespace cozy::controller

@@ -8,6 +8,7 @@
 #include "api/keys.h"
 #include "api/time.h"
 #include "api/usage_record.h"
+#include "test/controller/model_fixtures.h"
 
 namespace cozy::controller {
 namespace {
@@ -57,23 +58,37 @@ struct Cluster {
   std::map<std::string, VmiState> vmis;  // "ns/name"; absent unless listed
   bool vmisUnknown = false;
   bool records = false;
+  bool podRecords = false;
+  std::vector<std::shared_ptr<const model::Pod>> pods;
   std::map<std::string, JsonPtr> storedRecords;
   std::map<std::string, JsonPtr> storedMonitors;
 
   void Add(const api::GpuDevice& d) { devices.push_back(std::make_shared<api::GpuDevice>(d)); }
   void Vmi(const std::string& name, const std::string& uid, const std::string& created) {
-    vmis["tenant-a/" + name] = VmiState{VmiState::Presence::kPresent, uid, created, ""};
+    vmis["tenant-a/" + name] = VmiState{VmiState::Presence::kPresent, uid, created, "", nullptr};
+  }
+  // A VMI as read by name, its status.activePods listing `activePods`.
+  void VmiWithPods(const std::string& name, std::vector<std::string> activePods) {
+    auto object = std::make_shared<model::VirtualMachineInstance>(
+        model::testing::MakeVmi("tenant-a", name, std::move(activePods)));
+    vmis["tenant-a/" + name] =
+        VmiState{VmiState::Presence::kPresent, object->uid, "", "", std::move(object)};
   }
   Plan PlanAt(Clock::time_point now = kNow) const {
     ReconcileInput input;
     input.classes = classes;
     input.devices = devices;
     input.vmis = [this](const std::string& ns, const std::string& name) {
-      if (vmisUnknown) return VmiState{VmiState::Presence::kUnknown, "", "", "not served"};
+      if (vmisUnknown) {
+        return VmiState{VmiState::Presence::kUnknown, "", "", "not served", nullptr};
+      }
       auto it = vmis.find(ns + "/" + name);
-      return it == vmis.end() ? VmiState{VmiState::Presence::kAbsent, "", "", ""} : it->second;
+      return it == vmis.end() ? VmiState{VmiState::Presence::kAbsent, "", "", "", nullptr}
+                              : it->second;
     };
     input.usageRecords = records;
+    input.podRecords = podRecords;
+    input.pods = pods;
     input.records = storedRecords;
     input.monitors = storedMonitors;
     input.now = now;
@@ -291,6 +306,83 @@ TEST(ReconcilerD16, RecordsComeAfterTheirMonitorAndIgnoreLabelsOthersAdd) {
             (Strings{"apply-usage-record gpudevice-d1", "delete-usage-record gpudevice-gone"}));
   EXPECT_EQ(plan.actions[0].body["status"]["operational"], false);
   EXPECT_EQ(plan.actions[0].resourceVersion, "5");
+}
+
+// C11, C12: a pod is a VMI's launcher only when the VMI it claims (its controller owner
+// reference), read by name, lists the pod's UID in status.activePods; the devices attached to
+// that VMI then cover its GPUs. Any other pod's GPUs, and what a launcher asks past its
+// devices, are raw-name usage with a record of their own, owned by the pod.
+TEST(ReconcilerC11C12, OnlyTheClaimedVmisActivePodsCoverAPodAndTheRestIsRecorded) {
+  Cluster cluster;
+  cluster.records = true;
+  cluster.podRecords = true;
+  cluster.classes.push_back(Class("a100", true));
+  cluster.Add(Attached(Bound(Device("d1")), "vm1", "vm1-uid"));
+  cluster.Add(Attached(Bound(Device("d2")), "vm2", "vm2-uid"));
+  cluster.VmiWithPods("vm1", {"launcher-uid"});
+  cluster.VmiWithPods("vm2", {"greedy-uid"});
+  const auto pod = [&](const std::string& name, const std::string& claims, int64_t units,
+                       const std::string& node = "n1", const std::string& phase = "Running") {
+    model::Pod made = model::testing::MakePod("tenant-a", name, node, "nvidia.com/GA100", units);
+    made.claimedVmi = claims;
+    made.phase = phase;
+    cluster.pods.push_back(std::make_shared<model::Pod>(made));
+  };
+  pod("launcher", "vm1", 1);      // listed by vm1: d1 covers it
+  pod("impostor", "vm1", 1);      // owned by and named for vm1, not listed: raw usage
+  pod("greedy", "vm2", 2);        // vm2's launcher asking one more than d2 holds
+  pod("raw", "", 1);              // no VMI at all
+  pod("unscheduled", "", 1, "");  // on no node: holds nothing
+  pod("done", "", 1, "n1", "Succeeded");
+  cluster.storedMonitors["tenant-a"] =
+      std::make_shared<nlohmann::json>(api::UsageMonitor("tenant-a"));
+  // A record of the launcher from before it was listed goes.
+  cluster.storedRecords["tenant-a/gpupod-launcher"] = std::make_shared<nlohmann::json>(
+      api::PodUsageRecord("tenant-a", "launcher", "launcher-uid", {{"nvidia.com/GA100", 1}}, true));
+  Plan plan = cluster.PlanAt();
+  std::map<std::string, nlohmann::json> applied;
+  for (const Action& action : plan.actions) {
+    if (action.kind == ActionKind::kApplyRecord) applied[action.name] = action.body;
+  }
+  EXPECT_EQ(applied.size(), 5u) << ::testing::PrintToString(Kinds(plan));  // 2 devices, 3 pods
+  for (const std::string name : {"impostor", "greedy", "raw"}) {
+    ASSERT_TRUE(applied.count("gpupod-" + name)) << name;
+    const nlohmann::json& record = applied["gpupod-" + name];
+    EXPECT_EQ(record["status"]["resources"], (nlohmann::json{{"nvidia.com/GA100", "1"}})) << name;
+    EXPECT_EQ(record["status"]["type"], "raw");
+    EXPECT_EQ(record["status"]["operational"], true);
+    EXPECT_EQ(record["metadata"]["ownerReferences"][0]["kind"], "Pod");
+    EXPECT_EQ(record["metadata"]["ownerReferences"][0]["uid"], name + "-uid");
+    EXPECT_EQ(record["metadata"]["labels"][std::string(api::kWorkloadMonitorNameLabel)],
+              "cozy-gpu-usage");
+  }
+  const Strings kinds = Kinds(plan);
+  EXPECT_NE(std::find(kinds.begin(), kinds.end(), "delete-usage-record gpupod-launcher"),
+            kinds.end());
+
+  // vm1 now lists the impostor too (KubeVirt made it an active pod): its record goes.
+  cluster.VmiWithPods("vm1", {"launcher-uid", "impostor-uid"});
+  cluster.storedRecords.clear();
+  for (const auto& [name, body] : applied) {
+    cluster.storedRecords["tenant-a/" + name] = std::make_shared<nlohmann::json>(body);
+  }
+  plan = cluster.PlanAt();
+  EXPECT_EQ(Kinds(plan), (Strings{"delete-usage-record gpupod-impostor"}));
+
+  // The claimed VMI cannot be told now: the pod's record stays as it is, counted as waiting.
+  cluster.vmisUnknown = true;
+  plan = cluster.PlanAt();
+  for (const Action& action : plan.actions) {
+    EXPECT_NE(action.kind, ActionKind::kDeleteRecord) << action.name;
+  }
+  EXPECT_GE(plan.waiting.vmisUnknown, 2);
+
+  // Without the pods (GPUs off), the pods' records are left alone.
+  cluster.vmisUnknown = false;
+  cluster.podRecords = false;
+  cluster.pods.clear();
+  EXPECT_TRUE(cluster.PlanAt().actions.empty())
+      << ::testing::PrintToString(Kinds(cluster.PlanAt()));
 }
 
 TEST(ReconcilerD12, WithoutRecordsKindsAReleasedDeviceGoesAtOnce) {

@@ -429,6 +429,88 @@ TEST_F(ControllerEndToEnd, D13_D16_ReleasedDeviceAndItsRecordStayUntilTheVmiEnds
       << Logs();
 }
 
+// C11 and C12 end to end: the reconciler reads the VMI a pod claims (its controller owner
+// reference) by name and asks it for the launcher proof, status.activePods holding the pod's
+// UID. The proven launcher's GPU is its device's, billed by the device's record alone; a pod
+// owned by and named for the same VMI but not listed, and a pod of the raw name with no VMI,
+// each get a record of their own, owned by the pod; a record goes with what it was for.
+TEST_F(ControllerEndToEnd, C11_C12_ARawNamePodsGpusAreRecordedAndOnlyAProvenLauncherIsCovered) {
+  GpuNode("n1", 4);
+  StartReplica("replica-a", {"--enable-gpu"});
+  Apply(Class("a100"));
+  Apply(Vmi("vm1"));
+  Apply(Device("d1"));
+  WaitProtected("d1");
+  const std::string vmiUid = VmiUid("vm1");
+  PatchStatus("d1", {{"phase", "Bound"},
+                     {"nodeName", "n1"},
+                     {"attachment", {{"vmiName", "vm1"}, {"vmiUID", vmiUid}}}});
+  const std::string resource =
+      testing::GpuClassObject("a100")["spec"]["source"]["devicePlugin"]["resourceName"];
+  auto pod = [&](const std::string& name, bool ownedByVm1) {
+    json object = {
+        {"apiVersion", "v1"},
+        {"kind", "Pod"},
+        {"metadata", {{"name", name}, {"namespace", Tenant()}}},
+        {"spec",
+         {{"nodeName", "n1"},
+          {"containers",
+           {{{"name", "compute"},
+             {"image", "busybox"},
+             {"resources", {{"requests", {{resource, "1"}}}, {"limits", {{resource, "1"}}}}}}}}}}};
+    if (ownedByVm1) {
+      object["metadata"]["labels"] = {{"kubevirt.io", "virt-launcher"},
+                                      {"vm.kubevirt.io/name", "vm1"}};
+      object["metadata"]["ownerReferences"] = {{{"apiVersion", "kubevirt.io/v1"},
+                                                {"kind", "VirtualMachineInstance"},
+                                                {"name", "vm1"},
+                                                {"uid", vmiUid},
+                                                {"controller", true}}};
+    }
+    Apply(object);
+    Kubectl("-n " + Tenant() + " patch pod " + name +
+            " --subresource=status --type=merge -p '{\"status\":{\"phase\":\"Running\"}}'");
+    return Get("pod " + name, Tenant())["metadata"].value("uid", "");
+  };
+  const std::string launcherUid = pod("virt-launcher-vm1-abcde", true);
+  const std::string impostorUid = pod("virt-launcher-vm1-fake1", true);
+  const std::string rawUid = pod("raw", false);
+  // KubeVirt lists its launcher, and only it, in the VMI's status.
+  Kubectl("-n " + Tenant() + " patch vmi vm1 --type=merge -p " +
+          ShellQuote(json{
+              {"status",
+               {{"nodeName", "n1"}, {"phase", "Running"}, {"activePods", {{launcherUid, "n1"}}}}}}
+                         .dump()));
+
+  ASSERT_TRUE(WaitFor([&] {
+    return Get("workload gpupod-virt-launcher-vm1-fake1", Tenant()).is_object() &&
+           Get("workload gpupod-raw", Tenant()).is_object();
+  })) << Logs();
+  for (const auto& [name, uid] : {std::pair{std::string("virt-launcher-vm1-fake1"), impostorUid},
+                                  std::pair{std::string("raw"), rawUid}}) {
+    const json record = Get("workload gpupod-" + name, Tenant());
+    EXPECT_EQ(record["status"]["resources"], (json{{resource, "1"}})) << name;
+    EXPECT_EQ(record["status"]["type"], "raw") << name;
+    EXPECT_EQ(record["status"]["operational"], true) << name;
+    EXPECT_EQ(record["metadata"]["ownerReferences"][0]["kind"], "Pod") << name;
+    EXPECT_EQ(record["metadata"]["ownerReferences"][0]["uid"], uid) << name;
+    EXPECT_EQ(record["metadata"]["labels"]["workloads.cozystack.io/monitor"], "cozy-gpu-usage");
+  }
+  EXPECT_TRUE(Get("workload gpudevice-d1", Tenant()).is_object());
+  std::this_thread::sleep_for(1500ms);  // a pass that would record the launcher has run by now
+  EXPECT_TRUE(Get("workload gpupod-virt-launcher-vm1-abcde", Tenant()).is_null())
+      << "the proven launcher's GPU was billed twice\n"
+      << Logs();
+
+  // The impostor gone, its record goes (the reconciler's delete; on a real cluster the garbage
+  // collector may come first).
+  Kubectl("-n " + Tenant() + " delete pod virt-launcher-vm1-fake1 --grace-period=0 --force");
+  ASSERT_TRUE(WaitFor([&] {
+    return Get("workload gpupod-virt-launcher-vm1-fake1", Tenant()).is_null();
+  })) << Logs();
+  EXPECT_TRUE(Get("workload gpupod-raw", Tenant()).is_object());
+}
+
 // D19: a tenant that adds a finalizer of its own to a Bound device and deletes it keeps the
 // object, but not its GPUs unbilled: the units are released (the device no longer Bound, so the
 // model no longer counts them held) before its usage record goes, and the record goes before
