@@ -37,28 +37,101 @@ nlohmann::json UsageMonitor(std::string_view namespaceName) {
   };
 }
 
-nlohmann::json UsageRecord(const GpuDevice& device) {
+UsageRecordParts DeviceUsage(const GpuDevice& device) {
   const ObjectMeta& meta = device.metadata;
+  UsageRecordParts parts;
+  parts.namespaceName = meta.namespaceName;
+  parts.name = UsageRecordName(meta.name);
+  parts.ownerApiVersion = kApiVersion;
+  parts.ownerKind = kGpuDeviceKind;
+  parts.ownerName = meta.name;
+  parts.ownerUid = meta.uid;
+  parts.type = device.spec.className;
+  parts.resources[UsageResourceKey(device.spec.className)] = device.spec.count;
+  parts.operational = device.Phase() == DevicePhase::kBound;
+  return parts;
+}
+
+nlohmann::json UsageRecord(const GpuDevice& device) { return UsageRecord(DeviceUsage(device)); }
+
+nlohmann::json UsageRecord(const UsageRecordParts& parts) {
+  nlohmann::json resources = nlohmann::json::object();
+  for (const auto& [name, count] : parts.resources) resources[name] = std::to_string(count);
   return {
       {"apiVersion", kWorkloadApiVersion},
       {"kind", kWorkloadKind},
       {"metadata",
-       {{"name", UsageRecordName(meta.name)},
-        {"namespace", meta.namespaceName},
+       {{"name", parts.name},
+        {"namespace", parts.namespaceName},
         {"labels",
          {{kWorkloadMonitorNameLabel, kUsageMonitorName},
           {"app.kubernetes.io/managed-by", "gpu-controller"}}},
-        {"ownerReferences", nlohmann::json::array({{{"apiVersion", kApiVersion},
-                                                    {"kind", kGpuDeviceKind},
-                                                    {"name", meta.name},
-                                                    {"uid", meta.uid}}})}}},
+        {"ownerReferences", nlohmann::json::array({{{"apiVersion", parts.ownerApiVersion},
+                                                    {"kind", parts.ownerKind},
+                                                    {"name", parts.ownerName},
+                                                    {"uid", parts.ownerUid}}})}}},
       {"status",
        {{"kind", kUsageKind},
-        {"type", device.spec.className},
-        {"resources",
-         {{UsageResourceKey(device.spec.className), std::to_string(device.spec.count)}}},
-        {"operational", device.Phase() == DevicePhase::kBound}}},
+        {"type", parts.type},
+        {"resources", resources},
+        {"operational", parts.operational}}},
   };
+}
+
+namespace {
+
+// The string at `key` of an object, or nullptr.
+const std::string* StringAt(const nlohmann::json& object, std::string_view key) {
+  if (!object.is_object()) return nullptr;
+  const auto found = object.find(key);
+  return found != object.end() && found->is_string() ? found->get_ptr<const std::string*>()
+                                                     : nullptr;
+}
+
+bool StringIs(const nlohmann::json& object, std::string_view key, std::string_view value) {
+  const std::string* found = StringAt(object, key);
+  return found != nullptr && *found == value;
+}
+
+}  // namespace
+
+bool UsageRecordCurrent(const nlohmann::json& stored, const UsageRecordParts& parts) {
+  const auto metadata = stored.find("metadata");
+  const auto status = stored.find("status");
+  if (metadata == stored.end() || status == stored.end() || !status->is_object()) return false;
+  const auto labels = metadata->find("labels");
+  if (labels == metadata->end() ||
+      !StringIs(*labels, kWorkloadMonitorNameLabel, kUsageMonitorName) ||
+      !StringIs(*labels, "app.kubernetes.io/managed-by", "gpu-controller")) {
+    return false;
+  }
+  bool owned = false;
+  if (const auto owners = metadata->find("ownerReferences");
+      owners != metadata->end() && owners->is_array()) {
+    for (const nlohmann::json& owner : *owners) {
+      owned = owned ||
+              (StringIs(owner, "uid", parts.ownerUid) && StringIs(owner, "kind", parts.ownerKind) &&
+               StringIs(owner, "name", parts.ownerName));
+    }
+  }
+  if (!owned || status->size() != 4 || !StringIs(*status, "kind", kUsageKind) ||
+      !StringIs(*status, "type", parts.type)) {
+    return false;
+  }
+  const auto operational = status->find("operational");
+  if (operational == status->end() || !operational->is_boolean() ||
+      operational->get<bool>() != parts.operational) {
+    return false;
+  }
+  const auto resources = status->find("resources");
+  if (resources == status->end() || !resources->is_object() ||
+      resources->size() != parts.resources.size()) {
+    return false;
+  }
+  for (const auto& [name, count] : parts.resources) {
+    if (!StringIs(*resources, name, std::to_string(count))) return false;
+  }
+  return true;
 }
 
 bool UsageObjectCurrent(const nlohmann::json& stored, const nlohmann::json& desired) {
@@ -98,39 +171,41 @@ std::string PodUsageRecordName(std::string_view podName) {
   return JoinSubdomain("gpupod", podName);
 }
 
+UsageRecordParts PodUsage(std::string_view namespaceName, std::string_view podName,
+                          std::string_view podUid, std::map<std::string, int64_t> units,
+                          bool running) {
+  UsageRecordParts parts;
+  parts.namespaceName = namespaceName;
+  parts.name = PodUsageRecordName(podName);
+  parts.ownerApiVersion = "v1";
+  parts.ownerKind = "Pod";
+  parts.ownerName = podName;
+  parts.ownerUid = podUid;
+  parts.type = kRawUsageType;
+  parts.resources = std::move(units);
+  parts.operational = running;
+  return parts;
+}
+
 nlohmann::json PodUsageRecord(std::string_view namespaceName, std::string_view podName,
                               std::string_view podUid, const std::map<std::string, int64_t>& units,
                               bool running) {
-  nlohmann::json resources = nlohmann::json::object();
-  for (const auto& [name, count] : units) resources[name] = std::to_string(count);
-  return {
-      {"apiVersion", kWorkloadApiVersion},
-      {"kind", kWorkloadKind},
-      {"metadata",
-       {{"name", PodUsageRecordName(podName)},
-        {"namespace", namespaceName},
-        {"labels",
-         {{kWorkloadMonitorNameLabel, kUsageMonitorName},
-          {"app.kubernetes.io/managed-by", "gpu-controller"}}},
-        {"ownerReferences",
-         nlohmann::json::array(
-             {{{"apiVersion", "v1"}, {"kind", "Pod"}, {"name", podName}, {"uid", podUid}}})}}},
-      {"status",
-       {{"kind", kUsageKind},
-        {"type", kRawUsageType},
-        {"resources", resources},
-        {"operational", running}}},
-  };
+  return UsageRecord(PodUsage(namespaceName, podName, podUid, units, running));
 }
 
 std::string UsageRecordOwner(const nlohmann::json& record) {
-  const nlohmann::json& metadata = record.value("metadata", nlohmann::json::object());
-  for (const auto& owner : metadata.value("ownerReferences", nlohmann::json::array())) {
-    if (!owner.is_object()) continue;
-    const std::string kind = owner.value("kind", "");
-    if ((kind == kGpuDeviceKind && owner.value("apiVersion", "") == kApiVersion) ||
-        (kind == "Pod" && owner.value("apiVersion", "") == "v1")) {
-      return kind + " " + owner.value("name", "");
+  const auto metadata = record.find("metadata");
+  if (metadata == record.end() || !metadata->is_object()) return "no owner";
+  const auto owners = metadata->find("ownerReferences");
+  if (owners == metadata->end() || !owners->is_array()) return "no owner";
+  for (const nlohmann::json& owner : *owners) {
+    const std::string* kind = StringAt(owner, "kind");
+    const std::string* apiVersion = StringAt(owner, "apiVersion");
+    const std::string* name = StringAt(owner, "name");
+    if (kind == nullptr || apiVersion == nullptr || name == nullptr) continue;
+    if ((*kind == kGpuDeviceKind && *apiVersion == kApiVersion) ||
+        (*kind == "Pod" && *apiVersion == "v1")) {
+      return *kind + " " + *name;
     }
   }
   return "no owner";

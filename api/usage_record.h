@@ -46,20 +46,45 @@ bool HoldsUsage(const GpuDevice& device);
 
 // The monitor of `namespaceName` as gpu-controller writes it.
 nlohmann::json UsageMonitor(std::string_view namespaceName);
-// The record of a device as gpu-controller writes it: owned by the device (so the garbage
-// collector removes it with the device, should the controller not), labelled with the monitor,
-// its status the class, the count and whether the device is Bound.
-nlohmann::json UsageRecord(const GpuDevice& device);
 // Whether a stored monitor or record already says what `desired` says (labels, owner,
 // selector, spec and status), so an unchanged object is not written again.
 bool UsageObjectCurrent(const nlohmann::json& stored, const nlohmann::json& desired);
+
+// What a record says, the one description both its object (UsageRecord) and the check of a
+// stored one (UsageRecordCurrent) are made from. A reconcile pass checks every record it keeps,
+// so the check reads the stored object in place and builds no JSON.
+struct UsageRecordParts {
+  std::string namespaceName;
+  std::string name;
+  // Its owner, whose deletion takes the record with it (the garbage collector's, should the
+  // controller not delete it first).
+  std::string_view ownerApiVersion;
+  std::string_view ownerKind;
+  std::string ownerName;
+  std::string ownerUid;
+  std::string type;                          // status.type
+  std::map<std::string, int64_t> resources;  // status.resources, counts as decimal strings
+  bool operational = false;                  // status.operational
+};
+nlohmann::json UsageRecord(const UsageRecordParts& parts);
+// Whether a stored record says what `parts` say: our labels (others' are left alone), the
+// owner among its owner references, and the status.
+bool UsageRecordCurrent(const nlohmann::json& stored, const UsageRecordParts& parts);
+
+// A device's record: owned by the device, its type the class, its resource the class's key with
+// the count, operational while the device is Bound.
+UsageRecordParts DeviceUsage(const GpuDevice& device);
+nlohmann::json UsageRecord(const GpuDevice& device);
+
 // A pod's record (C11): the GPUs a pod holds that no device covers, by their raw resource names.
 inline constexpr std::string_view kRawUsageType = "raw";
 // "gpupod-<pod>", shortened with a hash where that leaves a DNS subdomain.
 std::string PodUsageRecordName(std::string_view podName);
-// Owned by the pod (the garbage collector removes it with the pod, should the controller not),
-// labelled with the monitor, its status type "raw", each raw resource name with its units, and
-// operational while the pod runs.
+// Owned by the pod, its type "raw", each raw resource name with its units, operational while
+// the pod runs.
+UsageRecordParts PodUsage(std::string_view namespaceName, std::string_view podName,
+                          std::string_view podUid, std::map<std::string, int64_t> units,
+                          bool running);
 nlohmann::json PodUsageRecord(std::string_view namespaceName, std::string_view podName,
                               std::string_view podUid, const std::map<std::string, int64_t>& units,
                               bool running);

@@ -1366,6 +1366,7 @@ class HttpServer::Loop {
     connection.body = {};
     connection.keepAlive = false;
     connection.receivedAny = false;
+    connection.sessionWaits = 0;
     connection.phase = Phase::readingHead;
     connection.deadline = now_ + limits_.keepAliveIdle;
   }

@@ -255,8 +255,9 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
   // units fit in its node's room) still renew the webhooks' snapshot, whose budgets and room
   // count the pod, but wake no binder pass. The filter runs for each change of a step, and the
   // step's change callback after them, on the thread that steps the pods cache: the informer
-  // loop's, or a list worker's while the cache lists (never two at once). Every change that
-  // matters wakes the reconciler, which writes the pods' raw-name usage records (C11).
+  // loop's, or a list worker's while the cache lists (never two at once). While usage records
+  // are served, every change that matters also asks the reconciler for a pass within a second
+  // (ReconcilerLoop::TriggerForRecords), which writes the pods' raw-name usage records (C11).
   void WatchPods() {
     Watch(kPodCache, Readers::kBoth, [this](const model::Pod* before, const model::Pod* after) {
       if (!model::PodChangeMatters(before, after)) return false;
@@ -272,7 +273,14 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
     caches_.Get(kPodCache).SetOnChange([this] {
       const bool absorbedOnly = podsAbsorbed_ && !podsWakeBinder_;
       podsAbsorbed_ = podsWakeBinder_ = false;
-      Changed(absorbedOnly ? Readers::kReconciler : Readers::kBoth);
+      Changed(absorbedOnly ? Readers::kNone : Readers::kBinder);
+      // The reconciler reads pods only for their usage records (none while Cozystack's kinds
+      // are not served), which may lag a second: pod churn costs it a pass a second at most.
+      if (caches_.records.Get() != nullptr) {
+        loop_.Post([this] {
+          if (!stopping_) reconciler_.TriggerForRecords();
+        });
+      }
     });
   }
 

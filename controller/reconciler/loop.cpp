@@ -94,6 +94,10 @@ void ReconcilerLoop::Trigger() {
   if (passes_ && !stopping_) passes_->Ask(debounce_);
 }
 
+void ReconcilerLoop::TriggerForRecords() {
+  if (passes_ && !stopping_) passes_->Ask(std::max(debounce_, kRecordsDebounce));
+}
+
 void ReconcilerLoop::Stop() {
   stopping_ = true;
   if (passes_) passes_->Stop();

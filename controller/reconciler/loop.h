@@ -81,6 +81,11 @@ class ReconcilerLoop {
   // take a fifth of a core at most, not every cycle the binder answering VM starts could use;
   // on a small cluster nothing changes.
   void Trigger();
+  // Loop thread: a pass for the pods' usage records (C11), within kRecordsDebounce: a GPU pod's
+  // start or end is billed within a second, and pod churn costs about a pass a second at most;
+  // any other change's ask pulls it forward.
+  void TriggerForRecords();
+  static constexpr std::chrono::milliseconds kRecordsDebounce{1000};
   static constexpr std::chrono::milliseconds kDebounce{50};
   static constexpr std::chrono::milliseconds kDebounceMax{1000};
   static constexpr int kDebouncePerPassTime = 4;

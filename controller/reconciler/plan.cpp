@@ -206,6 +206,22 @@ struct Holdings {
   std::set<std::string> namespacesHolding;
 };
 
+// Writes the record `parts` describe under `key` ("namespace/name") unless the stored one says
+// it already; `reason()` is asked only for a write.
+template <class Reason>
+void PlanRecord(const ReconcileInput& input, const std::string& key,
+                const api::UsageRecordParts& parts, Plan& plan, Reason reason) {
+  const auto stored = input.records.find(key);
+  if (stored != input.records.end() && api::UsageRecordCurrent(*stored->second, parts)) return;
+  Action apply{ActionKind::kApplyRecord, parts.namespaceName, parts.name, "", "",
+               api::UsageRecord(parts),  std::nullopt,        reason()};
+  if (stored != input.records.end()) {
+    apply.stored = *stored->second;
+    apply.resourceVersion = stored->second->at("metadata").value("resourceVersion", std::string());
+  }
+  plan.actions.push_back(std::move(apply));
+}
+
 void PlanClasses(const ReconcileInput& input, Plan& plan) {
   // Classes (D15): every class carries the protection finalizer; a deleting one loses it
   // when no device names it any more. New orders of it are the policy's to refuse (F5).
@@ -267,25 +283,10 @@ void PlanDevices(const ReconcileInput& input, Plan& plan, Holdings& holdings) {
         if (input.monitors.count(meta.namespaceName) == 0) {
           continue;  // the monitor first (planned below); its records in the pass after
         }
-        const nlohmann::json desired = api::UsageRecord(device);
-        auto stored = input.records.find(recordKey);
-        if (stored == input.records.end() || !api::UsageObjectCurrent(*stored->second, desired)) {
-          Action apply{ActionKind::kApplyRecord,
-                       meta.namespaceName,
-                       api::UsageRecordName(meta.name),
-                       "",
-                       "",
-                       desired,
-                       std::nullopt,
-                       "device " + meta.Key() + " holds " + std::to_string(device.spec.count) +
-                           " of class " + device.spec.className};
-          if (stored != input.records.end()) {
-            apply.stored = *stored->second;
-            apply.resourceVersion =
-                stored->second->at("metadata").value("resourceVersion", std::string());
-          }
-          plan.actions.push_back(std::move(apply));
-        }
+        PlanRecord(input, recordKey, api::DeviceUsage(device), plan, [&] {
+          return "device " + meta.Key() + " holds " + std::to_string(device.spec.count) +
+                 " of class " + device.spec.className;
+        });
       }
       continue;
     }
@@ -368,31 +369,16 @@ void PlanPods(const ReconcileInput& input, Plan& plan, Holdings& holdings) {
     if (input.monitors.count(pod.namespaceName) == 0) {
       continue;  // the monitor first (PlanUsageObjects); its records in the pass after
     }
-    const nlohmann::json desired =
-        api::PodUsageRecord(pod.namespaceName, pod.name, pod.uid, usage, pod.phase == "Running");
-    auto stored = input.records.find(recordKey);
-    if (stored != input.records.end() && api::UsageObjectCurrent(*stored->second, desired)) {
-      continue;
-    }
-    std::string what;
-    for (const auto& [name, units] : usage) {
-      what += (what.empty() ? "" : ", ") + std::to_string(units) + " " + name;
-    }
-    Action apply{
-        ActionKind::kApplyRecord,
-        pod.namespaceName,
-        api::PodUsageRecordName(pod.name),
-        "",
-        "",
-        desired,
-        std::nullopt,
-        "pod " + pod.namespaceName + "/" + pod.name + " holds " + what + " that no device covers"};
-    if (stored != input.records.end()) {
-      apply.stored = *stored->second;
-      apply.resourceVersion =
-          stored->second->at("metadata").value("resourceVersion", std::string());
-    }
-    plan.actions.push_back(std::move(apply));
+    PlanRecord(input, recordKey,
+               api::PodUsage(pod.namespaceName, pod.name, pod.uid, usage, pod.phase == "Running"),
+               plan, [&] {
+                 std::string what;
+                 for (const auto& [name, units] : usage) {
+                   what += (what.empty() ? "" : ", ") + std::to_string(units) + " " + name;
+                 }
+                 return "pod " + pod.namespaceName + "/" + pod.name + " holds " + what +
+                        " that no device covers";
+               });
   }
 }
 

@@ -16,12 +16,14 @@
 //
 // The size is bench_churn 5000 100000 50 60 (a machine with a few GB free). With
 // BENCH_GPU_CONTROLLER=/path/to/gpu-controller it drives that build instead (an earlier
-// commit's: the before and after of a change, on the same cluster and churn).
+// commit's: the before and after of a change, on the same cluster and churn). With
+// BENCH_USAGE_RECORDS=1 the fake serves Cozystack's usage-record kinds as well.
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -352,6 +354,12 @@ int Run(int nodes, int pods, int rate, int seconds, int binds) {
   const std::filesystem::path work = ::mkdtemp(pattern);
   cozy::fake::FakeApiServerOptions options;
   options.crdPaths = {std::filesystem::path(COZY_SOURCE_DIR) / "charts/gpu/templates/crds"};
+  // BENCH_USAGE_RECORDS=1: Cozystack's Workload kinds served too, so the controller writes the
+  // devices' and the GPU pods' usage records (C11), and every GPU pod change wakes the reconciler.
+  const char* records = std::getenv("BENCH_USAGE_RECORDS");
+  if (records != nullptr && std::string(records) == "1") {
+    options.crdPaths.push_back(std::filesystem::path(COZY_SOURCE_DIR) / "test/fakes/crds");
+  }
   options.bookmarkInterval = std::chrono::minutes(1);  // as a real server's
   cozy::fake::FakeApiServer server(options);
   server.Start();
@@ -406,6 +414,26 @@ int Run(int nodes, int pods, int rate, int seconds, int binds) {
     return 1;
   }
   std::this_thread::sleep_for(std::chrono::seconds(5));  // the first passes' writes settle
+  if (records != nullptr && std::string(records) == "1") {
+    // The first passes write a record of every held device and GPU pod: the quiet phase starts
+    // once none has been added for 3 s.
+    cozy::kube::ClientConfig config;
+    config.server = server.url();
+    cozy::kube::Client client(config);
+    size_t written = SIZE_MAX;
+    auto still = Clock::now();
+    for (const auto until = Clock::now() + std::chrono::minutes(5); Clock::now() < until;) {
+      const size_t count = client.Get("/apis/cozystack.io/v1alpha1/workloads")["items"].size();
+      if (count != written) {
+        written = count;
+        still = Clock::now();
+      } else if (Clock::now() - still > std::chrono::seconds(3)) {
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+    std::printf("usage records written before the quiet phase: %zu\n", written);
+  }
 
   const Phase floor = Measure(controller, port, seconds, 0, nullptr);
   Print("quiet", floor);

@@ -6,6 +6,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -103,6 +105,68 @@ TEST_F(ReconcilerYieldIssue26, APassWaitsForTheBinderASecondAtMost) {
   ASSERT_TRUE(WaitForPass());
   EXPECT_GE(*caches_.firstPass() - asked_, ReconcilerLoop::kYieldMax);
   EXPECT_TRUE(busy_.load());
+}
+
+// C11: a pod's change asks for a pass for its usage records within a second, so pod churn costs
+// the reconciler a pass a second at most; any other change's ask pulls the pass forward.
+class ReconcilerRecordsC11 : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    kube::ClientConfig config;
+    config.server = "http://127.0.0.1:1";  // never called: nothing is planned
+    client_ = std::make_unique<kube::Client>(config);
+    reconciler_ = std::make_unique<ReconcilerLoop>(
+        loop_, *client_, leading_, kube::DeadlineSource{}, caches_, std::chrono::hours(1), nullptr);
+    thread_ = std::thread([this] { loop_.Run(); });
+  }
+  void TearDown() override {
+    loop_.Post([this] {
+      reconciler_->Stop();
+      loop_.Exit(0);
+    });
+    thread_.join();
+  }
+  // The time from `ask` (run on the loop thread) to the pass it asked for.
+  milliseconds Latency(std::function<void(ReconcilerLoop&)> ask) {
+    std::atomic<int64_t> asked{0};
+    loop_.Post([&] {
+      reconciler_->Start();
+      asked = steady_clock::now().time_since_epoch().count();
+      ask(*reconciler_);
+    });
+    const auto deadline = steady_clock::now() + std::chrono::seconds(30);
+    while (caches_.passes() == 0 && steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+    EXPECT_GT(caches_.passes(), 0);
+    return std::chrono::duration_cast<milliseconds>(
+        *caches_.firstPass() - steady_clock::time_point(steady_clock::duration(asked.load())));
+  }
+
+  runtime::Loop loop_;
+  std::unique_ptr<kube::Client> client_;
+  std::atomic<bool> leading_{true};
+  EmptyCaches caches_;
+  std::unique_ptr<ReconcilerLoop> reconciler_;
+  std::thread thread_;
+};
+
+TEST_F(ReconcilerRecordsC11, APodsChangeAsksForAPassWithinASecond) {
+  const milliseconds latency = Latency([](ReconcilerLoop& loop) {
+    for (int i = 0; i < 20; ++i) loop.TriggerForRecords();  // a burst of pod changes
+  });
+  EXPECT_GE(latency, ReconcilerLoop::kRecordsDebounce - milliseconds(5));
+  EXPECT_LT(latency, ReconcilerLoop::kRecordsDebounce + milliseconds(900));
+  std::this_thread::sleep_for(milliseconds(300));
+  EXPECT_EQ(caches_.passes(), 1) << "the burst made more than one pass";
+}
+
+TEST_F(ReconcilerRecordsC11, AnyOtherChangePullsThePassForward) {
+  const milliseconds latency = Latency([](ReconcilerLoop& loop) {
+    loop.TriggerForRecords();
+    loop.Trigger();  // a device changed
+  });
+  EXPECT_LT(latency, milliseconds(500));
 }
 
 TEST(ReconcilerLoopIssue26, DebounceIsFourTimesTheLastPassBetweenFiftyMillisecondsAndASecond) {
