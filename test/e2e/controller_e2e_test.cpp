@@ -482,9 +482,16 @@ TEST_F(ControllerEndToEnd, C11_C12_ARawNamePodsGpusAreRecordedAndOnlyAProvenLaun
                {{"nodeName", "n1"}, {"phase", "Running"}, {"activePods", {{launcherUid, "n1"}}}}}}
                          .dump()));
 
+  // Each written, and rewritten operational once its pod is seen Running (a pod's change asks
+  // for a pass within a second).
   ASSERT_TRUE(WaitFor([&] {
-    return Get("workload gpupod-virt-launcher-vm1-fake1", Tenant()).is_object() &&
-           Get("workload gpupod-raw", Tenant()).is_object();
+    for (const char* name : {"gpupod-virt-launcher-vm1-fake1", "gpupod-raw"}) {
+      const json record = Get(std::string("workload ") + name, Tenant());
+      if (!record.is_object() || record["status"].value("operational", false) != true) {
+        return false;
+      }
+    }
+    return true;
   })) << Logs();
   for (const auto& [name, uid] : {std::pair{std::string("virt-launcher-vm1-fake1"), impostorUid},
                                   std::pair{std::string("raw"), rawUid}}) {
