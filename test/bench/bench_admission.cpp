@@ -182,7 +182,8 @@ class Cluster final : public controller::webhook::ClusterSource {
 };
 
 json Review(const std::string& uid, const json& kind, const json& resource, const std::string& ns,
-            const std::string& name, const json& object, bool dryRun) {
+            const std::string& name, const json& object, bool dryRun,
+            const std::string& user = "tenant") {
   return {{"apiVersion", "admission.k8s.io/v1"},
           {"kind", "AdmissionReview"},
           {"request",
@@ -194,7 +195,7 @@ json Review(const std::string& uid, const json& kind, const json& resource, cons
             {"name", name},
             {"namespace", ns},
             {"operation", "CREATE"},
-            {"userInfo", {{"username", "tenant"}, {"groups", {"system:authenticated"}}}},
+            {"userInfo", {{"username", user}, {"groups", {"system:authenticated"}}}},
             {"object", object},
             {"oldObject", nullptr},
             {"dryRun", dryRun},
@@ -322,11 +323,19 @@ int RunInProcess(int nodes, int requests) {
           {"labels",
            {{"gpu.cozystack.io/device-references", "true"},
             {"kubevirt.io", "virt-launcher"},
-            {"vm.kubevirt.io/name", vmi}}}}},
+            {"vm.kubevirt.io/name", vmi}}},
+          // As KubeVirt's controller creates a launcher (E14): owned by its VMI.
+          {"ownerReferences",
+           {{{"apiVersion", "kubevirt.io/v1"},
+             {"kind", "VirtualMachineInstance"},
+             {"name", vmi},
+             {"uid", vmi + "-uid"},
+             {"controller", true}}}}}},
         {"spec", {{"containers", {{{"name", "compute"}, {"image", "virt-launcher"}}}}}}};
-    return webhooks.MutatePod(Review("p" + std::to_string(i), podKind, podResource, ns,
-                                     pod["metadata"]["name"], pod, false),
-                              context);
+    return webhooks.MutatePod(
+        Review("p" + std::to_string(i), podKind, podResource, ns, pod["metadata"]["name"], pod,
+               false, controller::webhook::WebhookOptions{}.kubevirtControllerUser),
+        context);
   });
 
   // The placement trial alone (issue 26 §1), on the same starts: Model::PlanStart's shortcut
