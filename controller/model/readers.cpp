@@ -383,11 +383,14 @@ std::set<std::string> EffectiveGpuResourceNames(const Settings& settings,
   for (const api::GpuClass& gpuClass : classes) {
     names.insert(gpuClass.ResourceName());
   }
+  // Every node reports much the same few names: each distinct one is judged once.
+  std::set<std::string_view> reported;
   for (const api::GpuNodeInventory& gpuNode : gpuNodes) {
-    for (const std::string& name : gpuNode.resourceNames) {
-      // B11: what no extended resource name is stays out (the model names it: InputProblem).
-      if (api::CheckGpuResourceName(name).empty()) names.insert(name);
-    }
+    reported.insert(gpuNode.resourceNames.begin(), gpuNode.resourceNames.end());
+  }
+  for (const std::string_view name : reported) {
+    // B11: what no extended resource name is stays out (the model names it: InputProblem).
+    if (api::CheckGpuResourceName(name).empty()) names.emplace(name);
   }
   for (const PciHostDevice& device : permitted.pciHostDevices) {
     if (IsNvidiaSelector(device.pciVendorSelector)) {
