@@ -1,7 +1,9 @@
 #include "controller/reconciler/plan.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
+#include <span>
 
 #include "api/keys.h"
 #include "api/time.h"
@@ -342,6 +344,17 @@ void PlanDevices(const ReconcileInput& input, Plan& plan, Holdings& holdings) {
 void PlanPods(const ReconcileInput& input, Plan& plan, Holdings& holdings) {
   std::set<std::string> resourceNames;
   for (const auto& gpuClass : input.classes) resourceNames.insert(gpuClass->ResourceName());
+  // The devices attached to each VMI (namespace, name), gathered once: a launcher's coverage
+  // reads its own VMI's, never every device of the cluster.
+  std::map<std::pair<std::string_view, std::string_view>,
+           std::vector<std::shared_ptr<const api::GpuDevice>>>
+      attached;
+  for (const auto& device : input.devices) {
+    if (device->status.attachment) {
+      attached[{device->metadata.namespaceName, device->status.attachment->vmiName}].push_back(
+          device);
+    }
+  }
   for (const auto& podPtr : input.pods) {
     const model::Pod& pod = *podPtr;
     if (pod.nodeName.empty() || !model::PodHoldsDevices(pod)) continue;
@@ -361,8 +374,14 @@ void PlanPods(const ReconcileInput& input, Plan& plan, Holdings& holdings) {
       if (vmi.object) claimed = {*vmi.object};
     }
     const model::LauncherIndex launchers(claimed);
-    const std::map<std::string, int64_t> usage = model::PodRawUsage(
-        pod, resourceNames, launchers.LauncherOf(pod), input.devices, input.classes);
+    const model::VirtualMachineInstance* launches = launchers.LauncherOf(pod);
+    std::span<const std::shared_ptr<const api::GpuDevice>> itsDevices;
+    if (launches != nullptr) {
+      const auto found = attached.find({launches->namespaceName, launches->name});
+      if (found != attached.end()) itsDevices = found->second;
+    }
+    const std::map<std::string, int64_t> usage =
+        model::PodRawUsage(pod, resourceNames, launches, itsDevices, input.classes);
     if (usage.empty()) continue;
     holdings.recordsWanted.insert(recordKey);
     holdings.namespacesHolding.insert(pod.namespaceName);
