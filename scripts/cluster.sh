@@ -1,12 +1,24 @@
 #!/usr/bin/env bash
-# A real Kubernetes control plane on this machine, for tests and the demo (docs/testing.md,
-# "The real control plane"): etcd, kube-apiserver and kube-controller-manager built from the
-# Go modules pinned under tools/, every port on 127.0.0.1.
+# A real Kubernetes cluster on this machine, for tests and the demo (docs/testing.md,
+# "The real control plane" and "Real nodes"): etcd, kube-apiserver, kube-controller-manager and
+# kube-scheduler built from the Go modules pinned under tools/, every port on 127.0.0.1, and
+# real kubelets with a test device plugin as its nodes.
 #
-#   scripts/cluster.sh build        # builds the tools into the cache (once per pin), prints their dir
+#   scripts/cluster.sh build [TOOL...]
+#                                   # builds the tools (all, or those named) into the cache
+#                                   # (once per pin), prints their dir
 #   scripts/cluster.sh bin          # prints the tools' directory (kube-apiserver, kubectl, helm, ...)
 #   scripts/cluster.sh up DIR       # starts a cluster whose state lives in DIR (empty or absent)
-#   scripts/cluster.sh down DIR     # stops exactly the processes `up DIR` started
+#   scripts/cluster.sh node DIR NAME [--host FIXTURE_ROOT] [--ids address|iommu-group]
+#                                   [--label K=V]... [--taint K=V:EFFECT]...
+#                                   # starts a real kubelet registering node NAME, its container
+#                                   # runtime and, with --host, the test device plugin advertising
+#                                   # that fixture host's GPUs; returns once the node is Ready
+#   scripts/cluster.sh kubelet DIR NAME stop|start
+#                                   # stops or starts node NAME's kubelet alone (the runtime and
+#                                   # the plugin stay, as on a host whose kubelet restarts)
+#   scripts/cluster.sh down DIR     # stops exactly the processes `up DIR` and `node DIR` started,
+#                                   # and puts back the host sysctls kubelet changes
 #   scripts/cluster.sh user DIR FILE CN [GROUP...]
 #                                   # writes FILE: a kubeconfig for the user CN (in each GROUP)
 #                                   # with a client certificate of DIR's CA
@@ -23,8 +35,16 @@
 # component that does not come up is one line naming its log, everything started is stopped,
 # and the exit status is 1.
 #
+# `node` keeps node NAME's state in DIR/nodes/NAME/: its kubelet's root directory (root/, whose
+# pod-resources/kubelet.sock the agent dials), device-plugins/ (kubelet's registration socket and
+# the plugins'), unhealthy (device IDs the plugin advertises Unhealthy; it reads the file again
+# every 250 ms), logs/ and pids. Each kubelet runs in a mount namespace of its own, where its
+# fixed paths (/var/lib/kubelet/device-plugins, /var/log/containers) are that node's directories.
+#
 # Ports: chosen free below the ephemeral range (scripts/lib/free-port.sh), or given as COZY_CLUSTER_APISERVER_PORT,
-# COZY_CLUSTER_ETCD_PORT, COZY_CLUSTER_ETCD_PEER_PORT, COZY_CLUSTER_KCM_PORT.
+# COZY_CLUSTER_ETCD_PORT, COZY_CLUSTER_ETCD_PEER_PORT, COZY_CLUSTER_KCM_PORT,
+# COZY_CLUSTER_SCHEDULER_PORT. COZY_CLUSTER_NODE_GRACE (default 10s): how long the node lifecycle
+# controller waits for a silent kubelet before it marks the node NotReady.
 # The tools' cache: COZY_TOOLS_CACHE (default ~/.cache/cozy-gpu/tools).
 set -euo pipefail
 source_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -45,37 +65,32 @@ helm_version=$(pinned helm.sh/helm/v3 helm)
   die 2 "tools/*/go.mod pin no version of k8s.io/kubernetes, etcd or helm"
 
 # The cache directory: the versions, and a hash of every file that decides what is built and of
-# the build recipe below, so a changed pin (or go.sum, our etcd main, a flag) builds anew.
+# the build recipe below, so a changed pin (or go.sum, our Go mains, a flag) builds anew.
 tools_dir() {
   local root=${COZY_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cozy-gpu/tools}
   local hash
-  hash=$({ cd "$source_dir/tools" && cat kube/go.mod kube/go.sum etcd/go.mod etcd/go.sum etcd/main.go \
-    helm/go.mod helm/go.sum && declare -f build_tools; } | sha256sum | cut -c1-12)
+  hash=$({ cd "$source_dir/tools" && cat kube/go.mod kube/go.sum kube/*/main.go etcd/go.mod \
+    etcd/go.sum etcd/main.go helm/go.mod helm/go.sum && declare -f build_tools build_one; } |
+    sha256sum | cut -c1-12)
   echo "$root/kube-$kube_version-etcd-$etcd_version-helm-$helm_version-$hash"
 }
 
-tools=(kube-apiserver kube-controller-manager kubectl etcd helm)
+# What each use needs: the control plane of `up`, a node of `node`, the clients.
+control_plane_tools=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl)
+node_tools=(kubelet cri-runtime gpu-device-plugin)
+tools=(kubectl helm etcd kube-apiserver kube-controller-manager kube-scheduler "${node_tools[@]}")
 
-tools_built() {
+tools_built() { # tools_built DIR TOOL...
   local dir=$1 t
-  for t in "${tools[@]}"; do [ -x "$dir/bin/$t" ] || return 1; done
+  shift
+  for t in "$@"; do [ -x "$dir/bin/$t" ] || return 1; done
 }
 
-build_tools() {
-  local dir
-  dir=$(tools_dir)
-  tools_built "$dir" && return 0
-  command -v go >/dev/null || die 2 "go is not installed: the test tools are built from Go modules (Go 1.26; scripts/install-deps.sh)"
-  mkdir -p "$dir"
-  # One build at a time per cache directory (parallel test runs, CI and a developer).
-  exec 9>"$dir/.lock"
-  flock 9
-  if tools_built "$dir"; then return 0; fi
-  local out="$dir/bin.partial" start=$SECONDS
-  rm -rf "$out"
-  mkdir -p "$out"
-  echo "cluster.sh: building kube-apiserver, kube-controller-manager, kubectl $kube_version," \
-    "etcd $etcd_version and helm $helm_version into $dir (once per pin; minutes)" >&2
+# build_one DIR TOOL: one binary into DIR/bin (written aside, then renamed: a reader never sees
+# half of one).
+build_one() {
+  local dir=$1 tool=$2 out="$dir/bin.partial"
+  mkdir -p "$out" "$dir/bin"
   # Static, as upstream releases them; no PGO and no paths of this machine in the binaries.
   # GOTOOLCHAIN=auto: a Go older than go.mod's fetches the toolchain go.mod names.
   export CGO_ENABLED=0 GOFLAGS=-mod=readonly GOTOOLCHAIN=${GOTOOLCHAIN:-auto}
@@ -86,32 +101,70 @@ build_tools() {
     ld+=" -X $p.gitVersion=$kube_version -X $p.gitMajor=1 -X $p.gitMinor=$minor"
     ld+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
   done
-  (cd "$source_dir/tools/kube" && go build -trimpath -pgo=off -ldflags="$ld" -o "$out/" \
-    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kubectl) || die 1 "building Kubernetes $kube_version failed"
-  (cd "$source_dir/tools/etcd" && go build -trimpath -ldflags="-s -w" -o "$out/etcd" .) ||
-    die 1 "building etcd $etcd_version failed"
-  # As helm's Makefile: its default Kubernetes version (.Capabilities.KubeVersion in `helm
-  # template`, the deprecation rules of `helm lint`) is the client-go minor it is built with;
-  # without these it says v1.20.0 and refuses the chart's kubeVersion.
-  local client_go helm_ld
-  client_go=$(pinned k8s.io/client-go helm)
-  helm_ld="-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version"
-  for p in pkg/chartutil pkg/lint/rules; do
-    helm_ld+=" -X helm.sh/helm/v3/$p.k8sVersionMajor=1"
-    helm_ld+=" -X helm.sh/helm/v3/$p.k8sVersionMinor=$(cut -d. -f2 <<<"$client_go")"
-  done
-  (cd "$source_dir/tools/helm" && go build -trimpath -ldflags="$helm_ld" \
-    -o "$out/helm" helm.sh/helm/v3/cmd/helm) || die 1 "building helm $helm_version failed"
-  rm -rf "$dir/bin"
-  mv "$out" "$dir/bin"
-  echo "cluster.sh: built in $((SECONDS - start)) s" >&2
+  case $tool in
+    kube-apiserver | kube-controller-manager | kube-scheduler | kubectl | kubelet)
+      (cd "$source_dir/tools/kube" && go build -trimpath -pgo=off -ldflags="$ld" -o "$out/$tool" \
+        "k8s.io/kubernetes/cmd/$tool") || die 1 "building $tool $kube_version failed"
+      ;;
+    cri-runtime | gpu-device-plugin) # test tooling of `node`, our own mains (tools/kube/)
+      (cd "$source_dir/tools/kube" && go build -trimpath -ldflags="-s -w" -o "$out/$tool" \
+        "./$tool") || die 1 "building $tool failed"
+      ;;
+    etcd)
+      (cd "$source_dir/tools/etcd" && go build -trimpath -ldflags="-s -w" -o "$out/etcd" .) ||
+        die 1 "building etcd $etcd_version failed"
+      ;;
+    helm)
+      # As helm's Makefile: its default Kubernetes version (.Capabilities.KubeVersion in `helm
+      # template`, the deprecation rules of `helm lint`) is the client-go minor it is built with;
+      # without these it says v1.20.0 and refuses the chart's kubeVersion.
+      local client_go helm_ld
+      client_go=$(pinned k8s.io/client-go helm)
+      helm_ld="-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version"
+      for p in pkg/chartutil pkg/lint/rules; do
+        helm_ld+=" -X helm.sh/helm/v3/$p.k8sVersionMajor=1"
+        helm_ld+=" -X helm.sh/helm/v3/$p.k8sVersionMinor=$(cut -d. -f2 <<<"$client_go")"
+      done
+      (cd "$source_dir/tools/helm" && go build -trimpath -ldflags="$helm_ld" \
+        -o "$out/helm" helm.sh/helm/v3/cmd/helm) || die 1 "building helm $helm_version failed"
+      ;;
+    *) die 2 "no tool $tool (one of: ${tools[*]})" ;;
+  esac
+  mv "$out/$tool" "$dir/bin/$tool"
 }
 
-require_tools() {
-  local dir
+# build_tools [TOOL...]: those not built yet (all by default), one at a time, each timed on
+# stderr. A use builds what it needs: the demo on the fake API server kubectl alone.
+build_tools() {
+  local dir t start
   dir=$(tools_dir)
-  tools_built "$dir" || die 2 "the control plane's binaries are not built in $dir/bin (scripts/cluster.sh build)"
+  local -a wanted=("$@")
+  [ ${#wanted[@]} -gt 0 ] || wanted=("${tools[@]}")
+  for t in "${wanted[@]}"; do
+    [[ " ${tools[*]} " == *" $t "* ]] || die 2 "no tool $t (one of: ${tools[*]})"
+  done
+  tools_built "$dir" "${wanted[@]}" && return 0
+  command -v go >/dev/null || die 2 "go is not installed: the test tools are built from Go modules (Go 1.26; scripts/install-deps.sh)"
+  mkdir -p "$dir"
+  # One build at a time per cache directory (parallel test runs, CI and a developer).
+  exec 9>"$dir/.lock"
+  flock 9
+  for t in "${wanted[@]}"; do
+    tools_built "$dir" "$t" && continue
+    start=$SECONDS
+    echo "cluster.sh: building $t (Kubernetes $kube_version, etcd $etcd_version, helm" \
+      "$helm_version) into $dir (once per pin)" >&2
+    build_one "$dir" "$t"
+    echo "cluster.sh: built $t in $((SECONDS - start)) s" >&2
+  done
+  rm -rf "$dir/bin.partial"
+}
+
+require_tools() { # require_tools WHAT TOOL...: sets bin
+  local dir what=$1
+  shift
+  dir=$(tools_dir)
+  tools_built "$dir" "$@" || die 2 "the $what's binaries are not built in $dir/bin (scripts/cluster.sh build)"
   bin="$dir/bin"
 }
 
@@ -237,7 +290,7 @@ start() {
 
 up() {
   dir=$1
-  require_tools
+  require_tools "control plane" "${control_plane_tools[@]}"
   if [ -e "$dir" ]; then
     [ -d "$dir" ] || die 2 "$dir is not a directory"
     [ -z "$(ls -A "$dir")" ] || die 2 "$dir is not empty (a cluster's state? scripts/cluster.sh down $dir, then remove it)"
@@ -248,6 +301,9 @@ up() {
   port COZY_CLUSTER_ETCD_PORT
   port COZY_CLUSTER_ETCD_PEER_PORT
   port COZY_CLUSTER_KCM_PORT
+  port COZY_CLUSTER_SCHEDULER_PORT
+  local grace=${COZY_CLUSTER_NODE_GRACE:-10s}
+  [[ "$grace" =~ ^[0-9]+s$ ]] || die 2 "COZY_CLUSTER_NODE_GRACE=$grace is not a number of seconds (like 10s)"
   mkdir -p "$dir"
   dir=$(cd "$dir" && pwd)
   pki="$dir/pki"
@@ -259,6 +315,7 @@ up() {
     "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc"$'\n'"extendedKeyUsage=serverAuth"
   cert admin "/O=system:masters/CN=admin" "extendedKeyUsage=clientAuth"
   cert kube-controller-manager "/CN=system:kube-controller-manager" "extendedKeyUsage=clientAuth"
+  cert kube-scheduler "/CN=system:kube-scheduler" "extendedKeyUsage=clientAuth"
   # The API server's client certificate for webhooks, from a CA of its own (webhook-client-ca):
   # a webhook trusting that CA (gpu-controller --webhook-client-ca) admits the API server and no
   # user of the cluster's CA. docs/install.md, "Who may call the webhooks".
@@ -288,6 +345,7 @@ up() {
   openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
   kubeconfig "$dir/kubeconfig" admin
   kubeconfig "$dir/kube-controller-manager.kubeconfig" kube-controller-manager
+  kubeconfig "$dir/kube-scheduler.kubeconfig" kube-scheduler
   local url="https://127.0.0.1:$COZY_CLUSTER_APISERVER_PORT"
   cat >"$dir/env" <<EOF
 APISERVER_URL=$url
@@ -331,21 +389,257 @@ EOF
     curl -fsS --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" "$url/readyz"
 
   # Namespace deletion, ownerReference garbage collection, each namespace's default
-  # ServiceAccount, and the policies' type-checking status. Each controller with its own
-  # service account's token (TokenRequest) and the bootstrap role RBAC gives it, as kubeadm
-  # runs them: the manager's own user has none of those rights.
+  # ServiceAccount, the policies' type-checking status, and the node lifecycle: a new node's
+  # not-ready taint cleared once its kubelet reports Ready, a node whose kubelet went silent
+  # marked NotReady and tainted (no taint-eviction controller: nothing is evicted). Each
+  # controller with its own service account's token (TokenRequest) and the bootstrap role RBAC
+  # gives it, as kubeadm runs them: the manager's own user has none of those rights.
   start kube-controller-manager "$bin/kube-controller-manager" \
     --kubeconfig="$dir/kube-controller-manager.kubeconfig" \
     --authentication-kubeconfig="$dir/kube-controller-manager.kubeconfig" \
     --authorization-kubeconfig="$dir/kube-controller-manager.kubeconfig" \
     --bind-address=127.0.0.1 --secure-port="$COZY_CLUSTER_KCM_PORT" \
     --leader-elect=false --use-service-account-credentials=true \
-    --controllers=namespace-controller,garbage-collector-controller,serviceaccount-controller,validatingadmissionpolicy-status-controller
+    --controllers=namespace-controller,garbage-collector-controller,serviceaccount-controller,validatingadmissionpolicy-status-controller,node-lifecycle-controller \
+    --node-monitor-period=1s --node-monitor-grace-period="$grace"
   wait_for kube-controller-manager "$dir/logs/kube-controller-manager.log" 60 \
     curl -fsSk "https://127.0.0.1:$COZY_CLUSTER_KCM_PORT/healthz"
+  # Pods are bound by the real scheduler, as its own bootstrap user (system:kube-scheduler).
+  start kube-scheduler "$bin/kube-scheduler" --kubeconfig="$dir/kube-scheduler.kubeconfig" \
+    --leader-elect=false --bind-address=127.0.0.1 --secure-port="$COZY_CLUSTER_SCHEDULER_PORT"
+  wait_for kube-scheduler "$dir/logs/kube-scheduler.log" 60 \
+    curl -fsSk "https://127.0.0.1:$COZY_CLUSTER_SCHEDULER_PORT/healthz"
   wait_for "the default namespace" "$dir/logs/kube-apiserver.log" 30 \
     "$bin/kubectl" --kubeconfig "$dir/kubeconfig" get namespace default
   echo "$url"
+}
+
+# --- nodes ---------------------------------------------------------------------------------
+
+# The host sysctls kubelet sets when its container manager starts, with no flag to stop it
+# (docs/testing.md, "Real nodes"): saved once per cluster before the first kubelet, put back as
+# soon as each kubelet answers its health check, and by `down` whatever happened. Left at
+# kubelet's values, kernel.panic_on_oops=1 turns any oops on a test machine into a reboot.
+kubelet_sysctls=(kernel/panic kernel/panic_on_oops vm/overcommit_memory)
+save_sysctls() {
+  local dir=$1 key
+  [ -f "$dir/sysctls" ] && return 0
+  for key in "${kubelet_sysctls[@]}"; do
+    echo "$key $(cat "/proc/sys/$key")"
+  done >"$dir/sysctls.partial"
+  mv "$dir/sysctls.partial" "$dir/sysctls"
+}
+restore_sysctls() {
+  local dir=$1 key value
+  [ -f "$dir/sysctls" ] || return 0
+  while read -r key value; do
+    [ "$(cat "/proc/sys/$key" 2>/dev/null)" = "$value" ] && continue
+    echo "$value" >"/proc/sys/$key" 2>/dev/null ||
+      echo "cluster.sh: cannot put /proc/sys/$key back to $value" >&2
+  done <"$dir/sysctls"
+}
+
+# The node's address: kubelet refuses a loopback one. The first global IPv4 address; on a
+# machine with none, a dummy interface of the cluster's own (removed by `down`).
+node_ip() {
+  local dir=$1 ip
+  ip=$(ip -4 -o addr show scope global 2>/dev/null | awk '{split($4, a, "/"); print a[1]; exit}')
+  if [ -z "$ip" ]; then
+    ip link add cozy-nodes type dummy 2>/dev/null && ip addr add 198.18.0.1/32 dev cozy-nodes &&
+      ip link set cozy-nodes up || die 1 "no global IPv4 address for kubelet's node IP, and no dummy interface could be added"
+    echo cozy-nodes >"$dir/dummy-interface"
+    ip=198.18.0.1
+  fi
+  echo "$ip"
+}
+
+# start_in NODEDIR NAME COMMAND...: as start, with the node's logs and pids.
+start_in() {
+  local node_dir=$1 name=$2
+  shift 2
+  setsid "$@" >>"$node_dir/logs/$name.log" 2>&1 </dev/null &
+  echo "$name $!" >>"$node_dir/pids"
+}
+
+# The kubelet of NODEDIR, in a private mount namespace where the paths it never takes from its
+# flags are the node's own: the device manager's /var/lib/kubelet/device-plugins and
+# /var/log/containers. Two kubelets never meet; nothing outlives the namespace.
+start_kubelet() {
+  local node_dir=$1
+  mkdir -p /var/lib/kubelet/device-plugins /var/log/containers
+  save_sysctls "$dir"
+  start_in "$node_dir" kubelet unshare --mount --propagation private -- bash -c \
+    'mount --bind "$1" /var/lib/kubelet/device-plugins && mount --bind "$2" /var/log/containers &&
+     shift 2 && exec "$@"' kubelet-namespace "$node_dir/device-plugins" "$node_dir/containers" \
+    "$bin/kubelet" --config="$node_dir/kubelet.yaml" --kubeconfig="$node_dir/kubeconfig" \
+    --root-dir="$node_dir/root" --cert-dir="$node_dir/root/pki" \
+    --hostname-override="$(cat "$node_dir/name")" --node-ip="$(cat "$node_dir/ip")" \
+    $(cat "$node_dir/flags")
+  local port deadline=$((SECONDS + 60))
+  port=$(sed -n 's/^healthzPort: //p' "$node_dir/kubelet.yaml")
+  until curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null 2>&1; do
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      restore_sysctls "$dir"
+      echo "cluster.sh: kubelet of $node_dir did not come up within 60 s; last lines of $node_dir/logs/kubelet.log:" >&2
+      tail -n 5 "$node_dir/logs/kubelet.log" >&2 || true
+      exit 1
+    fi
+    sleep 0.2
+  done
+  # kubelet sets them a moment after it answers (its container manager starts after the health
+  # server): wait for the change, then put them back.
+  local key value changed deadline_set=$((SECONDS + 20))
+  while [ "$SECONDS" -lt "$deadline_set" ]; do
+    changed=no
+    while read -r key value; do
+      [ "$(cat "/proc/sys/$key")" = "$value" ] || changed=yes
+    done <"$dir/sysctls"
+    [ "$changed" = yes ] && break
+    # Already kubelet's values (10, 1, 1) before it started: nothing will change.
+    [ "$(cut -d' ' -f2 "$dir/sysctls" | tr '\n' ' ')" = "10 1 1 " ] && break
+    sleep 0.1
+  done
+  restore_sysctls "$dir"
+}
+
+# node DIR NAME [--host ROOT] [--ids address|iommu-group] [--label K=V]... [--taint K=V:EFFECT]...
+node() {
+  dir=$1
+  local name=$2 host="" ids=address labels="" taints="" arg
+  shift 2
+  while [ $# -gt 0 ]; do
+    arg=$1
+    [ $# -ge 2 ] || die 2 "$arg needs a value"
+    case $arg in
+      --host) host=$(cd "$2" 2>/dev/null && pwd) || die 2 "--host $2: no such directory" ;;
+      --ids) [[ "$2" =~ ^(address|iommu-group)$ ]] || die 2 "--ids $2: address or iommu-group"
+        ids=$2 ;;
+      --label) [[ "$2" =~ ^[^=]+=[^,]*$ ]] || die 2 "--label $2 is not K=V"
+        labels+="${labels:+,}$2" ;;
+      --taint) [[ "$2" =~ ^([^=:]+)(=([^:]*))?:(NoSchedule|PreferNoSchedule|NoExecute)$ ]] ||
+          die 2 "--taint $2 is not K=V:EFFECT (NoSchedule, PreferNoSchedule or NoExecute)"
+        taints+="- {key: \"${BASH_REMATCH[1]}\", value: \"${BASH_REMATCH[3]}\", effect: ${BASH_REMATCH[4]}}"$'\n' ;;
+      *) die 2 "unknown option $arg (--host, --ids, --label, --taint)" ;;
+    esac
+    shift 2
+  done
+  [[ "$name" =~ ^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$ ]] || die 2 "$name is not a node name"
+  [ -f "$dir/env" ] && [ -f "$dir/pids" ] || die 2 "$dir is not a running cluster's directory (scripts/cluster.sh up)"
+  dir=$(cd "$dir" && pwd)
+  pki="$dir/pki"
+  local node_dir="$dir/nodes/$name"
+  [ ! -e "$node_dir" ] || die 2 "node $name exists in $dir already"
+  require_tools node "${node_tools[@]}" kubectl
+  local kubelet_port healthz_port
+  free_port kubelet_port || die 2 "no free port for kubelet"
+  free_port healthz_port || die 2 "no free port for kubelet's health check"
+  COZY_CLUSTER_APISERVER_PORT=$(sed -n 's/^APISERVER_PORT=//p' "$dir/env")
+  mkdir -p "$node_dir/root/pki" "$node_dir/device-plugins" "$node_dir/containers" \
+    "$node_dir/pod-logs" "$node_dir/volume-plugins" "$node_dir/logs"
+  echo "$name" >"$node_dir/name"
+  node_ip "$dir" >"$node_dir/ip"
+  : >"$node_dir/unhealthy"
+  echo "${labels:+--node-labels=$labels}" >"$node_dir/flags"
+  # Its own identity, system:node:NAME in system:nodes, with the rights RBAC's system:node role
+  # gives (this API server runs no Node authorizer: the binding stands in for it).
+  cert "node-$name" "/O=system:nodes/CN=system:node:$name" "extendedKeyUsage=clientAuth"
+  mv "$pki/node-$name.crt" "$pki/node-$name.key" "$node_dir/"
+  kubeconfig "$node_dir/kubeconfig" "system:node:$name" "$node_dir/node-$name"
+  "$bin/kubectl" --kubeconfig "$dir/kubeconfig" create clusterrolebinding cozy-test-nodes \
+    --clusterrole=system:node --group=system:nodes >/dev/null 2>&1 ||
+    "$bin/kubectl" --kubeconfig "$dir/kubeconfig" get clusterrolebinding cozy-test-nodes >/dev/null ||
+    die 1 "cannot bind the system:node role for the nodes"
+  local taint_yaml="registerWithTaints: []"
+  [ -z "$taints" ] || taint_yaml="registerWithTaints:"$'\n'"${taints%$'\n'}"
+  # No images, no cgroups of its own, no host limits (../shared/research/real-node.md).
+  cat >"$node_dir/kubelet.yaml" <<YAML
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupsPerQOS: false
+enforceNodeAllocatable: ["none"]
+failSwapOn: false
+containerRuntimeEndpoint: unix://$node_dir/cri.sock
+address: 127.0.0.1
+port: $kubelet_port
+healthzBindAddress: 127.0.0.1
+healthzPort: $healthz_port
+readOnlyPort: 0
+podLogsDir: $node_dir/pod-logs
+volumePluginDir: $node_dir/volume-plugins
+resolvConf: ""
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+nodeStatusUpdateFrequency: 2s
+nodeLeaseDurationSeconds: 10
+evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%"}
+$taint_yaml
+YAML
+  start_in "$node_dir" cri-runtime "$bin/cri-runtime" --endpoint "unix://$node_dir/cri.sock"
+  local deadline=$((SECONDS + 20))
+  until [ -S "$node_dir/cri.sock" ]; do
+    [ "$SECONDS" -lt "$deadline" ] || die 1 "the container runtime of $name did not come up; see $node_dir/logs/cri-runtime.log"
+    sleep 0.1
+  done
+  start_kubelet "$node_dir"
+  if [ -n "$host" ]; then
+    start_in "$node_dir" gpu-device-plugin "$bin/gpu-device-plugin" --sysfs-root "$host" \
+      --plugin-dir "$node_dir/device-plugins" --ids "$ids" --unhealthy-file "$node_dir/unhealthy"
+  fi
+  # Ready, with the not-ready taint gone (the node lifecycle controller's), and every resource
+  # the plugin registered in the node's allocatable.
+  local kc=("$bin/kubectl" --kubeconfig "$dir/kubeconfig" --request-timeout=10s) want got
+  deadline=$((SECONDS + 90))
+  while :; do
+    got=$("${kc[@]}" get node "$name" -o \
+      'jsonpath={.status.conditions[?(@.type=="Ready")].status} {.spec.taints[*].key} {.status.allocatable}' 2>/dev/null) || got=""
+    want=ok
+    [[ "$got" == True* ]] || want=""
+    [[ "$got" == *node.kubernetes.io/not-ready* ]] && want=""
+    if [ -n "$host" ] && [ -n "$want" ]; then
+      local resource
+      for resource in $(sed -n 's/^gpu-device-plugin: \(.*\): registered$/\1/p' "$node_dir/logs/gpu-device-plugin.log"); do
+        [[ "$got" == *"\"$resource\""* ]] || want=""
+      done
+      grep -q "registered$" "$node_dir/logs/gpu-device-plugin.log" ||
+        grep -q "no vfio-bound GPU function" "$node_dir/logs/gpu-device-plugin.log" || want=""
+    fi
+    [ -n "$want" ] && break
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      echo "cluster.sh: node $name is not Ready with its devices within 90 s ($got); see $node_dir/logs/" >&2
+      exit 1
+    fi
+    sleep 0.2
+  done
+  echo "$node_dir"
+}
+
+# kubelet DIR NAME stop|start
+kubelet_control() {
+  dir=$(cd "$1" 2>/dev/null && pwd) || die 2 "$1 is not a cluster's directory"
+  local name=$2 action=$3 node_dir="$dir/nodes/$2" pid line
+  [ -f "$node_dir/kubelet.yaml" ] || die 2 "no node $name in $dir"
+  require_tools node "${node_tools[@]}"
+  pid=$(awk '$1 == "kubelet" {p = $2} END {print p}' "$node_dir/pids" 2>/dev/null)
+  case $action in
+    stop)
+      [ -n "$pid" ] && alive "$pid" || die 2 "the kubelet of $name is not running"
+      kill -TERM "$pid"
+      for _ in $(seq 100); do alive "$pid" || break; sleep 0.1; done
+      alive "$pid" && kill -KILL "$pid"
+      for _ in $(seq 50); do alive "$pid" || break; sleep 0.1; done
+      grep -v "^kubelet " "$node_dir/pids" >"$node_dir/pids.new" || true
+      mv "$node_dir/pids.new" "$node_dir/pids"
+      ;;
+    start)
+      [ -z "$pid" ] || ! alive "$pid" || die 2 "the kubelet of $name is running"
+      start_kubelet "$node_dir"
+      ;;
+    *) die 2 "usage: scripts/cluster.sh kubelet DIR NAME stop|start" ;;
+  esac
 }
 
 # user DIR FILE CN [GROUP...]: a kubeconfig for a user of DIR's cluster, by client certificate.
@@ -374,14 +668,32 @@ down() {
   [ -d "$dir" ] || die 2 "$dir is not a cluster's directory"
   dir=$(cd "$dir" && pwd)
   [ -f "$dir/pids" ] || die 2 "$dir has no pids file (nothing started there, or already down)"
+  local node_dir
+  for node_dir in "$dir"/nodes/*/; do
+    [ -d "$node_dir" ] && stop_pids "${node_dir%/}"
+  done
   stop_pids "$dir"
+  restore_sysctls "$dir"
+  if [ -f "$dir/dummy-interface" ]; then
+    ip link del "$(cat "$dir/dummy-interface")" 2>/dev/null || true
+    rm -f "$dir/dummy-interface"
+  fi
 }
 
 case "${1:-}" in
   build)
-    [ $# -eq 1 ] || die 2 "usage: scripts/cluster.sh build"
-    build_tools
+    shift
+    build_tools "$@"
     echo "$(tools_dir)/bin"
+    ;;
+  node)
+    [ $# -ge 3 ] || die 2 "usage: scripts/cluster.sh node DIR NAME [--host FIXTURE_ROOT] [--ids address|iommu-group] [--label K=V]... [--taint K=V:EFFECT]..."
+    shift
+    node "$@"
+    ;;
+  kubelet)
+    [ $# -eq 4 ] || die 2 "usage: scripts/cluster.sh kubelet DIR NAME stop|start"
+    kubelet_control "$2" "$3" "$4"
     ;;
   bin)
     [ $# -eq 1 ] || die 2 "usage: scripts/cluster.sh bin"
@@ -401,6 +713,6 @@ case "${1:-}" in
     user "$@"
     ;;
   *)
-    die 2 "usage: scripts/cluster.sh build | bin | up DIR | down DIR | user DIR FILE CN [GROUP...]"
+    die 2 "usage: scripts/cluster.sh build [TOOL...] | bin | up DIR | node DIR NAME [OPTION...] | kubelet DIR NAME stop|start | down DIR | user DIR FILE CN [GROUP...]"
     ;;
 esac
