@@ -14,6 +14,9 @@
 #                                   # starts a real kubelet registering node NAME, its container
 #                                   # runtime and, with --host, the test device plugin advertising
 #                                   # that fixture host's GPUs; returns once the node is Ready
+#   scripts/cluster.sh node-down DIR NAME
+#                                   # stops node NAME's processes and deletes its Node object
+#                                   # (its directory stays, for its logs)
 #   scripts/cluster.sh kubelet DIR NAME stop|start
 #                                   # stops or starts node NAME's kubelet alone (the runtime and
 #                                   # the plugin stay, as on a host whose kubelet restarts)
@@ -35,11 +38,13 @@
 # component that does not come up is one line naming its log, everything started is stopped,
 # and the exit status is 1.
 #
-# `node` keeps node NAME's state in DIR/nodes/NAME/: its kubelet's root directory (root/, whose
-# pod-resources/kubelet.sock the agent dials), device-plugins/ (kubelet's registration socket and
-# the plugins'), unhealthy (device IDs the plugin advertises Unhealthy; it reads the file again
-# every 250 ms), logs/ and pids. Each kubelet runs in a mount namespace of its own, where its
-# fixed paths (/var/lib/kubelet/device-plugins, /var/log/containers) are that node's directories.
+# `node` keeps node NAME's state in a directory under $TMPDIR (short: its sockets' paths must
+# fit a unix socket address), linked as DIR/nodes/NAME and printed: its kubelet's root directory
+# (root/, whose pod-resources/kubelet.sock the agent dials), device-plugins/ (kubelet's
+# registration socket and the plugins'), unhealthy (device IDs the plugin advertises Unhealthy;
+# it reads the file again every 250 ms), logs/ and pids. `down` removes it, its logs kept in
+# DIR/logs/nodes/NAME/. Each kubelet runs in a mount namespace of its own, where its fixed paths
+# (/var/lib/kubelet/device-plugins, /var/log/containers) are that node's directories.
 #
 # Ports: chosen free below the ephemeral range (scripts/lib/free-port.sh), or given as COZY_CLUSTER_APISERVER_PORT,
 # COZY_CLUSTER_ETCD_PORT, COZY_CLUSTER_ETCD_PEER_PORT, COZY_CLUSTER_KCM_PORT,
@@ -527,9 +532,14 @@ node() {
   [ -f "$dir/env" ] && [ -f "$dir/pids" ] || die 2 "$dir is not a running cluster's directory (scripts/cluster.sh up)"
   dir=$(cd "$dir" && pwd)
   pki="$dir/pki"
-  local node_dir="$dir/nodes/$name"
-  [ ! -e "$node_dir" ] || die 2 "node $name exists in $dir already"
+  [ ! -e "$dir/nodes/$name" ] || die 2 "node $name exists in $dir already"
   require_tools node "${node_tools[@]}" kubectl
+  # The node's state lives under a short path (DIR/nodes/NAME links to it): its sockets' paths
+  # must fit a unix socket address (107 bytes) wherever DIR is.
+  local node_dir
+  mkdir -p "$dir/nodes"
+  node_dir=$(mktemp -d "${TMPDIR:-/tmp}/cozy-node.XXXXXX")
+  ln -s "$node_dir" "$dir/nodes/$name"
   local kubelet_port healthz_port
   free_port kubelet_port || die 2 "no free port for kubelet"
   free_port healthz_port || die 2 "no free port for kubelet's health check"
@@ -617,11 +627,23 @@ YAML
   echo "$node_dir"
 }
 
+# node-down DIR NAME
+node_down() {
+  dir=$(cd "$1" 2>/dev/null && pwd) || die 2 "$1 is not a cluster's directory"
+  local name=$2 node_dir
+  node_dir=$(readlink -f "$dir/nodes/$2") && [ -f "$node_dir/kubelet.yaml" ] || die 2 "no node $name in $dir"
+  require_tools node kubectl
+  stop_pids "$node_dir"
+  restore_sysctls "$dir"
+  "$bin/kubectl" --kubeconfig "$dir/kubeconfig" --request-timeout=20s delete node "$name" \
+    --ignore-not-found >/dev/null || die 1 "cannot delete Node $name"
+}
+
 # kubelet DIR NAME stop|start
 kubelet_control() {
   dir=$(cd "$1" 2>/dev/null && pwd) || die 2 "$1 is not a cluster's directory"
-  local name=$2 action=$3 node_dir="$dir/nodes/$2" pid line
-  [ -f "$node_dir/kubelet.yaml" ] || die 2 "no node $name in $dir"
+  local name=$2 action=$3 node_dir pid
+  node_dir=$(readlink -f "$dir/nodes/$2") && [ -f "$node_dir/kubelet.yaml" ] || die 2 "no node $name in $dir"
   require_tools node "${node_tools[@]}"
   pid=$(awk '$1 == "kubelet" {p = $2} END {print p}' "$node_dir/pids" 2>/dev/null)
   case $action in
@@ -668,9 +690,19 @@ down() {
   [ -d "$dir" ] || die 2 "$dir is not a cluster's directory"
   dir=$(cd "$dir" && pwd)
   [ -f "$dir/pids" ] || die 2 "$dir has no pids file (nothing started there, or already down)"
-  local node_dir
-  for node_dir in "$dir"/nodes/*/; do
-    [ -d "$node_dir" ] && stop_pids "${node_dir%/}"
+  # Each node's processes, then its state: the logs move to DIR/logs/nodes/NAME/.
+  local link node_dir
+  for link in "$dir"/nodes/*; do
+    [ -L "$link" ] || continue
+    node_dir=$(readlink -f "$link") || continue
+    if [ -d "$node_dir" ]; then
+      stop_pids "$node_dir"
+      mkdir -p "$dir/logs/nodes"
+      rm -rf "$dir/logs/nodes/${link##*/}"
+      cp -r "$node_dir/logs" "$dir/logs/nodes/${link##*/}" 2>/dev/null || true
+      rm -rf "$node_dir"
+    fi
+    rm -f "$link"
   done
   stop_pids "$dir"
   restore_sysctls "$dir"
@@ -690,6 +722,10 @@ case "${1:-}" in
     [ $# -ge 3 ] || die 2 "usage: scripts/cluster.sh node DIR NAME [--host FIXTURE_ROOT] [--ids address|iommu-group] [--label K=V]... [--taint K=V:EFFECT]..."
     shift
     node "$@"
+    ;;
+  node-down)
+    [ $# -eq 3 ] || die 2 "usage: scripts/cluster.sh node-down DIR NAME"
+    node_down "$2" "$3"
     ;;
   kubelet)
     [ $# -eq 4 ] || die 2 "usage: scripts/cluster.sh kubelet DIR NAME stop|start"
@@ -713,6 +749,6 @@ case "${1:-}" in
     user "$@"
     ;;
   *)
-    die 2 "usage: scripts/cluster.sh build [TOOL...] | bin | up DIR | node DIR NAME [OPTION...] | kubelet DIR NAME stop|start | down DIR | user DIR FILE CN [GROUP...]"
+    die 2 "usage: scripts/cluster.sh build [TOOL...] | bin | up DIR | node DIR NAME [OPTION...] | node-down DIR NAME | kubelet DIR NAME stop|start | down DIR | user DIR FILE CN [GROUP...]"
     ;;
 esac

@@ -28,6 +28,8 @@ packages=(
   libssl-dev
   # the demo and the tests: openssl makes the webhooks' certificates, curl asks health endpoints
   openssl curl
+  # the real-node tests read kubelet's device checkpoint (JSON)
+  jq
   # promtool validates the metrics exposition in tests
   prometheus
   # tests and benchmarks

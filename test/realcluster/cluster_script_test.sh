@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # scripts/cluster.sh itself (issue 22 §2): a cluster of its own in a scratch directory.
-#   test/realcluster/cluster_script_test.sh SOURCE_DIR
+#   test/realcluster/cluster_script_test.sh SOURCE_DIR GPU_FIXTURE
 # up: the API server answers the admin kubeconfig and reports the pinned release; the namespace
 # and garbage-collector controllers run (a deleted namespace goes away, an owned object follows
-# its owner). One line and exit 2 for a dirty DIR, a port in use, binaries not built. down: the
-# processes are gone, a pid in the file that is no longer ours is left alone, a second down is
-# refused.
+# its owner), and kube-scheduler. node (docs/testing.md, "Real nodes"): a real kubelet on a
+# fixture host (GPU_FIXTURE builds it) Ready with the device plugin's resource, its label and
+# taint, the host sysctls put back, its mounts private; kubelet stop makes it NotReady, start
+# Ready again with the plugin registered again. One line and exit 2 for a dirty DIR, a port in
+# use, binaries not built, a node twice. down: the processes are gone (the nodes' too), a pid in
+# the file that is no longer ours is left alone, a second down is refused.
 set -uo pipefail
 source_dir=$(cd "$1" && pwd)
+gpu_fixture=$2
 cluster="$source_dir/scripts/cluster.sh"
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/cluster-test.XXXXXX")
 dir="$scratch/c"
@@ -98,6 +102,62 @@ grep '"username":"admin"' "$dir/logs/audit.log" | grep -q '"verb":"create".*"req
 expect_exit2 "user on a directory that is no cluster's" "is not a cluster's directory" \
   "$cluster" user "$scratch" "$scratch/x.kubeconfig" x
 
+# kube-scheduler runs: a pod with no node is bound by it.
+kc run placed -n default --image=example.invalid/x:1 --restart=Never >/dev/null
+scheduled() { [ -n "$(kc get pod placed -n default -o jsonpath='{.spec.nodeName}')" ]; }
+unschedulable() {
+  kc get pod placed -n default -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].reason}' |
+    grep -q Unschedulable
+}
+wait_until 30 unschedulable && pass "kube-scheduler runs: with no node a pod is Unschedulable" ||
+  fail "the scheduler did not decide on pod placed"
+
+# Real nodes: a kubelet on the fixture host a100-vfio with the test device plugin.
+sysctls_before=$(cat /proc/sys/kernel/panic /proc/sys/kernel/panic_on_oops /proc/sys/vm/overcommit_memory | tr '\n' ' ')
+"$gpu_fixture" "$source_dir/fixtures/sysfs/specs/a100-vfio.json" "$scratch/host" >/dev/null ||
+  fail "gpu-fixture could not build a100-vfio"
+started=$SECONDS
+if node_dir=$("$cluster" node "$dir" gpu-1 --host "$scratch/host" --label pool=gpu \
+  --taint dedicated=gpu:NoSchedule 2>"$scratch/err"); then
+  pass "node gpu-1 Ready with its devices in $((SECONDS - started)) s"
+else
+  fail "node: $(cat "$scratch/err")"
+fi
+[ "$(kc get node gpu-1 -o jsonpath='{.status.allocatable.nvidia\.com/GA100_A100_PCIE_40GB}')" = 2 ] &&
+  pass "the device plugin's resource is in the node's allocatable: 2" ||
+  fail "allocatable: $(kc get node gpu-1 -o jsonpath='{.status.allocatable}')"
+[ "$(kc get node gpu-1 -o jsonpath='{.metadata.labels.pool} {.spec.taints[*].key}')" = "gpu dedicated" ] &&
+  pass "the node has its label and taint, and no not-ready taint (node lifecycle controller)" ||
+  fail "labels/taints: $(kc get node gpu-1 -o jsonpath='{.metadata.labels} {.spec.taints}')"
+[ -S "$node_dir/root/pod-resources/kubelet.sock" ] && pass "kubelet serves pod-resources at $node_dir" ||
+  fail "no pod-resources socket in $node_dir"
+sysctls_now=$(cat /proc/sys/kernel/panic /proc/sys/kernel/panic_on_oops /proc/sys/vm/overcommit_memory | tr '\n' ' ')
+[ "$sysctls_now" = "$sysctls_before" ] && pass "the host sysctls kubelet sets are put back ($sysctls_now)" ||
+  fail "sysctls were '$sysctls_before', are '$sysctls_now'"
+grep -q "/var/lib/kubelet/device-plugins" /proc/mounts && fail "kubelet's bind mount leaked into the host" ||
+  pass "kubelet's mounts stay in its own namespace"
+wait_until 30 scheduled && fail "the pod went to the tainted node" || pass "the scheduler keeps off a NoSchedule taint"
+expect_exit2 "a second node of the same name" "exists in .* already" "$cluster" node "$dir" gpu-1
+expect_exit2 "node on a directory that is no cluster's" "not a running cluster's directory" \
+  "$cluster" node "$scratch" gpu-2
+expect_exit2 "node with a bad taint" "is not K=V:EFFECT" "$cluster" node "$dir" gpu-2 --taint x:Sometimes
+kubelet_pid=$(awk '$1 == "kubelet" {print $2}' "$node_dir/pids")
+running() { # running PID: alive, not a zombie (exited, not yet reaped by whoever inherited it)
+  local state
+  state=$(sed -E 's/^[0-9]+ \(.*\) ([A-Za-z]).*/\1/' "/proc/$1/stat" 2>/dev/null) && [ "$state" != Z ]
+}
+"$cluster" kubelet "$dir" gpu-1 stop && ! running "$kubelet_pid" &&
+  pass "kubelet stop stops that kubelet alone" || fail "kubelet stop"
+not_ready() { [ "$(kc get node gpu-1 -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = Unknown ]; }
+wait_until 40 not_ready && pass "its node goes NotReady (Unknown) under the node lifecycle controller" ||
+  fail "node gpu-1 stays $(kc get node gpu-1 -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')"
+"$cluster" kubelet "$dir" gpu-1 start && pass "kubelet start" || fail "kubelet start"
+ready() { [ "$(kc get node gpu-1 -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]; }
+wait_until 40 ready && pass "Ready again after the restart" || fail "not Ready after the restart"
+wait_until 20 grep -q "registering again" "$node_dir/logs/gpu-device-plugin.log" &&
+  pass "the device plugin registered again" || fail "the plugin did not register again"
+mapfile -t node_pids < <(awk '{print $2}' "$node_dir/pids")
+
 # Refusals: one line, exit 2.
 expect_exit2 "up into a directory with a cluster in it" "is not empty" "$cluster" up "$dir"
 port=$(sed -n 's/^APISERVER_PORT=//p' "$dir/env")
@@ -119,7 +179,19 @@ for pid in "${ours[@]}"; do # running: a zombie (exited, not yet reaped) is not
   state=$(sed -E 's/^[0-9]+ \(.*\) ([A-Za-z]).*/\1/' "/proc/$pid/stat" 2>/dev/null) || continue
   [ "$state" = Z ] || alive+="$pid($state) "
 done
-[ -z "$alive" ] && pass "down stopped etcd, kube-apiserver and kube-controller-manager" || fail "still alive: $alive"
+[ -z "$alive" ] && pass "down stopped etcd, kube-apiserver, kube-controller-manager and kube-scheduler" || fail "still alive: $alive"
+alive=""
+for pid in "${node_pids[@]}"; do
+  state=$(sed -E 's/^[0-9]+ \(.*\) ([A-Za-z]).*/\1/' "/proc/$pid/stat" 2>/dev/null) || continue
+  [ "$state" = Z ] || alive+="$pid($state) "
+done
+[ -z "$alive" ] && [ ${#node_pids[@]} -eq 3 ] && pass "down stopped the node's kubelet, runtime and plugin" ||
+  fail "node processes (${#node_pids[@]}) still alive: $alive"
+[ ! -e "$node_dir" ] && [ -f "$dir/logs/nodes/gpu-1/kubelet.log" ] &&
+  pass "down removed the node's state and kept its logs" || fail "node state after down: $(ls "$dir/logs")"
+sysctls_now=$(cat /proc/sys/kernel/panic /proc/sys/kernel/panic_on_oops /proc/sys/vm/overcommit_memory | tr '\n' ' ')
+[ "$sysctls_now" = "$sysctls_before" ] && pass "the host sysctls are as before after down" ||
+  fail "sysctls were '$sysctls_before', are '$sysctls_now' after down"
 kill -0 "$bystander" 2>/dev/null && pass "down left a pid that is not the cluster's alone" ||
   fail "down killed an unrelated process"
 expect_exit2 "a second down" "no pids file" "$cluster" down "$dir"

@@ -1,7 +1,9 @@
 // cri-runtime serves kubelet a container runtime that needs no images and runs nothing: the
 // in-memory CRI runtime and image service Kubernetes' own tests use (k8s.io/cri-client/pkg/fake).
-// Containers are records; any image "pulls" at once. Test tooling of scripts/cluster.sh `node`
-// (docs/testing.md, "Real nodes"), never shipped.
+// Containers are records; any image "pulls" at once. A container whose image name ends in
+// `:exit-N` (N 0 to 255) exits with status N about a second after it starts, so a pod reaches a
+// final phase (Succeeded, Failed); every other container runs until it is stopped. Test tooling
+// of scripts/cluster.sh `node` (docs/testing.md, "Real nodes"), never shipped.
 //
 //	cri-runtime --endpoint unix:///DIR/cri.sock
 package main
@@ -11,6 +13,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"regexp"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -44,8 +48,40 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Fprintf(os.Stderr, "cri-runtime: serving %s\n", *endpoint)
+	go exitContainers(runtime)
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
 	<-signals
 	runtime.Stop()
+}
+
+var exitImage = regexp.MustCompile(`:exit-([0-9]{1,3})$`)
+
+// exitContainers ends each running container whose image asks it to, a second after its start.
+func exitContainers(runtime *fake.RemoteRuntime) {
+	service := runtime.RuntimeService
+	for range time.Tick(200 * time.Millisecond) {
+		now := time.Now().UnixNano()
+		service.Lock()
+		for _, container := range service.Containers {
+			if container.State != runtimeapi.ContainerState_CONTAINER_RUNNING || container.Image == nil {
+				continue
+			}
+			match := exitImage.FindStringSubmatch(container.Image.Image)
+			if match == nil || now-container.StartedAt < int64(time.Second) {
+				continue
+			}
+			code, _ := strconv.Atoi(match[1])
+			container.State = runtimeapi.ContainerState_CONTAINER_EXITED
+			container.FinishedAt = now
+			container.ExitCode = int32(code)
+			container.Reason = "Completed"
+			if code != 0 {
+				container.Reason = "Error"
+			}
+			fmt.Fprintf(os.Stderr, "cri-runtime: container %s (%s) exited %d\n", container.Id,
+				container.Image.Image, code)
+		}
+		service.Unlock()
+	}
 }

@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# The agent on real kubelets (docs/testing.md, "Real nodes"; docs/pod-resources.md): nodes of
+# `scripts/cluster.sh node` (a real kubelet 1.36, its device manager, the test device plugin on a
+# fixture host), pods placed by the real kube-scheduler and admitted by kubelet, and each node's
+# `gpu-agent run` reading its own kubelet's pod-resources socket as the chart's agent would (a
+# token bound to its pod on that node). What kubelet says is the oracle: its node allocatable,
+# its device checkpoint (which device it gave which pod), and the pods' phases.
+#   test/realcluster/real_node_test.sh SOURCE_DIR BUILD_DIR CLUSTER_DIR
+source "$(dirname "$0")/lib.sh"
+command -v jq >/dev/null || abort "jq is not installed (scripts/install-deps.sh installs it)"
+cluster="$source_dir/scripts/cluster.sh"
+ns=cozy-system
+install_chart "$ns" || abort "helm install: $(cat "$work/helm-install.log")"
+wait_crds >/dev/null || abort "the CRDs are not Established"
+create_namespace "rn-$$"
+tenant="rn-$$"
+on_exit "kc delete namespace $tenant --wait=false"
+
+# until_is SECONDS VALUE COMMAND...: until COMMAND prints VALUE; status 1 when it never did.
+until_is() {
+  local deadline=$((SECONDS + $1)) value=$2
+  shift 2
+  until [ "$("$@" 2>/dev/null)" = "$value" ]; do
+    [ "$SECONDS" -lt "$deadline" ] || return 1
+    sleep 0.25
+  done
+}
+gpu_a100=nvidia.com/GA100_A100_PCIE_40GB
+gpu_t4=nvidia.com/GRID_T4-2Q
+
+# start_node NAME FIXTURE [cluster.sh node options]: a real node on that fixture host, its agent
+# pod (admitted by its kubelet) and its agent, whose GPUNode is waited for.
+declare -A node_dirs
+start_node() {
+  local name=$1 spec=$2
+  shift 2
+  fixture_root "$name" "$spec" || abort "gpu-fixture could not build $spec"
+  local started=$SECONDS
+  node_dirs[$name]=$("$cluster" node "$cluster_dir" "$name" --host "$work/$name-root" \
+    --label gpu.cozystack.io/gpu-node=true "$@" 2>"$work/node-$name.log") ||
+    abort "scripts/cluster.sh node $name: $(cat "$work/node-$name.log")"
+  on_exit "'$cluster' node-down '$cluster_dir' $name"
+  on_exit "cp -r '${node_dirs[$name]}/logs' '$work/$name-logs'"
+  pass "node $name Ready with its devices in $((SECONDS - started)) s"
+  cat <<EOF | kc apply -f - >/dev/null || abort "the agent pod of $name"
+apiVersion: v1
+kind: Pod
+metadata: {name: gpu-agent-$name, namespace: $ns}
+spec:
+  serviceAccountName: gpu-agent
+  nodeName: $name
+  containers: [{name: agent, image: example.invalid/gpu-agent:1}]
+EOF
+  on_exit "kc delete pod -n $ns gpu-agent-$name --force --grace-period=0 --wait=false"
+  local token
+  token=$(kc create token gpu-agent -n "$ns" --bound-object-kind Pod \
+    --bound-object-name "gpu-agent-$name" --duration 1h) || abort "TokenRequest for gpu-agent-$name"
+  token_kubeconfig "$work/agent-$name.kubeconfig" "$token"
+  "$build_dir/agent/gpu-agent" run --node-name "$name" --kubeconfig "$work/agent-$name.kubeconfig" \
+    --sysfs-root "$work/$name-root" --pci-ids "$source_dir/fixtures/pci.ids" \
+    --pod-resources "unix://${node_dirs[$name]}/root/pod-resources/kubelet.sock" \
+    --pod-resources-interval 2s --udev-source off --dbus off --health-addr off \
+    >"$work/agent-$name.log" 2>&1 &
+  pids+=($!)
+  published() { kc get gpunode "$1" -o jsonpath='{.status.devices}' | grep -q pciAddress; }
+  wait_until 30 published "$name" || abort "the agent of $name published no GPUNode"
+}
+# dev NODE ADDRESS FIELD: one field of a GPUNode device.
+dev() { kc get gpunode "$1" -o jsonpath="{.status.devices[?(@.pciAddress==\"$2\")].$3}" 2>/dev/null; }
+# expect_dev WHAT NODE ADDRESS FIELD VALUE [SECONDS]: the field reaches VALUE (the agent polls
+# kubelet every 2 s here, and reads it again on each change of its node's pods).
+expect_dev() {
+  local what=$1 node=$2 address=$3 field=$4 value=$5 seconds=${6:-15}
+  if until_is "$seconds" "$value" dev "$node" "$address" "$field"; then
+    pass "$what"
+  else
+    fail "$what: $node $address $field is '$(dev "$node" "$address" "$field")', expected $value"
+  fi
+}
+# kubelet's own record of which devices it gave a pod: its device manager's checkpoint.
+checkpoint_devices() { # checkpoint_devices NODE POD-UID
+  jq -r --arg uid "$2" '[.Data.PodDeviceEntries[] | select(.PodUID == $uid) | .DeviceIDs[]
+    | .[]] | unique | join(" ")' "${node_dirs[$1]}/device-plugins/kubelet_internal_checkpoint"
+}
+# pod NAME NODE-SELECTOR RESOURCE COUNT [IMAGE]: a pod limiting COUNT of RESOURCE, as a launcher
+# asks for its GPUs, for kube-scheduler to place.
+pod() {
+  cat <<EOF | kc apply -f - >/dev/null
+apiVersion: v1
+kind: Pod
+metadata: {name: $1, namespace: $tenant}
+spec:
+  restartPolicy: Never
+  nodeSelector: {kubernetes.io/hostname: $2}
+  containers:
+  - name: compute
+    image: ${5:-example.invalid/virt-launcher:1}
+    resources: {limits: {$3: "$4"}}
+EOF
+}
+phase() { kc get pod "$1" -n "$tenant" -o jsonpath='{.status.phase}' 2>/dev/null; }
+
+a=rn-a100-$$ b=rn-t4-$$ c=rn-group-$$
+start_node "$a" a100-vfio
+start_node "$b" t4-mdev
+start_node "$c" a100-vfio --ids iommu-group
+# The tenant's pods go while their kubelets still run (first thing at the end).
+on_exit "kc delete pods --all -n $tenant --timeout=30s"
+
+# --- what the plugins advertise, resolved (A1, A2, A6) -----------------------------------
+for address in 0000:3b:00.0 0000:af:00.0; do
+  expect_dev "A2: PCI-address ID $address resolves to its function on $a" "$a" "$address" allocatable 1
+  expect_dev "A2: IOMMU-group ID of $address (vfio-bound) resolves to its function on $c" "$c" "$address" allocatable 1
+done
+expect_dev "A5: a device kubelet lists allocatable is Healthy" "$a" 0000:3b:00.0 health Healthy
+names=$(kc get gpunode "$a" -o jsonpath='{.status.resourceNames}')
+[ "$names" = "[\"$gpu_a100\"]" ] && pass "A1: the resource the plugin registered is the node's resource name" ||
+  fail "resourceNames of $a: $names"
+expect_dev "A6: the mdev parent counts both of its mdevs (UUID IDs)" "$b" 0000:5e:00.0 allocatable 2
+node_units=$(kc get node "$a" -o jsonpath="{.status.allocatable.nvidia\.com/GA100_A100_PCIE_40GB}")
+summed=$(kc get gpunode "$a" -o json | jq '[.status.devices[].allocatable] | add')
+[ "$node_units" = "$summed" ] && pass "the GPUNode's units are kubelet's node allocatable ($summed)" ||
+  fail "kubelet's allocatable $node_units, the GPUNode's $summed"
+
+# --- a pod placed by kube-scheduler and admitted by kubelet --------------------------------
+pod vm-1 "$a" "$gpu_a100" 1
+until_is 20 Running phase vm-1 || abort "vm-1 is not Running: $(kc get pod vm-1 -n "$tenant" -o jsonpath='{.status}')"
+bound=$(kc get pod vm-1 -n "$tenant" -o jsonpath='{.spec.nodeName}')
+by=$(kc get events -n "$tenant" --field-selector involvedObject.name=vm-1,reason=Scheduled \
+  -o jsonpath='{.items[0].reportingComponent}{.items[0].source.component}')
+[ "$bound" = "$a" ] && [[ "$by" == *default-scheduler* ]] &&
+  pass "kube-scheduler bound vm-1 to $a" || fail "vm-1 bound to '$bound' by '$by'"
+uid=$(kc get pod vm-1 -n "$tenant" -o jsonpath='{.metadata.uid}')
+held=$(checkpoint_devices "$a" "$uid")
+other=0000:3b:00.0
+[ "$held" = 0000:3b:00.0 ] && other=0000:af:00.0
+[[ "$held" =~ ^0000:(3b|af):00\.0$ ]] && pass "kubelet's device manager gave vm-1 $held" ||
+  fail "kubelet's checkpoint for vm-1: '$held'"
+expect_dev "A1: the device kubelet gave vm-1 is allocated on the GPUNode" "$a" "$held" allocated 1
+expect_dev "the other device stays free" "$a" "$other" allocated 0 1
+# No room for two more: the scheduler's own reason, and the pod stays Pending.
+pod vm-2 "$a" "$gpu_a100" 2
+unschedulable() {
+  kc get pod vm-2 -n "$tenant" -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].message}' |
+    grep -q "Insufficient $gpu_a100"
+}
+wait_until 20 unschedulable && [ "$(phase vm-2)" = Pending ] &&
+  pass "a pod asking for more than the node has free stays Pending: Insufficient $gpu_a100" ||
+  fail "vm-2: $(kc get pod vm-2 -n "$tenant" -o jsonpath='{.status}')"
+kc delete pod vm-2 -n "$tenant" --wait=false >/dev/null
+
+# A6: two mdevs of one parent in one pod.
+pod vgpu "$b" "$gpu_t4" 2
+until_is 20 Running phase vgpu || fail "vgpu is not Running"
+expect_dev "A6: a pod holding both mdevs: their parent has 2 units allocated" "$b" 0000:5e:00.0 allocated 2
+# Group IDs: the unit kubelet gave is counted on the group's function.
+pod grp "$c" "$gpu_a100" 1
+until_is 20 Running phase grp || fail "grp is not Running"
+group=$(checkpoint_devices "$c" "$(kc get pod grp -n "$tenant" -o jsonpath='{.metadata.uid}')")
+group_fn=$(ls "$work/$c-root/sys/kernel/iommu_groups/$group/devices" 2>/dev/null)
+expect_dev "A2: IOMMU group $group given to a pod: its function $group_fn is allocated" "$c" "$group_fn" allocated 1
+
+# --- deleted and finished pods free their units (A7) -------------------------------------
+kc delete pod vm-1 -n "$tenant" --wait=true --timeout=30s >/dev/null
+expect_dev "a deleted pod's unit is free again" "$a" "$held" allocated 0
+pod job-ok "$a" "$gpu_a100" 1 example.invalid/job:exit-0
+pod job-failed "$a" "$gpu_a100" 1 example.invalid/job:exit-1
+jobs_phases() { echo "$(phase job-ok)/$(phase job-failed)"; }
+until_is 30 Succeeded/Failed jobs_phases ||
+  fail "the jobs did not end: $(phase job-ok)/$(phase job-failed)"
+for job in job-ok job-failed; do
+  [ -n "$(checkpoint_devices "$a" "$(kc get pod "$job" -n "$tenant" -o jsonpath='{.metadata.uid}')")" ] ||
+    fail "kubelet's checkpoint holds no device for $job"
+done
+expect_dev "A7: pods in a final phase (Succeeded, Failed) hold nothing: 0000:3b:00.0 free" "$a" 0000:3b:00.0 allocated 0
+expect_dev "A7: pods in a final phase hold nothing: 0000:af:00.0 free" "$a" 0000:af:00.0 allocated 0
+# kubelet 1.36 itself gives a finished pod's device to the next pod (docs/pod-resources.md).
+pod vm-3 "$a" "$gpu_a100" 2
+until_is 20 Running phase vm-3 &&
+  pass "kubelet admits a pod taking both devices the finished pods still hold in its checkpoint" ||
+  fail "vm-3: $(kc get pod vm-3 -n "$tenant" -o jsonpath='{.status}')"
+expect_dev "both devices allocated to vm-3" "$a" 0000:af:00.0 allocated 1
+kc delete pod vm-3 job-ok job-failed -n "$tenant" --wait=true --timeout=30s >/dev/null
+expect_dev "vm-3 deleted: free again" "$a" 0000:af:00.0 allocated 0
+
+# --- health (A5) -------------------------------------------------------------------------
+echo 0000:af:00.0 >"${node_dirs[$a]}/unhealthy"
+expect_dev "A5: a device its plugin calls Unhealthy leaves allocatable" "$a" 0000:af:00.0 allocatable 0
+expect_dev "A5: and is Unhealthy (advertised before on this run)" "$a" 0000:af:00.0 health Unhealthy 1
+[ "$(kc get node "$a" -o jsonpath="{.status.allocatable.nvidia\.com/GA100_A100_PCIE_40GB}")" = 1 ] &&
+  pass "kubelet's node allocatable agrees: 1" || fail "node allocatable after Unhealthy"
+: >"${node_dirs[$a]}/unhealthy"
+expect_dev "A5: healthy again: back in allocatable" "$a" 0000:af:00.0 health Healthy
+
+# --- a kubelet restart: socket gone and back, the plugin registers again ------------------
+before=$(kc get gpunode "$a" -o jsonpath='{.metadata.resourceVersion}')
+"$cluster" kubelet "$cluster_dir" "$a" stop || fail "cluster.sh kubelet stop"
+sleep 3
+[ ! -S "${node_dirs[$a]}/root/pod-resources/kubelet.sock" ] || [ -n "$(pgrep -f "${node_dirs[$a]}/kubelet.yaml")" ] &&
+  fail "the kubelet still runs" || pass "kubelet stopped"
+"$cluster" kubelet "$cluster_dir" "$a" start || fail "cluster.sh kubelet start"
+wait_until 20 grep -q "registering again" "${node_dirs[$a]}/logs/gpu-device-plugin.log" &&
+  pass "the plugin registered again with the restarted kubelet" ||
+  fail "the plugin did not register again: $(tail -n 3 "${node_dirs[$a]}/logs/gpu-device-plugin.log")"
+sleep 6 # three agent polls of the restarted kubelet
+after=$(kc get gpunode "$a" -o jsonpath='{.metadata.resourceVersion}')
+[ "$before" = "$after" ] && pass "the agent wrote nothing across the kubelet restart (nothing changed)" ||
+  fail "GPUNode $a written across the restart: $(grep -i "publish\|wrote" "$work/agent-$a.log" | tail -n 3)"
+pod vm-4 "$a" "$gpu_a100" 1
+until_is 20 Running phase vm-4 || fail "vm-4 on the restarted kubelet is not Running"
+held=$(checkpoint_devices "$a" "$(kc get pod vm-4 -n "$tenant" -o jsonpath='{.metadata.uid}')")
+expect_dev "the agent reads the restarted kubelet: vm-4's device allocated" "$a" "$held" allocated 1
+kill -0 "${pids[0]}" 2>/dev/null && pass "the agent survived the restart" || fail "the agent of $a exited"
+summary
