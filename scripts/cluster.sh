@@ -11,6 +11,7 @@
 #   scripts/cluster.sh up DIR       # starts a cluster whose state lives in DIR (empty or absent)
 #   scripts/cluster.sh node DIR NAME [--host FIXTURE_ROOT] [--ids address|iommu-group]
 #                                   [--label K=V]... [--taint K=V:EFFECT]...
+#                                   [--feature-gates GATE=BOOL,...]
 #                                   # starts a real kubelet registering node NAME, its container
 #                                   # runtime and, with --host, the test device plugin advertising
 #                                   # that fixture host's GPUs; returns once the node is Ready
@@ -462,7 +463,7 @@ node_ip() {
 start_in() {
   local node_dir=$1 name=$2
   shift 2
-  setsid "$@" >>"$node_dir/logs/$name.log" 2>&1 </dev/null &
+  setsid "$@" >>"$node_dir/logs/$name.log" 2>&1 </dev/null 8>&- 9>&- &
   echo "$name $!" >>"$node_dir/pids"
 }
 
@@ -472,6 +473,10 @@ start_in() {
 start_kubelet() {
   local node_dir=$1
   mkdir -p /var/lib/kubelet/device-plugins /var/log/containers
+  # One kubelet start at a time on this machine, whatever its cluster: the values saved are the
+  # host's own, never another kubelet's not yet put back.
+  exec 8>"${TMPDIR:-/tmp}/cozy-kubelet-sysctls.lock"
+  flock 8
   save_sysctls "$dir"
   start_in "$node_dir" kubelet unshare --mount --propagation private -- bash -c \
     'mount --bind "$1" /var/lib/kubelet/device-plugins && mount --bind "$2" /var/log/containers &&
@@ -505,12 +510,13 @@ start_kubelet() {
     sleep 0.1
   done
   restore_sysctls "$dir"
+  exec 8>&-
 }
 
 # node DIR NAME [--host ROOT] [--ids address|iommu-group] [--label K=V]... [--taint K=V:EFFECT]...
 node() {
   dir=$1
-  local name=$2 host="" ids=address labels="" taints="" arg
+  local name=$2 host="" ids=address labels="" taints="" gates="" arg
   shift 2
   while [ $# -gt 0 ]; do
     arg=$1
@@ -524,7 +530,10 @@ node() {
       --taint) [[ "$2" =~ ^([^=:]+)(=([^:]*))?:(NoSchedule|PreferNoSchedule|NoExecute)$ ]] ||
           die 2 "--taint $2 is not K=V:EFFECT (NoSchedule, PreferNoSchedule or NoExecute)"
         taints+="- {key: \"${BASH_REMATCH[1]}\", value: \"${BASH_REMATCH[3]}\", effect: ${BASH_REMATCH[4]}}"$'\n' ;;
-      *) die 2 "unknown option $arg (--host, --ids, --label, --taint)" ;;
+      --feature-gates) [[ "$2" =~ ^[A-Za-z0-9]+=(true|false)(,[A-Za-z0-9]+=(true|false))*$ ]] ||
+          die 2 "--feature-gates $2 is not GATE=true|false,..."
+        gates=$2 ;;
+      *) die 2 "unknown option $arg (--host, --ids, --label, --taint, --feature-gates)" ;;
     esac
     shift 2
   done
@@ -549,7 +558,7 @@ node() {
   echo "$name" >"$node_dir/name"
   node_ip "$dir" >"$node_dir/ip"
   : >"$node_dir/unhealthy"
-  echo "${labels:+--node-labels=$labels}" >"$node_dir/flags"
+  echo "${labels:+--node-labels=$labels} ${gates:+--feature-gates=$gates}" >"$node_dir/flags"
   # Its own identity, system:node:NAME in system:nodes, with the rights RBAC's system:node role
   # gives (this API server runs no Node authorizer: the binding stands in for it).
   cert "node-$name" "/O=system:nodes/CN=system:node:$name" "extendedKeyUsage=clientAuth"
@@ -719,7 +728,7 @@ case "${1:-}" in
     echo "$(tools_dir)/bin"
     ;;
   node)
-    [ $# -ge 3 ] || die 2 "usage: scripts/cluster.sh node DIR NAME [--host FIXTURE_ROOT] [--ids address|iommu-group] [--label K=V]... [--taint K=V:EFFECT]..."
+    [ $# -ge 3 ] || die 2 "usage: scripts/cluster.sh node DIR NAME [--host FIXTURE_ROOT] [--ids address|iommu-group] [--label K=V]... [--taint K=V:EFFECT]... [--feature-gates GATE=BOOL,...]"
     shift
     node "$@"
     ;;

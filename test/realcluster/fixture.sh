@@ -10,7 +10,9 @@ case "$action" in
   up)
     if [ -f "$dir/pids" ]; then "$cluster" down "$dir" || true; fi
     rm -rf "$dir"
-    "$cluster" up "$dir"
+    # Its node lifecycle controller waits an hour for a silent node: the scenarios write Node
+    # objects no kubelet keeps alive (real kubelets: node_lifecycle_test, a cluster of its own).
+    COZY_CLUSTER_NODE_GRACE=3600s "$cluster" up "$dir"
     ;;
   down)
     # The directory stays (its logs/ explain a failure) until the next `up`.

@@ -183,6 +183,28 @@ expect_dev "both devices allocated to vm-3" "$a" 0000:af:00.0 allocated 1
 kc delete pod vm-3 job-ok job-failed -n "$tenant" --wait=true --timeout=30s >/dev/null
 expect_dev "vm-3 deleted: free again" "$a" 0000:af:00.0 allocated 0
 
+# A7 with kubelet's older List: the gate KubeletPodResourcesListUseActivePods off makes 1.36 list
+# every pod it knows, finished ones too, as 1.32 and 1.33 did (docs/pod-resources.md). Even then
+# kubelet 1.36 frees a finished pod's devices before it answers (its device manager's
+# UpdateAllocatedDevices), so no device of a Succeeded or Failed pod is listed: a scan that
+# counts every listed pod as active finds none, and the agent counts both devices free.
+d=rn-legacy-$$
+start_node "$d" a100-vfio --feature-gates KubeletPodResourcesListUseActivePods=false
+pod old-ok "$d" "$gpu_a100" 1 example.invalid/job:exit-0
+pod old-failed "$d" "$gpu_a100" 1 example.invalid/job:exit-1
+old_phases() { echo "$(phase old-ok)/$(phase old-failed)"; }
+until_is 30 Succeeded/Failed old_phases || fail "the jobs on $d did not end: $(old_phases)"
+listed() {
+  "$build_dir/agent/gpu-agent" scan --sysfs-root "$work/$d-root" --pci-ids "$source_dir/fixtures/pci.ids" \
+    --pod-resources "unix://${node_dirs[$d]}/root/pod-resources/kubelet.sock" 2>/dev/null |
+    jq '[.status.devices[].allocated] | add'
+}
+[ "$(listed)" = 0 ] && pass "kubelet 1.36 with the old List lists no device of a finished pod either" ||
+  fail "List with the gate off: $(listed) devices held by finished pods"
+expect_dev "A7: a Succeeded pod's device is free (old List)" "$d" 0000:3b:00.0 allocated 0
+expect_dev "A7: a Failed pod's device is free (old List)" "$d" 0000:af:00.0 allocated 0
+kc delete pod old-ok old-failed -n "$tenant" --wait=false >/dev/null
+
 # --- health (A5) -------------------------------------------------------------------------
 echo 0000:af:00.0 >"${node_dirs[$a]}/unhealthy"
 expect_dev "A5: a device its plugin calls Unhealthy leaves allocatable" "$a" 0000:af:00.0 allocatable 0

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# NotReady for real (docs/controller.md, "NotReady is not gone"; C7): on a cluster of its own
+# whose node lifecycle controller waits 8 s for a silent kubelet (the shared fixture's waits an
+# hour: its scenarios write Node objects no kubelet keeps alive), two real nodes of
+# `scripts/cluster.sh node`, each with its agent on its own kubelet, and `gpu-controller run`
+# with --not-ready-grace 10s. Node A's kubelet stops: kube-controller-manager marks A Unknown and
+# taints it unreachable; the set of a VM that is off stays on A for the grace, then moves to B;
+# the set of a VM running on A never moves; A comes back Ready.
+#   test/realcluster/node_lifecycle_test.sh SOURCE_DIR BUILD_DIR
+set -uo pipefail
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/node-lifecycle.XXXXXX")
+cluster="$1/scripts/cluster.sh"
+if ! COZY_CLUSTER_NODE_GRACE=8s "$cluster" up "$scratch/c" >"$scratch/up.log" 2>&1; then
+  echo "FAIL: scripts/cluster.sh up: $(tail -n 3 "$scratch/up.log")"
+  [ -f "$scratch/c/pids" ] && "$cluster" down "$scratch/c" >/dev/null 2>&1
+  rm -rf "$scratch"
+  echo "0 passed, 1 failed"
+  exit 1
+fi
+source "$(dirname "$0")/lib.sh" "$1" "$2" "$scratch/c"
+on_exit "rm -rf '$scratch'"
+on_exit "'$cluster' down '$scratch/c'"
+gpu=nvidia.com/GA100_A100_PCIE_40GB
+kc apply --server-side -f "$source_dir/charts/gpu/templates/crds" -f "$source_dir/test/fakes/crds" >/dev/null ||
+  abort "the CRDs"
+wait_crds >/dev/null || abort "the CRDs are not Established"
+kc create namespace cozy-system >/dev/null
+kc create namespace tenant >/dev/null
+kc label namespace tenant gpu.cozystack.io/tenant-namespace=true >/dev/null
+
+# until_is SECONDS VALUE COMMAND...: until COMMAND prints VALUE; status 1 when it never did.
+until_is() {
+  local deadline=$((SECONDS + $1)) value=$2
+  shift 2
+  until [ "$("$@" 2>/dev/null)" = "$value" ]; do
+    [ "$SECONDS" -lt "$deadline" ] || return 1
+    sleep 0.25
+  done
+}
+node_of() { kc get gpudevice "$1" -n tenant -o jsonpath='{.status.nodeName}'; }
+phase_of() { kc get gpudevice "$1" -n tenant -o jsonpath='{.status.phase}'; }
+ready() { kc get node "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}'; }
+
+# start_node NAME: a real node on the fixture host a100-vfio (2 units) and its agent.
+start_node() {
+  fixture_root "$1" a100-vfio || abort "gpu-fixture could not build a100-vfio"
+  local dir
+  dir=$("$cluster" node "$cluster_dir" "$1" --host "$work/$1-root" \
+    --label gpu.cozystack.io/gpu-node=true 2>"$work/node-$1.log") ||
+    abort "scripts/cluster.sh node $1: $(cat "$work/node-$1.log")"
+  "$build_dir/agent/gpu-agent" run --node-name "$1" --kubeconfig "$admin_kubeconfig" \
+    --sysfs-root "$work/$1-root" --pci-ids "$source_dir/fixtures/pci.ids" \
+    --pod-resources "unix://$dir/root/pod-resources/kubelet.sock" --pod-resources-interval 2s \
+    --udev-source off --dbus off --health-addr off >"$work/agent-$1.log" 2>&1 &
+  pids+=($!)
+  until_is 30 2 kc get gpunode "$1" -o jsonpath='{.status.summary.gpus}' ||
+    abort "the agent of $1 published no GPUNode"
+}
+start_node node-a
+
+# The controller, GPUs on, its webhooks served but registered nowhere (not under test here).
+openssl req -x509 -newkey rsa:2048 -nodes -keyout "$work/tls.key" -out "$work/tls.crt" -days 1 \
+  -subj /CN=webhook -addext subjectAltName=IP:127.0.0.1 2>/dev/null || abort "openssl"
+mkdir -p "$work/certs" && cp "$work/tls.crt" "$work/tls.key" "$work/certs/"
+"$build_dir/controller/gpu-controller" run --kubeconfig "$admin_kubeconfig" --identity lifecycle \
+  --enable-gpu --not-ready-grace 10s --resync 1s --health-addr off \
+  --webhook-addr 127.0.0.1:0 --webhook-cert-dir "$work/certs" \
+  --webhook-client-ca "$cluster_dir/pki/webhook-client-ca.crt" -v >"$work/controller.log" 2>&1 &
+pids+=($!)
+
+cat <<EOF | kc apply -f - >/dev/null || abort "the class and the orders"
+apiVersion: gpu.cozystack.io/v1alpha1
+kind: GPUClass
+metadata: {name: a100}
+spec:
+  vendor: NVIDIA
+  model: A100 PCIe 40GB
+  mode: passthrough
+  maxCount: 4
+  source: {devicePlugin: {resourceName: $gpu}}
+  nodeSelector: {matchLabels: {gpu.cozystack.io/gpu-node: "true"}}
+  onCordon: Move
+---
+apiVersion: gpu.cozystack.io/v1alpha1
+kind: GPUDevice
+metadata: {name: idle, namespace: tenant}
+spec: {className: a100, count: 1}
+---
+apiVersion: gpu.cozystack.io/v1alpha1
+kind: GPUDevice
+metadata: {name: running, namespace: tenant}
+spec: {className: a100, count: 1}
+EOF
+until_is 30 node-a/node-a eval 'echo "$(node_of idle)/$(node_of running)"' ||
+  abort "the orders were not bound to node-a: $(node_of idle)/$(node_of running)"
+pass "both orders bound to node-a, the only node"
+# The VM of `running` runs on node-a (its VMI there, Running; KubeVirt's VMI has no status
+# subresource); `idle`'s VM is off.
+cat <<EOF | kc apply -f - >/dev/null || abort "the VMI"
+apiVersion: kubevirt.io/v1
+kind: VirtualMachineInstance
+metadata: {name: vm-run, namespace: tenant}
+spec: {domain: {devices: {}}}
+EOF
+uid=$(kc get vmi vm-run -n tenant -o jsonpath='{.metadata.uid}')
+kc patch vmi vm-run -n tenant --type=merge \
+  -p '{"status":{"phase":"Running","nodeName":"node-a"}}' >/dev/null || abort "the VMI's status"
+kc patch gpudevice running -n tenant --subresource=status --type=merge \
+  -p "{\"status\":{\"attachment\":{\"vmiName\":\"vm-run\",\"vmiUID\":\"$uid\"}}}" >/dev/null ||
+  abort "the attachment"
+start_node node-b # room elsewhere: only the grace, or a running VM, keeps a set on node-a
+sleep 2
+[ "$(node_of idle)/$(node_of running)" = node-a/node-a ] && pass "a Ready node-a keeps both sets" ||
+  fail "moved while node-a was Ready: $(node_of idle)/$(node_of running)"
+
+# node-a's kubelet stops: kube-controller-manager, not the test, decides that it is NotReady.
+stopped=$SECONDS
+"$cluster" kubelet "$cluster_dir" node-a stop || abort "cluster.sh kubelet stop"
+until_is 40 Unknown ready node-a ||
+  abort "node-a is $(ready node-a) $((SECONDS - stopped)) s after its kubelet stopped"
+unknown=$SECONDS
+pass "kube-controller-manager marked node-a Unknown $((unknown - stopped)) s after its kubelet stopped"
+taints=$(kc get node node-a -o jsonpath='{.spec.taints[*].key}')
+[[ "$taints" == *node.kubernetes.io/unreachable* ]] && pass "and tainted it unreachable" ||
+  fail "node-a's taints: $taints"
+sleep 4
+[ "$(node_of idle)" = node-a ] && pass "within the grace the idle VM's set waits on node-a" ||
+  fail "the idle set moved $((SECONDS - unknown)) s into the grace: $(node_of idle)"
+if until_is 30 node-b node_of idle; then
+  moved=$((SECONDS - unknown))
+  [ "$moved" -ge 8 ] && pass "after the grace (10 s) it moved to node-b ($moved s after Unknown)" ||
+    fail "it moved to node-b only $moved s after Unknown, within the grace"
+else
+  fail "the idle set never left node-a: $(node_of idle) $(phase_of idle)"
+fi
+[ "$(node_of running)" = node-a ] && pass "the set of the VM running on node-a never moves" ||
+  fail "the running VM's set moved: $(node_of running)"
+
+"$cluster" kubelet "$cluster_dir" node-a start || fail "cluster.sh kubelet start"
+until_is 40 True ready node-a && pass "node-a Ready again once its kubelet is back" ||
+  fail "node-a is $(ready node-a)"
+sleep 2
+[ "$(node_of running)/$(phase_of running)" = node-a/Bound ] && pass "the running VM's set is still Bound on node-a" ||
+  fail "running: $(node_of running)/$(phase_of running)"
+summary
