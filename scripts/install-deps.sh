@@ -1,11 +1,26 @@
 #!/usr/bin/env bash
 # Installs the Debian (bookworm) packages cozy-gpu builds and tests with, the npm packages of
 # the policy test, and builds the test control plane (etcd, kube-apiserver,
-# kube-controller-manager, kubectl, helm) from the Go modules pinned under tools/ into a cache
-# outside the checkout (scripts/cluster.sh build; docs/testing.md, "The real control plane").
+# kube-controller-manager, kube-scheduler), its nodes (kubelet, cri-runtime, gpu-device-plugin)
+# and clients (kubectl, helm) from the Go modules pinned under tools/ into a cache outside the
+# checkout (scripts/cluster.sh build; docs/testing.md, "The real control plane").
+#   scripts/install-deps.sh          # everything the build and the test suite need
+#   scripts/install-deps.sh --demo   # the Debian packages of the build alone: what
+#                                    # scripts/demo.sh installs before it builds (it builds the
+#                                    # Go tools its mode needs itself); no test-only package, no
+#                                    # npm, no Go tool (docs/testing.md, "The first command's time")
 # The product's build uses Debian's packages only: nothing is vendored or downloaded at build time.
 # Run as root (CI does); with sudo otherwise.
 set -euo pipefail
+demo=0
+case "${1:-}" in
+  --demo) demo=1 ;;
+  "") ;;
+  *)
+    echo "usage: scripts/install-deps.sh [--demo]" >&2
+    exit 2
+    ;;
+esac
 
 packages=(
   # toolchain; ccache keeps compiled objects across build directories and CI runs
@@ -28,6 +43,9 @@ packages=(
   libssl-dev
   # the demo and the tests: openssl makes the webhooks' certificates, curl asks health endpoints
   openssl curl
+  # the real nodes of scripts/cluster.sh (the demo's --real-cluster, the tests): ip finds the
+  # node's address for kubelet
+  iproute2
   # the real-node tests read kubelet's device checkpoint (JSON)
   jq
   # promtool validates the metrics exposition in tests
@@ -40,12 +58,19 @@ packages=(
   dpkg-dev lintian
 )
 
+# What only the tests, the checks and the packaging use, never the demo's build or run: left out
+# with --demo. (The build's configuration needs googletest: the fakes the demo runs are built
+# beside the tests, in one configuration the tests reuse.)
+tests_only=" clang clang-tidy clang-format libclang-rt-14-dev pciutils git dbus-daemon dbus-bin
+  systemd prometheus jq libbenchmark-dev umockdev libumockdev-dev dpkg-dev lintian "
+
 missing=()
 for p in "${packages[@]}"; do
+  [ "$demo" -eq 0 ] || [[ "$tests_only" != *[[:space:]]"$p"[[:space:]]* ]] || continue
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#packages[@]} packages present"
+  echo "install-deps: all packages present"
 else
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -53,6 +78,8 @@ else
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+
+[ "$demo" -eq 0 ] || exit 0
 
 # node and npm for the policy test: Debian's, unless the machine has them already (a node
 # from elsewhere may bundle its own npm and conflict with Debian's npm package).
