@@ -10,20 +10,30 @@
 #                  chart's webhook configurations, and a stand-in for virt-api's VMI mutator
 #   kubectl:       the hoster's and the tenant's client
 #
-#   scripts/demo.sh                      # installs the Debian packages, builds into build/, runs
+#   scripts/demo.sh                      # installs the Debian packages its build needs, builds
+#                                        # into build/ and the Go tools its mode needs, runs
 #   scripts/demo.sh --no-setup BUILD_DIR # runs on what BUILD_DIR has built (the suite's demo_test)
 #
 # The same four steps on a real API server instead of the fake (either combines with --no-setup):
-#   scripts/demo.sh --real-cluster       # brings a control plane up (scripts/cluster.sh up),
-#                                        # runs, takes it down
+#   scripts/demo.sh --real-cluster       # brings a control plane and two real nodes up
+#                                        # (scripts/cluster.sh up, node), runs, takes them down
 #   scripts/demo.sh --kubeconfig FILE    # an existing cluster whose API server reaches this
 #                                        # machine's 127.0.0.1 (the webhooks are served here)
 # There the chart is installed with helm (release gpu in cozy-system, GPUs on, the webhooks at
 # https://127.0.0.1:PORT of the first replica), KubeVirt's and Cozystack's test CRDs applied, the
 # agents and controller replicas run as the chart's service accounts with tokens the API server
 # issues (TokenRequest), and the tenant is a client-certificate user bound to the chart's tenant
-# roles (docs/install.md, "Tenants"). With --kubeconfig everything the demo created in the
-# cluster is removed again when it ends.
+# roles (docs/install.md, "Tenants"). With --real-cluster the nodes are real kubelets (on an
+# image-less container runtime) with a device plugin advertising the fixture's GPUs: each agent
+# reads its kubelet's pod-resources, kube-scheduler places the launcher pod and kubelet allocates
+# its GPU. With --kubeconfig the Nodes are objects the demo writes, beside fake kubelets, and
+# everything the demo created in the cluster is removed again when it ends.
+#
+# Setup pays only for what the mode uses: of the Go tools pinned in tools/, kubectl alone on the
+# fake API server, helm too on a real one, and the control plane's and nodes' programs with
+# --real-cluster (scripts/cluster.sh build, once per pin); of the Debian packages, the build's
+# (scripts/install-deps.sh --demo). The test suite's own are scripts/install-deps.sh's
+# (docs/testing.md, "The first command's time").
 #
 # Everything it starts stops when it ends, whatever the outcome; it writes only under a
 # temporary directory, so a second run works the same. A step that does not happen within its
@@ -66,15 +76,65 @@ while [ $# -gt 0 ]; do
   esac
 done
 
+# What this mode runs. Programs of the build: the fake API server only on itself, the fake kubelets
+# where no real kubelet runs. Go tools pinned in tools/ (built by scripts/cluster.sh): kubectl
+# everywhere; helm, which installs the chart, on a real API server only (the fake one takes the
+# chart's webhook configurations as test/fakes/gpu-webhooks.yaml holds them rendered); with
+# --real-cluster the control plane and the nodes' programs (kubelet, its container runtime, the
+# test device plugin).
+targets=(gpu-agent gpu-agent-full gpu-controller kubectl-gpu gpu-fixture)
+mode_tools=()
+case "$mode" in
+  fake) targets+=(fake_apiserver fake_kubelet) ;;
+  kubeconfig)
+    targets+=(fake_kubelet)
+    mode_tools+=(helm)
+    ;;
+  real-cluster)
+    mode_tools+=(helm etcd kube-apiserver kube-controller-manager kube-scheduler kubelet
+      cri-runtime gpu-device-plugin)
+    ;;
+esac
+
 if [ "$setup" -eq 1 ]; then
   cd "$source_dir"
-  scripts/install-deps.sh >/dev/null
-  # Configured as scripts/test.sh configures build/, so the tests reuse what this builds.
+  # The Debian packages of the build alone (--demo): not the test suite's tools, nor its Go
+  # tools, which scripts/install-deps.sh adds for the tests (docs/testing.md, "The first
+  # command's time").
+  echo "demo: installing the Debian packages the build needs (scripts/install-deps.sh --demo)" >&2
+  scripts/install-deps.sh --demo >/dev/null
+  # Configured as scripts/test.sh configures build/, so the tests reuse what this builds. Its
+  # warnings name what the test suite would miss (installed by scripts/install-deps.sh): shown
+  # only when the configuration fails.
   # shellcheck source=scripts/lib/configure.sh
   source scripts/lib/configure.sh
-  configure_build normal build >/dev/null
-  cmake --build build -j"$(nproc)" --target gpu-agent gpu-agent-full gpu-controller kubectl-gpu \
-    gpu-fixture fake_kubelet fake_apiserver >/dev/null
+  configure_log=$(mktemp)
+  configure_build normal build >"$configure_log" 2>&1 || {
+    cat "$configure_log" >&2
+    rm -f "$configure_log"
+    echo "demo: configuring build/ failed" >&2
+    exit 1
+  }
+  rm -f "$configure_log"
+  # The Go tools build beside the programs (docs/testing.md, "The first command's time"): the
+  # C++ build keeps one of two cores busy on average, the tools' module downloads wait on the
+  # network. kubectl first, on its own (every mode runs it), then the rest of this mode's; each
+  # is built once per pin and says so on stderr, a cache hit costs nothing. In a process group
+  # of its own, stopped as one if the demo ends first.
+  set -m
+  {
+    scripts/cluster.sh build kubectl >/dev/null &&
+      if [ "${#mode_tools[@]}" -gt 0 ]; then scripts/cluster.sh build "${mode_tools[@]}" >/dev/null; fi
+  } &
+  tools_pid=$!
+  set +m
+  trap 'kill -TERM -- -"$tools_pid" 2>/dev/null || true' EXIT
+  trap 'exit 130' INT TERM
+  echo "demo: building ${targets[*]} into build/" >&2
+  cmake --build build -j"$(nproc)" --target "${targets[@]}" >/dev/null ||
+    { echo "demo: building the programs failed" >&2; exit 1; }
+  wait "$tools_pid" || { echo "demo: building the Go tools failed (scripts/cluster.sh build)" >&2; exit 1; }
+  trap - EXIT
 fi
 
 agent_bin="$build_dir/agent/gpu-agent"
@@ -83,26 +143,31 @@ plugin_bin="$build_dir/controller/kubectl-gpu"
 fixture_bin="$build_dir/fixtures/sysfs/gpu-fixture"
 kubelet_bin="$build_dir/test/fakes/fake_kubelet"
 apiserver_bin="$build_dir/test/fakes/fake_apiserver"
-for program in "$agent_bin" "$controller_bin" "$plugin_bin" "$fixture_bin" "$kubelet_bin" "$apiserver_bin"; do
+programs=("$agent_bin" "$controller_bin" "$plugin_bin" "$fixture_bin")
+[ "$mode" = real-cluster ] || programs+=("$kubelet_bin")
+[ "$mode" != fake ] || programs+=("$apiserver_bin")
+for program in "${programs[@]}"; do
   [ -x "$program" ] || {
-    echo "demo: $program is not built (ninja -C $build_dir gpu-agent gpu-agent-full" \
-      "gpu-controller kubectl-gpu gpu-fixture fake_kubelet fake_apiserver)" >&2
+    echo "demo: $program is not built (ninja -C $build_dir ${targets[*]})" >&2
     exit 2
   }
 done
-# kubectl and helm as pinned in tools/ (kube/go.mod, helm/go.mod), built by scripts/cluster.sh
-# (scripts/install-deps.sh runs it): first on PATH, so the demo prints what kubectl 1.36 prints
-# whatever else is installed, and the real modes have `kubectl create token` and `auth whoami`.
+# kubectl and helm as pinned in tools/ (kube/go.mod, helm/go.mod), built by scripts/cluster.sh:
+# first on PATH, so the demo prints what kubectl 1.36 prints whatever else is installed, and the
+# real modes have `kubectl create token` and `auth whoami`.
 tools_bin=$("$source_dir/scripts/cluster.sh" bin)
 helm_bin="$tools_bin/helm"
-[ -x "$helm_bin" ] || {
-  echo "demo: $helm_bin is not built (scripts/cluster.sh build; scripts/install-deps.sh runs it)" >&2
-  exit 2
-}
+for tool in kubectl "${mode_tools[@]}"; do
+  [ -x "$tools_bin/$tool" ] || {
+    echo "demo: $tools_bin/$tool is not built (scripts/cluster.sh build kubectl ${mode_tools[*]};" \
+      "scripts/demo.sh without --no-setup builds them)" >&2
+    exit 2
+  }
+done
 PATH="$tools_bin:$PATH"
 for tool in kubectl openssl curl; do
   command -v "$tool" >/dev/null || {
-    echo "demo: $tool is not installed (scripts/install-deps.sh installs it)" >&2
+    echo "demo: $tool is not installed (scripts/install-deps.sh --demo installs it)" >&2
     exit 2
   }
 done
@@ -138,9 +203,9 @@ step=setup
 fail() {
   echo "demo: FAILED at step $step: $*" >&2
   local log
-  for log in "$work"/*.log "$work"/cluster/logs/*.log; do
+  for log in "$work"/*.log "$work"/cluster/logs/*.log "$work"/cluster/nodes/*/logs/*.log; do
     [ -s "$log" ] || continue
-    echo "--- ${log##*/} (last lines)" >&2
+    echo "--- ${log#"$work"/} (last lines)" >&2
     tail -n 8 "$log" >&2
   done
   exit 1
@@ -198,6 +263,11 @@ class=a100
 resource=nvidia.com/GA100_A100_PCIE_40GB
 tenant="tenant-a"
 nodes=(gpu-node-1 gpu-node-2)
+declare -A pod_resources=() # each node's kubelet pod-resources socket
+build_tree() {              # build_tree NODE: the fixture host's sysfs tree, the node's root
+  "$fixture_bin" "$source_dir/fixtures/sysfs/specs/$host.json" "$work/$1-root" >/dev/null ||
+    fail "gpu-fixture could not build $host"
+}
 ns=cozy-system
 chart_crds=(gpuclasses.gpu.cozystack.io gpudevices.gpu.cozystack.io gpunodes.gpu.cozystack.io)
 # KubeVirt's and Cozystack's test CRDs (test/fakes/crds), by name.
@@ -310,16 +380,41 @@ case "$mode" in
     wait_for 10 "the fake API server answering kubectl" kc get --raw /readyz
     ;;
   real-cluster)
-    # etcd, kube-apiserver and kube-controller-manager (namespaces, garbage collection), their
-    # state and pids under $work/cluster; cleanup's `cluster.sh down` stops them. Their ports are
-    # chosen here with the replicas' (none given twice: those are not bound yet).
-    for port in apiserver etcd etcd_peer kcm; do
+    # etcd, kube-apiserver, kube-controller-manager (namespaces, garbage collection, the node
+    # lifecycle) and kube-scheduler, their state and pids under $work/cluster; cleanup's
+    # `cluster.sh down` stops them and the nodes. Their ports are chosen here with the replicas'
+    # (none given twice: those are not bound yet).
+    cluster_apiserver_port="" cluster_etcd_port="" cluster_etcd_peer_port="" cluster_kcm_port=""
+    cluster_scheduler_port=""
+    for port in apiserver etcd etcd_peer kcm scheduler; do
       free_port "cluster_${port}_port" || fail "no free TCP port"
     done
     COZY_CLUSTER_APISERVER_PORT=$cluster_apiserver_port COZY_CLUSTER_ETCD_PORT=$cluster_etcd_port \
       COZY_CLUSTER_ETCD_PEER_PORT=$cluster_etcd_peer_port COZY_CLUSTER_KCM_PORT=$cluster_kcm_port \
+      COZY_CLUSTER_SCHEDULER_PORT=$cluster_scheduler_port \
       "$source_dir/scripts/cluster.sh" up "$work/cluster" >"$work/cluster-up.log" 2>&1 ||
       fail "scripts/cluster.sh up: $(tail -n 3 "$work/cluster-up.log")"
+    # The two nodes: a real kubelet each (scripts/cluster.sh node: an image-less container
+    # runtime, the test device plugin advertising the tree's vfio-bound GPUs by IOMMU group, as
+    # KubeVirt's PCI plugin does) registering the Node, labelled for the class; each returns once
+    # its Node is Ready with both GPUs in its allocatable, and prints the node's directory, where
+    # its kubelet's root holds the pod-resources socket.
+    for node in "${nodes[@]}"; do
+      build_tree "$node"
+      node_dir=$("$source_dir/scripts/cluster.sh" node "$work/cluster" "$node" \
+        --host "$work/$node-root" --ids iommu-group --label gpu.cozystack.io/gpu-node=true \
+        2>"$work/node-$node.log") || fail "scripts/cluster.sh node $node: $(tail -n 3 "$work/node-$node.log")"
+      pod_resources[$node]="$node_dir/root/pod-resources/kubelet.sock"
+    done
+    # The kubelets chose their ports themselves: a replica's port one of them took since it was
+    # chosen above is chosen again.
+    for i in 0 1; do
+      for var in "webhook_ports[$i]" "health_ports[$i]"; do
+        if (exec 3<>"/dev/tcp/127.0.0.1/${!var}") 2>/dev/null; then
+          free_port "$var" || fail "no free TCP port"
+        fi
+      done
+    done
     # cluster.sh gives kube-apiserver a webhook client certificate of a CA of its own.
     webhook_client_ca="$work/cluster/pki/webhook-client-ca.crt"
     ;;
@@ -378,16 +473,12 @@ else
   webhook_client_flags=(--webhook-allow-unauthenticated-callers)
 fi
 if [ "$mode" = fake ]; then
-  # The fake has no helm client behind it: its webhook configurations, applied with kubectl.
-  "$helm_bin" template gpu "$source_dir/charts/gpu" -f "$work/values.yaml" --namespace "$ns" \
-    --set policies.kubevirtControllerUser="$kubevirt_user" \
-    >"$work/chart.yaml" || fail "helm template could not render charts/gpu"
-  awk 'function flush() {
-         if (doc ~ /\nkind: (Validating|Mutating)WebhookConfiguration/) printf "---%s\n", doc
-         doc = ""
-       }
-       /^---/ { flush(); next } { doc = doc "\n" $0 } END { flush() }' \
-    "$work/chart.yaml" >"$work/webhooks.yaml"
+  # The fake has no helm client behind it: the chart's webhook configurations, applied with
+  # kubectl, as `helm template` renders them with GPUs on and no cert-manager
+  # (test/fakes/gpu-webhooks.yaml, written by test/fakes/render-gpu-webhooks.sh and checked
+  # against the chart by demo_test), so this mode needs no helm; the demo's CA as caBundle.
+  sed "s|CA_BUNDLE|$(base64 -w0 "$work/ca.crt")|" "$source_dir/test/fakes/gpu-webhooks.yaml" \
+    >"$work/webhooks.yaml" || fail "could not write the chart's webhook configurations"
 else
   # Installed with helm. The webhooks call the first replica on this machine; the chart's own
   # workloads stay empty (no replicas, the agents' DaemonSet on no node): the demo runs the
@@ -446,8 +537,11 @@ spec:
     permittedHostDevices:
       pciHostDevices: [{pciVendorSelector: "10DE:20F1", resourceName: $resource}]
 EOF
-for node in "${nodes[@]}"; do
-  cat >>"$work/cluster.yaml" <<EOF
+# The Nodes, Ready, where no real kubelet registers them (with --real-cluster each node's
+# kubelet does, below).
+if [ "$mode" != real-cluster ]; then
+  for node in "${nodes[@]}"; do
+    cat >>"$work/cluster.yaml" <<EOF
 ---
 apiVersion: v1
 kind: Node
@@ -457,10 +551,12 @@ metadata:
 status:
   conditions: [{type: Ready, status: "True"}]
 EOF
-done
-[ "$mode" = fake ] || own_namespaces+=("$tenant") own_nodes=1
+  done
+fi
+[ "$mode" = fake ] || own_namespaces+=("$tenant")
+[ "$mode" != kubeconfig ] || own_nodes=1
 kc apply -f "$work/cluster.yaml" >"$work/kubectl-apply.log" 2>&1 ||
-  fail "kubectl could not apply the namespaces and nodes: $(tail -n 2 "$work/kubectl-apply.log")"
+  fail "kubectl could not apply the namespaces, KubeVirt's configuration and the Nodes: $(tail -n 2 "$work/kubectl-apply.log")"
 if [ "$mode" = fake ]; then
   kc apply -f "$work/webhooks.yaml" >/dev/null || fail "kubectl could not apply the chart's webhooks"
 fi
@@ -585,23 +681,31 @@ EOF
   echo "== the tenant: $tenant_line"
 fi
 
-# --- Each node: its sysfs tree, its kubelet (both A100 free), its agent.
+# --- Each node: its sysfs tree, its kubelet (both A100 free), its agent. With --real-cluster the
+# real kubelets started with the control plane (above); elsewhere a fake kubelet serves
+# pod-resources from a scenario: KubeVirt's PCI plugin advertising both GPUs, none in use.
+if [ "$mode" != real-cluster ]; then
+  for node in "${nodes[@]}"; do
+    build_tree "$node"
+    "$kubelet_bin" --socket "$work/$node.sock" \
+      --scenario "$source_dir/fixtures/kubelet/a100-kubevirt-pci-idle.json" \
+      >"$work/kubelet-$node.log" 2>&1 &
+    pids+=($!)
+    pod_resources[$node]="$work/$node.sock"
+  done
+fi
 for node in "${nodes[@]}"; do
-  "$fixture_bin" "$source_dir/fixtures/sysfs/specs/$host.json" "$work/$node-root" >/dev/null ||
-    fail "gpu-fixture could not build $host"
-  "$kubelet_bin" --socket "$work/$node.sock" \
-    --scenario "$source_dir/fixtures/kubelet/a100-kubevirt-pci-idle.json" \
-    >"$work/kubelet-$node.log" 2>&1 &
-  pids+=($!)
-done
-for node in "${nodes[@]}"; do
-  wait_for 10 "the fake kubelet of $node serving" test -S "$work/$node.sock"
+  wait_for 10 "the kubelet of $node serving pod-resources" test -S "${pod_resources[$node]}"
   "$agent_bin" run --node-name "$node" --kubeconfig "$(agent_kubeconfig "$node")" \
     --sysfs-root "$work/$node-root" --pci-ids "$source_dir/fixtures/pci.ids" \
-    --pod-resources "unix://$work/$node.sock" --udev-source off --health-addr 127.0.0.1:0 \
+    --pod-resources "unix://${pod_resources[$node]}" --udev-source off --health-addr 127.0.0.1:0 \
     >"$work/agent-$node.log" 2>&1 &
   pids+=($!)
 done
+if [ "$mode" = real-cluster ]; then
+  echo "== nodes: real kubelets (scripts/cluster.sh node) with a device plugin advertising each" \
+    "node's two A100 as $resource; each agent reads its kubelet's pod-resources"
+fi
 
 # --- Two controller replicas, GPUs on.
 for i in 0 1; do
@@ -710,7 +814,15 @@ as_tenant show get gpudevices -n "$tenant" -o wide
 test "$(jp gpudevice/train '{.status.attachment.vmiName}' "$tenant")" = vm1 ||
   fail "train is not attached to vm1"
 # The launcher pod, as virt-controller creates it for the VMI (owned by it, labelled as KubeVirt
-# labels launchers and with the device-reference label the VMI carries).
+# labels launchers and with the device-reference label the VMI carries). On real nodes it also
+# asks for its GPU as virt-controller renders a gpus entry, a limit of the entry's resource
+# name, so that kube-scheduler places it where that resource is free and kubelet allocates it
+# one; where no kubelet runs (the fake API server, --kubeconfig's Node objects) nothing would
+# place or allocate it.
+launcher_limits=""
+if [ "$mode" = real-cluster ]; then
+  launcher_limits=", resources: {limits: {$resource: \"$(grep -c "=$resource" <<<"$gpus")\"}}"
+fi
 cat >"$work/launcher.yaml" <<EOF
 apiVersion: v1
 kind: Pod
@@ -729,7 +841,7 @@ metadata:
     controller: true
     blockOwnerDeletion: true
 spec:
-  containers: [{name: compute, image: virt-launcher}]
+  containers: [{name: compute, image: virt-launcher$launcher_limits}]
 EOF
 echo "\$ kubectl create -f launcher.yaml   # virt-launcher-vm1-x7k2p, as virt-controller creates it ($kubevirt_user)"
 as_kubevirt kc create -f "$work/launcher.yaml" 2>&1 | sed 's/^/  /' || fail "the launcher pod was refused"
@@ -740,6 +852,22 @@ pinned=$(jp pod/virt-launcher-vm1-x7k2p \
   "${terms}[0].matchFields[?(@.key==\"metadata.name\")].values[0]}" "$tenant")
 [ "$pinned" = "$held_node" ] || fail "the launcher is pinned to '$pinned', not to $held_node"
 echo "  -> the launcher pod is pinned to $pinned, the node of its GPU"
+if [ "$mode" = real-cluster ]; then
+  # kube-scheduler places it (the pin leaves it one node), kubelet admits it, its device manager
+  # has the plugin allocate the GPU, and the image-less runtime "runs" it. The agent re-reads
+  # pod-resources when its watch sees the node's pods change (else every 10 s), and publishes.
+  wait_for 30 "kube-scheduler placing the launcher pod on $held_node" \
+    field_is pod/virt-launcher-vm1-x7k2p '{.spec.nodeName}' "$tenant" "$held_node"
+  wait_for 30 "kubelet on $held_node running the launcher pod" \
+    field_is pod/virt-launcher-vm1-x7k2p '{.status.phase}' "$tenant" Running
+  show get pod virt-launcher-vm1-x7k2p -n "$tenant" -o wide
+  wait_for 20 "gpu-agent on $held_node publishing the launcher's GPU as allocated" \
+    field_is "gpunode/$held_node" '{.status.summary.allocated}' "" 1
+  show get gpunodes
+  allocated=$(jp "gpunode/$held_node" '{.status.devices[?(@.allocated==1)].pciAddress}')
+  echo "  -> on real nodes: kube-scheduler placed the launcher on $held_node, kubelet allocated it" \
+    "the GPU $allocated, and the GPUNode shows it allocated"
+fi
 
 # =================================================================================================
 step=4
@@ -756,6 +884,18 @@ wait_for 10 "the binder's Moved Event for train" moved_event
 show get events -n "$tenant" --field-selector reason=Moved \
   -o custom-columns=REASON:.reason,OBJECT:.involvedObject.name,MESSAGE:.message
 echo "  -> train moved to $other_node (a class with onCordon: Stay keeps it on $held_node)"
+if [ "$mode" = real-cluster ]; then
+  # A cordon evicts nothing: the running VM keeps its GPU where it runs; the move is where train
+  # starts its next VM. The GPUNode keeps counting the unit, and the model with it.
+  if ! field_is pod/virt-launcher-vm1-x7k2p '{.status.phase}' "$tenant" Running ||
+    ! field_is pod/virt-launcher-vm1-x7k2p '{.spec.nodeName}' "$tenant" "$held_node"; then
+    fail "the launcher pod no longer runs on the cordoned $held_node"
+  fi
+  field_is "gpunode/$held_node" '{.status.summary.allocated}' "" 1 ||
+    fail "the GPUNode of the cordoned $held_node no longer counts the launcher's GPU"
+  echo "  -> on real nodes: the cordon evicts nothing: vm1's launcher still runs on $held_node" \
+    "with its GPU (1 allocated there) until the VM ends; train's next VM starts on $other_node"
+fi
 gpu nodes
 gpu why train -n "$tenant"
 show delete vmi vm1 -n "$tenant"
@@ -767,6 +907,11 @@ wait_for 15 "train detached from the ended vm1" \
 no_pods() { [ -z "$(kc get pods -n "$tenant" -o name 2>/dev/null)" ]; }
 wait_for 75 "the launcher pod gone with its VMI (garbage collection)" no_pods
 echo "  -> vm1 ended: its launcher pod went with it, train is detached (still held)"
+if [ "$mode" = real-cluster ]; then
+  wait_for 20 "gpu-agent on $held_node publishing the launcher's GPU as free again" \
+    field_is "gpunode/$held_node" '{.status.summary.allocated}' "" 0
+  echo "  -> on real nodes: kubelet freed the launcher's GPU, the GPUNode of $held_node shows 0 allocated"
+fi
 as_tenant show delete gpudevice train -n "$tenant" --timeout=20s
 wait_for 15 "GPUDevice train gone" absent gpudevice/train "$tenant"
 wait_for 15 "the usage record of train gone" absent workload/gpudevice-train "$tenant"
@@ -778,8 +923,8 @@ catalog
 step="the end"
 echo
 case "$mode" in
-  fake) stopping="the API server" ;;
-  real-cluster) stopping="the control plane" ;;
-  kubeconfig) stopping="removing what the demo created in the cluster" ;;
+  fake) stopping="2 kubelets, 2 controller replicas and the API server" ;;
+  real-cluster) stopping="2 controller replicas, the 2 nodes (kubelet, runtime, device plugin) and the control plane" ;;
+  kubeconfig) stopping="2 kubelets, 2 controller replicas and removing what the demo created in the cluster" ;;
 esac
-echo "== demo complete: stopping the 2 agents, 2 kubelets, 2 controller replicas and $stopping"
+echo "== demo complete: stopping the 2 agents, $stopping"

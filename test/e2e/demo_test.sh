@@ -1,31 +1,49 @@
 #!/usr/bin/env bash
 # demo_test: runs scripts/demo.sh on what the build has built (--no-setup BUILD_DIR): twice on the
-# fake API server and once on a real control plane of its own (--real-cluster: scripts/cluster.sh
-# up and down), and checks each step's outcome in what each run prints, that it stopped
-# everything it started, that the second run did the same as the first, and that the real API
-# server's run showed the same steps.
+# fake API server and once on a real control plane of its own with two real nodes
+# (--real-cluster: scripts/cluster.sh up, node and down), and checks each step's outcome in what
+# each run prints, that it stopped everything it started, that the second run did the same as
+# the first, that the real API server's run showed the same steps, and what only real nodes show
+# (the launcher placed by kube-scheduler, its GPU allocated by kubelet, the GPUNode saying so).
+# Before the runs: the chart's webhook configurations the fake mode applies
+# (test/fakes/gpu-webhooks.yaml) are what helm renders from the chart now.
 #   test/e2e/demo_test.sh SOURCE_DIR BUILD_DIR
-# Exit 0 passed, 1 failed, 77 skipped (a tool the demo calls is missing).
+# Exit 0 passed, 1 failed, 77 skipped (a tool the demo calls is missing, or not root: real
+# kubelets need it).
 set -uo pipefail
 source_dir=$1
 build_dir=$2
 
-for tool in kubectl helm openssl curl; do
+for tool in kubectl helm openssl curl ip unshare; do
   if ! command -v "$tool" >/dev/null; then
     echo "SKIP: $tool is not installed (scripts/install-deps.sh installs it)"
     exit 77
   fi
 done
 tools_bin=$("$source_dir/scripts/cluster.sh" bin)
-for tool in etcd kube-apiserver kube-controller-manager; do
+for tool in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet cri-runtime \
+  gpu-device-plugin; do
   if [ ! -x "$tools_bin/$tool" ]; then
     echo "SKIP: $tools_bin/$tool is not built (scripts/cluster.sh build)"
     exit 77
   fi
 done
+if [ "$(id -u)" -ne 0 ]; then
+  echo "SKIP: not root: the --real-cluster run's kubelets need mount namespaces and sysctls"
+  exit 77
+fi
 
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/demo-test.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
+
+# The fake mode's webhook configurations, rendered once and committed so that the demo's first
+# run needs no helm: still what the chart renders?
+if ! "$source_dir/test/fakes/render-gpu-webhooks.sh" >"$scratch/webhooks.yaml" ||
+  ! diff -u "$source_dir/test/fakes/gpu-webhooks.yaml" "$scratch/webhooks.yaml"; then
+  echo "FAIL: test/fakes/gpu-webhooks.yaml is not what the chart renders now" \
+    "(test/fakes/render-gpu-webhooks.sh > test/fakes/gpu-webhooks.yaml)"
+  exit 1
+fi
 failures=0
 check() { # check RUN WHAT EXTENDED-REGEX: the run's output has a line matching it
   if ! grep -Eq -- "$3" "$scratch/run$1.out"; then
@@ -35,8 +53,9 @@ check() { # check RUN WHAT EXTENDED-REGEX: the run's output has a line matching 
 }
 value() { sed -nE "s/$2/\\1/p" "$scratch/run$1.out" | head -n1; } # value RUN SED-REGEX-WITH-GROUP
 
-# Runs 1 and 2 on the fake API server (about 7 s each), run 3 on a real control plane (about 50 s:
-# its start, helm, and the garbage collector's 30 s discovery of the CRDs the demo applies).
+# Runs 1 and 2 on the fake API server (about 7 s each), run 3 on a real control plane with real
+# nodes (about 60 s: its start, the two kubelets', helm, and the garbage collector's 30 s
+# discovery of the CRDs the demo applies).
 modes=("" fake fake real-cluster)
 bounds=(0 90 90 180)
 for run in 1 2 3; do
@@ -87,7 +106,13 @@ for run in 1 2 3; do
     failures=$((failures + 1))
   fi
   check $run "the Moved event" "^  Moved +train +.*cordoned"
-  check $run "kubectl gpu nodes: the cordoned node takes no binds" "^  $bound +2 +2 +0 +a100 2/2 free +no +cordoned$"
+  # (On real nodes the running launcher keeps its GPU on the cordoned node: 1 allocated there.)
+  if [ "${modes[$run]}" = fake ]; then
+    check $run "kubectl gpu nodes: the cordoned node takes no binds" "^  $bound +2 +2 +0 +a100 2/2 free +no +cordoned$"
+  else
+    check $run "kubectl gpu nodes: the cordoned node takes no binds, its GPU still the launcher's" \
+      "^  $bound +2 +2 +1 +a100 1/2 free +no +cordoned$"
+  fi
   check $run "kubectl gpu why: train kept where it moved" "^  DECISION: +keep on $moved: held$"
   check $run "vm1 deleted" 'virtualmachineinstance\.kubevirt\.io "vm1" deleted'
   check $run "the launcher went with vm1, train detached" '^  -> vm1 ended: its launcher pod went with it'
@@ -96,9 +121,14 @@ for run in 1 2 3; do
   check $run "train released" '^  -> train released: its usage record is gone$'
   check $run "the end" '^== demo complete'
 
-  # Everything it started has stopped and its files are gone.
-  if [ -n "$(ls -A "$scratch/tmp$run")" ]; then
-    echo "FAIL (run $run): left files behind: $(ls -A "$scratch/tmp$run")"
+  # Everything it started has stopped and its files are gone. (scripts/cluster.sh node's lock
+  # of the host's sysctls, an empty file in $TMPDIR, stays, as lock files do.)
+  left=""
+  for file in "$scratch/tmp$run"/* "$scratch/tmp$run"/.[!.]*; do
+    [ -e "$file" ] && [ "${file##*/}" != cozy-kubelet-sysctls.lock ] && left+=" ${file##*/}"
+  done
+  if [ -n "$left" ]; then
+    echo "FAIL (run $run): left files behind: $left"
     failures=$((failures + 1))
   fi
   for cmdline in /proc/[0-9]*/cmdline; do
@@ -113,7 +143,11 @@ done
 # The second run showed the same steps (node names may swap: the binder picks among equals), and
 # the real API server's run the same steps as the fake's (its header lines name the cluster and
 # the identities, its last line the control plane).
-normalize() { sed -E 's/gpu-node-[12]/gpu-node-N/g; s/[0-9]+(s|m[0-9]+s)\b/AGE/g; s/(uid|Lease holder): .*/\1: X/' "$1" | grep -E "$2"; }
+# Lines only real nodes print ("  -> on real nodes: ...") are checked below, not compared.
+normalize() {
+  sed -E 's/gpu-node-[12]/gpu-node-N/g; s/[0-9]+(s|m[0-9]+s)\b/AGE/g; s/(uid|Lease holder): .*/\1: X/' "$1" |
+    grep -E "$2" | grep -v '^  -> on real nodes: '
+}
 if ! diff <(normalize "$scratch/run1.out" '^(==|  ->)') <(normalize "$scratch/run2.out" '^(==|  ->)') \
   >"$scratch/diff"; then
   echo "FAIL: the second run's steps differ from the first's:"
@@ -128,6 +162,18 @@ if ! diff <(normalize "$scratch/run1.out" '^(== [0-9]\.|  ->)') \
 fi
 check 3 "the real control plane named" '^== on a real control plane \(scripts/cluster\.sh up\): kube-apiserver v1\.'
 check 3 "the tenant a client-certificate user" '^== the tenant: the user alice \(a client certificate'
+# What real nodes add: real kubelets, the launcher placed by kube-scheduler on the GPU's node and
+# given a GPU by kubelet, the GPUNode counting it, and kubelet freeing it when the VM ends.
+check 3 "the nodes real kubelets" '^== nodes: real kubelets \(scripts/cluster\.sh node\)'
+bound=$(value 3 '^  -> train is Bound on (gpu-node-[12])$')
+check 3 "the launcher placed on $bound and running" "^  virt-launcher-vm1-x7k2p +1/1 +Running +0 +[0-9a-z]+ +[^ ]+ +$bound "
+check 3 "the GPUNode of $bound counting the launcher's GPU" "^  $bound +2 +2 +2 +1 "
+check 3 "kube-scheduler placed it, kubelet allocated a GPU" \
+  "^  -> on real nodes: kube-scheduler placed the launcher on $bound, kubelet allocated it the GPU 0000:[0-9a-f:.]+, and the GPUNode shows it allocated$"
+check 3 "the cordon evicting nothing" \
+  "^  -> on real nodes: the cordon evicts nothing: vm1's launcher still runs on $bound with its GPU"
+check 3 "kubelet freed the GPU when vm1 ended" \
+  "^  -> on real nodes: kubelet freed the launcher's GPU, the GPUNode of $bound shows 0 allocated$"
 
 if [ "$failures" -ne 0 ]; then
   for run in 1 3; do
