@@ -143,32 +143,10 @@ can gpu-controller delete nodes no
 can gpu-controller create secrets no
 
 # --- GPUs on, webhooks on a controller at 127.0.0.1 -----------------------------------------
-# The serving certificate names the address the API server dials (an IP SAN), signed by a CA
-# the webhook configurations carry.
-(cd "$work" &&
-  openssl req -x509 -newkey rsa:2048 -nodes -keyout webhook-ca.key -out webhook-ca.crt -days 1 \
-    -subj /CN=gpu-controller-ca 2>/dev/null &&
-  printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >san.ext &&
-  openssl req -newkey rsa:2048 -nodes -keyout tls.key -out tls.csr -subj /CN=127.0.0.1 2>/dev/null &&
-  openssl x509 -req -in tls.csr -CA webhook-ca.crt -CAkey webhook-ca.key -CAcreateserial \
-    -out tls.crt -days 1 -extfile san.ext 2>/dev/null &&
-  mkdir certs && cp tls.crt tls.key certs/) || abort "openssl could not make the webhook certificate"
+webhook_certs || abort "openssl could not make the webhook certificate"
 free_port webhook_port || abort "no free port for the webhooks"
 free_port health_port || abort "no free port for the controller's health"
-cat >"$on_values" <<EOF
-gpu:
-  enabled: true
-  webhook:
-    certManager: false
-    caBundle: $(base64 -w0 "$work/webhook-ca.crt")
-    existingSecret: gpu-controller-webhook-tls
-    url: https://127.0.0.1:$webhook_port
-    # Dual-stack (H8): kube-apiserver accepts one ipBlock per family.
-    networkPolicy: {podCIDRs: [10.244.0.0/16, "fd00:10:244::/56"]}
-    # The CA of the API server's webhook client certificate (cluster.sh's admission.yaml).
-    clientCA: |
-$(sed 's/^/      /' "$cluster_dir/pki/webhook-client-ca.crt")
-EOF
+gpus_on_values "$on_values" "$webhook_port"
 if helm upgrade gpu "$source_dir/charts/gpu" --kubeconfig "$admin_kubeconfig" -n "$ns" \
   -f "$on_values" >"$work/out" 2>&1; then
   pass "helm upgrade, GPUs on, webhooks at https://127.0.0.1:$webhook_port, the NetworkPolicy of dual-stack pod CIDRs accepted (H8)"
@@ -197,15 +175,7 @@ else
   fail "no NetworkPolicy gpu-controller-webhook-callers or client CA ConfigMap"
 fi
 
-# The controller as the chart's service account: a token the API server issues (TokenRequest).
-token=$(kc create token gpu-controller -n "$ns" --duration 1h) || abort "TokenRequest for gpu-controller"
-token_kubeconfig "$work/controller.kubeconfig" "$token"
-"$build_dir/controller/gpu-controller" run --kubeconfig "$work/controller.kubeconfig" \
-  --namespace "$ns" --identity replica-0 --enable-gpu \
-  --webhook-addr "127.0.0.1:$webhook_port" --webhook-cert-dir "$work/certs" \
-  --webhook-client-ca "$cluster_dir/pki/webhook-client-ca.crt" --health-addr "127.0.0.1:$health_port" >"$work/controller.log" 2>&1 &
-pids+=($!)
-wait_until 60 curl -fsS "http://127.0.0.1:$health_port/readyz" ||
+start_controller "$ns" "$webhook_port" "$health_port" ||
   abort "gpu-controller (as the service account gpu-controller) did not become ready"
 pass "gpu-controller runs as the chart's service account (a TokenRequest token) and is ready"
 

@@ -96,6 +96,16 @@ wait_until() {
   done
 }
 
+# until_is SECONDS VALUE COMMAND...: until COMMAND prints VALUE; status 1 when it never did.
+until_is() {
+  local deadline=$((SECONDS + $1)) value=$2
+  shift 2
+  until [ "$("$@" 2>/dev/null)" = "$value" ]; do
+    [ "$SECONDS" -lt "$deadline" ] || return 1
+    sleep 0.25
+  done
+}
+
 # expect_ok WHAT COMMAND...: COMMAND succeeds.
 expect_ok() {
   local what=$1
@@ -187,9 +197,102 @@ wait_crds() {
     crd/gpuclasses.gpu.cozystack.io crd/gpudevices.gpu.cozystack.io crd/gpunodes.gpu.cozystack.io
 }
 
+# GPUs on with the webhooks on a controller at 127.0.0.1 (docs/testing.md, "The real control
+# plane"). webhook_certs: the serving pair in $work/certs/ naming the address the API server
+# dials (an IP SAN), signed by a CA of its own, $work/webhook-ca.crt, which the webhook
+# configurations carry.
+webhook_certs() {
+  (cd "$work" &&
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout webhook-ca.key -out webhook-ca.crt -days 1 \
+      -subj /CN=gpu-controller-ca 2>/dev/null &&
+    printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >san.ext &&
+    openssl req -newkey rsa:2048 -nodes -keyout tls.key -out tls.csr -subj /CN=127.0.0.1 2>/dev/null &&
+    openssl x509 -req -in tls.csr -CA webhook-ca.crt -CAkey webhook-ca.key -CAcreateserial \
+      -out tls.crt -days 1 -extfile san.ext 2>/dev/null &&
+    mkdir -p certs && cp tls.crt tls.key certs/)
+}
+# gpus_on_values FILE WEBHOOK_PORT: the chart's values for GPUs on, webhooks at that port.
+gpus_on_values() {
+  cat >"$1" <<EOF
+gpu:
+  enabled: true
+  webhook:
+    certManager: false
+    caBundle: $(base64 -w0 "$work/webhook-ca.crt")
+    existingSecret: gpu-controller-webhook-tls
+    url: https://127.0.0.1:$2
+    # Dual-stack (H8): kube-apiserver accepts one ipBlock per family.
+    networkPolicy: {podCIDRs: [10.244.0.0/16, "fd00:10:244::/56"]}
+    # The CA of the API server's webhook client certificate (cluster.sh's admission.yaml).
+    clientCA: |
+$(sed 's/^/      /' "$cluster_dir/pki/webhook-client-ca.crt")
+EOF
+}
+# start_controller NAMESPACE WEBHOOK_PORT HEALTH_PORT [FLAG...]: gpu-controller with GPUs on as
+# the chart's service account (a token the API server issues: TokenRequest), its log
+# $work/controller.log; status 1 when it is not ready within 60 s.
+start_controller() {
+  local ns=$1 webhook_port=$2 health_port=$3 token
+  shift 3
+  token=$(kc create token gpu-controller -n "$ns" --duration 1h) || return 1
+  token_kubeconfig "$work/controller.kubeconfig" "$token"
+  "$build_dir/controller/gpu-controller" run --kubeconfig "$work/controller.kubeconfig" \
+    --namespace "$ns" --identity replica-0 --enable-gpu \
+    --webhook-addr "127.0.0.1:$webhook_port" --webhook-cert-dir "$work/certs" \
+    --webhook-client-ca "$cluster_dir/pki/webhook-client-ca.crt" \
+    --health-addr "127.0.0.1:$health_port" "$@" >"$work/controller.log" 2>&1 &
+  pids+=($!)
+  wait_until 60 curl -fsS "http://127.0.0.1:$health_port/readyz"
+}
+
 source "$source_dir/scripts/lib/free-port.sh" # free_port VAR
 
 # A fixture host's sysfs tree: fixture_root NAME HOST → $work/NAME-root
 fixture_root() {
   "$build_dir/fixtures/sysfs/gpu-fixture" "$source_dir/fixtures/sysfs/specs/$2.json" "$work/$1-root" >/dev/null
+}
+
+# real_node NAME FIXTURE [scripts/cluster.sh node options...]: a real node (a kubelet and the
+# test device plugin on that fixture host, docs/testing.md "Real nodes") labelled a GPU node,
+# removed at the end, and its gpu-agent on its own kubelet's pod-resources socket (polled every
+# 2 s; each change of its node's pods reads it at once). With AGENT_NS set the agent runs as the
+# chart's would: a token bound to its pod gpu-agent-NAME in AGENT_NS on that node, which the
+# node's kubelet admits; otherwise as the admin. Waits for its GPUNode; node_dirs[NAME] is the
+# node's state directory.
+declare -A node_dirs
+real_node() {
+  local name=$1 spec=$2 started=$SECONDS kubeconfig=$admin_kubeconfig
+  shift 2
+  fixture_root "$name" "$spec" || abort "gpu-fixture could not build $spec"
+  node_dirs[$name]=$("$source_dir/scripts/cluster.sh" node "$cluster_dir" "$name" \
+    --host "$work/$name-root" --label gpu.cozystack.io/gpu-node=true "$@" 2>"$work/node-$name.log") ||
+    abort "scripts/cluster.sh node $name: $(cat "$work/node-$name.log")"
+  on_exit "'$source_dir/scripts/cluster.sh' node-down '$cluster_dir' $name"
+  on_exit "cp -r '${node_dirs[$name]}/logs' '$work/$name-logs'"
+  pass "node $name Ready with its devices in $((SECONDS - started)) s"
+  if [ -n "${AGENT_NS:-}" ]; then
+    cat <<EOF | kc apply -f - >/dev/null || abort "the agent pod of $name"
+apiVersion: v1
+kind: Pod
+metadata: {name: gpu-agent-$name, namespace: $AGENT_NS}
+spec:
+  serviceAccountName: gpu-agent
+  nodeName: $name
+  containers: [{name: agent, image: example.invalid/gpu-agent:1}]
+EOF
+    on_exit "kc delete pod -n $AGENT_NS gpu-agent-$name --force --grace-period=0 --wait=false"
+    local token
+    token=$(kc create token gpu-agent -n "$AGENT_NS" --bound-object-kind Pod \
+      --bound-object-name "gpu-agent-$name" --duration 1h) || abort "TokenRequest for gpu-agent-$name"
+    kubeconfig="$work/agent-$name.kubeconfig"
+    token_kubeconfig "$kubeconfig" "$token"
+  fi
+  "$build_dir/agent/gpu-agent" run --node-name "$name" --kubeconfig "$kubeconfig" \
+    --sysfs-root "$work/$name-root" --pci-ids "$source_dir/fixtures/pci.ids" \
+    --pod-resources "unix://${node_dirs[$name]}/root/pod-resources/kubelet.sock" \
+    --pod-resources-interval 2s --udev-source off --dbus off --health-addr off \
+    >"$work/agent-$name.log" 2>&1 &
+  pids+=($!)
+  published() { kc get gpunode "$1" -o jsonpath='{.status.devices}' | grep -q pciAddress; }
+  wait_until 30 published "$name" || abort "the agent of $name published no GPUNode"
 }

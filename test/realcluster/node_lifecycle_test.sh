@@ -28,35 +28,11 @@ kc create namespace cozy-system >/dev/null
 kc create namespace tenant >/dev/null
 kc label namespace tenant gpu.cozystack.io/tenant-namespace=true >/dev/null
 
-# until_is SECONDS VALUE COMMAND...: until COMMAND prints VALUE; status 1 when it never did.
-until_is() {
-  local deadline=$((SECONDS + $1)) value=$2
-  shift 2
-  until [ "$("$@" 2>/dev/null)" = "$value" ]; do
-    [ "$SECONDS" -lt "$deadline" ] || return 1
-    sleep 0.25
-  done
-}
 node_of() { kc get gpudevice "$1" -n tenant -o jsonpath='{.status.nodeName}'; }
 phase_of() { kc get gpudevice "$1" -n tenant -o jsonpath='{.status.phase}'; }
 ready() { kc get node "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}'; }
 
-# start_node NAME: a real node on the fixture host a100-vfio (2 units) and its agent.
-start_node() {
-  fixture_root "$1" a100-vfio || abort "gpu-fixture could not build a100-vfio"
-  local dir
-  dir=$("$cluster" node "$cluster_dir" "$1" --host "$work/$1-root" \
-    --label gpu.cozystack.io/gpu-node=true 2>"$work/node-$1.log") ||
-    abort "scripts/cluster.sh node $1: $(cat "$work/node-$1.log")"
-  "$build_dir/agent/gpu-agent" run --node-name "$1" --kubeconfig "$admin_kubeconfig" \
-    --sysfs-root "$work/$1-root" --pci-ids "$source_dir/fixtures/pci.ids" \
-    --pod-resources "unix://$dir/root/pod-resources/kubelet.sock" --pod-resources-interval 2s \
-    --udev-source off --dbus off --health-addr off >"$work/agent-$1.log" 2>&1 &
-  pids+=($!)
-  until_is 30 2 kc get gpunode "$1" -o jsonpath='{.status.summary.gpus}' ||
-    abort "the agent of $1 published no GPUNode"
-}
-start_node node-a
+real_node node-a a100-vfio # the agents run as the admin here
 
 # The controller, GPUs on, its webhooks served but registered nowhere (not under test here).
 openssl req -x509 -newkey rsa:2048 -nodes -keyout "$work/tls.key" -out "$work/tls.crt" -days 1 \
@@ -108,7 +84,7 @@ kc patch vmi vm-run -n tenant --type=merge \
 kc patch gpudevice running -n tenant --subresource=status --type=merge \
   -p "{\"status\":{\"attachment\":{\"vmiName\":\"vm-run\",\"vmiUID\":\"$uid\"}}}" >/dev/null ||
   abort "the attachment"
-start_node node-b # room elsewhere: only the grace, or a running VM, keeps a set on node-a
+real_node node-b a100-vfio # room elsewhere: only the grace, or a running VM, keeps a set on node-a
 sleep 2
 [ "$(node_of idle)/$(node_of running)" = node-a/node-a ] && pass "a Ready node-a keeps both sets" ||
   fail "moved while node-a was Ready: $(node_of idle)/$(node_of running)"

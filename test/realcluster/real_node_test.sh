@@ -16,55 +16,10 @@ create_namespace "rn-$$"
 tenant="rn-$$"
 on_exit "kc delete namespace $tenant --wait=false"
 
-# until_is SECONDS VALUE COMMAND...: until COMMAND prints VALUE; status 1 when it never did.
-until_is() {
-  local deadline=$((SECONDS + $1)) value=$2
-  shift 2
-  until [ "$("$@" 2>/dev/null)" = "$value" ]; do
-    [ "$SECONDS" -lt "$deadline" ] || return 1
-    sleep 0.25
-  done
-}
 gpu_a100=nvidia.com/GA100_A100_PCIE_40GB
 gpu_t4=nvidia.com/GRID_T4-2Q
 
-# start_node NAME FIXTURE [cluster.sh node options]: a real node on that fixture host, its agent
-# pod (admitted by its kubelet) and its agent, whose GPUNode is waited for.
-declare -A node_dirs
-start_node() {
-  local name=$1 spec=$2
-  shift 2
-  fixture_root "$name" "$spec" || abort "gpu-fixture could not build $spec"
-  local started=$SECONDS
-  node_dirs[$name]=$("$cluster" node "$cluster_dir" "$name" --host "$work/$name-root" \
-    --label gpu.cozystack.io/gpu-node=true "$@" 2>"$work/node-$name.log") ||
-    abort "scripts/cluster.sh node $name: $(cat "$work/node-$name.log")"
-  on_exit "'$cluster' node-down '$cluster_dir' $name"
-  on_exit "cp -r '${node_dirs[$name]}/logs' '$work/$name-logs'"
-  pass "node $name Ready with its devices in $((SECONDS - started)) s"
-  cat <<EOF | kc apply -f - >/dev/null || abort "the agent pod of $name"
-apiVersion: v1
-kind: Pod
-metadata: {name: gpu-agent-$name, namespace: $ns}
-spec:
-  serviceAccountName: gpu-agent
-  nodeName: $name
-  containers: [{name: agent, image: example.invalid/gpu-agent:1}]
-EOF
-  on_exit "kc delete pod -n $ns gpu-agent-$name --force --grace-period=0 --wait=false"
-  local token
-  token=$(kc create token gpu-agent -n "$ns" --bound-object-kind Pod \
-    --bound-object-name "gpu-agent-$name" --duration 1h) || abort "TokenRequest for gpu-agent-$name"
-  token_kubeconfig "$work/agent-$name.kubeconfig" "$token"
-  "$build_dir/agent/gpu-agent" run --node-name "$name" --kubeconfig "$work/agent-$name.kubeconfig" \
-    --sysfs-root "$work/$name-root" --pci-ids "$source_dir/fixtures/pci.ids" \
-    --pod-resources "unix://${node_dirs[$name]}/root/pod-resources/kubelet.sock" \
-    --pod-resources-interval 2s --udev-source off --dbus off --health-addr off \
-    >"$work/agent-$name.log" 2>&1 &
-  pids+=($!)
-  published() { kc get gpunode "$1" -o jsonpath='{.status.devices}' | grep -q pciAddress; }
-  wait_until 30 published "$name" || abort "the agent of $name published no GPUNode"
-}
+AGENT_NS=$ns # the agents run as the chart's: tokens bound to their pods
 # dev NODE ADDRESS FIELD: one field of a GPUNode device.
 dev() { kc get gpunode "$1" -o jsonpath="{.status.devices[?(@.pciAddress==\"$2\")].$3}" 2>/dev/null; }
 # expect_dev WHAT NODE ADDRESS FIELD VALUE [SECONDS]: the field reaches VALUE (the agent polls
@@ -101,9 +56,9 @@ EOF
 phase() { kc get pod "$1" -n "$tenant" -o jsonpath='{.status.phase}' 2>/dev/null; }
 
 a=rn-a100-$$ b=rn-t4-$$ c=rn-group-$$
-start_node "$a" a100-vfio
-start_node "$b" t4-mdev
-start_node "$c" a100-vfio --ids iommu-group
+real_node "$a" a100-vfio
+real_node "$b" t4-mdev
+real_node "$c" a100-vfio --ids iommu-group
 # The tenant's pods go while their kubelets still run (first thing at the end).
 on_exit "kc delete pods --all -n $tenant --timeout=30s"
 
@@ -189,7 +144,7 @@ expect_dev "vm-3 deleted: free again" "$a" 0000:af:00.0 allocated 0
 # UpdateAllocatedDevices), so no device of a Succeeded or Failed pod is listed: a scan that
 # counts every listed pod as active finds none, and the agent counts both devices free.
 d=rn-legacy-$$
-start_node "$d" a100-vfio --feature-gates KubeletPodResourcesListUseActivePods=false
+real_node "$d" a100-vfio --feature-gates KubeletPodResourcesListUseActivePods=false
 pod old-ok "$d" "$gpu_a100" 1 example.invalid/job:exit-0
 pod old-failed "$d" "$gpu_a100" 1 example.invalid/job:exit-1
 old_phases() { echo "$(phase old-ok)/$(phase old-failed)"; }
@@ -209,7 +164,8 @@ kc delete pod old-ok old-failed -n "$tenant" --wait=false >/dev/null
 echo 0000:af:00.0 >"${node_dirs[$a]}/unhealthy"
 expect_dev "A5: a device its plugin calls Unhealthy leaves allocatable" "$a" 0000:af:00.0 allocatable 0
 expect_dev "A5: and is Unhealthy (advertised before on this run)" "$a" 0000:af:00.0 health Unhealthy 1
-[ "$(kc get node "$a" -o jsonpath="{.status.allocatable.nvidia\.com/GA100_A100_PCIE_40GB}")" = 1 ] &&
+# kubelet's node status follows at its next update (every 2 s here).
+until_is 10 1 kc get node "$a" -o jsonpath="{.status.allocatable.nvidia\.com/GA100_A100_PCIE_40GB}" &&
   pass "kubelet's node allocatable agrees: 1" || fail "node allocatable after Unhealthy"
 : >"${node_dirs[$a]}/unhealthy"
 expect_dev "A5: healthy again: back in allocatable" "$a" 0000:af:00.0 health Healthy

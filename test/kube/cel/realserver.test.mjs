@@ -167,9 +167,15 @@ async function resourceFor(apiVersion, kind) {
 // What the API server sets itself, or refuses from a client, in an object it is sent.
 const SERVER_FIELDS = ["uid", "resourceVersion", "creationTimestamp", "generation", "managedFields",
   "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"];
+// A case's Pod goes to a scheduler no one runs: the cluster's kube-scheduler would otherwise write
+// its status (PodScheduled) between the stored object's creation and the case's update (a 409).
+const NO_SCHEDULER = "cozy-test-no-scheduler";
 function sendable(object) {
   const copy = structuredClone(object);
   if (copy?.metadata) for (const field of SERVER_FIELDS) delete copy.metadata[field];
+  if (copy?.kind === "Pod" && copy.spec && !copy.spec.nodeName && !copy.spec.schedulerName) {
+    copy.spec.schedulerName = NO_SCHEDULER;
+  }
   return copy;
 }
 
