@@ -16,8 +16,8 @@
 #                                   # runtime and, with --host, the test device plugin advertising
 #                                   # that fixture host's GPUs; returns once the node is Ready
 #   scripts/cluster.sh node-down DIR NAME
-#                                   # stops node NAME's processes and deletes its Node object
-#                                   # (its directory stays, for its logs)
+#                                   # stops node NAME's processes, deletes its Node object and
+#                                   # its state (its logs kept in DIR/logs/nodes/NAME/)
 #   scripts/cluster.sh kubelet DIR NAME stop|start
 #                                   # stops or starts node NAME's kubelet alone (the runtime and
 #                                   # the plugin stay, as on a host whose kubelet restarts)
@@ -43,9 +43,9 @@
 # fit a unix socket address), linked as DIR/nodes/NAME and printed: its kubelet's root directory
 # (root/, whose pod-resources/kubelet.sock the agent dials), device-plugins/ (kubelet's
 # registration socket and the plugins'), unhealthy (device IDs the plugin advertises Unhealthy;
-# it reads the file again every 250 ms), logs/ and pids. `down` removes it, its logs kept in
-# DIR/logs/nodes/NAME/. Each kubelet runs in a mount namespace of its own, where its fixed paths
-# (/var/lib/kubelet/device-plugins, /var/log/containers) are that node's directories.
+# it reads the file again every 250 ms), logs/ and pids. `node-down` and `down` remove it, its
+# logs kept in DIR/logs/nodes/NAME/. Each kubelet runs in a mount namespace of its own, where its
+# fixed paths (/var/lib/kubelet/device-plugins, /var/log/containers) are that node's directories.
 #
 # Ports: chosen free below the ephemeral range (scripts/lib/free-port.sh), or given as COZY_CLUSTER_APISERVER_PORT,
 # COZY_CLUSTER_ETCD_PORT, COZY_CLUSTER_ETCD_PEER_PORT, COZY_CLUSTER_KCM_PORT,
@@ -646,6 +646,21 @@ node_down() {
   restore_sysctls "$dir"
   "$bin/kubectl" --kubeconfig "$dir/kubeconfig" --request-timeout=20s delete node "$name" \
     --ignore-not-found >/dev/null || die 1 "cannot delete Node $name"
+  remove_node_state "$dir" "$name"
+}
+
+# remove_node_state DIR NAME: the node's logs to DIR/logs/nodes/NAME/, its state gone (its name
+# free for another node).
+remove_node_state() {
+  local dir=$1 name=$2 node_dir
+  node_dir=$(readlink -f "$dir/nodes/$name") || return 0
+  if [ -d "$node_dir" ]; then
+    mkdir -p "$dir/logs/nodes"
+    rm -rf "$dir/logs/nodes/$name"
+    cp -r "$node_dir/logs" "$dir/logs/nodes/$name" 2>/dev/null || true
+    rm -rf "$node_dir"
+  fi
+  rm -f "$dir/nodes/$name"
 }
 
 # kubelet DIR NAME stop|start
@@ -703,15 +718,8 @@ down() {
   local link node_dir
   for link in "$dir"/nodes/*; do
     [ -L "$link" ] || continue
-    node_dir=$(readlink -f "$link") || continue
-    if [ -d "$node_dir" ]; then
-      stop_pids "$node_dir"
-      mkdir -p "$dir/logs/nodes"
-      rm -rf "$dir/logs/nodes/${link##*/}"
-      cp -r "$node_dir/logs" "$dir/logs/nodes/${link##*/}" 2>/dev/null || true
-      rm -rf "$node_dir"
-    fi
-    rm -f "$link"
+    node_dir=$(readlink -f "$link") && [ -d "$node_dir" ] && stop_pids "$node_dir"
+    remove_node_state "$dir" "${link##*/}"
   done
   stop_pids "$dir"
   restore_sysctls "$dir"

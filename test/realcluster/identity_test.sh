@@ -15,16 +15,17 @@ wait_crds >/dev/null || abort "the CRDs are not Established"
 wait_until 60 test -n "$(kc get validatingadmissionpolicy gpu-agent-own-gpunode \
   -o jsonpath='{.status.observedGeneration}' 2>/dev/null)" || abort "the node-bound policy has no status"
 
-# Two nodes, and on each an agent pod of the DaemonSet's service account (bound by name: no
-# scheduler or kubelet here; the API server only needs the binding to issue node-bound tokens).
+# Two real nodes (scripts/cluster.sh node: a kubelet and the test device plugin on the fixture
+# host a100-vfio; docs/testing.md, "Real nodes"), and on each an agent pod of the DaemonSet's
+# service account, admitted by that node's kubelet: the API server issues node-bound tokens for it.
+declare -A node_dirs
 for node in node-a node-b; do
+  fixture_root "$node" a100-vfio || abort "gpu-fixture could not build a100-vfio"
+  node_dirs[$node]=$("$source_dir/scripts/cluster.sh" node "$cluster_dir" "$node" \
+    --host "$work/$node-root" --label gpu.cozystack.io/gpu-node=true 2>"$work/node-$node.log") ||
+    abort "scripts/cluster.sh node $node: $(cat "$work/node-$node.log")"
+  on_exit "'$source_dir/scripts/cluster.sh' node-down '$cluster_dir' $node"
   cat <<EOF
----
-apiVersion: v1
-kind: Node
-metadata:
-  name: $node
-  labels: {kubernetes.io/hostname: $node, gpu.cozystack.io/gpu-node: "true"}
 ---
 apiVersion: v1
 kind: Pod
@@ -32,13 +33,11 @@ metadata: {name: gpu-agent-$node, namespace: $ns}
 spec:
   serviceAccountName: gpu-agent
   nodeName: $node
-  containers: [{name: agent, image: gpu-agent}]
+  containers: [{name: agent, image: example.invalid/gpu-agent:1}]
 EOF
-done >"$work/nodes.yaml"
-kc apply -f "$work/nodes.yaml" >/dev/null || abort "kubectl could not create the nodes and agent pods"
-# No kubelet confirms a bound pod's end: delete them at once (--force, grace 0) as a node's
-# loss would, or they stay Terminating.
-on_exit "kc delete -f '$work/nodes.yaml' --force --grace-period=0 --wait=false"
+done >"$work/pods.yaml"
+kc apply -f "$work/pods.yaml" >/dev/null || abort "kubectl could not create the agent pods"
+on_exit "kc delete -f '$work/pods.yaml' --force --grace-period=0 --wait=false"
 
 # A token for node's agent pod: what kubelet mounts into it (TokenRequest bound to the Pod).
 for node in node-a node-b; do
@@ -55,18 +54,20 @@ else
 fi
 
 # agent_publishes NODE KUBECONFIG WHAT: the real `gpu-agent run` for NODE (fixture host
-# a100-vfio, no kubelet) with those credentials publishes GPUNode NODE with its 2 GPUs.
+# a100-vfio, its node's kubelet) with those credentials publishes GPUNode NODE with its 2 GPUs,
+# each 1 unit kubelet lists allocatable.
 agent_publishes() {
   local node=$1 kubeconfig=$2 what=$3
-  fixture_root "$node" a100-vfio || abort "gpu-fixture could not build a100-vfio"
   "$build_dir/agent/gpu-agent" run --node-name "$node" --kubeconfig "$kubeconfig" \
     --sysfs-root "$work/$node-root" --pci-ids "$source_dir/fixtures/pci.ids" \
-    --pod-resources "unix://$work/no-kubelet.sock" --udev-source off --dbus off \
-    --health-addr off >"$work/agent-$node.log" 2>&1 &
+    --pod-resources "unix://${node_dirs[$node]}/root/pod-resources/kubelet.sock" \
+    --udev-source off --dbus off --health-addr off >"$work/agent-$node.log" 2>&1 &
   pids+=($!)
-  gpus_published() { [ "$(kc get gpunode "$1" -o jsonpath='{.status.summary.gpus}' 2>/dev/null)" = 2 ]; }
+  gpus_published() {
+    [ "$(kc get gpunode "$1" -o jsonpath='{.status.summary.gpus} {.status.devices[*].allocatable}' 2>/dev/null)" = "2 1 1" ]
+  }
   if wait_until 30 gpus_published "$node"; then
-    pass "$what published GPUNode $node: 2 GPUs"
+    pass "$what published GPUNode $node: 2 GPUs, 1 unit each from its kubelet"
   else
     fail "GPUNode $node not published by $what: $(tail -n 5 "$work/agent-$node.log" | tr '\n' ' ')"
   fi

@@ -267,8 +267,7 @@ real_node() {
   node_dirs[$name]=$("$source_dir/scripts/cluster.sh" node "$cluster_dir" "$name" \
     --host "$work/$name-root" --label gpu.cozystack.io/gpu-node=true "$@" 2>"$work/node-$name.log") ||
     abort "scripts/cluster.sh node $name: $(cat "$work/node-$name.log")"
-  on_exit "'$source_dir/scripts/cluster.sh' node-down '$cluster_dir' $name"
-  on_exit "cp -r '${node_dirs[$name]}/logs' '$work/$name-logs'"
+  on_exit "'$source_dir/scripts/cluster.sh' node-down '$cluster_dir' $name" # logs: CLUSTER_DIR/logs/nodes/
   pass "node $name Ready with its devices in $((SECONDS - started)) s"
   if [ -n "${AGENT_NS:-}" ]; then
     cat <<EOF | kc apply -f - >/dev/null || abort "the agent pod of $name"
