@@ -921,9 +921,9 @@ TEST_F(ControllerEndToEnd, D3_ADelayedDeviceWatchAndTwoRequestsForTheLastUnitBin
   // writes were landing reads those devices once to settle (D3); none of them is this test's.
   // The pass that wrote r1's answer counts its reads when it ends, with that write: wait for
   // the write's count so the reads sampled are that pass's too.
-  ASSERT_TRUE(WaitFor(
-      [&] { return Metric("replica-a", "gpu_controller_binder_writes_total") >= 1; }))
-      << Metrics("replica-a");
+  ASSERT_TRUE(WaitFor([&] {
+    return Metric("replica-a", "gpu_controller_binder_writes_total") >= 1;
+  })) << Metrics("replica-a");
   const double readsBefore = Metric("replica-a", "gpu_controller_binder_device_reads_total");
   ASSERT_GE(readsBefore, 0) << Metrics("replica-a");
   // The device watch stalls for 6 s: the controller's device cache is frozen meanwhile (the
