@@ -49,8 +49,10 @@
 #
 # Ports: chosen free below the ephemeral range (scripts/lib/free-port.sh), or given as COZY_CLUSTER_APISERVER_PORT,
 # COZY_CLUSTER_ETCD_PORT, COZY_CLUSTER_ETCD_PEER_PORT, COZY_CLUSTER_KCM_PORT,
-# COZY_CLUSTER_SCHEDULER_PORT. COZY_CLUSTER_NODE_GRACE (default 10s): how long the node lifecycle
-# controller waits for a silent kubelet before it marks the node NotReady.
+# COZY_CLUSTER_SCHEDULER_PORT; a node's kubelet ports are chosen free the same way, when `node`
+# runs (a port a caller chose and has not bound yet may be taken). COZY_CLUSTER_NODE_GRACE
+# (default 10s): how long the node lifecycle controller waits for a silent kubelet before it
+# marks the node NotReady.
 # The tools' cache: COZY_TOOLS_CACHE (default ~/.cache/cozy-gpu/tools).
 set -euo pipefail
 source_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -475,7 +477,9 @@ start_kubelet() {
   mkdir -p /var/lib/kubelet/device-plugins /var/log/containers
   # One kubelet start at a time on this machine, whatever its cluster: the values saved are the
   # host's own, never another kubelet's not yet put back.
-  exec 8>"${TMPDIR:-/tmp}/cozy-kubelet-sysctls.lock"
+  local lock_dir=/run/lock
+  [ -d "$lock_dir" ] && [ -w "$lock_dir" ] || lock_dir=/tmp
+  exec 8>"$lock_dir/cozy-kubelet-sysctls.lock"
   flock 8
   save_sysctls "$dir"
   start_in "$node_dir" kubelet unshare --mount --propagation private -- bash -c \
