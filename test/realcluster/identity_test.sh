@@ -25,16 +25,7 @@ for node in node-a node-b; do
     --host "$work/$node-root" --label gpu.cozystack.io/gpu-node=true 2>"$work/node-$node.log") ||
     abort "scripts/cluster.sh node $node: $(cat "$work/node-$node.log")"
   on_exit "'$source_dir/scripts/cluster.sh' node-down '$cluster_dir' $node"
-  cat <<EOF
----
-apiVersion: v1
-kind: Pod
-metadata: {name: gpu-agent-$node, namespace: $ns}
-spec:
-  serviceAccountName: gpu-agent
-  nodeName: $node
-  containers: [{name: agent, image: example.invalid/gpu-agent:1}]
-EOF
+  agent_pod "$ns" "$node"
 done >"$work/pods.yaml"
 kc apply -f "$work/pods.yaml" >/dev/null || abort "kubectl could not create the agent pods"
 on_exit "kc delete -f '$work/pods.yaml' --force --grace-period=0 --wait=false"

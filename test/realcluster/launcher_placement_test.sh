@@ -10,19 +10,8 @@
 # on the fake API server) is checked against kube-scheduler's own decisions on the same pods and
 # nodes: the pin with and without the cordon's and the class's tolerations, elsewhere.
 #   test/realcluster/launcher_placement_test.sh SOURCE_DIR BUILD_DIR
-set -uo pipefail
-scratch=$(mktemp -d "${TMPDIR:-/tmp}/launcher-placement.XXXXXX")
-cluster="$1/scripts/cluster.sh"
-if ! "$cluster" up "$scratch/c" >"$scratch/up.log" 2>&1; then
-  echo "FAIL: scripts/cluster.sh up: $(tail -n 3 "$scratch/up.log")"
-  [ -f "$scratch/c/pids" ] && "$cluster" down "$scratch/c" >/dev/null 2>&1
-  rm -rf "$scratch"
-  echo "0 passed, 1 failed"
-  exit 1
-fi
-source "$(dirname "$0")/lib.sh" "$1" "$2" "$scratch/c"
-on_exit "rm -rf '$scratch'"
-on_exit "'$cluster' down '$scratch/c'"
+source "$(dirname "$0")/own_cluster.sh" "$1" "$2"
+cluster="$source_dir/scripts/cluster.sh"
 command -v jq >/dev/null || abort "jq is not installed (scripts/install-deps.sh installs it)"
 node_fit="$build_dir/test/node_fit"
 [ -x "$node_fit" ] || abort "$node_fit is not built"
@@ -57,42 +46,13 @@ pass "node plain-1 (no GPU) Ready"
 
 create_namespace tenant probe
 kc label namespace tenant gpu.cozystack.io/tenant-namespace=true >/dev/null
-cat <<EOF | kc apply -f - >/dev/null || abort "the classes"
-apiVersion: gpu.cozystack.io/v1alpha1
-kind: GPUClass
-metadata: {name: a100}
-spec:
-  vendor: NVIDIA
-  model: A100 PCIe 40GB
-  mode: passthrough
-  maxCount: 2
-  source: {devicePlugin: {resourceName: $gpu}}
-  nodeSelector: {matchLabels: {gpu.cozystack.io/gpu-node: "true"}}
-  onCordon: Stay
----
-apiVersion: gpu.cozystack.io/v1alpha1
-kind: GPUClass
-metadata: {name: a100-pool}
-spec:
-  vendor: NVIDIA
-  model: A100 PCIe 40GB
-  mode: passthrough
-  maxCount: 2
-  source: {devicePlugin: {resourceName: $gpu}}
-  nodeSelector: {matchLabels: {pool: dedicated}}
-  tolerations: [{key: dedicated, operator: Equal, value: gpu, effect: NoSchedule}]
-EOF
-cat <<EOF | kc apply -f - >/dev/null || abort "the orders"
-apiVersion: gpu.cozystack.io/v1alpha1
-kind: GPUDevice
-metadata: {name: train, namespace: tenant}
-spec: {className: a100, count: 1}
----
-apiVersion: gpu.cozystack.io/v1alpha1
-kind: GPUDevice
-metadata: {name: pooled, namespace: tenant}
-spec: {className: a100-pool, count: 1}
-EOF
+{
+  gpu_class a100 "$gpu" "maxCount: 2" "onCordon: Stay"
+  gpu_class a100-pool "$gpu" "maxCount: 2" "nodeSelector: {matchLabels: {pool: dedicated}}" \
+    "tolerations: [{key: dedicated, operator: Equal, value: gpu, effect: NoSchedule}]"
+  order tenant train a100
+  order tenant pooled a100-pool
+} | kc apply -f - >/dev/null || abort "the classes and the orders"
 node_of() { kc get gpudevice "$1" -n tenant -o jsonpath='{.status.nodeName}'; }
 until_is 30 gpu-1 node_of train || abort "train is on '$(node_of train)', not gpu-1"
 until_is 30 pool-1 node_of pooled || abort "pooled is on '$(node_of pooled)', not pool-1"

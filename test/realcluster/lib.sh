@@ -252,6 +252,43 @@ fixture_root() {
   "$build_dir/fixtures/sysfs/gpu-fixture" "$source_dir/fixtures/sysfs/specs/$2.json" "$work/$1-root" >/dev/null
 }
 
+# agent_pod NAMESPACE NODE: the YAML of node's agent pod, of the chart's service account, bound
+# to that node by name (its kubelet admits it; the API server issues node-bound tokens for it).
+agent_pod() {
+  cat <<EOF
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: gpu-agent-$2, namespace: $1}
+spec:
+  serviceAccountName: gpu-agent
+  nodeName: $2
+  containers: [{name: agent, image: example.invalid/gpu-agent:1}]
+EOF
+}
+
+# gpu_class NAME RESOURCE [SPEC-LINE...]: the YAML of an A100 class serving RESOURCE on the GPU
+# nodes, each SPEC-LINE (YAML, indented two spaces) added to or overriding its spec.
+gpu_class() {
+  local name=$1 resource=$2 line
+  shift 2
+  echo "---"
+  echo "apiVersion: gpu.cozystack.io/v1alpha1"
+  echo "kind: GPUClass"
+  echo "metadata: {name: $name}"
+  echo "spec:"
+  local -A spec=([vendor]="NVIDIA" [model]="A100 PCIe 40GB" [mode]="passthrough" [maxCount]="4"
+    [source]="{devicePlugin: {resourceName: $resource}}"
+    [nodeSelector]="{matchLabels: {gpu.cozystack.io/gpu-node: \"true\"}}")
+  for line in "$@"; do spec[${line%%:*}]=${line#*: }; done
+  for line in $(printf '%s\n' "${!spec[@]}" | sort); do echo "  $line: ${spec[$line]}"; done
+}
+# order NAMESPACE NAME CLASS: the YAML of a GPUDevice ordering one unit of CLASS.
+order() {
+  printf '%s\n' "---" "apiVersion: gpu.cozystack.io/v1alpha1" "kind: GPUDevice" \
+    "metadata: {name: $2, namespace: $1}" "spec: {className: $3, count: 1}"
+}
+
 # real_node NAME FIXTURE [scripts/cluster.sh node options...]: a real node (a kubelet and the
 # test device plugin on that fixture host, docs/testing.md "Real nodes") labelled a GPU node,
 # removed at the end, and its gpu-agent on its own kubelet's pod-resources socket (polled every
@@ -270,15 +307,7 @@ real_node() {
   on_exit "'$source_dir/scripts/cluster.sh' node-down '$cluster_dir' $name" # logs: CLUSTER_DIR/logs/nodes/
   pass "node $name Ready with its devices in $((SECONDS - started)) s"
   if [ -n "${AGENT_NS:-}" ]; then
-    cat <<EOF | kc apply -f - >/dev/null || abort "the agent pod of $name"
-apiVersion: v1
-kind: Pod
-metadata: {name: gpu-agent-$name, namespace: $AGENT_NS}
-spec:
-  serviceAccountName: gpu-agent
-  nodeName: $name
-  containers: [{name: agent, image: example.invalid/gpu-agent:1}]
-EOF
+    agent_pod "$AGENT_NS" "$name" | kc apply -f - >/dev/null || abort "the agent pod of $name"
     on_exit "kc delete pod -n $AGENT_NS gpu-agent-$name --force --grace-period=0 --wait=false"
     local token
     token=$(kc create token gpu-agent -n "$AGENT_NS" --bound-object-kind Pod \

@@ -7,19 +7,9 @@
 # taints it unreachable; the set of a VM that is off stays on A for the grace, then moves to B;
 # the set of a VM running on A never moves; A comes back Ready.
 #   test/realcluster/node_lifecycle_test.sh SOURCE_DIR BUILD_DIR
-set -uo pipefail
-scratch=$(mktemp -d "${TMPDIR:-/tmp}/node-lifecycle.XXXXXX")
-cluster="$1/scripts/cluster.sh"
-if ! COZY_CLUSTER_NODE_GRACE=8s "$cluster" up "$scratch/c" >"$scratch/up.log" 2>&1; then
-  echo "FAIL: scripts/cluster.sh up: $(tail -n 3 "$scratch/up.log")"
-  [ -f "$scratch/c/pids" ] && "$cluster" down "$scratch/c" >/dev/null 2>&1
-  rm -rf "$scratch"
-  echo "0 passed, 1 failed"
-  exit 1
-fi
-source "$(dirname "$0")/lib.sh" "$1" "$2" "$scratch/c"
-on_exit "rm -rf '$scratch'"
-on_exit "'$cluster' down '$scratch/c'"
+export COZY_CLUSTER_NODE_GRACE=8s
+source "$(dirname "$0")/own_cluster.sh" "$1" "$2"
+cluster="$source_dir/scripts/cluster.sh"
 gpu=nvidia.com/GA100_A100_PCIE_40GB
 kc apply --server-side -f "$source_dir/charts/gpu/templates/crds" -f "$source_dir/test/fakes/crds" >/dev/null ||
   abort "the CRDs"
@@ -44,29 +34,11 @@ mkdir -p "$work/certs" && cp "$work/tls.crt" "$work/tls.key" "$work/certs/"
   --webhook-client-ca "$cluster_dir/pki/webhook-client-ca.crt" -v >"$work/controller.log" 2>&1 &
 pids+=($!)
 
-cat <<EOF | kc apply -f - >/dev/null || abort "the class and the orders"
-apiVersion: gpu.cozystack.io/v1alpha1
-kind: GPUClass
-metadata: {name: a100}
-spec:
-  vendor: NVIDIA
-  model: A100 PCIe 40GB
-  mode: passthrough
-  maxCount: 4
-  source: {devicePlugin: {resourceName: $gpu}}
-  nodeSelector: {matchLabels: {gpu.cozystack.io/gpu-node: "true"}}
-  onCordon: Move
----
-apiVersion: gpu.cozystack.io/v1alpha1
-kind: GPUDevice
-metadata: {name: idle, namespace: tenant}
-spec: {className: a100, count: 1}
----
-apiVersion: gpu.cozystack.io/v1alpha1
-kind: GPUDevice
-metadata: {name: running, namespace: tenant}
-spec: {className: a100, count: 1}
-EOF
+{
+  gpu_class a100 "$gpu" "onCordon: Move"
+  order tenant idle a100
+  order tenant running a100
+} | kc apply -f - >/dev/null || abort "the class and the orders"
 until_is 30 node-a/node-a eval 'echo "$(node_of idle)/$(node_of running)"' ||
   abort "the orders were not bound to node-a: $(node_of idle)/$(node_of running)"
 pass "both orders bound to node-a, the only node"
