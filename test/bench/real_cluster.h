@@ -2,14 +2,17 @@
 // kube-controller-manager of `scripts/cluster.sh up`, or an existing cluster's kubeconfig), the
 // cluster seeded through it by several threads with a client each, `gpu-controller run
 // --enable-gpu` on it, and the API server's own counters (`/metrics`) read before and after.
-// Header-only, for bench_binder and bench_admission.
+// Header-only, for bench_binder, bench_admission and bench_real_nodes (whose nodes' agents are
+// ChildProcesses).
 #pragma once
 
 #include <signal.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -75,6 +78,8 @@ inline int Positional(const std::vector<std::string>& words, size_t at, int fall
 // async-signal-safe calls in the handler; the argument vector is built beforehand.
 struct SignalCleanup {
   static inline std::atomic<pid_t> controller{-1};
+  // Other programs the bench started (ChildProcess: the nodes' agents), 0 where none.
+  static inline std::array<std::atomic<pid_t>, 8> children{};
   static inline std::vector<std::string> words;
   static inline std::vector<char*> argv;
 
@@ -83,6 +88,10 @@ struct SignalCleanup {
     if (pid > 0) {
       ::kill(pid, SIGTERM);
       ::kill(pid, SIGCONT);  // held (bench_binder's HeldProcess): the SIGTERM is taken now
+    }
+    for (auto& child : children) {
+      const pid_t other = child.load();
+      if (other > 0) ::kill(other, SIGTERM);
     }
     if (!argv.empty()) ::execv(argv[0], argv.data());
     ::_exit(130);
@@ -412,6 +421,53 @@ class ControllerProcess {
 
  private:
   pid_t pid_ = -1;
+  std::filesystem::path log_;
+};
+
+// Another program of the bench's (a node's agent), stopped (SIGTERM, then waited for) when this
+// goes, and by SignalCleanup on SIGINT/SIGTERM.
+class ChildProcess {
+ public:
+  ChildProcess(const std::vector<std::string>& arguments, const std::filesystem::path& log)
+      : log_(log) {
+    pid_ = testing::Spawn(arguments, log);
+    if (pid_ <= 0) throw std::runtime_error("cannot start " + arguments.front());
+    for (auto& slot : SignalCleanup::children) {
+      pid_t none = 0;
+      if (slot.compare_exchange_strong(none, pid_)) {
+        slot_ = &slot;
+        break;
+      }
+    }
+    if (slot_ == nullptr) {
+      Stop();
+      throw std::runtime_error("more children than SignalCleanup keeps");
+    }
+  }
+  ~ChildProcess() { Stop(); }
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+  void Stop() {
+    if (slot_ != nullptr) slot_->store(0);
+    slot_ = nullptr;
+    testing::Finish(pid_);
+  }
+  // Whether it still runs (one that exited is reaped here).
+  bool Running() {
+    int status = 0;
+    if (pid_ > 0 && ::waitpid(pid_, &status, WNOHANG) == pid_) {
+      if (slot_ != nullptr) slot_->store(0);
+      slot_ = nullptr;
+      pid_ = -1;
+    }
+    return pid_ > 0;
+  }
+  pid_t pid() const { return pid_; }
+  const std::filesystem::path& log() const { return log_; }
+
+ private:
+  pid_t pid_ = -1;
+  std::atomic<pid_t>* slot_ = nullptr;
   std::filesystem::path log_;
 };
 
