@@ -12,10 +12,12 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$source_dir"
 
-# The lines the demo and the test script use to configure, as they stand in each script.
-demo_configure=$(grep -E '^\s*(configure_build|cmake -S)' scripts/demo.sh | head -1 | sed 's/^ *//')
+# The lines the demo and the test script use to configure, as they stand in each script: the
+# command alone, without what its script does with its output or its failure.
+command_of() { sed -E 's/^ *//; s/ *(>|2>|\|\||&&|\|).*$//'; }
+demo_configure=$(grep -E '^\s*(configure_build|cmake -S)' scripts/demo.sh | head -1 | command_of)
 tests_configure=$(grep -E '^\s*(configure_build normal|cmake -S \. -B build )' scripts/test.sh | head -1 |
-  sed 's/^ *//')
+  command_of)
 [ -n "$demo_configure" ] || { echo "scripts/demo.sh configures no build" >&2; exit 1; }
 [ -n "$tests_configure" ] || { echo "scripts/test.sh configures no normal build" >&2; exit 1; }
 
