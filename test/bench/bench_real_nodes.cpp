@@ -45,6 +45,7 @@
 #include <thread>
 #include <vector>
 
+#include "fixtures/sysfs/fixture_builder.h"
 #include "kube/client.h"
 #include "kube/config.h"
 #include "kube/errors.h"
@@ -1122,19 +1123,19 @@ void FreshnessPart(const Context& context, int pods) {
 int Run(int starts, int pods) {
   const std::filesystem::path source = COZY_SOURCE_DIR;
   const std::vector<std::string> nodes = {"gpu-node-a", "gpu-node-b"};
-  // The fixture hosts outlive the cluster (declared first, removed last).
-  std::vector<std::unique_ptr<testing::FixtureHost>> hosts;
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    hosts.push_back(std::make_unique<testing::FixtureHost>("a100-vfio"));
-  }
   bench::Mode mode;
   mode.realCluster = true;
   bench::ControlPlane cluster(mode, source);
   const std::filesystem::path work = cluster.work();
 
+  // Each node's fixture host, in the work directory: removed with it, after the nodes stopped
+  // (on Ctrl-C too).
+  std::map<std::string, std::filesystem::path> hosts;
   std::map<std::string, std::filesystem::path> nodeDirs;
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    nodeDirs[nodes[i]] = StartNode(cluster, source, nodes[i], hosts[i]->root());
+  for (const std::string& node : nodes) {
+    hosts[node] = work / ("host-" + node);
+    fixtures::BuildTree(fixtures::LoadSpec(testing::SpecPath("a100-vfio")), hosts[node]);
+    nodeDirs[node] = StartNode(cluster, source, node, hosts[node]);
   }
 
   // The chart's CRDs and KubeVirt's (no usage-record kinds: a Workload per device would be
@@ -1248,7 +1249,7 @@ data: {seq: init}
     agents.push_back(std::make_unique<bench::ChildProcess>(
         std::vector<std::string>{
             COZY_GPU_AGENT_BINARY, "run", "--node-name", node, "--kubeconfig", kubeconfig.string(),
-            "--sysfs-root", hosts[i]->root().string(), "--pci-ids",
+            "--sysfs-root", hosts[node].string(), "--pci-ids",
             (source / "fixtures/pci.ids").string(), "--pod-resources",
             "unix://" + (nodeDirs[node] / "root/pod-resources/kubelet.sock").string(),
             "--udev-source", "off", "--dbus", "off", "--health-addr",

@@ -73,8 +73,9 @@ inline int Positional(const std::vector<std::string>& words, size_t at, int fall
   return at < words.size() ? std::atoi(words[at].c_str()) : fallback;
 }
 
-// What a signal handler stops on SIGINT/SIGTERM: the controller the bench started, then the
-// control plane (exec of `cluster.sh down DIR`, which replaces this process). Only
+// What a signal handler stops on SIGINT/SIGTERM: the controller and other children the bench
+// started, then the control plane and the bench's work directory (exec of a shell running
+// `cluster.sh down DIR` and removing the directory, which replaces this process). Only
 // async-signal-safe calls in the handler; the argument vector is built beforehand.
 struct SignalCleanup {
   static inline std::atomic<pid_t> controller{-1};
@@ -96,8 +97,8 @@ struct SignalCleanup {
     if (!argv.empty()) ::execv(argv[0], argv.data());
     ::_exit(130);
   }
-  static void Arm(const std::string& script, const std::string& dir) {
-    words = {script, "down", dir};
+  static void Arm(const std::string& script, const std::string& dir, const std::string& work) {
+    words = {"/bin/sh", "-c", "\"$0\" down \"$1\"; rm -rf -- \"$2\"; exit 130", script, dir, work};
     argv.clear();
     for (auto& word : words) argv.push_back(word.data());
     argv.push_back(nullptr);
@@ -137,7 +138,8 @@ class ControlPlane {
     try {
       if (mode.realCluster) {
         dir_ = work_ / "cluster";
-        SignalCleanup::Arm((source_ / "scripts/cluster.sh").string(), dir_.string());
+        SignalCleanup::Arm((source_ / "scripts/cluster.sh").string(), dir_.string(),
+                           work_.string());
         owned_ = true;
         const auto started = std::chrono::steady_clock::now();
         const auto up = testing::RunCommand(Quote(source_ / "scripts/cluster.sh") + " up " +
