@@ -9,8 +9,32 @@ void UnitsTracker::Update(const podresources::FetchResult& fetch,
   lastState_ = fetch.state;
   lastMessage_ = fetch.message;
   if (fetch.state == podresources::FetchState::kOk && fetch.allocation) {
-    allocation_ = *fetch.allocation;
-    stale_ = false;
+    podresources::Allocation next = *fetch.allocation;
+    std::set<std::string> vanished;
+    if (allocation_) {
+      for (const auto& [resource, devices] : allocation_->allocatable) {
+        const auto now = next.allocatable.find(resource);
+        if (!devices.empty() && (now == next.allocatable.end() || now->second.empty())) {
+          vanished.insert(resource);
+        }
+      }
+    }
+    if (vanished.empty()) {
+      vanishedSince_.reset();
+    } else if (!vanishedSince_) {
+      vanishedSince_ = at;
+    }
+    holding_.clear();
+    if (!vanished.empty() && at - *vanishedSince_ < schedule_.vanishedGrace) {
+      // Zeros for a whole resource right after a kubelet or plugin restart would tell the
+      // cluster its GPUs failed; its last devices are closer to the truth for a moment.
+      for (const std::string& resource : vanished) {
+        next.allocatable[resource] = allocation_->allocatable.at(resource);
+      }
+      holding_ = std::move(vanished);
+    }
+    allocation_ = std::move(next);
+    stale_ = !holding_.empty();
     consecutiveFailures_ = 0;
     lastAnswerAt_ = at;
     failingSince_.reset();
@@ -25,7 +49,7 @@ void UnitsTracker::Update(const podresources::FetchResult& fetch,
 }
 
 std::chrono::milliseconds UnitsTracker::NextFetchDelay(double random01) const {
-  std::chrono::milliseconds delay = schedule_.interval;
+  std::chrono::milliseconds delay = holding_.empty() ? schedule_.interval : schedule_.firstBackoff;
   if (consecutiveFailures_ > 0) {
     delay = schedule_.firstBackoff;
     for (int i = 1; i < consecutiveFailures_ && delay < schedule_.maxBackoff; ++i) {

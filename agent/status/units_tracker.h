@@ -22,14 +22,21 @@ struct FetchSchedule {
   std::chrono::milliseconds firstBackoff{1000};
   std::chrono::milliseconds maxBackoff{60000};
   double jitter = 0.2;  // the delay varies by up to ±20 %
+  // How long a resource whose every device vanished from one answer to the next keeps its last
+  // devices (docs/pod-resources.md, "What a real kubelet says"): a restarted kubelet lists none
+  // until its plugins register again, and a restarted plugin none until it is back. Meanwhile
+  // kubelet is asked again after firstBackoff.
+  std::chrono::milliseconds vanishedGrace{10000};
 };
 
 class UnitsTracker {
  public:
   explicit UnitsTracker(FetchSchedule schedule = {}) : schedule_(schedule) {}
 
-  // Takes one fetch result, answered at `at`. kOk replaces the kept allocation; any failure
-  // keeps it and marks it stale.
+  // Takes one fetch result, answered at `at`. kOk replaces the kept allocation, except the
+  // devices of a resource that all vanished at once, kept (stale) for vanishedGrace; any
+  // failure keeps it and marks it stale. A resource losing some of its devices (one turned
+  // Unhealthy, A5) is taken at once.
   void Update(const podresources::FetchResult& fetch,
               std::chrono::system_clock::time_point at = std::chrono::system_clock::now());
 
@@ -43,6 +50,8 @@ class UnitsTracker {
   int consecutiveFailures() const { return consecutiveFailures_; }
 
   bool known() const { return allocation_.has_value(); }
+  // Resources whose devices all vanished, held at their last devices within the grace.
+  const std::set<std::string>& holding() const { return holding_; }
   bool stale() const { return stale_; }
   // When kubelet last answered (the counts' age); unset before the first answer.
   std::optional<std::chrono::system_clock::time_point> lastAnswerAt() const {
@@ -63,6 +72,8 @@ class UnitsTracker {
   podresources::FetchState lastState_ = podresources::FetchState::kSocketAbsent;
   std::string lastMessage_ = "pod-resources not asked yet";
   std::set<sysfs::PciAddress> advertised_;
+  std::set<std::string> holding_;
+  std::optional<std::chrono::system_clock::time_point> vanishedSince_;
   FetchSchedule schedule_;
   int consecutiveFailures_ = 0;
 };

@@ -170,6 +170,26 @@ until_is 10 1 kc get node "$a" -o jsonpath="{.status.allocatable.nvidia\.com/GA1
 : >"${node_dirs[$a]}/unhealthy"
 expect_dev "A5: healthy again: back in allocatable" "$a" 0000:af:00.0 health Healthy
 
+# --- a plugin restart: its devices all gone from kubelet for seconds, then back -------------
+# kubelet lists none of the resource's devices while its plugin is away; the agent keeps them
+# for its grace (10 s) rather than publish zeros the binder would take for failed GPUs.
+node_units() { kc get node "$a" -o jsonpath="{.status.allocatable.nvidia\.com/GA100_A100_PCIE_40GB}"; }
+before=$(kc get gpunode "$a" -o jsonpath='{.metadata.resourceVersion}')
+plugin_pid=$(awk '$1 == "gpu-device-plugin" {p = $2} END {print p}' "${node_dirs[$a]}/pids")
+mapfile -d '' plugin_args <"/proc/$plugin_pid/cmdline"
+kill -TERM "$plugin_pid"
+until_is 15 0 node_units && pass "its plugin stopped: kubelet lists none of the resource's devices" ||
+  fail "kubelet's allocatable with the plugin stopped: $(node_units)"
+sleep 3 # at least one agent read of kubelet meanwhile (every 2 s)
+setsid "${plugin_args[@]}" >>"${node_dirs[$a]}/logs/gpu-device-plugin.log" 2>&1 </dev/null &
+echo "gpu-device-plugin $!" >>"${node_dirs[$a]}/pids"
+until_is 15 2 node_units && pass "the plugin is back: kubelet lists both devices again" ||
+  fail "kubelet's allocatable with the plugin back: $(node_units)"
+sleep 3
+after=$(kc get gpunode "$a" -o jsonpath='{.metadata.resourceVersion}')
+[ "$before" = "$after" ] && pass "the agent published no zeros while the plugin was away (it held the counts)" ||
+  fail "GPUNode $a written while the plugin was away: $(grep -i "published" "$work/agent-$a.log" | tail -n 3)"
+
 # --- a kubelet restart: socket gone and back, the plugin registers again ------------------
 before=$(kc get gpunode "$a" -o jsonpath='{.metadata.resourceVersion}')
 "$cluster" kubelet "$cluster_dir" "$a" stop || fail "cluster.sh kubelet stop"
