@@ -482,9 +482,13 @@ start_kubelet() {
   exec 8>"$lock_dir/cozy-kubelet-sysctls.lock"
   flock 8
   save_sysctls "$dir"
+  # Its working directory is an empty one of the node's own: kubelet 1.36 removes what it finds
+  # in its working directory as it starts (seen removing a ctest directory's files).
+  mkdir -p "$node_dir/cwd"
   start_in "$node_dir" kubelet unshare --mount --propagation private -- bash -c \
     'mount --bind "$1" /var/lib/kubelet/device-plugins && mount --bind "$2" /var/log/containers &&
-     shift 2 && exec "$@"' kubelet-namespace "$node_dir/device-plugins" "$node_dir/containers" \
+     cd "$3" && shift 3 && exec "$@"' kubelet-namespace "$node_dir/device-plugins" \
+    "$node_dir/containers" "$node_dir/cwd" \
     "$bin/kubelet" --config="$node_dir/kubelet.yaml" --kubeconfig="$node_dir/kubeconfig" \
     --root-dir="$node_dir/root" --cert-dir="$node_dir/root/pki" \
     --hostname-override="$(cat "$node_dir/name")" --node-ip="$(cat "$node_dir/ip")" \
