@@ -1,5 +1,7 @@
 #include "kube/errors.h"
 
+#include "kube/json_stream.h"
+
 #include <curl/curl.h>
 
 #include <algorithm>
@@ -152,13 +154,6 @@ ErrorKind ErrorKindFromStatus(int code, std::string_view reason) {
   }
   if (code >= 500 && code <= 599) return ErrorKind::kServerError;
   return ErrorKind::kOther;
-}
-
-// A Status field as a string, or "" when absent or of another type: a body that is not what
-// the server should send is still an error to report, never an exception.
-static std::string StringField(const nlohmann::json& object, const char* key) {
-  const auto it = object.find(key);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
 ApiError ErrorFromResponse(int httpStatus, std::string_view contentType, std::string_view body,

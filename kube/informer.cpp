@@ -1,5 +1,7 @@
 #include "kube/informer.h"
 
+#include "kube/json_stream.h"
+
 #include <poll.h>
 #include <algorithm>
 #include <optional>
@@ -9,12 +11,6 @@ namespace cozy::kube {
 using nlohmann::json;
 
 namespace {
-
-// A string field of an object, "" when absent or of another type.
-std::string StringField(const json& object, const char* key) {
-  const auto it = object.find(key);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
 
 // What is wrong with an object's metadata for the cache, or "": the informer keys objects by
 // namespace/name and resumes from resourceVersions, so those must be strings.

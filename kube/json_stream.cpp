@@ -107,6 +107,11 @@ nlohmann::json ParseNetworkJson(std::string_view text, std::string& error) {
   return value;
 }
 
+std::string StringField(const nlohmann::json& object, const char* key) {
+  const auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
 std::string JsonTypeName(const nlohmann::json& value) {
   switch (value.type()) {
     case nlohmann::json::value_t::object:

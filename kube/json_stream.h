@@ -77,4 +77,8 @@ std::optional<SkimmedEvent> SkimEvent(std::string_view text, const SkimWants& wa
 // "a string", "a number", "an object", "null"...: for messages about wrong types.
 std::string JsonTypeName(const nlohmann::json& value);
 
+// A string field of an object, "" when absent or of another type: a body that is not what the
+// server should send is still an error to report, never an exception.
+std::string StringField(const nlohmann::json& object, const char* key);
+
 }  // namespace cozy::kube
