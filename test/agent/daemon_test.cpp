@@ -175,7 +175,7 @@ TEST_F(DaemonTest, FirstPassPublishesOnceAndASteadyStateWritesNothing) {
   EXPECT_EQ(exitCode_, 0);
 }
 
-// The sources are the runnables of a runtime::Manager (issue 25 §1): a kubelet slower than the
+// The sources are the runnables of a runtime::Manager (docs/runtime.md): a kubelet slower than the
 // startup wait leaves pod-resources unsynced, the first pass goes ahead at the deadline naming
 // what the manager still waits for, and kubelet's answer when it comes is one more publish.
 TEST_F(DaemonTest, AFirstPassAtTheStartupDeadlineNamesTheSourceStillAwaited) {

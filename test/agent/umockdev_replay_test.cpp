@@ -1,4 +1,4 @@
-// Replayed device events (issue 7): the built `gpu-agent run` reads a umockdev testbed as its
+// Replayed device events: the built `gpu-agent run` reads a umockdev testbed as its
 // /sys and hears umockdev's uevents on its own libudev monitor; each test changes the testbed
 // the way the kernel changes sysfs, emits the kernel's uevent sequence for it
 // (research/sysfs.md §6) and reads the fake API server's request log: exactly one status patch

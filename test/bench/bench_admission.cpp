@@ -1,24 +1,25 @@
-// Admission latency at scale (issue 15's figures): the three webhooks' handlers, as a replica
-// runs them, over a cluster of N nodes x 8 GPUs (all but 2 units per node held by orders of 100
-// tenants under GPU budgets), without the binder's wait: the GPUDevice webhook on a new order,
-// the VMI webhook on a dry-run start (every check and the placement trial, no write), and the
-// pod webhook on a launcher. The snapshot and model are built once per state of the caches, as
-// the daemon does; the peer measured in the same run is that build, which the first request
-// after any cache change pays.
+// Admission latency at scale (docs/benchmarks.md, "Admission latency at 5,000 nodes"): the three
+// webhooks' handlers, as a replica runs them, over a cluster of N nodes x 8 GPUs (all but 2 units
+// per node held by orders of 100 tenants under GPU budgets), without the binder's wait: the
+// GPUDevice webhook on a new order, the VMI webhook on a dry-run start (every check and the
+// placement trial, no write), and the pod webhook on a launcher. The snapshot and model are built
+// once per state of the caches, as the daemon does; the peer measured in the same run is that
+// build, which the first request after any cache change pays.
 //
 //   bench_admission [nodes=5000] [requests=2000]
 //
 // With --real-cluster (a control plane of scripts/cluster.sh, up for the run) or --kubeconfig
 // FILE (an existing, empty cluster, left filled): the webhooks through a real kube-apiserver
-// (issue 22 §7). The same cluster (no attachments) is seeded through the API server,
-// `gpu-controller run --enable-gpu` serves the webhooks on 127.0.0.1, the chart's admission objects
-// (GPUs on, gpu.webhook.url at that address) are applied, and server-side dry-run creates are timed
-// end to end: orders through the GPUDevice webhook and VMI starts through the VMI webhook. The
-// peer, interleaved in the same run, is the same dry-run create that no webhook sees (an order with
-// the label bench.cozystack.io/peer, which the bench's objectSelector on the GPUDevice webhook
-// leaves out; a VMI without the device-reference label), so the difference is the webhook's
-// cost through the API server. Tenant requests are made as a tenant user (a client certificate
-// of the cluster's CA, --real-cluster only), so the chart's policies see them as a tenant's.
+// (docs/benchmarks.md, "Through the API server"). The same cluster (no attachments) is seeded
+// through the API server, `gpu-controller run --enable-gpu` serves the webhooks on 127.0.0.1, the
+// chart's admission objects (GPUs on, gpu.webhook.url at that address) are applied, and server-side
+// dry-run creates are timed end to end: orders through the GPUDevice webhook and VMI starts through
+// the VMI webhook. The peer, interleaved in the same run, is the same dry-run create that no
+// webhook sees (an order with the label bench.cozystack.io/peer, which the bench's objectSelector
+// on the GPUDevice webhook leaves out; a VMI without the device-reference label), so the difference
+// is the webhook's cost through the API server. Tenant requests are made as a tenant user (a client
+// certificate of the cluster's CA, --real-cluster only), so the chart's policies see them as a
+// tenant's.
 //
 //   bench_admission --real-cluster [nodes=2000] [requests=2000] [seed-threads=16]
 #include <algorithm>
@@ -338,9 +339,10 @@ int RunInProcess(int nodes, int requests) {
         context);
   });
 
-  // The placement trial alone (issue 26 §1), on the same starts: Model::PlanStart's shortcut
-  // against the peer, the whole pass on a copy of the snapshot; and the shortcut's first call
-  // on a model, which makes the pass over the snapshot it keeps (once per cache state).
+  // The placement trial alone (docs/controller.md, "VMI starts"), on the same starts:
+  // Model::PlanStart's shortcut against the peer, the whole pass on a copy of the snapshot; and the
+  // shortcut's first call on a model, which makes the pass over the snapshot it keeps (once per
+  // cache state).
   const std::shared_ptr<const controller::webhook::Prepared> prepared = cluster.Prepare();
   auto start = [&](int i, bool wholePass) {
     const int held = (i * 7 + 1) % (nodes * kHeldPerNode);

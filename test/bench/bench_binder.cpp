@@ -11,7 +11,7 @@
 // model's pass over the same cluster without any API (what the API, the caches and the process
 // add is the ratio) and a bare loop of status merge patches against the same API server, serial
 // and on 8 connections (the binder's answers per second as a ratio to what the API server can
-// take, issue 26 §1: goal 0.5 of the concurrent rate).
+// take; goal: 0.5 of the concurrent rate).
 //
 //   bench_binder [nodes=5000] [requests=1000] [quiet-seconds=60]
 //
@@ -21,13 +21,13 @@
 //
 // With --real-cluster (a control plane of scripts/cluster.sh brought up in a temporary
 // directory and down at the end) or --kubeconfig FILE (an existing, empty cluster, left filled):
-// the same through a real kube-apiserver and etcd (issue 22 §7). The cluster is seeded through
-// the API server by [seed-threads=16] threads, each with a client of its own; the orders are
-// created before the controller starts and the bind requests are status patches written at
-// once, as the VMI webhook writes them; writes are counted by the API server itself
-// (apiserver_request_total in its /metrics, before and after). Since each answer's request is a
-// write through the same server, it also prints the server's status writes while answering (the
-// requests' and the binder's) against the concurrent bare rate: what the server took in all.
+// the same through a real kube-apiserver and etcd (docs/benchmarks.md, "On a real control plane").
+// The cluster is seeded through the API server by [seed-threads=16] threads, each with a client of
+// its own; the orders are created before the controller starts and the bind requests are status
+// patches written at once, as the VMI webhook writes them; writes are counted by the API server
+// itself (apiserver_request_total in its /metrics, before and after). Since each answer's request
+// is a write through the same server, it also prints the server's status writes while answering
+// (the requests' and the binder's) against the concurrent bare rate: what the server took in all.
 // The second burst's requests are written with the controller held, as on the fake.
 //
 //   bench_binder --real-cluster [nodes=1000] [requests=1000] [quiet-seconds=60] [seed-threads=16]
@@ -211,9 +211,9 @@ void PrintCpu(pid_t controller, const std::map<std::string, double>& before, dou
   std::printf("), bench and its API server %.2f\n", benchCpu / seconds);
 }
 
-// The physical limit (issue 26 §1): the same API server taking a bare loop of status merge
-// patches on the first burst's devices (each answered by then), one after the other on one
-// connection (as the binder wrote before issue 26) and spread over kBareConnections
+// The physical limit (docs/benchmarks.md, "Binds against the physical limit"): the same API server
+// taking a bare loop of status merge patches on the first burst's devices (each answered by then),
+// one after the other on one connection (as the binder once wrote) and spread over kBareConnections
 // connections. Each burst's answers per second are printed as a ratio to each.
 constexpr int kBareConnections = 8;
 

@@ -1,21 +1,21 @@
-// The controller under pod churn (issue 26 §1), through the fake API server: `gpu-controller run
-// --enable-gpu` (the real program) over N nodes x 8 GPUs, half of the units held by GPUDevices,
-// and P pods, a tenth of them asking for a GPU each. It runs `seconds` quiet (the floor: the
-// same cluster with no churn, the peer in the same run), then `seconds` under `rate` pod events
-// a second through the API (create, a status write to Running, delete), nine in ten of them on
-// pods of cpu and memory alone and one in ten on GPU pods (created and deleted). Prints, for
-// each phase: the controller's CPU seconds per wall second (its own process_cpu_seconds_total),
-// binder and reconciler passes, and at the end its resident memory, the changes its caches took
-// without a pass, the churn's CPU as a ratio to the floor, and the other peer: a reference walk
-// of the churn's pod events (parse and decode alone, on one thread). Then the answer time of
-// `binds` bind requests (a new order, then its status.bindRequest, as the VMI webhook writes it;
-// from that write to the binder's answer seen through the API): spread over `seconds` without
-// churn (the peer), then over `seconds` of the same churn.
+// The controller under pod churn (docs/benchmarks.md, of that name), through the fake API server:
+// `gpu-controller run --enable-gpu` (the real program) over N nodes x 8 GPUs, half of the units
+// held by GPUDevices, and P pods, a tenth of them asking for a GPU each. It runs `seconds` quiet
+// (the floor: the same cluster with no churn, the peer in the same run), then `seconds` under
+// `rate` pod events a second through the API (create, a status write to Running, delete), nine in
+// ten of them on pods of cpu and memory alone and one in ten on GPU pods (created and deleted).
+// Prints, for each phase: the controller's CPU seconds per wall second (its own
+// process_cpu_seconds_total), binder and reconciler passes, and at the end its resident memory, the
+// changes its caches took without a pass, the churn's CPU as a ratio to the floor, and the other
+// peer: a reference walk of the churn's pod events (parse and decode alone, on one thread). Then
+// the answer time of `binds` bind requests (a new order, then its status.bindRequest, as the VMI
+// webhook writes it; from that write to the binder's answer seen through the API): spread over
+// `seconds` without churn (the peer), then over `seconds` of the same churn.
 //
 //   bench_churn [nodes=1000] [pods=20000] [rate=50] [seconds=20] [binds=100]
 //
-// The issue's size is bench_churn 5000 100000 50 60 (a machine with a few GB free). With
-// BENCH_GPU_CONTROLLER=/path/to/gpu-controller it drives that build instead (an earlier
+// The size docs/benchmarks.md reports is bench_churn 5000 100000 50 60 (a machine with a few GB
+// free). With BENCH_GPU_CONTROLLER=/path/to/gpu-controller it drives that build instead (an earlier
 // commit's: the before and after of a change, on the same cluster and churn). With
 // BENCH_USAGE_RECORDS=1 the fake serves Cozystack's usage-record kinds as well.
 #include <time.h>
@@ -213,7 +213,7 @@ std::vector<double> BindRequests(const std::filesystem::path& kubeconfig, const 
   return answers;
 }
 
-// The reference walk, the issue's other peer: the least that taking the churn's pod events
+// The reference walk, the other peer: the least that taking the churn's pod events
 // costs, in this process on one thread: each event's text (a pod as the server stores it, in a
 // watch event) parsed and decoded as the controller's pods cache decodes it, and the model's
 // filter asked whether it matters. Returns CPU seconds per event.
@@ -273,9 +273,9 @@ json RealSized(json pod) {
   return pod;
 }
 
-// The skim's peer (issue 26 §1): what the pods watch spends on a pod the cache does not keep,
-// SkimEvent over its text with no document, against the parse and decode it replaced, on the
-// bench's pods and on the same pods at a real cluster's size.
+// The skim's peer (docs/controller.md, "Who wakes for a change"): what the pods watch spends on a
+// pod the cache does not keep, SkimEvent over its text with no document, against the parse and
+// decode it replaced, on the bench's pods and on the same pods at a real cluster's size.
 void SkimWalk(const cozy::fake::FakeApiServer& server, int pods) {
   std::vector<std::string> small, real;
   const int step = std::max(1, pods / 1000);
@@ -338,8 +338,8 @@ void Print(const char* name, const Phase& phase) {
   std::sort(threads.rbegin(), threads.rend());
   std::printf("       CPU by thread:");
   for (const auto& [cpu, thread] : threads) std::printf(" %s %.2f s", thread.c_str(), cpu);
-  // The informer loop reads every cache's watch (issue 25 §2); an earlier commit's build read the
-  // pods' on a thread of their own.
+  // The informer loop reads every cache's watch (docs/kubernetes.md, "One thread for every cache's
+  // watch"); an earlier commit's build read the pods' on a thread of their own.
   auto pods = phase.threadCpu.find("informers");
   if (pods == phase.threadCpu.end()) pods = phase.threadCpu.find("c:pods");
   if (phase.events > 0 && pods != phase.threadCpu.end()) {

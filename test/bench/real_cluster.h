@@ -1,7 +1,8 @@
-// The benchmarks' real-cluster mode (issue 22 §7): a real control plane (etcd, kube-apiserver,
-// kube-controller-manager of `scripts/cluster.sh up`, or an existing cluster's kubeconfig), the
-// cluster seeded through it by several threads with a client each, `gpu-controller run
-// --enable-gpu` on it, and the API server's own counters (`/metrics`) read before and after.
+// The benchmarks' real-cluster mode (docs/benchmarks.md, "On a real control plane"): a real control
+// plane (etcd, kube-apiserver, kube-controller-manager of `scripts/cluster.sh up`, or an existing
+// cluster's kubeconfig), the cluster seeded through it by several threads with a client each,
+// `gpu-controller run --enable-gpu` on it, and the API server's own counters (`/metrics`) read
+// before and after.
 // Header-only, for bench_binder, bench_admission and bench_real_nodes (whose nodes' agents are
 // ChildProcesses).
 #pragma once

@@ -560,7 +560,7 @@ TEST(ChartController, GpuOnRendersWebhooksCertificateAndGpuFlags) {
   const auto defaults = Strings(Controller(Render(defaultValues))["args"]);
   EXPECT_TRUE(HasArg(defaults, "--raw-gpu-names=allow"));
   EXPECT_TRUE(HasArg(defaults, "--attachment-grace=2m"));
-  EXPECT_TRUE(HasArg(defaults, "--not-ready-grace=5m"));  // issue 24 item 5
+  EXPECT_TRUE(HasArg(defaults, "--not-ready-grace=5m"));  // gpu.notReadyGrace
   for (const auto& arg : defaults) EXPECT_FALSE(arg.starts_with("--gpu-resource-names")) << arg;
 }
 
@@ -701,7 +701,7 @@ TEST(ChartController, WebhooksSelectWhatTheyMustAndNothingElse) {
 
 // The CA: cert-manager's injector (inject-ca-from naming the serving Certificate), or the
 // hoster's bundle on every webhook and the hoster's Secret mounted.
-// Issue 23: who may call the webhooks. A NetworkPolicy (or, where Cilium serves its API, a
+// docs/install.md, "Who may call the webhooks": a NetworkPolicy (or, where Cilium serves its API, a
 // CiliumNetworkPolicy naming the kube-apiserver entity) lets only sources outside the pod
 // network reach the webhook port, the health port stays open; the hoster's CA of kube-apiserver's
 // webhook client certificate becomes --webhook-client-ca, mounted from a ConfigMap.
@@ -1207,7 +1207,7 @@ TEST(ChartController, PlatformFieldsTrustTheControllerOfTheReleaseNamespaceOnly)
   EXPECT_THROW(Render(YAML::Load("policies: {platformGroups: [1]}"), release), RenderError);
 }
 
-// B2 (issue 24): a GPUDevice's status is written by the controller alone, whatever RBAC a
+// B2: a GPUDevice's status is written by the controller alone, whatever RBAC a
 // hoster grants: a policy on gpudevices/status, in both renders and every namespace, failing
 // closed, that lets by only the controller's exact user (and cluster admins). Its decisions are
 // evaluated by gpu_policies_cel (B2) and by kube-apiserver in real_cluster_chart_test.

@@ -1,9 +1,9 @@
-// The VMI webhook's decisions between its plan and its answer, without a cluster (issue 25 §5):
-// the members of a start, in use by a running VMI (E5), a reinvocation's own answered set (E9),
-// a leftover template device reused or refused (E6), when a device may be attached and what the
-// attachment writes (E7), where the binder's answers stand (E8), and what a refusal rolls back.
-// The webhook's I/O over these is tested against the fake and the real API server in
-// test/e2e/admission_e2e_test.cpp.
+// The VMI webhook's decisions between its plan and its answer, without a cluster
+// (controller/admission/start.h; docs/controller.md, "Admission webhooks"): the members of a start,
+// in use by a running VMI (E5), a reinvocation's own answered set (E9), a leftover template device
+// reused or refused (E6), when a device may be attached and what the attachment writes (E7), where
+// the binder's answers stand (E8), and what a refusal rolls back. The webhook's I/O over these is
+// tested against the fake and the real API server in test/e2e/admission_e2e_test.cpp.
 #include <gtest/gtest.h>
 
 #include <map>

@@ -1,6 +1,6 @@
 // The VMI webhook's pure part: its own GPU entries (E11), the start plan that runs every
 // refusal check before anything is written (E5, with E1-E4 for templates and E6's mark), the
-// gpus patch (E9, E10), and the pod webhook's pin (E13; issue 24 item 4: by the Node's name,
+// gpus patch (E9, E10), and the pod webhook's pin (E13: by the Node's name,
 // tolerating its cordon, D10).
 #include <gtest/gtest.h>
 
@@ -211,11 +211,11 @@ TEST(VmiStartPlanE5, SetGoesWhereTheWholeOfItFits) {
   ExpectNothingToWrite(plan);
 }
 
-// Issue 24 items 1 and 8 (E5): the classes' tolerations decide which nodes a starting VM's set
+// C7, E5: the classes' tolerations decide which nodes a starting VM's set
 // may go to, not the VMI's own. The binder answers the start before the VMI exists, so it cannot
 // read them; a plan that counted them admitted a start the binder then refused after the writes.
 // A VMI tolerating a taint its class does not is refused at once, the taint named.
-TEST(VmiStartPlanIssue24Item1E5, TheClassesTolerationsCountNotTheVmis) {
+TEST(VmiStartPlanC7E5, TheClassesTolerationsCountNotTheVmis) {
   Snapshot snapshot = BaseSnapshot();
   AddNode(snapshot, "n1", 2);
   snapshot.nodes.MutableAt(0).taints = {{"gpu", "", "NoSchedule"}};
@@ -400,7 +400,7 @@ TEST(VmiStartPlanE10, FromTheReviewToThePatch) {
   EXPECT_EQ(answer["response"]["uid"], "7d4b2a10-1e2f-4a3b-8c9d-0e1f2a3b4c5d");
 }
 
-// ---- the launcher pod's pin (E13, issue 24 item 4) ----
+// ---- the launcher pod's pin (E13) ----
 
 json Terms(const json& pod) {
   return pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
@@ -483,11 +483,11 @@ TEST(PodPinPatchE13, CreatesWhatIsMissing) {
   EXPECT_EQ(PodPinPatch(onN1, "n2").size(), 1U);
 }
 
-// Issue 24 item 4: the pin selects the Node by its name, not by a kubernetes.io/hostname label
+// E13: the pin selects the Node by its name, not by a kubernetes.io/hostname label
 // assumed to equal it. An installer that sets hostnames (gpu-host-17.example for Node n1) left
 // the launcher pinned to `kubernetes.io/hostname In [n1]`, which no node matches: Pending
 // forever. Also: a node whose hostname label happens to be another node's name gets nothing.
-TEST(PodPinPatchIssue24Item4E13, PinsByTheNodesNameWhenItsHostnameLabelDiffers) {
+TEST(PodPinPatchE13, PinsByTheNodesNameWhenItsHostnameLabelDiffers) {
   const json pod = ReadTestdata("pod-create.json")["request"]["object"];
   const json patched = pod.patch(PodPinPatch(pod, "n1"));
   const json n1 = NodeNamed("n1", "gpu-host-17.example");
@@ -501,11 +501,11 @@ TEST(PodPinPatchIssue24Item4E13, PinsByTheNodesNameWhenItsHostnameLabelDiffers) 
   EXPECT_NE(cozy::testing::WhyNotOn(pinned, NodeNamed("n2", "n1")), "");
 }
 
-// Issue 24 item 4, D10: the binder answers Succeeded on a cordoned node (onCordon Stay, or no
+// E13, D10: the binder answers Succeeded on a cordoned node (onCordon Stay, or no
 // room elsewhere), so the launcher pinned there tolerates the cordon's taint, or it is never
 // scheduled. Always added: the pin already decides the node, so the toleration lets the pod onto
 // that one cordoned node and no other, and a cordon after the pod was admitted is covered too.
-TEST(PodPinPatchIssue24Item4D10, TheLauncherToleratesTheCordonOfItsPinnedNode) {
+TEST(PodPinPatchE13D10, TheLauncherToleratesTheCordonOfItsPinnedNode) {
   const json pod = ReadTestdata("pod-create.json")["request"]["object"];
   const json patched = pod.patch(PodPinPatch(pod, "n1"));
   EXPECT_NE(cozy::testing::WhyNotOn(pod, NodeNamed("n1", "n1", true)), "") << "the cordon counts";
@@ -537,11 +537,11 @@ TEST(PodPinPatchIssue24Item4D10, TheLauncherToleratesTheCordonOfItsPinnedNode) {
   EXPECT_EQ(afterwards["spec"]["tolerations"].size(), 2U);
 }
 
-// Issue 24 item 1: on a tainted GPU pool the binder placed the set where its classes'
+// E13 on a tainted GPU pool: the binder placed the set where its classes'
 // tolerations let it go, so the launcher pinned there carries them: without them it fits no node
 // (Pending forever), with them only the pinned one. A toleration the pod carries already is not
 // added twice, and a second call adds nothing.
-TEST(PodPinPatchIssue24Item1, TheLauncherCarriesItsClassesTolerations) {
+TEST(PodPinPatchE13, TheLauncherCarriesItsClassesTolerations) {
   const json pod = ReadTestdata("pod-create.json")["request"]["object"];
   json pool = NodeNamed("n1", "n1");
   pool["spec"]["taints"] = {

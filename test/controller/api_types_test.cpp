@@ -43,7 +43,7 @@ TEST(GpuClassB10, EveryFieldRoundTrips) {
   EXPECT_EQ(decoded.spec.onCordon, OnCordon::kStay);
   EXPECT_EQ(decoded.spec.maxCount, 2);
   EXPECT_EQ(decoded.ResourceName(), "nvidia.com/NVIDIA_A100-40C");
-  ASSERT_EQ(decoded.spec.tolerations.size(), 3U);  // issue 24 item 1
+  ASSERT_EQ(decoded.spec.tolerations.size(), 3U);  // a class's tolerations
   EXPECT_EQ(decoded.spec.tolerations[1].tolerationSeconds, 300);
   EXPECT_EQ(ToJson(decoded), original);
   EXPECT_EQ(GpuClassFromJson(ToJson(decoded)), decoded);
@@ -94,7 +94,7 @@ TEST(GpuClass, RefusesMalformedNamingTheField) {
        "spec.nodeSelector.matchExpressions[0].operator"},
       {"label value type", [](json& o) { o["metadata"]["labels"]["tenant.cozystack.io/a"] = 1; },
        "metadata.labels[\"tenant.cozystack.io/a\"]"},
-      // Issue 24 item 1: tolerations as the API server validates a pod's; Gt and Lt tolerate
+      // Tolerations as the API server validates a pod's; Gt and Lt tolerate
       // nothing (C9), so a class carrying one is refused rather than silently useless.
       {"toleration operator Gt", [](json& o) { o["spec"]["tolerations"][0]["operator"] = "Gt"; },
        "spec.tolerations[0].operator"},

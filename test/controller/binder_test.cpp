@@ -317,9 +317,9 @@ TEST_F(BinderTest, D4_AnAnswersOnlyPassWritesTheMoveThatFreesTheUnitItAnswersWit
   EXPECT_EQ(d3["status"]["bindResponse"]["result"], "Succeeded");
 }
 
-// Issue 26 §1, the quiet room: only a full pass that decided held keeps alone leaves one (the
-// room each node has left), so the pods cache may take GPU pods without a pass; a pass that
-// binds or refuses, and an answers-only pass, leave none.
+// The quiet room (docs/controller.md, "Who wakes for a change"): only a full pass that decided held
+// keeps alone leaves one (the room each node has left), so the pods cache may take GPU pods without
+// a pass; a pass that binds or refuses, and an answers-only pass, leave none.
 TEST_F(BinderTest, OnlyAFullPassOfHeldKeepsLeavesAQuietRoom) {
   server_->Seed(testing::ReadyNode("n2"));
   server_->Seed(testing::GpuNodeObject("n2", 2));
@@ -347,9 +347,10 @@ TEST_F(BinderTest, OnlyAFullPassOfHeldKeepsLeavesAQuietRoom) {
   EXPECT_FALSE(binder.Pass(Read(), false, true, now).quietRoom);
 }
 
-// Issue 26 §1: the binds of a pass, which stand on no write before them, are in flight together
-// (up to Binder::kWriters): with every status write held 2 s by the server, eight are received
-// before the first is answered. One after the other, the second would come only after that.
+// docs/controller.md, "The binder", concurrent writes: the binds of a pass, which stand on no write
+// before them, are in flight together (up to Binder::kWriters): with every status write held 2 s by
+// the server, eight are received before the first is answered. One after the other, the second
+// would come only after that.
 TEST_F(BinderTest, BindsOfAPassAreWrittenConcurrently) {
   server_->Seed(testing::ReadyNode("big"));
   server_->Seed(testing::GpuNodeObject("big", 16));
@@ -378,10 +379,10 @@ TEST_F(BinderTest, BindsOfAPassAreWrittenConcurrently) {
   EXPECT_EQ(Bound(), 12);
 }
 
-// Issue 26 §1: a pass's Events go to a sender of their own, one at a time, as client-go's
-// recorder sends them: with every Event held 700 ms by the server, a pass of ten binds is done
-// before its first Event is written (a pass that waited for them would take 700 ms at least),
-// and they are all written after it.
+// docs/controller.md, "The binder": a pass's Events go to a sender of their own, one at a time, as
+// client-go's recorder sends them: with every Event held 700 ms by the server, a pass of ten binds
+// is done before its first Event is written (a pass that waited for them would take 700 ms at
+// least), and they are all written after it.
 TEST_F(BinderTest, EventsNeverHoldUpThePass) {
   TenBindsWithEventsHeld700Ms();
   kube::Client unlimited = Unlimited();
@@ -477,10 +478,10 @@ TEST_F(BinderTest, AConflictStopsThePassAndNoWriteIsSentAfterIt) {
   EXPECT_EQ(Bound(), orders + 2);  // one of d1 and d2 on n1, every other order on big
 }
 
-// Issue 25 §3: a device whose write the server refuses for what it is (a hoster's policy or
-// webhook answering 422) is held off on its own: the decisions after it that only take units
-// are still written, its write is not sent again until its backoff ends or the device changes,
-// and the pass says when to try it again.
+// docs/controller.md, "The binder": a device whose write the server refuses for what it is (a
+// hoster's policy or webhook answering 422) is held off on its own: the decisions after it that
+// only take units are still written, its write is not sent again until its backoff ends or the
+// device changes, and the pass says when to try it again.
 TEST_F(BinderTest, ARefusedDeviceIsHeldOffAndTheRestOfThePassIsWritten) {
   server_->Seed(testing::ReadyNode("n2"));
   server_->Seed(testing::GpuNodeObject("n2", 1));
@@ -642,7 +643,7 @@ TEST_F(BinderTest, TakesBindsSaysWhyANodeDoesNotAndIsWrittenOnlyWhenItChanges) {
   const json after = condition("cordoned");
   EXPECT_EQ(after["status"], "True");
   EXPECT_NE(after["lastTransitionTime"], before["lastTransitionTime"]);
-  // Issue 24 item 1: a class that tolerates the taint takes binds there, so the node does, and
+  // C7: a class that tolerates the taint takes binds there, so the node does, and
   // says for which class.
   json pool = testing::GpuClassObject("pool");
   pool["spec"]["tolerations"] = {{{"key", "gpu-maintenance"}, {"operator", "Exists"}}};
@@ -655,7 +656,7 @@ TEST_F(BinderTest, TakesBindsSaysWhyANodeDoesNotAndIsWrittenOnlyWhenItChanges) {
   EXPECT_EQ(condition("down")["reason"], "NotReady") << "a toleration does not make it Ready";
 }
 
-// C17 (issue 24): a class whose resource name no entry of KubeVirt's permittedHostDevices names
+// C17: a class whose resource name no entry of KubeVirt's permittedHostDevices names
 // gets a Warning Event, once per repeat window; a permitted one (a PCI or a mediated entry)
 // none. Without a table (KubeVirt not read) nothing is checked.
 TEST_F(BinderTest, C17_AClassKubeVirtDoesNotPermitGetsAWarningEvent) {
@@ -706,9 +707,9 @@ TEST_F(BinderTest, NothingIsWrittenAfterSteppingDown) {
   EXPECT_TRUE(testing::Writes(*server_).empty());
 }
 
-// Issue 23: leadership is read again before every attempt of a placement write, retries
-// included, not once before the write: a replica that stops leading while the server has it
-// wait (Retry-After) sends nothing more.
+// docs/security.md, "Hardening done": leadership is read again before every attempt of a placement
+// write, retries included, not once before the write: a replica that stops leading while the server
+// has it wait (Retry-After) sends nothing more.
 TEST_F(BinderTest, LeadershipIsReadAgainBeforeEachRetryOfAPlacementWrite) {
   fake::Fault busy = fake::Fault::Answer(503, -1, "PATCH", 1);
   busy.pathPrefix = "/apis/gpu.cozystack.io/v1alpha1/namespaces/t1/gpudevices/";
@@ -729,9 +730,9 @@ TEST_F(BinderTest, LeadershipIsReadAgainBeforeEachRetryOfAPlacementWrite) {
   EXPECT_EQ(Bound(), 0);
 }
 
-// Issue 23: with the lease's instant (LeaderElector::LeadingUntil), no attempt of a placement
-// write starts or runs past it, however often the server asks to be tried again; the pass
-// stops there and the TakesBinds conditions are not written either.
+// docs/security.md, "Hardening done": with the lease's instant (LeaderElector::LeadingUntil), no
+// attempt of a placement write starts or runs past it, however often the server asks to be tried
+// again; the pass stops there and the TakesBinds conditions are not written either.
 TEST_F(BinderTest, NoPlacementWriteIsAttemptedPastTheInstantTheLeaseLeadsUntil) {
   fake::Fault busy = fake::Fault::Answer(429, -1, "PATCH", 1);
   busy.pathPrefix = "/apis/gpu.cozystack.io/v1alpha1/";

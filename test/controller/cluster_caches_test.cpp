@@ -1,6 +1,6 @@
 // ClusterCaches, the controller's informer factory, against the fake API server: the caches made
 // from their constants, and the webhooks' view of a new cache state that keeps the devices of
-// the state before when only other kinds changed (issue 26 §1: a pod's change must not copy
+// the state before when only other kinds changed (a pod's change must not copy
 // 40,000 devices again before the next VM start is answered).
 #include "controller/daemon/caches.h"
 

@@ -125,8 +125,9 @@ TEST(GpuClassCrdB4, NameRulesAgreeWithValidator) {
   }
 }
 
-// Issue 23: a GPUDevice's spec.className under the same rules as a GPUClass's name. The CRD
-// took "total" while the model refused it, so one such order stopped the binder.
+// docs/security.md, "Hardening done": a GPUDevice's spec.className under the same rules as a
+// GPUClass's name. The CRD took "total" while the model refused it, so one such order stopped the
+// binder.
 TEST(GpuDeviceCrd, ClassNameRulesAgreeWithValidator) {
   const YAML::Node field = Schema(
       LoadCrd("gpu.cozystack.io_gpudevices.yaml"))["properties"]["spec"]["properties"]["className"];

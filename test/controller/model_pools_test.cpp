@@ -1,8 +1,9 @@
-// The model on clusters as hosters run them (issue 24): GPU pools behind a NoSchedule taint
-// that a class tolerates (item 1), nodes that are NotReady for a while and sets whose VM runs
-// (item 5), and held sets whose class is gone (item 8). Each test would fail on the model before
-// the issue: orders refused and held sets sent Lost on a tainted pool, every set moved off a
-// node the moment it blinked, a start answered Succeeded for a class that no longer exists.
+// The model on clusters as hosters run them: GPU pools behind a NoSchedule taint that a class
+// tolerates (C7; docs/install.md, "GPU nodes behind a taint"), nodes that are NotReady for a
+// while and sets whose VM runs (C7, D5; docs/controller.md, "NotReady is not gone"), and held
+// sets whose class is gone (D9). Each test would fail on the model before these rules: orders
+// refused and held sets sent Lost on a tainted pool, every set moved off a node the moment it
+// blinked, a start answered Succeeded for a class that no longer exists.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -48,7 +49,7 @@ Snapshot TaintedPool(bool tolerates) {
   return snapshot;
 }
 
-TEST(TaintedPoolIssue24Item1, AClassThatToleratesThePoolTakesOrdersThere) {
+TEST(TaintedPoolC7, AClassThatToleratesThePoolTakesOrdersThere) {
   const Snapshot snapshot = TaintedPool(true);
   const Model model(snapshot);
   const std::optional<ClassRoom> room = model.Room("a100");
@@ -69,7 +70,7 @@ TEST(TaintedPoolIssue24Item1, AClassThatToleratesThePoolTakesOrdersThere) {
   EXPECT_EQ(decision.node, "n1");
 }
 
-TEST(TaintedPoolIssue24Item1, AClassWithoutTheTolerationIsRefusedNamingTheTaint) {
+TEST(TaintedPoolC7, AClassWithoutTheTolerationIsRefusedNamingTheTaint) {
   const Snapshot snapshot = TaintedPool(false);
   const Model model(snapshot);
   const std::optional<ClassRoom> room = model.Room("a100");
@@ -86,11 +87,11 @@ TEST(TaintedPoolIssue24Item1, AClassWithoutTheTolerationIsRefusedNamingTheTaint)
   EXPECT_NE(refusal->find("the class tolerates no taint"), std::string::npos) << *refusal;
 }
 
-// Issue 24 item 8 (E5): a template device the VMI webhook creates once it has placed the VM's set
+// E5: a template device the VMI webhook creates once it has placed the VM's set
 // (with the VMI's own tolerations of the pool's taint) is not refused for room by the GPUDevice
 // webhook, which counts room without the VMI: that refusal came after the held devices were
 // attached. A tenant's own order still is, and so is the template for the other rules.
-TEST(TaintedPoolIssue24Item1, ATemplateDeviceIsNotRefusedForRoomAfterItsVmWasPlaced) {
+TEST(TaintedPoolC7, ATemplateDeviceIsNotRefusedForRoomAfterItsVmWasPlaced) {
   const Snapshot snapshot = TaintedPool(false);
   const Model model(snapshot);
   api::GpuDevice scratch = Pending("tenant-a", "vm-scratch", "a100", 1);
@@ -103,7 +104,7 @@ TEST(TaintedPoolIssue24Item1, ATemplateDeviceIsNotRefusedForRoomAfterItsVmWasPla
 
 // The first pass after the class gained its toleration (or after a restart) keeps every held
 // order whose VM is off where it is: none goes Lost for the pool's taint.
-TEST(TaintedPoolIssue24Item1, HeldOrdersWithTheirVmOffStayOnTheTaintedPool) {
+TEST(TaintedPoolC7, HeldOrdersWithTheirVmOffStayOnTheTaintedPool) {
   for (const bool tolerates : {true, false}) {
     Snapshot snapshot = TaintedPool(tolerates);
     snapshot.devices = {Bound("tenant-a", "held", "a100", 1, "n1")};
@@ -120,7 +121,7 @@ TEST(TaintedPoolIssue24Item1, HeldOrdersWithTheirVmOffStayOnTheTaintedPool) {
 
 // A VM start whose set mixes a held device and a template: the new member is placed on the
 // pool with the held one, through the class's toleration and not the VMI's.
-TEST(TaintedPoolIssue24Item1, AStartGathersATemplateOntoThePoolByTheClassToleration) {
+TEST(TaintedPoolC7, AStartGathersATemplateOntoThePoolByTheClassToleration) {
   Snapshot snapshot = TaintedPool(true);
   snapshot.devices = {Bound("tenant-a", "held", "a100", 1, "n2", "vm"),
                       Pending("tenant-a", "vm-scratch", "a100", 1, "vm")};
@@ -134,7 +135,7 @@ TEST(TaintedPoolIssue24Item1, AStartGathersATemplateOntoThePoolByTheClassTolerat
 
 // A set of two classes on two pools' taints: each class tolerates its own, and the launcher
 // carries both, so the node carrying both taints takes the set.
-TEST(TaintedPoolIssue24Item1, ASetOfTwoClassesToleratesWhatEitherClassTolerates) {
+TEST(TaintedPoolC7, ASetOfTwoClassesToleratesWhatEitherClassTolerates) {
   Snapshot snapshot;
   snapshot.namespaces = {MakeTenant("tenant-a", {})};
   snapshot.classes = {MakeClass("a100", kA100), MakeClass("l40s", "nvidia.com/L40S")};
@@ -158,7 +159,7 @@ TEST(TaintedPoolIssue24Item1, ASetOfTwoClassesToleratesWhatEitherClassTolerates)
   EXPECT_EQ(DecisionFor(decisions, "tenant-a/vm-l").node, "n1");
 }
 
-// ---- item 5: NotReady is not gone ----
+// ---- NotReady is not gone (C7, D5) ----
 
 constexpr const char* kNow = "2026-12-02T12:00:00Z";
 
@@ -182,7 +183,7 @@ Snapshot NotReadyFor(int secondsAgo, bool attached = false) {
   return snapshot;
 }
 
-TEST(NotReadyIssue24Item5, AHeldSetWaitsOutTheGraceThenMoves) {
+TEST(NotReadyC7D5, AHeldSetWaitsOutTheGraceThenMoves) {
   {
     const Snapshot snapshot = NotReadyFor(20);
     const Decision decision = DecisionFor(Model(snapshot).PlanPass(), "tenant-a/g");
@@ -213,7 +214,7 @@ TEST(NotReadyIssue24Item5, AHeldSetWaitsOutTheGraceThenMoves) {
 
 // A VM start on a set within the grace moves it to a node that takes it, or is refused while
 // none has room; the set then stays held where it was.
-TEST(NotReadyIssue24Item5, AStartWithinTheGraceMovesTheSetOrIsRefusedInPlace) {
+TEST(NotReadyC7D5, AStartWithinTheGraceMovesTheSetOrIsRefusedInPlace) {
   Snapshot snapshot = NotReadyFor(20, true);
   snapshot.devices.MutableAt(0).status.bindRequest = api::BindRequest{"req-1", kNow};
   Decision decision = DecisionFor(Model(snapshot).PlanPass(), "tenant-a/g");
@@ -230,7 +231,7 @@ TEST(NotReadyIssue24Item5, AStartWithinTheGraceMovesTheSetOrIsRefusedInPlace) {
 
 // A set whose VM runs on its node never moves: not past the grace, not for a cordon with
 // onCordon Move, not for an untolerated taint, not to make room on an over-full node.
-TEST(NotReadyIssue24Item5, ASetWhoseVmRunsNeverMoves) {
+TEST(NotReadyC7D5, ASetWhoseVmRunsNeverMoves) {
   struct Case {
     const char* what;
     std::function<void(Snapshot&)> adjust;
@@ -274,7 +275,7 @@ TEST(NotReadyIssue24Item5, ASetWhoseVmRunsNeverMoves) {
 // The condition taints (memory, disk, PID pressure, network unavailable) come and go with
 // their condition: measured by its lastTransitionTime, as NotReady is. A hoster's own taint
 // moves the set at once.
-TEST(NotReadyIssue24Item5, ConditionTaintsGetTheGraceAndOtherTaintsDoNot) {
+TEST(NotReadyC7D5, ConditionTaintsGetTheGraceAndOtherTaintsDoNot) {
   Snapshot snapshot = NotReadyFor(0);
   snapshot.nodes.MutableAt(0).ready = true;
   snapshot.nodes.MutableAt(0).taints = {{"node.kubernetes.io/memory-pressure", "", "NoSchedule"}};
@@ -295,9 +296,9 @@ TEST(NotReadyIssue24Item5, ConditionTaintsGetTheGraceAndOtherTaintsDoNot) {
   EXPECT_NE(decision.reason.find("hoster/maintenance"), std::string::npos) << decision.reason;
 }
 
-// ---- item 8: a held set whose class is gone ----
+// ---- a held set whose class is gone (D9) ----
 
-TEST(ClassGoneIssue24Item8, AStartOnAHeldSetWhoseClassIsGoneIsRefused) {
+TEST(ClassGoneD9, AStartOnAHeldSetWhoseClassIsGoneIsRefused) {
   Snapshot snapshot;
   snapshot.classes = {MakeClass("a100", kA100)};
   snapshot.namespaces = {MakeTenant("tenant-a", {})};

@@ -138,10 +138,10 @@ TEST(PodHoldsDevicesA7, FinalPhasesHoldNothing) {
   }
 }
 
-// Issue 26 §1: which pod changes can wake the binder. Only a pod that asks for an extended
-// resource can count (device plugins' and KubeVirt's names all have a domain), and only when
-// the model reads something different in it.
-TEST(PodChangeMattersIssue26, OnlyPodsAskingForExtendedResourcesAndOnlyRealChanges) {
+// docs/controller.md, "Who wakes for a change": which pod changes can wake the binder. Only a pod
+// that asks for an extended resource can count (device plugins' and KubeVirt's names all have a
+// domain), and only when the model reads something different in it.
+TEST(PodChangeMatters, OnlyPodsAskingForExtendedResourcesAndOnlyRealChanges) {
   const Pod web = [] {
     Pod pod = MakePod("tenant-a", "web", "n1", "cpu", 2);
     pod.containers[0].requests["memory"] = "1Gi";
@@ -390,7 +390,7 @@ TEST(TenantNamespaceF18, ANamespaceOfTheTenantTreeWithoutTheTenantNamespaceLabel
             std::string::npos);
 }
 
-// C16 (issue 14): a class's resource name is a GPU name too, even before any node reports it,
+// C16: a class's resource name is a GPU name too, even before any node reports it,
 // so a pod requesting it directly is raw-name usage and the policies see it.
 TEST(EffectiveGpuResourceNamesC16, ClassResourceNamesJoin) {
   api::GpuClass gpuClass;

@@ -108,11 +108,12 @@ TEST(NodeCapacityC6, RawNamePodHoldsUnits) {
   EXPECT_EQ(DecisionFor(decisions, "tenant-a/one").action, Action::kBind);
 }
 
-// Issue 26 §1: the pod cache wakes no pass for a change PodChangeMatters turns down, which is
-// safe only if such pods never change a decision. Fifty pods of cpu and memory alone, running,
-// pending and ended, on the GPU node and in the tenant: every decision stays as it was. A pod
-// that asks for the GPU (PodChangeMatters says it matters) does change them.
-TEST(PodChangeFilterIssue26, PodsThatAskForNoExtendedResourceChangeNoDecision) {
+// docs/controller.md, "Who wakes for a change": the pod cache wakes no pass for a change
+// PodChangeMatters turns down, which is safe only if such pods never change a decision. Fifty pods
+// of cpu and memory alone, running, pending and ended, on the GPU node and in the tenant: every
+// decision stays as it was. A pod that asks for the GPU (PodChangeMatters says it matters) does
+// change them.
+TEST(PodChangeFilter, PodsThatAskForNoExtendedResourceChangeNoDecision) {
   const Snapshot snapshot = RawPodAndTwoOrders();
   const auto plan = [](const Snapshot& s) {
     std::vector<std::string> lines;
@@ -374,11 +375,11 @@ TEST(BudgetsInPassC3C4, OrdersOverABudgetAreRefused) {
   EXPECT_NE(blocked.reason.find("requests.nvidia.com/GA100"), std::string::npos) << blocked.reason;
 }
 
-// Issue 24 item 6 (C3 with D8, D9): the template device a VM start creates beside a held device
+// C3 with D8, D9: the template device a VM start creates beside a held device
 // is a new bind. The gather step checks it against the budgets and books it, so an order later
 // in the same pass cannot take the same room. Before, it was bound unchecked and unbooked: with
 // a budget of 2 and one device held, vm1's template and vm2's template both bound (3 of 2).
-TEST(BudgetsInPassIssue24Item6C3, AMixedSetsTemplateIsCheckedAndBookedBeforeLaterOrders) {
+TEST(BudgetsInPassC3D8, AMixedSetsTemplateIsCheckedAndBookedBeforeLaterOrders) {
   for (const bool roomForOne : {true, false}) {
     SCOPED_TRACE(roomForOne ? "budget 2, one held" : "budget 1, one held");
     Snapshot snapshot = BaseSnapshot();
@@ -850,7 +851,7 @@ TEST(PlacementD7, AnEarlierVmiOfTheSameNameIsAnotherSet) {
   EXPECT_EQ(DecisionFor(decisions, "tenant-a/new").node, "n2");
 }
 
-// A snapshot's copy shares its devices until one of the two changes them (issue 26 §1): the
+// A snapshot's copy shares its devices until one of the two changes them: the
 // change copies the list and the element it changes, the other copy sees nothing of it, and
 // pointers into the one that did not change stay good.
 TEST(SharedVector, ACopySharesItsElementsUntilOneOfTheTwoChangesThem) {

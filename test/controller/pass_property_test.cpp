@@ -1,9 +1,9 @@
-// Issue 24 item 6: the binder pass's invariants on random clusters. Whatever the mix of held,
-// Lost, split and new sets, VMs with templates beside held devices, budgets at every level of
-// the tenant tree and nodes already over their units, one pass never books a budget past its
-// limit nor a node past its units (a budget or node that was over before the pass may stay so,
-// never grow). Each pass's decisions are applied as the binder writes them and the next pass
-// runs on the result, as a leader would, so a sequence of passes is checked too.
+// C3, D6 (with D8's gather): the binder pass's invariants on random clusters. Whatever the mix of
+// held, Lost, split and new sets, VMs with templates beside held devices, budgets at every level of
+// the tenant tree and nodes already over their units, one pass never books a budget past its limit
+// nor a node past its units (a budget or node that was over before the pass may stay so, never
+// grow). Each pass's decisions are applied as the binder writes them and the next pass runs on the
+// result, as a leader would, so a sequence of passes is checked too.
 //
 // A fixed seed always runs; a second seed is drawn per run and printed with every failure
 // (COZY_PROPERTY_SEED replays one).
@@ -215,11 +215,11 @@ void CheckSeed(uint32_t seed, int clusters) {
   }
 }
 
-TEST(PassPropertiesIssue24Item6, NoPassBooksABudgetOrANodePastItsLimitFixedSeed) {
+TEST(PassPropertiesC3D6, NoPassBooksABudgetOrANodePastItsLimitFixedSeed) {
   CheckSeed(20261202, 2000);
 }
 
-TEST(PassPropertiesIssue24Item6, NoPassBooksABudgetOrANodePastItsLimitRandomSeed) {
+TEST(PassPropertiesC3D6, NoPassBooksABudgetOrANodePastItsLimitRandomSeed) {
   uint32_t seed = std::random_device{}();
   if (const char* replay = std::getenv("COZY_PROPERTY_SEED")) {
     seed = static_cast<uint32_t>(std::strtoul(replay, nullptr, 10));

@@ -1,8 +1,8 @@
-// Issue 26 §1: the pods watch skims the pods the controller does not keep. Skimming a pod's
-// event (kube::SkimEvent with model::PodKeyIsExtendedResource, no JSON document built) must
-// say "not wanted" for exactly the pods the cache's keep predicate drops
-// (model::PodAsksForExtendedResources of the decoded pod): on random pods with extended and
-// plain resources in every place a pod can carry them, read or not.
+// docs/controller.md, "Who wakes for a change": the pods watch skims the pods the controller does
+// not keep. Skimming a pod's event (kube::SkimEvent with model::PodKeyIsExtendedResource, no JSON
+// document built) must say "not wanted" for exactly the pods the cache's keep predicate drops
+// (model::PodAsksForExtendedResources of the decoded pod): on random pods with extended and plain
+// resources in every place a pod can carry them, read or not.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -97,7 +97,7 @@ void CheckSeed(uint32_t seed) {
   EXPECT_GT(whole, 200);
 }
 
-TEST(PodSkimIssue26, SkimsExactlyThePodsTheCacheDoesNotKeep) {
+TEST(PodSkim, SkimsExactlyThePodsTheCacheDoesNotKeep) {
   for (const uint32_t seed : model::testing::PropertySeeds(26)) {
     SCOPED_TRACE("seed " + std::to_string(seed) + " (COZY_PROPERTY_SEED replays it)");
     CheckSeed(seed);

@@ -1,7 +1,7 @@
-// The binder loop's QuietRoom (issue 26 §1): what the pods cache's filter gets from it while a
-// pass runs and after. A pass records the pod changes that come while it runs; one that decided
-// only held keeps replays them against the room it left, and passes again only when the room
-// does not take one.
+// The binder loop's QuietRoom (docs/controller.md, "Who wakes for a change"): what the pods cache's
+// filter gets from it while a pass runs and after. A pass records the pod changes that come while
+// it runs; one that decided only held keeps replays them against the room it left, and passes again
+// only when the room does not take one.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -27,7 +27,7 @@ FreeUnits Room(int64_t free) {
   return room;
 }
 
-TEST(QuietRoomLoopIssue26, ChangesDuringAPassAreRecordedAndTakenWhenItSettles) {
+TEST(QuietRoomLoop, ChangesDuringAPassAreRecordedAndTakenWhenItSettles) {
   QuietRoom room;
   const Pod first = MakePod("t", "a", "n1", kA100, 1);
   const Pod second = MakePod("t", "b", "n2", kA100, 1);
@@ -48,7 +48,7 @@ TEST(QuietRoomLoopIssue26, ChangesDuringAPassAreRecordedAndTakenWhenItSettles) {
   EXPECT_FALSE(room.Settled()) << "a change turned down unsettles the room";
 }
 
-TEST(QuietRoomLoopIssue26, ARecordedChangeTheRoomRefusesMeansAnotherPassAndNoRoom) {
+TEST(QuietRoomLoop, ARecordedChangeTheRoomRefusesMeansAnotherPassAndNoRoom) {
   QuietRoom room;
   const Pod first = MakePod("t", "a", "n1", kA100, 1);
   const Pod second = MakePod("t", "b", "n1", kA100, 1);
@@ -69,7 +69,7 @@ TEST(QuietRoomLoopIssue26, ARecordedChangeTheRoomRefusesMeansAnotherPassAndNoRoo
   EXPECT_FALSE(room.Settled());
 }
 
-TEST(QuietRoomLoopIssue26, APassThatSettlesNothingPassesAgainOnlyForWhatItRecorded) {
+TEST(QuietRoomLoop, APassThatSettlesNothingPassesAgainOnlyForWhatItRecorded) {
   QuietRoom room;
   const Pod pod = MakePod("t", "a", "n1", kA100, 1);
   room.BeginPass();
@@ -81,7 +81,7 @@ TEST(QuietRoomLoopIssue26, APassThatSettlesNothingPassesAgainOnlyForWhatItRecord
   EXPECT_EQ(room.Absorbs(nullptr, &pod), Take::kRefused) << "no pass records after EndPass";
 }
 
-TEST(QuietRoomLoopIssue26, AnUnsettleDuringAPassKeepsItFromSettlingAndPassesAgain) {
+TEST(QuietRoomLoop, AnUnsettleDuringAPassKeepsItFromSettlingAndPassesAgain) {
   QuietRoom room;
   const Pod pod = MakePod("t", "a", "n1", kA100, 1);
   // Taking the lead in the middle of a pass: its room is nobody's now.
@@ -96,7 +96,7 @@ TEST(QuietRoomLoopIssue26, AnUnsettleDuringAPassKeepsItFromSettlingAndPassesAgai
   EXPECT_TRUE(room.EndPass());
 }
 
-TEST(QuietRoomLoopIssue26, PastTheRecordLimitThePassRunsAgain) {
+TEST(QuietRoomLoop, PastTheRecordLimitThePassRunsAgain) {
   QuietRoom room;
   const Pod pod = MakePod("t", "a", "n1", kA100, 0);  // holds nothing: the room takes it
   room.BeginPass();

@@ -1,14 +1,14 @@
-// Issue 26 §1: on a quiet cluster (the last full pass decided only held keeps), a pod change
-// model::AbsorbPodChange takes in the room that pass left wakes no pass, which is safe only if
-// no such change could have changed a decision. On random quiet clusters (Bound sets, some
-// attached to VMIs whose launchers run or are yet to come, raw GPU pods, nodes cordoned or
-// tainted, two resource names), random sequences of pod changes (GPU pods starting, growing,
-// ending and going; launchers appearing; pods asking for cpu only, or for no node yet) are
-// applied one by one: after each change the room took, a binder pass on the cluster as it now
-// stands must decide exactly what the quiet pass did. A change the room turns down is what a
-// woken pass decides on: where its decisions are quiet again, the room is the new pass's.
-// Each outcome (taken, turned down, turned down and the pass then moving sets) must happen
-// often, so the check cannot pass by turning everything down or by never overfilling a node.
+// The quiet room (docs/controller.md, "Who wakes for a change"): on a quiet cluster (the last full
+// pass decided only held keeps), a pod change model::AbsorbPodChange takes in the room that pass
+// left wakes no pass, which is safe only if no such change could have changed a decision. On random
+// quiet clusters (Bound sets, some attached to VMIs whose launchers run or are yet to come, raw GPU
+// pods, nodes cordoned or tainted, two resource names), random sequences of pod changes (GPU pods
+// starting, growing, ending and going; launchers appearing; pods asking for cpu only, or for no
+// node yet) are applied one by one: after each change the room took, a binder pass on the cluster
+// as it now stands must decide exactly what the quiet pass did. A change the room turns down is
+// what a woken pass decides on: where its decisions are quiet again, the room is the new pass's.
+// Each outcome (taken, turned down, turned down and the pass then moving sets) must happen often,
+// so the check cannot pass by turning everything down or by never overfilling a node.
 //
 // A fixed seed always runs; a second seed is drawn per run and printed with every failure
 // (COZY_PROPERTY_SEED replays one).
@@ -208,7 +208,7 @@ void CheckSeed(uint32_t seed, int clusters, Outcomes& outcomes) {
   }
 }
 
-TEST(QuietRoomIssue26, APodChangeTheRoomTakesNeverChangesADecision) {
+TEST(QuietRoom, APodChangeTheRoomTakesNeverChangesADecision) {
   Outcomes outcomes;
   const std::vector<uint32_t> seeds = PropertySeeds(20261203);
   for (const uint32_t seed : seeds) {
@@ -242,7 +242,7 @@ Snapshot TwoNodesOneHeld() {
 
 // The room is taken by what it absorbs: two pods that each fit a node's last unit are not both
 // taken, and the second, which overfills the node, is left to a pass that moves a set off it.
-TEST(QuietRoomIssue26, TheRoomIsTakenByWhatItAbsorbs) {
+TEST(QuietRoom, TheRoomIsTakenByWhatItAbsorbs) {
   Snapshot snapshot = TwoNodesOneHeld();
   const Model model(snapshot);
   ASSERT_TRUE(Quiet(model.PlanPass()));
@@ -278,7 +278,7 @@ TEST(QuietRoomIssue26, TheRoomIsTakenByWhatItAbsorbs) {
 // the room took for it, and only that. A pod the pass itself counted gives nothing back when it
 // goes (the room did not take its units), so its node's room stays as small as the pass left
 // it until the next pass.
-TEST(QuietRoomIssue26, APodThatEndsGivesBackWhatTheRoomTookForItAndNoMore) {
+TEST(QuietRoom, APodThatEndsGivesBackWhatTheRoomTookForItAndNoMore) {
   Snapshot snapshot = TwoNodesOneHeld();
   const Pod counted = MakePod("tenant-a", "counted", "n2", kA100, 1);
   snapshot.pods = {counted};

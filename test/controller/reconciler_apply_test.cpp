@@ -1,6 +1,7 @@
-// The reconciler's writes against the fake API server (issue 25 §3): a write that fails backs
-// off its own object, growing while it keeps failing, and every other object's writes go on; a
-// conflict holds its object only while the plan reads the version it conflicted on.
+// The reconciler's writes against the fake API server (docs/controller.md, "The reconciler: what
+// each finalizer waits for"): a write that fails backs off its own object, growing while it keeps
+// failing, and every other object's writes go on; a conflict holds its object only while the plan
+// reads the version it conflicted on.
 #include "controller/reconciler/apply.h"
 
 #include <gtest/gtest.h>

@@ -1,7 +1,8 @@
-// The reconciler loop's debounce (issue 26 §1): 50 ms on a cluster whose passes are quick, four
-// times the last pass's time where that is longer, and never past a second, so a storm of
-// changes on a large cluster leaves the binder most of the cores. And its yield to the binder's
-// answers: a pass due while the binder answers bind requests waits for them, a second at most.
+// The reconciler loop's debounce (docs/controller.md, "The binder", "The reconciler gives way under
+// a storm"): 50 ms on a cluster whose passes are quick, four times the last pass's time where that
+// is longer, and never past a second, so a storm of changes on a large cluster leaves the binder
+// most of the cores. And its yield to the binder's answers: a pass due while the binder answers
+// bind requests waits for them, a second at most.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -51,7 +52,7 @@ class EmptyCaches : public ReconcilerSource {
 
 // A reconciler loop on a loop thread of its own, leading, asked for one pass at `asked`; the
 // binder "answers" while `busy` holds.
-class ReconcilerYieldIssue26 : public ::testing::Test {
+class ReconcilerYield : public ::testing::Test {
  protected:
   void SetUp() override {
     kube::ClientConfig config;
@@ -92,7 +93,7 @@ class ReconcilerYieldIssue26 : public ::testing::Test {
   steady_clock::time_point asked_;  // set on the loop thread before the pass can run
 };
 
-TEST_F(ReconcilerYieldIssue26, APassDueWhileTheBinderAnswersWaitsForItsAnswers) {
+TEST_F(ReconcilerYield, APassDueWhileTheBinderAnswersWaitsForItsAnswers) {
   std::this_thread::sleep_for(milliseconds(300));  // the binder answers meanwhile
   const auto answered = steady_clock::now();
   busy_ = false;
@@ -100,7 +101,7 @@ TEST_F(ReconcilerYieldIssue26, APassDueWhileTheBinderAnswersWaitsForItsAnswers) 
   EXPECT_GE(*caches_.firstPass(), answered) << "the pass ran while the binder answered";
 }
 
-TEST_F(ReconcilerYieldIssue26, APassWaitsForTheBinderASecondAtMost) {
+TEST_F(ReconcilerYield, APassWaitsForTheBinderASecondAtMost) {
   // The binder answers throughout: the pass runs all the same, a second after it was due.
   ASSERT_TRUE(WaitForPass());
   EXPECT_GE(*caches_.firstPass() - asked_, ReconcilerLoop::kYieldMax);
@@ -169,7 +170,7 @@ TEST_F(ReconcilerRecordsC11, AnyOtherChangePullsThePassForward) {
   EXPECT_LT(latency, milliseconds(500));
 }
 
-TEST(ReconcilerLoopIssue26, DebounceIsFourTimesTheLastPassBetweenFiftyMillisecondsAndASecond) {
+TEST(ReconcilerLoop, DebounceIsFourTimesTheLastPassBetweenFiftyMillisecondsAndASecond) {
   EXPECT_EQ(ReconcilerLoop::Debounce(0), milliseconds(50)) << "before any pass";
   EXPECT_EQ(ReconcilerLoop::Debounce(0.002), milliseconds(50)) << "a small cluster's pass";
   EXPECT_EQ(ReconcilerLoop::Debounce(0.0125), milliseconds(50));

@@ -1,13 +1,13 @@
-// Issue 26 §1: a VM start's trial without the whole pass (Model::PlanStart) answers as the whole
-// pass does. On random clusters (held, Lost, Pending and attached devices, VMIs running or not,
-// nodes not Ready within and past the grace, cordoned or tainted, two resource names, a class
-// being deleted, budgets at every level, raw GPU pods), random VM starts (held devices,
-// templates, both, with a start time before, at or after the devices' creation, a VMI name in
-// use or not) are tried both ways: where PlanStart answers, its decision for every member is
-// the one a binder pass makes on a copy of the snapshot with the start applied (written here
-// as the oracle, apart from the webhook's own), and admission::PlanVmiStart's plan is the same
-// with and without it. Each kind of set the shortcut takes (held, gathered, new) must be taken
-// often, so the comparison cannot pass by falling back every time.
+// docs/controller.md, "VMI starts": a VM start's trial without the whole pass (Model::PlanStart)
+// answers as the whole pass does. On random clusters (held, Lost, Pending and attached devices,
+// VMIs running or not, nodes not Ready within and past the grace, cordoned or tainted, two resource
+// names, a class being deleted, budgets at every level, raw GPU pods), random VM starts (held
+// devices, templates, both, with a start time before, at or after the devices' creation, a VMI name
+// in use or not) are tried both ways: where PlanStart answers, its decision for every member is the
+// one a binder pass makes on a copy of the snapshot with the start applied (written here as the
+// oracle, apart from the webhook's own), and admission::PlanVmiStart's plan is the same with and
+// without it. Each kind of set the shortcut takes (held, gathered, new) must be taken often, so the
+// comparison cannot pass by falling back every time.
 //
 // A fixed seed always runs; a second seed is drawn per run and printed with every failure
 // (COZY_PROPERTY_SEED replays one).
@@ -388,7 +388,7 @@ TEST(StartTrial, AStartGatheredAfterAnotherGatherIsLeftToTheWholePass) {
 // keep where the device is with kHeldReason and no request waiting, and every device with a
 // request waiting is decided. Both must happen often: sets left out, and moves, binds or
 // refusals among those kept in.
-TEST(UnsettledPassIssue26, DecidesAsTheWholePassLessTheKeepsOfSettledSets) {
+TEST(UnsettledPass, DecidesAsTheWholePassLessTheKeepsOfSettledSets) {
   int leftOut = 0, acting = 0;
   const std::vector<uint32_t> seeds = PropertySeeds(20261204);
   for (const uint32_t seed : seeds) {
@@ -442,13 +442,13 @@ TEST(UnsettledPassIssue26, DecidesAsTheWholePassLessTheKeepsOfSettledSets) {
   EXPECT_GE(acting, 250 * static_cast<int>(seeds.size()));
 }
 
-// Issue 26 §1: a model built with the model of the snapshot before (Model(snapshot, previous),
-// as the webhooks' view is rebuilt after each change of the caches) is the model built afresh.
-// Random clusters, their devices in the caches' key order, go through three changes in a row,
-// each of one to three random edits (a pod, a device changed, added or removed, a node, a VMI,
-// a GPUNode, a class, the clock, or lists made anew over the same objects, as FillSnapshot
-// makes them); after each, everything a model answers (both passes, the view, free units,
-// every tenant's budgets, new orders, a VM start's trial) is compared with a fresh model's.
+// docs/controller.md, "Admission webhooks": a model built with the model of the snapshot before
+// (Model(snapshot, previous), as the webhooks' view is rebuilt after each change of the caches) is
+// the model built afresh. Random clusters, their devices in the caches' key order, go through three
+// changes in a row, each of one to three random edits (a pod, a device changed, added or removed, a
+// node, a VMI, a GPUNode, a class, the clock, or lists made anew over the same objects, as
+// FillSnapshot makes them); after each, everything a model answers (both passes, the view, free
+// units, every tenant's budgets, new orders, a VM start's trial) is compared with a fresh model's.
 // Devices must often be taken from the model before and often be read again, so the comparison
 // cannot pass by reading everything afresh.
 
@@ -606,7 +606,7 @@ std::string DescribeModel(const Snapshot& snapshot, const Model& model, const St
   return text;
 }
 
-TEST(ModelReuseIssue26, AModelBuiltOnTheOneBeforeIsTheModelBuiltAfresh) {
+TEST(ModelReuse, AModelBuiltOnTheOneBeforeIsTheModelBuiltAfresh) {
   size_t taken = 0, read = 0;
   const std::vector<uint32_t> seeds = PropertySeeds(20261205);
   for (const uint32_t seed : seeds) {

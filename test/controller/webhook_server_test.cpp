@@ -1,4 +1,4 @@
-// The admission webhooks' HTTPS server (issue 15): a real TLS handshake against certificates
+// The admission webhooks' HTTPS server: a real TLS handshake against certificates
 // the openssl CLI makes per run, laid out as kubelet mounts a Secret (`..data` a symlink to a
 // timestamped directory, `tls.crt` and `tls.key` symlinks through it). A replaced pair is served
 // from the next handshake on; a broken one leaves the last good pair in use; the API server's
@@ -135,7 +135,7 @@ TEST_F(WebhookServerTest, AnswersAReviewOverVerifiedTls) {
   EXPECT_EQ(server.stats().failures, 1);
 }
 
-// Issue 23: with a client CA only a caller presenting a certificate it signed (the API server's
+// H9: with a client CA only a caller presenting a certificate it signed (the API server's
 // admission kubeconfig) completes the handshake; no certificate, or one of another CA, is refused
 // before the handler sees anything. A replaced CA file is used from the next handshake on.
 TEST_F(WebhookServerTest, OnlyCallersWithACertificateOfTheClientCaGetIn) {
@@ -219,9 +219,10 @@ TEST_F(WebhookServerTest, AClientCaThatDoesNotLoadStopsTheStartNamingTheFile) {
   }
 }
 
-// Issue 23: one request must not take the process down. A 400 KB body nested 200,000 arrays deep
-// (which overflowed the stack of a recursive parse: binder, reconciler and webhooks died with
-// it) is a 400; a body over the cap is refused before it is parsed; the server answers on.
+// docs/security.md, "Hardening done": one request must not take the process down. A 400 KB body
+// nested 200,000 arrays deep (which overflowed the stack of a recursive parse: binder, reconciler
+// and webhooks died with it) is a 400; a body over the cap is refused before it is parsed; the
+// server answers on.
 TEST_F(WebhookServerTest, ADeeplyNestedOrOversizedBodyIsRefusedAndTheServerAnswersOn) {
   ServerOptions options = Options();
   Server server(options);
@@ -245,9 +246,9 @@ TEST_F(WebhookServerTest, ADeeplyNestedOrOversizedBodyIsRefusedAndTheServerAnswe
   EXPECT_EQ(json::parse(after->body)["response"]["uid"], "u-3");
 }
 
-// Issue 23: TLS as a hoster's scanner expects it. TLS 1.2 offers forward-secret AEAD suites only
-// (a SHA-1 CBC suite is refused), no session ticket is issued, and the served certificate's
-// expiry is exported (it is a day away here).
+// docs/security.md, "Hardening done": TLS as a hoster's scanner expects it. TLS 1.2 offers
+// forward-secret AEAD suites only (a SHA-1 CBC suite is refused), no session ticket is issued, and
+// the served certificate's expiry is exported (it is a day away here).
 TEST_F(WebhookServerTest, ModernCiphersNoSessionTicketsAndTheCertificatesExpiry) {
   ServerOptions options = Options();
   Server server(options);
@@ -291,9 +292,9 @@ TEST_F(WebhookServerTest, AHandlerThatThrowsIsA500NamingThePath) {
       << answer->body;
 }
 
-// Issue 25 §4: a review that does not decode is answered as an AdmissionReview denying with
-// code 400 and the reason, carrying the request's uid, rather than as an HTTP error the API
-// server reports only as a failed call.
+// docs/controller.md, "Admission webhooks": a review that does not decode is answered as an
+// AdmissionReview denying with code 400 and the reason, carrying the request's uid, rather than as
+// an HTTP error the API server reports only as a failed call.
 TEST_F(WebhookServerTest, AMalformedReviewIsAnsweredAsADenialWithCode400) {
   ServerOptions options = Options();
   Server server(options);
@@ -466,11 +467,12 @@ int Trickler(int port) {
   return fd;
 }
 
-// Issue 23, High 2: the abuse the agent's probe server withstands, against the webhook port.
-// cpp-httplib, which served it before, timed out a normal review with 64 one-byte-a-second
-// clients while readiness said ok, and buffered an endless header line. Here slow clients are
-// closed at the request deadline counted from accept (and evicted first when the connections
-// are all taken), an endless header is 431 at 16 KiB, and a review is answered throughout.
+// docs/security.md, "Hardening done": the abuse the agent's probe server withstands, against the
+// webhook port. cpp-httplib, which served it before, timed out a normal review with 64
+// one-byte-a-second clients while readiness said ok, and buffered an endless header line. Here slow
+// clients are closed at the request deadline counted from accept (and evicted first when the
+// connections are all taken), an endless header is 431 at 16 KiB, and a review is answered
+// throughout.
 TEST_F(WebhookServerTest, SlowClientsAndHeaderFloodsNeverKeepAReviewFromBeingAnswered) {
   ServerOptions options = Options();
   options.maxConnections = 32;
@@ -608,8 +610,8 @@ TEST_F(WebhookServerTest, SilentFloodsNeverCloseAnAuthenticatedCallerH10) {
   for (const int fd : flood) ::close(fd);
 }
 
-// Issue 23, High 2: a full pool answers 503 at once instead of queueing without bound, and
-// says it is saturated (readiness then takes the replica out of the Service).
+// docs/security.md, "Hardening done": a full pool answers 503 at once instead of queueing without
+// bound, and says it is saturated (readiness then takes the replica out of the Service).
 TEST_F(WebhookServerTest, AFullPoolIsRefusedAtOnceAndSaysItIsSaturated) {
   ServerOptions options = Options();
   options.threads = 1;
@@ -661,8 +663,8 @@ TEST_F(WebhookServerTest, AFullPoolIsRefusedAtOnceAndSaysItIsSaturated) {
   EXPECT_TRUE(server.Saturated());
 }
 
-// Issue 23, Medium 6: the API server's timeout runs from when it sent the review, so the
-// deadline counts from accept: a review that took a second to arrive has a second less.
+// docs/security.md, "Hardening done": the API server's timeout runs from when it sent the review,
+// so the deadline counts from accept: a review that took a second to arrive has a second less.
 TEST_F(WebhookServerTest, TheDeadlineCountsFromAcceptNotFromWhenTheHandlerStarts) {
   ServerOptions options = Options();
   Server server(options);

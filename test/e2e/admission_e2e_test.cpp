@@ -1,4 +1,4 @@
-// End to end, the admission webhooks (issue 15): `gpu-controller run --enable-gpu` replicas
+// End to end, the admission webhooks: `gpu-controller run --enable-gpu` replicas
 // serving HTTPS with a certificate the openssl CLI makes per run, the webhook configurations
 // rendered from the chart, and the fake API server calling them as a real one does (rules,
 // selectors, caBundle, failurePolicy, reinvocation after a stand-in for virt-api's own VMI
@@ -356,7 +356,7 @@ TEST_F(AdmissionEndToEnd, E6_E8_E9_E10_E13_AVmGetsItsGpusOnOneNodeAndItsLauncher
   const json& terms = pod["spec"]["affinity"]["nodeAffinity"]
                          ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
   ASSERT_FALSE(terms.empty()) << pod.dump();
-  // By the Node's name (issue 24 item 4), tolerating its cordon (D10).
+  // By the Node's name (E13), tolerating its cordon (D10).
   EXPECT_EQ(terms[0]["matchFields"],
             json::array({{{"key", "metadata.name"}, {"operator", "In"}, {"values", {node}}}}))
       << pod.dump();
@@ -459,13 +459,13 @@ TEST_F(AdmissionEndToEnd, E14_APodPosingAsAVmsLauncherIsRefusedUnlessKubeVirtCre
   EXPECT_NE(out.find("names no VirtualMachineInstance"), std::string::npos) << out;
 }
 
-// Issue 24 item 4, E13 with D10: the launcher's pin must be schedulable. The node the GPUs sit
+// E13 with D10: the launcher's pin must be schedulable. The node the GPUs sit
 // on has a kubernetes.io/hostname label other than its name (as cloud and bare-metal installers
 // set it), the other node's hostname label is that node's name, and the node is cordoned with no
 // room elsewhere, so the binder answers the VM's start Succeeded in place (D10). The launcher
 // pod the API server stores must fit that Node as kube-scheduler filters it (node affinity by
 // the Node's name, the cordon tolerated) and fit no other.
-TEST_F(AdmissionEndToEnd, Issue24Item4_E13_D10_TheLauncherPinFitsACordonedNodeWithAnotherHostname) {
+TEST_F(AdmissionEndToEnd, E13_D10_TheLauncherPinFitsACordonedNodeWithAnotherHostname) {
   StartWebhookReplica("replica-a");
   WaitReady("replica-a");
   WaitLeader("replica-a");
@@ -498,12 +498,12 @@ TEST_F(AdmissionEndToEnd, Issue24Item4_E13_D10_TheLauncherPinFitsACordonedNodeWi
       << pod["spec"].dump();
 }
 
-// Issue 24 item 1: GPU nodes behind a NoSchedule taint, as hosters run them. A class that does
+// C7, E13: GPU nodes behind a NoSchedule taint, as hosters run them. A class that does
 // not tolerate the pool's taint is refused at apply with the taint named; once the hoster gives
 // the class the toleration, a tenant's order binds there and stays Bound across passes (its VM
 // off), a VM start with a held device and a template is admitted, and its launcher pod, as the
 // API server stores it, fits the tainted node as kube-scheduler filters it, and no other.
-TEST_F(AdmissionEndToEnd, Issue24Item1_ATaintedPoolTakesOrdersAndStartsVmsOnceItsClassTolerates) {
+TEST_F(AdmissionEndToEnd, C7_E13_ATaintedPoolTakesOrdersAndStartsVmsOnceItsClassTolerates) {
   StartWebhookReplica("replica-a");
   WaitReady("replica-a");
   WaitLeader("replica-a");
@@ -562,12 +562,12 @@ TEST_F(AdmissionEndToEnd, Issue24Item1_ATaintedPoolTakesOrdersAndStartsVmsOnceIt
   EXPECT_NE(testing::WhyNotOn(bare, pool), "");
 }
 
-// Issue 24 items 1 and 8 (E5): a VM whose own tolerations let it onto a tainted pool its class
+// C7, E5: a VM whose own tolerations let it onto a tainted pool its class
 // does not tolerate is refused at once, and nothing is written. The binder
 // answers a start before the VMI exists, so only the classes' tolerations can place its GPUs;
 // the webhook used to admit it on the VMI's, create the template device (which the GPUDevice
 // webhook then refused) and attach, and the binder refused after those writes.
-TEST_F(AdmissionEndToEnd, Issue24Item8_E5_AVmToleratingThePoolItselfIsRefusedBeforeAnyWrite) {
+TEST_F(AdmissionEndToEnd, E5_AVmToleratingThePoolItselfIsRefusedBeforeAnyWrite) {
   StartWebhookReplica("replica-a");
   WaitReady("replica-a");
   WaitLeader("replica-a");
@@ -591,12 +591,12 @@ TEST_F(AdmissionEndToEnd, Issue24Item8_E5_AVmToleratingThePoolItselfIsRefusedBef
   EXPECT_FALSE(Get("gpudevice held", Tenant())["status"].contains("attachment"));
 }
 
-// Issue 24 item 8, E9 across replicas: the first call of a VM start reaches replica A, which
+// E9 across replicas: the first call of a VM start reaches replica A, which
 // attaches the held device and gets the binder's answer; the reinvocation after virt-api's
 // mutator reaches replica B, whose device cache does not show A's writes yet (its device watch
 // stalled). B reads the API server before writing and finds the answered request its own: it
 // attaches nothing and asks nothing again.
-TEST_F(AdmissionEndToEnd, Issue24Item8_E9_AReinvocationOnAReplicaWhoseCacheLagsWritesNothing) {
+TEST_F(AdmissionEndToEnd, E9_AReinvocationOnAReplicaWhoseCacheLagsWritesNothing) {
   const int portA = StartWebhookReplica("replica-a");
   WaitReady("replica-a");
   WaitLeader("replica-a");
@@ -633,15 +633,15 @@ TEST_F(AdmissionEndToEnd, Issue24Item8_E9_AReinvocationOnAReplicaWhoseCacheLagsW
   Fake().ClearFaults();
 }
 
-// Issue 24 item 6 across real replicas: two gpu-controller processes, random steps (orders, VM
+// C3, D6 across real replicas: two gpu-controller processes, random steps (orders, VM
 // starts with a held order and a template, two of them at once, deletions, and the leader
 // stopped and started again so the lead changes hands and the webhooks move between replicas),
 // and after every step the binder's invariants as the API server holds them: the tenant's
 // budget (requests.gpu.cozystack.io/a100: 3) never below what its Bound and Lost devices order,
 // and no node holding more Bound GPUs than it serves. The seed is drawn per run and printed with
 // any failure (COZY_PROPERTY_SEED replays one); the model's own property test
-// (PassPropertiesIssue24Item6) covers far more clusters per second.
-TEST_F(AdmissionEndToEnd, Issue24Item6_TwoReplicasAndLeaderChangesNeverOverrunABudgetOrANode) {
+// (PassPropertiesC3D6) covers far more clusters per second.
+TEST_F(AdmissionEndToEnd, C3_D6_TwoReplicasAndLeaderChangesNeverOverrunABudgetOrANode) {
   uint32_t seed = std::random_device{}();
   if (const char* replay = std::getenv("COZY_PROPERTY_SEED")) {
     seed = static_cast<uint32_t>(std::stoul(replay));
@@ -820,10 +820,10 @@ TEST_F(AdmissionEndToEnd, E8_WithTheBinderStoppedAStartIsRefusedWithinTheBoundAn
   EXPECT_TRUE(WaitFor([&] { return Get("gpudevice vm1-scratch", Tenant()).is_null(); }, 10s));
 }
 
-// Issue 23: the VMI webhook writes nothing after the API server stopped waiting for it. With a
-// 3 s webhook timeout and every attachment write taking 1.5 s, a start of three devices cannot
-// be attached in time: the webhook stops at the deadline instead of writing on (and then
-// answering Allow to nobody), rolls back what it wrote, and nothing stays attached.
+// docs/security.md, "Hardening done": the VMI webhook writes nothing after the API server stopped
+// waiting for it. With a 3 s webhook timeout and every attachment write taking 1.5 s, a start of
+// three devices cannot be attached in time: the webhook stops at the deadline instead of writing on
+// (and then answering Allow to nobody), rolls back what it wrote, and nothing stays attached.
 TEST_F(AdmissionEndToEnd, E8_NoWriteIsStartedAfterTheApiServersTimeoutAndWhatWasWrittenGoes) {
   GpuNode("n3", 4);
   StartWebhookReplica("replica-a");
@@ -885,7 +885,7 @@ TEST_F(AdmissionEndToEnd, H2_H3_WithTheControllerDownOnlyGpuObjectsAreRefused) {
   EXPECT_NE(Create(pod).first, 0);
 }
 
-// Issue 23 (critical): a review forged by anyone who can reach the webhook port (any pod) without
+// H9: a review forged by anyone who can reach the webhook port (any pod) without
 // the API server's client certificate is refused in the TLS handshake: nothing is attached,
 // created or listed. The same body with the API server's certificate is answered, so it is the
 // certificate that decides; and a forged attachment of a VMI that never appears costs the tenant

@@ -1,6 +1,7 @@
-// The agent under faults (issue 12 §3), end to end: `gpu-agent run` as a process against the
-// fake API server and the fake kubelet, each fault injected there. Nothing crashes, nothing is
-// lost, the log says what happened, and the published status tells stale counts from fresh.
+// The agent under faults (docs/gpu-agent.md, "Under faults"), end to end: `gpu-agent run` as a
+// process against the fake API server and the fake kubelet, each fault injected there. Nothing
+// crashes, nothing is lost, the log says what happened, and the published status tells stale counts
+// from fresh.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>

@@ -92,7 +92,7 @@ TEST_F(ControllerEndToEnd, G1_HealthAndTheReconcilersMetricsWithGpusOff) {
   }));
 }
 
-// Issue 25 §3, G1: a class whose finalizer write the API server keeps refusing (422 for it
+// G1: a class whose finalizer write the API server keeps refusing (422 for it
 // alone, as a policy that denies it would; a 422 is not retried by the client, so each request
 // is one try of the reconciler's) backs off by itself, each try at least twice as long after the
 // one before (1 s, 2 s, 4 s), while the other class gets its finalizer; once the server takes the
@@ -145,13 +145,13 @@ TEST_F(ControllerEndToEnd, G1_AWriteThatKeepsFailingBacksOffItsObjectAloneAndLan
   }));
 }
 
-// Issue 26 §1: pod churn that cannot change a decision wakes no pass. Pods of cpu and memory
-// alone are created, move to Running and go: the pod cache takes every change (each counted as
-// taken quietly) and keeps none of them (its object count stays: it keeps only pods that ask
-// for an extended resource), and neither the binder nor the reconciler runs a pass for them. A pod
-// that asks for the GPU's resource then wakes the binder (which then moves the held device off the
-// unit the pod took, and that write wakes the reconciler, as it should).
-TEST_F(ControllerEndToEnd, Issue26_PodChurnThatCannotChangeADecisionWakesNoPass) {
+// docs/controller.md, "Who wakes for a change": pod churn that cannot change a decision wakes no
+// pass. Pods of cpu and memory alone are created, move to Running and go: the pod cache takes every
+// change (each counted as taken quietly) and keeps none of them (its object count stays: it keeps
+// only pods that ask for an extended resource), and neither the binder nor the reconciler runs a
+// pass for them. A pod that asks for the GPU's resource then wakes the binder (which then moves the
+// held device off the unit the pod took, and that write wakes the reconciler, as it should).
+TEST_F(ControllerEndToEnd, PodChurnThatCannotChangeADecisionWakesNoPass) {
   GpuNode("n1", 1);
   Apply(Class("a100"));
   StartReplica("replica-a", {"--enable-gpu", "--resync", "1h"});
@@ -213,10 +213,10 @@ TEST_F(ControllerEndToEnd, Issue26_PodChurnThatCannotChangeADecisionWakesNoPass)
   EXPECT_EQ(Metric("replica-a", pods), podsBefore + 1) << "and is kept";
 }
 
-// Issue 26 §1, the quiet room: once a full pass decided only held keeps, a GPU pod whose units
-// fit in its node's room wakes no pass (the room takes them), and a pod that overfills the node
-// wakes one, which moves the set off it.
-TEST_F(ControllerEndToEnd, Issue26_OnAQuietClusterAPodThatFitsWakesNoPassAndOneThatOverfills) {
+// The quiet room (docs/controller.md, "Who wakes for a change"): once a full pass decided only held
+// keeps, a GPU pod whose units fit in its node's room wakes no pass (the room takes them), and a
+// pod that overfills the node wakes one, which moves the set off it.
+TEST_F(ControllerEndToEnd, OnAQuietClusterAPodThatFitsWakesNoPassAndOneThatOverfills) {
   GpuNode("n1", 2);
   GpuNode("n2", 2);
   Apply(Class("a100"));
@@ -599,7 +599,7 @@ TEST_F(ControllerEndToEnd, D13_WithGpusOffAReleasedDeviceStaysWhileItsVmiRuns) {
   ASSERT_TRUE(WaitFor([&] { return Get("gpudevice d1", Tenant()).is_null(); })) << Logs();
 }
 
-// G7 with GPUs off (issue 24): the VMI is read by name, and a read that answers the plain 404
+// G7 with GPUs off: the VMI is read by name, and a read that answers the plain 404
 // of a kind that is not served (KubeVirt's API in an upgrade, its CRD gone) is a gap in
 // discovery, not an ended VMI. The pass skips the attachment, logs and counts it as failed; a
 // running VM keeps its device and a released device stays. Only the API server's own NotFound
@@ -764,11 +764,11 @@ TEST_F(ControllerEndToEnd, G8_LeaderCutOffStepsDownTheOtherLeadsAndNothingIsWrit
   for (const auto& [path, count] : finalizerWrites) EXPECT_EQ(count, 1) << path;
 }
 
-// Issue 23: a leader that can no longer renew its Lease makes no write attempt past the instant
-// the Lease lets it lead until (the start of its last successful renewal plus the renew deadline),
-// though the API server keeps asking it to try again (429, Retry-After 2 s, which the client
-// honours for up to 3 retries): the reconciler's retries are bounded by the lease, and leadership
-// is read again before every attempt.
+// docs/security.md, "Hardening done": a leader that can no longer renew its Lease makes no write
+// attempt past the instant the Lease lets it lead until (the start of its last successful renewal
+// plus the renew deadline), though the API server keeps asking it to try again (429,
+// Retry-After 2 s, which the client honours for up to 3 retries): the reconciler's retries are
+// bounded by the lease, and leadership is read again before every attempt.
 TEST_F(ControllerEndToEnd, G8_ALeaderThatCannotRenewMakesNoWriteAttemptPastItsLease) {
   const std::vector<std::string> fast = {"--lease-duration", "6s", "--renew-deadline", "4s",
                                          "--retry-period",   "1s"};
@@ -841,11 +841,11 @@ TEST_F(ControllerEndToEnd, D1_D2_TwoOrdersRaceForTheLastUnitAndOnlyTheLeaderPlac
             std::string::npos);
 }
 
-// Issue 25 §3: a placement write the server refuses for what the device is (a hoster's policy
-// answering 422) holds that device off alone: the other order is bound, the refused write is
-// sent again after 1 s, then 2 s (not every 50 ms, and not holding every later decision), the
-// held device shows in the metrics, and it is bound once the server takes its write.
-TEST_F(ControllerEndToEnd, Issue25_APlacementWriteTheServerRefusesBacksOffItsDeviceAlone) {
+// docs/controller.md, "The binder": a placement write the server refuses for what the device is (a
+// hoster's policy answering 422) holds that device off alone: the other order is bound, the refused
+// write is sent again after 1 s, then 2 s (not every 50 ms, and not holding every later decision),
+// the held device shows in the metrics, and it is bound once the server takes its write.
+TEST_F(ControllerEndToEnd, APlacementWriteTheServerRefusesBacksOffItsDeviceAlone) {
   GpuNode("n1", 2);
   Apply(Class("a100"));
   const std::string refusedPath =
@@ -993,9 +993,10 @@ TEST_F(ControllerEndToEnd, D3_ANewLeaderWhoseCacheLagsTheLastLeadersMoveBooksNoU
       << Log("replica-b");
 }
 
-// Issue 23: one GPUDevice that does not decode (here `spec.className: total`, which the model
-// refuses, stored before the CRD refused it too) must not stop the binder. A new leader's list of
-// every device (D3) skips and counts it, as the caches do, and binds the rest.
+// docs/security.md, "Hardening done": one GPUDevice that does not decode (here `spec.className:
+// total`, which the model refuses, stored before the CRD refused it too) must not stop the binder.
+// A new leader's list of every device (D3) skips and counts it, as the caches do, and binds the
+// rest.
 TEST_F(ControllerEndToEnd, D3_AnUndecodableDeviceIsSkippedAndTheNewLeaderBindsTheRest) {
   GpuNode("n1", 2);
   Apply(Class("a100"));
@@ -1022,11 +1023,11 @@ TEST_F(ControllerEndToEnd, D3_AnUndecodableDeviceIsSkippedAndTheNewLeaderBindsTh
   })) << Logs();
 }
 
-// Issue 23: a large cluster gets ready. 20,000 pods of about 1 KB each are a list far over the
-// client's 16 MiB response cap in one piece: the pod cache lists in pages of 500 (as client-go's
-// reflector), and a list the server refuses (403) is logged, naming the cache, while it retries.
-// Every pod is read; the cache keeps the tenth that asks for an extended resource (issue 26 §1).
-// The replica's resident memory is printed for docs/benchmarks.md.
+// docs/security.md, "Hardening done": a large cluster gets ready. 20,000 pods of about 1 KB each
+// are a list far over the client's 16 MiB response cap in one piece: the pod cache lists in pages
+// of 500 (as client-go's reflector), and a list the server refuses (403) is logged, naming the
+// cache, while it retries. Every pod is read; the cache keeps the tenth that asks for an extended
+// resource. The replica's resident memory is printed for docs/benchmarks.md.
 // G13: 76 pods of 240 KB (annotations, as last-applied configurations and managed fields grow on
 // real clusters) are 17.8 MiB in one page of 500, over the client's 16 MiB cap: the controller
 // stayed unready, its log saying only "response body is longer than 16777216 bytes". The page is
@@ -1247,7 +1248,7 @@ TEST_F(ControllerEndToEnd, G5_G6_G7_KubeVirtAbsentThenServedThenGoneWhileAttache
   EXPECT_EQ(Get("gpudevice d1", Tenant())["status"]["attachment"]["vmiName"], "vm1");
 }
 
-// G4 (issue 24): with GPUs on, readiness waits for the caches that need no KubeVirt (here the
+// G4: with GPUs on, readiness waits for the caches that need no KubeVirt (here the
 // Nodes, which the API server refuses to list for a while) and never for KubeVirt (its CRDs are
 // absent throughout). Liveness is unaffected; once the Nodes list, the replica is ready.
 TEST_F(ControllerEndToEnd, G4_ReadinessWaitsForANonKubeVirtCacheButNeverForKubeVirt) {
@@ -1383,7 +1384,7 @@ TEST_F(ControllerEndToEnd, D10_ACordonMovesASetOnlyWithRoomElsewhereAndNeverASta
   std::this_thread::sleep_for(1500ms);  // passes go on; an unchanged condition is not written
   EXPECT_EQ(Get("gpunode n1")["metadata"]["resourceVersion"], version);
   // Each condition write replaces the list it was built from, so it is conditional on that
-  // version (issue 23): another writer's condition in between makes it a 409, not a loss.
+  // version (docs/security.md): another writer's condition in between makes it a 409, not a loss.
   int conditionWrites = 0;
   for (const auto& request : Requests()) {
     if (request.method != "PATCH" || request.path.find("/gpunodes/") == std::string::npos ||
@@ -1413,11 +1414,12 @@ TEST_F(ControllerEndToEnd, D10_ACordonMovesASetOnlyWithRoomElsewhereAndNeverASta
   }
 }
 
-// Issue 24 item 5: a node that is NotReady for a moment (a kubelet restart, a network blip) keeps
-// the GPUs held on it for the grace (--not-ready-grace, measured from the Ready condition's
-// lastTransitionTime); a VM start meanwhile is refused with the reason rather than pinned to a
-// node its launcher cannot reach; once the grace has run out the held set moves.
-TEST_F(ControllerEndToEnd, Issue24Item5_ANotReadyNodeKeepsItsHeldGpusForTheGraceThenTheyMove) {
+// C7, D5 (docs/controller.md, "NotReady is not gone"): a node that is NotReady for a moment (a
+// kubelet restart, a network blip) keeps the GPUs held on it for the grace (--not-ready-grace,
+// measured from the Ready condition's lastTransitionTime); a VM start meanwhile is refused with the
+// reason rather than pinned to a node its launcher cannot reach; once the grace has run out the
+// held set moves.
+TEST_F(ControllerEndToEnd, C7_D5_ANotReadyNodeKeepsItsHeldGpusForTheGraceThenTheyMove) {
   GpuNode("n1", 1);
   GpuNode("n2", 0);
   Apply(Class("a100"));

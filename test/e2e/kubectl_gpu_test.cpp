@@ -374,10 +374,10 @@ TEST_F(KubectlGpu, KubectlFindsThePluginOnPath) {
   EXPECT_EQ(bad.exitCode, 2) << bad.err;
 }
 
-// Issue 23: the settings ConfigMap is read where the controller is installed, which need not be
-// cozy-system: --controller-namespace names it; without the flag cozy-system is asked first,
-// then the one namespace holding a ConfigMap of that name. When none or several are found a
-// warning says so (the command still answers).
+// docs/kubectl-gpu.md, "Flags": the settings ConfigMap is read where the controller is installed,
+// which need not be cozy-system: --controller-namespace names it; without the flag cozy-system is
+// asked first, then the one namespace holding a ConfigMap of that name. When none or several are
+// found a warning says so (the command still answers).
 TEST_F(KubectlGpu, SettingsAreReadWhereTheControllerIsInstalled) {
   const std::string inDefault = "/api/v1/namespaces/cozy-system/configmaps/cozy-gpu-settings";
   const std::string inRelease = "/api/v1/namespaces/gpu-system/configmaps/cozy-gpu-settings";
@@ -482,7 +482,7 @@ TEST_F(KubectlGpu, SettingsInNoneOrSeveralNamespacesAreAWarning) {
             "names (gpu.resourceNames) are not counted\n");
 }
 
-// Issue 24: a namespace with GPU orders but without gpu.cozystack.io/tenant-namespace is one
+// A namespace with GPU orders but without gpu.cozystack.io/tenant-namespace is one
 // the chart's raw-name and usage-monitor policies do not cover (F16): every command says so on
 // stderr, leaving its output (a JSON document here) as it was.
 TEST_F(KubectlGpu, WarnsOfANamespaceWithOrdersButNoTenantLabel) {
@@ -506,7 +506,7 @@ TEST_F(KubectlGpu, WarnsOfANamespaceWithOrdersButNoTenantLabel) {
   EXPECT_EQ(json::parse(Plugin("catalog -o json").out), before);
 }
 
-// Issue 24: a tenant's orders are counted whether or not a budget applies to it. tenant-b has
+// A tenant's orders are counted whether or not a budget applies to it. tenant-b has
 // no ResourceQuota; tenant-solo has none either and is no sub-tenant of anyone (only the
 // tenant-namespace label), so the model's tenant tree does not list it.
 TEST_F(KubectlGpu, WhyCountsTheOrdersOfATenantWithoutABudget) {

@@ -298,7 +298,7 @@ void FakeApiServer::Start() {
   server_ = std::make_unique<httplib::Server>();
   // cpp-httplib serves a connection on one thread for its life, and a watch holds its
   // connection while it streams: the pool grows a thread whenever none is idle, up to
-  // kMaxServerThreads, so two controllers and a fleet of agents fit (issue 13: 256+ watches).
+  // kMaxServerThreads, so two controllers and a fleet of agents fit (256+ watches).
   server_->new_task_queue = [] { return new GrowingPool(kMaxServerThreads); };
   server_->set_keep_alive_max_count(1000);
   // As Go's net/http (the real API server) does: without it an answer written in two pieces

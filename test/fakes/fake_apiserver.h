@@ -2,7 +2,7 @@
 // research/k8s-api.md where the agent and kubectl can tell (discovery, Status errors, the
 // plain 404 of an unserved kind, status subresource, merge and JSON patch, resourceVersion,
 // generation, 409, watch with bookmarks and 410, selectors, CRD schemas and printer columns),
-// and where a controller lives (issue 13): ConfigMaps, Secrets, ResourceQuotas, Events (core
+// and where a controller lives: ConfigMaps, Secrets, ResourceQuotas, Events (core
 // and events.k8s.io/v1, one storage) and Leases with their validation basics, finalizers and
 // deletionTimestamp, namespaces that must exist and their termination, dryRun on every write,
 // delete preconditions, owner-reference garbage collection (background, foreground, orphan),

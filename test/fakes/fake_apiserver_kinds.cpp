@@ -530,7 +530,7 @@ std::vector<FieldError> ValidateBuiltin(const std::string& group, const std::str
                                         const json& object) {
   std::vector<FieldError> errors;
   if (group == "admissionregistration.k8s.io" && plural.ends_with("webhookconfigurations")) {
-    // Found by installing the chart into kube-apiserver (issue 22): the fake took overlapping
+    // Found by installing the chart into kube-apiserver: the fake took overlapping
     // resources that the real server refuses.
     const json webhooks = object.value("webhooks", json::array());
     for (size_t w = 0; w < webhooks.size(); ++w) {

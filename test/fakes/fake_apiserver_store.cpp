@@ -186,7 +186,7 @@ json FakeApiServer::CreateLocked(const ResourceType& type, const std::string& ns
     if (validate) {
       // ValidateObjectMeta: the prefix is validated as a name whose trailing '-' is masked
       // (maskTrailingDash), so "train-" passes and "train." does not. Found on kube-apiserver:
-      // the binder's Events named "<device>." were all refused there (issue 22).
+      // the binder's Events named "<device>." were all refused there.
       std::string masked = prefix;
       if (masked.size() > 1 && masked.back() == '-') masked.back() = 'a';
       for (FieldError error : ValidateName(type.custom, type.plural == "namespaces", masked)) {

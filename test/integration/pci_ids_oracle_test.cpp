@@ -1,7 +1,8 @@
 // Names by lookup (sysfs/pci_ids.h) against libpci's own parse of the same file: on Debian's
 // pci.ids every vendor and device the file lists, and IDs it does not; on a hand-written file
 // each corner of libpci's grammar; and the files libpci would read in place of the given path.
-// Issue 26 §2: the scan no longer has libpci parse all of pci.ids; the names must not change.
+// The scan does not have libpci parse all of pci.ids (docs/gpu-agent.md); the names must not
+// change.
 #include <gtest/gtest.h>
 
 extern "C" {

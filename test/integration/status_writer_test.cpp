@@ -1,4 +1,4 @@
-// `scan -o json` prints the GPUNode as it writes it, with no document in between (issue 26 §2).
+// `scan -o json` prints the GPUNode as it writes it, with no document in between.
 // What it prints must be what the daemon publishes, byte for byte as dump(2) prints the document:
 // on every fixture host, with and without units, stale or not, and with strings that need
 // escaping; and the printer on its own prints any document as dump(2) does.

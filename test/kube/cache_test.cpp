@@ -114,10 +114,10 @@ TEST(Cache, IndexesAnswerAfterSyncAndAfterUpdatesAndDeletes) {
   cache.Stop();
 }
 
-// Issue 26 §1: a batched watch (InformerOptions::batch) is read again no sooner than its batch
-// after a read that took events: ten pods created 40 ms apart reach the cache in a few steps,
-// not ten, and all of them arrive. The same pods on an unbatched cache wake it for nearly each.
-// Stop() ends a batch's wait at once.
+// docs/controller.md, "Who wakes for a change": a batched watch (InformerOptions::batch) is read
+// again no sooner than its batch after a read that took events: ten pods created 40 ms apart reach
+// the cache in a few steps, not ten, and all of them arrive. The same pods on an unbatched cache
+// wake it for nearly each. Stop() ends a batch's wait at once.
 TEST(Cache, ABatchedWatchTakesSeveralEventsPerRead) {
   auto server = testing::StartFakeApiServer(false);
   server->Seed({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "tenant-a"}}}});
@@ -178,8 +178,9 @@ std::unique_ptr<fake::FakeApiServer> QuietServerWithAPod() {
   return server;
 }
 
-// Issue 25 §2: an idle cache sleeps until its watch has something or curl's timer is due (about
-// once a second), not on a 100 ms poll; a change still arrives at once, and Stop() wakes it.
+// docs/kubernetes.md, "One thread for every cache's watch": an idle cache sleeps until its watch
+// has something or curl's timer is due (about once a second), not on a 100 ms poll; a change still
+// arrives at once, and Stop() wakes it.
 TEST(Cache, AnIdleCacheSleepsOnItsWatchAndStopWakesIt) {
   auto server = QuietServerWithAPod();
   Client client(testing::ConfigFor(*server), testing::TestClientOptions(DefaultTimeSource()));
@@ -208,9 +209,9 @@ TEST(Cache, AnIdleCacheSleepsOnItsWatchAndStopWakesIt) {
   cache.Stop();  // its eventfd wakes the wait
 }
 
-// Issue 26 §1: a change filter. An update that changes nothing the decoded value holds (a
-// status field) is taken into the cache but wakes nobody, and is counted; one that changes
-// what it holds (the class label) wakes the reader, as an object that goes does.
+// docs/controller.md, "Who wakes for a change": a change filter. An update that changes nothing the
+// decoded value holds (a status field) is taken into the cache but wakes nobody, and is counted;
+// one that changes what it holds (the class label) wakes the reader, as an object that goes does.
 TEST(Cache, AChangeTheDecodedValueDoesNotShowWakesNobody) {
   struct Labelled {
     std::string name;
@@ -252,11 +253,11 @@ TEST(Cache, AChangeTheDecodedValueDoesNotShowWakesNobody) {
   EXPECT_EQ(cache.IgnoredChanges(), 1);
 }
 
-// Issue 26 §1: a cache that keeps only what its readers want (SetKeep). An object that fails
-// `keep` is never stored, wakes nobody and is counted with the changes taken quietly; one that
-// comes to pass it is stored and wakes the reader; one that comes to fail it leaves the cache,
-// which wakes the reader as a deletion does; and a relist does not hand over again the objects
-// the cache dropped (the informer still knows their versions).
+// docs/controller.md, "Who wakes for a change": a cache that keeps only what its readers want
+// (SetKeep). An object that fails `keep` is never stored, wakes nobody and is counted with the
+// changes taken quietly; one that comes to pass it is stored and wakes the reader; one that comes
+// to fail it leaves the cache, which wakes the reader as a deletion does; and a relist does not
+// hand over again the objects the cache dropped (the informer still knows their versions).
 TEST(Cache, KeepsOnlyWhatItsReadersWant) {
   auto server = testing::StartFakeApiServer(false);
   server->Seed({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "t"}}}});
@@ -503,10 +504,11 @@ std::multiset<std::string> ThreadNames() {
   return found;
 }
 
-// Issue 25 §2: the caches of a daemon share one informer loop. Their watch events are taken on
-// its one thread (named for it; no cache has a thread of its own), and it sleeps while they are
-// idle. A list never runs on it: while a relist of pods hangs for 3 s, a ConfigMap made meanwhile
-// reaches its cache on the loop at once, and a cache stopped leaves the others running.
+// docs/kubernetes.md, "One thread for every cache's watch": the caches of a daemon share one
+// informer loop. Their watch events are taken on its one thread (named for it; no cache has a
+// thread of its own), and it sleeps while they are idle. A list never runs on it: while a relist of
+// pods hangs for 3 s, a ConfigMap made meanwhile reaches its cache on the loop at once, and a cache
+// stopped leaves the others running.
 TEST(InformerLoop, EveryCacheWatchesOnOneThreadAndAHangingListHoldsNoOtherCache) {
   auto server = QuietServerWithAPod();
   Client client(testing::ConfigFor(*server), testing::TestClientOptions(DefaultTimeSource()));

@@ -187,7 +187,8 @@ TEST(Backoff, ExponentialCappedAndJittered) {
   EXPECT_EQ(jittered.Next(), 1500ms);  // stretched into [d, 2d)
 }
 
-// Issue 25 §3: one object's failures back off that object alone, growing while they last.
+// docs/controller.md, "The reconciler: what each finalizer waits for": one object's failures back
+// off that object alone, growing while they last.
 TEST(KeyedBackoff, EachKeyWaitsItsOwnGrowingDelayAndASuccessStartsItOver) {
   KeyedBackoff backoff({1s, 4s, 2.0, 0.0});
   const TimePoint t0{std::chrono::hours(1)};
@@ -308,10 +309,10 @@ TEST(ParseNetworkJson, RefusesTextNestedTooDeepOrNotJsonWithoutThrowing) {
   EXPECT_EQ(error, "is not JSON");
 }
 
-// Issue 26 §1: a watch event skimmed without a document. The keys inside the object are
-// offered with their path from the object ("[]" for an array's element); a wanted key, an
-// event of another type, an object without a string name or resourceVersion, or a text that
-// is not JSON or nests too deep are left to the whole parse (nullopt).
+// docs/controller.md, "Who wakes for a change": a watch event skimmed without a document. The keys
+// inside the object are offered with their path from the object ("[]" for an array's element); a
+// wanted key, an event of another type, an object without a string name or resourceVersion, or a
+// text that is not JSON or nests too deep are left to the whole parse (nullopt).
 TEST(SkimEvent, StubsWhatNoKeyIsWantedForAndLeavesTheRestWhole) {
   std::vector<std::string> offered;
   const SkimWants wants = [&offered](const std::vector<std::string>& path, const std::string& key) {
@@ -564,10 +565,10 @@ TEST(Informer, ListsWatchesResumesAfterADropAndRelistsAfterExpiry) {
   EXPECT_TRUE(informer.Cache().count("tenant/c"));
 }
 
-// Issue 23, High 4: a consumer that keeps what it needs from the events (kube::Cache) must not
-// pay for a second, raw copy of every object. With keepObjects off the informer holds each
-// object's resourceVersion alone, hands over whole objects, and still tells a relist's changes
-// apart from what stayed.
+// docs/security.md, "Hardening done": a consumer that keeps what it needs from the events
+// (kube::Cache) must not pay for a second, raw copy of every object. With keepObjects off the
+// informer holds each object's resourceVersion alone, hands over whole objects, and still tells a
+// relist's changes apart from what stayed.
 TEST(Informer, WithoutKeptObjectsItHoldsVersionsAndStillDiffsARelist) {
   auto server = StartFakeApiServer();
   Client client(ConfigFor(*server), TestClientOptions(DefaultTimeSource()));

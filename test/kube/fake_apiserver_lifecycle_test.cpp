@@ -1,4 +1,4 @@
-// The fake API server where a controller lives (issue 13): deletion with finalizers, namespace
+// The fake API server where a controller lives: deletion with finalizers, namespace
 // termination, dryRun on every write, delete preconditions, owner-reference garbage
 // collection, the built-in kinds a controller uses (through kubectl too), the test-only CRDs
 // served and withheld, and hundreds of concurrent watches. Real HTTP throughout.
@@ -437,7 +437,8 @@ TEST(FakeDelete, PreconditionsOnUidAndResourceVersionConflict) {
             422);
 }
 
-// The pod registry's graceful deletion, as the real server showed it (issue 22): a pod bound to
+// The pod registry's graceful deletion, as the real server showed it (docs/kubernetes.md,
+// "What the real server showed"): a pod bound to
 // a node stays Terminating for its grace period until its kubelet deletes it with grace 0; an
 // unscheduled or finished pod goes at once; a later DELETE may only shorten the grace; and a
 // namespace holding a bound pod stays Terminating meanwhile.
@@ -664,7 +665,7 @@ TEST(FakeKinds, BuiltinKindsValidateTheBasics) {
                  {{"metadata", {{"name", "bad"}}}, {"spec", {{"leaseDurationSeconds", 0}}}})
                 .status,
             422);
-  // renewTime and acquireTime are MicroTimes: the real server (issue 22) refuses a Time's
+  // renewTime and acquireTime are MicroTimes: the real server refuses a Time's
   // "...05Z" as undecodable, and so does the fake.
   for (const std::string time :
        {"2026-12-02T07:36:47Z", "2026-12-02T07:36:47.123Z", "2026-12-02T07:36:47.1234567Z"}) {
@@ -1285,7 +1286,7 @@ regarding:
 // carries only what changed, keyed by name, and a `$setElementOrder/webhooks` directive. The real
 // server merges by key and obeys the directive; the fake applied it as a plain merge patch,
 // replacing the list with the partial entries and storing the directive (found by
-// AdmissionEndToEnd.E8_NoWriteIsStarted…, issue 23).
+// AdmissionEndToEnd.E8_NoWriteIsStarted…).
 TEST(Kubectl, ApplyOfAChangedListEntryMergesByKeyAsTheRealServer) {
   auto server = StartFakeApiServer(false);
   testing::TempDir dir;
@@ -1407,7 +1408,7 @@ TEST(Kubectl, DeleteReturnsOnceAFinalizedObjectIsGone) {
 
 // A webhook rule's resources as kube-apiserver validates them (validateResources): "*/*" alone
 // covers every resource and subresource and may not be listed with others. The chart once had
-// ["*", "*/*"] in a policy; the fake took it, the real server refused `helm install` (issue 22).
+// ["*", "*/*"] in a policy; the fake took it, the real server refused `helm install`.
 TEST(FakeKinds, WebhookRuleResourcesOverlappingAWildcardAreInvalidAsInTheRealServer) {
   auto server = StartFakeApiServer(false);
   const std::string configs =
@@ -1446,7 +1447,7 @@ TEST(FakeKinds, WebhookRuleResourcesOverlappingAWildcardAreInvalidAsInTheRealSer
 
 // generateName is validated as kube-apiserver does: as a name with a trailing '-' masked. The
 // binder once named its Events "<device>.", which the fake took and kube-apiserver refused, so
-// no Event of the binder reached a real cluster (issue 22).
+// no Event of the binder reached a real cluster.
 TEST(FakeKinds, GenerateNameIsValidatedAsANameWithItsTrailingDashMasked) {
   auto server = StartWithNamespace();
   json dotted = ConfigMap("");

@@ -1,6 +1,6 @@
-// The Kubernetes client against a misbehaving API server (issue 12 §3): the real Client,
-// WatchStream and Informer over real HTTP to the fake's fault modes. Whatever the server
-// sends, nothing throws out of Step(), the failure names what and where, the informer backs
+// The Kubernetes client against a misbehaving API server (docs/kubernetes.md, "Fault modes"): the
+// real Client, WatchStream and Informer over real HTTP to the fake's fault modes. Whatever the
+// server sends, nothing throws out of Step(), the failure names what and where, the informer backs
 // off instead of hammering, its cache survives, and it recovers once the fault is gone.
 #include <fstream>
 #include <functional>
@@ -102,7 +102,7 @@ TEST_P(MalformedList, FailsThatListWithTheFieldNamedAndNothingElse) {
 }
 
 // A fault scoped to one caller's bearer token (one controller replica of two) hits only that
-// caller's requests: the other's go through as if there were none (issue 24 item 8's E9 test).
+// caller's requests: the other's go through as if there were none (E9's test across replicas).
 TEST(FaultScope, AFaultWithABearerTokenHitsOnlyThatCaller) {
   auto server = StartFakeApiServer(false);
   server->Seed(Pod("a"));

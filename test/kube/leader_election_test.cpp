@@ -296,9 +296,10 @@ TEST(LeaderElection, ANineSecondListElsewhereDoesNotStopRenewal) {
   EXPECT_EQ(LeaseSpec(*server)["holderIdentity"], "a");
 }
 
-// Issue 23: a candidate starts the lease duration's wait when its read of the Lease has returned
-// (client-go sets observedTime after the get), not when it sent the read: a slow read must not
-// shorten the wait, or a candidate could take a Lease renewed while its read was on the way.
+// docs/security.md, "Hardening done": a candidate starts the lease duration's wait when its read of
+// the Lease has returned (client-go sets observedTime after the get), not when it sent the read: a
+// slow read must not shorten the wait, or a candidate could take a Lease renewed while its read was
+// on the way.
 TEST(LeaderElection, ACandidatesWaitStartsWhenItsReadOfTheLeaseHasReturned) {
   auto server = StartWithLeases();
   // Held by a replica that is gone: the record never changes again.
@@ -333,10 +334,10 @@ TEST(LeaderElection, ACandidatesWaitStartsWhenItsReadOfTheLeaseHasReturned) {
   EXPECT_EQ(spec["leaseTransitions"], 1);
 }
 
-// Issue 23: while leading, LeadingUntil is the start of the last successful renewal plus the
-// renew deadline; a write gated by it (LeaderDeadline) makes no attempt past that instant, however
-// often the server asks to be tried again, and its attempts' timeouts end there. The leader
-// itself steps down by then.
+// docs/security.md, "Hardening done": while leading, LeadingUntil is the start of the last
+// successful renewal plus the renew deadline; a write gated by it (LeaderDeadline) makes no attempt
+// past that instant, however often the server asks to be tried again, and its attempts' timeouts
+// end there. The leader itself steps down by then.
 TEST(LeaderElection, AGatedWriteMakesNoAttemptPastTheInstantTheLeaseLeadsUntil) {
   auto server = StartWithLeases();
   Client client(testing::ConfigFor(*server), RealTimeOptions());

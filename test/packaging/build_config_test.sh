@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The README's two commands share one build (issue 26): scripts/demo.sh configures build/ exactly
-# as scripts/test.sh does, so the tests that follow the demo reuse every object it built. Both
-# configure through scripts/lib/configure.sh; here the demo's configure step runs into a scratch
-# directory, then the tests' into the same one, and the second must change nothing that decides
-# how a file is compiled (before, the demo configured without -DCOZY_WERROR and the -g1 flags,
-# and the tests' configure then rebuilt everything).
+# The README's two commands share one build (docs/testing.md, "Build time"): scripts/demo.sh
+# configures build/ exactly as scripts/test.sh does, so the tests that follow the demo reuse every
+# object it built. Both configure through scripts/lib/configure.sh; here the demo's configure step
+# runs into a scratch directory, then the tests' into the same one, and the second must change
+# nothing that decides how a file is compiled (before, the demo configured without -DCOZY_WERROR and
+# the -g1 flags, and the tests' configure then rebuilt everything).
 #   build_config_test.sh SOURCE_DIR
 set -euo pipefail
 source_dir=$1

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The chart installed for real (issue 22 §3): real helm into a real kube-apiserver.
+# The chart installed for real: real helm into a real kube-apiserver.
 #   test/realcluster/chart_test.sh SOURCE_DIR BUILD_DIR CLUSTER_DIR
 # - `helm lint --strict` with GPUs off and on;
 # - `helm install` with GPUs off: the CRDs are accepted (structural schemas, CEL rules and their
@@ -12,7 +12,7 @@
 #   and `gpu-controller run --enable-gpu`, authenticated as the chart's service account, answers
 #   the API server's admission calls: an order for a class that does not exist is refused at
 #   `kubectl apply` with the webhook's reason (H2: fail closed, and its reason reaches the user);
-# - installed into gpu-system, not cozy-system (issue 23): the controller, running as the chart's
+# - installed into gpu-system, not cozy-system: the controller, running as the chart's
 #   service account, is the platform caller the device platform-fields policy trusts (F7): a VMI
 #   with a template device is admitted, the webhook's marked device is created and the
 #   reconciler's finalizer patches are accepted; another service account of the same namespace
@@ -51,13 +51,14 @@ on_exit "kc delete -f '$source_dir/test/fakes/crds' --ignore-not-found --wait=fa
 install_chart "$ns" || abort "helm install (GPUs off): $(cat "$work/helm-install.log")"
 pass "helm install, GPUs off"
 if wait_crds >"$work/out" 2>&1; then pass "the CRDs are Established"; else fail "CRDs: $(cat "$work/out")"; fi
-# The GPUDevice CRD refuses what the model refuses (issue 23): the class name "total".
+# The GPUDevice CRD refuses what the model refuses (docs/security.md, "Hardening done"): the class
+# name "total".
 printf '%s\n' "apiVersion: gpu.cozystack.io/v1alpha1" "kind: GPUDevice" \
   "metadata: {name: budget, namespace: default}" "spec: {className: total, count: 1}" >"$work/total.yaml"
 expect_refused "a GPUDevice ordering the class \"total\" is refused by its CRD" \
   'reserved for the budget over all classes' kc create --dry-run=server -f "$work/total.yaml"
 # The GPUClass CRD refuses a toleration no scheduler would honour, as the controller's decoder
-# does (issue 24 item 1), and takes one that works.
+# does (C9), and takes one that works.
 class_with_toleration() { # class_with_toleration FILE TOLERATION-FLOW-MAP
   printf '%s\n' "apiVersion: gpu.cozystack.io/v1alpha1" "kind: GPUClass" \
     "metadata: {name: tolerating}" \
@@ -196,7 +197,7 @@ expect_refused "... and on a server-side dry run" \
   'admission webhook "gpudevices.gpu.cozystack.io" denied the request' \
   kc apply --dry-run=server -f "$work/order.yaml"
 # Anyone else who reaches the port, even with a user certificate of the cluster's own CA, is
-# refused in the TLS handshake (issue 23): only the API server's webhook client certificate gets in.
+# refused in the TLS handshake (H9): only the API server's webhook client certificate gets in.
 review='{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"forged"}}'
 for who in nobody admin; do
   credentials=()
@@ -356,7 +357,7 @@ expect_ok "the controller's service account may drop it (a dry run)" \
   raw_patch "$work/controller-dry.kubeconfig" "$device_path?dryRun=All" '{"metadata":{"finalizers":null}}'
 
 # `kubectl gpu` finds the settings the controller published in gpu-system without being told,
-# and names the namespace that has orders but not the tenant label (issue 24).
+# and names the namespace that has orders but not the tenant label.
 settings_published() { kc get configmap cozy-gpu-settings -n "$ns"; }
 wait_until 20 settings_published || fail "the controller published no cozy-gpu-settings in $ns"
 kubectl_gpu() { "$build_dir/controller/kubectl-gpu" --kubeconfig "$admin_kubeconfig" "$@"; }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# scripts/cluster.sh itself (issue 22 §2): a cluster of its own in a scratch directory.
+# scripts/cluster.sh itself (docs/testing.md, "The real control plane"): a cluster of its own in a
+# scratch directory.
 #   test/realcluster/cluster_script_test.sh SOURCE_DIR GPU_FIXTURE
 # up: the API server answers the admin kubeconfig and reports the pinned release; the namespace
 # and garbage-collector controllers run (a deleted namespace goes away, an owned object follows

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Identities as in a cluster (issue 22 §4): the agents run as the chart's service account with
+# Identities as in a cluster: the agents run as the chart's service account with
 # tokens the real API server issues, bound to a Pod on a Node, so the node-bound policy
 # (F1, F2; docs/gpunode.md) is decided by kube-apiserver's own CEL on the user extras its
 # authenticator sets; bare-metal agents are client-certificate users; a tenant is a

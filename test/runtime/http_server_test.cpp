@@ -800,8 +800,8 @@ TEST_F(HttpServerTest, StartsAgainAfterStop) {
   EXPECT_NE(server_->error().find("already serving"), std::string::npos) << server_->error();
 }
 
-// POST routes (issue 23: the webhooks moved onto this server). A latch a handler waits on,
-// so that a test decides when workers are free.
+// POST routes (the webhooks are served on this server; docs/health-server.md). A latch a handler
+// waits on, so that a test decides when workers are free.
 class Latch {
  public:
   void Open() {

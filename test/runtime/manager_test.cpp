@@ -1,4 +1,4 @@
-// The daemon's runnables (issue 25 §1): started in the order added and stopped in reverse, a
+// The daemon's runnables (docs/runtime.md): started in the order added and stopped in reverse, a
 // start that throws undoing what started before it, readiness derived from what gates it.
 #include "runtime/manager.h"
 

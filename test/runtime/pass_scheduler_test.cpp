@@ -1,6 +1,6 @@
 // The single-flight, debounced runner the controller's loops and the agent's rescans run their
-// passes through (issue 25 §3): a burst is one pass, an ask during a pass is one more after it, a
-// sooner ask pulls an armed pass forward and a later one never pushes it back, a pass that cannot
+// passes through (docs/runtime.md): a burst is one pass, an ask during a pass is one more after it,
+// a sooner ask pulls an armed pass forward and a later one never pushes it back, a pass that cannot
 // start waits for the next ask, and nothing starts after Stop.
 #include "runtime/pass_scheduler.h"
 

@@ -1,5 +1,5 @@
 // What kube-scheduler's filters say about one pod on one Node, reduced to what a pod's pin
-// decides (issue 24 item 4): nodeSelector, required node affinity (matchExpressions on labels,
+// decides (E13): nodeSelector, required node affinity (matchExpressions on labels,
 // matchFields on metadata.name), the cordon (NodeUnschedulable: spec.unschedulable needs a
 // toleration of node.kubernetes.io/unschedulable:NoSchedule) and NoSchedule/NoExecute taints.
 // Resources, ports and pod (anti-)affinity are not looked at. Header-only, for unit and e2e tests.

@@ -527,7 +527,7 @@ test("F6: a tenant may not drop the device finalizer or set the template mark", 
   }
 });
 
-// Issue 23: the controller is trusted by its exact user name in whatever namespace the chart is
+// F7: the controller is trusted by its exact user name in whatever namespace the chart is
 // installed (here RELEASE_NS, not cozy-system), and no other service account of that namespace
 // or of cozy-system is. gpu-on-values.yaml adds the hoster's extra callers (policies.platformUsers
 // and platformGroups), which only that render trusts.
