@@ -43,9 +43,10 @@ struct GpuClassSpec {
   GpuClassSource source;
   std::optional<LabelSelector> nodeSelector;
   OnCordon onCordon = OnCordon::kMove;  // the CRD's default
-  // Taints of the nodes this class's GPUs sit on that its launchers tolerate (issue 24 item 1):
-  // the binder places the class's orders on nodes these tolerate, and the pod webhook adds them
-  // to every launcher it pins, so a tainted GPU pool takes orders and starts VMs.
+  // Taints of the nodes this class's GPUs sit on that its launchers tolerate (docs/install.md, "GPU
+  // nodes behind a taint"): the binder places the class's orders on nodes these tolerate, and the
+  // pod webhook adds them to every launcher it pins, so a tainted GPU pool takes orders and starts
+  // VMs.
   std::vector<Toleration> tolerations;
   bool operator==(const GpuClassSpec&) const = default;
 };

@@ -99,7 +99,7 @@ inline constexpr std::string_view kTaintNotReady = "node.kubernetes.io/not-ready
 inline constexpr std::string_view kTaintUnreachable = "node.kubernetes.io/unreachable";
 // The taints kube-controller-manager's node lifecycle controller writes from a node condition
 // (TaintNodesByCondition): they come and go with the condition, so the model measures how long
-// they have stood by that condition's lastTransitionTime (issue 24 item 5).
+// they have stood by that condition's lastTransitionTime (docs/controller.md, "Placement").
 inline constexpr std::string_view kTaintMemoryPressure = "node.kubernetes.io/memory-pressure";
 inline constexpr std::string_view kTaintDiskPressure = "node.kubernetes.io/disk-pressure";
 inline constexpr std::string_view kTaintPidPressure = "node.kubernetes.io/pid-pressure";

@@ -1,5 +1,5 @@
-// The kinds the controller reads and writes, each spelled once (issue 25 §2): group, version
-// and plural, the API paths under them, and the resource discovery asks about.
+// The kinds the controller reads and writes, each spelled once (docs/controller.md, "Keys"): group,
+// version and plural, the API paths under them, and the resource discovery asks about.
 #pragma once
 
 #include <string>

@@ -148,7 +148,8 @@ json ExplainDevice(const model::Snapshot& snapshot, const model::Model& model,
   explanation["decision"] = std::move(decision);
   // The GPUs of the class ordered in the tenant and its sub-tenants, budget or not. The view
   // lists the namespaces of the tenant tree; one outside it (a tenant namespace with no
-  // tenant.cozystack.io/ label: no parent, no children) counts its own orders (issue 24).
+  // tenant.cozystack.io/ label: no parent, no children) counts its own orders (docs/controller.md,
+  // "GPUDevice orders").
   std::optional<int64_t> used;
   for (const model::TenantView& tenant : view.tenants) {
     if (tenant.name == ns) {

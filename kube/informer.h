@@ -40,7 +40,8 @@ struct InformerOptions {
   // false: the informer keeps of each object only its resourceVersion by key (Versions(): all
   // a relist's differences need), and Cache() stays empty. For a consumer that keeps
   // what it needs from the events themselves (kube::Cache decodes them), so that no object is
-  // held twice, once as raw JSON (issue 23: 4.7 MB per 1,000 pods before).
+  // held twice, once as raw JSON (4.7 MB per 1,000 pods before: docs/benchmarks.md, "The
+  // controller's memory per 1,000 pods").
   bool keepObjects = true;
   // Passed to the watch (WatchOptions::skim): its skimmed events reach the handler as stubs.
   // Only with keepObjects false (a stub is no object to keep); lists always come whole.
@@ -100,7 +101,7 @@ class Informer {
   // Without keepObjects: the resourceVersion of each object by key, all a relist's differences
   // need (a stub as a JSON object cost ten times the memory: 0.6 MiB per 1,000 pods). Hashed:
   // a watch event finds its key with one or two cache misses, not the 17 levels of a tree of
-  // 100,000 pods (issue 26 §1).
+  // 100,000 pods (docs/benchmarks.md, "Where the churn's CPU goes").
   using VersionMap = std::unordered_map<std::string, std::string>;
   const VersionMap& Versions() const { return versions_; }
   const std::string& ResourceVersion() const { return resourceVersion_; }

@@ -1,6 +1,7 @@
-// One thread that reads every cache's watch (issue 25 §2), as client-go's shared informers share
-// one process: a daemon's caches sleep together in one poll(2) over all their watch sockets and
-// timers, and each is stepped only when its socket has something or its timer is due.
+// One thread that reads every cache's watch (docs/kubernetes.md, "One thread for every cache's
+// watch"), as client-go's shared informers share one process: a daemon's caches sleep together in
+// one poll(2) over all their watch sockets and timers, and each is stepped only when its socket has
+// something or its timer is due.
 //
 // A list is the exception. It is a blocking request (a relist of 100,000 pods takes seconds), so
 // it never runs on the shared thread: a member whose list is due is handed to a list worker for

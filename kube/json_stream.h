@@ -58,11 +58,12 @@ class JsonStreamSplitter {
 // not JSON or nests deeper than kMaxJsonDepth.
 nlohmann::json ParseNetworkJson(std::string_view text, std::string& error);
 
-// Skimming a watch event (issue 26 §1): for a kind of which the consumer keeps few objects
-// (the pods that ask for an extended resource), most events need not become a JSON document.
-// `wants` is offered every key inside the event's object with the path to it, from the object
-// down ({"spec", "containers", "[]", "resources", "requests"} for a container's request; "[]"
-// for an array's element), and says whether the key makes the object one to decode whole.
+// Skimming a watch event (docs/controller.md, "Who wakes for a change"): for a kind of which the
+// consumer keeps few objects (the pods that ask for an extended resource), most events need not
+// become a JSON document. `wants` is offered every key inside the event's object with the path to
+// it, from the object down ({"spec", "containers", "[]", "resources", "requests"} for a container's
+// request; "[]" for an array's element), and says whether the key makes the object one to decode
+// whole.
 using SkimWants = std::function<bool(const std::vector<std::string>& path, const std::string& key)>;
 struct SkimmedEvent {
   std::string type;     // ADDED, MODIFIED or DELETED

@@ -1,7 +1,8 @@
-// The runnables of a daemon, started in one order and stopped in the reverse (issue 25 §1):
-// each has a name, a start and a stop, and may say whether it has synced (a cache that has
-// listed) and whether the daemon's readiness waits for it. Start and stop orders are no longer
-// two hand-kept lists that must mirror each other, and readiness is derived, not re-listed.
+// The runnables of a daemon, started in one order and stopped in the reverse (docs/controller.md,
+// "How a replica starts and stops"): each has a name, a start and a stop, and may say whether it
+// has synced (a cache that has listed) and whether the daemon's readiness waits for it. Start and
+// stop orders are no longer two hand-kept lists that must mirror each other, and readiness is
+// derived, not re-listed.
 //
 // Leader-only work (the controller's reconciler and binder) is not gated here: each checks the
 // lease before every pass and every write, and a lost lease ends that work, not the process

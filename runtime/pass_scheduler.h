@@ -1,5 +1,5 @@
 // One pass at a time, asked for from the loop thread: the debounced single-flight runner the
-// controller's reconciler and its binder both run their passes through (issue 25 §3), written
+// controller's reconciler and its binder both run their passes through (docs/runtime.md), written
 // once instead of once in each; the agent's debounced rescans too.
 //
 // An ask names how soon the pass must start. Asks while one is armed collapse into it, and a

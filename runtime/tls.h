@@ -1,9 +1,9 @@
-// TLS for runtime::HttpServer (issue 23): the serving certificate and key are read from
-// `tls.crt` and `tls.key` in a directory, as cert-manager and kubelet mount a Secret. They are
-// looked at again on every handshake (a stat of each file, following kubelet's `..data` symlink
-// swap) and re-read when either changed, so a renewed certificate is served from the next
-// connection on, without a restart. A pair that does not load (a half-written file, a key that
-// does not match) is logged and the last good pair stays in use.
+// TLS for runtime::HttpServer (docs/health-server.md, "POST routes and TLS"): the serving
+// certificate and key are read from `tls.crt` and `tls.key` in a directory, as cert-manager and
+// kubelet mount a Secret. They are looked at again on every handshake (a stat of each file,
+// following kubelet's `..data` symlink swap) and re-read when either changed, so a renewed
+// certificate is served from the next connection on, without a restart. A pair that does not load
+// (a half-written file, a key that does not match) is logged and the last good pair stays in use.
 //
 // Callers: with `clientCaFile` set, only a client presenting a certificate that CA signed
 // completes the handshake; anyone else is refused before a byte of a request is read. The CA

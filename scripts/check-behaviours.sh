@@ -8,9 +8,9 @@
 # A citation is an ID (a letter A-H and one or two digits) standing alone in a comment, a test
 # name or a message (`// E13: ...`, `# H5: ...`, `(D3)`, `C7, C8`, `"C8 stale taint"`), a
 # suite name ending in IDs (`PlacementD10`, `NodeEligibilityC7C8C9`), a test name starting with
-# them (`D3_...`, `E6_E8_...`, `Issue24Item4_E13_D10_...`), or a range (`E1-E4`). Hardware and
-# hex names are not IDs: a token glued to `-`, `/`, `.`, `:` or `[` is skipped (`A2-4Q`,
-# `10DE:20F1`, `ESC8000A-E12`), as are the phrases in `not_ids` below (the NVIDIA A2).
+# them (`D3_...`, `E6_E8_...`, also after an `Issue<N>Item<M>_` prefix), or a range (`E1-E4`).
+# Hardware and hex names are not IDs: a token glued to `-`, `/`, `.`, `:` or `[` is skipped
+# (`A2-4Q`, `10DE:20F1`, `ESC8000A-E12`), as are the phrases in `not_ids` below (the NVIDIA A2).
 # `scripts/check-behaviours.sh --list` prints the citations it found ("FILE:LINE ID [range]").
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -2,7 +2,7 @@
 # Fails when a component reaches into one it must not (run by ctest as layout_check):
 # runtime/ knows neither program; agent/ never includes controller/ and the reverse; the
 # libraries both programs share (api/, kube/) and the agent's readers (sysfs/, podresources/)
-# know neither program nor each other's subject (issue 25 §7).
+# know neither program nor each other's subject (docs/runtime.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 status=0
@@ -25,8 +25,8 @@ check kube 'agent|controller|api|sysfs|podresources' \
 check sysfs 'agent|controller|kube|api|podresources' "the sysfs reader knows only sysfs"
 check podresources 'agent|controller|kube|api|sysfs' \
   "the pod-resources client knows only kubelet's API"
-# Issue 25 §2: a kind's plural is spelled once, in controller/kinds.h; the rest of the controller
-# names the constant.
+# A kind's plural is spelled once, in controller/kinds.h; the rest of the controller names the
+# constant (docs/controller.md, "Keys").
 plurals=$(grep -rnE '"(gpuclasses|gpudevices|virtualmachineinstances|kubevirts|workloadmonitors|resourcequotas)"' \
   controller --include='*.cpp' --include='*.h' | grep -v '^controller/kinds.h:' || true)
 if [[ -n "$plurals" ]]; then

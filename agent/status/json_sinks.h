@@ -1,7 +1,7 @@
 // Two sinks the status writer (status_builder.cpp) writes the GPUNode into: a document the daemon
 // publishes and compares, and text printed as it is written, the way `scan -o json` answers with
-// no document in between (issue 26 §2: building, printing and freeing the document was half of
-// an offline scan's instructions).
+// no document in between (building, printing and freeing the document was half of an offline scan's
+// instructions: docs/benchmarks.md, "Half of lspci's instructions").
 //
 // The printer prints what nlohmann::json's dump(2) prints for the same document, byte for byte,
 // provided keys arrive in the order the document keeps them (byte order, std::map's): it refuses

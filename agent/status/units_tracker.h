@@ -1,5 +1,6 @@
 // What the agent knows of kubelet's device plugins across fetches: the last good answer is kept
-// while kubelet cannot answer, marked stale, never replaced by zeros (DESIGN §4.4, issue 3).
+// while kubelet cannot answer, marked stale, never replaced by zeros (DESIGN §4.4;
+// docs/pod-resources.md, "Across fetches").
 #pragma once
 
 #include <chrono>

@@ -40,7 +40,8 @@ std::optional<std::string> CheckClassOrder(const model::Model& model, std::strin
     std::string blocked;
     if (room->freeElsewhere > 0) {
       // Units the class cannot take are named with why, so a hoster's tainted pool without the
-      // class's toleration reads as that, not as a full cluster (issue 24 item 1).
+      // class's toleration reads as that, not as a full cluster (docs/install.md, "GPU nodes behind
+      // a taint").
       blocked = " (" + std::to_string(room->freeElsewhere) +
                 " more on nodes that take none of its orders now; " + room->firstBlocked +
                 (room->gpuClass->spec.tolerations.empty() &&
@@ -69,7 +70,7 @@ std::optional<std::string> CheckOrder(const model::Model& model, const model::Sn
   // A template device is created by the VMI webhook once it has placed the VM's whole set, with
   // the VMI's tolerations as well as the class's: a second room check here, without them, could
   // refuse it after the held devices were attached, breaking "every refusal before any write"
-  // (E5, issue 24 item 8). Only the platform may set the mark (gpu-device-platform-fields), and
+  // (E5). Only the platform may set the mark (gpu-device-platform-fields), and
   // the binder checks room again when it places the device.
   const auto mark = order.metadata.labels.find(std::string(api::kTemplateDeviceLabel));
   const bool templateDevice =

@@ -22,9 +22,9 @@ namespace cozy::admission {
 //      single node has free (a device is placed whole on one node);
 //   E3 the count is over a budget of the namespace or an ancestor (raw keys blocking included).
 // A template device (api::kTemplateDeviceLabel "true") skips E2: the VMI webhook that creates it
-// placed the VM's whole set already, with the VMI's tolerations too (E5, issue 24 item 8).
-// A namespace that is no tenant's has no ancestors: only its own ResourceQuotas apply, so a
-// hoster's namespace without GPU quotas orders without a budget.
+// placed the VM's whole set already, with the VMI's tolerations too (E5). A namespace that is no
+// tenant's has no ancestors: only its own ResourceQuotas apply, so a hoster's namespace without GPU
+// quotas orders without a budget.
 std::optional<std::string> CheckOrder(const model::Model& model, const model::Snapshot& snapshot,
                                       const api::GpuDevice& order);
 

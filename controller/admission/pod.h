@@ -1,6 +1,6 @@
 // The pod webhook's pure part: pin a virt-launcher pod to the node its VMI's devices sit on by
 // required node affinity on the pod itself (E13), since LiveUpdate rewrites the VMI's affinity
-// from the VM template, tolerating that node's cordon (D10, issue 24 item 4); and find which VMI
+// from the VM template, tolerating that node's cordon (D10); and find which VMI
 // a launcher pod says it belongs to.
 #pragma once
 
@@ -25,7 +25,8 @@ inline constexpr std::string_view kUnschedulableTaint = "node.kubernetes.io/unsc
 inline constexpr std::string_view kVmiNameLabel = "vm.kubevirt.io/name";
 inline constexpr std::string_view kVmiKind = "VirtualMachineInstance";
 
-// JSONPatch ops pinning the pod to the Node named `node` (issue 24 item 4):
+// JSONPatch ops pinning the pod to the Node named `node` (E13; docs/controller.md, "Launcher
+// pods"):
 //  - a `metadata.name In [node]` matchFields requirement in every term of
 //    spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms
 //    (terms are ORed, a term's requirements ANDed, so every term must carry it), or one term
@@ -36,9 +37,10 @@ inline constexpr std::string_view kVmiKind = "VirtualMachineInstance";
 //    the node, so the toleration lets the launcher onto that one node and no other.
 // Missing parents are added. A term already carrying exactly that requirement is left alone, and
 // a toleration already tolerating the cordon is kept, so a patched pod gets no ops.
-//  - each of `classTolerations` (the GPUClass tolerations of the pod's devices, issue 24 item
-//    1) the pod does not carry already, equal as written: the binder placed the set on a node
-//    these tolerate, and the pin keeps them from letting the pod anywhere else.
+//  - each of `classTolerations` (the GPUClass tolerations of the pod's devices; docs/install.md,
+//    "GPU nodes behind a taint") the pod does not carry already, equal as written: the binder
+//    placed the set on a node these tolerate, and the pin keeps them from letting the pod
+//    anywhere else.
 nlohmann::json PodPinPatch(const nlohmann::json& pod, const std::string& node,
                            const std::vector<api::Toleration>& classTolerations = {});
 

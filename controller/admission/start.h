@@ -1,9 +1,9 @@
 // The VMI webhook's decisions between the plan and the answer, as pure functions over devices as
-// read (issue 25 §5): which devices a start attaches, when a device is in use by a running VMI,
-// when a call finds its own answered request (a reinvocation, E9), when a template device left
-// by an earlier try is this VM's to reuse (E6), when a device may be attached (E7), where the
-// binder's answers stand (E8) and what a refusal rolls back. webhook::Webhooks only reads,
-// writes and waits; what it decides is here, and unit-tested without a cluster.
+// read (docs/controller.md, "Admission webhooks"): which devices a start attaches, when a device is
+// in use by a running VMI, when a call finds its own answered request (a reinvocation, E9), when a
+// template device left by an earlier try is this VM's to reuse (E6), when a device may be attached
+// (E7), where the binder's answers stand (E8) and what a refusal rolls back. webhook::Webhooks only
+// reads, writes and waits; what it decides is here, and unit-tested without a cluster.
 #pragma once
 
 #include <chrono>

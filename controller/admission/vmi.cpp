@@ -139,7 +139,7 @@ std::vector<model::Decision> WholePassTrial(const model::Snapshot& snapshot,
   });
   // No tolerations of its own: the binder answers the start before the VMI exists, so it places
   // the set by its classes' tolerations alone, and a trial with the VMI's would admit a start the
-  // binder then refuses after the writes (E5, issue 24 items 1 and 8).
+  // binder then refuses after the writes (E5; docs/controller.md, "VMI starts").
   model::VirtualMachineInstance vmi;
   vmi.namespaceName = start.namespaceName;
   vmi.name = start.vmiName;

@@ -88,8 +88,8 @@ struct VmiStartPlan {
 //   the whole set fits on one node now: a binder pass (Model::PlanPass) on a copy of the
 //   snapshot with the template devices added and every member attached to the VMI with a
 //   bind request must bind, move or keep every member onto one node. Model::PlanStart gives
-//   that pass's decisions for the set without the copy where it can (issue 26 §1), and the
-//   copy's pass runs where it cannot.
+//   that pass's decisions for the set without the copy where it can (docs/controller.md,
+//   "VMI starts"), and the copy's pass runs where it cannot.
 VmiStartPlan PlanVmiStart(const model::Snapshot& snapshot, const model::Model& model,
                           const VmiInput& input);
 

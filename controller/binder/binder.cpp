@@ -806,7 +806,8 @@ BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, boo
 }
 
 // A node whose only obstacle is its taints takes the binds of the classes that select it and
-// tolerate them (a tainted GPU pool, issue 24 item 1): True, naming those classes.
+// tolerate them (a tainted GPU pool, docs/install.md, "GPU nodes behind a taint"): True, naming
+// those classes.
 api::Condition TakesBinds(const model::Node* node, const std::string& name,
                           const std::vector<api::GpuClass>& classes) {
   api::Condition condition;

@@ -6,26 +6,26 @@
 // conflict fails that write, counts, stops the pass, and the pass after re-reads. Decisions come
 // from the model alone (controller/model): the binder adds I/O, never a rule.
 //
-// Writes go out over up to kWriters connections at once (issue 26 §1), as a pipeline: the
-// decisions that free no units (binds, answers, keeps that answer) stand on nothing written
-// before them, so each is handed to the next free writer as the pass reaches it; a decision that
-// frees units (a move off a node, a device lost) is sent alone, once every write before it is
-// in and before any after it, which may take what it frees. What comes of each write is taken
-// in the plan's order, as if they had gone one after the other, and its Event is handed to the
-// writers behind it. A conflict or a server error stops the pass: writes not sent yet are not
+// Writes go out over up to kWriters connections at once (docs/controller.md, "Concurrent writes"),
+// as a pipeline: the decisions that free no units (binds, answers, keeps that answer) stand on
+// nothing written before them, so each is handed to the next free writer as the pass reaches it; a
+// decision that frees units (a move off a node, a device lost) is sent alone, once every write
+// before it is in and before any after it, which may take what it frees. What comes of each write
+// is taken in the plan's order, as if they had gone one after the other, and its Event is handed to
+// the writers behind it. A conflict or a server error stops the pass: writes not sent yet are not
 // sent, and those in flight beside it (binds and answers: they took units only, so none stood
 // on it) are taken as they come.
 //
 // A device whose write the server refuses for what the device is (400, 403, 404, 422: a policy
-// or webhook of the hoster's refusing the status, say) is held off on its own (issue 25 §3):
-// it waits 1 s, doubling to 1 min, before its write is sent again, or until the device changes
-// (a new resourceVersion goes at once), and the rest of the pass goes on without it where that
-// is safe: a decision that only takes units (a bind, an answer) is one no later decision stands
-// on; one that frees units (a move off a node, a device lost) is, so a pass stops before it
-// while it is held off. The pass says when the first held-off device may be tried again, and
-// the loop runs a pass then. Before, one such device stopped every pass at it and the pass ran
-// again every 50 ms, the decisions after it never written. An error of the server's (5xx, 429,
-// a dropped connection) is no device's: the pass stops there, as on a conflict.
+// or webhook of the hoster's refusing the status, say) is held off on its own (docs/controller.md,
+// "A device the server refuses"): it waits 1 s, doubling to 1 min, before its write is sent again,
+// or until the device changes (a new resourceVersion goes at once), and the rest of the pass goes
+// on without it where that is safe: a decision that only takes units (a bind, an answer) is one no
+// later decision stands on; one that frees units (a move off a node, a device lost) is, so a pass
+// stops before it while it is held off. The pass says when the first held-off device may be tried
+// again, and the loop runs a pass then. Before, one such device stopped every pass at it and the
+// pass ran again every 50 ms, the decisions after it never written. An error of the server's (5xx,
+// 429, a dropped connection) is no device's: the pass stops there, as on a conflict.
 //
 // Reading past the cache (D3): a watch event may lag a write, and a pass that planned from a
 // cache still showing a unit free would book it again. The binder remembers, for each device it
@@ -95,7 +95,8 @@ struct BinderResult {
   // When the first held-off device may be tried again: a pass is due then.
   std::optional<std::chrono::steady_clock::time_point> retryAt;
   // A full pass that decided only held keeps (model::kHeldReason): the room it left, which
-  // pod changes may take without a pass (BinderLoop's QuietRoom, issue 26 §1).
+  // pod changes may take without a pass (BinderLoop's QuietRoom; docs/controller.md, "Who wakes for
+  // a change").
   std::optional<model::FreeUnits> quietRoom;
   // Where the pass's time went (the debug log's "binder pass" line): the model's plan, and the
   // writes with their Events.

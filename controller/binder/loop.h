@@ -56,8 +56,8 @@ class BinderSource {
 };
 
 // The room the last full pass left when it decided only held keeps (a quiet cluster), for the
-// pods cache's filter (issue 26 §1): a pod change model::AbsorbPodChange takes in it cannot
-// change a decision, and wakes no pass. Any thread.
+// pods cache's filter (docs/controller.md, "Who wakes for a change"): a pod change
+// model::AbsorbPodChange takes in it cannot change a decision, and wakes no pass. Any thread.
 //
 // A pass starts recording (BeginPass) before it reads the caches: a pod change from then on is
 // kept, not absorbed, and wakes nothing yet, since the pass may or may not have read it. When

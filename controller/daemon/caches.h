@@ -37,8 +37,8 @@
 namespace cozy::controller {
 
 class ClusterCaches {
-  // The thread every cache's watch is read on (issue 25 §2), their lists each on a thread of its
-  // own. First: it outlives the caches.
+  // The thread every cache's watch is read on (docs/controller.md, "One thread for every watch"),
+  // their lists each on a thread of its own. First: it outlives the caches.
   kube::InformerLoop loop_;
 
  public:
@@ -107,7 +107,8 @@ class ClusterCaches {
   std::shared_ptr<const webhook::Prepared> Prepared(const webhook::Prepared* previous) const;
   // The GPUDevices as the cache holds them now: the cache's own objects, none copied (a
   // pointer each), and the very list of the call before while the cache has not changed since
-  // (a pod's change renews the webhooks' view without even that, issue 26 §1). Any thread.
+  // (a pod's change renews the webhooks' view without even that; docs/controller.md, "What each
+  // webhook reads"). Any thread.
   model::SharedVector<api::GpuDevice> DevicesNow() const;
 
   // While their kinds are served (FollowDiscovery).

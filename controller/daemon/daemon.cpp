@@ -126,8 +126,8 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
     Watch(kSettingsCache, Readers::kReconciler);
     if (options_.enableGpu) {
       // What the binder's model reads besides the GPU objects (with GPUs on), each change
-      // filtered to those the model reads something different in (issue 26 §1): a pod's
-      // status heartbeat, or a pod of cpu and memory alone, wakes nobody.
+      // filtered to those the model reads something different in (docs/controller.md, "Who wakes
+      // for a change"): a pod's status heartbeat, or a pod of cpu and memory alone, wakes nobody.
       Watch(kNamespaceCache, Readers::kBinder, kube::Cache<model::Namespace>::WhenValueDiffers());
       Watch(kQuotaCache, Readers::kBinder, kube::Cache<model::ResourceQuota>::WhenValueDiffers());
       Watch(kNodeCache, Readers::kBinder, kube::Cache<model::Node>::WhenValueDiffers());
@@ -249,15 +249,16 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
     if (readers != Readers::kBinder) reconcilerReads_.push_back(&cache);
   }
 
-  // Pods, with a filter of two steps (issue 26 §1). A change the model reads nothing different
-  // in (model::PodChangeMatters) is taken quietly. Of the others, those the binder's quiet room
-  // absorbs (BinderLoop's QuietRoom: the last full pass decided only held keeps, and the pod's
-  // units fit in its node's room) still renew the webhooks' snapshot, whose budgets and room
-  // count the pod, but wake no binder pass. The filter runs for each change of a step, and the
-  // step's change callback after them, on the thread that steps the pods cache: the informer
-  // loop's, or a list worker's while the cache lists (never two at once). While usage records
-  // are served, every change that matters also asks the reconciler for a pass within a second
-  // (ReconcilerLoop::TriggerForRecords), which writes the pods' raw-name usage records (C11).
+  // Pods, with a filter of two steps (docs/controller.md, "Who wakes for a change"). A change the
+  // model reads nothing different in (model::PodChangeMatters) is taken quietly. Of the others,
+  // those the binder's quiet room absorbs (BinderLoop's QuietRoom: the last full pass decided only
+  // held keeps, and the pod's units fit in its node's room) still renew the webhooks' snapshot,
+  // whose budgets and room count the pod, but wake no binder pass. The filter runs for each change
+  // of a step, and the step's change callback after them, on the thread that steps the pods cache:
+  // the informer loop's, or a list worker's while the cache lists (never two at once). While usage
+  // records are served, every change that matters also asks the reconciler for a pass within a
+  // second (ReconcilerLoop::TriggerForRecords), which writes the pods' raw-name usage records
+  // (C11).
   void WatchPods() {
     Watch(kPodCache, Readers::kBoth, [this](const model::Pod* before, const model::Pod* after) {
       if (!model::PodChangeMatters(before, after)) return false;
@@ -355,7 +356,7 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
     health_.Heartbeat();
     // With GPUs on, ready also means the webhooks answer: the API server may be sent here.
     // A webhook pool that is full is not ready either: the Service then sends the API server to
-    // another replica while this one catches up (issue 23).
+    // another replica while this one catches up (docs/health-server.md, "POST routes and TLS").
     health_.SetReady(Ready() && (!webhookServer_ ||
                                  (webhookServer_->serving() && !webhookServer_->Saturated())));
     health_.SetMetrics(Metrics());

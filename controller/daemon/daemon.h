@@ -58,7 +58,7 @@ struct RunOptions {
   // other's pods.
   std::string kubevirtControllerUser = "system:serviceaccount:cozy-kubevirt:kubevirt-controller";
   std::chrono::milliseconds bindWait = std::chrono::seconds(8);
-  // model::Settings::notReadyGraceSeconds (issue 24 item 5).
+  // model::Settings::notReadyGraceSeconds (docs/controller.md, "Placement").
   std::chrono::milliseconds notReadyGrace = std::chrono::minutes(5);
 };
 

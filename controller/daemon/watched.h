@@ -1,10 +1,10 @@
-// The caches a gpu-controller replica keeps, one constant each (issue 25 §2): which kind, decoded
-// how (each decode keeps only what the controller's readers read, and the cache keeps no raw
-// JSON beside it), which of its objects the cache keeps, and what its watch asks the API server
-// for. The daemon's Watch line takes one and makes its cache, wired to whoever reads it; the
-// kinds that come and go with discovery are made from theirs (ClusterCaches). Readers find a
-// cache by its constant (ClusterCaches::Get). Adding a watched kind is a constant here and a
-// Watch line (docs/controller.md, "Adding a watched kind").
+// The caches a gpu-controller replica keeps, one constant each (docs/controller.md, "The caches and
+// the wiring"): which kind, decoded how (each decode keeps only what the controller's readers read,
+// and the cache keeps no raw JSON beside it), which of its objects the cache keeps, and what its
+// watch asks the API server for. The daemon's Watch line takes one and makes its cache, wired to
+// whoever reads it; the kinds that come and go with discovery are made from theirs (ClusterCaches).
+// Readers find a cache by its constant (ClusterCaches::Get). Adding a watched kind is a constant
+// here and a Watch line (docs/controller.md, "Adding a watched kind").
 #pragma once
 
 #include <memory>
@@ -87,8 +87,8 @@ inline const Watched<model::ResourceQuota> kQuotaCache{.kind = kResourceQuotas,
 inline const Watched<model::Node> kNodeCache{.kind = kNodes, .decode = NodeFromJson};
 // Only the pods that can count in a decision (model::PodAsksForExtendedResources; a model test
 // shows the others change none): a tenth of a cluster's pods or fewer. The others cost a skim of
-// their events and nothing more: no document, no decode, no memory, no index, no pass (issue 26
-// §1).
+// their events and nothing more: no document, no decode, no memory, no index, no pass
+// (docs/controller.md, "Who wakes for a change").
 inline const Watched<model::Pod> kPodCache{.kind = kPods,
                                            .decode = PodFromJson,
                                            .keep = model::PodAsksForExtendedResources,

@@ -163,7 +163,7 @@ void Model::Index::IndexClassesAndNodes() {
         info.servesNode[n] = 1;
         info.nodes.push_back(n);
         // A class without tolerations takes what every pod may; one with them is checked
-        // against the node's taints (issue 24 item 1).
+        // against the node's taints (C7; docs/install.md, "GPU nodes behind a taint").
         info.takes[n] =
             tolerations.empty()
                 ? takesBinds[n]

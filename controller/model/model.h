@@ -94,7 +94,7 @@ struct Decision {
   std::string reason;  // for a person
   // keep: the devices stay on `node`, but a VM cannot start on them there now (its node is not
   // Ready within the grace, or the class is gone); a bind request is answered Failed with the
-  // reason (issue 24 items 5 and 8).
+  // reason (docs/controller.md, "Placement", step 2).
   bool startRefused = false;
 
   // Whether a VM start on this device goes ahead on `node`: bound, moved or kept there.
@@ -107,10 +107,10 @@ struct Decision {
 // Which sets a pass decides. kEvery: all. kUnsettled: all but the held sets it keeps where they
 // are with kHeldReason and no bind request waiting on them (a set on one node that takes binds,
 // serves its classes and holds no more than it serves), which are most of a settled cluster
-// (issue 26 §1). Its decisions are those of a kEvery pass over the same snapshot, in the same
-// order, less the keeps of the sets left out: a set kept where it is changes nothing in the
-// room or the budgets the other decisions are made on. What an answers-only binder pass writes
-// (the answers to requests, the moves and losses that free units) is all among them.
+// (docs/controller.md, "Unsettled sets"). Its decisions are those of a kEvery pass over the same
+// snapshot, in the same order, less the keeps of the sets left out: a set kept where it is changes
+// nothing in the room or the budgets the other decisions are made on. What an answers-only binder
+// pass writes (the answers to requests, the moves and losses that free units) is all among them.
 enum class PassScope { kEvery, kUnsettled };
 
 // A VM start as the VMI webhook tries it before admitting it (admission::PlanVmiStart): the
@@ -141,12 +141,12 @@ struct FreeUnits {
 };
 
 // Whether a pod's change (before, after: null for none) cannot change a decision of a pass that
-// decided only held keeps (kHeldReason) and left `room` free (issue 26 §1). Such a pass looked
-// at no room but to find the nodes holding more than they serve, whose sets then leave; so a
-// pod that frees units, holds none, asks for no class's resource, is on no node, or held the
-// same there before, changes nothing, and a pod that now holds units changes nothing when they
-// fit in its node's room, which it then takes (so the pods after it are weighed against what
-// is left). A pod that stops holding units gives back what this function took for it
+// decided only held keeps (kHeldReason) and left `room` free (docs/controller.md, "Who wakes for a
+// change"). Such a pass looked at no room but to find the nodes holding more than they serve, whose
+// sets then leave; so a pod that frees units, holds none, asks for no class's resource, is on no
+// node, or held the same there before, changes nothing, and a pod that now holds units changes
+// nothing when they fit in its node's room, which it then takes (so the pods after it are weighed
+// against what is left). A pod that stops holding units gives back what this function took for it
 // (FreeUnits::taken), and nothing a pass counted: a churn of pods that start and end on a node
 // does not use its room up. False for anything else: a pass must decide.
 bool AbsorbPodChange(FreeUnits& room, const Pod* before, const Pod* after);
@@ -160,8 +160,9 @@ class Model {
   // that one read where this snapshot shares it: the same Node objects and equal classes, the
   // same GPUNode objects, the very same device objects (Snapshot's SharedVectors, as
   // ClusterCaches fills them).
-  // After one pod's or one device's change, the devices are not read again (issue 26 §1).
-  // `previous` and its snapshot need to live only during the call.
+  // After one pod's or one device's change, the devices are not read again (docs/controller.md,
+  // "The model before lends the next one what did not change"). `previous` and its snapshot need to
+  // live only during the call.
   explicit Model(const Snapshot& snapshot, const Model* previous = nullptr);
   // The index views the snapshot's strings: a temporary snapshot would leave it dangling.
   explicit Model(const Snapshot&& snapshot, const Model* previous = nullptr) = delete;

@@ -34,7 +34,7 @@ struct ClassInfo {
   std::optional<int64_t> maxCount;
   std::vector<char> servesNode;  // by node index: its nodeSelector selects the node
   // By node index: it serves the node, and the node takes binds with the class's tolerations
-  // (issue 24 item 1): where the class's orders may be placed.
+  // (C7): where the class's orders may be placed.
   std::vector<char> takes;
   std::vector<size_t> nodes;  // the node indices it selects, by name
 };
@@ -235,7 +235,8 @@ struct Model::Index {
   // what this snapshot shares with that one is taken from it rather than read again: the
   // classes' and nodes' tables when the nodes are the very same objects and the classes equal,
   // the units when the GPUNodes are too, and each device's numbers when it is the very same
-  // object (issue 26 §1). What is built is the same either way, field for field.
+  // object (docs/controller.md, "The model before lends the next one what did not change"). What is
+  // built is the same either way, field for field.
   void Build(const Index* previous = nullptr);
   // Build's steps, in the order it takes them (index.cpp), then ReadBudgets (budgets.cpp).
   void IndexClassesAndNodes();

@@ -165,7 +165,7 @@ std::vector<Toleration> PassPlanner::Tolerations(const DeviceSet& set) const {
 }
 
 // A node takes the set when it takes binds with the tolerations the set's launcher will carry:
-// its VMI's and its classes' (issue 24 item 1). One class and no VMI tolerations, the common
+// its VMI's and its classes' (C7). One class and no VMI tolerations, the common
 // shape, is the class's own answer.
 bool PassPlanner::Eligible(const DeviceSet& set, size_t node) const {
   if (set.needs.byClass.size() == 1 && (!set.vmi || set.vmi->tolerations.empty())) {
@@ -266,8 +266,9 @@ void PassPlanner::Gather(const DeviceSet& set) {
   }
   // Members never bound (Pending: the template devices a VM start created beside held ones)
   // are new binds like an order's: checked as BindNew checks one, against the budgets with
-  // what this pass already booked, and booked in turn (issue 24 item 6). A refusal refuses
-  // them and leaves the rest as they are; the VM start that asked is refused with it.
+  // what this pass already booked, and booked in turn (C3; docs/controller.md, "Placement",
+  // step 1). A refusal refuses them and leaves the rest as they are; the VM start that asked is
+  // refused with it.
   std::vector<std::pair<size_t, int64_t>> newByClass;
   std::vector<std::pair<size_t, int64_t>> newByResource;
   int64_t newTotal = 0;
@@ -333,7 +334,8 @@ void PassPlanner::Gather(const DeviceSet& set) {
   }
   if (target == kNone) {
     // The members that were bound go Lost together (D8); the never-bound ones are refused, not
-    // sent to Lost, where they would hold budget no check allowed them (issue 24 item 6).
+    // sent to Lost, where they would hold budget no check allowed them (C3; docs/controller.md,
+    // "Placement", step 1).
     const std::string reason =
         set.Description() + " cannot be gathered onto one node: " + NoRoom(set);
     for (const size_t d : set.members) {
@@ -391,11 +393,11 @@ bool PassPlanner::StartPending(const DeviceSet& set) const {
 }
 
 // Step 2: held sets stay unless their node cannot keep them. A set whose VM runs on its node
-// never moves (issue 24 item 5): its GPUs are in use there, whatever the node's state. A node
-// that is not Ready, or under a condition taint, keeps the sets of VMs that are off for the
-// grace (Settings::notReadyGraceSeconds) before they move, as kube-controller-manager keeps a
-// NotReady node's pods for their not-ready toleration; a VM start in the meantime moves its set
-// to a node that takes it, or is refused while none has room.
+// never moves (docs/controller.md, "Placement", step 2): its GPUs are in use there, whatever the
+// node's state. A node that is not Ready, or under a condition taint, keeps the sets of VMs that
+// are off for the grace (Settings::notReadyGraceSeconds) before they move, as
+// kube-controller-manager keeps a NotReady node's pods for their not-ready toleration; a VM start
+// in the meantime moves its set to a node that takes it, or is refused while none has room.
 void PassPlanner::MoveHeld(const std::vector<DeviceSet*>& held) {
   std::vector<Leaving> mustLeave;
   std::vector<Leaving> cordoned;
@@ -407,8 +409,8 @@ void PassPlanner::MoveHeld(const std::vector<DeviceSet*>& held) {
     const size_t n = set->node;
     const std::string nodeName(ix_.NodeName(n));
     if (!set->needs.unknownClass.empty()) {
-      // Nothing can be placed for a class that is gone, and no VM starts on it (issue 24
-      // item 8); the devices stay where they are.
+      // Nothing can be placed for a class that is gone, and no VM starts on it (docs/controller.md,
+      // "Placement", step 2); the devices stay where they are.
       for (const size_t d : set->members) {
         Decide(d, Action::kKeep, nodeName, ClassMissing(*set) + "; left in place");
         decisions_.back().startRefused = true;
@@ -511,8 +513,9 @@ void PassPlanner::DecideCordoned(const std::vector<Leaving>& cordoned) {
   }
 }
 
-// Sets within the grace of their node's NotReady or condition taint (issue 24 item 5): kept and
-// not startable there, unless a VM start is waiting and another node takes the set.
+// Sets within the grace of their node's NotReady or condition taint (docs/controller.md,
+// "Placement", step 2): kept and not startable there, unless a VM start is waiting and another node
+// takes the set.
 void PassPlanner::DecideWaiting(const std::vector<Leaving>& waiting) {
   for (const Leaving& leaving : waiting) {
     DeviceSet& set = *leaving.set;
@@ -584,7 +587,8 @@ void PassPlanner::EvictOverCapacity(std::vector<Staying>& staying, std::vector<L
         if (FreeAt(node, r) >= 0) {
           break;
         }
-        // A running VM's set stays (issue 24 item 5): the others leave first.
+        // A running VM's set stays (docs/controller.md, "Placement", step 2): the others leave
+        // first.
         if (evicted.contains(set) || CountOf(set->needs.byResource, r) == 0 || Running(*set)) {
           continue;
         }

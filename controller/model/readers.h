@@ -88,10 +88,10 @@ bool PodAsksForExtendedResources(const Pod& pod);
 // requests or limits, or in the pod's overhead. A pod with no such key is one
 // PodAsksForExtendedResources says no to; the watch of pods then builds no document of it.
 bool PodKeyIsExtendedResource(const std::vector<std::string>& path, const std::string& key);
-// The pod cache's change filter (kube::Cache::SetChangeFilter, issue 26 §1): a pod's change can
-// change a decision only when it asks for an extended resource, before or after, and the model
-// reads something different in it. A status heartbeat, or a pod of cpu and memory starting
-// and ending, wakes no pass.
+// The pod cache's change filter (kube::Cache::SetChangeFilter; docs/controller.md, "Who wakes for a
+// change"): a pod's change can change a decision only when it asks for an extended resource, before
+// or after, and the model reads something different in it. A status heartbeat, or a pod of cpu and
+// memory starting and ending, wakes no pass.
 bool PodChangeMatters(const Pod* before, const Pod* after);
 
 // (namespace, name), viewing strings that outlive the map it keys, and its hash.
@@ -151,9 +151,9 @@ std::optional<std::string> UntoleratedTaint(const Node& node,
 // PID pressure, network unavailable), or "" for any other taint.
 std::string_view ConditionOfTaint(std::string_view key);
 
-// A held set's view of a node's untolerated taints (issue 24 item 5): the first one that does
-// not come from a node condition, or else the first that does, described for people, with that
-// condition's type (empty for the former). Nullopt when every taint is tolerated.
+// A held set's view of a node's untolerated taints (docs/controller.md, "Placement", step 2): the
+// first one that does not come from a node condition, or else the first that does, described for
+// people, with that condition's type (empty for the former). Nullopt when every taint is tolerated.
 struct UntoleratedTaintInfo {
   std::string description;
   std::string_view condition;

@@ -2,7 +2,8 @@
 // one copy changes them (copy on write, at two levels). Copying a snapshot copies one pointer,
 // not its 40,000 devices; and a snapshot made from the caches holds the caches' own immutable
 // objects (Sharing), so reading the devices for a binder pass or for the webhooks' view after a
-// device's change costs a pointer per device, not a deep copy of each (issue 26 §1).
+// device's change costs a pointer per device, not a deep copy of each (docs/controller.md, "What
+// each webhook reads").
 //
 // Reading is a vector's: size, operator[], iteration, each yielding const T&. An element's
 // address stays put for as long as any copy holds it, whatever else the vector does. Changing

@@ -49,7 +49,7 @@ struct Node {
   bool ready = false;          // the Ready condition is True
   std::vector<Taint> taints;
   // Each condition's lastTransitionTime (RFC 3339) by type: how long the node has been not
-  // Ready, or under the condition behind a condition taint (issue 24 item 5).
+  // Ready, or under the condition behind a condition taint (docs/controller.md, "Placement").
   std::map<std::string, std::string> conditionsSince;
   bool operator==(const Node&) const = default;
 };
@@ -113,9 +113,10 @@ struct PermittedHostDevices {
 struct Settings {
   std::vector<std::string> resourceNames;  // the hoster's GPU resource-name list
   // How long a held set whose VM is off waits on a node that is not Ready, or under a
-  // condition taint, before it moves (--not-ready-grace; issue 24 item 5). The default is the
-  // 300 s kube-apiserver's DefaultTolerationSeconds gives every pod for the not-ready and
-  // unreachable taints, after which kube-controller-manager evicts the pods themselves.
+  // condition taint, before it moves (--not-ready-grace; docs/controller.md, "Placement"). The
+  // default is the 300 s kube-apiserver's DefaultTolerationSeconds gives every pod for the
+  // not-ready and unreachable taints, after which kube-controller-manager evicts the pods
+  // themselves.
   int64_t notReadyGraceSeconds = 300;
 };
 

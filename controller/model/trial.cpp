@@ -1,7 +1,7 @@
-// A VM start's trial without the whole pass (issue 26 §1): the VMI webhook asks what a binder
-// pass would decide for the start's set on a copy of the snapshot with the start applied. That
-// copy and its pass cost the whole cluster per start; but the set's decision depends only on
-// the books (free units, budgets booked) as they stand when its turn comes, and on the set.
+// A VM start's trial without the whole pass (docs/controller.md, "VMI starts"): the VMI webhook
+// asks what a binder pass would decide for the start's set on a copy of the snapshot with the start
+// applied. That copy and its pass cost the whole cluster per start; but the set's decision depends
+// only on the books (free units, budgets booked) as they stand when its turn comes, and on the set.
 // One pass over the snapshot as it stands, made once per model, gives the books at the two
 // turns a start's set can take without changing what comes before it. It takes only the sets
 // that are not kept where they are (PassScope::kUnsettled), which leave the books as the
@@ -34,7 +34,7 @@ namespace cozy::model {
 std::unique_ptr<Model::TrialBase> PassPlanner::MakeTrialBase(const Model::Index& ix) {
   auto base = std::make_unique<Model::TrialBase>();
   // Only the sets a pass does more with than keep where they are: the others change nothing in
-  // the books, and a settled cluster has none (issue 26 §1).
+  // the books, and a settled cluster has none (docs/controller.md, "Unsettled sets").
   PassPlanner planner(ix, PassScope::kUnsettled);
   base->initial = planner.Books();
   for (const DeviceSet* set : planner.steps_[static_cast<size_t>(State::kMixed)]) {

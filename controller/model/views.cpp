@@ -74,8 +74,8 @@ ClusterView Model::View() const {
       continue;
     }
     NodeView nodeView{ix.nodes[n]->name, ix.eligibility[n].eligible, ix.eligibility[n].reasons, {}};
-    // A tainted GPU pool takes the binds of the classes that tolerate its taints (issue 24
-    // item 1), as the binder's TakesBinds condition says.
+    // A tainted GPU pool takes the binds of the classes that tolerate its taints (docs/install.md,
+    // "GPU nodes behind a taint"), as the binder's TakesBinds condition says.
     for (const ClassInfo& info : ix.classes) {
       if (!nodeView.eligible && info.takes[n]) {
         nodeView.eligible = true;

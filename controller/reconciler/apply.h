@@ -8,11 +8,12 @@
 // from and skips an action planned from that same version for a while (kMemoLife): a write is
 // sent once per state of the object, not once per pass.
 //
-// A write that fails backs off its object, not the pass (issue 25 §3): the object waits a delay
-// of its own (kRetry: 1 s, doubling to 1 min, reset by a success) and the pass writes every other
-// object meanwhile. A conflict holds the object off only while the plan still reads the version
-// that conflicted: once the cache shows a newer one, the write goes at once. The pass reports
-// when the first held-off object may be tried again, and the daemon runs a pass then.
+// A write that fails backs off its object, not the pass (docs/controller.md, "The reconciler: what
+// each finalizer waits for"): the object waits a delay of its own (kRetry: 1 s, doubling to 1 min,
+// reset by a success) and the pass writes every other object meanwhile. A conflict holds the object
+// off only while the plan still reads the version that conflicted: once the cache shows a newer
+// one, the write goes at once. The pass reports when the first held-off object may be tried again,
+// and the daemon runs a pass then.
 #pragma once
 
 #include <atomic>

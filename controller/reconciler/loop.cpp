@@ -159,9 +159,9 @@ void ReconcilerLoop::PassDone(PassResult result) {
                LogFields{{"attachments", std::to_string(result.waiting.vmisUnknown)},
                          {"first", result.waiting.vmisUnknownWhy}});
   }
-  // Again when the first object that failed a write may be tried again (its own backoff,
-  // issue 25 §3: one failing object does not rerun the whole pass every second), a second
-  // after a pass that could not plan, at the next grace deadline, and at the resync otherwise.
+  // Again when the first object that failed a write may be tried again (its own backoff: one
+  // failing object does not rerun the whole pass every second), a second after a pass that could
+  // not plan, at the next grace deadline, and at the resync otherwise.
   auto next = resync_;
   if (!result.error.empty()) {
     next = std::min(next, std::chrono::milliseconds(1000));

@@ -1,11 +1,12 @@
-// The reconciler's loop, on the leader: when its passes run and what each one counts (issue 25
-// §1: a runnable of its own, as the binder's loop is, so the daemon is wiring only). A change in
-// a cache the reconciler reads asks for a pass within 50 ms; runtime::PassScheduler collapses
-// asks into one pass at a time. A pass runs on a worker thread of its own: it reads the caches
-// (through ReconcilerSource), plans (PlanReconcile, pure) and writes (Applier), and its result
-// comes back to the loop thread, which counts it and arms the next resync: a second after a pass
-// that could not plan, when the first object a write failed on may be tried again (issue 25 §3),
-// at the next grace deadline a plan waits for, and at the resync period otherwise.
+// The reconciler's loop, on the leader: when its passes run and what each one counts (a runnable of
+// its own, as the binder's loop is, so the daemon is wiring only: docs/controller.md, "The caches
+// and the wiring"). A change in a cache the reconciler reads asks for a pass within 50 ms;
+// runtime::PassScheduler collapses asks into one pass at a time. A pass runs on a worker thread of
+// its own: it reads the caches (through ReconcilerSource), plans (PlanReconcile, pure) and writes
+// (Applier), and its result comes back to the loop thread, which counts it and arms the next
+// resync: a second after a pass that could not plan, when the first object a write failed on may be
+// tried again (its own backoff, apply.h), at the next grace deadline a plan waits for, and at the
+// resync period otherwise.
 #pragma once
 
 #include <atomic>
@@ -95,8 +96,8 @@ class ReconcilerLoop {
   // requests (an answers-only pass due or running). A pass due then waits, checked again every
   // kYieldRecheck, for at most kYieldMax from when it was first due: a thousand VM starts at
   // once get the CPU and the API server the reconciler's passes took while they waited (a
-  // fifth of the controller's CPU in bench_binder's burst, issue 26 §1), and the reconciler
-  // still runs within a second.
+  // fifth of the controller's CPU in bench_binder's burst: docs/benchmarks.md, "The binder's
+  // answers alone"), and the reconciler still runs within a second.
   void SetYield(std::function<bool()> busy) { yield_ = std::move(busy); }
   static constexpr std::chrono::milliseconds kYieldRecheck{20};
   static constexpr std::chrono::milliseconds kYieldMax{1000};

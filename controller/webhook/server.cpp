@@ -145,7 +145,7 @@ void Server::Start() {
           } catch (const api::DecodeError& error) {
             // A malformed review (no request, no uid, a field of the wrong type): answered as
             // an AdmissionReview denying with code 400, which the API server shows as it is,
-            // not as a failed call (issue 25 §4).
+            // not as a failed call (docs/controller.md, "Admission webhooks").
             {
               std::lock_guard lock(statsMutex_);
               ++stats_.failures;

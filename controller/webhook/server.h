@@ -1,5 +1,5 @@
-// The admission webhooks' HTTPS server (issue 15, G2): AdmissionReview v1 POSTs on fixed paths,
-// served on every replica, only with --enable-gpu.
+// The admission webhooks' HTTPS server (G2; docs/controller.md, "Admission webhooks"):
+// AdmissionReview v1 POSTs on fixed paths, served on every replica, only with --enable-gpu.
 //
 // Served on runtime::HttpServer: one epoll loop reads every request whole within a deadline
 // from its start (the TLS handshake within a shorter one) with caps on header and body bytes,
@@ -11,7 +11,7 @@
 // review being answered (H10, docs/security.md). TLS, the certificate reload and the callers'
 // CA are runtime::TlsTransport's (runtime/tls.h).
 //
-// Callers (issue 23): with `clientCaFile` set, only a client presenting a certificate that CA
+// Callers (H9): with `clientCaFile` set, only a client presenting a certificate that CA
 // signed completes the TLS handshake: the API server, when its admission configuration gives it
 // a kubeconfig for webhooks (docs/install.md, "Who may call the webhooks"). Anyone else is
 // refused before a byte of the request is read.

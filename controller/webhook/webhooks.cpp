@@ -196,8 +196,9 @@ json Webhooks::MutatePod(const json& review, const RequestContext&) {
         answer = Encode(admission::Refuse(
             request, "the GPUDevices of " + vmiName + " are bound to different nodes"));
       } else {
-        // The tolerations of the devices' classes (issue 24 item 1): the binder placed the set
-        // where they let it go, so the launcher carries them, and the pin keeps it there.
+        // The tolerations of the devices' classes (docs/install.md, "GPU nodes behind a taint"):
+        // the binder placed the set where they let it go, so the launcher carries them, and the pin
+        // keeps it there.
         std::vector<api::Toleration> tolerations;
         const std::shared_ptr<const Prepared> prepared = cluster_.Prepare();
         for (const api::GpuDevice& device : devices) {
@@ -295,7 +296,7 @@ json Webhooks::StartVmi(const admission::AdmissionRequest& request, const std::s
   // its own, and nothing is written again. The cache first; a VMI that already carries this
   // webhook's gpus entries was mutated by a call before this one, which may have run on another
   // replica whose writes this replica's cache does not show yet: for it, the API server is read
-  // too, rather than attach and request again (issue 24 item 8).
+  // too, rather than attach and request again (E9).
   {
     const auto now = std::chrono::system_clock::now();
     bool own = admission::AnsweredOwnSet(members, name, cached, now, options_.recentAnswer);

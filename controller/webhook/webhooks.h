@@ -1,6 +1,6 @@
-// The three admission webhooks (issue 15): what they read, what they write, how long they wait.
-// The rules themselves are pure and live in controller/admission (and the model under it);
-// this is their I/O.
+// The three admission webhooks (docs/controller.md, "Admission webhooks"): what they read, what
+// they write, how long they wait. The rules themselves are pure and live in controller/admission
+// (and the model under it); this is their I/O.
 //
 // - /validate/gpudevices: an order is refused at once when it cannot be met now (E1-E4).
 // - /mutate/virtualmachineinstances: every refusal check first, so a dry run or a refused
@@ -67,7 +67,8 @@ class ClusterSource {
   // How many times the caches have changed: read before looking, then wait for the next.
   virtual uint64_t Generation() const { return 0; }
   // Returns once the caches changed since `seen` (Generation), or at `until`: a waiter wakes
-  // when what it waits for may be there, not on a poll (issue 25 §3). Without a signal, sleeps.
+  // when what it waits for may be there, not on a poll (E8's wait; docs/controller.md, "Admission
+  // webhooks"). Without a signal, sleeps.
   virtual void WaitForChange(uint64_t seen, std::chrono::steady_clock::time_point until) const {
     (void)seen;
     std::this_thread::sleep_until(until);

@@ -1,6 +1,7 @@
 # Sourced by scripts/test.sh and scripts/demo.sh: the one way each build directory is configured,
 # so that the README's second command (the tests) reuses what its first (the demo) built in
-# build/ instead of rebuilding it with other flags (issue 26: 536 s for the demo, then 998 s).
+# build/ instead of rebuilding it with other flags (536 s for the demo, then 998 s: docs/testing.md,
+# "Build time").
 #   configure_build normal|sanitize|fuzz BUILD_DIR
 # ccache, where installed (scripts/install-deps.sh installs it): objects are reused across the
 # three build directories' equal compiles and across clones (CI builds a fresh clone each run),
