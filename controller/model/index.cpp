@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
 
 #include "api/keys.h"
 #include "api/time.h"
@@ -199,6 +202,9 @@ void Model::Index::CountUnits() {
   raw.assign(cells, 0);
   hasGpuNode.assign(nodes.size(), 0);
   unitProblems.clear();
+  // B11's verdict on each name, judged once: the nodes of a cluster report a few names, each
+  // thousands of times.
+  std::unordered_map<std::string_view, std::string> verdicts;
   for (const api::GpuNodeInventory& gpuNode : snapshot.gpuNodes) {
     const auto node = nodeIds.find(gpuNode.nodeName);
     if (node == nodeIds.end()) {
@@ -206,7 +212,12 @@ void Model::Index::CountUnits() {
     }
     hasGpuNode[node->second] = 1;
     for (size_t i = 0; i < gpuNode.resourceNames.size(); ++i) {
-      if (std::string why = api::CheckGpuResourceName(gpuNode.resourceNames[i]); !why.empty()) {
+      const std::string& name = gpuNode.resourceNames[i];
+      auto verdict = verdicts.find(name);
+      if (verdict == verdicts.end()) {
+        verdict = verdicts.emplace(name, api::CheckGpuResourceName(name)).first;
+      }
+      if (const std::string& why = verdict->second; !why.empty()) {
         unitProblems.push_back(InputProblem{"GPUNode", "", gpuNode.nodeName,
                                             "status.resourceNames[" + std::to_string(i) + "]",
                                             why + "; it is not taken as a GPU name"});

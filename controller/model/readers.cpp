@@ -123,7 +123,8 @@ Units ContainerRequests(const Pod& pod, const Container& container, const Path& 
 
 void Add(Units& into, const Units& from) {
   for (const auto& [name, value] : from) {
-    into[name] = api::AddUnits(into[name], value);
+    int64_t& sum = into[name];  // one lookup: this runs for every container of every pod
+    sum = api::AddUnits(sum, value);
   }
 }
 
