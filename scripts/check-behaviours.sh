@@ -8,7 +8,7 @@
 # A citation is an ID (a letter A-H and one or two digits) standing alone in a comment, a test
 # name or a message (`// E13: ...`, `# H5: ...`, `(D3)`, `C7, C8`, `"C8 stale taint"`), a
 # suite name ending in IDs (`PlacementD10`, `NodeEligibilityC7C8C9`), a test name starting with
-# them (`D3_...`, `E6_E8_...`, also after an `Issue<N>Item<M>_` prefix), or a range (`E1-E4`).
+# them (`D3_...`, `E6_E8_...`), or a range (`E1-E4`).
 # Hardware and hex names are not IDs: a token glued to `-`, `/`, `.`, `:` or `[` is skipped
 # (`A2-4Q`, `10DE:20F1`, `ESC8000A-E12`), as are the phrases in `not_ids` below (the NVIDIA A2).
 # `scripts/check-behaviours.sh --list` prints the citations it found ("FILE:LINE ID [range]").
@@ -67,7 +67,6 @@ while IFS= read -r hit; do
         ids=${BASH_REMATCH[2]}
       done
     fi
-    [[ $name =~ ^Issue[0-9]+Item[0-9]+_(.*)$ ]] && name=${BASH_REMATCH[1]}
     while [[ $name =~ ^(${id})_(.*)$ ]]; do
       cite "$file:$line" "${BASH_REMATCH[1]}"
       name=${BASH_REMATCH[2]}
