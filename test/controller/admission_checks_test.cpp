@@ -1,6 +1,7 @@
-// The admission webhooks' decisions: the GPUDevice order check (E1-E4), the VMI start plan
-// (E5, E6's mark, E9), the VMI's own GPU entries (E11), the gpus patch (E9, E10) and the
-// launcher pod's pin (E13). Each test names the catalog ID it covers.
+// The GPUDevice order webhook's decisions (E1-E4): an unknown or deleting class, room on one
+// node, budgets up the tenant tree and the vGPU entitlement, each from the model's own check.
+// Each test names the catalog ID it covers; the VMI and launcher-pod webhooks' decisions are in
+// admission_vmi_test.cpp.
 #include <gtest/gtest.h>
 
 #include <filesystem>

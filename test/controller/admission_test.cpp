@@ -189,7 +189,9 @@ TEST(AdmissionReview, DecodesAnUpdateWithItsOldObject) {
 }
 
 // E9: a reinvocation is a new request with its own uid, for the same VMI.
-TEST(AdmissionReviewE9, AReinvocationIsANewRequest) {
+// What E9 stands on, not E9 itself (VmiStartPlanE9 and the e2e E9 tests hold that): the review
+// of a reinvocation decodes as a request of its own for the same VMI.
+TEST(AdmissionReview, AReinvocationDecodesAsANewRequestForTheSameVmi) {
   const AdmissionRequest first = DecodeAdmissionReview(ReadTestdata("vmi-create-dryrun.json"));
   const AdmissionRequest again = DecodeAdmissionReview(ReadTestdata("vmi-reinvocation.json"));
   EXPECT_NE(first.uid, again.uid);

@@ -1028,5 +1028,47 @@ TEST_F(AdmissionEndToEnd, G3_G4_ANonLeaderAnswersWarmAndReadinessNeverWaitsForKu
   EXPECT_NE(Metrics("replica-b").find("gpu_controller_admission_total"), std::string::npos);
 }
 
+// G12: the webhooks' KubeVirt and VMI informers start once their kinds are served, with no
+// restart. KubeVirt is installed after the replica is ready; vm1 then starts on a held device,
+// and a second VM asking for it is refused for vm1 running: the check that says so reads the
+// webhook's own VMI cache, and the attachment's VMI UID it matches is stamped from the same
+// cache. A replica that read VMIs only if they were served at its start never says either.
+TEST_F(AdmissionEndToEnd, G12_KubeVirtInstalledAfterStartIsReadWithoutARestart) {
+  Fake().DeleteCrd("virtualmachineinstances.kubevirt.io");
+  Fake().DeleteCrd("kubevirts.kubevirt.io");
+  StartWebhookReplica("replica-a");
+  WaitReady("replica-a");
+  WaitLeader("replica-a");
+  ASSERT_EQ(Create(Order("held", "a100", 1)).first, 0);
+  for (const char* file :
+       {"kubevirt.io_virtualmachineinstances.yaml", "kubevirt.io_kubevirts.yaml"}) {
+    Kubectl("apply -f " + ShellQuote(testing::TestCrdFile(file).string()));
+  }
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const std::string log = Log("replica-a");
+        return log.find("VirtualMachineInstance cache state=started") != std::string::npos &&
+               log.find("KubeVirt cache state=started") != std::string::npos;
+      },
+      15s))
+      << Log("replica-a");
+  auto [code, out] = Create(VmWithGpus("vm1", {"held"}));
+  ASSERT_EQ(code, 0) << out << Logs();
+  const std::string uid = VmiUid("vm1");
+  ASSERT_FALSE(uid.empty());
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const json held = Get("gpudevice held", Tenant());
+        return held["status"]["attachment"].value("vmiUID", "") == uid;
+      },
+      15s))
+      << Get("gpudevice held", Tenant()).dump() << Logs();
+  std::tie(code, out) = Create(VmWithGpus("vm2", {"held"}));
+  EXPECT_NE(code, 0) << out;
+  EXPECT_NE(out.find("GPUDevice held is in use by the running VirtualMachineInstance vm1"),
+            std::string::npos)
+      << out;
+}
+
 }  // namespace
 }  // namespace cozy::e2e
