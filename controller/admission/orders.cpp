@@ -19,13 +19,9 @@ std::optional<std::string> CheckClassOrder(const model::Model& model, std::strin
   if (!room) {
     return head + ", but no GPUClass " + std::string(className) + " exists";
   }
-  if (room->gpuClass->metadata.deletionTimestamp) {
-    return head + ", but class " + std::string(className) +
-           " is being deleted and takes no new orders";
-  }
-  if (room->maxCount && count > *room->maxCount) {
-    return head + ", but class " + std::string(className) + " allows at most " +
-           Gpus(*room->maxCount) + " per order";
+  if (std::string why = model::ClassOrderRefusal(*room->gpuClass, room->maxCount, count);
+      !why.empty()) {
+    return head + ", but " + why;
   }
   if (room->gpuClass->spec.mode == api::GpuMode::kVgpu && !model.VgpuEntitled(ns)) {
     return head + ", a vGPU class, but namespace " + std::string(ns) +

@@ -12,6 +12,15 @@
 namespace cozy::model {
 namespace {
 
+// A new order its class refuses (ClassOrderRefusal), named as the binder's answer names it:
+// "d1 orders 3 GPUs; class a100 allows at most 2 GPUs per order". "" when the class takes it.
+std::string OrderRefusal(const api::GpuDevice& device, const ClassInfo& info) {
+  const std::string why = ClassOrderRefusal(*info.gpuClass, info.maxCount, device.spec.count);
+  if (why.empty()) return why;
+  return device.metadata.name + " orders " + std::to_string(device.spec.count) +
+         (device.spec.count == 1 ? " GPU; " : " GPUs; ") + why;
+}
+
 std::string DescribeNeeds(const Needs& needs, const std::vector<std::string>& resources) {
   std::string text;
   for (const auto& [resource, count] : needs.byResource) {
@@ -279,14 +288,7 @@ void PassPlanner::Gather(const DeviceSet& set) {
     }
     const api::GpuDevice& device = Device(d);
     const ClassInfo& info = ix_.classes[ClassOf(d)];
-    if (refusal.empty() && info.gpuClass->metadata.deletionTimestamp) {
-      refusal = "class " + info.gpuClass->metadata.name + " is being deleted";
-    }
-    if (refusal.empty() && info.maxCount && device.spec.count > *info.maxCount) {
-      refusal = device.metadata.name + " orders " + std::to_string(device.spec.count) +
-                " GPUs; class " + info.gpuClass->metadata.name + " allows at most " +
-                std::to_string(*info.maxCount);
-    }
+    if (refusal.empty()) refusal = OrderRefusal(device, info);
     if (refusal.empty() && device.metadata.deletionTimestamp) {
       refusal = device.metadata.name + " is being deleted";
     }
@@ -628,16 +630,8 @@ void PassPlanner::BindNew(const DeviceSet& set) {
   for (size_t i = 0; set.checkMembers && i < set.members.size(); ++i) {
     const api::GpuDevice& device = Device(set.members[i]);
     const ClassInfo& info = ix_.classes[ClassOf(set.members[i])];
-    if (info.gpuClass->metadata.deletionTimestamp) {
-      Decide(set, Action::kRefuse, "",
-             "class " + info.gpuClass->metadata.name + " is being deleted");
-      return;
-    }
-    if (info.maxCount && device.spec.count > *info.maxCount) {
-      Decide(set, Action::kRefuse, "",
-             device.metadata.name + " orders " + std::to_string(device.spec.count) +
-                 " GPUs; class " + info.gpuClass->metadata.name + " allows at most " +
-                 std::to_string(*info.maxCount));
+    if (std::string why = OrderRefusal(device, info); !why.empty()) {
+      Decide(set, Action::kRefuse, "", why);
       return;
     }
     if (device.metadata.deletionTimestamp) {

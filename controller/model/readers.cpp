@@ -426,4 +426,17 @@ std::optional<int64_t> ResolveMaxCount(const api::GpuClassSpec& spec) {
   return std::nullopt;
 }
 
+std::string ClassOrderRefusal(const api::GpuClass& gpuClass, const std::optional<int64_t>& maxCount,
+                              int64_t count) {
+  const std::string& name = gpuClass.metadata.name;
+  if (gpuClass.metadata.deletionTimestamp) {
+    return "class " + name + " is being deleted and takes no new orders";
+  }
+  if (maxCount && count > *maxCount) {
+    return "class " + name + " allows at most " + std::to_string(*maxCount) +
+           (*maxCount == 1 ? " GPU" : " GPUs") + " per order";
+  }
+  return "";
+}
+
 }  // namespace cozy::model

@@ -183,4 +183,12 @@ std::string TemplateDeviceName(std::string_view vmiName, std::string_view templa
 // (nullopt) for passthrough. The CRD carries no default because it depends on the mode.
 std::optional<int64_t> ResolveMaxCount(const api::GpuClassSpec& spec);
 
+// The rules a class sets an order of `count` GPUs before any room or budget, said once for the
+// order webhook (E1) and the binder (D9): a class being deleted takes no new orders, and an order
+// over the class's resolved maxCount is refused. "" when the order meets both; else why, naming
+// the class ("class a100 allows at most 2 GPUs per order"), for the caller to put after its own
+// naming of the order.
+std::string ClassOrderRefusal(const api::GpuClass& gpuClass, const std::optional<int64_t>& maxCount,
+                              int64_t count);
+
 }  // namespace cozy::model
