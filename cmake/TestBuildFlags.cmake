@@ -4,8 +4,10 @@
 # while what they test (the libraries, the programs, the fakes and the benchmarks) keeps the
 # build type's flags. Line tables still name the file and line of a failure. docs/testing.md,
 # "Build time".
+include(${CMAKE_CURRENT_LIST_DIR}/Targets.cmake)
+
 function(cozy_test_build_flags dir)
-  get_property(targets DIRECTORY "${dir}" PROPERTY BUILDSYSTEM_TARGETS)
+  cozy_targets_under("${dir}" targets)
   foreach(target IN LISTS targets)
     get_target_property(type ${target} TYPE)
     if(NOT type STREQUAL "EXECUTABLE")
@@ -15,9 +17,5 @@ function(cozy_test_build_flags dir)
     if(libraries MATCHES "GTest::")
       target_compile_options(${target} PRIVATE $<$<CONFIG:RelWithDebInfo,Release>:-O1 -g1>)
     endif()
-  endforeach()
-  get_property(subdirectories DIRECTORY "${dir}" PROPERTY SUBDIRECTORIES)
-  foreach(subdirectory IN LISTS subdirectories)
-    cozy_test_build_flags("${subdirectory}")
   endforeach()
 endfunction()

@@ -17,8 +17,10 @@
 option(COZY_UNITY "Compile each library's and program's sources in batches (unity build)" OFF)
 set(COZY_UNITY_BATCH_SIZE 8 CACHE STRING "Most .cpp files in one unity batch")
 
+include(${CMAKE_CURRENT_LIST_DIR}/Targets.cmake)
+
 function(cozy_unity dir)
-  get_property(targets DIRECTORY "${dir}" PROPERTY BUILDSYSTEM_TARGETS)
+  cozy_targets_under("${dir}" targets)
   foreach(target IN LISTS targets)
     get_target_property(type ${target} TYPE)
     if(NOT type MATCHES "^(STATIC_LIBRARY|SHARED_LIBRARY|OBJECT_LIBRARY|EXECUTABLE)$")
@@ -29,10 +31,6 @@ function(cozy_unity dir)
       continue()
     endif()
     _cozy_unity_target(${target})
-  endforeach()
-  get_property(subdirectories DIRECTORY "${dir}" PROPERTY SUBDIRECTORIES)
-  foreach(subdirectory IN LISTS subdirectories)
-    cozy_unity("${subdirectory}")
   endforeach()
 endfunction()
 

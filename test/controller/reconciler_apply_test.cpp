@@ -73,6 +73,45 @@ class ApplierTest : public ::testing::Test {
   const std::chrono::steady_clock::time_point t0_{std::chrono::hours(1)};
 };
 
+// Every action kind writes the object of its target kind, at that kind's path: a kind added to
+// ActionKind must be named by TargetKind (-Wswitch) and have a path here.
+TEST(ActionPath, EachActionKindWritesItsTargetKindsObject) {
+  const std::vector<std::pair<ActionKind, std::string>> cases = {
+      {ActionKind::kAddClassFinalizer, "/apis/gpu.cozystack.io/v1alpha1/gpuclasses/x"},
+      {ActionKind::kRemoveClassFinalizer, "/apis/gpu.cozystack.io/v1alpha1/gpuclasses/x"},
+      {ActionKind::kAddDeviceFinalizer,
+       "/apis/gpu.cozystack.io/v1alpha1/namespaces/ns/gpudevices/x"},
+      {ActionKind::kRemoveDeviceFinalizer,
+       "/apis/gpu.cozystack.io/v1alpha1/namespaces/ns/gpudevices/x"},
+      {ActionKind::kStampAttachment, "/apis/gpu.cozystack.io/v1alpha1/namespaces/ns/gpudevices/x"},
+      {ActionKind::kMatchAttachment, "/apis/gpu.cozystack.io/v1alpha1/namespaces/ns/gpudevices/x"},
+      {ActionKind::kClearAttachment, "/apis/gpu.cozystack.io/v1alpha1/namespaces/ns/gpudevices/x"},
+      {ActionKind::kReleaseDevice, "/apis/gpu.cozystack.io/v1alpha1/namespaces/ns/gpudevices/x"},
+      {ActionKind::kDeleteTemplateDevice,
+       "/apis/gpu.cozystack.io/v1alpha1/namespaces/ns/gpudevices/x"},
+      {ActionKind::kApplyMonitor, "/apis/cozystack.io/v1alpha1/namespaces/ns/workloadmonitors/x"},
+      {ActionKind::kDeleteMonitor, "/apis/cozystack.io/v1alpha1/namespaces/ns/workloadmonitors/x"},
+      {ActionKind::kApplyRecord, "/apis/cozystack.io/v1alpha1/namespaces/ns/workloads/x"},
+      {ActionKind::kDeleteRecord, "/apis/cozystack.io/v1alpha1/namespaces/ns/workloads/x"},
+      {ActionKind::kApplySettings, "/api/v1/namespaces/ns/configmaps/x"},
+  };
+  for (const auto& [kind, path] : cases) {
+    Action action;
+    action.kind = kind;
+    action.namespaceName =
+        kind == ActionKind::kAddClassFinalizer || kind == ActionKind::kRemoveClassFinalizer ? ""
+                                                                                            : "ns";
+    action.name = "x";
+    EXPECT_EQ(ActionPath(action), path) << ToString(kind);
+  }
+  Action release;
+  release.kind = ActionKind::kReleaseDevice;
+  release.namespaceName = "ns";
+  release.name = "x";
+  EXPECT_EQ(ActionPath(release, true),
+            "/apis/gpu.cozystack.io/v1alpha1/namespaces/ns/gpudevices/x/status");
+}
+
 TEST_F(ApplierTest, OneFailingObjectBacksOffAloneWhileTheOthersAreWritten) {
   FailPatchesTo("a", 503);
   ApplyCounts counts = applier_->Apply({AddFinalizer("a"), AddFinalizer("b")}, t0_);
