@@ -40,11 +40,10 @@ class WebhookServerTest : public ::testing::Test {
   void SetUp() override {
     // The server cuts a refused upload short; the client must see an error, not die of it.
     std::signal(SIGPIPE, SIG_IGN);
-    const std::string d = ShellQuote(dir_.path().string());
-    // One CA; two serving certificates for the Service's name, told apart by their CN.
+    // One CA; two serving certificates for the Service's name, told apart by their CN. Made
+    // once for every test here (MakeOnce), each copying them into its own directory.
     const std::string script =
-        "cd " + d +
-        " && openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 1 "
+        "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 1 "
         "-subj /CN=webhook-ca 2>/dev/null"
         " && printf 'subjectAltName=DNS:gpu-controller-webhook.cozy-system.svc,IP:127.0.0.1\\n'"
         " > san.ext"
@@ -54,7 +53,7 @@ class WebhookServerTest : public ::testing::Test {
         "   openssl x509 -req -in $n.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out $n.crt "
         "   -days 1 -extfile san.ext 2>/dev/null || exit 1;"
         " done";
-    const auto made = RunCommand(script);
+    const auto made = cozy::testing::MakeOnce(script, dir_.path());
     ASSERT_EQ(made.exitCode, 0) << made.err;
     certDir_ = dir_.path() / "secret";
     fs::create_directories(certDir_);

@@ -80,16 +80,16 @@ class ControllerEndToEnd : public ::testing::Test {
       fake::FakeApiServerOptions options;
       options.crdPaths = {testing::ChartCrdDir(), testing::TestCrdDir()};
       // The fake presents a webhook client certificate as a configured kube-apiserver does.
-      const auto made = testing::RunCommand(
-          "cd " + ShellQuote(directory_.path().string()) +
-          " && openssl req -x509 -newkey rsa:2048 -nodes -keyout webhook-client-ca.key"
+      const auto made = testing::MakeOnce(
+          "openssl req -x509 -newkey rsa:2048 -nodes -keyout webhook-client-ca.key"
           " -out webhook-client-ca.crt -days 1 -subj /CN=webhook-client-ca 2>/dev/null"
           " && printf 'extendedKeyUsage=clientAuth\\n' > client.ext"
           " && openssl req -newkey rsa:2048 -nodes -keyout webhook-client.key"
           " -out webhook-client.csr -subj /CN=kube-apiserver-webhook-client 2>/dev/null"
           " && openssl x509 -req -in webhook-client.csr -CA webhook-client-ca.crt"
           " -CAkey webhook-client-ca.key -CAcreateserial -out webhook-client.crt -days 1"
-          " -extfile client.ext 2>/dev/null");
+          " -extfile client.ext 2>/dev/null",
+          directory_.path());
       ASSERT_EQ(made.exitCode, 0) << made.err;
       options.webhookClientCertificate = Path("webhook-client.crt");
       options.webhookClientKey = Path("webhook-client.key");
@@ -305,14 +305,14 @@ class ControllerEndToEnd : public ::testing::Test {
     return port;
   }
 
-  // The webhooks' serving pair for the Service gpu-controller-webhook.cozy-system.svc, made once
-  // per test by the openssl CLI into certs/ (tls.crt, tls.key, as a mounted Secret); its CA is
-  // ca.crt, and caBundle_ the CA as a webhook configuration's caBundle (base64).
+  // The webhooks' serving pair for the Service gpu-controller-webhook.cozy-system.svc, made by
+  // the openssl CLI once per test program (MakeOnce) and copied into each test's certs/
+  // (tls.crt, tls.key, as a mounted Secret); its CA is ca.crt, and caBundle_ the CA as a webhook
+  // configuration's caBundle (base64).
   std::string WebhookCertificates() {
     if (caBundle_.empty()) {
-      const auto made = testing::RunCommand(
-          "cd " + ShellQuote(directory_.path().string()) +
-          " && openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 1 "
+      const auto made = testing::MakeOnce(
+          "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 1 "
           "-subj /CN=webhook-ca 2>/dev/null"
           " && printf 'subjectAltName=DNS:gpu-controller-webhook.cozy-system.svc,IP:127.0.0.1\\n'"
           " > san.ext"
@@ -320,7 +320,8 @@ class ControllerEndToEnd : public ::testing::Test {
           "2>/dev/null"
           " && openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -CAcreateserial "
           "-out tls.crt -days 1 -extfile san.ext 2>/dev/null"
-          " && mkdir -p certs && cp tls.crt tls.key certs/ && base64 -w0 ca.crt");
+          " && mkdir -p certs && cp tls.crt tls.key certs/ && base64 -w0 ca.crt",
+          directory_.path());
       EXPECT_EQ(made.exitCode, 0) << made.err;
       caBundle_ = made.out;
     }

@@ -30,12 +30,10 @@ std::string Slurp(const std::filesystem::path& path) {
 class TlsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string d = ShellQuote(dir_.path().string());
     // A CA, a server certificate for 127.0.0.1 and a client certificate, both signed by it,
-    // and a second CA that signed nothing here.
+    // and a second CA that signed nothing here; made once for every test here (MakeOnce).
     const std::string script =
-        "cd " + d +
-        " && openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 1 "
+        "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 1 "
         "-subj /CN=test-ca"
         " && openssl req -x509 -newkey rsa:2048 -nodes -keyout other-ca.key -out other-ca.crt "
         "-days 1 -subj /CN=other-ca"
@@ -48,7 +46,7 @@ class TlsTest : public ::testing::Test {
         "-subj /CN=system:node:n1/O=system:nodes"
         " && openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial "
         "-out client.crt -days 1";
-    const auto made = RunCommand(script);
+    const auto made = cozy::testing::MakeOnce(script, dir_.path());
     ASSERT_EQ(made.exitCode, 0) << made.err;
     const auto path = [this](const char* name) { return (dir_.path() / name).string(); };
     server_ =

@@ -1,11 +1,14 @@
 #include "test/support/fixture_host.h"
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <stdexcept>
 
@@ -93,6 +96,64 @@ CommandResult RunCommand(const std::string& commandLine) {
   };
   result.out = slurp(outPath);
   result.err = slurp(errPath);
+  return result;
+}
+
+namespace {
+
+// This user's directory of made files, shared by the test programs ctest runs one test at a
+// time: created 0700, and refused if another user owns it or may write to it.
+fs::path MadeOnceRoot() {
+  const fs::path root =
+      fs::temp_directory_path() / ("cozy-test-made-" + std::to_string(::getuid()));
+  ::mkdir(root.c_str(), 0700);
+  struct stat info {};
+  if (::lstat(root.c_str(), &info) != 0 || !S_ISDIR(info.st_mode) || info.st_uid != ::getuid() ||
+      (info.st_mode & 077) != 0) {
+    throw std::runtime_error("MakeOnce: " + root.string() +
+                             " is not a directory of this user's alone");
+  }
+  return root;
+}
+
+}  // namespace
+
+CommandResult MakeOnce(const std::string& script, const std::filesystem::path& dir) {
+  // One directory per script and half day: certificates made for a day stay valid while used.
+  const auto halfDays = std::chrono::duration_cast<std::chrono::hours>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count() /
+                        12;
+  const fs::path made = MadeOnceRoot() / (std::to_string(std::hash<std::string>{}(script)) + "-" +
+                                          std::to_string(halfDays));
+  CommandResult result{0, "", ""};
+  if (!fs::exists(made / ".done")) {
+    // Made apart, then renamed into place: a program that loses the race uses the winner's.
+    const fs::path making = made.string() + ".making-" + std::to_string(::getpid());
+    fs::remove_all(making);
+    fs::create_directories(making);
+    result = RunCommand("cd " + ShellQuote(making.string()) + " && (" + script + ")");
+    if (result.exitCode != 0) {
+      fs::remove_all(making);
+      return result;
+    }
+    std::ofstream(making / ".out", std::ios::binary) << result.out;
+    std::ofstream(making / ".done") << "";
+    std::error_code lost;
+    fs::rename(making, made, lost);
+    if (lost) fs::remove_all(making);
+  }
+  std::ifstream out(made / ".out", std::ios::binary);
+  std::stringstream buffer;
+  buffer << out.rdbuf();
+  result.out = buffer.str();
+  fs::create_directories(dir);
+  for (const auto& entry : fs::directory_iterator(made)) {
+    const std::string name = entry.path().filename().string();
+    if (name == ".out" || name == ".done") continue;
+    fs::copy(entry.path(), dir / name,
+             fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  }
   return result;
 }
 

@@ -50,6 +50,13 @@ struct CommandResult {
 };
 // Runs a command line through /bin/sh, capturing stdout and stderr.
 CommandResult RunCommand(const std::string& commandLine);
+// Runs `script`, shell commands that make files in their working directory (keys and
+// certificates by the openssl CLI, valid a day), once per script and half day for all the test
+// programs of this user (ctest runs each test as a program of its own), in a directory of this
+// user's alone under the temporary directory, and copies what it made into `dir` (created when
+// missing); the answer's `out` is that run's. A TLS test needs a directory of its own, not keys
+// of its own, and making RSA keys was most of such a test's setup.
+CommandResult MakeOnce(const std::string& script, const std::filesystem::path& dir);
 std::string ShellQuote(const std::string& text);
 
 }  // namespace cozy::testing
