@@ -12,18 +12,19 @@ namespace {
 
 using cozy::testing::HostBuilder;
 
-sysfs::HostScan OneVfioGpu() {
-  return HostBuilder()
-      .Add({.address = "0000:3b:00.0",
-            .vendor = 0x10de,
-            .device = 0x20f1,
-            .classCode = 0x030200,
-            .driver = "vfio-pci",
-            .iommuGroup = 40,
-            .isGpu = true,
-            .physicalFunction = std::nullopt})
-      .Build();
+// A GA100 function bound to vfio-pci, its IOMMU group its plugin ID.
+testing::FunctionSpec VfioGpu(const char* address, uint32_t iommuGroup) {
+  return {.address = address,
+          .vendor = 0x10de,
+          .device = 0x20f1,
+          .classCode = 0x030200,
+          .driver = "vfio-pci",
+          .iommuGroup = iommuGroup,
+          .isGpu = true,
+          .physicalFunction = std::nullopt};
 }
+
+sysfs::HostScan OneVfioGpu() { return HostBuilder().Add(VfioGpu("0000:3b:00.0", 40)).Build(); }
 
 podresources::FetchResult Answer(bool held) {
   podresources::Allocation allocation;
@@ -133,24 +134,8 @@ TEST(UnitsTracker, AResourceGoneLongerThanTheGraceIsPublishedGone) {
 // A5: a resource that loses one of its devices (turned Unhealthy) is taken at once.
 TEST(UnitsTracker, A5_OneOfTwoDevicesGoneIsTakenAtOnce) {
   UnitsTracker tracker;
-  const auto host = HostBuilder()
-                        .Add({.address = "0000:3b:00.0",
-                              .vendor = 0x10de,
-                              .device = 0x20f1,
-                              .classCode = 0x030200,
-                              .driver = "vfio-pci",
-                              .iommuGroup = 40,
-                              .isGpu = true,
-                              .physicalFunction = std::nullopt})
-                        .Add({.address = "0000:af:00.0",
-                              .vendor = 0x10de,
-                              .device = 0x20f1,
-                              .classCode = 0x030200,
-                              .driver = "vfio-pci",
-                              .iommuGroup = 90,
-                              .isGpu = true,
-                              .physicalFunction = std::nullopt})
-                        .Build();
+  const auto host =
+      HostBuilder().Add(VfioGpu("0000:3b:00.0", 40)).Add(VfioGpu("0000:af:00.0", 90)).Build();
   podresources::Allocation both;
   both.allocatable["nvidia.com/A100"] = {{"40", std::nullopt}, {"90", std::nullopt}};
   tracker.Update({podresources::FetchState::kOk, both, ""});
