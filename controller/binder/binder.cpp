@@ -601,22 +601,64 @@ bool Binder::TakeWrite(PlacementWrite& write, kube::TimePoint steadyNow,
   return false;
 }
 
+namespace {
+
+// G7: a kind that is not served (or not synced) is a gap in discovery, not an ended VMI: while
+// VirtualMachineInstances cannot be read, a device attached to one stops the pass.
+std::optional<std::string> UnreadVmisError(const model::Snapshot& snapshot, bool vmisKnown) {
+  if (vmisKnown) return std::nullopt;
+  for (const api::GpuDevice& device : snapshot.devices) {
+    if (device.status.attachment && !device.status.attachment->vmiName.empty()) {
+      return "VirtualMachineInstances cannot be read while " + Key(device.metadata) +
+             " is attached to " + device.status.attachment->vmiName +
+             ": nothing is placed or detached until they can";
+    }
+  }
+  return std::nullopt;
+}
+
+// The bind response a pending request gets from its decision.
+nlohmann::json BindResponse(const api::GpuDevice& device, const model::Decision& decision) {
+  const bool placed = decision.StartsOnNode();
+  nlohmann::json response = {{"id", device.status.bindRequest->id},
+                             {"result", placed ? "Succeeded" : "Failed"}};
+  if (placed) {
+    response["reason"] = "Bound";
+    response["message"] = "bound to node " + decision.node;
+  } else {
+    response["reason"] = decision.action == model::Action::kLost ? "Lost" : "Refused";
+    response["message"] = decision.reason;
+  }
+  return response;
+}
+
+}  // namespace
+
 BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, bool vmisKnown,
                           std::chrono::system_clock::time_point now) {
   BinderResult result;
-  if (!vmisKnown) {
-    for (const api::GpuDevice& device : snapshot.devices) {
-      if (device.status.attachment && !device.status.attachment->vmiName.empty()) {
-        // G7: a kind that is not served (or not synced) is a gap in discovery, not an ended VMI.
-        result.error = "VirtualMachineInstances cannot be read while " + Key(device.metadata) +
-                       " is attached to " + device.status.attachment->vmiName +
-                       ": nothing is placed or detached until they can";
-        return result;
-      }
-    }
+  if (auto error = UnreadVmisError(snapshot, vmisKnown)) {
+    result.error = std::move(*error);
+    return result;
   }
-  std::vector<model::Decision> decisions;
   const auto planning = std::chrono::steady_clock::now();
+  std::optional<std::vector<model::Decision>> decisions = Plan(snapshot, answersOnly, result);
+  if (!decisions) return result;
+  const auto writing = std::chrono::steady_clock::now();
+  result.planSeconds = std::chrono::duration<double>(writing - planning).count();
+  const DeviceMatch match = MatchDevices(snapshot, *decisions, answersOnly, result);
+  const kube::TimePoint steadyNow = time_.Now();
+  Write(*decisions, match, answersOnly, now, steadyNow, result);
+  result.writeSeconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - writing).count();
+  writeBackoff_.Prune(steadyNow);
+  result.backingOff = writeBackoff_.HeldCount(steadyNow);
+  result.retryAt = writeBackoff_.NextRetry(steadyNow);
+  return result;
+}
+
+std::optional<std::vector<model::Decision>> Binder::Plan(const model::Snapshot& snapshot,
+                                                         bool answersOnly, BinderResult& result) {
   try {
     // The model of the pass before lends this one what both snapshots share (the nodes' tables,
     // the numbers of every device object both hold: Model(snapshot, previous)); so it is kept,
@@ -626,7 +668,7 @@ BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, boo
     lastModel_ = std::move(built);  // the model before goes, then the snapshot it viewed
     lastSnapshot_ = std::move(kept);
     const model::Model& model = *lastModel_;
-    decisions =
+    std::vector<model::Decision> decisions =
         model.PlanPass(answersOnly ? model::PassScope::kUnsettled : model::PassScope::kEvery);
     if (!answersOnly && std::all_of(decisions.begin(), decisions.end(), [](const auto& d) {
           return d.action == model::Action::kKeep && !d.startRefused &&
@@ -634,18 +676,21 @@ BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, boo
         })) {
       result.quietRoom = model.Free();
     }
+    return decisions;
   } catch (const std::exception& error) {
     result.error = std::string("the model cannot read the cluster: ") + error.what();
     lastModel_.reset();
     lastSnapshot_.reset();
-    return result;
+    return std::nullopt;
   }
-  const auto writing = std::chrono::steady_clock::now();
-  std::array<int64_t, 5> byAction{};  // decisions by model::Action
-  result.planSeconds = std::chrono::duration<double>(writing - planning).count();
-  // Each decision's device, found once. An answers-only pass looks up only what it may write:
-  // the devices with a request, and those of the decisions that may free units (a move, a
-  // loss); a full pass, every device.
+}
+
+// Each decision's device, found once, and the decisions counted by action. An answers-only pass
+// looks up only what it may write: the devices with a request, and those of the decisions that
+// may free units (a move, a loss); a full pass, every device.
+Binder::DeviceMatch Binder::MatchDevices(const model::Snapshot& snapshot,
+                                         const std::vector<model::Decision>& decisions,
+                                         bool answersOnly, BinderResult& result) {
   using ByName = std::unordered_map<DeviceName, const api::GpuDevice*, DeviceNameHash>;
   auto name = [](const model::Decision& d) { return DeviceName{d.deviceNamespace, d.deviceName}; };
   ByName byName;
@@ -662,16 +707,17 @@ BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, boo
     byName.reserve(snapshot.devices.size());
     indexDevices(byName, false);
   }
-  std::vector<const api::GpuDevice*> deviceOf(decisions.size(), nullptr);
-  size_t lastPending = 0;  // an answers-only pass: after the last decision with a request
+  DeviceMatch match;
+  match.deviceOf.assign(decisions.size(), nullptr);
+  std::array<int64_t, 5> byAction{};  // decisions by model::Action
   for (size_t i = 0; i < decisions.size(); ++i) {
     const model::Decision& decision = decisions[i];
     ++byAction[static_cast<size_t>(decision.action)];
     if (answersOnly) {
       auto found = pendingByName.find(name(decision));
       if (found != pendingByName.end()) {
-        deviceOf[i] = found->second;
-        lastPending = i + 1;
+        match.deviceOf[i] = found->second;
+        match.lastPending = i + 1;
         continue;
       }
       if (decision.action != model::Action::kMove && decision.action != model::Action::kLost) {
@@ -680,15 +726,52 @@ BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, boo
       if (byName.empty()) indexDevices(byName, false);
     }
     auto found = byName.find(name(decision));
-    if (found != byName.end()) deviceOf[i] = found->second;
+    if (found != byName.end()) match.deviceOf[i] = found->second;
   }
   for (size_t a = 0; a < byAction.size(); ++a) {
     if (byAction[a] > 0) {
       result.decisions[std::string(model::ToString(static_cast<model::Action>(a)))] += byAction[a];
     }
   }
+  return match;
+}
+
+// What a decision's device status must become: placed on the decision's node, or lost, and the
+// answer to its pending request; nothing where it stands already (the most of a cluster's
+// decisions are keeps of what stands, which build nothing).
+std::optional<nlohmann::json> Binder::StatusPatch(const api::GpuDevice& device,
+                                                  const model::Decision& decision,
+                                                  std::chrono::system_clock::time_point now,
+                                                  BinderResult& result) {
+  const std::optional<std::string>& nodeName = device.status.nodeName;
+  const bool pending = device.RequestPending();
+  const bool place =
+      (decision.action == model::Action::kBind || decision.action == model::Action::kMove) &&
+      (device.Phase() != api::DevicePhase::kBound || !nodeName || *nodeName != decision.node);
+  const bool lose = decision.action == model::Action::kLost &&
+                    (device.Phase() != api::DevicePhase::kLost || nodeName);
+  if (!place && !lose && !pending) return std::nullopt;
+  nlohmann::json status = nlohmann::json::object();
+  if (place) {
+    status["phase"] = api::ToString(api::DevicePhase::kBound);
+    status["nodeName"] = decision.node;
+  } else if (lose) {
+    status["phase"] = api::ToString(api::DevicePhase::kLost);
+    status["nodeName"] = nullptr;
+  }
+  if (pending) {
+    status["bindResponse"] = BindResponse(device, decision);
+    if (auto requested = api::ParseTime(device.status.bindRequest->requestedAt)) {
+      result.answerLatencies.push_back(std::chrono::duration<double>(now - *requested).count());
+    }
+  }
+  return status;
+}
+
+void Binder::Write(const std::vector<model::Decision>& decisions, const DeviceMatch& match,
+                   bool answersOnly, std::chrono::system_clock::time_point now,
+                   kube::TimePoint steadyNow, BinderResult& result) {
   eventsThisPass_ = 0;
-  const kube::TimePoint steadyNow = time_.Now();
   // The writes go to the writers as the pass reaches them (the header's pipeline), and what
   // came of each is taken in the plan's order; its Event goes to the event sender.
   std::deque<PlacementWrite> writes;  // handed over; those before `taken` are taken
@@ -725,57 +808,23 @@ BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, boo
   };
   for (size_t index = 0; index < decisions.size() && !stopped; ++index) {
     const model::Decision& decision = decisions[index];
-    if (deviceOf[index] == nullptr) continue;
-    const api::GpuDevice& device = *deviceOf[index];
+    if (match.deviceOf[index] == nullptr) continue;
+    const api::GpuDevice& device = *match.deviceOf[index];
     const bool pending = device.RequestPending();
-    if (answersOnly && !pending && !(index < lastPending && FreesUnits(device, decision))) {
-      continue;
-    }
-    // What the status must become: placed on the decision's node, or lost (the most of a
-    // cluster's decisions are keeps of what stands, which build nothing).
-    const std::optional<std::string>& nodeName = device.status.nodeName;
-    const bool place =
-        (decision.action == model::Action::kBind || decision.action == model::Action::kMove) &&
-        (device.Phase() != api::DevicePhase::kBound || !nodeName || *nodeName != decision.node);
-    const bool lose = decision.action == model::Action::kLost &&
-                      (device.Phase() != api::DevicePhase::kLost || nodeName);
-    if (!place && !lose && !pending) {
+    const bool frees = FreesUnits(device, decision);
+    if (answersOnly && !pending && !(index < match.lastPending && frees)) continue;
+    std::optional<nlohmann::json> status = StatusPatch(device, decision, now, result);
+    if (!status) {
       if (decision.action == model::Action::kRefuse && leading_.load()) {
-        // A refused order: the tenant learns why.
-        post(PrepareDeviceEvent(device, decision, now, result));
+        post(PrepareDeviceEvent(device, decision, now, result));  // the tenant learns why
       }
       continue;
-    }
-    nlohmann::json status = nlohmann::json::object();
-    if (place) {
-      status["phase"] = api::ToString(api::DevicePhase::kBound);
-      status["nodeName"] = decision.node;
-    } else if (lose) {
-      status["phase"] = api::ToString(api::DevicePhase::kLost);
-      status["nodeName"] = nullptr;
-    }
-    if (pending) {
-      const bool placed = decision.StartsOnNode();
-      nlohmann::json response = {{"id", device.status.bindRequest->id},
-                                 {"result", placed ? "Succeeded" : "Failed"}};
-      if (placed) {
-        response["reason"] = "Bound";
-        response["message"] = "bound to node " + decision.node;
-      } else {
-        response["reason"] = decision.action == model::Action::kLost ? "Lost" : "Refused";
-        response["message"] = decision.reason;
-      }
-      status["bindResponse"] = response;
-      if (auto requested = api::ParseTime(device.status.bindRequest->requestedAt)) {
-        result.answerLatencies.push_back(std::chrono::duration<double>(now - *requested).count());
-      }
     }
     if (!leading_.load()) {
       ++result.failures;
       continue;  // stepped down mid-pass: the new leader decides afresh
     }
     std::string key = Key(device.metadata);
-    const bool frees = FreesUnits(device, decision);
     if (writeBackoff_.HeldOff(key, steadyNow, device.metadata.resourceVersion)) {
       ++result.heldOff;
       if (frees) {
@@ -789,7 +838,7 @@ BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, boo
     PlacementWrite& write = writes.emplace_back();
     write.device = &device;
     write.decision = &decision;
-    write.body = {{"status", std::move(status)}};
+    write.body = {{"status", std::move(*status)}};
     write.key = std::move(key);
     write.pending = pending;
     write.frees = frees;
@@ -797,12 +846,6 @@ BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, boo
     take(frees);  // a write that frees units is in before any after it is sent
   }
   take(true);
-  result.writeSeconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - writing).count();
-  writeBackoff_.Prune(steadyNow);
-  result.backingOff = writeBackoff_.HeldCount(steadyNow);
-  result.retryAt = writeBackoff_.NextRetry(steadyNow);
-  return result;
 }
 
 // A node whose only obstacle is its taints takes the binds of the classes that select it and

@@ -237,6 +237,24 @@ class Binder {
   };
   // Any thread: sends the write (unless `halt`), noting what came of it in the write itself;
   // raises `halt` where the pass must stop there.
+  // A pass in its three steps: plan (the model's decisions), match (each decision's device),
+  // write (the pipeline above).
+  std::optional<std::vector<model::Decision>> Plan(const model::Snapshot& snapshot,
+                                                   bool answersOnly, BinderResult& result);
+  struct DeviceMatch {
+    std::vector<const api::GpuDevice*> deviceOf;  // by decision; null: nothing to write
+    size_t lastPending = 0;  // an answers-only pass: after the last decision with a request
+  };
+  static DeviceMatch MatchDevices(const model::Snapshot& snapshot,
+                                  const std::vector<model::Decision>& decisions, bool answersOnly,
+                                  BinderResult& result);
+  static std::optional<nlohmann::json> StatusPatch(const api::GpuDevice& device,
+                                                   const model::Decision& decision,
+                                                   std::chrono::system_clock::time_point now,
+                                                   BinderResult& result);
+  void Write(const std::vector<model::Decision>& decisions, const DeviceMatch& match,
+             bool answersOnly, std::chrono::system_clock::time_point now, kube::TimePoint steadyNow,
+             BinderResult& result);
   void Send(PlacementWrite& write, std::atomic<bool>& halt);
   // The binder's thread, in the plan's order: what came of one write, as the serial loop took
   // it (counts, backoff, logs); its Event, if any, in `event`. Returns false where the pass must
