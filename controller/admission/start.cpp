@@ -130,13 +130,17 @@ Placement ReadPlacement(const std::vector<std::string>& members, const DeviceRea
   return placement;
 }
 
-std::vector<std::string> AttachmentsToRollBack(const std::vector<std::string>& attached,
-                                               const std::vector<std::string>& created) {
-  std::vector<std::string> out;
-  for (const std::string& member : attached) {
-    if (std::find(created.begin(), created.end(), member) == created.end()) out.push_back(member);
-  }
-  return out;
+void StartUndo::Created(std::string device, std::string uid) {
+  done_.push_back(Step{Step::Kind::kDelete, std::move(device), std::move(uid)});
 }
+
+void StartUndo::Attached(const std::string& device) {
+  const bool created = std::any_of(done_.begin(), done_.end(), [&](const Step& step) {
+    return step.kind == Step::Kind::kDelete && step.device == device;
+  });
+  if (!created) done_.push_back(Step{Step::Kind::kDetach, device, ""});
+}
+
+std::vector<StartUndo::Step> StartUndo::Steps() const { return {done_.rbegin(), done_.rend()}; }
 
 }  // namespace cozy::admission

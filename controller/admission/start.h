@@ -83,10 +83,27 @@ struct Placement {
 Placement ReadPlacement(const std::vector<std::string>& members, const DeviceReader& read,
                         const std::string& requestId);
 
-// A refusal after writes: the members whose attachment this request wrote and must clear. A
-// template device it created is deleted instead (with its uid as precondition), so it is not in
-// this list.
-std::vector<std::string> AttachmentsToRollBack(const std::vector<std::string>& attached,
-                                               const std::vector<std::string>& created);
+// What a VM start wrote, and so what undoing it takes (E5-E7: a refused start leaves no trace):
+// one list, in the order of the writes. A template device the start created is deleted (that
+// object only: its uid is the delete's precondition); an attachment it made is cleared, unless
+// the device is one it created, whose delete clears it.
+class StartUndo {
+ public:
+  struct Step {
+    enum class Kind { kDetach, kDelete };
+    Kind kind;
+    std::string device;
+    std::string uid;  // kDelete: the created object's uid
+    bool operator==(const Step&) const = default;
+  };
+  void Created(std::string device, std::string uid);
+  void Attached(const std::string& device);
+  bool Empty() const { return done_.empty(); }
+  // The steps, newest first: every attachment is cleared before the devices it may stand on go.
+  std::vector<Step> Steps() const;
+
+ private:
+  std::vector<Step> done_;
+};
 
 }  // namespace cozy::admission

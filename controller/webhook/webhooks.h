@@ -121,10 +121,6 @@ class Webhooks {
   std::optional<nlohmann::json> Early(const admission::AdmissionRequest& request) const;
   nlohmann::json StartVmi(const admission::AdmissionRequest& request, const std::string& name,
                           const RequestContext& context);
-  void Rollback(const std::string& ns, const std::vector<std::string>& attached,
-                const std::vector<std::string>& created,
-                const std::map<std::string, std::string>& createdUids,
-                const std::string& requestId);
   void Count(const std::string& webhook, const nlohmann::json& answer, double seconds);
 
   kube::Client& client_;

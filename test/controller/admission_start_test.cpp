@@ -241,11 +241,21 @@ TEST(ReadPlacement, E8_OneRefusedMemberRefusesTheStartWithTheBindersReason) {
   EXPECT_EQ(ReadPlacement({"gpu-a"}, devices.Reader(), "req-1").state, Placement::State::kRefused);
 }
 
-TEST(AttachmentsToRollBack, TemplatesThisRequestCreatedAreDeletedNotUnattached) {
-  EXPECT_EQ(AttachmentsToRollBack({"gpu-a", "vm1-train", "gpu-b"}, {"vm1-train"}),
-            (std::vector<std::string>{"gpu-a", "gpu-b"}));
-  EXPECT_EQ(AttachmentsToRollBack({}, {"vm1-train"}), std::vector<std::string>{});
-  EXPECT_EQ(AttachmentsToRollBack({"gpu-a"}, {}), std::vector<std::string>{"gpu-a"});
+TEST(StartUndoE5, TemplatesThisStartCreatedAreDeletedNotDetachedAndTheNewestGoesFirst) {
+  using Kind = StartUndo::Step::Kind;
+  StartUndo undo;
+  EXPECT_TRUE(undo.Empty());
+  undo.Created("vm1-train", "uid-1");
+  undo.Attached("gpu-a");
+  undo.Attached("vm1-train");  // its delete clears it
+  undo.Attached("gpu-b");
+  EXPECT_FALSE(undo.Empty());
+  EXPECT_EQ(undo.Steps(), (std::vector<StartUndo::Step>{{Kind::kDetach, "gpu-b", ""},
+                                                        {Kind::kDetach, "gpu-a", ""},
+                                                        {Kind::kDelete, "vm1-train", "uid-1"}}));
+  StartUndo attachedOnly;
+  attachedOnly.Attached("gpu-a");
+  EXPECT_EQ(attachedOnly.Steps(), (std::vector<StartUndo::Step>{{Kind::kDetach, "gpu-a", ""}}));
 }
 
 }  // namespace
