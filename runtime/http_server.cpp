@@ -1511,21 +1511,8 @@ void HttpServer::UseTransport(std::shared_ptr<SecureTransport> transport) {
   transport_ = std::move(transport);
 }
 
-bool HttpServer::Start(const std::string& address) {
-  if (thread_.joinable()) {
-    error_ = "listen address " + address + ": already serving on port " + std::to_string(port_);
-    return false;
-  }
-  error_.clear();
-  if (address == "off") {
-    return true;
-  }
-  const auto [host, port] = ParseListenAddress(address);
-  if (port < 0) {
-    error_ = "listen address \"" + address + "\": not host:port, [IPv6]:port, :port or off";
-    return false;
-  }
-
+// Opens the listening socket on the first of the host's addresses that takes it.
+bool HttpServer::Listen(const std::string& address, const std::string& host, int port) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -1536,6 +1523,14 @@ bool HttpServer::Start(const std::string& address) {
     error_ = "listen address " + address + ": " + host + ": " + gai_strerror(status);
     return false;
   }
+  // Accepted sockets inherit this: a request is at most head + body, and a fixed receive
+  // buffer stops the kernel growing it (socket memory counts against the pod's cgroup).
+  size_t maxBody = limits_.maxBodyBytes;
+  for (const auto& [path, route] : routes_) {
+    if (route.post) maxBody = std::max(maxBody, route.maxBodyBytes);
+  }
+  const int receiveBuffer =
+      static_cast<int>(std::clamp<size_t>(limits_.maxHeaderBytes + maxBody, 16 * 1024, 256 * 1024));
   std::string failure;
   for (const addrinfo* candidate = found; candidate != nullptr && listenFd_ < 0;
        candidate = candidate->ai_next) {
@@ -1547,14 +1542,6 @@ bool HttpServer::Start(const std::string& address) {
     }
     const int one = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    // Accepted sockets inherit this: a request is at most head + body, and a fixed receive
-    // buffer stops the kernel growing it (socket memory counts against the pod's cgroup).
-    size_t maxBody = limits_.maxBodyBytes;
-    for (const auto& [path, route] : routes_) {
-      if (route.post) maxBody = std::max(maxBody, route.maxBodyBytes);
-    }
-    const int receiveBuffer = static_cast<int>(
-        std::clamp<size_t>(limits_.maxHeaderBytes + maxBody, 16 * 1024, 256 * 1024));
     ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receiveBuffer, sizeof receiveBuffer);
     if (::bind(fd, candidate->ai_addr, candidate->ai_addrlen) != 0) {
       failure = std::string("bind: ") + ErrnoText(errno);
@@ -1573,6 +1560,25 @@ bool HttpServer::Start(const std::string& address) {
     error_ = "listen address " + address + ": " + failure;
     return false;
   }
+  return true;
+}
+
+bool HttpServer::Start(const std::string& address) {
+  if (thread_.joinable()) {
+    error_ = "listen address " + address + ": already serving on port " + std::to_string(port_);
+    return false;
+  }
+  error_.clear();
+  if (address == "off") {
+    return true;
+  }
+  const auto [host, port] = ParseListenAddress(address);
+  if (port < 0) {
+    error_ = "listen address \"" + address + "\": not host:port, [IPv6]:port, :port or off";
+    return false;
+  }
+
+  if (!Listen(address, host, port)) return false;
 
   sockaddr_storage bound{};
   socklen_t boundSize = sizeof bound;

@@ -221,6 +221,7 @@ class HttpServer {
     std::atomic<int64_t> lastRefusal{INT64_MIN};
   };
 
+  bool Listen(const std::string& address, const std::string& host, int port);
   void CloseDescriptors();
 
   HttpLimits limits_;

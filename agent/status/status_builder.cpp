@@ -35,38 +35,8 @@ class StatusWriter {
         Field("iommuGroupViable", *function.iommuGroupViable);
       }
     }
-    if (!function.mdevTypes.empty()) {
-      out_.Key("mdevTypes");
-      out_.BeginArray();
-      for (const sysfs::MdevType& type : function.mdevTypes) {
-        out_.BeginObject();
-        if (type.availableInstances) {
-          Field("availableInstances", *type.availableInstances);
-        }
-        if (type.maxInstances) {
-          Field("maxInstances", *type.maxInstances);
-        }
-        if (!type.name.empty()) {
-          Field("name", type.name);
-        }
-        Field("type", type.type);
-        out_.EndObject();
-      }
-      out_.EndArray();
-    }
-    if (!function.mdevs.empty()) {
-      out_.Key("mdevs");
-      out_.BeginArray();
-      for (const sysfs::Mdev& mdev : function.mdevs) {
-        out_.BeginObject();
-        if (mdev.type) {
-          Field("type", *mdev.type);
-        }
-        Field("uuid", mdev.uuid);
-        out_.EndObject();
-      }
-      out_.EndArray();
-    }
+    MdevTypes(function.mdevTypes);
+    Mdevs(function.mdevs);
     if (!function.deviceName.empty()) {
       Field("model", function.deviceName);
     }
@@ -104,23 +74,7 @@ class StatusWriter {
       Field("vendor", function.vendorName);
     }
     Field("vendorID", sysfs::FormatHex(function.vendorId, 4));
-    if (function.vgpu) {
-      out_.Key("vgpu");
-      out_.BeginObject();
-      out_.Key("creatableTypes");
-      out_.BeginArray();
-      for (const sysfs::VgpuTypeEntry& type : function.vgpu->creatableTypes) {
-        out_.BeginObject();
-        Field("id", type.id);
-        Field("name", type.name);
-        out_.EndObject();
-      }
-      out_.EndArray();
-      if (function.vgpu->currentType) {
-        Field("currentType", *function.vgpu->currentType);
-      }
-      out_.EndObject();
-    }
+    if (function.vgpu) Vgpu(*function.vgpu);
     out_.EndObject();
   }
 
@@ -202,6 +156,61 @@ class StatusWriter {
     out_.EndObject();
     out_.Key("status");
     Status(scan, units, stale);
+    out_.EndObject();
+  }
+
+  // The keys of a device that are lists or objects of their own.
+  void MdevTypes(const std::vector<sysfs::MdevType>& types) {
+    if (types.empty()) return;
+    out_.Key("mdevTypes");
+    out_.BeginArray();
+    for (const sysfs::MdevType& type : types) {
+      out_.BeginObject();
+      if (type.availableInstances) {
+        Field("availableInstances", *type.availableInstances);
+      }
+      if (type.maxInstances) {
+        Field("maxInstances", *type.maxInstances);
+      }
+      if (!type.name.empty()) {
+        Field("name", type.name);
+      }
+      Field("type", type.type);
+      out_.EndObject();
+    }
+    out_.EndArray();
+  }
+
+  void Mdevs(const std::vector<sysfs::Mdev>& mdevs) {
+    if (mdevs.empty()) return;
+    out_.Key("mdevs");
+    out_.BeginArray();
+    for (const sysfs::Mdev& mdev : mdevs) {
+      out_.BeginObject();
+      if (mdev.type) {
+        Field("type", *mdev.type);
+      }
+      Field("uuid", mdev.uuid);
+      out_.EndObject();
+    }
+    out_.EndArray();
+  }
+
+  void Vgpu(const sysfs::NvidiaVgpu& vgpu) {
+    out_.Key("vgpu");
+    out_.BeginObject();
+    out_.Key("creatableTypes");
+    out_.BeginArray();
+    for (const sysfs::VgpuTypeEntry& type : vgpu.creatableTypes) {
+      out_.BeginObject();
+      Field("id", type.id);
+      Field("name", type.name);
+      out_.EndObject();
+    }
+    out_.EndArray();
+    if (vgpu.currentType) {
+      Field("currentType", *vgpu.currentType);
+    }
     out_.EndObject();
   }
 

@@ -13,6 +13,113 @@ struct Tally {
   int64_t allocated = 0;
 };
 
+// The IDs kubelet lists, as sets: they de-duplicate a device on two NUMA nodes, an ID shared by
+// two containers of a pod, the same ID listed again by a stale entry. A pod in a final phase
+// holds nothing (A7).
+struct ListedIds {
+  std::set<ResourceId> allocatable;
+  std::set<ResourceId> allocated;
+};
+
+ListedIds ListIds(const podresources::Allocation& allocation, const PodPhases& podPhases) {
+  ListedIds listed;
+  for (const auto& [resource, devices] : allocation.allocatable) {
+    for (const auto& device : devices) {
+      listed.allocatable.emplace(resource, device.id);
+    }
+  }
+  for (const auto& pod : allocation.pods) {
+    const auto phase = podPhases.find(pod.podNamespace + "/" + pod.name);
+    if (phase != podPhases.end() && IsFinalPodPhase(phase->second)) {
+      continue;
+    }
+    for (const auto& container : pod.containers) {
+      for (const auto& [resource, ids] : container.devices) {
+        for (const auto& id : ids) {
+          listed.allocated.emplace(resource, id);
+        }
+      }
+    }
+  }
+  return listed;
+}
+
+// Every listed ID resolved and counted: on the GPU functions it names, as NVML-shaped and
+// unplaced, or ignored with its reason.
+struct Tallies {
+  std::map<sysfs::PciAddress, std::map<std::string, Tally>> perFunction;
+  std::map<std::string, Tally> unplaced;
+  std::set<std::string> resourceNames;
+};
+
+void Ignore(UnitReport& report, const ResourceId& key, IgnoredReason reason) {
+  switch (reason) {
+    case IgnoredReason::kUnknownShape:
+      ++report.ignored.unknownShape;
+      break;
+    case IgnoredReason::kNoMatch:
+      ++report.ignored.noMatch;
+      break;
+    case IgnoredReason::kNotGpu:
+      ++report.ignored.notGpu;
+      break;
+  }
+  report.ignoredIds.push_back({key.first, key.second, reason});
+}
+
+Tallies TallyIds(const sysfs::HostScan& host, const ListedIds& ids,
+                 const NvmlGpuAddresses& nvmlGpus, UnitReport& report) {
+  std::set<ResourceId> allIds = ids.allocatable;
+  allIds.insert(ids.allocated.begin(), ids.allocated.end());
+  const Resolver resolver(host, nvmlGpus);
+  Tallies tallies;
+  for (const auto& key : allIds) {
+    const auto& [resource, id] = key;
+    const Resolution resolution = resolver.Resolve(id);
+    const int64_t allocatable = ids.allocatable.contains(key) ? 1 : 0;
+    const int64_t allocated = ids.allocated.contains(key) ? 1 : 0;
+    if (resolution.shape == DeviceIdShape::kNvmlGpu ||
+        resolution.shape == DeviceIdShape::kNvmlMig) {
+      // Pods request GPUs by this name whether or not the IDs can be placed.
+      tallies.resourceNames.insert(resource);
+    }
+    switch (resolution.kind) {
+      case ResolutionKind::kFunctions: {
+        bool onGpu = false;
+        for (const auto& address : resolution.functions) {
+          const sysfs::PciFunction* function = host.Find(address);
+          if (function == nullptr || !function->isGpu) {
+            continue;
+          }
+          onGpu = true;
+          Tally& tally = tallies.perFunction[address][resource];
+          tally.allocatable += allocatable;
+          tally.allocated += allocated;
+        }
+        if (onGpu) {
+          tallies.resourceNames.insert(resource);
+        } else {
+          Ignore(report, key, IgnoredReason::kNotGpu);
+        }
+        break;
+      }
+      case ResolutionKind::kNvmlUnplaced: {
+        Tally& tally = tallies.unplaced[resource];
+        tally.allocatable += allocatable;
+        tally.allocated += allocated;
+        break;
+      }
+      case ResolutionKind::kNoMatch:
+        Ignore(report, key, IgnoredReason::kNoMatch);
+        break;
+      case ResolutionKind::kUnknownShape:
+        Ignore(report, key, IgnoredReason::kUnknownShape);
+        break;
+    }
+  }
+  return tallies;
+}
+
 }  // namespace
 
 std::string_view ToString(Health health) {
@@ -45,86 +152,9 @@ UnitReport CountUnits(const sysfs::HostScan& host, const podresources::Allocatio
                       const PodPhases& podPhases,
                       const std::set<sysfs::PciAddress>& previouslyAdvertised,
                       const NvmlGpuAddresses& nvmlGpus) {
-  // Sets de-duplicate: a device on two NUMA nodes, an ID shared by two containers of a pod,
-  // the same ID listed again by a stale entry.
-  std::set<ResourceId> allocatableIds;
-  for (const auto& [resource, devices] : allocation.allocatable) {
-    for (const auto& device : devices) {
-      allocatableIds.emplace(resource, device.id);
-    }
-  }
-  std::set<ResourceId> allocatedIds;
-  for (const auto& pod : allocation.pods) {
-    const auto phase = podPhases.find(pod.podNamespace + "/" + pod.name);
-    if (phase != podPhases.end() && IsFinalPodPhase(phase->second)) {
-      continue;
-    }
-    for (const auto& container : pod.containers) {
-      for (const auto& [resource, ids] : container.devices) {
-        for (const auto& id : ids) {
-          allocatedIds.emplace(resource, id);
-        }
-      }
-    }
-  }
-  std::set<ResourceId> allIds = allocatableIds;
-  allIds.insert(allocatedIds.begin(), allocatedIds.end());
-
-  const Resolver resolver(host, nvmlGpus);
-  std::map<sysfs::PciAddress, std::map<std::string, Tally>> perFunction;
-  std::map<std::string, Tally> unplaced;
-  std::set<std::string> resourceNames;
   UnitReport report;
-
-  for (const auto& key : allIds) {
-    const auto& [resource, id] = key;
-    const Resolution resolution = resolver.Resolve(id);
-    const int64_t allocatable = allocatableIds.contains(key) ? 1 : 0;
-    const int64_t allocated = allocatedIds.contains(key) ? 1 : 0;
-    const bool nvmlShaped =
-        resolution.shape == DeviceIdShape::kNvmlGpu || resolution.shape == DeviceIdShape::kNvmlMig;
-    if (nvmlShaped) {
-      // Pods request GPUs by this name whether or not the IDs can be placed.
-      resourceNames.insert(resource);
-    }
-    switch (resolution.kind) {
-      case ResolutionKind::kFunctions: {
-        bool onGpu = false;
-        for (const auto& address : resolution.functions) {
-          const sysfs::PciFunction* function = host.Find(address);
-          if (function == nullptr || !function->isGpu) {
-            continue;
-          }
-          onGpu = true;
-          Tally& tally = perFunction[address][resource];
-          tally.allocatable += allocatable;
-          tally.allocated += allocated;
-        }
-        if (onGpu) {
-          resourceNames.insert(resource);
-        } else {
-          ++report.ignored.notGpu;
-          report.ignoredIds.push_back({resource, id, IgnoredReason::kNotGpu});
-        }
-        break;
-      }
-      case ResolutionKind::kNvmlUnplaced: {
-        Tally& tally = unplaced[resource];
-        tally.allocatable += allocatable;
-        tally.allocated += allocated;
-        break;
-      }
-      case ResolutionKind::kNoMatch:
-        ++report.ignored.noMatch;
-        report.ignoredIds.push_back({resource, id, IgnoredReason::kNoMatch});
-        break;
-      case ResolutionKind::kUnknownShape:
-        ++report.ignored.unknownShape;
-        report.ignoredIds.push_back({resource, id, IgnoredReason::kUnknownShape});
-        break;
-    }
-  }
-
+  const Tallies tallies = TallyIds(host, ListIds(allocation, podPhases), nvmlGpus, report);
+  const auto& perFunction = tallies.perFunction;
   report.advertised = previouslyAdvertised;
   for (const auto& function : host.functions) {
     if (!function.isGpu) {
@@ -151,8 +181,8 @@ UnitReport CountUnits(const sysfs::HostScan& host, const podresources::Allocatio
     }
     report.functions.push_back(std::move(units));
   }
-  report.resourceNames.assign(resourceNames.begin(), resourceNames.end());
-  for (const auto& [resource, tally] : unplaced) {
+  report.resourceNames.assign(tallies.resourceNames.begin(), tallies.resourceNames.end());
+  for (const auto& [resource, tally] : tallies.unplaced) {
     report.unplaced.push_back({resource, tally.allocatable, tally.allocated});
   }
   // allIds is ordered, so ignoredIds already is; sort anyway to keep the contract local.

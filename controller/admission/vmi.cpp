@@ -150,95 +150,121 @@ std::vector<model::Decision> WholePassTrial(const model::Snapshot& snapshot,
 
 }  // namespace
 
-VmiStartPlan PlanVmiStart(const model::Snapshot& snapshot, const model::Model& model,
-                          const VmiInput& input) {
-  VmiStartPlan plan;
-  const std::string& ns = input.namespaceName;
-  const std::string vmiText = "VMI " + ns + "/" + input.vmiName;
-  // A refusal carries nothing to write, whatever the plan had gathered.
-  auto refuse = [](std::string message) {
-    VmiStartPlan refused;
-    refused.refusal = std::move(message);
-    return refused;
-  };
+namespace {
+
+// One start's plan, step by step: the members it references or templates, then where a binder
+// pass would place them together. Each step returns the tenant's reason when the start is refused.
+class StartPlanner {
+ public:
+  StartPlanner(const model::Snapshot& snapshot, const model::Model& model, const VmiInput& input)
+      : snapshot_(snapshot),
+        model_(model),
+        input_(input),
+        vmiText_("VMI " + input.namespaceName + "/" + input.vmiName) {}
+
+  std::optional<std::string> RawNames() const;
+  std::optional<std::string> Held();
+  std::optional<std::string> Templates();
+  std::optional<std::string> Place(VmiStartPlan& plan) const;
+  void Devices(VmiStartPlan& plan) const;
+
+ private:
   // The device's index in the snapshot, or its size for none.
-  auto find = [&snapshot, &model, &ns](std::string_view name) {
-    return model.FindDevice(ns, name).value_or(snapshot.devices.size());
-  };
-  // The checks every existing member takes: it may be attached to this VMI's name only.
-  auto checkExisting = [&](const api::GpuDevice& device) -> std::optional<std::string> {
-    const std::string& name = device.metadata.name;
-    if (device.metadata.deletionTimestamp) {
-      return vmiText + " references GPUDevice " + name + ", which is being deleted";
-    }
-    if (device.status.attachment && device.status.attachment->vmiName != input.vmiName) {
-      return vmiText + " references GPUDevice " + name + ", which is attached to VMI " +
-             device.status.attachment->vmiName;
-    }
-    return std::nullopt;
-  };
-
-  // With raw names forbidden a GPU reaches a VM only through a device reference.
-  if (input.rawNamesForbidden && !input.entries.own.empty()) {
-    const GpuEntry& entry = input.entries.own.front();
-    return refuse(vmiText + " carries its own GPU entry " + entry.field +
-                  (entry.name.empty() ? "" : " (" + entry.name + ")") + " for " +
-                  entry.resourceName +
-                  "; raw GPU resource names are forbidden here: reference a GPUDevice instead");
+  size_t Find(std::string_view name) const {
+    return model_.FindDevice(input_.namespaceName, name).value_or(snapshot_.devices.size());
   }
+  std::optional<std::string> CheckExisting(const api::GpuDevice& device) const;
+  model::StartTrial Trial(VmiStartPlan& plan) const;
 
-  std::vector<Member> members;
-  for (const std::string& name : input.references.devices) {
-    const size_t d = find(name);
-    if (d == snapshot.devices.size()) {
-      return refuse(vmiText + " references GPUDevice " + name + ", which does not exist in " + ns);
-    }
-    const api::GpuDevice& device = snapshot.devices[d];
-    if (std::optional<std::string> refusal = checkExisting(device)) {
-      return refuse(*refusal);
-    }
-    members.push_back({name, d, device.spec.className, device.spec.count});
+  const model::Snapshot& snapshot_;
+  const model::Model& model_;
+  const VmiInput& input_;
+  const std::string vmiText_;
+  std::vector<Member> members_;
+};
+
+// With raw names forbidden a GPU reaches a VM only through a device reference.
+std::optional<std::string> StartPlanner::RawNames() const {
+  if (!input_.rawNamesForbidden || input_.entries.own.empty()) return std::nullopt;
+  const GpuEntry& entry = input_.entries.own.front();
+  return vmiText_ + " carries its own GPU entry " + entry.field +
+         (entry.name.empty() ? "" : " (" + entry.name + ")") + " for " + entry.resourceName +
+         "; raw GPU resource names are forbidden here: reference a GPUDevice instead";
+}
+
+// The checks every existing member takes: it may be attached to this VMI's name only.
+std::optional<std::string> StartPlanner::CheckExisting(const api::GpuDevice& device) const {
+  const std::string& name = device.metadata.name;
+  if (device.metadata.deletionTimestamp) {
+    return vmiText_ + " references GPUDevice " + name + ", which is being deleted";
   }
+  if (device.status.attachment && device.status.attachment->vmiName != input_.vmiName) {
+    return vmiText_ + " references GPUDevice " + name + ", which is attached to VMI " +
+           device.status.attachment->vmiName;
+  }
+  return std::nullopt;
+}
+
+// The held devices the VMI references.
+std::optional<std::string> StartPlanner::Held() {
+  for (const std::string& name : input_.references.devices) {
+    const size_t d = Find(name);
+    if (d == snapshot_.devices.size()) {
+      return vmiText_ + " references GPUDevice " + name + ", which does not exist in " +
+             input_.namespaceName;
+    }
+    const api::GpuDevice& device = snapshot_.devices[d];
+    if (std::optional<std::string> refusal = CheckExisting(device)) return refusal;
+    members_.push_back({name, d, device.spec.className, device.spec.count});
+  }
+  return std::nullopt;
+}
+
+// The devices of its templates: created by an earlier call for this VMI, or to create, their
+// class's order rules checked each and the budgets over all of them together.
+std::optional<std::string> StartPlanner::Templates() {
+  const std::string& ns = input_.namespaceName;
   std::map<std::string, int64_t> newCounts;  // by class: the templates to create, together
-  for (const api::DeviceReferences::Template& item : input.references.templates) {
-    const std::string name = model::TemplateDeviceName(input.vmiName, item.name);
-    const std::string what = vmiText + " (device template " + item.name + ")";
-    if (std::find(input.references.devices.begin(), input.references.devices.end(), name) !=
-        input.references.devices.end()) {
-      return refuse(what + ": its device " + name + " is also referenced as a held device");
+  for (const api::DeviceReferences::Template& item : input_.references.templates) {
+    const std::string name = model::TemplateDeviceName(input_.vmiName, item.name);
+    const std::string what = vmiText_ + " (device template " + item.name + ")";
+    if (std::find(input_.references.devices.begin(), input_.references.devices.end(), name) !=
+        input_.references.devices.end()) {
+      return what + ": its device " + name + " is also referenced as a held device";
     }
-    if (const size_t d = find(name); d < snapshot.devices.size()) {
+    if (const size_t d = Find(name); d < snapshot_.devices.size()) {
       // Created by an earlier call for this VMI: held now, if it is that template's device.
-      const api::GpuDevice& device = snapshot.devices[d];
+      const api::GpuDevice& device = snapshot_.devices[d];
       const auto mark = device.metadata.labels.find(std::string(api::kTemplateDeviceLabel));
       if (mark == device.metadata.labels.end() || mark->second != api::kTemplateDeviceLabelValue ||
           device.spec.className != item.className || device.spec.count != item.count) {
-        return refuse(what + ": GPUDevice " + name +
-                      " already exists and is not this template's device");
+        return what + ": GPUDevice " + name + " already exists and is not this template's device";
       }
-      if (std::optional<std::string> refusal = checkExisting(device)) {
-        return refuse(*refusal);
-      }
-      members.push_back({name, d, item.className, item.count});
+      if (std::optional<std::string> refusal = CheckExisting(device)) return refusal;
+      members_.push_back({name, d, item.className, item.count});
       continue;
     }
     if (std::optional<std::string> refusal =
-            CheckClassOrder(model, ns, item.className, item.count, what, /*checkRoom=*/false)) {
-      return refuse(*refusal);
+            CheckClassOrder(model_, ns, item.className, item.count, what, /*checkRoom=*/false)) {
+      return refusal;
     }
     newCounts[item.className] += item.count;
-    members.push_back({name, std::nullopt, item.className, item.count});
+    members_.push_back({name, std::nullopt, item.className, item.count});
   }
-  if (std::optional<std::string> budget = model.CheckNewOrder(ns, newCounts)) {
-    return refuse(vmiText + " orders device templates over a budget: " + *budget);
+  if (std::optional<std::string> budget = model_.CheckNewOrder(ns, newCounts)) {
+    return vmiText_ + " orders device templates over a budget: " + *budget;
   }
+  return std::nullopt;
+}
 
-  // Placement: the decisions of one binder pass on a copy where the whole set asks to be bound
-  // for this VMI; Model::PlanStart's where it can tell them without the copy.
-  const api::Attachment attachment{input.vmiName, "", input.now};
-  const api::BindRequest request{"admission-plan", input.now};
-  model::StartTrial start{ns, input.vmiName, input.now, {}, {}};
-  for (const Member& member : members) {
+// The start as a trial: the held members by index, the templates as the devices to create
+// (their objects also go to the plan), each attached to the VMI and asking to be bound.
+model::StartTrial StartPlanner::Trial(VmiStartPlan& plan) const {
+  const std::string& ns = input_.namespaceName;
+  const api::Attachment attachment{input_.vmiName, "", input_.now};
+  const api::BindRequest request{"admission-plan", input_.now};
+  model::StartTrial start{ns, input_.vmiName, input_.now, {}, {}};
+  for (const Member& member : members_) {
     if (member.existing) {
       start.held.push_back(*member.existing);
       continue;
@@ -246,7 +272,7 @@ VmiStartPlan PlanVmiStart(const model::Snapshot& snapshot, const model::Model& m
     api::GpuDevice device;
     device.metadata.namespaceName = ns;
     device.metadata.name = member.name;
-    device.metadata.creationTimestamp = input.now;
+    device.metadata.creationTimestamp = input_.now;
     device.metadata.labels[std::string(api::kTemplateDeviceLabel)] =
         std::string(api::kTemplateDeviceLabelValue);
     device.spec.className = member.className;
@@ -257,37 +283,64 @@ VmiStartPlan PlanVmiStart(const model::Snapshot& snapshot, const model::Model& m
     device.status.bindRequest = request;
     start.templates.push_back(std::move(device));
   }
+  return start;
+}
+
+// Placement: the decisions of one binder pass on a copy where the whole set asks to be bound
+// for this VMI; Model::PlanStart's where it can tell them without the copy. All on one node.
+std::optional<std::string> StartPlanner::Place(VmiStartPlan& plan) const {
+  const model::StartTrial start = Trial(plan);
   std::optional<std::vector<model::Decision>> shortcut;
-  if (!input.wholePass) {
-    shortcut = model.PlanStart(start);
-  }
+  if (!input_.wholePass) shortcut = model_.PlanStart(start);
   const std::vector<model::Decision> decisions =
-      shortcut ? std::move(*shortcut) : WholePassTrial(snapshot, model, start);
-  for (const Member& member : members) {
+      shortcut ? std::move(*shortcut) : WholePassTrial(snapshot_, model_, start);
+  for (const Member& member : members_) {
     const auto decision = std::find_if(decisions.begin(), decisions.end(), [&](const auto& d) {
-      return d.deviceNamespace == ns && d.deviceName == member.name;
+      return d.deviceNamespace == input_.namespaceName && d.deviceName == member.name;
     });
     if (decision == decisions.end()) {
-      return refuse(vmiText + ": the model decided nothing for GPUDevice " + member.name);
+      return vmiText_ + ": the model decided nothing for GPUDevice " + member.name;
     }
     if (!decision->StartsOnNode()) {
-      return refuse(vmiText + " cannot start: its GPUs cannot be placed on one node now: " +
-                    decision->reason);
+      return vmiText_ +
+             " cannot start: its GPUs cannot be placed on one node now: " + decision->reason;
     }
     if (!plan.node.empty() && plan.node != decision->node) {
-      return refuse(vmiText + " cannot start: its GPUs would be split over nodes " + plan.node +
-                    " and " + decision->node);
+      return vmiText_ + " cannot start: its GPUs would be split over nodes " + plan.node + " and " +
+             decision->node;
     }
     plan.node = decision->node;
   }
-  for (const Member& member : members) {
-    if (member.existing) {
-      plan.heldDevices.push_back(member.name);
-    }
-    const std::optional<model::ClassRoom> room = model.Room(member.className);
+  return std::nullopt;
+}
+
+// What the VMI's gpus entries name: each member's class's resource, its count of times.
+void StartPlanner::Devices(VmiStartPlan& plan) const {
+  for (const Member& member : members_) {
+    if (member.existing) plan.heldDevices.push_back(member.name);
+    const std::optional<model::ClassRoom> room = model_.Room(member.className);
     plan.devices.push_back(
         {member.name, room ? room->gpuClass->ResourceName() : std::string(), member.count});
   }
+}
+
+}  // namespace
+
+VmiStartPlan PlanVmiStart(const model::Snapshot& snapshot, const model::Model& model,
+                          const VmiInput& input) {
+  StartPlanner planner(snapshot, model, input);
+  VmiStartPlan plan;
+  std::optional<std::string> refusal = planner.RawNames();
+  if (!refusal) refusal = planner.Held();
+  if (!refusal) refusal = planner.Templates();
+  if (!refusal) refusal = planner.Place(plan);
+  if (refusal) {
+    // A refusal carries nothing to write, whatever the plan had gathered.
+    VmiStartPlan refused;
+    refused.refusal = std::move(refusal);
+    return refused;
+  }
+  planner.Devices(plan);
   return plan;
 }
 

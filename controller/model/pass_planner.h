@@ -130,8 +130,25 @@ class PassPlanner {
   bool IsPlaced(size_t d) const { return PlacedOn(d) != kNone; }
   int64_t FreeAt(size_t node, size_t resource) const { return free_[ix_.At(node, resource)]; }
 
-  // Grouping the devices into sets (sets.cpp).
+  // Grouping the devices into sets (sets.cpp): the device records are read once, in their own
+  // order (ReadRecords); each set's members are gathered (MembersBySet); then the sets are made
+  // in key order (MakeSets).
   void GroupSets(const std::vector<size_t>* only);
+  // GroupSets' working state, by position: device d itself, or the d-th of `only`.
+  struct Grouping {
+    const std::vector<size_t>* only = nullptr;
+    size_t count = 0;
+    std::vector<size_t> setOf;      // each position's set
+    std::vector<size_t> leaders;    // each set's first device
+    std::vector<SetKey> keys;       // each set's key in keys_
+    std::vector<size_t> createdAt;  // each position's creation time in created_ (and the end)
+    std::vector<char> deleting;     // each position's deletion mark
+    size_t Device(size_t i) const { return only ? (*only)[i] : i; }
+  };
+  void ReadRecords(Grouping& g);
+  static std::vector<size_t> MembersBySet(const Grouping& g, std::vector<size_t>& start);
+  void MakeSets(const Grouping& g, const std::vector<size_t>& start,
+                const std::vector<size_t>& members);
   // Whether device d, alone or in a set with others on its node, is kept there by StaysPut
   // with nothing to answer: placed on a node that takes binds and holds no more than it
   // serves, which serves its class, and no bind request waits on it.

@@ -95,36 +95,42 @@ std::vector<size_t> PassPlanner::OrderByKey(const std::vector<size_t>& leaders,
 // step reaches into a large array at random (each such step missed the cache once the cluster
 // outgrew it, and made the pass grow faster than the cluster).
 void PassPlanner::GroupSets(const std::vector<size_t>* only) {
+  Grouping g;
+  g.only = only;
+  g.count = only ? only->size() : ix_.snapshot.devices.size();
+  ReadRecords(g);
+  std::vector<size_t> start;
+  const std::vector<size_t> members = MembersBySet(g, start);
+  MakeSets(g, start, members);
+}
+
+// Each position's set, each set's key in one buffer, and each position's creation time in
+// another (and each device's name, for the decisions of a pass over every device). Attached
+// sets are found by key in a table that owns its keys (one entry per VMI, small enough to stay
+// in cache); every other device starts its own set.
+void PassPlanner::ReadRecords(Grouping& g) {
   const SharedVector<api::GpuDevice>& devices = ix_.snapshot.devices;
-  // The devices by position: device d itself, or the d-th of `only`.
-  const size_t count = only ? only->size() : devices.size();
-  auto device = [only](size_t i) { return only ? (*only)[i] : i; };
-  // Each position's set, each set's key in one buffer, and each position's creation time in
-  // another (and each device's name, for the decisions of a pass over every device). Attached
-  // sets are found by key in a table that owns its keys (one entry per VMI, small enough to
-  // stay in cache); every other device starts its own set.
-  std::vector<size_t> setOf(count);
-  std::vector<size_t> leaders;  // each set's first device
-  std::vector<SetKey> keys;     // each set's key in keys_
-  std::vector<size_t> createdAt(count + 1);
-  std::vector<char> deleting(count);
-  leaders.reserve(count);
-  keys.reserve(count);
-  if (!only) {
+  const size_t count = g.count;
+  g.setOf.resize(count);
+  g.createdAt.resize(count + 1);
+  g.deleting.resize(count);
+  g.leaders.reserve(count);
+  g.keys.reserve(count);
+  if (!g.only) {
     nameAt_.reserve(count + 1);
   }
   std::unordered_map<std::string, size_t> attachedSets;
   std::string key;
   for (size_t i = 0; i < count; ++i) {
-    const size_t d = device(i);
+    const size_t d = g.Device(i);
     const api::GpuDevice& record = devices[d];
-    if (!only) {
+    if (!g.only) {
       nameAt_.push_back(names_.size());
       names_ += record.metadata.name;
     }
-    createdAt[i] = created_.size();
+    g.createdAt[i] = created_.size();
     created_ += record.metadata.creationTimestamp;
-    deleting[i] = record.metadata.deletionTimestamp.has_value() ? 1 : 0;
+    g.deleting[i] = record.metadata.deletionTimestamp.has_value() ? 1 : 0;
     const std::string& ns = record.metadata.namespaceName;
     key.assign(ns);
     key += '/';
@@ -134,8 +140,8 @@ void PassPlanner::GroupSets(const std::vector<size_t>* only) {
       const api::Attachment& attachment = *record.status.attachment;
       at.nameAt = Offset(AppendAttachedKey(key, attachment));
       at.nameSize = Offset(attachment.vmiName.size());
-      const auto [it, added] = attachedSets.try_emplace(key, leaders.size());
-      setOf[i] = it->second;
+      const auto [it, added] = attachedSets.try_emplace(key, g.leaders.size());
+      g.setOf[i] = it->second;
       if (!added) {
         continue;
       }
@@ -143,49 +149,55 @@ void PassPlanner::GroupSets(const std::vector<size_t>* only) {
       at.nameAt = Offset(key.size());
       at.nameSize = Offset(record.metadata.name.size());
       key += record.metadata.name;
-      setOf[i] = leaders.size();
+      g.setOf[i] = g.leaders.size();
     }
     at.size = Offset(key.size());
     keys_ += key;
-    leaders.push_back(d);
-    keys.push_back(at);
+    g.leaders.push_back(d);
+    g.keys.push_back(at);
   }
-  if (!only) {
+  if (!g.only) {
     nameAt_.push_back(names_.size());
   }
-  createdAt[count] = created_.size();
+  g.createdAt[count] = created_.size();
+}
+
+// Members as ranges of one array of positions, in device order: set s has the positions from
+// start[s] to start[s + 1].
+std::vector<size_t> PassPlanner::MembersBySet(const Grouping& g, std::vector<size_t>& start) {
+  start.assign(g.leaders.size() + 1, 0);
+  for (const size_t set : g.setOf) {
+    ++start[set + 1];
+  }
+  for (size_t s = 0; s < g.leaders.size(); ++s) {
+    start[s + 1] += start[s];
+  }
+  std::vector<size_t> members(g.count);  // by set in their first devices' order
+  std::vector<size_t> next(start.begin(), start.end() - 1);
+  for (size_t i = 0; i < g.count; ++i) {
+    members[next[g.setOf[i]]++] = i;
+  }
+  return members;
+}
+
+// The sets in key order, each from its members' numbers, and sorted into the steps that take
+// them as they are made. Counts go to one array per kind, sized for the worst case (a count per
+// device) so the views into them stay put; sets_ too, for the pointers.
+void PassPlanner::MakeSets(const Grouping& g, const std::vector<size_t>& start,
+                           const std::vector<size_t>& members) {
   // The buffers are complete: views into them stay put from here on.
+  const std::vector<SetKey>& keys = g.keys;
   auto keyOf = [this, &keys](size_t s) {
     return std::string_view(keys_).substr(keys[s].at, keys[s].size);
   };
-  auto createdOf = [this, &createdAt](size_t i) {
-    return std::string_view(created_).substr(createdAt[i], createdAt[i + 1] - createdAt[i]);
+  auto createdOf = [this, &g](size_t i) {
+    return std::string_view(created_).substr(g.createdAt[i], g.createdAt[i + 1] - g.createdAt[i]);
   };
-
-  // Members as ranges of one array of positions, in device order.
-  std::vector<size_t> start(leaders.size() + 1, 0);
-  for (const size_t set : setOf) {
-    ++start[set + 1];
-  }
-  for (size_t s = 0; s < leaders.size(); ++s) {
-    start[s + 1] += start[s];
-  }
-  std::vector<size_t> members(count);  // by set in their first devices' order
-  {
-    std::vector<size_t> next(start.begin(), start.end() - 1);
-    for (size_t i = 0; i < count; ++i) {
-      members[next[setOf[i]]++] = i;
-    }
-  }
-
-  // The sets in key order, each from its members' numbers, and sorted into the steps that take
-  // them as they are made. Counts go to one array per kind, sized for the worst case (a count
-  // per device) so the views into them stay put; sets_ too, for the pointers.
-  const std::vector<size_t> order = OrderByKey(leaders, keys, keyOf);
+  const std::vector<size_t> order = OrderByKey(g.leaders, keys, keyOf);
   sets_.reserve(order.size());
-  classCounts_.reserve(count);
-  resourceCounts_.reserve(count);
-  keyMembers_.reserve(count);
+  classCounts_.reserve(g.count);
+  resourceCounts_.reserve(g.count);
+  keyMembers_.reserve(g.count);
   std::vector<std::pair<size_t, int64_t>> byClass, byResource;
   for (const size_t s : order) {
     DeviceSet set;
@@ -193,11 +205,11 @@ void PassPlanner::GroupSets(const std::vector<size_t>* only) {
     set.namespaceName = set.key.substr(0, keys[s].nsSize);
     set.name = set.key.substr(keys[s].nameAt, keys[s].nameSize);
     set.attached = keys[s].attached;
-    set.vmi = ix_.AttachedVmi(leaders[s]);
+    set.vmi = ix_.AttachedVmi(g.leaders[s]);
     // The members again, in the sets' order, so every later step reads them in sequence.
     const size_t first = keyMembers_.size();
     for (size_t m = start[s]; m < start[s + 1]; ++m) {
-      keyMembers_.push_back(device(members[m]));
+      keyMembers_.push_back(g.Device(members[m]));
     }
     set.members = std::span<const size_t>(keyMembers_.data() + first, keyMembers_.size() - first);
     set.node = ix_.placedOn[set.members.front()];
@@ -205,7 +217,7 @@ void PassPlanner::GroupSets(const std::vector<size_t>* only) {
     byClass.clear();
     byResource.clear();
     for (size_t m = start[s]; m < start[s + 1]; ++m) {
-      CountMember(set, device(members[m]), createdOf(members[m]), deleting[members[m]] != 0,
+      CountMember(set, g.Device(members[m]), createdOf(members[m]), g.deleting[members[m]] != 0,
                   byClass, byResource);
     }
     SealCounts(set, byClass, byResource);
