@@ -164,7 +164,7 @@ std::optional<std::string> Model::Index::CheckBudgets(std::string_view tenant, c
       const std::string& className = classes[classId].gpuClass->metadata.name;
       ForEachConstraint(
           budget->second, UsageOf(usageBy, ns), classId, resource,
-          [&](const Constraint& constraint) {
+          [&, count = count](const Constraint& constraint) {
             if (refusal) {
               return;
             }

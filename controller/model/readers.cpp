@@ -168,9 +168,9 @@ std::map<std::string, int64_t> PodResourceRequests(const Pod& pod,
   for (const auto& [name, text] : pod.overhead) {
     if (resourceNames.contains(name)) {
       requests[name] = api::AddUnits(
-          requests[name],
-          ReadUnits(
-              pod, [&] { return api::JoinPath("spec.overhead", name); }, text, problems));
+          requests[name], ReadUnits(
+                              pod, [&name = name] { return api::JoinPath("spec.overhead", name); },
+                              text, problems));
     }
   }
   std::erase_if(requests, [](const auto& entry) { return entry.second == 0; });
