@@ -31,4 +31,12 @@ std::optional<std::chrono::milliseconds> ParseDuration(std::string_view text) {
   return std::chrono::milliseconds(value * scale);
 }
 
+std::string FormatDuration(std::chrono::milliseconds duration) {
+  const int64_t ms = duration.count();
+  if (ms != 0 && ms % (3600 * 1000) == 0) return std::to_string(ms / (3600 * 1000)) + "h";
+  if (ms != 0 && ms % (60 * 1000) == 0) return std::to_string(ms / (60 * 1000)) + "m";
+  if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
+  return std::to_string(ms) + "ms";
+}
+
 }  // namespace cozy::runtime

@@ -290,8 +290,8 @@ TEST_F(ControllerEndToEnd, G8_LeaseTimingsClientGoRefusesExitTwoAndTheIdentityIs
       {"--lease-duration 5s --renew-deadline 10s",
        "leaseDuration must be greater than renewDeadline"},
       {"--renew-deadline 2s --retry-period 2s", "renewDeadline must be greater than retryPeriod"},
-      {"--qps -1", "--qps must be 0 or more"},
-      {"--burst 0", "--burst at least 1"}};
+      {"--qps -1", "must be 0 or more"},
+      {"--burst 0", "must be at least 1"}};
   for (const auto& [flags, message] : refused) {
     const auto result = testing::RunCommand(base + flags);
     EXPECT_EQ(result.exitCode, 2) << flags << result.err;

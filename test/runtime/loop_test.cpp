@@ -8,12 +8,15 @@
 
 #include <csignal>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <stdexcept>
+#include <string>
 #include <thread>
+#include <vector>
 
-#include "runtime/duration.h"
+#include "runtime/duration_flag.h"
 #include "runtime/log.h"
 #include "runtime/worker.h"
 
@@ -171,6 +174,62 @@ TEST_F(LoopTest, AChildIsReapedWithItsExitCode) {
   limit.Arm(5s);
   EXPECT_EQ(loop.Run(), 0);
   EXPECT_EQ(status, 3);
+}
+
+TEST(Duration, FormatsInTheLargestExactUnitAndReadsBack) {
+  EXPECT_EQ(FormatDuration(2min), "2m");
+  EXPECT_EQ(FormatDuration(15s), "15s");
+  EXPECT_EQ(FormatDuration(500ms), "500ms");
+  EXPECT_EQ(FormatDuration(90s), "90s");
+  EXPECT_EQ(FormatDuration(1h), "1h");
+  EXPECT_EQ(FormatDuration(0ms), "0s");
+  for (const std::chrono::milliseconds value :
+       std::vector<std::chrono::milliseconds>{0ms, 1ms, 1500ms, 61s, 5min, 2h}) {
+    EXPECT_EQ(ParseDuration(FormatDuration(value)), value);
+  }
+}
+
+// A flag bound to its option: the option's value is the default --help shows, a given value
+// lands in it converted, and one outside the rule is a parse error naming the flag.
+TEST(DurationFlag, BindsIntoItsOptionAndRefusesWhatItsRuleForbids) {
+  struct Options {
+    std::chrono::milliseconds grace = 2min;
+    std::chrono::nanoseconds lease = 15s;
+    std::chrono::milliseconds wait = 5min;
+  };
+  auto parse = [](Options& options, std::vector<std::string> args) {
+    CLI::App app;
+    AddDurationFlag(&app, "--grace", options.grace, "");
+    AddDurationFlag(&app, "--lease", options.lease, "");
+    AddDurationFlag(&app, "--wait", options.wait, "", DurationRule::kNonNegative);
+    std::reverse(args.begin(), args.end());
+    try {
+      app.parse(args);
+      return std::string();
+    } catch (const CLI::ParseError& error) {
+      return std::string(error.what());
+    }
+  };
+  {
+    CLI::App app;
+    Options options;
+    AddDurationFlag(&app, "--grace", options.grace, "");
+    EXPECT_NE(app.help().find("--grace DURATION=2m"), std::string::npos) << app.help();
+  }
+  Options options;
+  EXPECT_EQ(parse(options, {}), "");
+  EXPECT_EQ(options.grace, 2min);  // untouched without the flag
+  EXPECT_EQ(parse(options, {"--grace", "90s", "--lease=500ms", "--wait", "0s"}), "");
+  EXPECT_EQ(options.grace, 90s);
+  EXPECT_EQ(options.lease, 500ms);
+  EXPECT_EQ(options.wait, 0ms);
+  for (const char* bad : {"0s", "-1s", "soon"}) {
+    const std::string error = parse(options, {"--grace", bad});
+    EXPECT_NE(error.find("--grace"), std::string::npos) << error;
+    EXPECT_NE(error.find("positive"), std::string::npos) << error;
+  }
+  EXPECT_NE(parse(options, {"--wait", "-1s"}).find("--wait"), std::string::npos);
+  EXPECT_EQ(options.grace, 90s);  // a refused value changes nothing
 }
 
 TEST(Duration, ParsesTheUnitsFlagsUse) {
