@@ -17,11 +17,13 @@
 #include "controller/admission/vmi.h"
 #include "controller/model/readers.h"
 #include "test/controller/model_fixtures.h"
+#include "test/support/snapshot_fixture.h"
 
 namespace cozy::admission {
 namespace {
 
 using namespace cozy::model::testing;
+using namespace cozy::testing;
 using api::DevicePhase;
 using model::Snapshot;
 using nlohmann::json;
@@ -37,22 +39,6 @@ json ReadTestdata(const std::string& name) {
 
 bool Contains(const std::optional<std::string>& text, const std::string& part) {
   return text && text->find(part) != std::string::npos;
-}
-
-// One passthrough class on kA100, tenants root > a > a-b, plus b.
-Snapshot BaseSnapshot() {
-  Snapshot snapshot;
-  snapshot.classes = {MakeClass("a100", kA100)};
-  snapshot.namespaces = {MakeTenant("tenant-root", {}), MakeTenant("tenant-a", {"tenant-root"}),
-                         MakeTenant("tenant-a-b", {"tenant-root", "tenant-a"}),
-                         MakeTenant("tenant-b", {"tenant-root"})};
-  return snapshot;
-}
-
-void AddNode(Snapshot& snapshot, const std::string& name, int gpus,
-             const std::string& resource = kA100, int64_t perFunction = 1) {
-  snapshot.nodes.push_back(MakeNode(name));
-  snapshot.gpuNodes.push_back(MakeGpuNode(name, resource, gpus, perFunction));
 }
 
 api::GpuDevice Order(const std::string& ns, const std::string& className, int64_t count) {

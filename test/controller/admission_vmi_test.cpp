@@ -17,11 +17,13 @@
 #include "controller/model/readers.h"
 #include "test/controller/model_fixtures.h"
 #include "test/support/node_fit.h"
+#include "test/support/snapshot_fixture.h"
 
 namespace cozy::admission {
 namespace {
 
 using namespace cozy::model::testing;
+using namespace cozy::testing;
 using api::DeviceReferences;
 using model::Snapshot;
 using nlohmann::json;
@@ -37,20 +39,6 @@ json ReadTestdata(const std::string& name) {
 
 bool Contains(const std::optional<std::string>& text, const std::string& part) {
   return text && text->find(part) != std::string::npos;
-}
-
-Snapshot BaseSnapshot() {
-  Snapshot snapshot;
-  snapshot.classes = {MakeClass("a100", kA100)};
-  snapshot.namespaces = {MakeTenant("tenant-root", {}), MakeTenant("tenant-a", {"tenant-root"}),
-                         MakeTenant("tenant-b", {"tenant-root"})};
-  return snapshot;
-}
-
-void AddNode(Snapshot& snapshot, const std::string& name, int gpus,
-             const std::string& resource = kA100) {
-  snapshot.nodes.push_back(MakeNode(name));
-  snapshot.gpuNodes.push_back(MakeGpuNode(name, resource, gpus));
 }
 
 VmiInput Input(DeviceReferences references) {
@@ -125,7 +113,7 @@ TEST(OwnGpuEntriesE11, EveryGpusEntryAndGpuResourceKeysWebhookEntriesApart) {
 // E5: "a dry run and a refused start leave no trace" — each refusal is found before anything
 // is written: the plan then holds nothing to create or attach.
 TEST(VmiStartPlanE5, EveryRefusalBeforeAnyWrite) {
-  Snapshot snapshot = BaseSnapshot();
+  Snapshot snapshot = FlatTenantsSnapshot();
   AddNode(snapshot, "n1", 2);
   snapshot.devices = {Bound("tenant-a", "held", "a100", 1, "n1"),
                       Bound("tenant-a", "theirs", "a100", 1, "n1", "vm2"),
@@ -156,7 +144,7 @@ TEST(VmiStartPlanE5, EveryRefusalBeforeAnyWrite) {
 
 // E6: "one template: one marked device" — with a held device, the whole set on one node.
 TEST(VmiStartPlanE6, TemplatesBecomeMarkedDevicesReadyToCreate) {
-  Snapshot snapshot = BaseSnapshot();
+  Snapshot snapshot = FlatTenantsSnapshot();
   AddNode(snapshot, "n1", 2);
   AddNode(snapshot, "n2", 4);
   snapshot.devices = {Bound("tenant-a", "held", "a100", 1, "n1")};
@@ -181,7 +169,7 @@ TEST(VmiStartPlanE6, TemplatesBecomeMarkedDevicesReadyToCreate) {
 // VMI of 200 characters gets the same mark, a valid label value, and a device name that is a
 // valid subdomain.
 TEST(VmiStartPlanB3E6, TheTemplateMarkIsTheSameWhateverTheVmisName) {
-  Snapshot snapshot = BaseSnapshot();
+  Snapshot snapshot = FlatTenantsSnapshot();
   AddNode(snapshot, "n1", 2);
   VmiInput input = Input({{}, {{"gpu", "a100", 1}}});
   input.vmiName = std::string(200, 'v');
@@ -197,7 +185,7 @@ TEST(VmiStartPlanB3E6, TheTemplateMarkIsTheSameWhateverTheVmisName) {
 
 // The model moves a held set that cannot grow where it is, as the binder would.
 TEST(VmiStartPlanE5, SetGoesWhereTheWholeOfItFits) {
-  Snapshot snapshot = BaseSnapshot();
+  Snapshot snapshot = FlatTenantsSnapshot();
   AddNode(snapshot, "n1", 1);
   AddNode(snapshot, "n2", 4);
   snapshot.devices = {Bound("tenant-a", "held", "a100", 1, "n1")};
@@ -216,7 +204,7 @@ TEST(VmiStartPlanE5, SetGoesWhereTheWholeOfItFits) {
 // read them; a plan that counted them admitted a start the binder then refused after the writes.
 // A VMI tolerating a taint its class does not is refused at once, the taint named.
 TEST(VmiStartPlanC7E5, TheClassesTolerationsCountNotTheVmis) {
-  Snapshot snapshot = BaseSnapshot();
+  Snapshot snapshot = FlatTenantsSnapshot();
   AddNode(snapshot, "n1", 2);
   snapshot.nodes.MutableAt(0).taints = {{"gpu", "", "NoSchedule"}};
   const VmiInput input = Input({{}, {{"gpu", "a100", 1}}});
@@ -230,7 +218,7 @@ TEST(VmiStartPlanC7E5, TheClassesTolerationsCountNotTheVmis) {
 
 // E3 for templates: "all templates counted together against budgets".
 TEST(VmiStartPlanE3, TemplatesCountTogetherAgainstBudgets) {
-  Snapshot snapshot = BaseSnapshot();
+  Snapshot snapshot = FlatTenantsSnapshot();
   AddNode(snapshot, "n1", 8);
   snapshot.quotas = {MakeQuota("tenant-root", {{"requests.gpu.cozystack.io/a100", "3"}})};
   const DeviceReferences two = {{}, {{"a", "a100", 2}, {"b", "a100", 2}}};
@@ -245,7 +233,7 @@ TEST(VmiStartPlanE3, TemplatesCountTogetherAgainstBudgets) {
 
 // E4 for templates: a vgpu template without the entitlement.
 TEST(VmiStartPlanE4, VgpuTemplateNeedsTheEntitlement) {
-  Snapshot snapshot = BaseSnapshot();
+  Snapshot snapshot = FlatTenantsSnapshot();
   snapshot.classes.push_back(MakeClass("a2-4q", kA2Vgpu, api::GpuMode::kVgpu));
   AddNode(snapshot, "n1", 2, kA2Vgpu);
   const DeviceReferences refs = {{}, {{"gpu", "a2-4q", 1}}};
@@ -255,7 +243,7 @@ TEST(VmiStartPlanE4, VgpuTemplateNeedsTheEntitlement) {
 }
 
 TEST(VmiStartPlanE5, RawNamesForbiddenRefusesTheVmisOwnEntries) {
-  Snapshot snapshot = BaseSnapshot();
+  Snapshot snapshot = FlatTenantsSnapshot();
   AddNode(snapshot, "n1", 2);
   VmiInput input = Input({{}, {{"gpu", "a100", 1}}});
   input.entries.own = {{"spec.domain.devices.gpus[0]", "mine", kA100}};
@@ -275,7 +263,7 @@ TEST(VmiStartPlanE5, RawNamesForbiddenRefusesTheVmisOwnEntries) {
 // E9: "a recent answered request for the same VMI is taken as its own" — on a reinvocation the
 // devices the first call attached and created are this VMI's: nothing is created twice.
 TEST(VmiStartPlanE9, ReinvocationTakesItsOwnAttachmentsAndTemplateDevices) {
-  Snapshot snapshot = BaseSnapshot();
+  Snapshot snapshot = FlatTenantsSnapshot();
   AddNode(snapshot, "n1", 2);
   api::GpuDevice created =
       Pending("tenant-a", model::TemplateDeviceName("vm1", "gpu"), "a100", 1, "vm1");
@@ -377,7 +365,7 @@ TEST(VmiGpuPatchE10, EntryNamesAreDnsLabelsDistinctPerDeviceAndIndex) {
 
 // The VMI review from the wire to the answer: annotation, entries, plan, patch.
 TEST(VmiStartPlanE10, FromTheReviewToThePatch) {
-  Snapshot snapshot = BaseSnapshot();
+  Snapshot snapshot = FlatTenantsSnapshot();
   AddNode(snapshot, "n1", 2);
   snapshot.nodes.MutableAt(0).taints = {{"gpu", "", "NoSchedule"}};
   snapshot.classes[0].spec.tolerations = {{"gpu", "Exists", "", "NoSchedule"}};

@@ -10,11 +10,13 @@
 #include "api/quantity.h"
 #include "controller/model/readers.h"
 #include "test/controller/model_fixtures.h"
+#include "test/support/snapshot_fixture.h"
 
 namespace cozy::model {
 namespace {
 
 using namespace cozy::model::testing;
+using namespace cozy::testing;
 using api::DevicePhase;
 
 // A copy, so a decision of a temporary pass outlives it.
@@ -26,22 +28,6 @@ Decision DecisionFor(const std::vector<Decision>& decisions, const std::string& 
   }
   ADD_FAILURE() << "no decision for " << device;
   return Decision{"", "<no decision>", Action::kKeep, "", ""};
-}
-
-// A cluster with one passthrough class on kA100 and tenants root > a > a-b, plus b.
-Snapshot BaseSnapshot() {
-  Snapshot snapshot;
-  snapshot.classes = {MakeClass("a100", kA100)};
-  snapshot.namespaces = {MakeTenant("tenant-root", {}), MakeTenant("tenant-a", {"tenant-root"}),
-                         MakeTenant("tenant-a-b", {"tenant-root", "tenant-a"}),
-                         MakeTenant("tenant-b", {"tenant-root"})};
-  return snapshot;
-}
-
-void AddNode(Snapshot& snapshot, const std::string& name, int gpus,
-             const std::string& resource = kA100, int64_t perFunction = 1) {
-  snapshot.nodes.push_back(MakeNode(name));
-  snapshot.gpuNodes.push_back(MakeGpuNode(name, resource, gpus, perFunction));
 }
 
 int64_t FreeOn(const Model& model, const std::string& node, const std::string& className) {
