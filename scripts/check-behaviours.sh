@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Keeps the behaviour catalog (docs/behaviours.md) and the code honest with each other (run by
 # ctest as behaviours_check):
-#  1. every behaviour ID the code, the chart and the tests cite is defined in the catalog;
+#  1. every behaviour ID the code, the chart and the tests cite, anywhere (comments, file
+#     headers, messages), is defined in the catalog;
 #  2. every ID the catalog defines is cited by a test under test/ (a *_test.cpp, a *.test.mjs or
 #     a *_test.sh), unless its row says "not tested yet": those are printed as a warning, and
 #     a row so marked that a test does cite fails, so the mark cannot go stale.
@@ -9,15 +10,32 @@
 # name or a message (`// E13: ...`, `# H5: ...`, `(D3)`, `C7, C8`, `"C8 stale taint"`), a
 # suite name ending in IDs (`PlacementD10`, `NodeEligibilityC7C8C9`), a test name starting with
 # them (`D3_...`, `E6_E8_...`), or a range (`E1-E4`).
+# Only a test cites for rule 2: a test file's header (all that stands before its first test)
+# says what the file is about and proves nothing. A test runs from the comment lines right above
+# it up to those of the next test, or the file's end (its name, its body, and whatever helpers
+# stand between it and the next, an approximation of where its body ends): in a *_test.cpp from
+# a TEST, TEST_F or TEST_P macro, in a *.test.mjs from a test(...) or it(...) call. A *_test.sh
+# is one test, the script after its opening comment (its checks' messages and its comments).
 # Hardware and hex names are not IDs: a token glued to `-`, `/`, `.`, `:` or `[` is skipped
 # (`A2-4Q`, `10DE:20F1`, `ESC8000A-E12`), as are the phrases in `not_ids` below (the NVIDIA A2).
-# `scripts/check-behaviours.sh --list` prints the citations it found ("FILE:LINE ID [range]").
+#   scripts/check-behaviours.sh [--list] [ROOT]
+# ROOT is the tree to check (the checkout by default; test/behaviours_check_test.sh passes a
+# scratch one). `--list` prints the citations it found ("FILE:LINE ID [range] [header]"), a
+# test file's citation before its first test marked header.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+list=0
+if [[ ${1:-} == --list ]]; then
+  list=1
+  shift
+fi
+cd "${1:-$(dirname "$0")/..}"
 
 catalog=docs/behaviours.md
 self=scripts/check-behaviours.sh
-dirs=(agent api controller runtime kube sysfs podresources test charts scripts)
+dirs=()
+for dir in agent api controller runtime kube sysfs podresources test charts scripts; do
+  [[ -d $dir ]] && dirs+=("$dir")
+done
 includes=(--include='*.cpp' --include='*.h' --include='*.sh' --include='*.yaml' --include='*.tpl'
   --include='*.mjs' --include=CMakeLists.txt)
 excludes=(--exclude-dir=node_modules --exclude-dir=corpus)
@@ -48,6 +66,24 @@ done <"$catalog"
 
 # ---- the citations: "FILE:LINE ID" lines ----
 is_test_file() { [[ $1 == test/* && ( $1 == *_test.cpp || $1 == *.test.mjs || $1 == *_test.sh ) ]]; }
+# first_test FILE: the line its first test starts on, with the comment lines right above it
+# (0 where it has none, so every line of it is header).
+first_test() {
+  local start
+  case $1 in
+    *_test.cpp) start='^[[:space:]]*TEST(_F|_P)?[(]' ;;
+    *.test.mjs) start='^[[:space:]]*(test|it)[(]' ;;
+    *) start='^[^#]|^$' ;;  # a *_test.sh: the first line after its opening comment
+  esac
+  awk -v start="$start" -v shell="$([[ $1 == *_test.sh ]] && echo 1 || echo 0)" '
+    BEGIN { above = 1 }
+    shell == "1" && NR == 1 && /^#!/ { next }
+    $0 ~ start { print (shell == "1" ? NR : above); found = 1; exit }
+    /^[[:space:]]*\/\// { if (!comment) above = NR; comment = 1; next }
+    { comment = 0; above = NR + 1 }
+    END { if (!found) print 0 }' "$1"
+}
+declare -A first=()
 citations=()
 cite() { citations+=("$1 $2 ${3:-}"); }  # cite FILE:LINE ID [range]
 while IFS= read -r hit; do
@@ -90,23 +126,37 @@ while IFS= read -r hit; do
 done < <(grep -rnE "(^|[^A-Za-z0-9_./:[-])${id}([^A-Za-z0-9_/-]|$)|${id}-${id}|TEST(_F|_P)?\(" \
   "${dirs[@]}" "${includes[@]}" "${excludes[@]}" || true)
 
-if [[ ${1:-} == --list ]]; then  # the citations found, for a look at what the check reads
-  printf '%s\n' "${citations[@]}"
-  exit 0
-fi
+# in_test FILE LINE: a test file's line at or after the start of its first test
+in_test() {
+  is_test_file "$1" || return 1
+  [[ -n ${first[$1]:-} ]] || first[$1]=$(first_test "$1")
+  (( ${first[$1]} > 0 && $2 >= ${first[$1]} ))
+}
 
 status=0
 declare -A tested=() cited=()
+listed=()
 for c in "${citations[@]}"; do
   read -r where ref kind <<<"$c"
+  file=${where%:*} line=${where##*:}
   cited[$ref]=1
   if [[ -z ${defined[$ref]:-} ]]; then
     echo "behaviours_check: $where cites $ref, which $catalog does not define" >&2
     status=1
   fi
-  # a range in a test names no test of the IDs between
-  [[ $kind != range ]] && is_test_file "${where%:*}" && tested[$ref]=1
+  if in_test "$file" "$line"; then
+    # a range in a test names no test of the IDs between
+    [[ $kind != range ]] && tested[$ref]=1
+  elif is_test_file "$file"; then
+    c="$c header"
+  fi
+  listed+=("$c")
 done
+
+if (( list )); then  # the citations found, for a look at what the check reads
+  printf '%s\n' "${listed[@]}" | sed -E 's/ +/ /g; s/ $//'
+  exit 0
+fi
 
 warned=()
 for ref in $(printf '%s\n' "${!defined[@]}" | sort -V); do
