@@ -194,7 +194,8 @@ TEST(FakeFinalizers, DeleteHoldsTheObjectUntilTheLastFinalizerGoes) {
             (std::vector<std::string>{"ADDED", "MODIFIED", "MODIFIED", "DELETED"}));
 }
 
-// The cluster side of seed D12 (a namespace deletion goes once finalizers let it).
+// The fake's fidelity, not the product's behaviour: a namespace deletion goes once finalizers
+// let it, as the controller's test of deleting a namespace with GPUs off needs.
 TEST(FakeNamespaces, TerminationRemovesContentRefusesCreatesAndEndsWhenEmpty) {
   auto server = StartFakeApiServer(false);
   ASSERT_EQ(Call(*server, "POST", "/api/v1/namespaces", {{"metadata", {{"name", "t1"}}}}).status,
@@ -344,7 +345,8 @@ TEST(FakeNamespaces, ACreateIntoAMissingNamespaceIsNotFoundAndTheSystemOnesExist
   }
 }
 
-// What seed E5 (dry runs leave no trace) stands on.
+// The fake's fidelity, not the product's behaviour: a dry run stores and emits nothing, as the
+// webhooks' tests of a dry run that leaves no trace need.
 TEST(FakeDryRun, EveryVerbValidatesAnswersAndStoresAndEmitsNothing) {
   auto server = StartWithNamespace();
   ASSERT_EQ(Call(*server, "POST", kConfigMaps, ConfigMap("kept")).status, 201);
@@ -528,7 +530,8 @@ TEST(FakeGarbageCollector, BackgroundDeletesDependentsAfterTheOwnerGoes) {
   EXPECT_EQ(events[1]["object"]["metadata"]["name"], "dependent");
 }
 
-// The foregroundDeletion finalizer belongs to the garbage collector (seed F8).
+// The fake's fidelity, not the product's behaviour: the foregroundDeletion finalizer belongs to
+// the garbage collector, as on a real API server.
 TEST(FakeGarbageCollector, ForegroundDeletesBlockingDependentsFirst) {
   auto server = StartWithNamespace();
   auto owner = Call(*server, "POST", kConfigMaps, ConfigMap("owner")).body;
@@ -934,7 +937,8 @@ TEST(FakeKinds, EventsV1IsServedAndSharesTheCoreEventsStorage) {
       404);
 }
 
-// Seeds G5 and G6 need KubeVirt's kinds withheld, then served while running.
+// The fake's fidelity, not the product's behaviour: KubeVirt's kinds withheld, then served while
+// running, as the controller's tests of KubeVirt absent and then served need.
 TEST(FakeCrds, TestOnlyKindsAreServedAndWithheldFileByFile) {
   FakeApiServerOptions options;
   options.crdPaths.push_back(testing::TestCrdDir());
