@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <set>
 
 #include "api/keys.h"
 
@@ -211,6 +212,50 @@ std::optional<std::string> WhyNotALauncher(const AdmissionRequest& request,
            "vm.kubevirt.io/name label that agrees): only a virt-launcher pod may carry it";
   }
   return std::nullopt;
+}
+
+bool AllPlaced(const std::vector<api::GpuDevice>& devices) {
+  return !devices.empty() && std::all_of(devices.begin(), devices.end(), [](const auto& d) {
+    return d.Phase() == api::DevicePhase::kBound && d.status.nodeName;
+  });
+}
+
+LauncherPin PlanLauncherPin(const std::string& ns, const std::string& vmiName,
+                            const std::vector<api::GpuDevice>& devices,
+                            const std::vector<api::GpuClass>& classes) {
+  LauncherPin pin;
+  std::set<std::string> nodes;
+  std::string notPlaced;
+  for (const api::GpuDevice& device : devices) {
+    if (device.Phase() == api::DevicePhase::kBound && device.status.nodeName) {
+      nodes.insert(*device.status.nodeName);
+    } else if (notPlaced.empty()) {
+      notPlaced = "GPUDevice " + device.metadata.name + " is " +
+                  std::string(api::ToString(device.Phase())) + ", not bound to a node";
+    }
+  }
+  if (devices.empty()) {
+    pin.refusal = "no GPUDevice in namespace " + ns + " is attached to VirtualMachineInstance " +
+                  vmiName + ": its GPUs were not attached";
+  } else if (!notPlaced.empty()) {
+    pin.refusal = notPlaced + "; the launcher of " + vmiName + " would start without it";
+  } else if (nodes.size() != 1) {
+    pin.refusal = "the GPUDevices of " + vmiName + " are bound to different nodes";
+  } else {
+    // The tolerations of the devices' classes (docs/install.md, "GPU nodes behind a taint"): the
+    // binder placed the set where they let it go, so the launcher carries them, and the pin keeps
+    // it there.
+    pin.node = *nodes.begin();
+    for (const api::GpuDevice& device : devices) {
+      for (const api::GpuClass& gpuClass : classes) {
+        if (gpuClass.metadata.name == device.spec.className) {
+          pin.tolerations.insert(pin.tolerations.end(), gpuClass.spec.tolerations.begin(),
+                                 gpuClass.spec.tolerations.end());
+        }
+      }
+    }
+  }
+  return pin;
 }
 
 }  // namespace cozy::admission

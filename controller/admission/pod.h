@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "api/gpuclass.h"
+#include "api/gpudevice.h"
 #include "api/meta.h"
 #include "controller/admission/review.h"
 
@@ -59,5 +61,23 @@ std::optional<std::string> LauncherVmiName(const nlohmann::json& pod);
 // running VMI's launcher would get the cordon and class tolerations onto a GPU node.
 std::optional<std::string> WhyNotALauncher(const AdmissionRequest& request,
                                            std::string_view kubevirtControllerUser);
+
+// Where a launcher pod of VMI `vmiName` in `ns` goes (E13): its GPUDevices (those attached to the
+// VMI) must all be Bound on one node, and the pod is pinned there carrying their classes'
+// tolerations (as written, in the devices' order; `classes` the cluster's GPUClasses). A pod
+// whose VMI has no device, a device not placed, or devices on different nodes is refused with
+// the tenant's reason.
+struct LauncherPin {
+  std::optional<std::string> refusal;
+  std::string node;
+  std::vector<api::Toleration> tolerations;
+};
+LauncherPin PlanLauncherPin(const std::string& ns, const std::string& vmiName,
+                            const std::vector<api::GpuDevice>& devices,
+                            const std::vector<api::GpuClass>& classes);
+
+// Whether every device of the set is placed (Bound, with a node): until then the pod webhook
+// reads the devices past its cache, which may lag the VMI webhook's writes.
+bool AllPlaced(const std::vector<api::GpuDevice>& devices);
 
 }  // namespace cozy::admission

@@ -25,12 +25,12 @@ VmStart::VmStart(Parts parts, const admission::AdmissionRequest& request, std::s
   };
 }
 
-json VmStart::Run() {
-  if (auto refusal = Check()) return Encode(admission::Refuse(request_, *refusal));
-  if (request_.dryRun) return Encode(admission::Allow(request_, patch_));  // E5: nothing written
+admission::AdmissionResponse VmStart::Run() {
+  if (auto refusal = Check()) return admission::Refuse(request_, *refusal);
+  if (request_.dryRun) return admission::Allow(request_, patch_);  // E5: nothing written
   if (OwnAnswered()) {
     parts_.count(&WebhookStats::reinvocations);
-    return Encode(admission::Allow(request_, patch_));
+    return admission::Allow(request_, patch_);
   }
   std::optional<std::string> refusal;
   try {
@@ -43,9 +43,9 @@ json VmStart::Run() {
   }
   if (refusal) {
     Undo();
-    return Encode(admission::Refuse(request_, *refusal));
+    return admission::Refuse(request_, *refusal);
   }
-  return Encode(admission::Allow(request_, patch_));
+  return admission::Allow(request_, patch_);
 }
 
 // E5: every refusal check before any write.

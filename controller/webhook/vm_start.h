@@ -40,8 +40,8 @@ class VmStart {
   VmStart(Parts parts, const admission::AdmissionRequest& request, std::string name,
           Clock::time_point deadline);
 
-  // The AdmissionReview to answer.
-  nlohmann::json Run();
+  // The answer: allowed with the VMI's gpus patch, or refused with the tenant's reason.
+  admission::AdmissionResponse Run();
 
  private:
   std::optional<std::string> Check();

@@ -41,12 +41,9 @@ void Webhooks::Register(Server& server) {
   });
 }
 
-void Webhooks::Count(const std::string& webhook, const json& answer, double seconds) {
-  const json* allowed = Find(answer, {"response", "allowed"});
-  const std::string result =
-      allowed && allowed->is_boolean() ? (allowed->get<bool>() ? "allowed" : "refused") : "error";
+void Webhooks::Count(std::string_view webhook, std::string_view result, double seconds) {
   std::lock_guard lock(mutex_);
-  ++stats_.answers[webhook + "/" + result];
+  ++stats_.answers[std::string(webhook) + "/" + std::string(result)];
   stats_.latencies.push_back(seconds);
 }
 
@@ -60,155 +57,121 @@ WebhookStats Webhooks::TakeStats() {
 // What every webhook answers before looking at the object: only CREATE is checked (the rules
 // send nothing else; an UPDATE that reaches here anyway is let through), and nothing is decided
 // before the caches have listed.
-std::optional<json> Webhooks::Early(const admission::AdmissionRequest& request) const {
-  if (request.operation != admission::Operation::kCreate) {
-    return Encode(admission::Allow(request));
-  }
+std::optional<admission::AdmissionResponse> Webhooks::Early(
+    const admission::AdmissionRequest& request) const {
+  if (request.operation != admission::Operation::kCreate) return admission::Allow(request);
   if (!cluster_.Synced()) {
-    return Encode(admission::Refuse(request,
-                                    "gpu-controller is starting and has not read the GPU catalog "
-                                    "yet; try again in a few seconds"));
+    return admission::Refuse(request,
+                             "gpu-controller is starting and has not read the GPU catalog yet; "
+                             "try again in a few seconds");
   }
   return std::nullopt;
 }
 
-json Webhooks::ValidateGpuDevice(const json& review, const RequestContext&) {
+json Webhooks::Serve(std::string_view webhook, const json& review, const RequestContext& context,
+                     const Handler& handle) {
   const auto started = Clock::now();
-  const admission::AdmissionRequest request = admission::DecodeAdmissionReview(review);
-  json answer;
-  if (auto early = Early(request)) {
-    answer = std::move(*early);
-  } else {
-    try {
-      json object = request.object;
-      if (StringAt(object, {"metadata", "namespace"}).empty()) {
-        object["metadata"]["namespace"] = request.namespaceName;
-      }
-      const api::GpuDevice order = api::GpuDeviceFromJson(object);
-      const std::shared_ptr<const Prepared> prepared = cluster_.Prepare();
-      if (!prepared->model) {
-        answer = Encode(
-            admission::Refuse(request, "the GPU catalog cannot be read: " + prepared->modelError));
-      } else if (auto refusal =
-                     admission::CheckOrder(*prepared->model, prepared->snapshot, order)) {
-        answer = Encode(admission::Refuse(request, *refusal));
-      } else {
-        answer = Encode(admission::Allow(request));
-      }
-    } catch (const api::DecodeError& error) {
-      answer = Encode(
-          admission::Refuse(request, std::string("the GPUDevice is not valid: ") + error.what()));
-    }
+  try {
+    const admission::AdmissionRequest request = admission::DecodeAdmissionReview(review);
+    std::optional<admission::AdmissionResponse> early = Early(request);
+    const admission::AdmissionResponse response = early ? *early : handle(request, context);
+    Count(webhook, response.allowed ? "allowed" : "refused", Seconds(started));
+    return Encode(response);
+  } catch (...) {
+    Count(webhook, "error", Seconds(started));
+    throw;  // the server answers the error; the API server's failurePolicy decides
   }
-  Count(std::string(kGpuDevices.plural), answer, Seconds(started));
-  return answer;
 }
 
-json Webhooks::MutatePod(const json& review, const RequestContext&) {
-  const auto started = Clock::now();
-  const admission::AdmissionRequest request = admission::DecodeAdmissionReview(review);
-  json answer;
-  const std::string ns = request.namespaceName;
-  if (auto early = Early(request)) {
-    answer = std::move(*early);
-  } else {
-    const std::string vmiName = admission::LauncherVmiName(request.object).value_or("");
-    if (const auto why = admission::WhyNotALauncher(request, options_.kubevirtControllerUser)) {
-      answer = Encode(admission::Refuse(request, *why));
-    } else {
-      std::vector<api::GpuDevice> devices;
-      for (const auto& device : cluster_.AttachedTo(ns, vmiName)) devices.push_back(*device);
-      const auto placed = [&] {
-        return !devices.empty() && std::all_of(devices.begin(), devices.end(), [](const auto& d) {
-          return d.Phase() == api::DevicePhase::kBound && d.status.nodeName;
-        });
-      };
-      if (!placed()) {
-        // The cache may lag the VMI webhook's writes by a moment: ask the API server.
-        devices.clear();
-        kube::ListOptions pages;
-        pages.limit = 500;
-        const json list = client_.List(Collection(ns), pages);
-        for (const json& item : list["items"]) {
-          std::optional<api::GpuDevice> device;
-          try {
-            device = api::GpuDeviceFromJson(item);
-          } catch (const std::exception&) {
-            continue;  // as the caches do: an object that does not decode is no one's GPU
-          }
-          if (device->status.attachment && device->status.attachment->vmiName == vmiName) {
-            devices.push_back(std::move(*device));
-          }
-        }
-      }
-      std::set<std::string> nodes;
-      std::string notPlaced;
-      for (const api::GpuDevice& device : devices) {
-        if (device.Phase() == api::DevicePhase::kBound && device.status.nodeName) {
-          nodes.insert(*device.status.nodeName);
-        } else if (notPlaced.empty()) {
-          notPlaced = "GPUDevice " + device.metadata.name + " is " +
-                      std::string(api::ToString(device.Phase())) + ", not bound to a node";
-        }
-      }
-      if (devices.empty()) {
-        answer = Encode(admission::Refuse(request, "no GPUDevice in namespace " + ns +
-                                                       " is attached to VirtualMachineInstance " +
-                                                       vmiName + ": its GPUs were not attached"));
-      } else if (!notPlaced.empty()) {
-        answer = Encode(admission::Refuse(
-            request, notPlaced + "; the launcher of " + vmiName + " would start without it"));
-      } else if (nodes.size() != 1) {
-        answer = Encode(admission::Refuse(
-            request, "the GPUDevices of " + vmiName + " are bound to different nodes"));
-      } else {
-        // The tolerations of the devices' classes (docs/install.md, "GPU nodes behind a taint"):
-        // the binder placed the set where they let it go, so the launcher carries them, and the pin
-        // keeps it there.
-        std::vector<api::Toleration> tolerations;
-        const std::shared_ptr<const Prepared> prepared = cluster_.Prepare();
-        for (const api::GpuDevice& device : devices) {
-          for (const api::GpuClass& gpuClass : prepared->snapshot.classes) {
-            if (gpuClass.metadata.name == device.spec.className) {
-              tolerations.insert(tolerations.end(), gpuClass.spec.tolerations.begin(),
-                                 gpuClass.spec.tolerations.end());
-            }
-          }
-        }
-        answer = Encode(admission::Allow(
-            request, admission::PodPinPatch(request.object, *nodes.begin(), tolerations)));
-      }
-    }
-  }
-  Count(std::string(kPods.plural), answer, Seconds(started));
-  return answer;
+json Webhooks::ValidateGpuDevice(const json& review, const RequestContext& context) {
+  return Serve(kGpuDevices.plural, review, context,
+               [this](const admission::AdmissionRequest& request, const RequestContext&) {
+                 return CheckOrder(request);
+               });
 }
 
 json Webhooks::MutateVmi(const json& review, const RequestContext& context) {
-  const auto started = Clock::now();
-  const admission::AdmissionRequest request = admission::DecodeAdmissionReview(review);
-  json answer;
-  if (auto early = Early(request)) {
-    answer = std::move(*early);
-  } else {
-    const std::optional<Server::WaitSlot> slot =
-        server_ ? server_->TryWait() : std::optional<Server::WaitSlot>();
-    if (server_ && !slot) {
-      answer = Encode(admission::Refuse(request,
-                                        "too many VM starts are waiting for GPU placement on this "
-                                        "gpu-controller replica; try again in a few seconds"));
-    } else {
-      const std::string name =
-          request.name.empty() ? StringAt(request.object, {"metadata", "name"}) : request.name;
-      answer = StartVmi(request, name, context);
-    }
-  }
-  Count(std::string(kVmis.plural), answer, Seconds(started));
-  return answer;
+  return Serve(kVmis.plural, review, context,
+               [this](const admission::AdmissionRequest& request, const RequestContext& call) {
+                 return StartVmi(request, call);
+               });
 }
 
-json Webhooks::StartVmi(const admission::AdmissionRequest& request, const std::string& name,
-                        const RequestContext& context) {
+json Webhooks::MutatePod(const json& review, const RequestContext& context) {
+  return Serve(kPods.plural, review, context,
+               [this](const admission::AdmissionRequest& request, const RequestContext&) {
+                 return PinLauncher(request);
+               });
+}
+
+// E1-E4: the order as the CRD reads it, then the model's refusals.
+admission::AdmissionResponse Webhooks::CheckOrder(const admission::AdmissionRequest& request) {
+  try {
+    json object = request.object;
+    if (StringAt(object, {"metadata", "namespace"}).empty()) {
+      object["metadata"]["namespace"] = request.namespaceName;
+    }
+    const api::GpuDevice order = api::GpuDeviceFromJson(object);
+    const std::shared_ptr<const Prepared> prepared = cluster_.Prepare();
+    if (!prepared->model) {
+      return admission::Refuse(request, "the GPU catalog cannot be read: " + prepared->modelError);
+    }
+    if (auto refusal = admission::CheckOrder(*prepared->model, prepared->snapshot, order)) {
+      return admission::Refuse(request, *refusal);
+    }
+    return admission::Allow(request);
+  } catch (const api::DecodeError& error) {
+    return admission::Refuse(request, std::string("the GPUDevice is not valid: ") + error.what());
+  }
+}
+
+// E13, E14: a launcher KubeVirt's controller creates is pinned to its GPUs' node
+// (admission::PlanLauncherPin); its devices are read past the cache while the cache does not
+// show them placed, as it may lag the VMI webhook's writes by a moment.
+admission::AdmissionResponse Webhooks::PinLauncher(const admission::AdmissionRequest& request) {
+  if (const auto why = admission::WhyNotALauncher(request, options_.kubevirtControllerUser)) {
+    return admission::Refuse(request, *why);
+  }
+  const std::string& ns = request.namespaceName;
+  const std::string vmiName = admission::LauncherVmiName(request.object).value_or("");
+  std::vector<api::GpuDevice> devices;
+  for (const auto& device : cluster_.AttachedTo(ns, vmiName)) devices.push_back(*device);
+  if (!admission::AllPlaced(devices)) {
+    devices.clear();
+    kube::ListOptions pages;
+    pages.limit = 500;
+    const json list = client_.List(Collection(ns), pages);
+    for (const json& item : list["items"]) {
+      std::optional<api::GpuDevice> device;
+      try {
+        device = api::GpuDeviceFromJson(item);
+      } catch (const std::exception&) {
+        continue;  // as the caches do: an object that does not decode is no one's GPU
+      }
+      if (device->status.attachment && device->status.attachment->vmiName == vmiName) {
+        devices.push_back(std::move(*device));
+      }
+    }
+  }
+  const admission::LauncherPin pin =
+      admission::PlanLauncherPin(ns, vmiName, devices, cluster_.Prepare()->snapshot.classes);
+  if (pin.refusal) return admission::Refuse(request, *pin.refusal);
+  return admission::Allow(request,
+                          admission::PodPinPatch(request.object, pin.node, pin.tolerations));
+}
+
+// E5-E9: a VM start (VmStart), while this replica has a wait slot for it.
+admission::AdmissionResponse Webhooks::StartVmi(const admission::AdmissionRequest& request,
+                                                const RequestContext& context) {
+  const std::optional<Server::WaitSlot> slot =
+      server_ ? server_->TryWait() : std::optional<Server::WaitSlot>();
+  if (server_ && !slot) {
+    return admission::Refuse(request,
+                             "too many VM starts are waiting for GPU placement on this "
+                             "gpu-controller replica; try again in a few seconds");
+  }
+  const std::string name =
+      request.name.empty() ? StringAt(request.object, {"metadata", "name"}) : request.name;
   auto count = [this](int64_t WebhookStats::*counter) {
     std::lock_guard lock(mutex_);
     ++(stats_.*counter);

@@ -24,6 +24,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -118,10 +119,21 @@ class Webhooks {
   WebhookStats TakeStats();
 
  private:
-  std::optional<nlohmann::json> Early(const admission::AdmissionRequest& request) const;
-  nlohmann::json StartVmi(const admission::AdmissionRequest& request, const std::string& name,
-                          const RequestContext& context);
-  void Count(const std::string& webhook, const nlohmann::json& answer, double seconds);
+  // The frame every webhook runs in (docs/controller.md, "Admission webhooks"): the review
+  // decoded, the early answers, then the webhook's own rule as a function from the request and
+  // its context to the response, which is encoded, timed and counted under `webhook` (an
+  // exception counts as an error and goes on to the server, which answers 500).
+  using Handler = std::function<admission::AdmissionResponse(const admission::AdmissionRequest&,
+                                                             const RequestContext&)>;
+  nlohmann::json Serve(std::string_view webhook, const nlohmann::json& review,
+                       const RequestContext& context, const Handler& handle);
+  std::optional<admission::AdmissionResponse> Early(
+      const admission::AdmissionRequest& request) const;
+  admission::AdmissionResponse CheckOrder(const admission::AdmissionRequest& request);
+  admission::AdmissionResponse PinLauncher(const admission::AdmissionRequest& request);
+  admission::AdmissionResponse StartVmi(const admission::AdmissionRequest& request,
+                                        const RequestContext& context);
+  void Count(std::string_view webhook, std::string_view result, double seconds);
 
   kube::Client& client_;
   ClusterSource& cluster_;

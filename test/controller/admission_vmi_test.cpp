@@ -600,5 +600,55 @@ TEST(WhyNotALauncherE14, OnlyKubeVirtsControllerCreatesALauncher) {
   EXPECT_TRUE(WhyNotALauncher(request, "system:serviceaccount:kubevirt:kubevirt-controller"));
 }
 
+// E13: where a launcher goes is its devices' one node, with their classes' tolerations; a VMI
+// with no device, a device not placed, or devices on two nodes refuse the launcher with the
+// tenant's reason.
+TEST(LauncherPinE13, TheDevicesOneNodeAndTheirClassesTolerationsOrTheReasonNot) {
+  auto device = [](const std::string& name, const std::string& className,
+                   std::optional<std::string> node) {
+    api::GpuDevice d;
+    d.metadata.namespaceName = "t1";
+    d.metadata.name = name;
+    d.spec.className = className;
+    d.spec.count = 1;
+    if (node) {
+      d.status.phase = api::DevicePhase::kBound;
+      d.status.nodeName = node;
+    } else {
+      d.status.phase = api::DevicePhase::kPending;
+    }
+    return d;
+  };
+  api::GpuClass pool;
+  pool.metadata.name = "pool";
+  pool.spec.tolerations = {{"nvidia.com/gpu", "Exists", "", "NoSchedule"}};
+  api::GpuClass plain;
+  plain.metadata.name = "plain";
+  const std::vector<api::GpuClass> classes = {plain, pool};
+
+  const LauncherPin pinned = PlanLauncherPin(
+      "t1", "vm1", {device("a", "pool", "n1"), device("b", "plain", "n1")}, classes);
+  EXPECT_EQ(pinned.refusal, std::nullopt);
+  EXPECT_EQ(pinned.node, "n1");
+  EXPECT_EQ(pinned.tolerations, pool.spec.tolerations);
+  EXPECT_TRUE(AllPlaced({device("a", "pool", "n1")}));
+
+  const LauncherPin none = PlanLauncherPin("t1", "vm1", {}, classes);
+  EXPECT_EQ(none.refusal,
+            "no GPUDevice in namespace t1 is attached to VirtualMachineInstance vm1: "
+            "its GPUs were not attached");
+  EXPECT_FALSE(AllPlaced({}));
+  const LauncherPin pending =
+      PlanLauncherPin("t1", "vm1", {device("a", "pool", "n1"), device("b", "plain", {})}, classes);
+  EXPECT_EQ(pending.refusal,
+            "GPUDevice b is Pending, not bound to a node; the launcher of vm1 would start "
+            "without it");
+  EXPECT_FALSE(AllPlaced({device("a", "pool", "n1"), device("b", "plain", {})}));
+  const LauncherPin split = PlanLauncherPin(
+      "t1", "vm1", {device("a", "pool", "n1"), device("b", "plain", "n2")}, classes);
+  EXPECT_EQ(split.refusal, "the GPUDevices of vm1 are bound to different nodes");
+  EXPECT_TRUE(split.node.empty());
+}
+
 }  // namespace
 }  // namespace cozy::admission
