@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "runtime/loop.h"
+#include "runtime/pass_loop.h"
 #include "runtime/worker.h"
 
 namespace cozy::runtime {
@@ -199,6 +200,64 @@ TEST(PassScheduler, NothingStartsAfterStop) {
   f.EndAfter(150ms);
   EXPECT_EQ(f.loop.Run(), 0);
   EXPECT_EQ(passes, 0);
+}
+
+// PassLoop, the one loop type the controller's passes run on: a pass runs on the loop's worker,
+// not the loop thread, and its result comes back to the loop thread, whose Done ends it; a due
+// pass its owner gives none for runs nothing; Stop waits for the pass in flight; and after it no
+// pass starts whatever is asked.
+TEST(PassLoop, APassRunsOnTheWorkerItsResultComesBackAndNothingRunsAfterStop) {
+  Fixture f;
+  const std::thread::id loopThread = std::this_thread::get_id();
+  bool ready = false;
+  std::atomic<int> ran{0};
+  std::atomic<bool> onWorker{false};
+  std::atomic<bool> inFlightAtStop{false};
+  std::vector<int> results;
+  std::unique_ptr<PassLoop<int>> passes;
+  passes = std::make_unique<PassLoop<int>>(
+      f.loop, "pass", "pass-worker",
+      [&]() -> std::function<int()> {
+        EXPECT_EQ(std::this_thread::get_id(), loopThread);
+        if (!ready) return {};
+        return [&] {
+          onWorker = std::this_thread::get_id() != loopThread;
+          const int pass = ++ran;
+          if (pass == 2) {
+            // Stop comes while this pass runs, and waits for it.
+            f.loop.Post([&] {
+              inFlightAtStop = true;
+              passes->Stop();
+              inFlightAtStop = false;
+            });
+            std::this_thread::sleep_for(50ms);
+            EXPECT_TRUE(inFlightAtStop.load()) << "Stop returned before the pass in flight ended";
+          }
+          return pass;
+        };
+      },
+      [&](int result) {
+        EXPECT_EQ(std::this_thread::get_id(), loopThread);
+        results.push_back(result);
+        passes->Finished();
+        if (result == 1) passes->Ask(0ms);  // the second
+      });
+  passes->Ask(0ms);  // before Start: nothing
+  passes->Start();
+  passes->Ask(0ms);  // due, but the owner gives no pass
+  Timer open = f.loop.AddTimer("open", [&] {
+    ready = true;
+    passes->Ask(0ms);
+  });
+  open.Arm(50ms);
+  Timer late = f.loop.AddTimer("late", [&] { passes->Ask(0ms); });  // after Stop: nothing
+  late.Arm(300ms);
+  f.EndAfter(500ms);
+  EXPECT_EQ(f.loop.Run(), 0);
+  EXPECT_TRUE(onWorker);
+  EXPECT_TRUE(passes->Stopping());
+  EXPECT_EQ(ran.load(), 2);
+  EXPECT_EQ(results, (std::vector<int>{1, 2}));
 }
 
 }  // namespace
