@@ -152,4 +152,37 @@ class LeaderElector {
 // the calls.
 DeadlineSource LeaderDeadline(const std::atomic<bool>& leading, DeadlineSource leadingUntil);
 
+// A replica's leadership, one handle for every part that works as the leader (the reconciler,
+// the binder, their writes): whether it leads now, read before each pass and each write, and the
+// deadline of its writes (LeaderDeadline over the elector's LeadingUntil). The daemon sets it
+// from the elector's callbacks; a test makes one that leads with no limit in time.
+class Leadership {
+ public:
+  explicit Leadership(bool leading = false, DeadlineSource until = {})
+      : leading_(leading), until_(std::move(until)) {}
+  Leadership(const Leadership&) = delete;
+  Leadership& operator=(const Leadership&) = delete;
+
+  bool Leading() const { return leading_.load(); }
+  void Set(bool leading) { leading_.store(leading); }
+  // Where the deadline comes from (LeaderElector::LeadingUntil; empty: no limit in time). Only
+  // before any write reads Deadline: the elector is made after the parts that hold this.
+  void SetUntil(DeadlineSource until) { until_ = std::move(until); }
+  // The deadline of a leader-gated call (RequestOptions::deadline), read before every attempt:
+  // none once this stops leading, else the instant the Lease lets it lead until.
+  DeadlineSource Deadline() const {
+    return [this]() -> std::optional<TimePoint> {
+      if (!leading_.load()) return std::nullopt;
+      if (!until_) return TimePoint::max();
+      return until_();
+    };
+  }
+  // The instant it leads until, as the elector says (none: no limit, or not leading).
+  std::optional<TimePoint> Until() const { return until_ ? until_() : std::nullopt; }
+
+ private:
+  std::atomic<bool> leading_;
+  DeadlineSource until_;
+};
+
 }  // namespace cozy::kube

@@ -60,6 +60,21 @@ std::vector<std::string> Manager::Waiting() const {
   return waiting;
 }
 
+void Manager::Lead() const {
+  if (!begun_) return;  // the list is complete only from Start on
+  for (const Runnable& runnable : runnables_) {
+    if (runnable.needsLease && runnable.lead) runnable.lead();
+  }
+}
+
+std::vector<std::string> Manager::LeaseHolders() const {
+  std::vector<std::string> names;
+  for (const Runnable& runnable : runnables_) {
+    if (runnable.needsLease) names.push_back(runnable.name);
+  }
+  return names;
+}
+
 std::vector<std::string> Manager::Names() const {
   std::vector<std::string> names;
   for (const Runnable& runnable : runnables_) names.push_back(runnable.name);

@@ -4,10 +4,12 @@
 // stop orders are no longer two hand-kept lists that must mirror each other, and readiness is
 // derived, not re-listed.
 //
-// Leader-only work (the controller's reconciler and binder) is not gated here: each checks the
-// lease before every pass and every write, and a lost lease ends that work, not the process
-// (docs/controller.md, "The lease"). controller-runtime's manager exits on a lost lease; a
-// replica here stays up and keeps answering webhooks from its warm caches as a follower.
+// Leader-only work (the controller's reconciler and binder) says so (needsLease): it starts and
+// stops with the rest, and Lead() tells it when the replica takes the lead. It is not otherwise
+// gated here: each checks the lease before every pass and every write (one leadership handle,
+// kube::Leadership), and a lost lease ends that work, not the process (docs/controller.md, "The
+// lease"). controller-runtime's manager exits on a lost lease; a replica here stays up and keeps
+// answering webhooks from its warm caches as a follower.
 #pragma once
 
 #include <atomic>
@@ -26,6 +28,8 @@ class Manager {
     std::function<void()> stop;
     std::function<bool()> synced;  // empty: synced once started
     bool gatesReadiness = false;   // Ready() waits for it
+    bool needsLease = false;       // it works only while the replica leads
+    std::function<void()> lead;    // needsLease: the replica is taking the lead (Lead)
   };
 
   // Only before Start (std::logic_error after).
@@ -37,6 +41,13 @@ class Manager {
   void Start();
   // Stops what was started, in reverse; once. A stop that throws is logged and the rest go on.
   void Stop();
+
+  // Any thread, from Start on (the elector starts before the parts that lead, and may take the
+  // lead before they have started), as the replica takes the lead and before its leadership
+  // turns on: each runnable that needs the Lease is told, in order, started or not yet.
+  void Lead() const;
+  // The names of those that need the Lease, in order.
+  std::vector<std::string> LeaseHolders() const;
 
   // Any thread (the webhooks ask while the loop starts the rest): every runnable that gates
   // readiness has synced, and every runnable has started (none has stopped).

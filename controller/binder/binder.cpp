@@ -160,11 +160,11 @@ bool Replaced(const Written& written, const std::string& version) {
 
 }  // namespace
 
-Binder::Binder(kube::Client& client, const std::atomic<bool>& leading, std::string identity,
-               kube::DeadlineSource leadingUntil, kube::TimeSource* time)
+Binder::Binder(kube::Client& client, const kube::Leadership& leadership, std::string identity,
+               kube::TimeSource* time)
     : client_(client),
-      leading_(leading),
-      write_{false, kFieldManager, {kube::LeaderDeadline(leading, std::move(leadingUntil))}},
+      leadership_(leadership),
+      write_{false, kFieldManager, {leadership.Deadline()}},
       identity_(std::move(identity)),
       time_(time != nullptr ? *time : kube::DefaultTimeSource()) {}
 
@@ -307,7 +307,7 @@ void Binder::ReportUnpermittedClasses(const model::Snapshot& snapshot,
     return;  // KubeVirt not read (not served, not synced, no KubeVirt object) or no table
   }
   for (const api::GpuClass& gpuClass : snapshot.classes) {
-    if (gpuClass.metadata.deletionTimestamp || !leading_.load()) continue;
+    if (gpuClass.metadata.deletionTimestamp || !leadership_.Leading()) continue;
     if (model::IsPermittedHostDevice(table, gpuClass.ResourceName())) continue;
     const nlohmann::json regarding = {{"apiVersion", api::kApiVersion},
                                       {"kind", api::kGpuClassKind},
@@ -327,7 +327,7 @@ void Binder::ReportInputProblems(std::chrono::system_clock::time_point now, Bind
   if (!lastModel_) return;
   result.inputProblems = lastModel_->Problems();
   for (const model::InputProblem& problem : result.inputProblems) {
-    if (!leading_.load()) return;
+    if (!leadership_.Leading()) return;
     nlohmann::json regarding = {{"kind", problem.kind}, {"name", problem.name}};
     std::string eventNamespace =
         problem.namespaceName.empty() ? kClusterEventNamespace : problem.namespaceName;
@@ -815,12 +815,12 @@ void Binder::Write(const std::vector<model::Decision>& decisions, const DeviceMa
     if (answersOnly && !pending && !(index < match.lastPending && frees)) continue;
     std::optional<nlohmann::json> status = StatusPatch(device, decision, now, result);
     if (!status) {
-      if (decision.action == model::Action::kRefuse && leading_.load()) {
+      if (decision.action == model::Action::kRefuse && leadership_.Leading()) {
         post(PrepareDeviceEvent(device, decision, now, result));  // the tenant learns why
       }
       continue;
     }
-    if (!leading_.load()) {
+    if (!leadership_.Leading()) {
       ++result.failures;
       continue;  // stepped down mid-pass: the new leader decides afresh
     }
@@ -925,7 +925,7 @@ int64_t Binder::WriteNodeConditions(const model::Snapshot& snapshot,
       wanted.lastTransitionTime = api::FormatTime(now);
     }
     conditions.push_back(api::ToJson(wanted));
-    if (!leading_.load()) {
+    if (!leadership_.Leading()) {
       break;
     }
     try {

@@ -64,6 +64,7 @@
 #include "kube/client.h"
 #include "kube/clock.h"
 #include "kube/errors.h"
+#include "kube/leader_election.h"
 #include "runtime/worker.h"
 
 namespace cozy::controller {
@@ -134,13 +135,12 @@ class Binder {
   int64_t EventsFailed() const { return eventsFailed_.load(); }
   int64_t EventsDropped() const { return eventsDropped_.load(); }
 
-  // `leading` is read before every write, and with `leadingUntil` (the elector's
-  // LeaderElector::LeadingUntil; empty: no limit in time) before every attempt of each, retries
-  // included: no write is sent, retried or left running past the instant the replica leads
-  // until (kube::LeaderDeadline). `identity` names this replica in Events.
+  // `leadership` is read before every write, and its deadline before every attempt of each,
+  // retries included: no write is sent, retried or left running past the instant the replica
+  // leads until (kube::Leadership::Deadline). `identity` names this replica in Events.
   // `time` paces the per-device backoff (a fake in tests; the steady clock by default).
-  Binder(kube::Client& client, const std::atomic<bool>& leading, std::string identity = "",
-         kube::DeadlineSource leadingUntil = {}, kube::TimeSource* time = nullptr);
+  Binder(kube::Client& client, const kube::Leadership& leadership, std::string identity = "",
+         kube::TimeSource* time = nullptr);
 
   // A refused device's wait before its write is sent again: 1 s, doubling to 1 min.
   static constexpr kube::BackoffPolicy kWriteRetry{std::chrono::seconds(1), std::chrono::minutes(1),
@@ -263,7 +263,7 @@ class Binder {
                  std::chrono::system_clock::time_point now, BinderResult& result,
                  std::optional<PendingEvent>& event);
   kube::Client& client_;
-  const std::atomic<bool>& leading_;
+  const kube::Leadership& leadership_;
   // The options of every write: the field manager, and the lease's deadline on each attempt.
   kube::WriteOptions write_;
   // One Event regarding `regarding` (its object reference), rate limited as above by (uid,

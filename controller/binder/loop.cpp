@@ -12,52 +12,42 @@ namespace cozy::controller {
 
 using runtime::LogFields;
 
-BinderLoop::BinderLoop(runtime::Loop& loop, kube::Client& client, const std::atomic<bool>& leading,
-                       std::string identity, BinderSource& source,
-                       kube::DeadlineSource leadingUntil)
-    : loop_(loop),
-      client_(client),
-      leading_(leading),
+BinderLoop::BinderLoop(runtime::Loop& loop, kube::Client& client,
+                       const kube::Leadership& leadership, std::string identity,
+                       BinderSource& source)
+    : client_(client),
+      leadership_(leadership),
       source_(source),
-      binder_(client, leading, std::move(identity), std::move(leadingUntil)),
-      worker_("binder"),
+      binder_(client, leadership, std::move(identity)),
       duration_({0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30}),
-      answerLatency_({0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30}) {}
+      answerLatency_({0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30}),
+      runner_(
+          loop, "bind", "binder", [this] { return BeginPass(); },
+          [this](PassResult pass) { PassDone(std::move(pass)); }) {}
 
-void BinderLoop::Start() {
-  scheduler_ =
-      std::make_unique<runtime::PassScheduler>(loop_, "bind", [this] { return StartPass(); });
-}
+void BinderLoop::Start() { runner_.Start(); }
 
 void BinderLoop::Trigger() {
-  if (stopping_ || !leading_ || !scheduler_) return;
+  if (runner_.Stopping() || !leadership_.Leading() || !runner_.Started()) return;
   if (source_.AnyUnansweredRequest()) {
     answers_ = true;
-    scheduler_->Ask(std::chrono::milliseconds(0));
+    runner_.Ask(std::chrono::milliseconds(0));
   } else {
     full_ = true;
-    scheduler_->Ask(std::chrono::milliseconds(50));
+    runner_.Ask(std::chrono::milliseconds(50));
   }
 }
 
-void BinderLoop::Stop() {
-  stopping_ = true;
-  if (scheduler_) scheduler_->Stop();
-  worker_.Stop();
-}
+void BinderLoop::Stop() { runner_.Stop(); }
 
-bool BinderLoop::StartPass() {
-  if (stopping_ || !leading_ || !source_.BinderCachesSynced()) return false;
+std::function<BinderLoop::PassResult()> BinderLoop::BeginPass() {
+  if (!leadership_.Leading() || !source_.BinderCachesSynced()) return {};
   // A full pass answers too; an answers-only pass goes first when both are due.
   const bool answersOnly = answers_ || !full_;
   if (!answersOnly) full_ = false;
   answers_ = false;
   answering_ = answersOnly;
-  worker_.Run([this, answersOnly] {
-    PassResult pass = RunPass(answersOnly);
-    loop_.Post([this, pass = std::move(pass)]() mutable { PassDone(std::move(pass)); });
-  });
-  return true;
+  return [this, answersOnly] { return RunPass(answersOnly); };
 }
 
 void QuietRoom::ResetLocked(bool recording) {
@@ -213,7 +203,7 @@ BinderLoop::PassResult BinderLoop::RunPass(bool answersOnly) {
     }
     BinderResult& result = pass.result;
     if (result.quietRoom && result.error.empty() && !result.incomplete && result.failures == 0 &&
-        result.conflicts == 0 && result.heldOff == 0 && leading_.load()) {
+        result.conflicts == 0 && result.heldOff == 0 && leadership_.Leading()) {
       settling = true;
       pass.passAgain = quietRoom_.Settle(std::move(*result.quietRoom));
     }
@@ -294,18 +284,18 @@ void BinderLoop::PassDone(PassResult pass) {
   // pass it left the rest to.
   if (pass.result.incomplete || !pass.result.error.empty()) {
     full_ = true;
-    scheduler_->Finished(std::chrono::milliseconds(pass.result.error.empty() ? 50 : 1000));
+    runner_.Finished(std::chrono::milliseconds(pass.result.error.empty() ? 50 : 1000));
   } else if (pass.answersOnly) {
     full_ = true;
-    scheduler_->Finished(std::chrono::milliseconds(50));
+    runner_.Finished(std::chrono::milliseconds(50));
   } else {
-    scheduler_->Finished();
+    runner_.Finished();
   }
   // Pod changes recorded during the pass that its room did not take (QuietRoom): the next
   // full pass decides them, as if they had woken it when they came.
   if (pass.passAgain) {
     full_ = true;
-    scheduler_->Ask(std::chrono::milliseconds(50));
+    runner_.Ask(std::chrono::milliseconds(50));
   }
   // A device held off after a refused write is tried again when its backoff ends: a pass then
   // (the decisions a held-off move or loss kept back wait for it too).
@@ -313,7 +303,7 @@ void BinderLoop::PassDone(PassResult pass) {
     const auto until = std::chrono::duration_cast<std::chrono::milliseconds>(
         *pass.result.retryAt - std::chrono::steady_clock::now());
     full_ = true;
-    scheduler_->Ask(std::max(until, std::chrono::milliseconds(10)));
+    runner_.Ask(std::max(until, std::chrono::milliseconds(10)));
   }
 }
 

@@ -29,7 +29,7 @@
 #include "kube/client.h"
 #include "runtime/loop.h"
 #include "runtime/metrics.h"
-#include "runtime/pass_scheduler.h"
+#include "runtime/pass_loop.h"
 #include "runtime/worker.h"
 
 namespace cozy::controller {
@@ -112,10 +112,10 @@ class QuietRoom {
 
 class BinderLoop {
  public:
-  // `leading` is the replica's: read before each pass and each write; with `leadingUntil`
-  // (the elector's LeadingUntil) before each attempt of a write (Binder).
-  BinderLoop(runtime::Loop& loop, kube::Client& client, const std::atomic<bool>& leading,
-             std::string identity, BinderSource& source, kube::DeadlineSource leadingUntil = {});
+  // `leadership` is the replica's: read before each pass and each write, and its deadline
+  // before each attempt of a write (Binder).
+  BinderLoop(runtime::Loop& loop, kube::Client& client, const kube::Leadership& leadership,
+             std::string identity, BinderSource& source);
   BinderLoop(const BinderLoop&) = delete;
   BinderLoop& operator=(const BinderLoop&) = delete;
 
@@ -123,13 +123,13 @@ class BinderLoop {
   void Start();
   // Loop thread: a cache changed (or the replica took the lead): the next pass, soon.
   void Trigger();
-  // Any thread, on taking the lead, before `leading` turns true: the first pass lists the
+  // Any thread, on taking the lead, before the leadership turns true: the first pass lists the
   // devices from the API server before it trusts the cache (D3 across a leader change).
   void TookTheLead() {
     quietRoom_.Unsettle();  // a room left in an earlier term is nobody's now
     resync_ = true;
   }
-  // Once `leading` is false: lets the pass in flight finish (it writes nothing more), then
+  // Once the leadership is off: lets the pass in flight finish (it writes nothing more), then
   // stops the worker.
   void Stop();
   // Loop thread: the gpu_controller_binder_* families and the rest of the binder's metrics.
@@ -147,21 +147,17 @@ class BinderLoop {
     double readSeconds = 0;  // the caches read into the snapshot, past them where they lag
     BinderResult result;
   };
-  bool StartPass();                      // the scheduler's: whether a pass started
-  PassResult RunPass(bool answersOnly);  // binder worker
-  void PassDone(PassResult pass);
+  std::function<PassResult()> BeginPass();  // loop thread, when one is due: the pass, or none
+  PassResult RunPass(bool answersOnly);     // binder worker
+  void PassDone(PassResult pass);           // loop thread
 
-  runtime::Loop& loop_;
   kube::Client& client_;
-  const std::atomic<bool>& leading_;
+  const kube::Leadership& leadership_;
   BinderSource& source_;
   Binder binder_;  // the worker's
   QuietRoom quietRoom_;
   std::atomic<bool> resync_{false};
-  runtime::Worker worker_;
-  std::unique_ptr<runtime::PassScheduler> scheduler_;  // from Start
   // Loop thread.
-  bool stopping_ = false;
   bool full_ = false;       // a full pass is due
   bool answers_ = false;    // an answers-only pass is due
   bool answering_ = false;  // the pass running is answers-only
@@ -185,6 +181,7 @@ class BinderLoop {
   std::map<std::string, int64_t> inputProblems_;
   std::set<std::string> inputProblemsLogged_;
   std::string lastError_;
+  runtime::PassLoop<PassResult> runner_;  // declared last: its worker is joined first
 };
 
 }  // namespace cozy::controller

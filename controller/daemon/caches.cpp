@@ -21,8 +21,8 @@ const kube::GroupVersionResource kMonitorResource = kWorkloadMonitors.Resource()
 
 }  // namespace
 
-ClusterCaches::ClusterCaches(kube::Client& client, kube::Discovery& discovery,
-                             const RunOptions& options, Changed changed)
+ClusterCaches::ClusterCaches(kube::Client& client, kube::Discovery& discovery, CacheOptions options,
+                             Changed changed)
     : loop_("informers", client.time()),
       vmis(Optional(kVmiCache, Readers::kBoth,
                     kube::Cache<model::VirtualMachineInstance>::WhenValueDiffers()),
@@ -32,7 +32,7 @@ ClusterCaches::ClusterCaches(kube::Client& client, kube::Discovery& discovery,
       monitors(Optional(kUsageMonitorCache, Readers::kReconciler), &loop_),
       client_(client),
       discovery_(discovery),
-      options_(options),
+      options_(std::move(options)),
       changed_(std::move(changed)) {
   for (const auto& resource :
        {kVmiResource, kKubeVirtResource, kWorkloadResource, kMonitorResource}) {
@@ -170,12 +170,8 @@ ReconcileInput ClusterCaches::BuildInput() const {
   for (const auto& gpuClass : input.classes) classList.push_back(*gpuClass);
   // With GPUs on, whether the webhooks authenticate their callers: `kubectl gpu` warns of an
   // install that does not.
-  const std::string_view callers = !options_.enableGpu ? std::string_view()
-                                   : options_.webhookClientCa.empty()
-                                       ? api::kWebhookCallersUnauthenticated
-                                       : api::kWebhookCallersAuthenticated;
   stored.data = SettingsData(options_.gpuResourceNames, inventories, PermittedHostDevices(),
-                             classList, options_.rawNamesForbidden, callers);
+                             classList, options_.rawNamesForbidden, options_.webhookCallers);
   input.settings = std::move(stored);
   return input;
 }

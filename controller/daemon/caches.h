@@ -11,6 +11,7 @@
 // KubeVirt's configuration with --enable-gpu, Cozystack's usage records and their monitors.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -18,6 +19,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "api/gpuclass.h"
 #include "api/gpudevice.h"
@@ -36,6 +38,20 @@
 
 namespace cozy::controller {
 
+// What the caches, and what is read from them, take of the flags: no more (CachesOf in
+// daemon.cpp makes it from RunOptions).
+struct CacheOptions {
+  std::string namespaceName{api::kDefaultControllerNamespace};  // --namespace: the settings' home
+  bool enableGpu = false;  // the KubeVirt kinds and the pods are read
+  std::vector<std::string> gpuResourceNames;
+  bool rawNamesForbidden = false;
+  std::chrono::milliseconds attachmentGrace = std::chrono::minutes(2);
+  std::chrono::milliseconds notReadyGrace = std::chrono::minutes(5);
+  // The settings ConfigMap's webhookCallers (api::kWebhookCallers*): whether the webhooks
+  // authenticate their callers; empty with GPUs off.
+  std::string webhookCallers;
+};
+
 class ClusterCaches {
   // The thread every cache's watch is read on (docs/controller.md, "One thread for every watch"),
   // their lists each on a thread of its own. First: it outlives the caches.
@@ -48,9 +64,9 @@ class ClusterCaches {
   // Called on the informer loop (or a list worker) when something `Readers` read changed.
   using Changed = std::function<void(Readers)>;
 
-  // `client`, `discovery` and `options` outlive this. The kinds that come and go report their
-  // changes through `changed`; the others are wired by the daemon's Watch lines.
-  ClusterCaches(kube::Client& client, kube::Discovery& discovery, const RunOptions& options,
+  // `client` and `discovery` outlive this. The kinds that come and go report their changes
+  // through `changed`; the others are wired by the daemon's Watch lines.
+  ClusterCaches(kube::Client& client, kube::Discovery& discovery, CacheOptions options,
                 Changed changed);
   ClusterCaches(const ClusterCaches&) = delete;
   ClusterCaches& operator=(const ClusterCaches&) = delete;
@@ -136,7 +152,7 @@ class ClusterCaches {
 
   kube::Client& client_;
   kube::Discovery& discovery_;
-  const RunOptions& options_;
+  const CacheOptions options_;
   Changed changed_;
   // The caches Make made, by their constant.
   std::map<const void*, std::unique_ptr<kube::CacheBase>> made_;

@@ -21,6 +21,7 @@
 #include "controller/binder/loop.h"
 #include "controller/daemon/caches.h"
 #include "controller/daemon/metrics.h"
+#include "controller/daemon/view.h"
 #include "controller/kinds.h"
 #include "controller/model/readers.h"
 #include "controller/reconciler/loop.h"
@@ -43,6 +44,26 @@ namespace {
 using runtime::LogFields;
 using runtime::LogInfo;
 using runtime::LogWarning;
+
+// What the caches take of the flags.
+CacheOptions CachesOf(const RunOptions& options) {
+  CacheOptions caches;
+  caches.namespaceName = options.namespaceName;
+  caches.enableGpu = options.enableGpu;
+  caches.gpuResourceNames = options.gpuResourceNames;
+  caches.rawNamesForbidden = options.rawNamesForbidden;
+  caches.attachmentGrace = options.attachmentGrace;
+  caches.notReadyGrace = options.notReadyGrace;
+  // With GPUs on, whether the webhooks authenticate their callers: `kubectl gpu` warns of an
+  // install that does not.
+  if (options.enableGpu) {
+    caches.webhookCallers = options.webhookClientCa.empty()
+                                ? std::string(api::kWebhookCallersUnauthenticated)
+                                : std::string(api::kWebhookCallersAuthenticated);
+  }
+  return caches;
+}
+
 std::string Hostname() {
   std::array<char, 256> name{};
   if (gethostname(name.data(), name.size() - 1) != 0) {
@@ -51,50 +72,28 @@ std::string Hostname() {
   return name.data();
 }
 
-class Controller : public webhook::ClusterSource, public BinderSource, public ReconcilerSource {
+// A replica, as a list of parts (runtime::Manager): started in the order Run adds them, stopped
+// in the reverse. What the passes and webhooks read is the ClusterView; leadership is one handle
+// (kube::Leadership) that the elector sets and every leader-only part reads.
+class Controller {
  public:
   Controller(const RunOptions& options, kube::ClientConfig config)
       : options_(options),
         identity_(options.identity.empty() ? Hostname() : options.identity),
         client_(config, ClientOptions(options)),
         discovery_(client_, kube::DiscoveryOptions{options.discoveryInterval}),
-        caches_(client_, discovery_, options_, [this](Readers readers) { Changed(readers); }),
-        // Every write of the leader's, first attempt or retry, ends by the instant its Lease
-        // lets it lead until (kube/leader_election.h); elector_ is made below, before any pass.
+        caches_(client_, discovery_, CachesOf(options_),
+                [this](Readers readers) { Changed(readers); }),
+        view_(caches_, manager_),
         // The resync asks both loops for a pass.
-        reconciler_(
-            loop_, client_, leading_, [this] { return elector_->LeadingUntil(); }, *this,
-            options.resync, [this] { Trigger(); }) {
-    kube::LeaderElectionOptions election;
-    election.leaseNamespace = options.namespaceName;
-    election.leaseName = "gpu-controller";
-    election.identity = identity_;
-    election.leaseDuration = options.leaseDuration;
-    election.renewDeadline = options.renewDeadline;
-    election.retryPeriod = options.retryPeriod;
-    election.onStartedLeading = [this] {
-      if (binder_) binder_->TookTheLead();  // before leading_: its first pass lists (D3)
-      leading_ = true;
-      loop_.Post([this] {
-        ++acquisitions_;
-        LogInfo("leading", LogFields{{"identity", identity_}});
-        Trigger();
-      });
-    };
-    election.onStoppedLeading = [this](const std::string& why) {
-      leading_ = false;
-      loop_.Post([why] { LogWarning("stopped leading", LogFields{{"why", why}}); });
-    };
-    election.onNewLeader = [](const std::string& holder) {
-      LogInfo("leader", LogFields{{"holder", holder.empty() ? "(released)" : holder}});
-    };
-    election.log = [](const std::string& message) {
-      runtime::LogDebug("leader election", LogFields{{"message", message}});
-    };
-    elector_ = std::make_unique<kube::LeaderElector>(client_, std::move(election));
+        reconciler_(loop_, client_, leadership_, view_, options.resync, [this] { Trigger(); }) {
+    elector_ = std::make_unique<kube::LeaderElector>(client_, Election());
+    // Every write of the leader's, first attempt or retry, ends by the instant its Lease lets it
+    // lead until (kube/leader_election.h).
+    leadership_.SetUntil([this] { return elector_->LeadingUntil(); });
     if (options.enableGpu) {
-      binder_ = std::make_unique<BinderLoop>(loop_, client_, leading_, identity_, *this,
-                                             [this] { return elector_->LeadingUntil(); });
+      binder_ = std::make_unique<BinderLoop>(loop_, client_, leadership_, identity_, view_);
+      pods_ = std::make_unique<PodChanges>(&binder_->quietRoom());
       // A thousand VM starts at once: the reconciler waits (1 s at most) for their answers.
       reconciler_.SetYield([this] { return binder_->Answering(); });
     }
@@ -106,8 +105,25 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
     runtime::Signal term = loop_.AddSignal(SIGTERM, [this](const signalfd_siginfo&) { Stop(); });
     runtime::Signal interrupt =
         loop_.AddSignal(SIGINT, [this](const signalfd_siginfo&) { Stop(); });
-    // What runs, in the order it starts; it stops in the reverse (runtime::Manager). A watched
-    // kind is one Watch line; readiness is every cache that gates it synced.
+    AddParts();
+    manager_.Start();
+    LogInfo("gpu-controller running",
+            LogFields{{"identity", identity_},
+                      {"namespace", options_.namespaceName},
+                      {"gpu", options_.enableGpu ? "enabled" : "disabled"},
+                      {"health", options_.healthAddress}});
+    const int code = loop_.Run();
+    manager_.Stop();
+    return code;
+  }
+
+ private:
+  using Readers = ClusterCaches::Readers;
+
+  // What runs, in the order it starts; it stops in the reverse once the loop has ended. A watched
+  // kind is one Watch line; readiness is every cache that gates it synced. The leader's passes
+  // stop before the Lease is released (G8), and their writes end with the leadership (Stop).
+  void AddParts() {
     manager_.Add(
         "health",
         [this] {
@@ -138,8 +154,9 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
     manager_.Add("optional caches", {}, [this] { caches_.StopOptional(); });
     manager_.Add(
         "discovery", [this] { discovery_.Start(); }, [this] { discovery_.Stop(); });
-    // Stopped by Stop(), before the loop ends: a leader releases the Lease (G8).
-    manager_.Add("leader election", [this] { elector_->Start(); }, {});
+    // A leader releases the Lease when it stops (G8), after the passes below have stopped.
+    manager_.Add(
+        "leader election", [this] { elector_->Start(); }, [this] { elector_->Stop(); });
     if (options_.enableGpu) {
       manager_.Add(
           "webhooks", [this] { StartWebhooks(); },
@@ -147,24 +164,66 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
             if (webhookServer_) webhookServer_->Stop();
           });
     }
-    manager_.Start();
-
-    reconciler_.Start();
-    if (binder_) binder_->Start();
-    tick_ = loop_.AddTimer("tick", [this] { Tick(); });
-    tick_.Arm(std::chrono::milliseconds(0));
-    loop_.EnableWatchdog();
-    LogInfo("gpu-controller running",
-            LogFields{{"identity", identity_},
-                      {"namespace", options_.namespaceName},
-                      {"gpu", options_.enableGpu ? "enabled" : "disabled"},
-                      {"health", options_.healthAddress}});
-    const int code = loop_.Run();
-    manager_.Stop();
-    return code;
+    AddLeaderPart(
+        "reconciler", [this] { reconciler_.Start(); }, [this] { reconciler_.Stop(); });
+    if (binder_) {
+      // Told before the leadership turns on: its first pass lists the devices from the API
+      // server before it trusts the cache (D3 across a leader change).
+      AddLeaderPart(
+          "binder", [this] { binder_->Start(); }, [this] { binder_->Stop(); },
+          [this] { binder_->TookTheLead(); });
+    }
+    manager_.Add(
+        "tick",
+        [this] {
+          tick_ = loop_.AddTimer("tick", [this] { Tick(); });
+          tick_.Arm(std::chrono::milliseconds(0));
+        },
+        [this] { tick_.Cancel(); });
+    manager_.Add("watchdog", [this] { loop_.EnableWatchdog(); }, {});
   }
 
- private:
+  void AddLeaderPart(std::string name, std::function<void()> start, std::function<void()> stop,
+                     std::function<void()> lead = {}) {
+    runtime::Manager::Runnable runnable;
+    runnable.name = std::move(name);
+    runnable.start = std::move(start);
+    runnable.stop = std::move(stop);
+    runnable.needsLease = true;
+    runnable.lead = std::move(lead);
+    manager_.Add(std::move(runnable));
+  }
+
+  kube::LeaderElectionOptions Election() {
+    kube::LeaderElectionOptions election;
+    election.leaseNamespace = options_.namespaceName;
+    election.leaseName = "gpu-controller";
+    election.identity = identity_;
+    election.leaseDuration = options_.leaseDuration;
+    election.renewDeadline = options_.renewDeadline;
+    election.retryPeriod = options_.retryPeriod;
+    election.onStartedLeading = [this] {
+      manager_.Lead();  // before the leadership turns on
+      leadership_.Set(true);
+      loop_.Post([this] {
+        ++acquisitions_;
+        LogInfo("leading", LogFields{{"identity", identity_}});
+        Trigger();
+      });
+    };
+    election.onStoppedLeading = [this](const std::string& why) {
+      leadership_.Set(false);
+      loop_.Post([why] { LogWarning("stopped leading", LogFields{{"why", why}}); });
+    };
+    election.onNewLeader = [](const std::string& holder) {
+      LogInfo("leader", LogFields{{"holder", holder.empty() ? "(released)" : holder}});
+    };
+    election.log = [](const std::string& message) {
+      runtime::LogDebug("leader election", LogFields{{"message", message}});
+    };
+    return election;
+  }
+
   static kube::ClientOptions ClientOptions(const RunOptions& options) {
     kube::ClientOptions client;
     client.userAgent = "gpu-controller";
@@ -184,7 +243,7 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
     webhook::WebhookOptions webhookOptions;
     webhookOptions.bindWait = options_.bindWait;
     webhookOptions.kubevirtControllerUser = options_.kubevirtControllerUser;
-    webhooks_ = std::make_unique<webhook::Webhooks>(*webhookClient_, *this, webhookOptions);
+    webhooks_ = std::make_unique<webhook::Webhooks>(*webhookClient_, view_, webhookOptions);
     webhook::ServerOptions serverOptions;
     serverOptions.address = options_.webhookAddress;
     serverOptions.certDir = options_.webhookCertDir;
@@ -206,16 +265,10 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
     }
   }
 
-  using Readers = ClusterCaches::Readers;
-
   // Any cache thread: something `readers` read changed. The webhooks' snapshot is built again
   // on any change, and waiting webhooks and binder passes wake.
   void Changed(Readers readers) {
-    {
-      std::lock_guard lock(changedMutex_);
-      ++generation_;
-    }
-    changed_.notify_all();
+    view_.Changed();
     // A change that wakes no pass (the quiet room took it) wakes no loop either.
     if (readers != Readers::kNone) loop_.Post([this, readers] { Trigger(readers); });
   }
@@ -246,35 +299,18 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
     runnable.gatesReadiness = true;
     manager_.Add(std::move(runnable));
     watched_.emplace_back(name, &cache);
-    if (readers != Readers::kBinder) reconcilerReads_.push_back(&cache);
+    if (readers != Readers::kBinder) view_.ReconcilerReads(cache);
   }
 
-  // Pods, with a filter of two steps (docs/controller.md, "Who wakes for a change"). A change the
-  // model reads nothing different in (model::PodChangeMatters) is taken quietly. Of the others,
-  // those the binder's quiet room absorbs (BinderLoop's QuietRoom: the last full pass decided only
-  // held keeps, and the pod's units fit in its node's room) still renew the webhooks' snapshot,
-  // whose budgets and room count the pod, but wake no binder pass. The filter runs for each change
-  // of a step, and the step's change callback after them, on the thread that steps the pods cache:
-  // the informer loop's, or a list worker's while the cache lists (never two at once). While usage
-  // records are served, every change that matters also asks the reconciler for a pass within a
-  // second (ReconcilerLoop::TriggerForRecords), which writes the pods' raw-name usage records
-  // (C11).
+  // Pods, through PodChanges' two steps (controller/daemon/view.h). While usage records are
+  // served, every change that matters also asks the reconciler for a pass within a second
+  // (ReconcilerLoop::TriggerForRecords), which writes the pods' raw-name usage records (C11).
   void WatchPods() {
     Watch(kPodCache, Readers::kBoth, [this](const model::Pod* before, const model::Pod* after) {
-      if (!model::PodChangeMatters(before, after)) return false;
-      // Absorbed, or recorded for the pass in flight (which passes again if its room
-      // does not take it): the webhooks' snapshot renews, no pass wakes now.
-      if (binder_ && binder_->quietRoom().Absorbs(before, after) != QuietRoom::Take::kRefused) {
-        podsAbsorbed_ = true;
-      } else {
-        podsWakeBinder_ = true;
-      }
-      return true;
+      return pods_->Matters(before, after);
     });
     caches_.Get(kPodCache).SetOnChange([this] {
-      const bool absorbedOnly = podsAbsorbed_ && !podsWakeBinder_;
-      podsAbsorbed_ = podsWakeBinder_ = false;
-      Changed(absorbedOnly ? Readers::kNone : Readers::kBinder);
+      Changed(pods_->TakeStep());
       // The reconciler reads pods only for their usage records (none while Cozystack's kinds
       // are not served), which may lag a second: pod churn costs it a pass a second at most.
       if (caches_.records.Get() != nullptr) {
@@ -283,69 +319,6 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
         });
       }
     });
-  }
-
-  // ReconcilerSource, for the reconciler's loop: whether every cache it reads has listed, and a
-  // pass's input from them.
-  bool ReconcilerCachesSynced() const override {
-    return std::all_of(reconcilerReads_.begin(), reconcilerReads_.end(),
-                       [](const kube::CacheBase* cache) { return cache->Synced(); });
-  }
-
-  ReconcileInput BuildInput() const override { return caches_.BuildInput(); }
-
-  // Readiness: everything the manager runs has started and the caches that need no KubeVirt
-  // have listed (KubeVirt's never count, G4).
-  bool Ready() const { return manager_.Ready(); }
-
-  // BinderSource, for the binder's loop.
-  bool BinderCachesSynced() const override { return Ready(); }
-  bool AnyUnansweredRequest() const override {
-    return !caches_.Get(kDeviceCache).IndexKeys("pending", "pending").empty();
-  }
-  std::vector<std::shared_ptr<const api::GpuDevice>> CachedDevices() const override {
-    return caches_.Get(kDeviceCache).List();
-  }
-  std::shared_ptr<const api::GpuDevice> CachedDevice(const std::string& key) const override {
-    return caches_.Get(kDeviceCache).Get(key);
-  }
-
-  // Everything but the devices, as the caches show it (ClusterCaches). Any thread.
-  bool FillSnapshot(model::Snapshot& snapshot) const override {
-    return caches_.FillSnapshot(snapshot);
-  }
-
-  // webhook::ClusterSource, on the webhook server's threads (Generation and WaitForChange are
-  // BinderSource's too, on the binder's worker).
-  bool Synced() const override { return Ready(); }
-  uint64_t Generation() const override { return generation_.load(); }
-  void WaitForChange(uint64_t seen, std::chrono::steady_clock::time_point until) const override {
-    std::unique_lock lock(changedMutex_);
-    changed_.wait_until(lock, until, [&] { return generation_.load() != seen; });
-  }
-
-  std::shared_ptr<const webhook::Prepared> Prepare() override {
-    std::lock_guard lock(preparedMutex_);
-    // Read the generation before the caches: a change during the build makes the next
-    // request build again rather than keep a state older than it claims.
-    const uint64_t generation = generation_.load();
-    if (prepared_ && preparedGeneration_ == generation) return prepared_;
-    // The view it replaces lends the new one's model what did not change (the nodes' tables,
-    // the numbers of every device object both hold), and goes once that is built.
-    const std::shared_ptr<const webhook::Prepared> previous = std::move(prepared_);
-    prepared_ = caches_.Prepared(previous.get());
-    preparedGeneration_ = generation;
-    return prepared_;
-  }
-
-  std::shared_ptr<const api::GpuDevice> Device(const std::string& ns,
-                                               const std::string& name) const override {
-    return caches_.Get(kDeviceCache).Get(ns + "/" + name);
-  }
-
-  std::vector<std::shared_ptr<const api::GpuDevice>> AttachedTo(
-      const std::string& ns, const std::string& vmiName) const override {
-    return caches_.Get(kDeviceCache).ByIndex("vmi", ns + "/" + vmiName);
   }
 
   // Loop thread, every second: the kinds that come and go, health and metrics.
@@ -357,8 +330,8 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
     // With GPUs on, ready also means the webhooks answer: the API server may be sent here.
     // A webhook pool that is full is not ready either: the Service then sends the API server to
     // another replica while this one catches up (docs/health-server.md, "POST routes and TLS").
-    health_.SetReady(Ready() && (!webhookServer_ ||
-                                 (webhookServer_->serving() && !webhookServer_->Saturated())));
+    health_.SetReady(manager_.Ready() && (!webhookServer_ || (webhookServer_->serving() &&
+                                                              !webhookServer_->Saturated())));
     health_.SetMetrics(Metrics());
     tick_.Arm(std::chrono::seconds(1));
   }
@@ -402,7 +375,7 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
 
   std::string Metrics() const {
     runtime::MetricsWriter out;
-    WriteLeaderMetrics(out, leading_, acquisitions_, elector_->Transitions());
+    WriteLeaderMetrics(out, leadership_.Leading(), acquisitions_, elector_->Transitions());
     reconciler_.WriteMetrics(out);
     if (binder_) binder_->WriteMetrics(out);
     if (webhooks_) {
@@ -422,29 +395,20 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
     return out.Take();
   }
 
+  // Loop thread, on SIGTERM or SIGINT: the leadership ends first, so the passes in flight make
+  // no further writes; the loop ends, and Run stops the parts in reverse (the passes, then the
+  // Lease released, G8).
   void Stop() {
     if (stopping_) return;
     stopping_ = true;
     LogInfo("stopping: finishing the pass in flight, then releasing the Lease");
     runtime::Notify("STOPPING=1");
-    leading_ = false;  // the pass in flight makes no further writes
-    reconciler_.Stop();
-    if (binder_) binder_->Stop();
-    elector_->Stop();  // a leader releases the Lease (G8)
+    leadership_.Set(false);
     loop_.Exit(0);
   }
 
   RunOptions options_;
   std::string identity_;
-  // The webhooks' view: the snapshot and model for one state of the caches, built again when
-  // a cache changed (generation_ counts changes).
-  std::atomic<uint64_t> generation_{0};
-  // Signalled with each change, for the webhooks waiting on the binder's answer.
-  mutable std::mutex changedMutex_;
-  mutable std::condition_variable changed_;
-  std::mutex preparedMutex_;
-  std::shared_ptr<const webhook::Prepared> prepared_;
-  uint64_t preparedGeneration_ = 0;
   std::unique_ptr<kube::Client> webhookClient_;
   std::unique_ptr<webhook::Webhooks> webhooks_;
   std::unique_ptr<webhook::Server> webhookServer_;
@@ -452,23 +416,21 @@ class Controller : public webhook::ClusterSource, public BinderSource, public Re
   runtime::Loop loop_;
   kube::Client client_;
   kube::Discovery discovery_;
+  runtime::Manager manager_;  // what Run starts in order and stops in reverse
   ClusterCaches caches_;
+  ClusterView view_;
+  kube::Leadership leadership_;
   std::unique_ptr<kube::LeaderElector> elector_;
-  std::atomic<bool> leading_{false};
   ReconcilerLoop reconciler_;
   std::unique_ptr<BinderLoop> binder_;  // with --enable-gpu
+  std::unique_ptr<PodChanges> pods_;    // with --enable-gpu
   runtime::HealthServer health_;
-  runtime::Manager manager_;  // what Run starts in order and stops in reverse
-  // The caches Watch added, by name, in order; and those the reconciler's passes wait for.
+  // The caches Watch added, by name, in order.
   std::vector<std::pair<std::string, const kube::CacheBase*>> watched_;
-  std::vector<const kube::CacheBase*> reconcilerReads_;
   std::map<std::string, std::string> cacheErrors_;  // the last error logged, by cache (loop)
   std::map<std::string, int> pagesHalvedSaid_;      // list pages halved, as last logged
   runtime::Timer tick_;
   bool stopping_ = false;
-  // The thread stepping the pods cache (WatchPods): what the filter made of one step's changes.
-  bool podsAbsorbed_ = false;
-  bool podsWakeBinder_ = false;
   // Metrics, loop thread.
   int64_t acquisitions_ = 0;
 };

@@ -53,12 +53,9 @@ std::string ActionPath(const Action& action, bool status) {
   throw std::logic_error("ActionPath: no path for the kind " + std::string(kind));
 }
 
-Applier::Applier(kube::Client& client, const std::atomic<bool>& leading,
-                 kube::DeadlineSource leadingUntil, kube::BackoffPolicy retry)
-    : client_(client),
-      leading_(leading),
-      deadline_(kube::LeaderDeadline(leading, std::move(leadingUntil))),
-      backoff_(retry) {}
+Applier::Applier(kube::Client& client, const kube::Leadership& leadership,
+                 kube::BackoffPolicy retry)
+    : client_(client), leadership_(leadership), deadline_(leadership.Deadline()), backoff_(retry) {}
 
 ApplyCounts Applier::Apply(const std::vector<Action>& actions,
                            std::chrono::steady_clock::time_point now) {
@@ -80,7 +77,7 @@ ApplyCounts Applier::Apply(const std::vector<Action>& actions,
       ++counts.writes[{kind, "backoff"}];  // failed lately: tried again once its delay is over
       continue;
     }
-    if (!leading_.load()) {
+    if (!leadership_.Leading()) {
       ++counts.failed;
       continue;  // stepped down mid-pass: the new leader plans afresh
     }

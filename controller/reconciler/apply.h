@@ -26,6 +26,7 @@
 #include "controller/reconciler/plan.h"
 #include "kube/backoff.h"
 #include "kube/client.h"
+#include "kube/leader_election.h"
 
 namespace cozy::controller {
 
@@ -50,12 +51,12 @@ class Applier {
   static constexpr kube::BackoffPolicy kRetry{std::chrono::seconds(1), std::chrono::minutes(1), 2.0,
                                               0.0};
 
-  // `leading` is read before every write: a replica that lost the Lease mid-pass stops writing.
-  // With `leadingUntil` (the elector's LeaderElector::LeadingUntil; empty: no limit in time)
-  // both are read again before every attempt of each write, retries included, and no attempt
-  // starts or runs past the instant the replica leads until (kube::LeaderDeadline).
-  Applier(kube::Client& client, const std::atomic<bool>& leading,
-          kube::DeadlineSource leadingUntil = {}, kube::BackoffPolicy retry = kRetry);
+  // `leadership` is read before every write: a replica that lost the Lease mid-pass stops
+  // writing. Its deadline is read again before every attempt of each write, retries included,
+  // and no attempt starts or runs past the instant the replica leads until
+  // (kube::Leadership::Deadline).
+  Applier(kube::Client& client, const kube::Leadership& leadership,
+          kube::BackoffPolicy retry = kRetry);
 
   // Applies the actions in order, past those whose object backs off; never throws for an API
   // error (counted, logged). `now` is the pass's start: memo ages and backoff delays count
@@ -65,8 +66,8 @@ class Applier {
  private:
   void ApplyOne(const Action& action);
   kube::Client& client_;
-  const std::atomic<bool>& leading_;
-  kube::DeadlineSource deadline_;  // kube::LeaderDeadline(leading, leadingUntil)
+  const kube::Leadership& leadership_;
+  kube::DeadlineSource deadline_;  // leadership_.Deadline()
   struct Memo {
     std::string resourceVersion;
     std::chrono::steady_clock::time_point at;

@@ -65,20 +65,20 @@ void ReconcilerMetrics::Write(runtime::MetricsWriter& out) const {
 }
 
 ReconcilerLoop::ReconcilerLoop(runtime::Loop& loop, kube::Client& client,
-                               const std::atomic<bool>& leading, kube::DeadlineSource leadingUntil,
-                               ReconcilerSource& source, std::chrono::milliseconds resync,
-                               std::function<void()> onResync)
+                               const kube::Leadership& leadership, ReconcilerSource& source,
+                               std::chrono::milliseconds resync, std::function<void()> onResync)
     : loop_(loop),
-      leading_(leading),
+      leadership_(leadership),
       source_(source),
       resync_(resync),
       onResync_(std::move(onResync)),
-      applier_(client, leading, std::move(leadingUntil)),
-      worker_("reconciler") {}
+      applier_(client, leadership),
+      passes_(
+          loop, "reconcile", "reconciler", [this] { return BeginPass(); },
+          [this](PassResult result) { PassDone(std::move(result)); }) {}
 
 void ReconcilerLoop::Start() {
-  passes_ =
-      std::make_unique<runtime::PassScheduler>(loop_, "reconcile", [this] { return StartPass(); });
+  passes_.Start();
   resyncTimer_ = loop_.AddTimer("resync", [this] {
     if (onResync_) onResync_();
   });
@@ -90,23 +90,15 @@ std::chrono::milliseconds ReconcilerLoop::Debounce(double seconds) {
   return std::clamp(scaled, kDebounce, kDebounceMax);
 }
 
-void ReconcilerLoop::Trigger() {
-  if (passes_ && !stopping_) passes_->Ask(debounce_);
-}
+void ReconcilerLoop::Trigger() { passes_.Ask(debounce_); }
 
-void ReconcilerLoop::TriggerForRecords() {
-  if (passes_ && !stopping_) passes_->Ask(std::max(debounce_, kRecordsDebounce));
-}
+void ReconcilerLoop::TriggerForRecords() { passes_.Ask(std::max(debounce_, kRecordsDebounce)); }
 
-void ReconcilerLoop::Stop() {
-  stopping_ = true;
-  if (passes_) passes_->Stop();
-  worker_.Stop();
-}
+void ReconcilerLoop::Stop() { passes_.Stop(); }
 
-bool ReconcilerLoop::StartPass() {
-  if (stopping_ || !leading_ || !source_.ReconcilerCachesSynced()) {
-    return false;  // leading and syncing both trigger again
+std::function<ReconcilerLoop::PassResult()> ReconcilerLoop::BeginPass() {
+  if (!leadership_.Leading() || !source_.ReconcilerCachesSynced()) {
+    return {};  // leading and syncing both trigger again
   }
   if (yield_ && yield_()) {
     const auto now = std::chrono::steady_clock::now();
@@ -115,16 +107,12 @@ bool ReconcilerLoop::StartPass() {
       metrics_.Deferred();
     }
     if (now - *yieldingSince_ < kYieldMax) {
-      passes_->Ask(kYieldRecheck);
-      return false;
+      passes_.Ask(kYieldRecheck);
+      return {};
     }
   }
   yieldingSince_.reset();
-  worker_.Run([this] {
-    PassResult result = RunPass();
-    loop_.Post([this, result = std::move(result)]() mutable { PassDone(std::move(result)); });
-  });
-  return true;
+  return [this] { return RunPass(); };
 }
 
 ReconcilerLoop::PassResult ReconcilerLoop::RunPass() {
@@ -178,7 +166,7 @@ void ReconcilerLoop::PassDone(PassResult result) {
                     std::max(until + std::chrono::milliseconds(10), std::chrono::milliseconds(10)));
   }
   resyncTimer_.Arm(next);
-  passes_->Finished();  // a change during the pass: one more, soon
+  passes_.Finished();  // a change during the pass: one more, soon
 }
 
 }  // namespace cozy::controller

@@ -24,7 +24,7 @@
 #include "kube/client.h"
 #include "runtime/loop.h"
 #include "runtime/metrics.h"
-#include "runtime/pass_scheduler.h"
+#include "runtime/pass_loop.h"
 #include "runtime/worker.h"
 
 namespace cozy::controller {
@@ -64,13 +64,13 @@ class ReconcilerMetrics {
 
 class ReconcilerLoop {
  public:
-  // `leading` is read before each pass starts and by the applier before every write;
-  // `leadingUntil` bounds each write in time (Applier). `resync` is the longest time between
+  // `leadership` is read before each pass starts and by the applier before every write; its
+  // deadline bounds each write in time (Applier). `resync` is the longest time between
   // two passes; when it comes, `onResync` runs on the loop thread (the daemon asks both its
   // loops for a pass then).
-  ReconcilerLoop(runtime::Loop& loop, kube::Client& client, const std::atomic<bool>& leading,
-                 kube::DeadlineSource leadingUntil, ReconcilerSource& source,
-                 std::chrono::milliseconds resync, std::function<void()> onResync);
+  ReconcilerLoop(runtime::Loop& loop, kube::Client& client, const kube::Leadership& leadership,
+                 ReconcilerSource& source, std::chrono::milliseconds resync,
+                 std::function<void()> onResync);
   ReconcilerLoop(const ReconcilerLoop&) = delete;
   ReconcilerLoop& operator=(const ReconcilerLoop&) = delete;
 
@@ -118,25 +118,23 @@ class ReconcilerLoop {
     std::string error;  // the pass could not run (e.g. a decode failure)
   };
 
-  bool StartPass();                  // loop thread, from the scheduler: whether a pass started
-  PassResult RunPass();              // worker thread
-  void PassDone(PassResult result);  // loop thread
+  std::function<PassResult()> BeginPass();  // loop thread, when one is due: the pass, or none
+  PassResult RunPass();                     // worker thread
+  void PassDone(PassResult result);         // loop thread
 
   runtime::Loop& loop_;
-  const std::atomic<bool>& leading_;
+  const kube::Leadership& leadership_;
   ReconcilerSource& source_;
   std::chrono::milliseconds resync_;
   std::function<void()> onResync_;
   Applier applier_;  // the worker's
-  runtime::Worker worker_;
-  std::unique_ptr<runtime::PassScheduler> passes_;  // from Start
   runtime::Timer resyncTimer_;
-  ReconcilerMetrics metrics_;  // loop thread
-  bool stopping_ = false;
+  ReconcilerMetrics metrics_;                       // loop thread
   std::chrono::milliseconds debounce_ = kDebounce;  // loop thread: Debounce of the last pass
   std::function<bool()> yield_;                     // SetYield's
   // Loop thread: since when the pass due has waited for the binder's answers.
   std::optional<std::chrono::steady_clock::time_point> yieldingSince_;
+  runtime::PassLoop<PassResult> passes_;  // declared last: its worker is joined first
 };
 
 }  // namespace cozy::controller

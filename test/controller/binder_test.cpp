@@ -130,7 +130,7 @@ class BinderTest : public ::testing::Test {
 
   std::unique_ptr<fake::FakeApiServer> server_;
   std::unique_ptr<kube::Client> client_;
-  std::atomic<bool> leading_{true};
+  kube::Leadership leading_{true};
 };
 
 TEST_F(BinderTest, D3_ACacheBehindTheBindersWritesIsReadPastAndNoUnitIsBookedTwice) {
@@ -494,7 +494,7 @@ TEST_F(BinderTest, ARefusedDeviceIsHeldOffAndTheRestOfThePassIsWritten) {
   ASSERT_EQ(plan[1].action, model::Action::kBind);
   RefuseStatusWrites("d1", 422);
   kube::FakeTimeSource time;
-  Binder binder(*client_, leading_, "", {}, &time);
+  Binder binder(*client_, leading_, "", &time);
 
   server_->ClearRequests();
   BinderResult pass = binder.Pass(snapshot, false, true, std::chrono::system_clock::now());
@@ -550,7 +550,7 @@ TEST_F(BinderTest, ARefusedMoveHoldsBackTheDecisionsAfterItWithoutResending) {
   ASSERT_EQ(plan[1].node, "n1");  // the unit d1's move frees
   RefuseStatusWrites("d1", 403);
   kube::FakeTimeSource time;
-  Binder binder(*client_, leading_, "", {}, &time);
+  Binder binder(*client_, leading_, "", &time);
 
   server_->ClearRequests();
   BinderResult pass = binder.Pass(snapshot, false, true, std::chrono::system_clock::now());
@@ -584,7 +584,7 @@ TEST_F(BinderTest, AServerErrorStopsThePassWithoutHoldingTheDeviceOff) {
   down.pathPrefix = "/apis/gpu.cozystack.io/v1alpha1/namespaces/t1/gpudevices/";
   server_->AddFault(down);
   kube::FakeTimeSource time;
-  Binder binder(*client_, leading_, "", {}, &time);
+  Binder binder(*client_, leading_, "", &time);
   BinderResult pass = binder.Pass(Read(), false, true, std::chrono::system_clock::now());
   EXPECT_EQ(pass.failures, 1);
   EXPECT_TRUE(pass.incomplete);
@@ -699,7 +699,7 @@ TEST_F(BinderTest, C17_AClassKubeVirtDoesNotPermitGetsAWarningEvent) {
 }
 
 TEST_F(BinderTest, NothingIsWrittenAfterSteppingDown) {
-  leading_ = false;
+  leading_.Set(false);
   Binder binder(*client_, leading_);
   BinderResult result = binder.Pass(Read(), false, true, std::chrono::system_clock::now());
   EXPECT_EQ(result.writes, 0);
@@ -719,7 +719,7 @@ TEST_F(BinderTest, LeadershipIsReadAgainBeforeEachRetryOfAPlacementWrite) {
   Binder binder(*client_, leading_);
   std::thread stepDown([this] {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    leading_ = false;  // while the first attempt's Retry-After runs
+    leading_.Set(false);  // while the first attempt's Retry-After runs
   });
   const BinderResult result = binder.Pass(snapshot, false, true, std::chrono::system_clock::now());
   stepDown.join();
@@ -740,7 +740,8 @@ TEST_F(BinderTest, NoPlacementWriteIsAttemptedPastTheInstantTheLeaseLeadsUntil) 
   const model::Snapshot snapshot = Read();
   server_->ClearRequests();
   const kube::TimePoint until = kube::Clock::now() + std::chrono::milliseconds(1500);
-  Binder binder(*client_, leading_, "", [until] { return std::optional<kube::TimePoint>(until); });
+  kube::Leadership leadingUntil{true, [until] { return std::optional<kube::TimePoint>(until); }};
+  Binder binder(*client_, leadingUntil);
   const BinderResult result = binder.Pass(snapshot, false, true, std::chrono::system_clock::now());
   EXPECT_LE(kube::Clock::now(), until + std::chrono::milliseconds(50));
   EXPECT_EQ(result.writes, 0);
@@ -764,7 +765,8 @@ TEST_F(BinderTest, NoPlacementWriteIsAttemptedPastTheInstantTheLeaseLeadsUntil) 
   slow.latencyMs = 3000;
   server_->AddFault(slow);
   const kube::TimePoint soon = kube::Clock::now() + std::chrono::milliseconds(500);
-  Binder bounded(*client_, leading_, "", [soon] { return std::optional<kube::TimePoint>(soon); });
+  kube::Leadership leadingUntilSoon{true, [soon] { return std::optional<kube::TimePoint>(soon); }};
+  Binder bounded(*client_, leadingUntilSoon);
   const BinderResult cut = bounded.Pass(snapshot, false, true, std::chrono::system_clock::now());
   EXPECT_LT(kube::Clock::now(), soon + std::chrono::milliseconds(300));
   EXPECT_EQ(cut.writes, 0);

@@ -70,7 +70,7 @@ class ClusterCachesTest : public ::testing::Test {
   }
   std::unique_ptr<fake::FakeApiServer> server_;
   std::unique_ptr<kube::Client> client_;
-  RunOptions options_;
+  CacheOptions options_;
   std::unique_ptr<kube::Discovery> discovery_;
   std::unique_ptr<ClusterCaches> caches_;  // stops its caches before the server goes
 };

@@ -68,7 +68,7 @@ class ApplierTest : public ::testing::Test {
   kube::FakeTimeSource time_;
   std::unique_ptr<fake::FakeApiServer> server_;
   std::unique_ptr<kube::Client> client_;
-  std::atomic<bool> leading_{true};
+  kube::Leadership leading_{true};
   std::unique_ptr<Applier> applier_;
   const std::chrono::steady_clock::time_point t0_{std::chrono::hours(1)};
 };

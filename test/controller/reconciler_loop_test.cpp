@@ -58,8 +58,8 @@ class ReconcilerYield : public ::testing::Test {
     kube::ClientConfig config;
     config.server = "http://127.0.0.1:1";  // never called: nothing is planned
     client_ = std::make_unique<kube::Client>(config);
-    reconciler_ = std::make_unique<ReconcilerLoop>(
-        loop_, *client_, leading_, kube::DeadlineSource{}, caches_, std::chrono::hours(1), nullptr);
+    reconciler_ = std::make_unique<ReconcilerLoop>(loop_, *client_, leading_, caches_,
+                                                   std::chrono::hours(1), nullptr);
     reconciler_->SetYield([this] { return busy_.load(); });
     thread_ = std::thread([this] { loop_.Run(); });
     loop_.Post([this] {
@@ -85,7 +85,7 @@ class ReconcilerYield : public ::testing::Test {
 
   runtime::Loop loop_;
   std::unique_ptr<kube::Client> client_;
-  std::atomic<bool> leading_{true};
+  kube::Leadership leading_{true};
   std::atomic<bool> busy_{true};
   EmptyCaches caches_;
   std::unique_ptr<ReconcilerLoop> reconciler_;
@@ -116,8 +116,8 @@ class ReconcilerRecordsC11 : public ::testing::Test {
     kube::ClientConfig config;
     config.server = "http://127.0.0.1:1";  // never called: nothing is planned
     client_ = std::make_unique<kube::Client>(config);
-    reconciler_ = std::make_unique<ReconcilerLoop>(
-        loop_, *client_, leading_, kube::DeadlineSource{}, caches_, std::chrono::hours(1), nullptr);
+    reconciler_ = std::make_unique<ReconcilerLoop>(loop_, *client_, leading_, caches_,
+                                                   std::chrono::hours(1), nullptr);
     thread_ = std::thread([this] { loop_.Run(); });
   }
   void TearDown() override {
@@ -146,7 +146,7 @@ class ReconcilerRecordsC11 : public ::testing::Test {
 
   runtime::Loop loop_;
   std::unique_ptr<kube::Client> client_;
-  std::atomic<bool> leading_{true};
+  kube::Leadership leading_{true};
   EmptyCaches caches_;
   std::unique_ptr<ReconcilerLoop> reconciler_;
   std::thread thread_;

@@ -46,6 +46,50 @@ TEST(Manager, StartsInOrderAndStopsInReverseOnce) {
   EXPECT_THROW(manager.Add(r.Make("late")), std::logic_error);
 }
 
+// Work only the leader does says so: from Start on, Lead tells each of those, in order, and no
+// other, started or not yet (the elector that calls it starts before the parts that lead).
+TEST(Manager, LeadTellsTheRunnablesThatNeedTheLeaseOnceStarted) {
+  Recorder r;
+  Manager manager;
+  auto leaderOnly = [&](const std::string& name) {
+    Manager::Runnable runnable = r.Make(name);
+    runnable.needsLease = true;
+    runnable.lead = [&r, name] { r.calls.push_back("lead " + name); };
+    return runnable;
+  };
+  manager.Add(r.Make("caches"));
+  manager.Add(leaderOnly("reconciler"));
+  manager.Add(leaderOnly("binder"));
+  manager.Add(r.Make("tick"));
+  manager.Lead();  // before Start: the list may not be complete
+  EXPECT_EQ(r.calls, std::vector<std::string>{});
+  EXPECT_EQ(manager.LeaseHolders(), (std::vector<std::string>{"reconciler", "binder"}));
+  manager.Start();
+  r.calls.clear();
+  manager.Lead();
+  EXPECT_EQ(r.calls, (std::vector<std::string>{"lead reconciler", "lead binder"}));
+}
+
+// The elector starts before the parts that lead and may take the lead while they start: they are
+// told even so.
+TEST(Manager, LeadDuringStartTellsThePartsNotStartedYet) {
+  Recorder r;
+  Manager manager;
+  Manager::Runnable elector = r.Make("leader election");
+  elector.start = [&] {
+    r.calls.push_back("start leader election");
+    manager.Lead();
+  };
+  manager.Add(std::move(elector));
+  Manager::Runnable binder = r.Make("binder");
+  binder.needsLease = true;
+  binder.lead = [&r] { r.calls.push_back("lead binder"); };
+  manager.Add(std::move(binder));
+  manager.Start();
+  EXPECT_EQ(r.calls,
+            (std::vector<std::string>{"start leader election", "lead binder", "start binder"}));
+}
+
 TEST(Manager, AStartThatThrowsStopsWhatStartedBeforeItInReverse) {
   Recorder r;
   Manager manager;
