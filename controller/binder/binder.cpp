@@ -58,68 +58,6 @@ bool FreesUnits(const api::GpuDevice& device, const model::Decision& decision) {
          (decision.action == model::Action::kMove && decision.node != *node);
 }
 
-// A pass's writers: up to `threads` threads, started as the jobs come, each taking the oldest job
-// waiting. Close (or the destructor) lets them finish every job handed over, then joins them.
-class Writers {
- public:
-  explicit Writers(size_t capacity) : capacity_(capacity) {}
-  Writers(const Writers&) = delete;
-  Writers& operator=(const Writers&) = delete;
-  ~Writers() { Close(); }
-
-  void Submit(std::function<void()> job) {
-    {
-      std::lock_guard lock(mutex_);
-      jobs_.push_back(std::move(job));
-      if (idle_ == 0 && threads_.size() < capacity_) {
-        threads_.emplace_back([this] { Main(); });
-      }
-    }
-    work_.notify_one();
-  }
-  // Waits until `ready` holds; checked again each time a job ends.
-  void WaitUntil(const std::function<bool()>& ready) {
-    std::unique_lock lock(mutex_);
-    ended_.wait(lock, ready);
-  }
-  void Close() {
-    {
-      std::lock_guard lock(mutex_);
-      closing_ = true;
-    }
-    work_.notify_all();
-    for (std::thread& thread : threads_) thread.join();
-    threads_.clear();
-  }
-
- private:
-  void Main() {
-    runtime::NameThisThread("binder-writer");
-    std::unique_lock lock(mutex_);
-    for (;;) {
-      ++idle_;
-      work_.wait(lock, [this] { return closing_ || !jobs_.empty(); });
-      --idle_;
-      if (jobs_.empty()) return;  // closing, and nothing left
-      std::function<void()> job = std::move(jobs_.front());
-      jobs_.pop_front();
-      lock.unlock();
-      job();
-      lock.lock();
-      ended_.notify_all();
-    }
-  }
-
-  const size_t capacity_;
-  std::mutex mutex_;
-  std::condition_variable work_;
-  std::condition_variable ended_;
-  std::deque<std::function<void()>> jobs_;
-  std::vector<std::thread> threads_;
-  size_t idle_ = 0;
-  bool closing_ = false;
-};
-
 // A device by namespace and name, without building "ns/name" for each of a pass's decisions.
 struct DeviceName {
   std::string_view ns;
@@ -165,10 +103,10 @@ Binder::Binder(kube::Client& client, const kube::Leadership& leadership, std::st
     : client_(client),
       leadership_(leadership),
       write_{false, kFieldManager, {leadership.Deadline()}},
-      identity_(std::move(identity)),
-      time_(time != nullptr ? *time : kube::DefaultTimeSource()) {}
+      time_(time != nullptr ? *time : kube::DefaultTimeSource()),
+      events_(client, write_, std::move(identity)) {}
 
-std::optional<Binder::PendingEvent> Binder::PrepareDeviceEvent(
+std::optional<EventRecorder::Pending> Binder::PrepareDeviceEvent(
     const api::GpuDevice& device, const model::Decision& decision,
     std::chrono::system_clock::time_point now, BinderResult& result) {
   std::string reason, type = "Normal", action;
@@ -195,109 +133,11 @@ std::optional<Binder::PendingEvent> Binder::PrepareDeviceEvent(
                                     {"namespace", device.metadata.namespaceName},
                                     {"name", device.metadata.name},
                                     {"uid", device.metadata.uid}};
-  return PrepareEvent(regarding, device.metadata.namespaceName, device.metadata.uid, action, reason,
-                      type, std::move(note), now, result);
+  return events_.Make(regarding, device.metadata.namespaceName, device.metadata.uid, action, reason,
+                      type, std::move(note), now, result.eventsSuppressed);
 }
 
-void Binder::WriteEvent(const nlohmann::json& regarding, const std::string& eventNamespace,
-                        const std::string& uid, const std::string& action,
-                        const std::string& reason, const std::string& type, std::string note,
-                        std::chrono::system_clock::time_point now, BinderResult& result) {
-  std::optional<PendingEvent> event = PrepareEvent(regarding, eventNamespace, uid, action, reason,
-                                                   type, std::move(note), now, result);
-  if (event) QueueEvent(std::move(*event), now, result);
-}
-
-std::optional<Binder::PendingEvent> Binder::PrepareEvent(
-    const nlohmann::json& regarding, const std::string& eventNamespace, const std::string& uid,
-    const std::string& action, const std::string& reason, const std::string& type, std::string note,
-    std::chrono::system_clock::time_point now, BinderResult& result) {
-  if (note.size() > 1024) note.resize(1024);  // the API's limit on an Event's note
-  std::string key = uid + "\n" + reason + "\n" + note;
-  auto sent = eventsSent_.find(key);
-  if ((sent != eventsSent_.end() && now - sent->second < kEventRepeat) ||
-      eventsThisPass_ >= kEventsPerPass) {
-    ++result.eventsSuppressed;
-    return std::nullopt;
-  }
-  for (auto it = eventsSent_.begin(); it != eventsSent_.end();) {
-    it = now - it->second >= kEventRepeat ? eventsSent_.erase(it) : std::next(it);
-  }
-  ++eventsThisPass_;  // taken now, so Events prepared together stay within the limit
-  const std::string time = kube::FormatMicroTime(now);
-  // Named as client-go's recorder names Events, "<object>.<unix nanoseconds in hex>": unique
-  // per object and time, and a valid DNS subdomain. (A generateName of "<object>." is not:
-  // kube-apiserver validates the prefix as a name and refuses its trailing dot.)
-  const std::string name = regarding.value("name", std::string());
-  std::string prefix = name.substr(0, 200);
-  while (!prefix.empty() && (prefix.back() == '.' || prefix.back() == '-')) prefix.pop_back();
-  char suffix[24];
-  std::snprintf(
-      suffix, sizeof suffix, ".%llx",
-      static_cast<unsigned long long>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                          std::chrono::system_clock::now().time_since_epoch())
-                                          .count()));
-  PendingEvent event;
-  event.key = std::move(key);
-  event.eventNamespace = eventNamespace;
-  event.what = regarding.value("kind", std::string()) + " " +
-               (eventNamespace == kClusterEventNamespace ? name : eventNamespace + "/" + name);
-  event.body = {
-      {"apiVersion", "events.k8s.io/v1"},
-      {"kind", "Event"},
-      {"metadata", {{"name", prefix + suffix}, {"namespace", eventNamespace}}},
-      {"eventTime", time},
-      {"reportingController", "gpu.cozystack.io/gpu-controller"},
-      {"reportingInstance", identity_.empty() ? std::string("gpu-controller") : identity_},
-      {"action", action},
-      {"reason", reason},
-      {"type", type},
-      {"note", note},
-      {"regarding", regarding}};
-  return event;
-}
-
-// Any thread: sends the Event, noting what came of it in the event itself.
-void Binder::PostEvent(PendingEvent& event) {
-  try {
-    client_.Create(kEvents.Path(event.eventNamespace), event.body, write_);
-    event.written = true;
-  } catch (const std::exception& error) {
-    event.error = error.what();
-  }
-}
-
-void Binder::QueueEvent(PendingEvent event, std::chrono::system_clock::time_point now,
-                        BinderResult& result) {
-  if (eventsQueued_.load() >= eventQueueLimit_) {
-    --eventsThisPass_;
-    ++eventsDropped_;
-    return;
-  }
-  // Counted, and held back from repeating, as it is handed over: the sender's outcome is its
-  // own (gpu_controller_events_total{result="failed"}).
-  eventsSent_[event.key] = now;
-  ++result.events;
-  ++eventsQueued_;
-  eventSender_.Run([this, event = std::move(event)]() mutable {
-    PostEvent(event);
-    if (event.written) {
-      ++eventsWritten_;
-    } else {
-      ++eventsFailed_;
-      runtime::LogDebug("event not written",
-                        LogFields{{"object", event.what}, {"error", event.error}});
-    }
-    std::lock_guard lock(eventsMutex_);
-    --eventsQueued_;
-    eventsDrained_.notify_all();
-  });
-}
-
-bool Binder::WaitForEvents(std::chrono::milliseconds limit) {
-  std::unique_lock lock(eventsMutex_);
-  return eventsDrained_.wait_for(lock, limit, [this] { return eventsQueued_.load() == 0; });
-}
+bool Binder::WaitForEvents(std::chrono::milliseconds limit) { return events_.WaitForQueued(limit); }
 
 void Binder::ReportUnpermittedClasses(const model::Snapshot& snapshot,
                                       std::chrono::system_clock::time_point now,
@@ -313,13 +153,13 @@ void Binder::ReportUnpermittedClasses(const model::Snapshot& snapshot,
                                       {"kind", api::kGpuClassKind},
                                       {"name", gpuClass.metadata.name},
                                       {"uid", gpuClass.metadata.uid}};
-    WriteEvent(regarding, kClusterEventNamespace, gpuClass.metadata.uid, "Check",
-               "ResourceNameNotPermitted", "Warning",
-               "resource name " + gpuClass.ResourceName() +
-                   " is in no pciHostDevices or mediatedDevices entry of KubeVirt's "
-                   "permittedHostDevices: VMs cannot be given this class's GPUs until the "
-                   "hoster adds it",
-               now, result);
+    events_.Record(regarding, EventRecorder::kClusterNamespace, gpuClass.metadata.uid, "Check",
+                   "ResourceNameNotPermitted", "Warning",
+                   "resource name " + gpuClass.ResourceName() +
+                       " is in no pciHostDevices or mediatedDevices entry of KubeVirt's "
+                       "permittedHostDevices: VMs cannot be given this class's GPUs until the "
+                       "hoster adds it",
+                   now, result.events, result.eventsSuppressed);
   }
 }
 
@@ -330,7 +170,7 @@ void Binder::ReportInputProblems(std::chrono::system_clock::time_point now, Bind
     if (!leadership_.Leading()) return;
     nlohmann::json regarding = {{"kind", problem.kind}, {"name", problem.name}};
     std::string eventNamespace =
-        problem.namespaceName.empty() ? kClusterEventNamespace : problem.namespaceName;
+        problem.namespaceName.empty() ? EventRecorder::kClusterNamespace : problem.namespaceName;
     if (problem.kind == "Pod" || problem.kind == "ResourceQuota") {
       regarding["apiVersion"] = "v1";
       regarding["namespace"] = problem.namespaceName;
@@ -341,12 +181,13 @@ void Binder::ReportInputProblems(std::chrono::system_clock::time_point now, Bind
       regarding["apiVersion"] = api::kApiVersion;
     }
     // The key holds the object's name: the problem carries no UID, and the name is unique.
-    WriteEvent(regarding, eventNamespace, problem.kind + "/" + eventNamespace + "/" + problem.name,
-               "Read", "InputOutOfRange", "Warning",
-               problem.field + ": " + problem.problem +
-                   " (the catalog reads it so that only its own node or tenant is held back; "
-                   "docs/controller.md, \"Inputs out of range\")",
-               now, result);
+    events_.Record(regarding, eventNamespace,
+                   problem.kind + "/" + eventNamespace + "/" + problem.name, "Read",
+                   "InputOutOfRange", "Warning",
+                   problem.field + ": " + problem.problem +
+                       " (the catalog reads it so that only its own node or tenant is held back; "
+                       "docs/controller.md, \"Inputs out of range\")",
+                   now, result.events, result.eventsSuppressed);
   }
 }
 
@@ -549,7 +390,7 @@ void Binder::Send(PlacementWrite& write, std::atomic<bool>& halt) {
 
 bool Binder::TakeWrite(PlacementWrite& write, kube::TimePoint steadyNow,
                        std::chrono::system_clock::time_point now, BinderResult& result,
-                       std::optional<PendingEvent>& event) {
+                       std::optional<EventRecorder::Pending>& event) {
   if (write.thrown) std::rethrow_exception(write.thrown);
   if (write.skipped) return false;  // the pass stopped before it was sent
   const api::GpuDevice& device = *write.device;
@@ -771,16 +612,20 @@ std::optional<nlohmann::json> Binder::StatusPatch(const api::GpuDevice& device,
 void Binder::Write(const std::vector<model::Decision>& decisions, const DeviceMatch& match,
                    bool answersOnly, std::chrono::system_clock::time_point now,
                    kube::TimePoint steadyNow, BinderResult& result) {
-  eventsThisPass_ = 0;
+  events_.BeginPass();
   // The writes go to the writers as the pass reaches them (the header's pipeline), and what
   // came of each is taken in the plan's order; its Event goes to the event sender.
   std::deque<PlacementWrite> writes;  // handed over; those before `taken` are taken
   size_t taken = 0;
   std::atomic<bool> halt{false};  // the pass stopped: writes not sent yet are not sent
   bool stopped = false;
-  Writers writers(kWriters);  // declared last: its threads are joined before the rest goes
-  auto post = [&](std::optional<PendingEvent> event) {
-    if (event) QueueEvent(std::move(*event), now, result);
+  // Every write handed over ends before what it refers to goes, thrown on or not.
+  struct Drain {
+    runtime::WorkerPool& pool;
+    ~Drain() { pool.WaitIdle(); }
+  } drain{writers_};
+  auto post = [&](std::optional<EventRecorder::Pending> event) {
+    if (event) events_.Post(std::move(*event), now, result.events);
   };
   // Takes the writes that are in, in order; with `all`, waits for each.
   auto take = [&](bool all) {
@@ -788,10 +633,10 @@ void Binder::Write(const std::vector<model::Decision>& decisions, const DeviceMa
       PlacementWrite& write = writes[taken];
       if (!write.done.load()) {
         if (!all) return;
-        writers.WaitUntil([&write] { return write.done.load(); });
+        writers_.WaitUntil([&write] { return write.done.load(); });
       }
       ++taken;
-      std::optional<PendingEvent> event;
+      std::optional<EventRecorder::Pending> event;
       bool goOn = false;
       try {
         goOn = TakeWrite(write, steadyNow, now, result, event);
@@ -842,7 +687,7 @@ void Binder::Write(const std::vector<model::Decision>& decisions, const DeviceMa
     write.key = std::move(key);
     write.pending = pending;
     write.frees = frees;
-    writers.Submit([this, &write, &halt] { Send(write, halt); });
+    writers_.Submit([this, &write, &halt] { Send(write, halt); });
     take(frees);  // a write that frees units is in before any after it is sent
   }
   take(true);

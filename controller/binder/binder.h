@@ -58,6 +58,7 @@
 #include <vector>
 
 #include "api/gpudevice.h"
+#include "controller/binder/events.h"
 #include "controller/model/model.h"
 #include "controller/model/snapshot.h"
 #include "kube/backoff.h"
@@ -66,6 +67,7 @@
 #include "kube/errors.h"
 #include "kube/leader_election.h"
 #include "runtime/worker.h"
+#include "runtime/worker_pool.h"
 
 namespace cozy::controller {
 
@@ -120,20 +122,20 @@ class Binder {
   // never hold up the pass or the next one, and take one connection of the API server's time
   // beside the kWriters of the placement writes a VM start waits on (a fifth of the API
   // server's work, at a thousand binds at once, before). Past kEventQueue waiting, an Event is
-  // dropped and counted.
-  static constexpr std::chrono::minutes kEventRepeat{10};
-  static constexpr int kEventsPerPass = 100;
-  static constexpr int64_t kEventQueue = 1000;
+  // dropped and counted. The recording is EventRecorder's (controller/binder/events.h).
+  static constexpr std::chrono::minutes kEventRepeat = EventRecorder::kRepeat;
+  static constexpr int kEventsPerPass = EventRecorder::kPerPass;
+  static constexpr int64_t kEventQueue = EventRecorder::kQueue;
   // How many Events may wait for the sender, the one it is sending included (kEventQueue by
   // default). Before the first pass.
-  void SetEventQueueLimit(int64_t limit) { eventQueueLimit_ = limit; }
+  void SetEventQueueLimit(int64_t limit) { events_.SetQueueLimit(limit); }
   // Waits until every Event handed over is sent (or failed), at most `limit`; whether they are.
   bool WaitForEvents(std::chrono::milliseconds limit);
   // Events the sender wrote, those it could not write, and those dropped for want of room. Any
   // thread.
-  int64_t EventsWritten() const { return eventsWritten_.load(); }
-  int64_t EventsFailed() const { return eventsFailed_.load(); }
-  int64_t EventsDropped() const { return eventsDropped_.load(); }
+  int64_t EventsWritten() const { return events_.Written(); }
+  int64_t EventsFailed() const { return events_.Failed(); }
+  int64_t EventsDropped() const { return events_.Dropped(); }
 
   // `leadership` is read before every write, and its deadline before every attempt of each,
   // retries included: no write is sent, retried or left running past the instant the replica
@@ -196,7 +198,7 @@ class Binder {
   // table (KubeVirt served, its object read, at least one entry); deleting classes are skipped.
   // Cluster-scoped classes get their Events in kClusterEventNamespace, as client-go's recorder
   // does.
-  inline static const std::string kClusterEventNamespace = "default";
+  inline static const std::string kClusterEventNamespace = EventRecorder::kClusterNamespace;
   void ReportUnpermittedClasses(const model::Snapshot& snapshot,
                                 std::chrono::system_clock::time_point now, BinderResult& result);
   // C18: the last full pass's model's input problems, each as a Warning Event on its object
@@ -226,15 +228,6 @@ class Binder {
     std::exception_ptr thrown;      // anything else, thrown again on the binder's thread
     std::atomic<bool> done{false};  // a writer is through with it (the fields above are set)
   };
-  // An Event ready to be sent, and what came of sending it.
-  struct PendingEvent {
-    std::string key;  // (uid, reason, note): the rate limit's key
-    std::string eventNamespace;
-    std::string what;  // the object, for the log
-    nlohmann::json body;
-    bool written = false;
-    std::string error;
-  };
   // Any thread: sends the write (unless `halt`), noting what came of it in the write itself;
   // raises `halt` where the pass must stop there.
   // A pass in its three steps: plan (the model's decisions), match (each decision's device),
@@ -261,33 +254,16 @@ class Binder {
   // stop: a write failed that decisions after it may stand on.
   bool TakeWrite(PlacementWrite& write, kube::TimePoint steadyNow,
                  std::chrono::system_clock::time_point now, BinderResult& result,
-                 std::optional<PendingEvent>& event);
+                 std::optional<EventRecorder::Pending>& event);
   kube::Client& client_;
   const kube::Leadership& leadership_;
   // The options of every write: the field manager, and the lease's deadline on each attempt.
   kube::WriteOptions write_;
-  // One Event regarding `regarding` (its object reference), rate limited as above by (uid,
-  // reason, note).
-  void WriteEvent(const nlohmann::json& regarding, const std::string& eventNamespace,
-                  const std::string& uid, const std::string& action, const std::string& reason,
-                  const std::string& type, std::string note,
-                  std::chrono::system_clock::time_point now, BinderResult& result);
-  // The steps of WriteEvent: the rate limit and the Event's body (the binder's thread), and the
-  // request (the event sender's).
-  std::optional<PendingEvent> PrepareDeviceEvent(const api::GpuDevice& device,
-                                                 const model::Decision& decision,
-                                                 std::chrono::system_clock::time_point now,
-                                                 BinderResult& result);
-  std::optional<PendingEvent> PrepareEvent(
-      const nlohmann::json& regarding, const std::string& eventNamespace, const std::string& uid,
-      const std::string& action, const std::string& reason, const std::string& type,
-      std::string note, std::chrono::system_clock::time_point now, BinderResult& result);
-  void PostEvent(PendingEvent& event);
-  // A device's Event, to the event sender (the header's "Events").
-  void QueueEvent(PendingEvent event, std::chrono::system_clock::time_point now,
-                  BinderResult& result);
+  // A device's Event for a decision (bound, moved, Lost, refused), or none.
+  std::optional<EventRecorder::Pending> PrepareDeviceEvent(
+      const api::GpuDevice& device, const model::Decision& decision,
+      std::chrono::system_clock::time_point now, BinderResult& result);
 
-  std::string identity_;
   kube::TimeSource& time_;
   // The last pass's snapshot (its own copy: lists shared) and model, which the next pass's model
   // is built with (Model(snapshot, previous)). The model goes first: it views the snapshot.
@@ -310,19 +286,9 @@ class Binder {
   // "ns/name" -> the version the cache showed when the list after taking the lead differed
   // ("" for a device the cache did not have); dropped once the cache shows the server's.
   std::map<std::string, std::string> unsettled_;
-  // (device uid, reason, message) -> when it was last written
-  std::map<std::string, std::chrono::system_clock::time_point> eventsSent_;
-  int eventsThisPass_ = 0;
-  // The event sender's: Events handed over and not yet sent, and those it could not write or
-  // had no room for.
-  int64_t eventQueueLimit_ = kEventQueue;
-  std::atomic<int64_t> eventsQueued_{0};
-  std::atomic<int64_t> eventsWritten_{0};
-  std::atomic<int64_t> eventsFailed_{0};
-  std::atomic<int64_t> eventsDropped_{0};
-  std::mutex eventsMutex_;
-  std::condition_variable eventsDrained_;
-  runtime::Worker eventSender_{"events"};  // declared last: stopped before the rest goes
+  // The placement writes' threads, up to kWriters, for as long as the binder.
+  runtime::WorkerPool writers_{"binder-writer", kWriters};
+  EventRecorder events_;  // declared last: its sender stops before the rest goes
 };
 
 }  // namespace cozy::controller

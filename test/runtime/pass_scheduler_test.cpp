@@ -16,6 +16,7 @@
 #include "runtime/loop.h"
 #include "runtime/pass_loop.h"
 #include "runtime/worker.h"
+#include "runtime/worker_pool.h"
 
 namespace cozy::runtime {
 namespace {
@@ -258,6 +259,42 @@ TEST(PassLoop, APassRunsOnTheWorkerItsResultComesBackAndNothingRunsAfterStop) {
   EXPECT_TRUE(passes->Stopping());
   EXPECT_EQ(ran.load(), 2);
   EXPECT_EQ(results, (std::vector<int>{1, 2}));
+}
+
+// The pool the binder's placement writes go through: threads start only as jobs find none idle,
+// up to its capacity, and stay for the next burst; WaitUntil wakes as jobs end; WaitIdle returns
+// only once every job handed over has ended; the destructor finishes what was handed over.
+TEST(WorkerPool, GrowsToItsCapacityAsNeededKeepsItsThreadsAndDrains) {
+  std::atomic<int> done{0};
+  {
+    WorkerPool pool("pool-test", 3);
+    EXPECT_EQ(pool.Threads(), 0U);
+    std::atomic<bool> release{false};
+    for (int i = 0; i < 6; ++i) {
+      pool.Submit([&] {
+        while (!release.load()) std::this_thread::sleep_for(1ms);
+        ++done;
+      });
+    }
+    EXPECT_EQ(pool.Threads(), 3U) << "no more than its capacity";
+    release = true;
+    pool.WaitUntil([&] { return done.load() >= 2; });
+    EXPECT_GE(done.load(), 2);
+    pool.WaitIdle();
+    EXPECT_EQ(done.load(), 6);
+    // The next burst runs on the same threads.
+    for (int i = 0; i < 6; ++i) pool.Submit([&] { ++done; });
+    pool.WaitIdle();
+    EXPECT_EQ(done.load(), 12);
+    EXPECT_EQ(pool.Threads(), 3U);
+    for (int i = 0; i < 4; ++i) {
+      pool.Submit([&] {
+        std::this_thread::sleep_for(20ms);
+        ++done;
+      });
+    }
+  }  // the destructor lets them end
+  EXPECT_EQ(done.load(), 16);
 }
 
 }  // namespace
