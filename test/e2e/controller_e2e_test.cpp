@@ -161,7 +161,8 @@ TEST_F(ControllerEndToEnd, PodChurnThatCannotChangeADecisionWakesNoPass) {
   const std::string full = "gpu_controller_binder_passes_total{kind=\"full\"}";
   const std::string reconciles = "gpu_controller_reconcile_passes_total";
   const std::string pods = "gpu_controller_cache_objects{cache=\"pods\"}";
-  // Settled: no pass for two ticks of the metrics (a second each).
+  // Settled: no pass for two ticks of the metrics (a second each). The sleeps stay: settled is
+  // the absence of passes, which no pass count can show but over time.
   double fullBefore = -1, reconcilesBefore = -1;
   ASSERT_TRUE(WaitFor(
       [&] {
@@ -229,6 +230,7 @@ TEST_F(ControllerEndToEnd, OnAQuietClusterAPodThatFitsWakesNoPassAndOneThatOverf
   const std::string quiet = "gpu_controller_binder_quiet";
   const std::string absorbed = "gpu_controller_binder_quiet_pod_changes_total";
   // Settled: the room is, and no pass ran for a second (a pass's count lands after its room).
+  // The sleep stays: settled is the absence of passes, which no count can show but over time.
   double fullBefore = -1;
   ASSERT_TRUE(WaitFor(
       [&] {
@@ -257,7 +259,10 @@ TEST_F(ControllerEndToEnd, OnAQuietClusterAPodThatFitsWakesNoPassAndOneThatOverf
   Apply(pod("raw-1"));  // the node's last free unit
   ASSERT_TRUE(WaitFor([&] { return Metric("replica-a", absorbed) >= 1; }, 20s))
       << Metrics("replica-a");
-  std::this_thread::sleep_for(1500ms);  // a pass it woke would have run by now (50 ms debounce)
+  // A pass it woke would have run by now (50 ms debounce) and been counted (the metrics are
+  // rebuilt each second). Kept a sleep: what is asserted is that no pass ran, so no pass count
+  // can mark the time, and with --resync 1h nothing else rebuilds the page differently.
+  std::this_thread::sleep_for(1500ms);
   EXPECT_EQ(Metric("replica-a", full), fullBefore) << "a pod that fits woke the binder\n" << Logs();
   EXPECT_EQ(NodeOf("held"), node);
 
@@ -355,7 +360,8 @@ TEST_F(ControllerEndToEnd, G1_D15_ClassWaitsForItsHolderWithGpusOff) {
   EXPECT_FALSE(Get("gpudevice held", Tenant())["status"].contains("nodeName"));
 
   Kubectl("delete gpuclass a100 --wait=false");
-  std::this_thread::sleep_for(2s);  // two resyncs: the class must still be there
+  // Two passes that saw the deletion: the class must still be there.
+  ASSERT_TRUE(WaitForPasses("replica-a", "reconciler", 2)) << Logs();
   const json deleting = Get("gpuclass a100");
   ASSERT_TRUE(deleting.is_object()) << Logs();
   EXPECT_TRUE(deleting["metadata"].contains("deletionTimestamp"));
@@ -408,13 +414,13 @@ TEST_F(ControllerEndToEnd, D13_D16_ReleasedDeviceAndItsRecordStayUntilTheVmiEnds
   // A tenant's labels, even the monitor's own key, do not reach the record.
   Kubectl("-n " + Tenant() +
           " label gpudevice d1 workloads.cozystack.io/monitor=evil team=red --overwrite");
-  std::this_thread::sleep_for(1500ms);
+  ASSERT_TRUE(WaitForPasses("replica-a", "reconciler")) << Logs();
   EXPECT_EQ(Get("workload gpudevice-d1", Tenant())["metadata"]["labels"],
             record["metadata"]["labels"]);
 
   // D13: released while the VMI runs: device, binding and record stay.
   Kubectl("-n " + Tenant() + " delete gpudevice d1 --wait=false");
-  std::this_thread::sleep_for(2500ms);
+  ASSERT_TRUE(WaitForPasses("replica-a", "reconciler", 2)) << Logs();
   const json released = Get("gpudevice d1", Tenant());
   ASSERT_TRUE(released.is_object()) << Logs();
   EXPECT_TRUE(released["metadata"].contains("deletionTimestamp"));
@@ -505,7 +511,8 @@ TEST_F(ControllerEndToEnd, C11_C12_ARawNamePodsGpusAreRecordedAndOnlyAProvenLaun
     EXPECT_EQ(record["metadata"]["labels"]["workloads.cozystack.io/monitor"], "cozy-gpu-usage");
   }
   EXPECT_TRUE(Get("workload gpudevice-d1", Tenant()).is_object());
-  std::this_thread::sleep_for(1500ms);  // a pass that would record the launcher has run by now
+  // A pass that would record the launcher has run.
+  ASSERT_TRUE(WaitForPasses("replica-a", "reconciler")) << Logs();
   EXPECT_TRUE(Get("workload gpupod-virt-launcher-vm1-abcde", Tenant()).is_null())
       << "the proven launcher's GPU was billed twice\n"
       << Logs();
@@ -587,7 +594,7 @@ TEST_F(ControllerEndToEnd, D13_WithGpusOffAReleasedDeviceStaysWhileItsVmiRuns) {
                      {"nodeName", "n1"},
                      {"attachment", {{"vmiName", "vm1"}, {"vmiUID", VmiUid("vm1")}}}});
   Kubectl("-n " + Tenant() + " delete gpudevice d1 --wait=false");
-  std::this_thread::sleep_for(2500ms);  // two resyncs
+  ASSERT_TRUE(WaitForPasses("replica-a", "reconciler", 2)) << Logs();  // two resyncs
   const json released = Get("gpudevice d1", Tenant());
   ASSERT_TRUE(released.is_object()) << Logs();
   EXPECT_TRUE(released["metadata"].contains("deletionTimestamp"));
@@ -628,7 +635,7 @@ TEST_F(ControllerEndToEnd, G7_WithGpusOffAnUnservedVmiKindNeverDetachesARunningV
     return Log("replica-a").find("reconcile pass skipped attachments whose VMI cannot be told") !=
            std::string::npos;
   })) << Logs();
-  std::this_thread::sleep_for(2500ms);  // two resyncs
+  ASSERT_TRUE(WaitForPasses("replica-a", "reconciler", 2)) << Logs();  // two resyncs
   const json d1 = Get("gpudevice d1", Tenant());
   EXPECT_EQ(d1["status"]["attachment"]["vmiName"], "vm1") << Logs();
   EXPECT_EQ(d1["status"]["attachment"]["vmiUID"], uid);
@@ -645,7 +652,10 @@ TEST_F(ControllerEndToEnd, G7_WithGpusOffAnUnservedVmiKindNeverDetachesARunningV
       << Logs();
   // The kind is back and the VM still runs: nothing changes. Once it ends, both are freed.
   Fake().ClearFaults();
-  std::this_thread::sleep_for(1500ms);
+  // A pass that told both attachments' VMI (it runs) has applied what it planned.
+  ASSERT_TRUE(WaitFor(
+      [&] { return Metric("replica-a", "gpu_controller_waiting{for=\"vmi-unknown\"}") == 0; }, 30s))
+      << Metrics("replica-a");
   EXPECT_EQ(Get("gpudevice d1", Tenant())["status"]["attachment"]["vmiUID"], uid);
   EXPECT_TRUE(Get("gpudevice d2", Tenant()).is_object());
   Kubectl("-n " + Tenant() + " delete vmi vm1");
@@ -670,7 +680,7 @@ TEST_F(ControllerEndToEnd, D14_TemplateDeviceGoesWithItsVmiAndAHeldOrderStays) {
                        {"nodeName", "n1"},
                        {"attachment", {{"vmiName", "vm1"}, {"vmiUID", uid}}}});
   }
-  std::this_thread::sleep_for(1500ms);
+  ASSERT_TRUE(WaitForPasses("replica-a", "reconciler")) << Logs();
   EXPECT_TRUE(Get("gpudevice vm1-gpu", Tenant()).is_object());  // its VMI runs
 
   Kubectl("-n " + Tenant() + " delete vmi vm1");
@@ -739,7 +749,20 @@ TEST_F(ControllerEndToEnd, G8_LeaderCutOffStepsDownTheOtherLeadsAndNothingIsWrit
 
   // The connection comes back: the old leader stays a standby while the Lease is renewed.
   proxy.Restore();
-  std::this_thread::sleep_for(3s);
+  const auto restored = std::chrono::steady_clock::now();
+  // Evidence that it has tried as a candidate since: two reads of the Lease (a retry period
+  // apart), each finding it held and renewed by replica-b.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        int leaseReads = 0;
+        for (const auto& request : Requests()) {
+          leaseReads += request.bearerToken == "replica-a" && request.received > restored &&
+                        request.path.find("/leases/gpu-controller") != std::string::npos;
+        }
+        return leaseReads >= 2;
+      },
+      15s))
+      << Logs();
   EXPECT_EQ(Holder(), "replica-b");
   EXPECT_NE(Metrics("replica-a").find("gpu_controller_leader 0"), std::string::npos);
   EXPECT_NE(Log("replica-a").find("stopped leading"), std::string::npos);
@@ -789,7 +812,9 @@ TEST_F(ControllerEndToEnd, G8_ALeaderThatCannotRenewMakesNoWriteAttemptPastItsLe
   ASSERT_TRUE(
       WaitFor([&] { return Log("replica-a").find("stopped leading") != std::string::npos; }, 10s))
       << Logs();
-  // A retry the client would have made past the lease comes within 3 × 2 s of an attempt.
+  // A retry the client would have made past the lease comes within 3 × 2 s of an attempt. Kept
+  // a sleep: what it waits for is the absence of a retry the server's Retry-After paces, and
+  // no counter of the client's retries exists (a reconciler pass counts only once it ends).
   std::this_thread::sleep_for(7s);
 
   // It led until at most its last renewal's arrival plus the renew deadline (4 s).
@@ -829,7 +854,11 @@ TEST_F(ControllerEndToEnd, D1_D2_TwoOrdersRaceForTheLastUnitAndOnlyTheLeaderPlac
   Kubectl("apply -f " + ShellQuote(file.string()));
   ASSERT_TRUE(WaitFor([&] { return Phase("first") == "Bound" || Phase("second") == "Bound"; }))
       << Logs();
-  std::this_thread::sleep_for(1500ms);  // passes that follow must not book the unit again
+  // A pass that follows must not book the unit again.
+  ASSERT_TRUE(WaitForPasses("replica-a", "binder")) << Logs();
+  // The standby runs no pass at all (and the wait above can fail: it does on a replica that
+  // does not pass).
+  EXPECT_FALSE(WaitForPasses("replica-b", "reconciler", 1, 2s));
   const int bound = (Phase("first") == "Bound") + (Phase("second") == "Bound");
   EXPECT_EQ(bound, 1) << Get("gpudevices", Tenant()).dump(2);
   const auto writes = PlacementWrites();
@@ -974,12 +1003,24 @@ TEST_F(ControllerEndToEnd, D3_ANewLeaderWhoseCacheLagsTheLastLeadersMoveBooksNoU
   ASSERT_TRUE(WaitFor([&] { return Phase("d1") == "Bound"; })) << Logs();
   Apply(Device("d2"));  // no room: it waits
   WaitProtected("d2");
-  std::this_thread::sleep_for(1s);  // both replicas' caches show d1 on n1 and d2 waiting
+  // Both replicas' caches show d1 on n1 and d2 waiting: each holds d2, created after d1's
+  // placement was written, and a watch delivers in order.
+  for (const std::string replica : {"replica-a", "replica-b"}) {
+    ASSERT_TRUE(WaitFor([&] {
+      return Metric(replica, "gpu_controller_cache_objects{cache=\"gpudevices\"}") == 2;
+    })) << Metrics(replica);
+  }
   ASSERT_EQ(NodeOf("d1"), "n1");
   StallDeviceWatches(10s);  // both replicas' device caches freeze
   // n1 is cordoned, then n2 gains a unit: the leader moves d1 to n2 (d2 still has no room).
   Kubectl("cordon n1");
-  std::this_thread::sleep_for(300ms);
+  // The leader's binder has seen the cordon (its condition written) before n2 gains the unit.
+  ASSERT_TRUE(WaitFor([&] {
+    for (const auto& condition : Get("gpunode n1")["status"].value("conditions", json::array())) {
+      if (condition["type"] == "TakesBinds") return condition["reason"] == "Cordoned";
+    }
+    return false;
+  })) << Logs();
   GpuNode("n2", 1);
   ASSERT_TRUE(WaitFor([&] { return NodeOf("d1") == "n2"; }, 5s)) << Logs();
   // The leader goes; the standby leads with a cache still showing d1 on n1.
@@ -1199,7 +1240,7 @@ TEST_F(ControllerEndToEnd, D9_ARequestThatCannotBePlacedIsRefusedWithTheModelsRe
   EXPECT_FALSE(refused["bindResponse"].value("message", "").empty());
   EXPECT_FALSE(refused.contains("nodeName"));
   // The tenant sees why in Events regarding the device, once, however many passes refuse it.
-  std::this_thread::sleep_for(2s);  // resyncs every second refuse it again
+  ASSERT_TRUE(WaitForPasses("replica-a", "binder", 2)) << Logs();  // each refuses it again
   const json events = Get("events.events.k8s.io", Tenant());
   int refusals = 0, bound = 0;
   for (const auto& event : events["items"]) {
@@ -1227,7 +1268,16 @@ TEST_F(ControllerEndToEnd, G5_G6_G7_KubeVirtAbsentThenServedThenGoneWhileAttache
   // kubevirt.io requests are discovery's (the group's version, which answers 404).
   Apply(Device("d1"));
   ASSERT_TRUE(WaitFor([&] { return Phase("d1") == "Bound"; })) << Logs();
-  std::this_thread::sleep_for(1s);  // discovery refreshes every 500 ms
+  // Since then, discovery has asked again (every 500 ms) and a reconciler pass has run: a
+  // KubeVirt read either would make is in the log by now.
+  const auto bound = std::chrono::steady_clock::now();
+  ASSERT_TRUE(WaitForPasses("replica-a", "reconciler")) << Logs();
+  ASSERT_TRUE(WaitFor([&] {
+    for (const auto& request : Requests()) {
+      if (request.received > bound && request.path == "/apis/kubevirt.io/v1") return true;
+    }
+    return false;
+  })) << Logs();
   int discoveryReads = 0;
   for (const auto& request : Requests()) {
     if (request.path.starts_with("/apis/kubevirt.io")) {
@@ -1248,7 +1298,7 @@ TEST_F(ControllerEndToEnd, G5_G6_G7_KubeVirtAbsentThenServedThenGoneWhileAttache
   })) << Logs();
   Apply(Vmi("vm1"));
   PatchStatus("d1", {{"attachment", {{"vmiName", "vm1"}, {"vmiUID", VmiUid("vm1")}}}});
-  std::this_thread::sleep_for(1500ms);
+  ASSERT_TRUE(WaitForPasses("replica-a", "reconciler")) << Logs();
   EXPECT_TRUE(Get("gpudevice d1", Tenant())["status"].contains("attachment"));
   // G7: discovery stops showing the kind while d1 is attached (KubeVirt's API in an upgrade:
   // every kubevirt.io request answers 404, the VMIs themselves untouched). A gap in discovery is
@@ -1262,7 +1312,9 @@ TEST_F(ControllerEndToEnd, G5_G6_G7_KubeVirtAbsentThenServedThenGoneWhileAttache
            std::string::npos;
   })) << Logs()
       << Get("gpudevice d1", Tenant()).dump(2);
-  std::this_thread::sleep_for(1500ms);
+  // Passes that cannot read VMIs have run: neither detached (the reconciler) nor moved (the
+  // binder).
+  ASSERT_TRUE(WaitForPasses("replica-a", "binder+reconciler")) << Logs();
   const json d1 = Get("gpudevice d1", Tenant());
   EXPECT_EQ(d1["status"]["phase"], "Bound");
   EXPECT_EQ(d1["status"]["attachment"]["vmiName"], "vm1");
@@ -1295,7 +1347,9 @@ TEST_F(ControllerEndToEnd, G4_ReadinessWaitsForANonKubeVirtCacheButNeverForKubeV
   ASSERT_TRUE(WaitFor([&] { return code("/healthz") == "200"; })) << Logs();
   ASSERT_TRUE(WaitFor([&] { return Log("replica-a").find("cache=nodes") != std::string::npos; }))
       << Logs();
-  for (int i = 0; i < 4; ++i) {  // the readiness of four ticks (1 s each)
+  // The readiness of four ticks (1 s each). Kept a sleep: readiness is what is asserted, it is
+  // set once a tick, and no counter tells a tick that changed nothing from none.
+  for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(code("/readyz"), "503") << Logs();
     EXPECT_EQ(code("/healthz"), "200");
     std::this_thread::sleep_for(1s);
@@ -1381,7 +1435,7 @@ TEST_F(ControllerEndToEnd, D10_ACordonMovesASetOnlyWithRoomElsewhereAndNeverASta
   // Cordon n2 as well: nowhere else has room, so the set stays where it is, Bound, and a bind
   // request for it is answered Succeeded in place (the pod webhook pins the VM there).
   Kubectl("cordon n2");
-  std::this_thread::sleep_for(1500ms);
+  ASSERT_TRUE(WaitForPasses("replica-a", "binder")) << Logs();
   EXPECT_EQ(Get("gpudevice moves", Tenant())["status"]["nodeName"], "n2");
   EXPECT_EQ(Phase("moves"), "Bound");
   PatchStatus("moves",
@@ -1406,7 +1460,8 @@ TEST_F(ControllerEndToEnd, D10_ACordonMovesASetOnlyWithRoomElsewhereAndNeverASta
   EXPECT_EQ(takesBinds["status"], "False");
   EXPECT_NE(takesBinds.value("message", "").find("cordon"), std::string::npos) << takesBinds;
   const std::string version = Get("gpunode n1")["metadata"]["resourceVersion"];
-  std::this_thread::sleep_for(1500ms);  // passes go on; an unchanged condition is not written
+  // Passes go on; an unchanged condition is not written.
+  ASSERT_TRUE(WaitForPasses("replica-a", "binder")) << Logs();
   EXPECT_EQ(Get("gpunode n1")["metadata"]["resourceVersion"], version);
   // Each condition write replaces the list it was built from, so it is conditional on that
   // version (docs/security.md): another writer's condition in between makes it a 409, not a loss.
@@ -1428,7 +1483,7 @@ TEST_F(ControllerEndToEnd, D10_ACordonMovesASetOnlyWithRoomElsewhereAndNeverASta
   stays["spec"]["className"] = "t4";
   Apply(stays);
   PatchStatus("stays", {{"phase", "Bound"}, {"nodeName", "n2"}});
-  std::this_thread::sleep_for(2s);
+  ASSERT_TRUE(WaitForPasses("replica-a", "binder")) << Logs();
   EXPECT_EQ(Get("gpudevice stays", Tenant())["status"]["nodeName"], "n2");
   const json uncordoned = Get("gpunode n1");
   for (const auto& condition : uncordoned["status"]["conditions"]) {
@@ -1464,7 +1519,9 @@ TEST_F(ControllerEndToEnd, C7_D5_ANotReadyNodeKeepsItsHeldGpusForTheGraceThenThe
            {"lastHeartbeatTime", api::FormatTime(std::chrono::system_clock::now())},
            {"lastTransitionTime", api::FormatTime(std::chrono::system_clock::now())}}}}}}};
   Kubectl("patch node n1 --subresource=status --type=merge -p " + ShellQuote(notReady.dump()));
-  std::this_thread::sleep_for(3s);  // passes run every second meanwhile
+  // Passes that saw the node NotReady have run (the bound stays under the 8 s grace: a wait
+  // that ran past it would fail the assertion below, never pass it).
+  ASSERT_TRUE(WaitForPasses("replica-a", "binder", 2, 6s)) << Logs();
   EXPECT_EQ(NodeOf("held"), "n1") << "moved within the grace\n" << Logs();
   EXPECT_EQ(Phase("held"), "Bound");
   PatchStatus(
@@ -1491,7 +1548,8 @@ TEST_F(ControllerEndToEnd, C7_D5_ANotReadyNodeKeepsItsHeldGpusForTheGraceThenThe
   n2NotReady["status"]["conditions"][0]["lastTransitionTime"] =
       api::FormatTime(std::chrono::system_clock::now());
   Kubectl("patch node n2 --subresource=status --type=merge -p " + ShellQuote(n2NotReady.dump()));
-  std::this_thread::sleep_for(1500ms);
+  // The binder has seen n1 cordoned and n2 NotReady before the start is asked for.
+  ASSERT_TRUE(WaitForPasses("replica-a", "binder", 1, 6s)) << Logs();
   PatchStatus(
       "held",
       {{"bindRequest",
@@ -1562,8 +1620,13 @@ TEST_F(ControllerEndToEnd, D1_ALeaderChangeInTheMiddleOfAPassWritesEachPlacement
     for (int i = 0; i < 30; ++i) out << Device("o" + std::to_string(i)).dump() << "\n";
   }
   Kubectl("apply -f " + ShellQuote(file.string()));
-  ASSERT_TRUE(WaitFor([&] { return !PlacementWrites().empty(); })) << Logs();
-  std::this_thread::sleep_for(500ms);
+  // The leader's first writes have been answered: its pass is in its second round of writes.
+  ASSERT_TRUE(WaitFor([&] {
+    for (const auto& write : PlacementWrites()) {
+      if (write.status > 0) return true;
+    }
+    return false;
+  })) << Logs();
   StopReplica("replica-a");  // mid-pass: it stops writing, releases, the standby goes on
   ASSERT_TRUE(WaitFor(
       [&] {

@@ -396,6 +396,71 @@ class ControllerEndToEnd : public ::testing::Test {
     if (at == std::string::npos) return -1;
     return std::stod(metrics.substr(at + sample.size() + 2));
   }
+  // The part of the replica's /metrics its loop builds, once a second: the process_* samples,
+  // read at each request, left out, so two reads differ only when the loop rebuilt the page.
+  std::string LoopMetrics(const std::string& identity) {
+    const std::string metrics = Metrics(identity);
+    return metrics.substr(0, metrics.find("# HELP process_"));
+  }
+
+  // Waits until `identity` has run `passes` whole passes of each of `loops` ("binder": its full
+  // passes, which place, move and write conditions; "reconciler"; "binder+reconciler": both,
+  // waited for together) that began after this call: the evidence a "nothing happened"
+  // assertion stands on, where a sleep would only guess that a pass had run. The counts are read
+  // from the first page the loop rebuilds after this call (the one served now may predate the
+  // caller's change by up to a second); the first pass counted after it may have been under way
+  // before the call, and a loop's passes run one at a time, so each further one began after it.
+  // Fails after `limit`: the loop is not running (a standby, unsynced caches) or not asked to (a
+  // long --resync and nothing changed).
+  ::testing::AssertionResult WaitForPasses(const std::string& identity, const std::string& loops,
+                                           int passes = 1, std::chrono::seconds limit = 30s) {
+    std::vector<std::string> samples;
+    if (loops == "binder" || loops == "binder+reconciler") {
+      samples.push_back("gpu_controller_binder_passes_total{kind=\"full\"}");
+    }
+    if (loops == "reconciler" || loops == "binder+reconciler") {
+      samples.push_back("gpu_controller_reconcile_passes_total");
+    }
+    if (samples.empty()) return ::testing::AssertionFailure() << "no loop named " << loops;
+    const auto valueIn = [](const std::string& page, const std::string& sample) {
+      const size_t at = page.find("\n" + sample + " ");
+      return at == std::string::npos ? -1.0 : std::stod(page.substr(at + sample.size() + 2));
+    };
+    const std::string served = LoopMetrics(identity);
+    std::string rebuilt;
+    // Polled every 100 ms: the page changes once a second, and each read is a curl process.
+    if (!WaitFor([&] { return (rebuilt = LoopMetrics(identity)) != served; }, limit, 100ms)) {
+      return ::testing::AssertionFailure()
+             << identity << " did not rebuild its metrics within " << limit.count() << " s";
+    }
+    std::vector<double> from;
+    for (const std::string& sample : samples) {
+      from.push_back(valueIn(rebuilt, sample));
+      if (from.back() < 0) {
+        return ::testing::AssertionFailure() << identity << " has no " << sample << "\n" << rebuilt;
+      }
+    }
+    std::string page;
+    const bool ran = WaitFor(
+        [&] {
+          page = LoopMetrics(identity);
+          for (size_t i = 0; i < samples.size(); ++i) {
+            if (valueIn(page, samples[i]) < from[i] + passes + 1) return false;
+          }
+          return true;
+        },
+        limit, 100ms);
+    if (!ran) {
+      ::testing::AssertionResult failure = ::testing::AssertionFailure();
+      failure << identity << " did not run the " << passes + 1 << " passes of each loop, in "
+              << limit.count() << " s, that make " << passes << " begun after the wait:";
+      for (size_t i = 0; i < samples.size(); ++i) {
+        failure << " " << samples[i] << " ran " << valueIn(page, samples[i]) - from[i] << ";";
+      }
+      return failure << "\n" << page;
+    }
+    return ::testing::AssertionSuccess();
+  }
 
   static json Class(const std::string& name) { return testing::GpuClassObject(name); }
   static json Device(const std::string& name, json labels = json::object()) {
@@ -457,6 +522,8 @@ class ControllerEndToEnd : public ::testing::Test {
     stall.latencyMs = static_cast<int>(latency.count());
     Fake().AddFault(stall);
     Fake().DropWatches();
+    // Kept a sleep: the replicas' re-watches, which the stall holds, count nowhere; 300 ms is
+    // ample for a client to see its stream end and ask again.
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
   }
   std::string Phase(const std::string& device) {
