@@ -605,7 +605,9 @@ TEST_F(AdmissionEndToEnd, E9_AReinvocationOnAReplicaWhoseCacheLagsWritesNothing)
   Fake().EnableVirtApiMutator();
   ASSERT_EQ(Create(Order("held", "a100", 1)).first, 0);
   ASSERT_TRUE(WaitFor([&] { return Phase("held") == "Bound"; }, 10s)) << Logs();
-  std::this_thread::sleep_for(500ms);  // replica B's cache shows the order Bound
+  // Replica B's cache shows the order Bound. Kept a sleep: a cache counts its objects, not the
+  // versions it has seen, and B, the standby, runs no pass that could say so.
+  std::this_thread::sleep_for(500ms);
   fake::Fault stall;
   stall.pathPrefix = "/apis/gpu.cozystack.io/v1alpha1/gpudevices";
   stall.watchOnly = true;
@@ -613,6 +615,7 @@ TEST_F(AdmissionEndToEnd, E9_AReinvocationOnAReplicaWhoseCacheLagsWritesNothing)
   stall.bearerToken = "replica-b";
   Fake().AddFault(stall);
   Fake().DropWatches();
+  // Kept a sleep: B's re-watch, which the stall holds, counts nowhere (StallDeviceWatches).
   std::this_thread::sleep_for(300ms);
   // The first call to A, the reinvocation to B.
   Fake().SetServiceEndpoints(kServiceNamespace, kService, {portA, portB});
@@ -662,8 +665,10 @@ TEST_F(AdmissionEndToEnd, C3_D6_TwoReplicasAndLeaderChangesNeverOverrunABudgetOr
   StartWebhookReplica("replica-b");
   WaitReady("replica-b");
 
+  std::string leader = "replica-a";  // the Lease's holder, whose passes check waits for
   auto check = [&](const std::string& step) {
-    std::this_thread::sleep_for(1500ms);  // the passes a step queues
+    // A binder pass of the leader's begun after the step has run (the passes a step queues).
+    ASSERT_TRUE(WaitForPasses(leader, "binder")) << step << "\n" << Logs();
     const json list = Get("gpudevices", Tenant());
     ASSERT_TRUE(list.is_object()) << step;
     int64_t held = 0;
@@ -699,7 +704,6 @@ TEST_F(AdmissionEndToEnd, C3_D6_TwoReplicasAndLeaderChangesNeverOverrunABudgetOr
   auto vm = [&](const std::pair<std::string, std::vector<std::string>>& drawn) {
     Create(VmWithGpus(drawn.first, drawn.second, json::array({Template("t", "a100", 1)})));
   };
-  std::string leader = "replica-a";
   for (int step = 0; step < 10; ++step) {
     std::string what;
     switch (pick(0, 4)) {
@@ -785,8 +789,8 @@ TEST_F(AdmissionEndToEnd, E7_AnOrderAndAVmRaceForTheLastUnitAndOneGetsIt) {
   const auto [orderCode, orderOut] = order.get();
   const auto [vmCode, vmOut] = vm.get();
   // The VM either started on the last unit or was refused; the order either holds it or waits
-  // refused: never both bound.
-  std::this_thread::sleep_for(1s);
+  // refused: never both bound, nor by a pass that runs after both were admitted.
+  ASSERT_TRUE(WaitForPasses("replica-a", "binder")) << Logs();
   const bool vmBound = vmCode == 0 && Phase("vm1-scratch") == "Bound";
   const bool orderBound = orderCode == 0 && Phase("last") == "Bound";
   EXPECT_FALSE(vmBound && orderBound) << vmOut << orderOut;
@@ -925,12 +929,17 @@ TEST_F(AdmissionEndToEnd, AForgedReviewWithoutTheApiServersCertificateChangesNot
                                std::to_string(port) + "/mutate/virtualmachineinstances");
   };
   // No certificate, and a self-made one with the API server's name: refused in the handshake.
+  const std::string refusals =
+      "gpu_controller_webhook_connections_total{outcome=\"handshake_failed\"}";
+  const double refusedBefore = Metric("replica-a", refusals);
   for (const std::string credentials : {"", "--cert mallory.crt --key mallory.key"}) {
     const auto refused = post(credentials);
     EXPECT_NE(refused.exitCode, 0) << credentials << ": " << refused.out;
     EXPECT_EQ(refused.out, "000") << credentials;
   }
-  std::this_thread::sleep_for(500ms);
+  // The server has refused both: it is done with them.
+  ASSERT_TRUE(WaitFor([&] { return Metric("replica-a", refusals) >= refusedBefore + 2; }))
+      << Metrics("replica-a");
   EXPECT_FALSE(Get("gpudevice held", Tenant())["status"].contains("attachment"));
   EXPECT_TRUE(Get("gpudevice vm-forged-scratch", Tenant()).is_null());
   // The same body with the API server's webhook client certificate is answered.
