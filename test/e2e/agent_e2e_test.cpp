@@ -98,6 +98,13 @@ class AgentEndToEnd : public ::testing::Test {
   json GpuNode(const std::string& name) const {
     return server_->Object("gpu.cozystack.io/v1alpha1", "gpunodes", "", name);
   }
+  // Waits until the agent has read kubelet's pod-resources `reads` more times (every 200 ms
+  // here): each read's counts are compared with what was published, so the reads are the
+  // agent's passes, and a write one would cause has been offered by the read after it.
+  bool WaitForPodResourcesReads(int64_t reads) {
+    const int64_t from = kubelet_.Calls().list;
+    return WaitFor([&] { return kubelet_.Calls().list >= from + reads; }, 10s);
+  }
   bool Published() const {
     const json node = GpuNode("n1");
     return node.is_object() && node.contains("status") && node["status"].contains("devices");
@@ -123,7 +130,8 @@ class AgentEndToEnd : public ::testing::Test {
 TEST_F(AgentEndToEnd, A8_A9_FirstStartCreatesAndPatchesOnceThenSteadyStateWritesNothing) {
   StartAgent();
   ASSERT_TRUE(WaitFor([&] { return Published(); })) << AgentLog();
-  std::this_thread::sleep_for(2s);  // pod-resources is read every 200 ms meanwhile
+  // Steady state: passes go on (pod-resources is read every 200 ms) and write nothing.
+  ASSERT_TRUE(WaitForPodResourcesReads(3)) << AgentLog();
   const auto writes = Writes();
   ASSERT_EQ(writes.size(), 2U) << AgentLog();
   EXPECT_EQ(writes[0].method, "POST");
@@ -164,7 +172,7 @@ TEST_F(AgentEndToEnd, BinderConditionsSurviveAndAFixtureChangeAfterSighupIsOnePa
   agent_.Signal(SIGHUP);
   ASSERT_TRUE(WaitFor([&] { return Device(GpuNode("n1"), "0000:af:00.0")["driver"] == "nvidia"; }))
       << AgentLog();
-  std::this_thread::sleep_for(1s);
+  ASSERT_TRUE(WaitForPodResourcesReads(3)) << AgentLog();  // passes after it write nothing
   const auto writes = Writes();
   ASSERT_EQ(writes.size(), 1U) << AgentLog();
   EXPECT_EQ(writes[0].method, "PATCH");
@@ -184,6 +192,8 @@ TEST_F(AgentEndToEnd, ApiDownAndThrottledThenRecoversAndPublishesOnce) {
   server_->AddFault(fake::Fault::Answer(429, 1, "", 1));
   StartAgent();
   ASSERT_TRUE(WaitFor([&] { return Published(); }, 20s)) << AgentLog();
+  // Kept a sleep: a second patch would come from a retry the publisher's backoff paces, and
+  // the agent's publish counts are on a health port this test does not know (127.0.0.1:0).
   std::this_thread::sleep_for(1s);
   size_t statusPatches = 0;
   for (const auto& write : Writes()) {
@@ -197,7 +207,10 @@ TEST_F(AgentEndToEnd, MissingCrdAtStartThenPublishesOnceTheCrdIsAdded) {
   // A server without the GPUNode CRD answers the plain-text 404 for the resource path.
   server_->DeleteCrd("gpunodes.gpu.cozystack.io");
   StartAgent();
-  std::this_thread::sleep_for(1500ms);
+  // The attempt has been made, and failed.
+  ASSERT_TRUE(
+      WaitFor([&] { return AgentLog().find("cannot publish GPUNode") != std::string::npos; }, 10s))
+      << AgentLog();
   EXPECT_FALSE(Published());
   EXPECT_NE(AgentLog().find("cannot publish GPUNode"), std::string::npos) << AgentLog();
   // The agent is alive meanwhile: it answered its first pass.

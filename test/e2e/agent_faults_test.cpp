@@ -253,6 +253,7 @@ TEST_F(AgentFaults, AWatchThatClosesAtOnceIsBackedOff) {
   StartAgent();
   ASSERT_TRUE(WaitFor([&] { return Published(); })) << agent_.Log();
   server_->ClearRequests();
+  // Kept a sleep: what is asserted is a rate, the watches opened in a window of 3 s.
   std::this_thread::sleep_for(3s);
   size_t watches = 0;
   for (const auto& request : server_->Requests()) {
