@@ -1284,6 +1284,104 @@ TEST(ChartLint, HelmLintStrictFindsNothing) {
   }
 }
 
+// ---- What the chart refuses: values.schema.json ----
+
+// helm's message refusing `overrides`; a failure when they render.
+std::string Refusal(const YAML::Node& overrides) {
+  try {
+    Render(overrides);
+  } catch (const RenderError& error) {
+    return error.what();
+  }
+  ADD_FAILURE() << "rendered with values " << YAML::Dump(overrides);
+  return "";
+}
+
+// docs/install.md, "What the chart refuses": a mistyped key anywhere, a value of the wrong type,
+// one outside its set or pattern is refused by the schema before any template renders, and the
+// message names the key or the value's path.
+TEST(ChartSchema, AMistypedKeyAWrongTypeOrAValueOutsideItsSetIsRefusedNamingIt) {
+  struct Case {
+    std::string values;
+    std::string named;
+  };
+  const std::vector<Case> cases = {
+      {"controler: {replicas: 2}", "'controler'"},
+      {"controller: {replica: 2}", "'replica'"},
+      {"gpu: {webhook: {networkPolicy: {enabeld: true}}}", "'enabeld'"},
+      {"controller: {replicas: two}", "/controller/replicas"},
+      {"controller: {replicas: \"2\"}", "/controller/replicas"},
+      {"controller: {replicas: -1}", "/controller/replicas"},
+      {"gpu: {enabled: \"yes\"}", "/gpu/enabled"},
+      {"agent: {healthPort: 70000}", "/agent/healthPort"},
+      {"agent: {extraArgs: [-v, 1]}", "/agent/extraArgs/1"},
+      {"gpu: {rawGpuNames: deny}", "/gpu/rawGpuNames"},
+      {"agent: {image: {pullPolicy: Sometimes}}", "/agent/image/pullPolicy"},
+      {"gpu: {attachmentGrace: 0s}", "/gpu/attachmentGrace"},
+      {"gpu: {notReadyGrace: 5 minutes}", "/gpu/notReadyGrace"},
+      {"gpu: {webhook: {url: 'https://192.0.2.1:9443/validate'}}", "/gpu/webhook/url"},
+  };
+  for (const auto& [values, named] : cases) {
+    const std::string message = Refusal(YAML::Load(values));
+    EXPECT_NE(message.find("values don't meet the specifications of the schema"), std::string::npos)
+        << values << "\n"
+        << message;
+    EXPECT_NE(message.find(named), std::string::npos) << values << "\n" << message;
+  }
+  // The schema's forms are those the controller's flags take: a bare number of seconds, "0s"
+  // for at once.
+  EXPECT_NO_THROW(Render(YAML::Load("gpu: {attachmentGrace: 90, notReadyGrace: 0s}")));
+}
+
+// The defaults, custom-values.yaml and the GPU-on values the tests render with all pass, and the
+// free-form maps stay open: any label, annotation, toleration, resource or peer.
+TEST(ChartSchema, TheDefaultsTheTestsValuesAndFreeFormMapsPass) {
+  const YAML::Node gpuOnValues =
+      YAML::LoadFile(std::string(COZY_SOURCE_DIR) + "/test/kube/cel/gpu-on-values.yaml");
+  for (const auto& overrides :
+       {YAML::Node(), Custom(), GpuOn(), HosterCertificate(), gpuOnValues}) {
+    EXPECT_NO_THROW(Render(overrides)) << YAML::Dump(overrides);
+  }
+  YAML::Node open = Custom();
+  open["agent"]["nodeSelector"]["example.com/any-label"] = "x";
+  open["agent"]["tolerations"] = YAML::Load("[{key: example.com/any, operator: Exists}]");
+  open["agent"]["resources"] = YAML::Load("{limits: {nvidia.com/anything: 1}}");
+  open["controller"]["podAnnotations"]["example.com/any-annotation"] = "any value";
+  EXPECT_NO_THROW(Render(open));
+}
+
+// Every key of values.yaml is in the schema with a description, every object whose keys are
+// fixed is closed (additionalProperties false), and the schema names no key values.yaml lacks.
+void ExpectSchemaCovers(const YAML::Node& values, const nlohmann::json& schema,
+                        const std::string& path) {
+  ASSERT_TRUE(schema.is_object()) << path;
+  EXPECT_TRUE(schema.contains("description")) << path << " has no description";
+  if (!values.IsMap() || !schema.contains("properties")) return;
+  EXPECT_EQ(schema.value("additionalProperties", nlohmann::json(true)), false)
+      << path << " takes unknown keys";
+  std::set<std::string> keys;
+  for (const auto& entry : values) {
+    const std::string key = entry.first.as<std::string>();
+    keys.insert(key);
+    ASSERT_TRUE(schema["properties"].contains(key))
+        << path << "." << key << " is not in the schema";
+    ExpectSchemaCovers(entry.second, schema["properties"][key], path + "." + key);
+  }
+  for (const auto& [key, property] : schema["properties"].items()) {
+    EXPECT_TRUE(keys.contains(key) || (path.empty() && key == "global"))
+        << path << "." << key << " is in the schema, not in values.yaml";
+  }
+}
+
+TEST(ChartSchema, EveryValueIsTypedAndDescribedAndFixedObjectsAreClosed) {
+  const YAML::Node values = YAML::LoadFile((kChart / "values.yaml").string());
+  std::ifstream in(kChart / "values.schema.json");
+  ASSERT_TRUE(in) << "charts/gpu/values.schema.json is missing";
+  const nlohmann::json schema = nlohmann::json::parse(in);
+  EXPECT_EQ(schema.value("$schema", ""), "http://json-schema.org/draft-07/schema#");
+  ExpectSchemaCovers(values, schema, "");
+}
+
 // ---- charts/vm-instance: the example tenant VM ----
 
 namespace vm {
