@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <string>
@@ -1284,7 +1285,7 @@ TEST(ChartLint, HelmLintStrictFindsNothing) {
   }
 }
 
-// ---- What the chart refuses: values.schema.json ----
+// ---- What the chart refuses (values.schema.json) and what it says after install (NOTES.txt) ----
 
 // helm's message refusing `overrides`; a failure when they render.
 std::string Refusal(const YAML::Node& overrides) {
@@ -1380,6 +1381,111 @@ TEST(ChartSchema, EveryValueIsTypedAndDescribedAndFixedObjectsAreClosed) {
   const nlohmann::json schema = nlohmann::json::parse(in);
   EXPECT_EQ(schema.value("$schema", ""), "http://json-schema.org/draft-07/schema#");
   ExpectSchemaCovers(values, schema, "");
+}
+
+// templates/NOTES.txt as `helm install` prints it. `helm template` leaves NOTES.txt out, and the
+// pinned Helm's `helm install --dry-run=client` still asks a cluster (is it reachable, its
+// version), so the file's exact text is rendered as a template of a copy of the chart instead.
+std::string Notes(const YAML::Node& overrides, const Release& release = {}) {
+  const testing::TempDir scratch;
+  const std::filesystem::path chart = scratch.path() / "gpu";
+  std::filesystem::copy(kChart, chart, std::filesystem::copy_options::recursive);
+  std::ifstream in(kChart / "templates/NOTES.txt");
+  EXPECT_TRUE(in) << "charts/gpu/templates/NOTES.txt is missing";
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  std::ofstream(chart / "templates/_notes_under_test.tpl")
+      << "{{- define \"notes-under-test\" -}}\n"
+      << text << "{{- end -}}\n";
+  std::ofstream(chart / "templates/notes-under-test.yaml")
+      << "notes: |\n{{ include \"notes-under-test\" . | indent 2 }}\n";
+  for (const auto& document : RenderChart(chart, overrides, release)) {
+    if (document.source == "templates/notes-under-test.yaml") {
+      return YAML::Load(document.text)["notes"].as<std::string>("");
+    }
+  }
+  ADD_FAILURE() << "the notes did not render";
+  return "";
+}
+
+size_t Count(const std::string& text, const std::string& what) {
+  size_t count = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++count;
+  return count;
+}
+
+// docs/install.md, "What the chart says after install": the next steps with the release's own
+// namespace and node label, GPU mode's state, and no warning for the defaults.
+TEST(ChartNotes, NextStepsNameTheReleasesNamespaceLabelsAndTheCatalog) {
+  Release release;
+  release.ns = "gpu-system";
+  const std::string defaults = Notes(YAML::Node(), release);
+  EXPECT_NE(defaults.find("namespace gpu-system"), std::string::npos) << defaults;
+  EXPECT_NE(defaults.find("kubectl label node NODE gpu.cozystack.io/gpu-node=true"),
+            std::string::npos)
+      << defaults;
+  EXPECT_NE(defaults.find("kubectl label namespace TENANT-NAMESPACE " +
+                          std::string(api::kTenantNamespaceLabel) + "=true"),
+            std::string::npos)
+      << defaults;
+  EXPECT_NE(defaults.find("GPUClass"), std::string::npos) << defaults;
+  EXPECT_NE(defaults.find("kubectl gpu catalog --controller-namespace gpu-system"),
+            std::string::npos)
+      << defaults;
+  EXPECT_NE(defaults.find("GPU mode is off"), std::string::npos) << defaults;
+  EXPECT_EQ(defaults.find("WARNING"), std::string::npos) << defaults;
+
+  const std::string custom = Notes(Custom());
+  EXPECT_NE(custom.find("kubectl label node NODE nvidia.com/gpu.present=true"), std::string::npos)
+      << custom;
+  EXPECT_EQ(custom.find("gpu.cozystack.io/gpu-node"), std::string::npos) << custom;
+
+  const std::string gpuOn = Notes(GpuOn());
+  EXPECT_EQ(gpuOn.find("GPU mode is off"), std::string::npos) << gpuOn;
+  EXPECT_EQ(gpuOn.find("WARNING"), std::string::npos) << "GpuOn() takes no risk\n" << gpuOn;
+}
+
+// Each risky choice of the values gets its own warning, and only that one.
+TEST(ChartNotes, EachRiskyValueIsWarnedOf) {
+  struct Case {
+    YAML::Node values;
+    std::string warning;
+  };
+  const auto gpuOn = [](const std::string& path, const std::string& value) {
+    YAML::Node values = GpuOn();
+    YAML::Node at = values;
+    std::string rest = path;
+    for (size_t dot; (dot = rest.find('.')) != std::string::npos; rest = rest.substr(dot + 1)) {
+      at.reset(at[rest.substr(0, dot)]);
+    }
+    at[rest] = YAML::Load(value);
+    return values;
+  };
+  YAML::Node unauthenticated = gpuOn("gpu.webhook.allowUnauthenticatedCallers", "true");
+  unauthenticated["gpu"]["webhook"]["clientCA"] = "";
+  YAML::Node outside = HosterCertificate();
+  outside["gpu"]["rawGpuNames"] = "forbid";
+  outside["gpu"]["webhook"]["url"] = "https://192.0.2.1:9443";
+  YAML::Node oneOff = YAML::Load("controller: {replicas: 0}");
+  const std::vector<Case> cases = {
+      {gpuOn("controller.replicas", "1"), "controller.replicas is 1 with GPU mode on"},
+      {oneOff, "controller.replicas is 0"},
+      {unauthenticated, "gpu.webhook.allowUnauthenticatedCallers is true"},
+      {gpuOn("gpu.webhook.networkPolicy.enabled", "false"),
+       "gpu.webhook.networkPolicy.enabled is false"},
+      {gpuOn("gpu.rawGpuNames", "allow"), "gpu.rawGpuNames is allow"},
+      {outside, "gpu.webhook.url is https://192.0.2.1:9443"},
+      {gpuOn("policies.platformGroups", "[cozy-operators]"),
+       "policies.platformGroups trusts the group cozy-operators"},
+  };
+  for (const auto& [values, warning] : cases) {
+    const std::string notes = Notes(values);
+    EXPECT_NE(notes.find("WARNING: " + warning), std::string::npos) << warning << "\n" << notes;
+    EXPECT_EQ(Count(notes, "WARNING: "), 1u) << warning << "\n" << notes;
+  }
+  // With a client CA the opt-out is moot; with GPU mode off one replica blocks no webhook.
+  EXPECT_EQ(Notes(gpuOn("gpu.webhook.allowUnauthenticatedCallers", "true")).find("WARNING"),
+            std::string::npos);
+  EXPECT_EQ(Notes(YAML::Load("controller: {replicas: 1}")).find("WARNING"), std::string::npos);
 }
 
 // ---- charts/vm-instance: the example tenant VM ----
