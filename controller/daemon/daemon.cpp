@@ -91,8 +91,13 @@ class Controller {
     // Every write of the leader's, first attempt or retry, ends by the instant its Lease lets it
     // lead until (kube/leader_election.h).
     leadership_.SetUntil([this] { return elector_->LeadingUntil(); });
+    // The metrics page is renewed as each pass ends, besides every second (Tick): a pass count
+    // read from it is never older than the last pass's end (what the tests' waits for passes
+    // stand on; docs/testing.md, "Waiting for passes").
+    reconciler_.SetAfterPass([this] { health_.SetMetrics(Metrics()); });
     if (options.enableGpu) {
       binder_ = std::make_unique<BinderLoop>(loop_, client_, leadership_, identity_, view_);
+      binder_->SetAfterPass([this] { health_.SetMetrics(Metrics()); });
       pods_ = std::make_unique<PodChanges>(&binder_->quietRoom());
       // A thousand VM starts at once: the reconciler waits (1 s at most) for their answers.
       reconciler_.SetYield([this] { return binder_->Answering(); });

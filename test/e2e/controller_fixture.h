@@ -407,9 +407,9 @@ class ControllerEndToEnd : public ::testing::Test {
   // passes, which place, move and write conditions; "reconciler"; "binder+reconciler": both,
   // waited for together) that began after this call: the evidence a "nothing happened"
   // assertion stands on, where a sleep would only guess that a pass had run. The counts are read
-  // from the first page the loop rebuilds after this call (the one served now may predate the
-  // caller's change by up to a second); the first pass counted after it may have been under way
-  // before the call, and a loop's passes run one at a time, so each further one began after it.
+  // from the page served now, which the controller renews as each pass ends; the first pass
+  // counted after it may have been under way before the call, and a loop's passes run one at a
+  // time, so each further one began after it.
   // Fails after `limit`: the loop is not running (a standby, unsynced caches) or not asked to (a
   // long --resync and nothing changed).
   ::testing::AssertionResult WaitForPasses(const std::string& identity, const std::string& loops,
@@ -426,13 +426,8 @@ class ControllerEndToEnd : public ::testing::Test {
       const size_t at = page.find("\n" + sample + " ");
       return at == std::string::npos ? -1.0 : std::stod(page.substr(at + sample.size() + 2));
     };
-    const std::string served = LoopMetrics(identity);
-    std::string rebuilt;
-    // Polled every 100 ms: the page changes once a second, and each read is a curl process.
-    if (!WaitFor([&] { return (rebuilt = LoopMetrics(identity)) != served; }, limit, 100ms)) {
-      return ::testing::AssertionFailure()
-             << identity << " did not rebuild its metrics within " << limit.count() << " s";
-    }
+    // The page is renewed as each pass ends: its counts are those of every pass ended so far.
+    const std::string rebuilt = LoopMetrics(identity);
     std::vector<double> from;
     for (const std::string& sample : samples) {
       from.push_back(valueIn(rebuilt, sample));
