@@ -220,18 +220,10 @@ void VmStart::Undo() {
   if (undo_.Empty()) return;
   parts_.count(&WebhookStats::rollbacks);
   const std::string& ns = request_.namespaceName;
-  const kube::WriteOptions write{false, Webhooks::kFieldManager};
   for (const admission::StartUndo::Step& step : undo_.Steps()) {
     try {
       if (step.kind == admission::StartUndo::Step::Kind::kDetach) {
-        // Only the fields the undo needs, read raw: a device whose other fields no longer
-        // decode is still detached.
-        const json current = parts_.client.Get(DevicePath(ns, step.device));
-        if (StringAt(current, {"status", "bindRequest", "id"}) != request_.uid) continue;
-        parts_.client.MergePatchAt(
-            DevicePath(ns, step.device, true),
-            {{"status", {{"attachment", nullptr}, {"bindRequest", nullptr}}}},
-            StringAt(current, {"metadata", "resourceVersion"}), write);
+        Detach(step.device);
       } else {
         kube::DeleteOptions options;
         options.preconditionUid = step.uid;
@@ -242,6 +234,28 @@ void VmStart::Undo() {
                               ? "attachment not rolled back"
                               : "template device not rolled back",
                           LogFields{{"device", ns + "/" + step.device}, {"error", error.what()}});
+    }
+  }
+}
+
+// Clears this request's attachment, conditional on the version read. The binder may write the
+// device between that read and the patch (its answer to the bind request, D4), so a conflict reads
+// again, as Attach does: the attachment goes while the device still holds this request.
+void VmStart::Detach(const std::string& device) {
+  const std::string& ns = request_.namespaceName;
+  const kube::WriteOptions write{false, Webhooks::kFieldManager};
+  for (int attempt = 1;; ++attempt) {
+    // Only the fields the undo needs, read raw: a device whose other fields no longer decode is
+    // still detached.
+    const json current = parts_.client.Get(DevicePath(ns, device));
+    if (StringAt(current, {"status", "bindRequest", "id"}) != request_.uid) return;
+    try {
+      parts_.client.MergePatchAt(DevicePath(ns, device, true),
+                                 {{"status", {{"attachment", nullptr}, {"bindRequest", nullptr}}}},
+                                 StringAt(current, {"metadata", "resourceVersion"}), write);
+      return;
+    } catch (const kube::ApiError& error) {
+      if (error.kind() != kube::ErrorKind::kConflict || attempt == kDetachAttempts) throw;
     }
   }
 }

@@ -50,6 +50,8 @@ class VmStart {
   std::optional<std::string> Attach(const std::string& member);
   std::optional<std::string> AwaitPlacement();
   void Undo();
+  void Detach(const std::string& device);  // throws what the last attempt met
+  static constexpr int kDetachAttempts = 4;
   bool PastDeadline() const { return Clock::now() >= deadline_; }
 
   Parts parts_;

@@ -824,6 +824,41 @@ TEST_F(AdmissionEndToEnd, E8_WithTheBinderStoppedAStartIsRefusedWithinTheBoundAn
   EXPECT_TRUE(WaitFor([&] { return Get("gpudevice vm1-scratch", Tenant()).is_null(); }, 10s));
 }
 
+// E5, D4: the binder may answer a bind request between the undo's read of the device and its
+// patch; the undo's conditional patch then meets a conflict, reads again and still clears the
+// attachment (the binder is not leading here, so nothing else would clear it: D18 waits for the
+// attachment grace).
+TEST_F(AdmissionEndToEnd, E5_AnUndoThatMeetsAConflictReadsAgainAndStillDetaches) {
+  Apply({{"apiVersion", "coordination.k8s.io/v1"},
+         {"kind", "Lease"},
+         {"metadata", {{"name", "gpu-controller"}, {"namespace", "cozy-system"}}},
+         {"spec",
+          {{"holderIdentity", "ghost"},
+           {"leaseDurationSeconds", 3600},
+           {"renewTime", kube::FormatMicroTime(std::chrono::system_clock::now())}}}});
+  StartWebhookReplica("replica-a", {"--bind-wait", "1s"});
+  WaitReady("replica-a");
+  ASSERT_EQ(Create(Order("held", "a100", 1)).first, 0);
+  // The attach's patch goes through; the undo's first patch is answered 409.
+  fake::Fault conflict = fake::Fault::Answer(409, 1, "PATCH");
+  conflict.pathPrefix =
+      "/apis/gpu.cozystack.io/v1alpha1/namespaces/" + Tenant() + "/gpudevices/held/status";
+  conflict.skip = 1;
+  Fake().AddFault(conflict);
+  auto [code, out] = Create(VmWithGpus("vm1", {"held"}));
+  EXPECT_NE(code, 0);
+  EXPECT_NE(out.find("did not place"), std::string::npos) << out;
+  int conflicts = 0;
+  for (const auto& request : Fake().Requests()) {
+    if (request.method == "PATCH" && request.fault == "status") ++conflicts;
+  }
+  EXPECT_EQ(conflicts, 1) << "the undo's patch was not the one faulted";
+  // Detached when the refusal came, not later by someone else.
+  EXPECT_FALSE(Get("gpudevice held", Tenant())["status"].contains("attachment"))
+      << Get("gpudevice held", Tenant()).dump(2) << Logs();
+  EXPECT_FALSE(Get("gpudevice held", Tenant())["status"].contains("bindRequest"));
+}
+
 // docs/security.md, "Hardening done": the VMI webhook writes nothing after the API server stopped
 // waiting for it. With a 3 s webhook timeout and every attachment write taking 1.5 s, a start of
 // three devices cannot be attached in time: the webhook stops at the deadline instead of writing on

@@ -219,6 +219,8 @@ Fault Fault::FromJson(const json& value) {
       fault.mode = ParseFaultMode(name);
     } else if (key == "count") {
       number(fault.count);
+    } else if (key == "skip") {
+      number(fault.skip);
     } else {
       throw std::invalid_argument("unknown fault field \"" + key + "\"");
     }
@@ -238,7 +240,8 @@ json Fault::ToJson() const {
           {"latencyMs", latencyMs},
           {"dropConnection", dropConnection},
           {"mode", std::string(FaultModeName(mode))},
-          {"count", count}};
+          {"count", count},
+          {"skip", skip}};
 }
 
 json LoggedRequest::ToJson() const {
@@ -548,6 +551,10 @@ void FakeApiServer::Serve(const httplib::Request& request, httplib::Response& re
       if (!it->pathPrefix.empty() && request.path.rfind(it->pathPrefix, 0) != 0) continue;
       if (it->watchOnly && !isWatch) continue;
       if (!it->bearerToken.empty() && it->bearerToken != entry.bearerToken) continue;
+      if (it->skip > 0) {
+        --it->skip;
+        continue;
+      }
       fault = *it;
       if (it->count > 0) --it->count;
       break;
@@ -646,6 +653,10 @@ std::optional<Fault> FakeApiServer::TakeModeFault(const httplib::Request& reques
       if (!fault.pathPrefix.empty() && request.path.rfind(fault.pathPrefix, 0) != 0) continue;
       if (fault.watchOnly && !isWatch) continue;
       if (!fault.bearerToken.empty() && fault.bearerToken != token) continue;
+      if (fault.skip > 0) {
+        --fault.skip;
+        continue;
+      }
       taken = fault;
       if (fault.count > 0) --fault.count;
       if (logIndex < log_.size()) log_[logIndex].fault = std::string(FaultModeName(fault.mode));

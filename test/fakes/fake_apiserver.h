@@ -92,6 +92,7 @@ struct Fault {
   bool dropConnection = false;      // cut the connection after the headers: no valid response
   FaultMode mode = FaultMode::kNone;
   int count = -1;  // how many requests it hits; -1 until cleared
+  int skip = 0;    // the first `skip` requests it matches pass unchanged (a write after a read)
   // Answers `status` to the next `count` requests (of `method`, when given).
   static Fault Answer(int status, int count, std::string method = "", int retryAfterSeconds = -1);
   // Cuts the connection of the next `count` requests (of `method`, when given).

@@ -140,6 +140,31 @@ class FakeServerTest : public ::testing::Test {
   std::unique_ptr<kube::Client> client_;
 };
 
+// A fault can let the first requests it matches through: a write that follows a read of the same
+// path (as a VM start's attach, then its undo) is faulted without faulting the first.
+TEST_F(FakeServerTest, AFaultSkipsTheFirstRequestsItMatches) {
+  Fault conflict = Fault::Answer(409, 1, "PATCH");
+  conflict.pathPrefix = kGpuNodes + "/n1/status";
+  conflict.skip = 1;
+  server_->AddFault(conflict);
+  const json patch = {{"status", {{"resourceNames", {"example.com/y"}}}}};
+  client_->Get(kGpuNodes + "/n1");  // another method: neither skipped nor faulted
+  EXPECT_NO_THROW(client_->MergePatch(kGpuNodes + "/n1/status", patch));
+  try {
+    client_->MergePatch(kGpuNodes + "/n1/status", patch);
+    ADD_FAILURE() << "the second PATCH was not faulted";
+  } catch (const kube::ApiError& error) {
+    EXPECT_EQ(error.kind(), kube::ErrorKind::kConflict) << error.what();
+  }
+  EXPECT_NO_THROW(client_->MergePatch(kGpuNodes + "/n1/status", patch));
+  std::vector<std::string> faults;
+  for (const auto& request : server_->Requests()) {
+    if (request.method == "PATCH") faults.push_back(request.fault);
+  }
+  EXPECT_EQ(faults, (std::vector<std::string>{"", "status", ""}));
+  EXPECT_EQ(Fault::FromJson(conflict.ToJson()).skip, 1);
+}
+
 TEST_F(FakeServerTest, StatusSubresourceRulesAndGeneration) {
   json created = client_->Get(kGpuNodes + "/n1");
   EXPECT_FALSE(created.contains("status"));  // create drops status
