@@ -171,14 +171,10 @@ class Leadership {
   // The deadline of a leader-gated call (RequestOptions::deadline), read before every attempt:
   // none once this stops leading, else the instant the Lease lets it lead until.
   DeadlineSource Deadline() const {
-    return [this]() -> std::optional<TimePoint> {
-      if (!leading_.load()) return std::nullopt;
-      if (!until_) return TimePoint::max();
-      return until_();
-    };
+    return LeaderDeadline(leading_, [this]() -> std::optional<TimePoint> {
+      return until_ ? until_() : TimePoint::max();
+    });
   }
-  // The instant it leads until, as the elector says (none: no limit, or not leading).
-  std::optional<TimePoint> Until() const { return until_ ? until_() : std::nullopt; }
 
  private:
   std::atomic<bool> leading_;

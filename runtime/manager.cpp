@@ -67,14 +67,6 @@ void Manager::Lead() const {
   }
 }
 
-std::vector<std::string> Manager::LeaseHolders() const {
-  std::vector<std::string> names;
-  for (const Runnable& runnable : runnables_) {
-    if (runnable.needsLease) names.push_back(runnable.name);
-  }
-  return names;
-}
-
 std::vector<std::string> Manager::Names() const {
   std::vector<std::string> names;
   for (const Runnable& runnable : runnables_) names.push_back(runnable.name);

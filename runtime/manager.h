@@ -46,8 +46,6 @@ class Manager {
   // lead before they have started), as the replica takes the lead and before its leadership
   // turns on: each runnable that needs the Lease is told, in order, started or not yet.
   void Lead() const;
-  // The names of those that need the Lease, in order.
-  std::vector<std::string> LeaseHolders() const;
 
   // Any thread (the webhooks ask while the loop starts the rest): every runnable that gates
   // readiness has synced, and every runnable has started (none has stopped).

@@ -40,13 +40,14 @@ namespace cozy::controller {
 
 // What the caches, and what is read from them, take of the flags: no more (CachesOf in
 // daemon.cpp makes it from RunOptions).
+// What the caches need of RunOptions (CachesOf in daemon.cpp), its defaults RunOptions's own.
 struct CacheOptions {
-  std::string namespaceName{api::kDefaultControllerNamespace};  // --namespace: the settings' home
-  bool enableGpu = false;  // the KubeVirt kinds and the pods are read
+  std::string namespaceName{RunOptions{}.namespaceName};  // --namespace: the settings' home
+  bool enableGpu = RunOptions{}.enableGpu;  // the KubeVirt kinds and the pods are read
   std::vector<std::string> gpuResourceNames;
-  bool rawNamesForbidden = false;
-  std::chrono::milliseconds attachmentGrace = std::chrono::minutes(2);
-  std::chrono::milliseconds notReadyGrace = std::chrono::minutes(5);
+  bool rawNamesForbidden = RunOptions{}.rawNamesForbidden;
+  std::chrono::milliseconds attachmentGrace = RunOptions{}.attachmentGrace;
+  std::chrono::milliseconds notReadyGrace = RunOptions{}.notReadyGrace;
   // The settings ConfigMap's webhookCallers (api::kWebhookCallers*): whether the webhooks
   // authenticate their callers; empty with GPUs off.
   std::string webhookCallers;
