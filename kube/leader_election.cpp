@@ -223,13 +223,15 @@ bool LeaderElector::TryAcquireOrRenew() {
       observedTime_ = observedAt;
     }
     observedLease_ = lease;
-    const bool ours = record.holderIdentity == options_.identity && (leading_ || mayReclaimOwn_);
+    // A Lease that names this candidate is its own to renew, as client-go's: also after it
+    // stepped down (an API server that was away longer than the renew deadline), for nobody
+    // else can have taken it while it still names this one, and the update below is conditional
+    // on the version read. Waiting a lease duration there left the cluster without a leader.
+    const bool ours = record.holderIdentity == options_.identity;
     if (!record.holderIdentity.empty() && !ours) {
-      // Held by another (or by this candidate before it stepped down): free only once the
-      // record has stood still for its lease duration on this clock.
-      TimePoint since = observedTime_;
-      if (record.holderIdentity == options_.identity) since = std::max(since, steppedDownAt_);
-      if (now < since + std::chrono::seconds(record.leaseDurationSeconds)) {
+      // Held by another: free only once the record has stood still for its lease duration on
+      // this clock.
+      if (now < observedTime_ + std::chrono::seconds(record.leaseDurationSeconds)) {
         if (leading_) lostTo_ = record.holderIdentity;
         return false;
       }
@@ -314,8 +316,6 @@ void LeaderElector::Release() {
 void LeaderElector::StepDown(const std::string& why) {
   SetLeadingUntil(std::nullopt);
   leading_ = false;
-  mayReclaimOwn_ = false;
-  steppedDownAt_ = Clock::now();
   Log("lease " + options_.leaseNamespace + "/" + options_.leaseName + ": stopped leading: " + why);
   if (options_.onStoppedLeading) options_.onStoppedLeading(why);
 }

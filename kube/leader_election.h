@@ -140,10 +140,6 @@ class LeaderElector {
   // acquire or renew began.
   TimePoint observedTime_{};
   TimePoint lastRenew_{};
-  // After stepping down, this candidate lets a lease duration pass before it takes a Lease
-  // that still names it: the others get their chance first.
-  bool mayReclaimOwn_ = true;
-  TimePoint steppedDownAt_{};
 };
 
 // The deadline of a leader-gated call (RequestOptions::deadline): none while `leading` is false

@@ -216,12 +216,14 @@ void PrintTo(const CutCase& cut, std::ostream* out) { *out << cut.name; }
 class LeaderCutOff : public ::testing::TestWithParam<CutCase> {};
 
 // A leader whose lease requests fail steps down within its renew deadline (and says so); the
-// standby takes over only after that, once the lease has stood still for a lease duration.
+// standby, which still reaches the API server, takes over only after that, once the lease has
+// stood still for a lease duration.
 TEST_P(LeaderCutOff, StepsDownWithinTheRenewDeadlineAndTheOtherLeads) {
   auto server = StartWithLeases();
-  Client client(testing::ConfigFor(*server), RealTimeOptions());
-  Candidate a(client, "a");
-  Candidate b(client, "b");
+  Client clientA(testing::ConfigFor(*server, "a"), RealTimeOptions());
+  Client clientB(testing::ConfigFor(*server, "b"), RealTimeOptions());
+  Candidate a(clientA, "a");
+  Candidate b(clientB, "b");
   a.elector().Start();
   ASSERT_TRUE(testing::WaitFor([&] { return a.elector().IsLeader(); }, 5s));
   b.elector().Start();
@@ -229,6 +231,7 @@ TEST_P(LeaderCutOff, StepsDownWithinTheRenewDeadlineAndTheOtherLeads) {
 
   fake::Fault fault = GetParam().fault;
   fault.pathPrefix = kLeasePath;
+  fault.bearerToken = "a";  // only the leader is cut off
   server->AddFault(fault);
   const auto cut = Clock::now();
   ASSERT_TRUE(testing::WaitFor([&] { return !a.StoppedAt().empty(); }, 2 * kLease));
@@ -239,8 +242,8 @@ TEST_P(LeaderCutOff, StepsDownWithinTheRenewDeadlineAndTheOtherLeads) {
   EXPECT_NE(a.StopWhy().front().find("renew deadline"), std::string::npos) << a.StopWhy().front();
   EXPECT_FALSE(a.elector().LastError().empty());
 
-  server->ClearFaults();
   ASSERT_TRUE(testing::WaitFor([&] { return b.elector().IsLeader(); }, 2 * kLease));
+  server->ClearFaults();
   ASSERT_FALSE(b.StartedAt().empty());
   EXPECT_GT(b.StartedAt().front(), a.StoppedAt().front());  // never two leaders
   EXPECT_FALSE(a.elector().IsLeader());
@@ -249,6 +252,39 @@ TEST_P(LeaderCutOff, StepsDownWithinTheRenewDeadlineAndTheOtherLeads) {
   EXPECT_EQ(spec["leaseTransitions"], 1);
   ASSERT_TRUE(testing::WaitFor([&] { return a.elector().Leader() == "b"; }, 3s));
   EXPECT_EQ(a.StartedAt().size(), 1u);
+}
+
+// An API server away for longer than the renew deadline, for every candidate: the leader steps
+// down, and when the server is back it finds the Lease still naming it and leads again at its
+// next retry, before the standby's wait for the record to stand still has ended (its lease
+// duration is long here, so the order cannot be chance). Waiting that lease duration itself
+// left the cluster without a leader after every such outage.
+TEST(LeaderElection, AfterAnOutageOfTheApiServerTheHolderNamedInTheLeaseLeadsAgainAtOnce) {
+  auto server = StartWithLeases();
+  Client clientA(testing::ConfigFor(*server, "a"), RealTimeOptions());
+  Client clientB(testing::ConfigFor(*server, "b"), RealTimeOptions());
+  Candidate a(clientA, "a", [](LeaderElectionOptions& options) { options.leaseDuration = 8s; });
+  Candidate b(clientB, "b");
+  a.elector().Start();
+  ASSERT_TRUE(testing::WaitFor([&] { return a.elector().IsLeader(); }, 5s));
+  b.elector().Start();
+  ASSERT_TRUE(testing::WaitFor([&] { return b.elector().Leader() == "a"; }, 5s));
+
+  fake::Fault outage = fake::Fault::Drop(-1);
+  outage.pathPrefix = kLeasePath;
+  server->AddFault(outage);
+  ASSERT_TRUE(testing::WaitFor([&] { return !a.StoppedAt().empty(); }, 2 * kRenew));
+  EXPECT_FALSE(a.elector().IsLeader());
+  server->ClearFaults();
+  const auto back = Clock::now();
+  ASSERT_TRUE(testing::WaitFor([&] { return a.elector().IsLeader(); }, 4s))
+      << "b leads: " << b.elector().IsLeader();
+  EXPECT_LE(a.StartedAt().back() - back, 3 * kRetry) << "not within a retry period";
+  EXPECT_EQ(a.StartedAt().size(), 2u);
+  EXPECT_TRUE(b.StartedAt().empty()) << "the standby led";
+  const json spec = LeaseSpec(*server);
+  EXPECT_EQ(spec["holderIdentity"], "a");
+  EXPECT_EQ(spec["leaseTransitions"], 0) << "the same holder: no transition";
 }
 
 INSTANTIATE_TEST_SUITE_P(
