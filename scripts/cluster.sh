@@ -21,6 +21,10 @@
 #   scripts/cluster.sh kubelet DIR NAME stop|start
 #                                   # stops or starts node NAME's kubelet alone (the runtime and
 #                                   # the plugin stay, as on a host whose kubelet restarts)
+#   scripts/cluster.sh restart DIR etcd|kube-apiserver
+#                                   # stops that process of DIR's control plane (SIGTERM, then
+#                                   # SIGKILL after 10 s) and starts it again as `up` did; returns
+#                                   # once it serves again (its log goes on in DIR/logs/)
 #   scripts/cluster.sh down DIR     # stops exactly the processes `up DIR` and `node DIR` started,
 #                                   # and puts back the host sysctls kubelet changes
 #   scripts/cluster.sh user DIR FILE CN [GROUP...]
@@ -246,24 +250,26 @@ stop_pids() {
     [ -n "$pid" ] && listed+=("$pid")
   done <"$dir/pids"
   for ((i = ${#listed[@]} - 1; i >= 0; i--)); do
-    pid=${listed[$i]}
-    # A pid already gone: its /proc entry too (the braces take the redirection's own error).
-    cmdline=$({ tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null) || continue
-    [[ "$cmdline" == *"$dir/"* ]] || continue
-    kill -TERM "$pid" 2>/dev/null || continue
-    for _ in $(seq 100); do
-      alive "$pid" || break
-      sleep 0.1
-    done
-    if alive "$pid"; then
-      kill -KILL "$pid" 2>/dev/null
-      for _ in $(seq 50); do
-        alive "$pid" || break
-        sleep 0.1
-      done
-    fi
+    stop_pid "$dir" "${listed[$i]}"
   done
   rm -f "$dir/pids"
+}
+# stop_pid DIR PID: SIGTERM, up to 10 s, then SIGKILL; only while its command line names DIR.
+stop_pid() {
+  local dir=$1 pid=$2 cmdline
+  # A pid already gone: its /proc entry too (the braces take the redirection's own error).
+  cmdline=$({ tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null) || return 0
+  [[ "$cmdline" == *"$dir/"* ]] || return 0
+  kill -TERM "$pid" 2>/dev/null || return 0
+  for _ in $(seq 100); do
+    alive "$pid" || return 0
+    sleep 0.1
+  done
+  kill -KILL "$pid" 2>/dev/null
+  for _ in $(seq 50); do
+    alive "$pid" || return 0
+    sleep 0.1
+  done
 }
 # alive PID: running (a zombie, exited and not yet reaped by whoever inherited it, is not).
 alive() {
@@ -288,12 +294,48 @@ wait_for() {
   done
 }
 
-# start NAME COMMAND...: in its own session, logging to DIR/logs/NAME.log, pid into DIR/pids.
+# start NAME COMMAND...: in its own session, logging to DIR/logs/NAME.log, pid into DIR/pids,
+# the command into DIR/cmd/NAME, NUL-separated (for `restart`).
 start() {
   local name=$1
   shift
+  mkdir -p "$dir/cmd"
+  printf '%s\0' "$@" >"$dir/cmd/$name"
   setsid "$@" >"$dir/logs/$name.log" 2>&1 </dev/null &
   echo "$name $!" >>"$dir/pids"
+}
+
+# restart DIR NAME: NAME's process of the control plane stopped and started again from
+# DIR/cmd/NAME, its pid replaced in place in DIR/pids (the stop order stays the start order
+# reversed); returns once it serves again.
+restart() {
+  local name=$2 pid new url
+  [ -d "$1" ] && [ -f "$1/env" ] || die 2 "$1 is not a cluster's directory"
+  dir=$(cd "$1" && pwd)
+  case "$name" in etcd | kube-apiserver) ;; *) die 2 "restart: etcd or kube-apiserver, not $name" ;; esac
+  [ -f "$dir/cmd/$name" ] && [ -f "$dir/pids" ] || die 2 "$dir has no $name started by up"
+  pid=$(awk -v n="$name" '$1 == n { p = $2 } END { print p }' "$dir/pids")
+  [ -n "$pid" ] || die 2 "$dir/pids names no $name"
+  stop_pid "$dir" "$pid"
+  alive "$pid" && die 1 "$name ($pid) did not stop"
+  echo "--- restarted by scripts/cluster.sh restart at $(date -u +%FT%TZ)" >>"$dir/logs/$name.log"
+  local -a command
+  mapfile -d '' command <"$dir/cmd/$name"
+  setsid "${command[@]}" >>"$dir/logs/$name.log" 2>&1 </dev/null &
+  new=$!
+  sed -i "s/^$name $pid\$/$name $new/" "$dir/pids"
+  pki="$dir/pki"
+  case "$name" in
+    etcd)
+      url="http://127.0.0.1:$(sed -n 's/^ETCD_PORT=//p' "$dir/env")/health"
+      wait_for etcd "$dir/logs/etcd.log" 30 curl -fsS "$url"
+      ;;
+    kube-apiserver)
+      url="$(sed -n 's/^APISERVER_URL=//p' "$dir/env")/readyz"
+      wait_for kube-apiserver "$dir/logs/kube-apiserver.log" 90 \
+        curl -fsS --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" "$url"
+      ;;
+  esac
 }
 
 up() {
@@ -764,6 +806,10 @@ case "${1:-}" in
     [ $# -eq 2 ] || die 2 "usage: scripts/cluster.sh up DIR"
     up "$2"
     ;;
+  restart)
+    [ $# -eq 3 ] || die 2 "usage: scripts/cluster.sh restart DIR etcd|kube-apiserver"
+    restart "$2" "$3"
+    ;;
   down)
     [ $# -eq 2 ] || die 2 "usage: scripts/cluster.sh down DIR"
     down "$2"
@@ -774,6 +820,6 @@ case "${1:-}" in
     user "$@"
     ;;
   *)
-    die 2 "usage: scripts/cluster.sh build [TOOL...] | bin | up DIR | node DIR NAME [OPTION...] | node-down DIR NAME | kubelet DIR NAME stop|start | down DIR | user DIR FILE CN [GROUP...]"
+    die 2 "usage: scripts/cluster.sh build [TOOL...] | bin | up DIR | node DIR NAME [OPTION...] | node-down DIR NAME | kubelet DIR NAME stop|start | restart DIR etcd|kube-apiserver | down DIR | user DIR FILE CN [GROUP...]"
     ;;
 esac

@@ -263,7 +263,8 @@ export function defaultBinding(policy) {
 
 // The API server's decision on one request for one policy and one binding.
 // write: {request: admissionRequest(...), object, oldObject} (plain JSON; null where absent).
-// cluster: {namespaces: {name: Namespace}, objects: [candidate parameter objects]}.
+// cluster: {namespaces: {name: Namespace}, objects: [candidate parameter objects],
+//   unresolvedKinds: ["apiVersion/Kind" of parameter kinds the API server has not resolved]}.
 // Returns {matched, allowed, messages, reasons, denial, errors, warnings}: errors are
 // evaluation and configuration errors, each a denial under failurePolicy Fail.
 export function admit(policy, write, { binding = defaultBinding(policy), cluster = {} } = {}) {
@@ -299,6 +300,16 @@ export function admit(policy, write, { binding = defaultBinding(policy), cluster
     { rulesRequired: true });
   if (constraints.error) return failed(constraints.error, "policy");
   if (!constraints.matches) return decision({ matched: false }, policy, binding);
+  // A parameter kind the API server has not resolved (cluster.unresolvedKinds, "apiVersion/Kind"):
+  // a restarted server resolves a CRD's kind only some seconds after it is ready. The policy's
+  // configuration error, taken once the policy matches and before its binding
+  // (generic/policy_source.go ensureParamsForPolicyLocked, policy_dispatcher.go), under
+  // failurePolicy.
+  const paramKind = policy.spec.paramKind;
+  if (paramKind && (cluster.unresolvedKinds ?? []).includes(`${paramKind.apiVersion}/${paramKind.kind}`)) {
+    return failed("failed to find resource referenced by paramKind: " +
+      `'${paramKind.apiVersion}, Kind=${paramKind.kind}'`, "policy");
+  }
   const bound = resourcesMatch(binding.spec.matchResources, full, cluster,
     { rulesRequired: false });
   if (bound.error) return failed(bound.error);

@@ -487,6 +487,39 @@ test("F5: a deleting class takes no new orders; other classes do", () => {
   assertAllowed(OFF, create("GPUDevice", TENANT, order("a100")), "GPUs off: absent", classes);
 });
 
+// docs/policies.md, "After kube-apiserver restarts": a restarted API server resolves GPUClass, a
+// CRD, some seconds after it is ready. The one policy whose parameter kind is ours fails open
+// meanwhile, so no tenant's order is refused for it; a policy of a built-in parameter kind, always
+// resolved, fails closed. Not recorded for the real server, where GPUClass is resolved
+// (real_cluster_apiserver_restart_test restarts kube-apiserver instead).
+test("F5: while GPUClass is unresolved after a restart, orders are not refused for it", () => {
+  const order = (className) => ({ apiVersion: "gpu.cozystack.io/v1alpha1", kind: "GPUDevice",
+    metadata: { name: "d1", namespace: "tenant-a" }, spec: { className, count: 1 } });
+  const unresolved = { ...cluster({ objects: [settings(), gpuClass("l40s")] }),
+    unresolvedKinds: ["gpu.cozystack.io/v1alpha1/GPUClass"] };
+  const result = decide(ON, create("GPUDevice", TENANT, order("l40s")), unresolved,
+    { errorsExpected: true });
+  assert.equal(result.allowed, true, result.decisions.map((d) => d.denial).join("; "));
+  const errored = result.decisions.filter((d) => d.errors.length > 0);
+  assert.deepEqual(errored.map((d) => d.binding), ["gpu-class-deleting-no-orders"]);
+  assert.match(errored[0].errors[0], /failed to configure policy: failed to find resource referenced by paramKind: 'gpu.cozystack.io\/v1alpha1, Kind=GPUClass'/);
+  // Which policies fail open: exactly those whose parameter kind is not built in.
+  for (const [label, docs] of RENDERS) {
+    for (const policy of docs.filter((d) => d.kind === "ValidatingAdmissionPolicy")) {
+      const crdParam = policy.spec.paramKind !== undefined &&
+        policy.spec.paramKind.apiVersion.includes(".");
+      assert.equal(policy.spec.failurePolicy, crdParam ? "Ignore" : "Fail",
+        `${label}: ${policy.metadata.name}`);
+    }
+  }
+  // Under Fail, the same moment refuses every order: what the chart had.
+  const failing = ON.map((d) => d.kind === "ValidatingAdmissionPolicy" &&
+    d.metadata.name === "gpu-class-deleting-no-orders"
+    ? { ...d, spec: { ...d.spec, failurePolicy: "Fail" } } : d);
+  assert.equal(decide(failing, create("GPUDevice", TENANT, order("l40s")), unresolved,
+    { errorsExpected: true }).allowed, false);
+});
+
 // --- F6-F8: platform fields of a device ---------------------------------------------------------
 
 function device({ finalizers, mark, labels = {} } = {}) {
