@@ -4,7 +4,8 @@
 #   test/realcluster/cluster_script_test.sh SOURCE_DIR GPU_FIXTURE
 # up: the API server answers the admin kubeconfig and reports the pinned release; the namespace
 # and garbage-collector controllers run (a deleted namespace goes away, an owned object follows
-# its owner), and kube-scheduler. node (docs/testing.md, "Real nodes"): a real kubelet on a
+# its owner), and kube-scheduler. restart: etcd again from its saved command, its data kept,
+# its pid replaced in place; kube-apiserver's restart is real_cluster_apiserver_restart_test's. node (docs/testing.md, "Real nodes"): a real kubelet on a
 # fixture host (GPU_FIXTURE builds it) Ready with the device plugin's resource, its label and
 # taint, the host sysctls put back, its mounts private; kubelet stop makes it NotReady, start
 # Ready again with the plugin registered again. One line and exit 2 for a dirty DIR, a port in
@@ -102,6 +103,25 @@ grep '"username":"admin"' "$dir/logs/audit.log" | grep -q '"verb":"create".*"req
   pass "the audit log has the admin's create with its body" || fail "no audit line with the create's body"
 expect_exit2 "user on a directory that is no cluster's" "is not a cluster's directory" \
   "$cluster" user "$scratch" "$scratch/x.kubeconfig" x
+
+# restart: etcd stopped and started again from its saved command, the data kept; its pid replaced
+# in place (down below still finds it); a component restart does not know is refused.
+etcd_pid=$(awk '$1 == "etcd" { print $2 }' "$dir/pids")
+if "$cluster" restart "$dir" etcd >"$scratch/restart.out" 2>&1; then
+  new_pid=$(awk '$1 == "etcd" { print $2 }' "$dir/pids")
+  old_state=$(awk '{ print $3 }' "/proc/$etcd_pid/stat" 2>/dev/null)  # gone, or a zombie
+  [ "$new_pid" != "$etcd_pid" ] && { [ -z "$old_state" ] || [ "$old_state" = Z ]; } &&
+    [ "$(awk '{ print $1 }' "$dir/pids" | head -n 1)" = etcd ] &&
+    pass "restart etcd: a new process, first in the pids file as before" ||
+    fail "restart etcd: pids $etcd_pid -> $new_pid: $(tr '\n' ' ' <"$dir/pids")"
+  wait_until 30 kc get configmap audited -n default &&
+    pass "after etcd's restart the API server serves what was stored" ||
+    fail "configmap audited not read after etcd's restart"
+else
+  fail "restart etcd: $(cat "$scratch/restart.out")"
+fi
+expect_exit2 "restart of a component it does not restart" "etcd or kube-apiserver, not kube-scheduler" \
+  "$cluster" restart "$dir" kube-scheduler
 
 # kube-scheduler runs: a pod with no node is bound by it.
 kc run placed -n default --image=example.invalid/x:1 --restart=Never >/dev/null
