@@ -158,21 +158,16 @@ ReconcileInput ClusterCaches::BuildInput() const {
     }
   }
 
-  ReconcileInput::Settings stored;
-  stored.namespaceName = options_.namespaceName;
-  stored.name = std::string(api::kSettingsConfigMapName);
-  if (auto object = Get(kSettingsCache).Get(options_.namespaceName + "/" + stored.name)) {
-    stored.stored = *object;
+  ReconcileInput::Settings settings;
+  if (auto object =
+          Get(kSettingsCache)
+              .Get(options_.namespaceName + "/" + std::string(api::kSettingsConfigMapName))) {
+    settings.stored = *object;
   }
-  const auto inventories =
+  settings.gpuNodes =
       model::SharedVector<api::GpuNodeInventory>::Sharing(Get(kGpuNodeCache).List());
-  std::vector<api::GpuClass> classList;
-  for (const auto& gpuClass : input.classes) classList.push_back(*gpuClass);
-  // With GPUs on, whether the webhooks authenticate their callers: `kubectl gpu` warns of an
-  // install that does not.
-  stored.data = SettingsData(options_.gpuResourceNames, inventories, PermittedHostDevices(),
-                             classList, options_.rawNamesForbidden, options_.webhookCallers);
-  input.settings = std::move(stored);
+  settings.permitted = PermittedHostDevices();
+  input.settings = std::move(settings);
   return input;
 }
 

@@ -39,8 +39,7 @@
 namespace cozy::controller {
 
 // What the caches, and what is read from them, take of the flags: no more (CachesOf in
-// daemon.cpp makes it from RunOptions).
-// What the caches need of RunOptions (CachesOf in daemon.cpp), its defaults RunOptions's own.
+// daemon.cpp makes it from RunOptions), each default RunOptions's own.
 struct CacheOptions {
   std::string namespaceName{RunOptions{}.namespaceName};  // --namespace: the settings' home
   bool enableGpu = RunOptions{}.enableGpu;  // the KubeVirt kinds and the pods are read
@@ -48,9 +47,6 @@ struct CacheOptions {
   bool rawNamesForbidden = RunOptions{}.rawNamesForbidden;
   std::chrono::milliseconds attachmentGrace = RunOptions{}.attachmentGrace;
   std::chrono::milliseconds notReadyGrace = RunOptions{}.notReadyGrace;
-  // The settings ConfigMap's webhookCallers (api::kWebhookCallers*): whether the webhooks
-  // authenticate their callers; empty with GPUs off.
-  std::string webhookCallers;
 };
 
 class ClusterCaches {

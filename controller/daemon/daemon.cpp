@@ -54,14 +54,23 @@ CacheOptions CachesOf(const RunOptions& options) {
   caches.rawNamesForbidden = options.rawNamesForbidden;
   caches.attachmentGrace = options.attachmentGrace;
   caches.notReadyGrace = options.notReadyGrace;
+  return caches;
+}
+
+// What the reconcilers take of the flags.
+ReconcilerOptions ReconcilersOf(const RunOptions& options) {
+  ReconcilerOptions reconcilers;
+  reconcilers.namespaceName = options.namespaceName;
+  reconcilers.gpuResourceNames = options.gpuResourceNames;
+  reconcilers.rawNamesForbidden = options.rawNamesForbidden;
   // With GPUs on, whether the webhooks authenticate their callers: `kubectl gpu` warns of an
   // install that does not.
   if (options.enableGpu) {
-    caches.webhookCallers = options.webhookClientCa.empty()
-                                ? std::string(api::kWebhookCallersUnauthenticated)
-                                : std::string(api::kWebhookCallersAuthenticated);
+    reconcilers.webhookCallers = options.webhookClientCa.empty()
+                                     ? std::string(api::kWebhookCallersUnauthenticated)
+                                     : std::string(api::kWebhookCallersAuthenticated);
   }
-  return caches;
+  return reconcilers;
 }
 
 std::string Hostname() {
@@ -86,7 +95,9 @@ class Controller {
                 [this](Readers readers) { Changed(readers); }),
         view_(caches_, manager_),
         // The resync asks both loops for a pass.
-        reconciler_(loop_, client_, leadership_, view_, options.resync, [this] { Trigger(); }) {
+        reconciler_(
+            loop_, client_, leadership_, view_, options.resync, [this] { Trigger(); },
+            StandardReconcilers(ReconcilersOf(options))) {
     elector_ = std::make_unique<kube::LeaderElector>(client_, Election());
     // Every write of the leader's, first attempt or retry, ends by the instant its Lease lets it
     // lead until (kube/leader_election.h).
@@ -441,26 +452,6 @@ class Controller {
 };
 
 }  // namespace
-
-std::map<std::string, std::string> SettingsData(
-    const std::vector<std::string>& hosterNames,
-    const model::SharedVector<api::GpuNodeInventory>& gpuNodes,
-    const model::PermittedHostDevices& permitted, const std::vector<api::GpuClass>& classes,
-    bool rawNamesForbidden, std::string_view webhookCallers) {
-  std::string joined;
-  for (const auto& name : model::EffectiveGpuResourceNames(model::Settings{hosterNames}, gpuNodes,
-                                                           permitted, classes)) {
-    joined += (joined.empty() ? "" : ",") + name;
-  }
-  std::map<std::string, std::string> data = {
-      {std::string(api::kSettingsResourceNamesKey), joined},
-      {std::string(api::kSettingsRawNamePolicyKey),
-       std::string(rawNamesForbidden ? api::kRawNamePolicyForbidden : api::kRawNamePolicyAllowed)}};
-  if (!webhookCallers.empty()) {
-    data[std::string(api::kSettingsWebhookCallersKey)] = std::string(webhookCallers);
-  }
-  return data;
-}
 
 int RunController(const RunOptions& options) {
   if (options.enableGpu && options.webhookClientCa.empty() &&

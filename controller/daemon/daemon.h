@@ -66,13 +66,4 @@ struct RunOptions {
 // that cannot work (a non-positive grace, lease timings client-go refuses).
 int RunController(const RunOptions& options);
 
-// The settings ConfigMap's data: the effective GPU resource-name set as the model computes it
-// (the hoster's names, every GPUNode's resourceNames, every class's resource name, KubeVirt's
-// NVIDIA and mediated permittedHostDevices), sorted and comma-joined, and the raw-name policy.
-std::map<std::string, std::string> SettingsData(
-    const std::vector<std::string>& hosterNames,
-    const model::SharedVector<api::GpuNodeInventory>& gpuNodes,
-    const model::PermittedHostDevices& permitted, const std::vector<api::GpuClass>& classes,
-    bool rawNamesForbidden, std::string_view webhookCallers = "");
-
 }  // namespace cozy::controller

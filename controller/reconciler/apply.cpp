@@ -1,10 +1,5 @@
 #include "controller/reconciler/apply.h"
 
-#include <stdexcept>
-
-#include "api/keys.h"
-#include "api/usage_record.h"
-#include "controller/kinds.h"
 #include "kube/errors.h"
 #include "kube/leader_election.h"
 #include "runtime/log.h"
@@ -37,22 +32,6 @@ nlohmann::json Overlay(nlohmann::json stored, const nlohmann::json& desired) {
 
 }  // namespace
 
-std::string ActionPath(const Action& action, bool status) {
-  const std::string subresource = status ? "status" : "";
-  // TargetKind names every action kind (-Wswitch holds it to that); each kind has its path.
-  const std::string_view kind = TargetKind(action.kind);
-  if (kind == api::kGpuClassKind) return kGpuClasses.Path("", action.name, subresource);
-  if (kind == api::kGpuDeviceKind) {
-    return kGpuDevices.Path(action.namespaceName, action.name, subresource);
-  }
-  if (kind == api::kWorkloadMonitorKind) {
-    return kWorkloadMonitors.Path(action.namespaceName, action.name);
-  }
-  if (kind == api::kWorkloadKind) return kWorkloads.Path(action.namespaceName, action.name);
-  if (kind == "ConfigMap") return kConfigMaps.Path(action.namespaceName, action.name);
-  throw std::logic_error("ActionPath: no path for the kind " + std::string(kind));
-}
-
 Applier::Applier(kube::Client& client, const kube::Leadership& leadership,
                  kube::BackoffPolicy retry)
     : client_(client), leadership_(leadership), deadline_(leadership.Deadline()), backoff_(retry) {}
@@ -66,19 +45,25 @@ ApplyCounts Applier::Apply(const std::vector<Action>& actions,
   backoff_.Prune(now);
   for (const Action& action : actions) {
     const std::string key = action.Key();
-    const std::string kind(TargetKind(action.kind));
+    const std::string kind(action.target.kind);
+    // Each action counted once, under its object's kind and its reconciler, by its result.
+    auto count = [&](const std::string& result) {
+      ++counts.writes[{kind, result}];
+      ++counts.byReconciler[{action.reconciler, result}];
+    };
     auto memo = memo_.find(key);
     if (memo != memo_.end() && memo->second.resourceVersion == action.resourceVersion) {
-      ++counts.writes[{kind, "skipped"}];  // written from this version already; awaiting the watch
+      count("skipped");  // written from this version already; awaiting the watch
       continue;
     }
     if (backoff_.HeldOff(key, now, action.resourceVersion)) {
       ++counts.heldOff;
-      ++counts.writes[{kind, "backoff"}];  // failed lately: tried again once its delay is over
+      count("backoff");  // failed lately: tried again once its delay is over
       continue;
     }
     if (!leadership_.Leading()) {
       ++counts.failed;
+      ++counts.byReconciler[{action.reconciler, "not-leading"}];
       continue;  // stepped down mid-pass: the new leader plans afresh
     }
     std::string result = "ok";
@@ -86,9 +71,9 @@ ApplyCounts Applier::Apply(const std::vector<Action>& actions,
       ApplyOne(action);
       backoff_.Succeeded(key);
       memo_[key] = Memo{action.resourceVersion, now};
-      runtime::LogInfo("reconciled", LogFields{{"action", std::string(ToString(action.kind))},
-                                               {"object", key},
-                                               {"reason", action.reason}});
+      runtime::LogInfo(
+          "reconciled",
+          LogFields{{"action", action.what}, {"object", key}, {"reason", action.reason}});
     } catch (const kube::ApiError& error) {
       ++counts.failed;
       switch (error.kind()) {
@@ -115,16 +100,14 @@ ApplyCounts Applier::Apply(const std::vector<Action>& actions,
           break;
       }
       auto level = result == "error" ? runtime::LogLevel::kWarning : runtime::LogLevel::kDebug;
-      LogFields fields{{"action", std::string(ToString(action.kind))},
-                       {"object", key},
-                       {"result", result},
-                       {"error", error.what()}};
+      LogFields fields{
+          {"action", action.what}, {"object", key}, {"result", result}, {"error", error.what()}};
       if (const int failures = backoff_.Failures(key); failures > 0) {
         fields.emplace_back("failuresInARow", std::to_string(failures));
       }
       runtime::Logger::Get().Write(level, "reconcile write failed", std::move(fields));
     }
-    ++counts.writes[{kind, result}];
+    count(result);
   }
   counts.retryAt = backoff_.NextRetry(now);
   counts.backingOff = backoff_.HeldCount(now);
@@ -133,40 +116,25 @@ ApplyCounts Applier::Apply(const std::vector<Action>& actions,
 
 void Applier::ApplyOne(const Action& action) {
   const kube::WriteOptions options{false, kFieldManager, {deadline_}};
-  switch (action.kind) {
-    case ActionKind::kAddClassFinalizer:
-    case ActionKind::kRemoveClassFinalizer:
-    case ActionKind::kAddDeviceFinalizer:
-    case ActionKind::kRemoveDeviceFinalizer:
-      client_.MergePatchAt(ActionPath(action), action.body, action.resourceVersion, options);
+  switch (action.verb) {
+    case Verb::kMergePatch:
+      client_.MergePatchAt(action.target.Path(), action.body, action.resourceVersion, options);
       return;
-    case ActionKind::kStampAttachment:
-    case ActionKind::kMatchAttachment:
-    case ActionKind::kClearAttachment:
-    case ActionKind::kReleaseDevice:
-      client_.MergePatchAt(ActionPath(action, true), action.body, action.resourceVersion, options);
-      return;
-    case ActionKind::kDeleteTemplateDevice:
-    case ActionKind::kDeleteRecord:
-    case ActionKind::kDeleteMonitor: {
+    case Verb::kDelete: {
       kube::DeleteOptions remove;
       remove.request.deadline = deadline_;
       remove.preconditionUid = action.uid;
       remove.preconditionResourceVersion = action.resourceVersion;
-      client_.Delete(ActionPath(action), remove);
+      client_.Delete(action.target.Path(), remove);
       return;
     }
-    case ActionKind::kApplyMonitor:
-    case ActionKind::kApplyRecord:
-    case ActionKind::kApplySettings: {
+    case Verb::kApply:
       if (!action.stored) {
-        const std::string path = ActionPath(action);
-        client_.Create(path.substr(0, path.rfind('/')), action.body, options);
+        client_.Create(action.target.CollectionPath(), action.body, options);
       } else {
-        client_.Update(ActionPath(action), Overlay(*action.stored, action.body), options);
+        client_.Update(action.target.Path(), Overlay(*action.stored, action.body), options);
       }
       return;
-    }
   }
 }
 

@@ -1,6 +1,7 @@
-// Carries out the reconciler's plan with the API: each action one conditional write (a merge
-// patch or an update at the resourceVersion the plan saw, a delete with uid and
-// resourceVersion preconditions), with a field manager. A conflict (409) is counted and left
+// Carries out the reconcilers' plan with the API, whichever reconciler planned each action: each
+// action one conditional write to the target it names, by its verb (a merge patch or an update at
+// the resourceVersion the plan saw, a create, a delete with uid and resourceVersion
+// preconditions), with a field manager. A conflict (409) is counted and left
 // to the next pass, which plans from the fresher cache; nothing is retried blindly.
 //
 // The caches lag the writes by a watch event, so a pass that runs before that event would
@@ -35,6 +36,9 @@ struct ApplyCounts {
   // (written from this version already), backoff (its object is held off after a failure).
   std::map<std::pair<std::string, std::string>, int64_t> writes;
   int64_t conflicts = 0;
+  // (reconciler, result) -> actions: the same results, and not-leading (not tried: the replica
+  // stepped down mid-pass), by the reconciler that planned each action.
+  std::map<std::pair<std::string, std::string>, int64_t> byReconciler;
   int failed = 0;   // actions that did not apply this pass (conflicts included)
   int heldOff = 0;  // actions not tried: their object backs off
   // When the first object held off may be tried again: the pass to run then.
@@ -75,8 +79,5 @@ class Applier {
   std::map<std::string, Memo> memo_;  // Action::Key() -> version written from
   kube::KeyedBackoff backoff_;        // Action::Key() -> its failures in a row
 };
-
-// The path of the object an action writes.
-std::string ActionPath(const Action& action, bool status = false);
 
 }  // namespace cozy::controller

@@ -10,6 +10,36 @@ namespace cozy::controller {
 using runtime::LogFields;
 using runtime::LogWarning;
 
+namespace {
+
+std::vector<std::string> Names(const Reconcilers& reconcilers) {
+  std::vector<std::string> names;
+  for (const auto& reconciler : reconcilers) names.emplace_back(reconciler->Name());
+  return names;
+}
+
+// What did not apply: a conflict, an error, or a leader that stepped down mid-pass.
+bool WriteFailed(const std::string& result) {
+  return result == "conflict" || result == "error" || result == "not-leading";
+}
+
+// A counter family whose samples are keyed by (`label`, result).
+void WriteByResult(runtime::MetricsWriter& out, std::string_view name, std::string_view help,
+                   std::string_view label,
+                   const std::map<std::pair<std::string, std::string>, int64_t>& counts) {
+  out.Family(name, "counter", help);
+  for (const auto& [key, count] : counts) {
+    out.Sample(name, runtime::Label(label, key.first) + "," + runtime::Label("result", key.second),
+               static_cast<double>(count));
+  }
+}
+
+}  // namespace
+
+ReconcilerMetrics::ReconcilerMetrics(std::vector<std::string> reconcilers) {
+  for (std::string& name : reconcilers) writeFailures_[std::move(name)] = 0;
+}
+
 void ReconcilerMetrics::Pass(double seconds, bool failed, const ApplyCounts& counts,
                              const Waiting& waiting) {
   ++passes_;
@@ -17,6 +47,10 @@ void ReconcilerMetrics::Pass(double seconds, bool failed, const ApplyCounts& cou
   failures_ += failed ? 1 : 0;
   for (const auto& [key, count] : counts.writes) {
     writes_[key] += count;
+  }
+  for (const auto& [key, count] : counts.byReconciler) {
+    actions_[key] += count;
+    if (WriteFailed(key.second)) writeFailures_[key.first] += count;
   }
   conflicts_ += counts.conflicts;
   queueDepth_ = counts.failed + counts.heldOff;
@@ -37,12 +71,20 @@ void ReconcilerMetrics::Write(runtime::MetricsWriter& out) const {
   out.Family("gpu_controller_reconcile_duration_seconds", "histogram",
              "Time of one reconciler pass: plan and writes.");
   duration_.Write(out, "gpu_controller_reconcile_duration_seconds");
-  out.Family("gpu_controller_writes_total", "counter",
-             "Reconciler writes by object kind and result (ok, conflict, gone, forbidden, "
-             "error, skipped).");
-  for (const auto& [key, count] : writes_) {
-    out.Sample("gpu_controller_writes_total",
-               runtime::Label("kind", key.first) + "," + runtime::Label("result", key.second),
+  WriteByResult(out, "gpu_controller_writes_total",
+                "Reconciler writes by object kind and result (ok, conflict, gone, forbidden, "
+                "error, skipped).",
+                "kind", writes_);
+  WriteByResult(out, "gpu_controller_reconcile_actions_total",
+                "Actions each reconciler planned, by what became of them: the results of "
+                "gpu_controller_writes_total, and not-leading (the replica stepped down "
+                "mid-pass).",
+                "reconciler", actions_);
+  out.Family("gpu_controller_reconcile_write_failures_total", "counter",
+             "Actions of each reconciler that did not apply: a conflict, an error, or a leader "
+             "that stepped down mid-pass.");
+  for (const auto& [name, count] : writeFailures_) {
+    out.Sample("gpu_controller_reconcile_write_failures_total", runtime::Label("reconciler", name),
                static_cast<double>(count));
   }
   out.Family("gpu_controller_conflicts_total", "counter",
@@ -66,13 +108,16 @@ void ReconcilerMetrics::Write(runtime::MetricsWriter& out) const {
 
 ReconcilerLoop::ReconcilerLoop(runtime::Loop& loop, kube::Client& client,
                                const kube::Leadership& leadership, ReconcilerSource& source,
-                               std::chrono::milliseconds resync, std::function<void()> onResync)
+                               std::chrono::milliseconds resync, std::function<void()> onResync,
+                               Reconcilers reconcilers)
     : loop_(loop),
       leadership_(leadership),
       source_(source),
       resync_(resync),
       onResync_(std::move(onResync)),
+      reconcilers_(std::move(reconcilers)),
       applier_(client, leadership),
+      metrics_(Names(reconcilers_)),
       passes_(
           loop, "reconcile", "reconciler", [this] { return BeginPass(); },
           [this](PassResult result) { PassDone(std::move(result)); }) {}
@@ -120,7 +165,7 @@ ReconcilerLoop::PassResult ReconcilerLoop::RunPass() {
   PassResult result;
   try {
     ReconcileInput input = source_.BuildInput();
-    Plan plan = PlanReconcile(input);
+    Plan plan = PlanReconcile(input, reconcilers_);
     result.planned = static_cast<int>(plan.actions.size());
     result.waiting = plan.waiting;
     result.wakeAt = plan.wakeAt;

@@ -2,11 +2,11 @@
 // its own, as the binder's loop is, so the daemon is wiring only: docs/controller.md, "The caches
 // and the wiring"). A change in a cache the reconciler reads asks for a pass within 50 ms;
 // runtime::PassScheduler collapses asks into one pass at a time. A pass runs on a worker thread of
-// its own: it reads the caches (through ReconcilerSource), plans (PlanReconcile, pure) and writes
-// (Applier), and its result comes back to the loop thread, which counts it and arms the next
-// resync: a second after a pass that could not plan, when the first object a write failed on may be
-// tried again (its own backoff, apply.h), at the next grace deadline a plan waits for, and at the
-// resync period otherwise.
+// its own: it reads the caches (through ReconcilerSource), plans (PlanReconcile over its list of
+// reconcilers, each pure) and writes (Applier, one for every reconciler's actions), and its result
+// comes back to the loop thread, which counts it and arms the next resync: a second after a pass
+// that could not plan, when the first object a write failed on may be tried again (its own backoff,
+// apply.h), at the next grace deadline a plan waits for, and at the resync period otherwise.
 #pragma once
 
 #include <atomic>
@@ -18,9 +18,11 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "controller/reconciler/apply.h"
 #include "controller/reconciler/plan.h"
+#include "controller/reconciler/reconcilers.h"
 #include "kube/client.h"
 #include "runtime/loop.h"
 #include "runtime/metrics.h"
@@ -40,9 +42,12 @@ class ReconcilerSource {
   virtual ReconcileInput BuildInput() const = 0;
 };
 
-// The reconciler's passes and writes, as the loop thread learns of each finished pass.
+// The reconciler's passes and writes, as the loop thread learns of each finished pass; each
+// reconciler's actions under its name.
 class ReconcilerMetrics {
  public:
+  // `reconcilers`: the names each reconciler's samples are written under, from the first page.
+  explicit ReconcilerMetrics(std::vector<std::string> reconcilers = {});
   // One pass: how long it took, whether it failed (could not plan, or skipped attachments whose
   // VMI cannot be told), what the applier wrote and what waits.
   void Pass(double seconds, bool failed, const ApplyCounts& counts, const Waiting& waiting);
@@ -56,6 +61,8 @@ class ReconcilerMetrics {
   int64_t deferred_ = 0;
   runtime::Histogram duration_{{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30}};
   std::map<std::pair<std::string, std::string>, int64_t> writes_;
+  std::map<std::pair<std::string, std::string>, int64_t> actions_;  // (reconciler, result)
+  std::map<std::string, int64_t> writeFailures_;                    // by reconciler
   int64_t conflicts_ = 0;
   int queueDepth_ = 0;
   double backingOff_ = 0;  // objects held off after the last pass
@@ -67,10 +74,10 @@ class ReconcilerLoop {
   // `leadership` is read before each pass starts and by the applier before every write; its
   // deadline bounds each write in time (Applier). `resync` is the longest time between
   // two passes; when it comes, `onResync` runs on the loop thread (the daemon asks both its
-  // loops for a pass then).
+  // loops for a pass then). Each pass plans `reconcilers`, in order.
   ReconcilerLoop(runtime::Loop& loop, kube::Client& client, const kube::Leadership& leadership,
                  ReconcilerSource& source, std::chrono::milliseconds resync,
-                 std::function<void()> onResync);
+                 std::function<void()> onResync, Reconcilers reconcilers = StandardReconcilers());
   ReconcilerLoop(const ReconcilerLoop&) = delete;
   ReconcilerLoop& operator=(const ReconcilerLoop&) = delete;
 
@@ -129,6 +136,7 @@ class ReconcilerLoop {
   ReconcilerSource& source_;
   std::chrono::milliseconds resync_;
   std::function<void()> onResync_;
+  const Reconcilers reconcilers_;
   Applier applier_;  // the worker's
   runtime::Timer resyncTimer_;
   ReconcilerMetrics metrics_;                       // loop thread

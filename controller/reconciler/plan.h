@@ -1,9 +1,12 @@
-// The GPU reconciler's decisions, as a pure function: the cluster as the caches see it goes in,
-// the writes that bring it to what the design asks come out. It runs on every cluster, GPUs on
-// or off (G1): finalizers of classes and devices, attachments whose VMI ended or never came,
-// template devices, usage records and the settings ConfigMap. Placement is the binder's.
+// The GPU reconciler's decisions: the cluster as the caches see it goes in, the writes that bring
+// it to what the design asks come out. It runs on every cluster, GPUs on or off (G1), as a list of
+// units (controller/reconciler/reconcilers.h): each a `Reconciler` with a name, the parts of the
+// pass's input it reads, and a pure `Plan` that returns actions. An action says which object it
+// writes (its kind, resource, namespace, name, subresource) and how (a merge patch, a delete, a
+// create or update), so one Applier (apply.h) writes any unit's actions and nothing routes them
+// by unit (docs/controller.md, "The reconcilers").
 //
-// The reconciler is level-based: each pass plans from scratch, and a write that changes what
+// The reconcilers are level-based: each pass plans from scratch, and a write that changes what
 // another step needs (a record deleted before the finalizer that waits for it goes, a monitor
 // created before its records) is planned in the pass after the cache shows it.
 #pragma once
@@ -14,12 +17,15 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "api/gpuclass.h"
 #include "api/gpudevice.h"
+#include "api/gpunode_types.h"
+#include "controller/kinds.h"
 #include "controller/model/snapshot.h"
 
 namespace cozy::controller {
@@ -43,6 +49,7 @@ struct VmiState {
 using VmiLookup = std::function<VmiState(const std::string& ns, const std::string& name)>;
 using JsonPtr = std::shared_ptr<const nlohmann::json>;
 
+// One pass's input: what the caches hold now, each reconciler reading its parts (Part).
 struct ReconcileInput {
   std::vector<std::shared_ptr<const api::GpuClass>> classes;
   std::vector<std::shared_ptr<const api::GpuDevice>> devices;
@@ -56,53 +63,58 @@ struct ReconcileInput {
   // stored records are left as they are. The pods that ask for extended resources.
   bool podRecords = false;
   std::vector<std::shared_ptr<const model::Pod>> pods;
-  // The settings ConfigMap: planned only when `settings` is set (the leader, its cache synced).
+  // What the settings ConfigMap is made of besides the classes (D17, G10), and the one stored:
+  // present only when its cache was read (the daemon's passes: the leader, its cache synced).
   struct Settings {
     std::optional<nlohmann::json> stored;  // nullopt: absent
-    std::map<std::string, std::string> data;
-    std::string namespaceName;
-    std::string name;
+    model::SharedVector<api::GpuNodeInventory> gpuNodes;
+    model::PermittedHostDevices permitted;
   };
   std::optional<Settings> settings;
   std::chrono::system_clock::time_point now;
   std::chrono::seconds attachmentGrace{120};
+  // The pass's own: each attached device's VMI as looked up, once a pass whichever reconciler
+  // asks (keyed by the device's "namespace/name").
+  mutable std::map<std::string, VmiState> attachedVmis;
 };
 
-enum class ActionKind {
-  kAddClassFinalizer,
-  kRemoveClassFinalizer,
-  kAddDeviceFinalizer,
-  kRemoveDeviceFinalizer,
-  kStampAttachment,  // an attachment without attachedAt: the grace counts from now
-  kMatchAttachment,  // the VMI appeared: record its UID
-  kClearAttachment,  // the VMI ended, or never came within the grace
-  // D19: a deleting device no VMI uses, kept by a finalizer not ours: its units are released
-  // (status back to Pending, no node) before its usage record and our finalizer go.
-  kReleaseDevice,
-  kDeleteTemplateDevice,
-  kApplyMonitor,
-  kDeleteMonitor,
-  kApplyRecord,
-  kDeleteRecord,
-  kApplySettings,
-};
-std::string_view ToString(ActionKind kind);
-// The kind of object an action writes: GPUClass, GPUDevice, WorkloadMonitor, Workload, ConfigMap.
-std::string_view TargetKind(ActionKind kind);
+// The parts of the input a reconciler reads. The classes, devices and VMIs are there in every
+// pass; the usage objects while Cozystack's kinds are served and cached, the settings when read.
+enum class Part { kClasses, kDevices, kVmiLookup, kUsageObjects, kSettings };
+bool Has(const ReconcileInput& input, Part part);
 
-struct Action {
-  ActionKind kind;
+// The object an action writes.
+struct Target {
+  std::string_view kind;  // GPUClass, GPUDevice, Workload, ...: metrics' and the log's name
+  Kind resource;          // its group, version and plural (controller/kinds.h)
   std::string namespaceName;
   std::string name;
+  std::string subresource;  // "status", or "" for the object itself
+  std::string Path() const { return resource.Path(namespaceName, name, subresource); }
+  std::string CollectionPath() const { return resource.Path(namespaceName); }
+};
+
+// How an action writes its target. Every write is conditional on what the plan saw.
+enum class Verb {
+  kMergePatch,  // `body` as a merge patch, at `resourceVersion` (409 otherwise)
+  kDelete,      // with `uid` and `resourceVersion` preconditions
+  kApply,       // `body` is the desired object: created when `stored` is absent, else laid
+                // over `stored` (labels, owner references, spec, status, data) and updated
+};
+
+struct Action {
+  std::string what;  // "add-class-finalizer": the log's and the tests' name of the action
+  Target target;
+  Verb verb = Verb::kMergePatch;
   // Preconditions: the write applies only to the object as the plan saw it (409 otherwise).
   // Empty for a create.
   std::string resourceVersion;
   std::string uid;
-  // A merge patch (finalizers, attachments) or the desired object (monitors, records,
-  // settings; merged into `stored` when it exists).
   nlohmann::json body;
-  std::optional<nlohmann::json> stored;
-  std::string reason;  // for the log
+  std::optional<nlohmann::json> stored;  // kApply: the object as the cache holds it
+  std::string reason;                    // for the log
+  std::string reconciler;                // who planned it: set by the pass (PlanReconcile)
+  // The object's key ("GPUDevice:ns/name"): one per object, whatever its subresource.
   std::string Key() const;
 };
 
@@ -122,6 +134,21 @@ struct Plan {
   std::optional<std::chrono::system_clock::time_point> wakeAt;
 };
 
+// One reconciler: a unit of the pass. `Plan` is pure (the input is all it reads; VMI lookups
+// aside) and is called only when the input has every part `Reads` names.
+class Reconciler {
+ public:
+  virtual ~Reconciler() = default;
+  virtual std::string_view Name() const = 0;  // metrics' `reconciler` label
+  virtual std::vector<Part> Reads() const = 0;
+  virtual controller::Plan Plan(const ReconcileInput& input) const = 0;
+};
+using Reconcilers = std::vector<std::unique_ptr<const Reconciler>>;
+
+// One pass: each reconciler whose parts the input has, in order, its actions labelled with its
+// name and appended in that order; the waits summed, the earliest wake kept.
+Plan PlanReconcile(const ReconcileInput& input, const Reconcilers& reconcilers);
+// The same with StandardReconcilers() of default options (reconcilers.h).
 Plan PlanReconcile(const ReconcileInput& input);
 
 }  // namespace cozy::controller

@@ -2,6 +2,7 @@
 // the catalog as the decisions it must produce, with no cluster. The end-to-end scenarios in
 // test/e2e/controller_e2e_test.cpp run the same items against the fake API server.
 #include "controller/reconciler/plan.h"
+#include "controller/reconciler/reconcilers.h"
 
 #include <gtest/gtest.h>
 
@@ -100,7 +101,7 @@ struct Cluster {
 std::vector<std::string> Kinds(const Plan& plan) {
   std::vector<std::string> kinds;
   for (const Action& action : plan.actions) {
-    kinds.push_back(std::string(ToString(action.kind)) + " " + action.name);
+    kinds.push_back(action.what + " " + action.target.name);
   }
   return kinds;
 }
@@ -189,7 +190,7 @@ TEST(ReconcilerD19, ARecordLivesAsLongAsTheDeviceHoldsUnitsWhateverFinalizersKee
         std::make_shared<nlohmann::json>(api::UsageRecord(Bound(Device("held"))));
     Plan plan = cluster.PlanAt();
     ASSERT_EQ(Kinds(plan), (Strings{"release-device held"})) << "lost " << lost;
-    EXPECT_EQ(TargetKind(plan.actions[0].kind), api::kGpuDeviceKind);
+    EXPECT_EQ(plan.actions[0].target.kind, api::kGpuDeviceKind);
     // Released: the record goes, then our finalizer; the tenant's stays theirs to remove.
     held.status.phase = api::DevicePhase::kPending;
     held.status.nodeName.reset();
@@ -342,7 +343,7 @@ TEST(ReconcilerC11C12, OnlyTheClaimedVmisActivePodsCoverAPodAndTheRestIsRecorded
   Plan plan = cluster.PlanAt();
   std::map<std::string, nlohmann::json> applied;
   for (const Action& action : plan.actions) {
-    if (action.kind == ActionKind::kApplyRecord) applied[action.name] = action.body;
+    if (action.what == "apply-usage-record") applied[action.target.name] = action.body;
   }
   EXPECT_EQ(applied.size(), 5u) << ::testing::PrintToString(Kinds(plan));  // 2 devices, 3 pods
   for (const std::string name : {"impostor", "greedy", "raw"}) {
@@ -373,7 +374,7 @@ TEST(ReconcilerC11C12, OnlyTheClaimedVmisActivePodsCoverAPodAndTheRestIsRecorded
   cluster.vmisUnknown = true;
   plan = cluster.PlanAt();
   for (const Action& action : plan.actions) {
-    EXPECT_NE(action.kind, ActionKind::kDeleteRecord) << action.name;
+    EXPECT_NE(action.what, "delete-usage-record") << action.target.name;
   }
   EXPECT_GE(plan.waiting.vmisUnknown, 2);
 
@@ -400,16 +401,18 @@ TEST(ReconcilerG10, SettingsAreWrittenOnlyWhenTheyDiffer) {
   ReconcileInput input;
   input.vmis = [](const std::string&, const std::string&) { return VmiState{}; };
   input.now = kNow;
-  input.settings =
-      ReconcileInput::Settings{std::nullopt,
-                               {{"resourceNames", "a,b"}, {"rawResourceNames", "forbidden"}},
-                               "cozy-system",
-                               "cozy-gpu-settings"};
+  input.settings = ReconcileInput::Settings{std::nullopt, {}, {}};
+  ReconcilerOptions options;
+  options.gpuResourceNames = {"example.com/a", "example.com/b"};
+  options.rawNamesForbidden = true;
+  const auto PlanReconcile = [&options](const ReconcileInput& in) {
+    return controller::PlanReconcile(in, StandardReconcilers(options));
+  };
   Plan plan = PlanReconcile(input);
   ASSERT_EQ(Kinds(plan), (Strings{"apply-settings cozy-gpu-settings"}));
   input.settings->stored = plan.actions[0].body;
   EXPECT_TRUE(PlanReconcile(input).actions.empty());
-  input.settings->data["resourceNames"] = "a,b,c";
+  options.gpuResourceNames.push_back("example.com/c");
   EXPECT_EQ(Kinds(PlanReconcile(input)), (Strings{"apply-settings cozy-gpu-settings"}));
 }
 
