@@ -35,6 +35,12 @@
 # (scripts/install-deps.sh --demo). The test suite's own are scripts/install-deps.sh's
 # (docs/testing.md, "The first command's time").
 #
+# For monitoring tests (test/e2e/monitoring_queries_test.sh; docs/operations.md, "Tests"): with
+# COZY_DEMO_SCRAPE_TARGETS=FILE the demo writes its controller replicas' and agents' /metrics
+# addresses to FILE as Prometheus file-based discovery reads them, and with COZY_DEMO_HOOK=CMD it
+# runs CMD STEP at the end of each step (and once while a node is cordoned), the demo failing if
+# CMD does.
+#
 # Everything it starts stops when it ends, whatever the outcome; it writes only under a
 # temporary directory, so a second run works the same. A step that does not happen within its
 # bound stops the demo with "demo: FAILED at step N: ..." and exit status 1.
@@ -264,6 +270,7 @@ resource=nvidia.com/GA100_A100_PCIE_40GB
 tenant="tenant-a"
 nodes=(gpu-node-1 gpu-node-2)
 declare -A pod_resources=() # each node's kubelet pod-resources socket
+declare -A agent_health_ports=() # each node's agent's /healthz, /readyz and /metrics
 build_tree() {              # build_tree NODE: the fixture host's sysfs tree, the node's root
   "$fixture_bin" "$source_dir/fixtures/sysfs/specs/$host.json" "$work/$1-root" >/dev/null ||
     fail "gpu-fixture could not build $host"
@@ -696,9 +703,10 @@ if [ "$mode" != real-cluster ]; then
 fi
 for node in "${nodes[@]}"; do
   wait_for 10 "the kubelet of $node serving pod-resources" test -S "${pod_resources[$node]}"
+  free_port "agent_health_ports[$node]" || fail "no free TCP port"
   "$agent_bin" run --node-name "$node" --kubeconfig "$(agent_kubeconfig "$node")" \
     --sysfs-root "$work/$node-root" --pci-ids "$source_dir/fixtures/pci.ids" \
-    --pod-resources "unix://${pod_resources[$node]}" --udev-source off --health-addr 127.0.0.1:0 \
+    --pod-resources "unix://${pod_resources[$node]}" --udev-source off --health-addr "127.0.0.1:${agent_health_ports[$node]}" \
     >"$work/agent-$node.log" 2>&1 &
   pids+=($!)
 done
@@ -717,6 +725,29 @@ for i in 0 1; do
     >"$work/controller-$i.log" 2>&1 &
   pids+=($!)
 done
+# Their /metrics for a Prometheus (file_sd_configs), labelled as the chart's ServiceMonitors label
+# them: job (the metrics Service), namespace, pod and, for an agent, its node.
+if [ -n "${COZY_DEMO_SCRAPE_TARGETS:-}" ]; then
+  {
+    echo "["
+    for i in 0 1; do
+      printf '{"targets": ["127.0.0.1:%s"], "labels": {"job": "gpu-controller-metrics", "namespace": "%s", "pod": "gpu-controller-%s"}},\n' \
+        "${health_ports[$i]}" "$ns" "$i"
+    done
+    separator=","
+    for node in "${nodes[@]}"; do
+      [ "$node" = "${nodes[-1]}" ] && separator=""
+      printf '{"targets": ["127.0.0.1:%s"], "labels": {"job": "gpu-agent-metrics", "namespace": "%s", "pod": "gpu-agent-%s", "node": "%s"}}%s\n' \
+        "${agent_health_ports[$node]}" "$ns" "$node" "$node" "$separator"
+    done
+    echo "]"
+  } >"$COZY_DEMO_SCRAPE_TARGETS.tmp" && mv "$COZY_DEMO_SCRAPE_TARGETS.tmp" "$COZY_DEMO_SCRAPE_TARGETS" ||
+    fail "could not write the scrape targets to $COZY_DEMO_SCRAPE_TARGETS"
+fi
+# hook WHAT: COZY_DEMO_HOOK's command, when set, at this point of the demo.
+hook() {
+  [ -z "${COZY_DEMO_HOOK:-}" ] || "$COZY_DEMO_HOOK" "$1" || fail "COZY_DEMO_HOOK $1 failed"
+}
 
 # =================================================================================================
 step=1
@@ -753,6 +784,7 @@ wait_for 30 "a gpu-controller replica holding the Lease" \
   field_set lease/gpu-controller '{.spec.holderIdentity}' "$ns"
 echo "  (gpu-controller-0 and -1 ready; Lease holder: $(jp lease/gpu-controller '{.spec.holderIdentity}' "$ns"))"
 catalog
+hook 1
 
 # =================================================================================================
 step=2
@@ -783,6 +815,8 @@ echo "  -> train is Bound on $held_node"
 wait_for 15 "the usage record of train (Workload gpudevice-train, operational)" \
   field_is workload/gpudevice-train '{.status.operational}' "$tenant" true
 show get workloads -n "$tenant"
+
+hook 2
 
 # =================================================================================================
 step=3
@@ -869,6 +903,8 @@ if [ "$mode" = real-cluster ]; then
     "the GPU $allocated, and the GPUNode shows it allocated"
 fi
 
+hook 3
+
 # =================================================================================================
 step=4
 echo
@@ -881,6 +917,7 @@ wait_for 15 "train moving off the cordoned $held_node (class $class: onCordon Mo
 as_tenant show get gpudevices -n "$tenant" -o wide
 moved_event() { kc get events -n "$tenant" --field-selector reason=Moved -o name | grep -q .; }
 wait_for 10 "the binder's Moved Event for train" moved_event
+hook 4-cordoned
 show get events -n "$tenant" --field-selector reason=Moved \
   -o custom-columns=REASON:.reason,OBJECT:.involvedObject.name,MESSAGE:.message
 echo "  -> train moved to $other_node (a class with onCordon: Stay keeps it on $held_node)"
@@ -919,6 +956,7 @@ show get gpudevices,workloads -n "$tenant"
 echo "  -> train released: its usage record is gone"
 kc uncordon "$held_node" >/dev/null
 catalog
+hook 4
 
 step="the end"
 echo
