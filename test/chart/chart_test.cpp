@@ -518,9 +518,14 @@ bool HasArg(const std::vector<std::string>& args, const std::string& arg) {
 // no webhook configurations, no certificate, no --enable-gpu, no GPU-only RBAC.
 TEST(ChartController, GpuOffRendersNoWebhookServiceCertificateOrGpuFlag) {
   const auto documents = Render();
-  for (const char* kind : {"Service", "ValidatingWebhookConfiguration",
-                           "MutatingWebhookConfiguration", "Issuer", "Certificate"}) {
+  for (const char* kind : {"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration",
+                           "Issuer", "Certificate"}) {
     EXPECT_TRUE(OfKind(documents, kind).empty()) << kind;
+  }
+  // Only the headless metrics Services (docs/operations.md, "Scraping"), no webhook Service.
+  for (const auto& service : OfKind(documents, "Service")) {
+    EXPECT_TRUE(service["metadata"]["name"].as<std::string>("").ends_with("-metrics"))
+        << service["metadata"]["name"];
   }
   // The agent's, the controller's, and the two tenant roles the hoster binds (docs/install.md).
   EXPECT_EQ(OfKind(documents, "ClusterRole").size(), 4u);
@@ -848,7 +853,9 @@ TEST(ChartController, OnlyTheApiServerMayReachAndCallTheWebhooks) {
   YAML::Node existing = withoutCa;
   existing["gpu"]["webhook"]["clientCAConfigMap"] = "apiserver-webhook-client-ca";
   const auto hosters = Render(existing);
-  EXPECT_TRUE(OfKind(hosters, "ConfigMap").empty());
+  for (const auto& map : OfKind(hosters, "ConfigMap")) {  // the dashboard's alone
+    EXPECT_EQ(map["metadata"]["name"].as<std::string>(""), "gpu-dashboard");
+  }
   EXPECT_TRUE(HasArg(Strings(Controller(hosters)["args"]),
                      "--webhook-client-ca=/etc/gpu-controller/webhook-client-ca/ca.crt"));
   // Both, or text that is no PEM: helm refuses with the value's name.
