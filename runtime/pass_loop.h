@@ -4,7 +4,7 @@
 // thread. The owner gives the pass to run when one is due (or none, when none may start now) and
 // what to do with its result, which ends the pass (Finished); the loop has the rest: the
 // scheduler, the worker, the hand-back and the stop. The controller's reconciler and binder both
-// run on one.
+// run on one, and so do the agent's reads of kubelet's pod-resources API.
 #pragma once
 
 #include <chrono>
@@ -61,6 +61,8 @@ class PassLoop {
     worker_.Stop();
   }
   bool Stopping() const { return stopping_; }
+  // Loop thread: a pass is in flight (asks now are one more pass after it).
+  bool Running() const { return scheduler_ && scheduler_->Running(); }
   // Before Start: runs on the loop thread after each pass's Done (the controller renews its
   // metrics page then, so a pass count read there is never older than the last pass's end).
   void SetAfterPass(std::function<void()> after) { after_ = std::move(after); }

@@ -46,6 +46,8 @@ void PassScheduler::Finished(std::optional<milliseconds> retry) {
     // The retry replaces what was armed (nothing, while the pass ran).
     timer_.Cancel();
     ArmAt(hold_);
+  } else {
+    hold_ = {};  // it went through: the hold-off of a failed one before it is over
   }
   if (again_) {
     const milliseconds within = *again_;

@@ -6,7 +6,8 @@
 // sooner ask pulls it forward (a later one never pushes it back). An ask while a pass runs is
 // remembered: one more pass, as soon as the soonest such ask said, after the running one ends.
 // A pass that failed may hold the next one off (Finished's `retry`): until then only an ask for
-// now (0: a tenant waits on the answer) starts one sooner.
+// now (0: a tenant waits on the answer) starts one sooner, and a pass that ends without a retry
+// (one asked for now went through) ends the hold-off.
 // The pass itself is the owner's: `start` runs on the loop thread when one is due, starts it
 // (on a worker of the owner's) and says whether it did; its end comes back through Finished().
 // A pass that runs on the loop thread inside `start` (the agent's scan pass) is over when
@@ -34,7 +35,8 @@ class PassScheduler {
   // Loop thread: a pass no later than `within` from now (past a hold-off, unless `within` is 0).
   void Ask(std::chrono::milliseconds within);
   // Loop thread: the pass `start` started has ended. `retry`: run again after it, and hold off
-  // every ask but one for now until then. A pass asked for during the one that ended is armed.
+  // every ask but one for now until then; without it, a hold-off from an earlier pass is over. A
+  // pass asked for during the one that ended is armed.
   void Finished(std::optional<std::chrono::milliseconds> retry = std::nullopt);
   // Loop thread: no pass starts after this; one running ends as the owner lets it.
   void Stop();

@@ -7,6 +7,9 @@
 namespace cozy::agent {
 namespace {
 
+// How soon a read asked for by a trigger starts (see Refresh).
+constexpr std::chrono::milliseconds kSoon(1);
+
 double RandomUnit() {
   static thread_local std::mt19937 generator{std::random_device{}()};
   return std::uniform_real_distribution<double>(0.0, 1.0)(generator);
@@ -18,49 +21,38 @@ PodResourcesSource::PodResourcesSource(podresources::ClientOptions options, Fetc
     : options_(options), client_(std::move(options)), units_(schedule) {}
 
 PodResourcesSource::~PodResourcesSource() {
-  if (worker_) {
-    worker_->Stop();
+  if (reads_) {
+    reads_->Stop();
   }
 }
 
 void PodResourcesSource::Start(runtime::Loop& loop, Changed changed) {
   loop_ = &loop;
   changed_ = std::move(changed);
-  worker_ = std::make_unique<runtime::Worker>("pod-resources");
-  timer_ = loop.AddTimer("pod-resources schedule", [this] { Fetch(); });
-  Fetch();
+  reads_ = std::make_unique<runtime::PassLoop<podresources::FetchResult>>(
+      loop, "pod-resources schedule", "pod-resources",
+      [this] {
+        ++fetches_;
+        return std::function<podresources::FetchResult()>([this] { return client_.Fetch(); });
+      },
+      [this](const podresources::FetchResult& result) { OnAnswer(result); });
+  reads_->Start();
+  reads_->Ask(std::chrono::milliseconds(0));
 }
 
 void PodResourcesSource::Refresh(bool force) {
-  if (loop_ == nullptr) {
+  if (!reads_) {
     return;
   }
-  if (inFlight_) {
-    again_ = true;
-    return;
-  }
-  if (!force && units_.consecutiveFailures() > 0 && timer_.Armed()) {
-    return;  // backing off: the armed retry reads soon enough
-  }
-  timer_.Cancel();
-  Fetch();
-}
-
-void PodResourcesSource::Fetch() {
-  if (inFlight_) {
-    again_ = true;
-    return;
-  }
-  inFlight_ = true;
-  ++fetches_;
-  worker_->Run([this] {
-    podresources::FetchResult result = client_.Fetch();
-    loop_->Post([this, result = std::move(result)] { OnAnswer(result); });
-  });
+  // An ask for now goes past the backoff's hold-off, so only a forced read outside a read asks
+  // for now. Any other ask waits for the hold-off: one while kubelet is backed off rides on the
+  // armed retry, and one during a read is the read after it, at once after an answer, at the
+  // retry after a failure (PassScheduler).
+  const bool now = force && !reads_->Running();
+  reads_->Ask(now ? std::chrono::milliseconds(0) : kSoon);
 }
 
 void PodResourcesSource::OnAnswer(const podresources::FetchResult& result) {
-  inFlight_ = false;
   ++answers_;
   const podresources::FetchState previousState = units_.lastState();
   const bool allocationChanged =
@@ -81,12 +73,14 @@ void PodResourcesSource::OnAnswer(const podresources::FetchResult& result) {
     }
     lastState_ = state;
   }
-  if (again_ && units_.consecutiveFailures() == 0) {
-    again_ = false;
-    Fetch();
+  // The next read: after the interval (sooner when asked), or after the backoff, which holds off
+  // every ask but a forced one.
+  const std::chrono::milliseconds next = units_.NextFetchDelay(RandomUnit());
+  if (units_.consecutiveFailures() == 0) {
+    reads_->Finished();
+    reads_->Ask(next);
   } else {
-    again_ = false;
-    timer_.Arm(units_.NextFetchDelay(RandomUnit()));
+    reads_->Finished(next);
   }
   // A pass only when the answer can change the status: the first one, a new state, a new
   // allocation, or while stale (the staleUnits mark appears once kubelet stays silent long

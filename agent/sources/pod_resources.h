@@ -1,8 +1,10 @@
 // kubelet's pod-resources API as a source: what device plugins advertise and which pods hold
-// what. The gRPC calls run on a worker thread (a hung kubelet holds it for the call's deadline,
-// never the loop); their answers reach the loop, which keeps the units (UnitsTracker) and asks
-// for a pass. Reads follow the fetch schedule: the interval after an answer, backoff after a
-// failure, and a trigger during the backoff waits for it (kubelet rate-limits this API).
+// what. Each read is a pass of a runtime::PassLoop (docs/runtime.md, "One pass loop"): the gRPC
+// call runs on the loop's worker (a hung kubelet holds it for the call's deadline, never the
+// loop), its answer comes back to the loop thread, which keeps the units (UnitsTracker) and asks
+// for a status pass. Reads follow the fetch schedule: the interval after an answer, backoff after
+// a failure, and a trigger during the backoff waits for it (kubelet rate-limits this API); a
+// trigger during a read is one more read after it, unless that read failed.
 #pragma once
 
 #include <chrono>
@@ -14,7 +16,7 @@
 #include "agent/sources/source.h"
 #include "agent/status/units_tracker.h"
 #include "podresources/client.h"
-#include "runtime/worker.h"
+#include "runtime/pass_loop.h"
 
 namespace cozy::agent {
 
@@ -25,8 +27,8 @@ class PodResourcesSource : public Source {
   std::string_view Name() const override { return "pod-resources"; }
   void Start(runtime::Loop& loop, Changed changed) override;
   bool Settled() const override { return answers_ > 0; }
-  // A read now, unless one is running (then one more after it) or kubelet is being backed off
-  // and nobody forced it.
+  // A read now, unless one is running (then one more after it, unless it fails) or kubelet is
+  // being backed off and nobody forced it.
   void Refresh(bool force) override;
 
   // Loop thread. The pass counts from these (Count remembers what was advertised).
@@ -36,7 +38,6 @@ class PodResourcesSource : public Source {
   const std::map<std::string, int64_t>& results() const { return results_; }
 
  private:
-  void Fetch();
   void OnAnswer(const podresources::FetchResult& result);
 
   podresources::ClientOptions options_;
@@ -44,15 +45,13 @@ class PodResourcesSource : public Source {
   UnitsTracker units_;
   runtime::Loop* loop_ = nullptr;
   Changed changed_;
-  runtime::Timer timer_;
-  bool inFlight_ = false;
-  bool again_ = false;
   int64_t fetches_ = 0;
   int64_t answers_ = 0;
   std::map<std::string, int64_t> results_;
   std::string lastState_;
   std::optional<podresources::Allocation> lastAllocation_;
-  std::unique_ptr<runtime::Worker> worker_;  // last: stopped first, before what it uses
+  // Last: stopped first (its read in flight waited for), before what the read uses.
+  std::unique_ptr<runtime::PassLoop<podresources::FetchResult>> reads_;
 };
 
 }  // namespace cozy::agent

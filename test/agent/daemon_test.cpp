@@ -10,12 +10,14 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <mutex>
 #include <thread>
 
 #include <httplib.h>
 
 #include "agent/metrics.h"
+#include "agent/sources/pod_resources.h"
 #include "agent/sources/publish.h"
 #include "runtime/log.h"
 #include "test/fakes/fake_kubelet.h"
@@ -360,6 +362,116 @@ TEST_F(DaemonTest, HealthReadinessAndMetricsThatPromtoolAccepts) {
       testing::RunCommand("promtool check metrics < " + testing::ShellQuote(file.string()));
   EXPECT_EQ(lint.exitCode, 0) << lint.out << lint.err;
   EXPECT_EQ(lint.out + lint.err, "") << "promtool found problems";
+}
+
+// The pod-resources source on its own loop: its reads are a runtime::PassLoop's passes.
+class PodResourcesReads {
+ public:
+  PodResourcesReads(const std::string& endpoint, FetchSchedule schedule)
+      : source_(Options(endpoint), schedule) {
+    loop_.Post([this] { source_.Start(loop_, [](std::string_view, bool) {}); });
+    thread_ = std::thread([this] { loop_.Run(); });
+  }
+  ~PodResourcesReads() {
+    loop_.RequestExit(0);
+    thread_.join();
+  }
+  PodResourcesReads(const PodResourcesReads&) = delete;
+  PodResourcesReads& operator=(const PodResourcesReads&) = delete;
+
+  template <class F>
+  auto On(F work) {
+    std::promise<decltype(work())> result;
+    loop_.Post([&] { result.set_value(work()); });
+    return result.get_future().get();
+  }
+  int64_t Fetches() {
+    return On([this] { return source_.fetches(); });
+  }
+  int64_t Answers() {
+    return On([this] {
+      int64_t answers = 0;
+      for (const auto& [state, count] : source_.results()) answers += count;
+      return answers;
+    });
+  }
+  void Refresh(bool force) {
+    On([this, force] {
+      source_.Refresh(force);
+      return 0;
+    });
+  }
+  // Waits (bounded) until `count` reads were answered.
+  bool WaitForAnswers(int64_t count, std::chrono::milliseconds limit = 5s) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (Answers() < count) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(10ms);
+    }
+    return true;
+  }
+
+ private:
+  static podresources::ClientOptions Options(const std::string& endpoint) {
+    podresources::ClientOptions options;
+    options.endpoint = endpoint;
+    options.callTimeout = 3s;
+    return options;
+  }
+  runtime::Loop loop_;
+  PodResourcesSource source_;
+  std::thread thread_;
+};
+
+// With an interval and a backoff of an hour, every read after the first is a trigger's: a pod
+// change reads at once, a backoff holds every trigger but a forced one (kubelet rate-limits the
+// API), a trigger during a read that fails waits for the backoff too, and one during a read that
+// is answered is the read right after it, the backoff before it over.
+TEST(PodResourcesSource, TriggersReadAtOnceAndTheBackoffHoldsAllButAForcedOne) {
+  testing::TempDir socketDir;
+  const std::string socket = (socketDir.path() / "kubelet.sock").string();
+  fakes::FakeKubelet kubelet;
+  kubelet.Start(socket, A100Scenario(false));
+  FetchSchedule schedule;
+  schedule.interval = 1h;
+  schedule.firstBackoff = 1h;
+  schedule.maxBackoff = 1h;
+  schedule.jitter = 0;
+  PodResourcesReads reads("unix://" + socket, schedule);
+  ASSERT_TRUE(reads.WaitForAnswers(1));
+  reads.Refresh(false);  // a pod changed
+  ASSERT_TRUE(reads.WaitForAnswers(2)) << "a pod change waited for the interval";
+
+  fakes::Scenario limited = A100Scenario(false);
+  limited.getAllocatableResources = fakes::Behaviour::kResourceExhausted;
+  limited.list = fakes::Behaviour::kResourceExhausted;
+  kubelet.SetScenario(limited);
+  reads.Refresh(false);
+  ASSERT_TRUE(reads.WaitForAnswers(3));
+  reads.Refresh(false);
+  reads.Refresh(false);
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(reads.Fetches(), 3) << "a trigger did not wait for the backoff";
+
+  limited.delay = 800ms;
+  kubelet.SetScenario(limited);
+  reads.Refresh(true);
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(reads.Fetches(), 4) << "a forced read waited for the backoff";
+  reads.Refresh(true);  // during the read, which fails
+  reads.Refresh(false);
+  ASSERT_TRUE(reads.WaitForAnswers(4));
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(reads.Fetches(), 4) << "a trigger during a failed read went past the backoff";
+
+  fakes::Scenario slow = A100Scenario(true);
+  slow.delay = 800ms;
+  kubelet.SetScenario(slow);
+  reads.Refresh(true);
+  std::this_thread::sleep_for(200ms);
+  reads.Refresh(false);  // during the read, which is answered
+  ASSERT_TRUE(reads.WaitForAnswers(6)) << "a trigger during an answered read was lost";
+  EXPECT_EQ(reads.Fetches(), 6);
 }
 
 TEST(Metrics, HistogramBucketsAreCumulative) {

@@ -163,6 +163,38 @@ TEST(PassScheduler, AFailedPassHoldsOffEveryAskButOneForNow) {
   EXPECT_EQ(passes, (std::vector<std::string>{"failing", "now"}));
 }
 
+// A pass that goes through ends the hold-off of the failed one before it: after an ask for now
+// is answered, a debounced ask (a pod change the agent reads kubelet for) waits only its debounce.
+TEST(PassScheduler, APassThatGoesThroughEndsTheHoldOff) {
+  Fixture f;
+  std::vector<std::string> passes;
+  std::string kind = "failing";
+  PassScheduler& scheduler = f.Schedule([&] {
+    passes.push_back(kind);
+    if (kind == "failing") {
+      f.loop.Post([&] { f.scheduler->Finished(60s); });
+    } else if (kind == "now") {
+      f.loop.Post([&] {
+        f.scheduler->Finished();
+        kind = "debounced";
+        f.scheduler->Ask(10ms);
+      });
+    } else {
+      f.scheduler->Finished();
+      f.loop.Exit(0);
+    }
+    return true;
+  });
+  scheduler.Ask(0ms);
+  Timer now = f.loop.AddTimer("now", [&] {
+    kind = "now";
+    scheduler.Ask(0ms);
+  });
+  now.Arm(100ms);
+  EXPECT_EQ(f.loop.Run(), 0) << "the debounced ask waited out the hold-off of the failed pass";
+  EXPECT_EQ(passes, (std::vector<std::string>{"failing", "now", "debounced"}));
+}
+
 // A pass that runs on the loop thread inside `start` (the agent's rescans) is over when start
 // returns false: nothing is left running, a burst of asks is still one pass, and a later ask
 // runs another.
