@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <limits>
 #include <system_error>
 
 #include "runtime/thread_name.h"
@@ -28,7 +29,8 @@ LoopMember::Next StepSafely(LoopMember& member, TimeSource& time, bool mayList) 
 InformerLoop::InformerLoop(std::string threadName, TimeSource& time)
     : threadName_(std::move(threadName)),
       time_(time),
-      realClock_(dynamic_cast<SystemTimeSource*>(&time) != nullptr) {
+      realClock_(dynamic_cast<SystemTimeSource*>(&time) != nullptr),
+      listWorkers_("l:idle", std::numeric_limits<size_t>::max()) {
   wake_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_ < 0) throw std::system_error(errno, std::generic_category(), "informer loop eventfd");
 }
@@ -49,8 +51,7 @@ InformerLoop::~InformerLoop() {
     }
     entries_.clear();
   }
-  listed_.notify_all();
-  for (auto& worker : listWorkers_) worker.join();
+  listWorkers_.Stop();  // no list is left: the jobs still waiting have none to take
   close(wake_);
 }
 
@@ -91,37 +92,28 @@ uint64_t InformerLoop::Lists() const {
   return lists_;
 }
 
-size_t InformerLoop::ListWorkers() const {
-  std::lock_guard lock(mutex_);
-  return listWorkers_.size();
-}
+size_t InformerLoop::ListWorkers() const { return listWorkers_.Threads(); }
 
 void InformerLoop::Wake() {
   const uint64_t one = 1;
   (void)!write(wake_, &one, sizeof one);
 }
 
-void InformerLoop::ListWorker() {
-  runtime::NameThisThread("l:idle");
+void InformerLoop::ListOne() {
   std::unique_lock lock(mutex_);
-  while (true) {
-    listed_.wait(lock, [this] { return stopping_ || !toList_.empty(); });
-    if (toList_.empty()) return;  // stopping, nothing left to list
-    Entry& entry = *toList_.front();
-    toList_.pop_front();
-    --idleWorkers_;
-    lock.unlock();
-    runtime::NameThisThread("l:" + entry.member->LoopName());
-    LoopMember::Next next = StepSafely(*entry.member, time_, true);
-    runtime::NameThisThread("l:idle");
-    lock.lock();
-    entry.next = std::move(next);
-    entry.ready = false;
-    entry.busy = false;
-    ++idleWorkers_;
-    idle_.notify_all();
-    Wake();
-  }
+  if (toList_.empty()) return;  // dropped (Remove, the destructor)
+  Entry& entry = *toList_.front();
+  toList_.pop_front();
+  lock.unlock();
+  runtime::NameThisThread("l:" + entry.member->LoopName());
+  LoopMember::Next next = StepSafely(*entry.member, time_, true);
+  runtime::NameThisThread("l:idle");
+  lock.lock();
+  entry.next = std::move(next);
+  entry.ready = false;
+  entry.busy = false;
+  idle_.notify_all();
+  Wake();
 }
 
 void InformerLoop::Run() {
@@ -139,11 +131,7 @@ void InformerLoop::Run() {
         entry.busy = true;
         ++lists_;
         toList_.push_back(&entry);
-        if (idleWorkers_ < toList_.size()) {
-          ++idleWorkers_;
-          listWorkers_.emplace_back([this] { ListWorker(); });
-        }
-        listed_.notify_one();
+        listWorkers_.Submit([this] { ListOne(); });
       } else if (entry.ready || now >= entry.next.at) {
         entry.busy = true;
         due.push_back(&entry);

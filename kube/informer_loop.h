@@ -9,8 +9,9 @@
 // VM start's answer that waits for a GPUDevice event never waits behind a relist of pods. While a
 // member is out on its list the loop does not touch it; it comes back with its new watch open.
 //
-// List workers are made as lists need them (as many as ran at once, one per member at most) and
-// kept, idle, for the relists that follow. They are never let go while the loop lives: a thread
+// The list workers are a runtime::WorkerPool (docs/runtime.md, "One pool"): its threads are
+// made as lists need them (as many as ran at once, one per member at most) and kept, idle, for
+// the relists that follow. They are never let go while the loop lives: a thread
 // that ends hands its malloc arena, which holds the objects its list decoded, to the next thread
 // made (the binder's, a writer's), whose allocations then fall among the cache's objects. Lists
 // on threads that ended after each made the binder's passes 20-30 % slower at 5,000 nodes
@@ -28,6 +29,7 @@
 
 #include "kube/clock.h"
 #include "kube/watch.h"
+#include "runtime/worker_pool.h"
 
 namespace cozy::kube {
 
@@ -80,8 +82,8 @@ class InformerLoop {
     bool busy = false;  // stepped (or listing) now, outside the lock
   };
   void Run();
-  // A list worker: takes the members whose list is due, one at a time, until the loop ends.
-  void ListWorker();
+  // A list worker's job: lists the member whose list waits longest, if one still does.
+  void ListOne();
   void Wake();
 
   std::string threadName_;
@@ -91,14 +93,12 @@ class InformerLoop {
   mutable std::mutex mutex_;
   std::condition_variable idle_;  // an entry's busy went false
   std::list<Entry> entries_;
-  std::deque<Entry*> toList_;       // busy entries whose list a worker has yet to take
-  std::condition_variable listed_;  // toList_ grew, or the loop ends
-  std::vector<std::thread> listWorkers_;
-  size_t idleWorkers_ = 0;
+  std::deque<Entry*> toList_;  // busy entries whose list a worker has yet to take
   bool stopping_ = false;
   uint64_t wakeups_ = 0;
   uint64_t lists_ = 0;
   std::thread thread_;
+  runtime::WorkerPool listWorkers_;  // a job for each list handed over
 };
 
 }  // namespace cozy::kube

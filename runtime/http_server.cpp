@@ -13,8 +13,6 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <condition_variable>
-#include <deque>
 #include <mutex>
 #include <optional>
 #include <string_view>
@@ -22,6 +20,8 @@
 #include <tuple>
 #include <unordered_map>
 #include <vector>
+
+#include "runtime/worker_pool.h"
 
 namespace cozy::runtime {
 
@@ -424,8 +424,10 @@ std::string HttpRequest::QueryParameter(std::string_view name) const {
   return {};
 }
 
-// POST handlers' threads. The loop submits complete requests (refused when the queue is full)
-// and collects answers through an eventfd; a job never touches a connection, only its id.
+// POST handlers' threads: a runtime::WorkerPool of `threads` threads, all started with the
+// server, with a queue of `capacity` requests (docs/health-server.md). The loop submits complete
+// requests (refused when the queue is full) and collects answers through an eventfd; a job never
+// touches a connection, only its id.
 class HttpServer::Workers {
  public:
   struct Job {
@@ -443,7 +445,7 @@ class HttpServer::Workers {
   };
 
   Workers(size_t threads, size_t capacity)
-      : threadCount_(std::max<size_t>(threads, 1)), capacity_(capacity) {}
+      : threadCount_(std::max<size_t>(threads, 1)), pool_("http-worker", threadCount_, capacity) {}
   ~Workers() { Stop(); }
   Workers(const Workers&) = delete;
   Workers& operator=(const Workers&) = delete;
@@ -456,10 +458,7 @@ class HttpServer::Workers {
       return false;
     }
     try {
-      for (size_t i = 0; i < threadCount_; ++i) {
-        threads_.emplace_back([this] { Work(); });
-        pthread_setname_np(threads_.back().native_handle(), "http-worker");
-      }
+      pool_.StartAll();
     } catch (const std::system_error& failed) {
       error = std::string("starting the worker threads: ") + failed.what();
       Stop();
@@ -470,16 +469,7 @@ class HttpServer::Workers {
 
   // Joins the threads after their current handlers return; queued requests are dropped.
   void Stop() {
-    {
-      std::lock_guard lock(mutex_);
-      stopping_ = true;
-      queue_.clear();
-    }
-    wake_.notify_all();
-    for (std::thread& thread : threads_) {
-      if (thread.joinable()) thread.join();
-    }
-    threads_.clear();
+    pool_.Stop();
     if (doneFd_ >= 0) {
       ::close(doneFd_);
       doneFd_ = -1;
@@ -487,14 +477,7 @@ class HttpServer::Workers {
   }
 
   bool TrySubmit(Job&& job) {
-    {
-      std::lock_guard lock(mutex_);
-      if (stopping_ || queue_.size() >= capacity_) return false;
-      queue_.push_back(std::move(job));
-      queued_.store(static_cast<int64_t>(queue_.size()), std::memory_order_relaxed);
-    }
-    wake_.notify_one();
-    return true;
+    return pool_.TrySubmit([this, job = std::move(job)]() mutable { Handle(job); });
   }
 
   std::vector<Done> TakeDone() {
@@ -505,55 +488,37 @@ class HttpServer::Workers {
   }
 
   int doneFd() const { return doneFd_; }
-  int64_t active() const { return active_.load(std::memory_order_relaxed); }
-  int64_t queued() const { return queued_.load(std::memory_order_relaxed); }
+  int64_t active() const { return static_cast<int64_t>(pool_.Running()); }
+  int64_t queued() const { return static_cast<int64_t>(pool_.Queued()); }
   bool Saturated() const {
     return static_cast<size_t>(active()) >= threadCount_ &&
-           static_cast<size_t>(queued()) >= std::max<size_t>(1, capacity_ / 2);
+           static_cast<size_t>(queued()) >= std::max<size_t>(1, pool_.MaxQueued() / 2);
   }
 
  private:
-  void Work() {
-    for (;;) {
-      Job job;
-      {
-        std::unique_lock lock(mutex_);
-        wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-        if (stopping_) return;
-        job = std::move(queue_.front());
-        queue_.pop_front();
-        queued_.store(static_cast<int64_t>(queue_.size()), std::memory_order_relaxed);
-        active_.fetch_add(1, std::memory_order_relaxed);
-      }
-      Done done{job.id, job.fd, {}, job.reserved};
-      try {
-        done.response = (*job.handler)(job.request);
-        if (!Sendable(done.response)) done.response = Refusal(500);
-      } catch (...) {
-        done.response = Refusal(500);  // a handler's bug must not take the daemon down
-      }
-      job.request = {};  // the body goes before the answer is handed over
-      {
-        std::lock_guard lock(mutex_);
-        done_.push_back(std::move(done));
-        active_.fetch_sub(1, std::memory_order_relaxed);
-      }
-      const uint64_t one = 1;
-      (void)::write(doneFd_, &one, sizeof one);
+  // A worker thread: runs the handler; its answer goes back through the eventfd.
+  void Handle(Job& job) {
+    Done done{job.id, job.fd, {}, job.reserved};
+    try {
+      done.response = (*job.handler)(job.request);
+      if (!Sendable(done.response)) done.response = Refusal(500);
+    } catch (...) {
+      done.response = Refusal(500);  // a handler's bug must not take the daemon down
     }
+    job.request = {};  // the body goes before the answer is handed over
+    {
+      std::lock_guard lock(mutex_);
+      done_.push_back(std::move(done));
+    }
+    const uint64_t one = 1;
+    (void)::write(doneFd_, &one, sizeof one);
   }
 
   const size_t threadCount_;
-  const size_t capacity_;
   int doneFd_ = -1;
   std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stopping_ = false;
-  std::deque<Job> queue_;
   std::vector<Done> done_;
-  std::vector<std::thread> threads_;
-  std::atomic<int64_t> active_{0};
-  std::atomic<int64_t> queued_{0};
+  runtime::WorkerPool pool_;  // last: joined before what its jobs use goes
 };
 
 // Runs on the server's thread; owns the connections. Every connection moves forward only:

@@ -6,8 +6,8 @@
 
 namespace cozy::runtime {
 
-WorkerPool::WorkerPool(std::string threadName, size_t capacity)
-    : threadName_(std::move(threadName)), capacity_(capacity) {}
+WorkerPool::WorkerPool(std::string threadName, size_t capacity, size_t maxQueued)
+    : threadName_(std::move(threadName)), capacity_(capacity), maxQueued_(maxQueued) {}
 
 WorkerPool::~WorkerPool() {
   {
@@ -18,15 +18,37 @@ WorkerPool::~WorkerPool() {
   for (std::thread& thread : threads_) thread.join();
 }
 
+void WorkerPool::StartAll() {
+  std::lock_guard lock(mutex_);
+  while (threads_.size() < capacity_) threads_.emplace_back([this] { Main(); });
+}
+
+void WorkerPool::Queue(std::function<void()> job) {
+  jobs_.push_back(std::move(job));
+  // Counted, not "none idle": an idle thread woken for the job before this one has yet to take
+  // it, so two jobs handed over at once find two threads.
+  if (idle_ < jobs_.size() && threads_.size() < capacity_) {
+    threads_.emplace_back([this] { Main(); });
+  }
+}
+
 void WorkerPool::Submit(std::function<void()> job) {
   {
     std::lock_guard lock(mutex_);
-    jobs_.push_back(std::move(job));
-    if (idle_ == 0 && threads_.size() < capacity_) {
-      threads_.emplace_back([this] { Main(); });
-    }
+    if (stopped_) return;
+    Queue(std::move(job));
   }
   work_.notify_one();
+}
+
+bool WorkerPool::TrySubmit(std::function<void()> job) {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopped_ || jobs_.size() >= maxQueued_) return false;
+    Queue(std::move(job));
+  }
+  work_.notify_one();
+  return true;
 }
 
 void WorkerPool::WaitUntil(const std::function<bool()>& ready) {
@@ -39,9 +61,34 @@ void WorkerPool::WaitIdle() {
   ended_.wait(lock, [this] { return jobs_.empty() && running_ == 0; });
 }
 
+void WorkerPool::Stop() {
+  std::deque<std::function<void()>> dropped;
+  std::vector<std::thread> threads;
+  {
+    std::lock_guard lock(mutex_);
+    stopped_ = true;
+    closing_ = true;
+    dropped.swap(jobs_);
+    threads.swap(threads_);
+  }
+  work_.notify_all();
+  dropped.clear();  // what they hold goes outside the lock
+  for (std::thread& thread : threads) thread.join();
+}
+
 size_t WorkerPool::Threads() const {
   std::lock_guard lock(mutex_);
   return threads_.size();
+}
+
+size_t WorkerPool::Queued() const {
+  std::lock_guard lock(mutex_);
+  return jobs_.size();
+}
+
+size_t WorkerPool::Running() const {
+  std::lock_guard lock(mutex_);
+  return running_;
 }
 
 void WorkerPool::Main() {

@@ -329,5 +329,59 @@ TEST(WorkerPool, GrowsToItsCapacityAsNeededKeepsItsThreadsAndDrains) {
   EXPECT_EQ(done.load(), 16);
 }
 
+// Two jobs handed over at once find two threads, though one thread was idle: the informer
+// loop's lists of two caches run side by side.
+TEST(WorkerPool, JobsHandedOverTogetherRunTogether) {
+  WorkerPool pool("pool-test", 4);
+  pool.Submit([] {});
+  pool.WaitIdle();
+  ASSERT_EQ(pool.Threads(), 1U);
+  std::atomic<int> started{0};
+  std::atomic<int> sawBoth{0};
+  const auto meet = [&] {
+    ++started;
+    const auto deadline = std::chrono::steady_clock::now() + 2s;
+    while (started.load() < 2 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(1ms);
+    }
+    if (started.load() >= 2) ++sawBoth;
+  };
+  pool.Submit(meet);
+  pool.Submit(meet);
+  pool.WaitIdle();
+  EXPECT_EQ(sawBoth.load(), 2) << "the second job waited for the first";
+  EXPECT_EQ(pool.Threads(), 2U);
+}
+
+// The HTTP server's pool: every thread started up front, a bounded queue that TrySubmit reports
+// full (the server answers 503 "busy"), and Stop, which drops what waits and lets what runs end.
+TEST(WorkerPool, ABoundedQueueRefusesWhenFullAndStopDropsWhatWaits) {
+  WorkerPool pool("pool-test", 1, 2);
+  pool.StartAll();
+  EXPECT_EQ(pool.Threads(), 1U);
+  std::atomic<bool> release{false};
+  std::atomic<int> ran{0};
+  ASSERT_TRUE(pool.TrySubmit([&] {
+    while (!release.load()) std::this_thread::sleep_for(1ms);
+    ++ran;
+  }));
+  for (int i = 0; i < 2000 && pool.Running() == 0; ++i) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(pool.Running(), 1U);
+  EXPECT_TRUE(pool.TrySubmit([&] { ++ran; }));
+  EXPECT_TRUE(pool.TrySubmit([&] { ++ran; }));
+  EXPECT_EQ(pool.Queued(), 2U);
+  EXPECT_FALSE(pool.TrySubmit([&] { ++ran; })) << "a third job waited in a queue of two";
+  EXPECT_EQ(pool.Threads(), 1U);
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(50ms);
+    release = true;
+  });
+  pool.Stop();
+  releaser.join();
+  EXPECT_EQ(ran.load(), 1) << "the running job ends, the waiting ones are dropped";
+  EXPECT_FALSE(pool.TrySubmit([&] { ++ran; }));
+  EXPECT_EQ(pool.Queued(), 0U);
+}
+
 }  // namespace
 }  // namespace cozy::runtime
