@@ -124,6 +124,12 @@ CLI::App* AddRun(CLI::App& app, RunFlags& flags) {
           },
           "at least 1", "burst"))
       ->capture_default_str();
+  run->add_option("--catalog-tenant-series", options.catalogTenantSeries,
+                  "With --enable-gpu: the namespaces holding the most GPU units that get a "
+                  "gpu_catalog_tenant_units_held series of their own, the rest summed as "
+                  "namespace \"_other\"; 0: no per-tenant series")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   AddTimingFlags(run, options);
   AddWebhookFlags(run, options);
   run->add_option("--log-format", flags.logFormat)->check(CLI::IsMember({"text", "json"}));

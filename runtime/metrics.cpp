@@ -5,6 +5,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 
@@ -12,6 +13,12 @@ namespace cozy::runtime {
 
 std::string MetricNumber(double value) {
   char buffer[64];
+  // A whole number (a count, a Unix time in seconds) in full: %.9g would write 1796567890 as
+  // 1.79656789e+09, ten seconds off.
+  if (std::isfinite(value) && value == std::trunc(value) && std::fabs(value) < 1e15) {
+    std::snprintf(buffer, sizeof buffer, "%.0f", value);
+    return buffer;
+  }
   std::snprintf(buffer, sizeof buffer, "%.9g", value);
   return buffer;
 }

@@ -24,7 +24,7 @@ class MetricsWriter {
 
 // key="value", the value escaped as the format asks (backslash, quote, newline).
 std::string Label(std::string_view key, std::string_view value);
-// A sample value: shortest form that reads back the same (%.9g).
+// A sample value: a whole number below 1e15 in full, any other in %.9g.
 std::string MetricNumber(double value);
 
 // The process's own figures under the names Prometheus's client libraries give them, so that a

@@ -517,6 +517,12 @@ std::optional<std::vector<model::Decision>> Binder::Plan(const model::Snapshot& 
         })) {
       result.quietRoom = model.Free();
     }
+    if (!answersOnly) {
+      // The catalog metrics from the model the pass built anyway: its classes and nodes (no
+      // tenant budgets) and one walk over the devices.
+      result.catalog =
+          std::make_shared<const CatalogFigures>(CatalogOf(*lastSnapshot_, model.CapacityView()));
+    }
     return decisions;
   } catch (const std::exception& error) {
     result.error = std::string("the model cannot read the cluster: ") + error.what();

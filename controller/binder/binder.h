@@ -58,6 +58,7 @@
 #include <vector>
 
 #include "api/gpudevice.h"
+#include "controller/binder/catalog.h"
 #include "controller/binder/events.h"
 #include "controller/model/model.h"
 #include "controller/model/snapshot.h"
@@ -108,6 +109,9 @@ struct BinderResult {
   // C18: inputs the model read the way that fails closed for their own owner
   // (model::InputProblem), each with a Warning Event on its object; counted by kind.
   std::vector<model::InputProblem> inputProblems;
+  // A full pass whose model was built: the catalog it shows (docs/controller.md, "Catalog
+  // metrics"), from that model's CapacityView; null otherwise.
+  std::shared_ptr<const CatalogFigures> catalog;
 };
 
 class Binder {

@@ -134,6 +134,7 @@ BinderLoop::PassResult BinderLoop::RunPass(bool answersOnly) {
   const auto started = std::chrono::steady_clock::now();
   PassResult pass;
   pass.answersOnly = answersOnly;
+  pass.term = term_.load();
   // Before the caches are read: a pod change from here on is recorded for the end of the pass.
   quietRoom_.BeginPass();
   bool settling = false;
@@ -233,6 +234,17 @@ void BinderLoop::PassDone(PassResult pass) {
   heldOff_ += pass.result.heldOff;
   if (pass.result.error.empty()) backingOff_ = pass.result.backingOff;
   undecodable_ += static_cast<int64_t>(pass.result.undecodable.size());
+  if (pass.result.catalog) {
+    catalog_ = std::move(pass.result.catalog);
+    catalogTerm_ = pass.term;
+  }
+  if (pass.result.error.empty() && !pass.result.incomplete && pass.result.failures == 0 &&
+      pass.result.conflicts == 0) {
+    lastSuccess_ = static_cast<double>(
+        std::chrono::duration_cast<std::chrono::seconds>(
+            std::chrono::system_clock::now().time_since_epoch())
+            .count());
+  }
   if (!pass.answersOnly && pass.result.error.empty()) {
     std::map<std::string, int64_t> byKind;
     std::set<std::string> described;
@@ -317,6 +329,13 @@ void BinderLoop::WriteMetrics(runtime::MetricsWriter& out) const {
     const auto count = inputProblems_.find(kind);
     out.Sample("gpu_controller_model_input_problems", runtime::Label("kind", kind),
                static_cast<double>(count == inputProblems_.end() ? 0 : count->second));
+  }
+  out.Family("gpu_controller_binder_last_success_timestamp_seconds", "gauge",
+             "When the last binder pass that failed nothing ended (Unix seconds): it ran, and no "
+             "write of it failed or conflicted. 0 before the first; only the leader passes.");
+  out.Sample("gpu_controller_binder_last_success_timestamp_seconds", "", lastSuccess_);
+  if (catalog_ && catalogTerm_ == term_.load() && leadership_.Leading()) {
+    WriteCatalogMetrics(out, *catalog_, catalogTenantSeries_, std::chrono::system_clock::now());
   }
   out.Family("gpu_controller_binder_quiet_pod_changes_total", "counter",
              "Pod changes the room of a quiet cluster took without a binder pass.");

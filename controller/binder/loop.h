@@ -128,11 +128,16 @@ class BinderLoop {
   void TookTheLead() {
     quietRoom_.Unsettle();  // a room left in an earlier term is nobody's now
     resync_ = true;
+    ++term_;  // the catalog of an earlier term's pass is not exported in this one
   }
+  // Before Start: how many namespaces get a gpu_catalog_tenant_units_held series of their own
+  // (--catalog-tenant-series; 0: none; docs/controller.md, "Catalog metrics").
+  void SetCatalogTenantSeries(size_t series) { catalogTenantSeries_ = series; }
   // Once the leadership is off: lets the pass in flight finish (it writes nothing more), then
   // stops the worker.
   void Stop();
-  // Loop thread: the gpu_controller_binder_* families and the rest of the binder's metrics.
+  // Loop thread: the gpu_controller_binder_* families and the rest of the binder's metrics;
+  // while the replica leads, the gpu_catalog_* families of the last full pass of its term.
   void WriteMetrics(runtime::MetricsWriter& out) const;
   // Loop thread: whether an answers-only pass is due or running (the reconciler yields to it).
   bool Answering() const { return answers_ || answering_; }
@@ -147,6 +152,7 @@ class BinderLoop {
     bool passAgain = false;  // pod changes came during it that the room did not take
     double seconds = 0;
     double readSeconds = 0;  // the caches read into the snapshot, past them where they lag
+    uint64_t term = 0;       // term_ when the pass began
     BinderResult result;
   };
   std::function<PassResult()> BeginPass();  // loop thread, when one is due: the pass, or none
@@ -159,6 +165,7 @@ class BinderLoop {
   Binder binder_;  // the worker's
   QuietRoom quietRoom_;
   std::atomic<bool> resync_{false};
+  std::atomic<uint64_t> term_{0};  // times the replica took the lead
   // Loop thread.
   bool full_ = false;       // a full pass is due
   bool answers_ = false;    // an answers-only pass is due
@@ -183,6 +190,13 @@ class BinderLoop {
   std::map<std::string, int64_t> inputProblems_;
   std::set<std::string> inputProblemsLogged_;
   std::string lastError_;
+  // When the last pass that failed nothing ended (Unix seconds; 0: none yet), for the alert
+  // that no pass succeeds.
+  double lastSuccess_ = 0;
+  // The catalog of the last full pass, and the term it ran in.
+  std::shared_ptr<const CatalogFigures> catalog_;
+  uint64_t catalogTerm_ = 0;
+  size_t catalogTenantSeries_ = 200;
   runtime::PassLoop<PassResult> runner_;  // declared last: its worker is joined first
 };
 

@@ -60,6 +60,10 @@ struct RunOptions {
   std::chrono::milliseconds bindWait = std::chrono::seconds(8);
   // model::Settings::notReadyGraceSeconds (docs/controller.md, "Placement").
   std::chrono::milliseconds notReadyGrace = std::chrono::minutes(5);
+  // With enableGpu: the namespaces holding the most units that get a gpu_catalog_tenant_units_held
+  // series of their own, the rest summed as "_other"; 0: no such series (docs/controller.md,
+  // "Catalog metrics").
+  int catalogTenantSeries = 200;
 };
 
 // Runs until SIGTERM or SIGINT; returns the exit code. Throws std::invalid_argument for options

@@ -267,12 +267,10 @@ std::string ToYaml(const json& document) {
 json CatalogToJson(const model::ClusterView& view, bool perNode) {
   json classes = json::array();
   for (const model::ClassView& c : view.classes) {
-    int64_t used = 0;
     json nodes = json::array();
     for (const model::NodeView& node : view.nodes) {
       const auto it = node.classes.find(c.name);
       if (it == node.classes.end()) continue;
-      used += it->second.used;
       nodes.push_back({{"name", node.name},
                        {"takesBinds", node.eligible},
                        {"units", it->second.units},
@@ -282,7 +280,7 @@ json CatalogToJson(const model::ClusterView& view, bool perNode) {
     json entry = {{"name", c.name},
                   {"maxCount", OptionalNumber(c.maxCount)},
                   {"units", c.units},
-                  {"used", used},
+                  {"used", c.used},
                   {"free", c.free}};
     if (perNode) entry["nodes"] = std::move(nodes);
     classes.push_back(std::move(entry));

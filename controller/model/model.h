@@ -23,7 +23,10 @@ struct ClassView {
   std::string name;
   std::optional<int64_t> maxCount;  // nullopt: no limit
   int64_t units = 0;                // served by the nodes its nodeSelector selects
-  int64_t free = 0;                 // of those, free on nodes that take its binds now
+  // Of those, held on the nodes with a GPUNode (NodeClassView::used, summed over
+  // ClusterView::nodes): `kubectl gpu catalog`'s USED.
+  int64_t used = 0;
+  int64_t free = 0;  // of those, free on nodes that take its binds now
 };
 
 struct NodeClassView {
@@ -177,6 +180,10 @@ class Model {
   Model& operator=(const Model&) = delete;
 
   ClusterView View() const;
+  // View() without the tenants (each one's budgets walked per class) or the effective GPU
+  // resource names: the classes and nodes alone, what the leader exports as its catalog metrics
+  // after each full binder pass (docs/controller.md, "Catalog metrics").
+  ClusterView CapacityView() const;
   RemainingBudget Remaining(std::string_view tenant, std::string_view className) const;
   // Free units of a class on one node, or nullopt when the node does not serve the class.
   std::optional<NodeClassView> NodeClass(std::string_view node, std::string_view className) const;

@@ -52,16 +52,19 @@ std::optional<ClassRoom> Model::Room(std::string_view className) const {
   return room;
 }
 
-ClusterView Model::View() const {
+ClusterView Model::CapacityView() const {
   const Index& ix = *index_;
   ClusterView view;
-  view.gpuResourceNames =
-      EffectiveGpuResourceNames(ix.snapshot.settings, ix.snapshot.gpuNodes,
-                                ix.snapshot.permittedHostDevices, ix.snapshot.classes);
   for (const ClassInfo& info : ix.classes) {
-    ClassView classView{info.gpuClass->metadata.name, info.maxCount, 0, 0};
+    ClassView classView{info.gpuClass->metadata.name, info.maxCount, 0, 0, 0};
     for (size_t n : info.nodes) {
-      classView.units = api::AddUnits(classView.units, ix.units[ix.At(n, info.resource)]);
+      const size_t at = ix.At(n, info.resource);
+      classView.units = api::AddUnits(classView.units, ix.units[at]);
+      // As the node's NodeClassView below counts it, where the node has one.
+      const int64_t used = ix.bound[at] + ix.raw[at];
+      if (ix.hasGpuNode[n] && (ix.units[at] > 0 || used > 0)) {
+        classView.used = api::AddUnits(classView.used, used);
+      }
       if (info.takes[n]) {
         classView.free =
             api::AddUnits(classView.free, std::max<int64_t>(0, ix.Free(n, info.resource)));
@@ -92,6 +95,15 @@ ClusterView Model::View() const {
     }
     view.nodes.push_back(std::move(nodeView));
   }
+  return view;
+}
+
+ClusterView Model::View() const {
+  const Index& ix = *index_;
+  ClusterView view = CapacityView();
+  view.gpuResourceNames =
+      EffectiveGpuResourceNames(ix.snapshot.settings, ix.snapshot.gpuNodes,
+                                ix.snapshot.permittedHostDevices, ix.snapshot.classes);
   for (const std::string& tenant : ix.tenants.Tenants()) {
     TenantView tenantView{tenant, {}};
     const Usage& used = UsageOf(ix.usage, tenant);

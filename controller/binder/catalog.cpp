@@ -1,0 +1,211 @@
+#include "controller/binder/catalog.h"
+
+#include <algorithm>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+
+#include "api/quantity.h"
+#include "api/time.h"
+
+namespace cozy::controller {
+
+std::string_view NotTakingBindsReason(std::string_view reason) {
+  // The texts of model::CheckNodeEligibility, and NodesToJson's for a GPUNode without a Node.
+  if (reason == "cordoned") return kNotTakingBindsReasons[0];
+  if (reason == "not Ready") return kNotTakingBindsReasons[1];
+  if (reason.starts_with("taint ")) return kNotTakingBindsReasons[2];
+  if (reason.starts_with("no Node named ")) return kNotTakingBindsReasons[3];
+  return kNotTakingBindsReasons[4];
+}
+
+namespace {
+
+// The devices' part: Pending orders by class, Bound ones by node and by namespace and class.
+void CountOrders(const model::Snapshot& snapshot, CatalogFigures& figures) {
+  for (const api::GpuDevice& device : snapshot.devices) {
+    switch (device.Phase()) {
+      case api::DevicePhase::kPending: {
+        const auto found = figures.classes.find(device.spec.className);
+        if (found == figures.classes.end()) break;  // no such class: no series of its own
+        CatalogClass& figuresOf = found->second;
+        ++figuresOf.ordersPending;
+        const auto created = api::ParseTime(device.metadata.creationTimestamp);
+        if (created && (!figuresOf.oldestPending || *created < *figuresOf.oldestPending)) {
+          figuresOf.oldestPending = created;
+        }
+        break;
+      }
+      case api::DevicePhase::kBound: {
+        int64_t& held = figures.tenantHeld[device.metadata.namespaceName][device.spec.className];
+        held = api::AddUnits(held, std::max<int64_t>(0, device.spec.count));
+        if (device.status.nodeName) {
+          const auto node = figures.nodes.find(*device.status.nodeName);
+          if (node != figures.nodes.end()) ++node->second.ordersBound;
+        }
+        break;
+      }
+      case api::DevicePhase::kLost:
+        break;
+    }
+  }
+}
+
+}  // namespace
+
+CatalogFigures CatalogOf(const model::Snapshot& snapshot, const model::ClusterView& view) {
+  CatalogFigures figures;
+  for (const model::ClassView& c : view.classes) {
+    CatalogClass& figuresOf = figures.classes[c.name];
+    figuresOf.units = c.units;
+    figuresOf.held = c.used;
+    figuresOf.free = c.free;
+  }
+  // As `kubectl gpu nodes` lists them (NodesToJson): every GPUNode, with its node's view, or
+  // no Node of its name.
+  std::unordered_map<std::string_view, const model::NodeView*> views;
+  views.reserve(view.nodes.size());
+  for (const model::NodeView& node : view.nodes) views.emplace(node.name, &node);
+  for (const api::GpuNodeInventory& gpuNode : snapshot.gpuNodes) {
+    CatalogNode& node = figures.nodes[gpuNode.nodeName];
+    const auto found = views.find(gpuNode.nodeName);
+    if (found == views.end()) {
+      node.takesBinds = false;
+      node.notTaking = {NotTakingBindsReason("no Node named " + gpuNode.nodeName)};
+      continue;
+    }
+    node.takesBinds = found->second->eligible;
+    node.notTaking.clear();
+    if (!node.takesBinds) {
+      for (const std::string& reason : found->second->reasons) {
+        node.notTaking.insert(NotTakingBindsReason(reason));
+      }
+    }
+  }
+  CountOrders(snapshot, figures);
+  return figures;
+}
+
+std::vector<TenantSeries> CapTenants(
+    const std::map<std::string, std::map<std::string, int64_t>>& held, size_t limit) {
+  std::vector<TenantSeries> series;
+  if (limit == 0) return series;
+  std::vector<std::pair<int64_t, const std::string*>> ranked;  // units over all classes
+  ranked.reserve(held.size());
+  for (const auto& [ns, byClass] : held) {
+    int64_t total = 0;
+    for (const auto& [className, units] : byClass) total = api::AddUnits(total, units);
+    ranked.emplace_back(total, &ns);
+  }
+  // The most units first; on a tie the first by name (`held` is by name, the sort stable).
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::map<std::string, int64_t> other;
+  for (size_t i = 0; i < ranked.size(); ++i) {
+    const std::string& ns = *ranked[i].second;
+    for (const auto& [className, units] : held.at(ns)) {
+      if (i < limit) {
+        series.push_back({ns, className, units});
+      } else {
+        int64_t& sum = other[className];
+        sum = api::AddUnits(sum, units);
+      }
+    }
+  }
+  std::sort(series.begin(), series.end(), [](const TenantSeries& a, const TenantSeries& b) {
+    return std::tie(a.namespaceName, a.className) < std::tie(b.namespaceName, b.className);
+  });
+  for (const auto& [className, units] : other) {
+    series.push_back({std::string(kOtherTenants), className, units});
+  }
+  return series;
+}
+
+double OldestPendingSeconds(const CatalogClass& figures,
+                            std::chrono::system_clock::time_point now) {
+  if (!figures.oldestPending || *figures.oldestPending > now) return 0;
+  return std::chrono::duration<double>(now - *figures.oldestPending).count();
+}
+
+namespace {
+
+void WriteClasses(runtime::MetricsWriter& out, const CatalogFigures& figures,
+                  std::chrono::system_clock::time_point now) {
+  struct Gauge {
+    const char* name;
+    const char* help;
+    double (*value)(const CatalogClass&);
+  };
+  const Gauge gauges[] = {
+      {"gpu_catalog_class_units",
+       "Units the nodes a GPUClass selects serve (kubectl gpu catalog UNITS).",
+       [](const CatalogClass& c) { return static_cast<double>(c.units); }},
+      {"gpu_catalog_class_units_held",
+       "Of those, units held by Bound GPUDevices and by pods no device covers (kubectl gpu "
+       "catalog USED).",
+       [](const CatalogClass& c) { return static_cast<double>(c.held); }},
+      {"gpu_catalog_class_units_free",
+       "Units of the class free on nodes that take its binds now (kubectl gpu catalog FREE).",
+       [](const CatalogClass& c) { return static_cast<double>(c.free); }},
+      {"gpu_catalog_class_orders_pending", "GPUDevices of the class in phase Pending.",
+       [](const CatalogClass& c) { return static_cast<double>(c.ordersPending); }},
+  };
+  for (const Gauge& gauge : gauges) {
+    out.Family(gauge.name, "gauge", gauge.help);
+    for (const auto& [name, c] : figures.classes) {
+      out.Sample(gauge.name, runtime::Label("class", name), gauge.value(c));
+    }
+  }
+  out.Family("gpu_catalog_class_oldest_pending_seconds", "gauge",
+             "How long the class's oldest Pending GPUDevice has waited since its "
+             "creationTimestamp; 0 when none is Pending.");
+  for (const auto& [name, c] : figures.classes) {
+    out.Sample("gpu_catalog_class_oldest_pending_seconds", runtime::Label("class", name),
+               OldestPendingSeconds(c, now));
+  }
+}
+
+void WriteNodes(runtime::MetricsWriter& out, const CatalogFigures& figures) {
+  out.Family("gpu_catalog_node_takes_binds", "gauge",
+             "1 when the node of a GPUNode takes binds, for at least one class (kubectl gpu nodes "
+             "TAKES BINDS); 0 when not.");
+  for (const auto& [name, node] : figures.nodes) {
+    out.Sample("gpu_catalog_node_takes_binds", runtime::Label("node", name),
+               node.takesBinds ? 1 : 0);
+  }
+  out.Family("gpu_catalog_node_not_taking_binds", "gauge",
+             "1 for each reason a node takes no binds: cordoned, not_ready, tainted, no_node "
+             "(a GPUNode without a Node) or other.");
+  for (const auto& [name, node] : figures.nodes) {
+    for (const std::string_view reason : node.notTaking) {
+      out.Sample("gpu_catalog_node_not_taking_binds",
+                 runtime::Label("node", name) + "," + runtime::Label("reason", reason), 1);
+    }
+  }
+  out.Family("gpu_catalog_node_orders_bound", "gauge", "GPUDevices Bound on the node.");
+  for (const auto& [name, node] : figures.nodes) {
+    out.Sample("gpu_catalog_node_orders_bound", runtime::Label("node", name),
+               static_cast<double>(node.ordersBound));
+  }
+}
+
+}  // namespace
+
+void WriteCatalogMetrics(runtime::MetricsWriter& out, const CatalogFigures& figures,
+                         size_t tenantSeries, std::chrono::system_clock::time_point now) {
+  WriteClasses(out, figures, now);
+  WriteNodes(out, figures);
+  if (tenantSeries == 0) return;  // --catalog-tenant-series 0: no per-tenant family
+  out.Family("gpu_catalog_tenant_units_held", "gauge",
+             "Units held by the Bound GPUDevices of a namespace, by class; past the "
+             "--catalog-tenant-series namespaces holding the most, the rest summed under "
+             "namespace \"_other\".");
+  for (const TenantSeries& series : CapTenants(figures.tenantHeld, tenantSeries)) {
+    out.Sample("gpu_catalog_tenant_units_held",
+               runtime::Label("namespace", series.namespaceName) + "," +
+                   runtime::Label("class", series.className),
+               static_cast<double>(series.units));
+  }
+}
+
+}  // namespace cozy::controller
