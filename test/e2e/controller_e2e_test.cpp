@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <iostream>
-
+#include <map>
+#include <sstream>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -1713,6 +1715,168 @@ TEST(LauncherReaderC12, ListCacheAndNamedReadGiveTheSameAnswer) {
   EXPECT_FALSE(named.creationTimestamp.empty());
   cache.Stop();
   server.Stop();
+}
+
+
+// The samples of a /metrics page whose names start with `prefix`, by name and labels as the
+// page writes them.
+std::map<std::string, double> Samples(const std::string& page, const std::string& prefix) {
+  std::map<std::string, double> samples;
+  std::istringstream lines(page);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.starts_with(prefix)) continue;
+    const size_t space = line.rfind(' ');
+    samples[line.substr(0, space)] = std::stod(line.substr(space + 1));
+  }
+  return samples;
+}
+
+// docs/controller.md, "Catalog metrics": for one cluster, every figure of the leader's
+// gpu_catalog_* families is what `kubectl gpu catalog -o json` and `kubectl gpu nodes -o json`
+// print, or (the orders) what the GPUDevices say; the standby exports none of them, and only the
+// leader has a binder pass that succeeded.
+TEST_F(ControllerEndToEnd, TheLeadersCatalogMetricsAreWhatKubectlGpuPrints) {
+  // n1 takes binds; n2 is cordoned, n3 tainted; the GPUNode ghost has no Node.
+  GpuNode("n1", 4);
+  GpuNode("n2", 2);
+  GpuNode("n3", 1);
+  Kubectl("cordon n2");
+  Kubectl("taint nodes n3 gpu=reserved:NoSchedule");
+  Apply({{"apiVersion", "gpu.cozystack.io/v1alpha1"},
+         {"kind", "GPUNode"},
+         {"metadata", {{"name", "ghost"}}}});
+  Kubectl("patch gpunode ghost --subresource=status --type=merge -p " +
+          ShellQuote(json{{"status", testing::GpuNodeStatus(2)}}.dump()));
+  Apply(Class("a100"));
+  // Two tenants: the test's holds 2 units, the other 1; an order of 3 finds no room (n1 has 4).
+  const std::string other = Tenant() + "-b";
+  Apply({{"apiVersion", "v1"},
+         {"kind", "Namespace"},
+         {"metadata",
+          {{"name", other},
+           {"labels",
+            {{"cozy-gpu-e2e", "tenant"}, {std::string(api::kTenantNamespaceLabel), "true"}}}}}});
+  Apply(Device("a1"));
+  Apply(Device("a2"));
+  json otherDevice = Device("b1");
+  otherDevice["metadata"]["namespace"] = other;
+  Apply(otherDevice);
+  json big = Device("big");
+  big["spec"]["count"] = 3;
+  Apply(big);
+  const std::vector<std::string> flags = {"--enable-gpu", "--catalog-tenant-series", "1"};
+  StartReplica("replica-a", flags);
+  StartReplica("replica-b", flags);
+  ASSERT_TRUE(WaitFor([&] {
+    return Phase("a1") == "Bound" && Phase("a2") == "Bound" && !Holder().empty() &&
+           Get("gpudevice b1", other)["status"].value("phase", "") == "Bound";
+  })) << Logs();
+  const std::string leader = Holder();
+  const std::string standby = leader == "replica-a" ? "replica-b" : "replica-a";
+
+  const auto plugin = [&](const std::string& command) {
+    const auto result = testing::RunCommand(std::string(KUBECTL_GPU) + " " + command +
+                                            " -o json --controller-namespace cozy-system" +
+                                            " --kubeconfig " + ShellQuote(Path("kubeconfig").string()));
+    EXPECT_EQ(result.exitCode, 0) << command << ": " << result.err;
+    return result.exitCode == 0 ? json::parse(result.out) : json();
+  };
+  // What each figure must be, as `kubectl gpu` and the GPUDevices say it now; compared with the
+  // page of a pass begun after they were read (the cluster is settled, but a real one's nodes
+  // may still change under it: read again until they agree, or say how they differ).
+  std::string differences;
+  std::map<std::string, double> expected;
+  std::map<std::string, double> page;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    expected.clear();
+    const json catalog = plugin("catalog");
+    const json nodes = plugin("nodes");
+    const json devices = Get("gpudevices -A");
+    ASSERT_TRUE(devices.is_object());
+    const auto label = [](const std::string& key, const std::string& value) {
+      return key + "=\"" + value + "\"";
+    };
+    for (const json& c : catalog["classes"]) {
+      const std::string of = "{" + label("class", c["name"].get<std::string>()) + "}";
+      expected["gpu_catalog_class_units" + of] = c["units"].get<double>();
+      expected["gpu_catalog_class_units_held" + of] = c["used"].get<double>();
+      expected["gpu_catalog_class_units_free" + of] = c["free"].get<double>();
+      expected["gpu_catalog_class_orders_pending" + of] = 0;
+    }
+    for (const json& node : nodes["nodes"]) {
+      const std::string name = node["name"].get<std::string>();
+      expected["gpu_catalog_node_takes_binds{" + label("node", name) + "}"] =
+          node["takesBinds"].get<bool>() ? 1 : 0;
+      expected["gpu_catalog_node_orders_bound{" + label("node", name) + "}"] = 0;
+    }
+    std::map<std::string, double> held;  // by namespace
+    for (const json& device : devices["items"]) {
+      const json status = device.value("status", json::object());
+      const std::string phase = status.value("phase", "Pending");
+      if (phase == "Pending") {
+        expected["gpu_catalog_class_orders_pending{" +
+                 label("class", device["spec"]["className"].get<std::string>()) + "}"] += 1;
+      } else if (phase == "Bound") {
+        expected["gpu_catalog_node_orders_bound{" + label("node", status.value("nodeName", "")) + "}"] += 1;
+        held[device["metadata"]["namespace"].get<std::string>()] +=
+            device["spec"]["count"].get<double>();
+      }
+    }
+    // --catalog-tenant-series 1: the test's tenant (2 units) has its series, the other is summed.
+    EXPECT_EQ(held, (std::map<std::string, double>{{Tenant(), 2}, {other, 1}}));
+    expected["gpu_catalog_tenant_units_held{" + label("namespace", Tenant()) + "," +
+             label("class", "a100") + "}"] = 2;
+    expected["gpu_catalog_tenant_units_held{" + label("namespace", "_other") + "," +
+             label("class", "a100") + "}"] = 1;
+    // The model's reasons as the fixed labels.
+    for (const auto& [node, reason] : std::map<std::string, std::string>{
+             {"n2", "cordoned"}, {"n3", "tainted"}, {"ghost", "no_node"}}) {
+      expected["gpu_catalog_node_not_taking_binds{" + label("node", node) + "," +
+               label("reason", reason) + "}"] = 1;
+    }
+    ASSERT_TRUE(WaitForPasses(leader, "binder"));
+    page = Samples(Metrics(leader), "gpu_catalog_");
+    const double oldest = page["gpu_catalog_class_oldest_pending_seconds{class=\"a100\"}"];
+    page.erase("gpu_catalog_class_oldest_pending_seconds{class=\"a100\"}");
+    differences.clear();
+    for (const auto& [sample, value] : expected) {
+      const auto found = page.find(sample);
+      if (found == page.end() || found->second != value) {
+        differences += sample + ": kubectl gpu " + std::to_string(value) + ", /metrics " +
+                       (found == page.end() ? "none" : std::to_string(found->second)) + "\n";
+      }
+    }
+    for (const auto& [sample, value] : page) {
+      if (!expected.contains(sample)) differences += sample + " on /metrics only\n";
+    }
+    // The order of 3 has waited since its creationTimestamp (whole seconds).
+    const auto created =
+        api::ParseTime(Get("gpudevice big", Tenant())["metadata"].value("creationTimestamp", ""));
+    ASSERT_TRUE(created.has_value());
+    const double waited =
+        std::chrono::duration<double>(std::chrono::system_clock::now() - *created).count();
+    if (oldest <= 0 || oldest > waited + 1 || oldest < waited - 5) {
+      differences += "oldest pending " + std::to_string(oldest) + " s, the order waited " +
+                     std::to_string(waited) + " s\n";
+    }
+    if (differences.empty()) break;
+  }
+  EXPECT_EQ(differences, "") << Logs();
+  // What this cluster shows, so the comparison above compared something.
+  EXPECT_EQ(page["gpu_catalog_class_units{class=\"a100\"}"], 7);
+  EXPECT_EQ(page["gpu_catalog_class_units_held{class=\"a100\"}"], 3);
+  EXPECT_EQ(page["gpu_catalog_class_units_free{class=\"a100\"}"], 1);
+  EXPECT_EQ(page["gpu_catalog_class_orders_pending{class=\"a100\"}"], 1);
+  EXPECT_EQ(page["gpu_catalog_node_orders_bound{node=\"n1\"}"], 3);
+  EXPECT_EQ(page["gpu_catalog_node_takes_binds{node=\"n1\"}"], 1);
+  // The standby exports no catalog family, and has had no binder pass to succeed.
+  const std::string standbyPage = Metrics(standby);
+  EXPECT_EQ(standbyPage.find("\ngpu_catalog_"), std::string::npos) << standbyPage;
+  EXPECT_EQ(Metric(standby, "gpu_controller_binder_last_success_timestamp_seconds"), 0);
+  const double now = std::chrono::duration<double>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+  EXPECT_NEAR(Metric(leader, "gpu_controller_binder_last_success_timestamp_seconds"), now, 30);
 }
 
 }  // namespace
