@@ -533,7 +533,8 @@ TEST(ChartController, GpuOffRendersNoWebhookServiceCertificateOrGpuFlag) {
   for (const auto& arg : args) {
     EXPECT_FALSE(arg.starts_with("--enable-gpu") || arg.starts_with("--webhook") ||
                  arg.starts_with("--gpu-resource-names") || arg.starts_with("--raw-gpu-names") ||
-                 arg.starts_with("--attachment-grace") || arg.starts_with("--not-ready-grace"))
+                 arg.starts_with("--attachment-grace") || arg.starts_with("--not-ready-grace") ||
+                 arg.starts_with("--catalog-tenant-series"))
         << arg;
   }
   EXPECT_FALSE(Controller(documents)["volumeMounts"].IsDefined());
@@ -567,6 +568,11 @@ TEST(ChartController, GpuOnRendersWebhooksCertificateAndGpuFlags) {
   EXPECT_TRUE(HasArg(defaults, "--raw-gpu-names=allow"));
   EXPECT_TRUE(HasArg(defaults, "--attachment-grace=2m"));
   EXPECT_TRUE(HasArg(defaults, "--not-ready-grace=5m"));  // gpu.notReadyGrace
+  // controller.catalogTenantSeries (docs/controller.md, "Catalog metrics").
+  EXPECT_TRUE(HasArg(defaults, "--catalog-tenant-series=200"));
+  defaultValues["controller"]["catalogTenantSeries"] = 0;
+  EXPECT_TRUE(HasArg(Strings(Controller(Render(defaultValues))["args"]),
+                     "--catalog-tenant-series=0"));
   for (const auto& arg : defaults) EXPECT_FALSE(arg.starts_with("--gpu-resource-names")) << arg;
 }
 
@@ -1327,6 +1333,7 @@ TEST(ChartSchema, AMistypedKeyAWrongTypeOrAValueOutsideItsSetIsRefusedNamingIt) 
       {"agent: {image: {pullPolicy: Sometimes}}", "/agent/image/pullPolicy"},
       {"gpu: {attachmentGrace: 0s}", "/gpu/attachmentGrace"},
       {"gpu: {notReadyGrace: 5 minutes}", "/gpu/notReadyGrace"},
+      {"controller: {catalogTenantSeries: -1}", "/controller/catalogTenantSeries"},
       {"gpu: {webhook: {url: 'https://192.0.2.1:9443/validate'}}", "/gpu/webhook/url"},
   };
   for (const auto& [values, named] : cases) {
