@@ -956,6 +956,15 @@ show get gpudevices,workloads -n "$tenant"
 echo "  -> train released: its usage record is gone"
 kc uncordon "$held_node" >/dev/null
 catalog
+# The same catalog as the leader exports it on /metrics for alerts and dashboards (only the Lease
+# holder does: docs/controller.md, "Catalog metrics"), once a pass has seen the uncordon.
+leader=$(jp lease/gpu-controller '{.spec.holderIdentity}' "$ns")
+leader_port=${health_ports[${leader##*-}]}
+leader_catalog() { curl -sf "http://127.0.0.1:$leader_port/metrics" | grep '^gpu_catalog_'; }
+catalog_settled() { leader_catalog | grep -qx "gpu_catalog_class_units_free{class=\"$class\"} 4"; }
+wait_for 15 "the leader's catalog metrics showing the 4 units free again" catalog_settled
+echo "\$ curl -s http://127.0.0.1:$leader_port/metrics | grep '^gpu_catalog_'   # $leader, the leader"
+leader_catalog | sed 's/^/  /' || fail "no gpu_catalog_ metrics on the leader's /metrics"
 hook 4
 
 step="the end"

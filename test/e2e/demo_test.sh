@@ -119,6 +119,23 @@ for run in 1 2 3; do
   check $run "train deleted" 'gpudevice\.gpu\.cozystack\.io "train" deleted'
   check $run "nothing left of train" '^  No resources found in tenant-a namespace\.$'
   check $run "train released" '^  -> train released: its usage record is gone$'
+  # 5. The leader's catalog metrics, printed last: the catalog above, every node taking binds.
+  check $run "the leader's /metrics read" \
+    "^\\\$ curl -s http://127\\.0\\.0\\.1:[0-9]+/metrics \\| grep '\\^gpu_catalog_' +# gpu-controller-[01], the leader$"
+  check $run "gpu_catalog_class_units: 4" '^  gpu_catalog_class_units\{class="a100"\} 4$'
+  check $run "gpu_catalog_class_units_held: 0" '^  gpu_catalog_class_units_held\{class="a100"\} 0$'
+  check $run "gpu_catalog_class_units_free: 4" '^  gpu_catalog_class_units_free\{class="a100"\} 4$'
+  check $run "gpu_catalog_class_orders_pending: 0" '^  gpu_catalog_class_orders_pending\{class="a100"\} 0$'
+  check $run "gpu_catalog_class_oldest_pending_seconds: 0" \
+    '^  gpu_catalog_class_oldest_pending_seconds\{class="a100"\} 0$'
+  for node in gpu-node-1 gpu-node-2; do
+    check $run "gpu_catalog_node_takes_binds: $node" "^  gpu_catalog_node_takes_binds\\{node=\"$node\"\\} 1$"
+    check $run "gpu_catalog_node_orders_bound: $node" "^  gpu_catalog_node_orders_bound\\{node=\"$node\"\\} 0$"
+  done
+  if grep -Eq '^  gpu_catalog_node_not_taking_binds' "$scratch/run$run.out"; then
+    echo "FAIL (run $run): a node not taking binds in the leader's catalog metrics"
+    failures=$((failures + 1))
+  fi
   check $run "the end" '^== demo complete'
 
   # Everything it started has stopped and its files are gone. (scripts/cluster.sh node's lock
