@@ -217,6 +217,20 @@ BinderLoop::PassResult BinderLoop::RunPass(bool answersOnly) {
   return pass;
 }
 
+void BinderLoop::KeepCatalog(PassResult& pass) {
+  if (pass.result.catalog) {
+    catalog_ = std::move(pass.result.catalog);
+    catalogTerm_ = pass.term;
+  }
+  if (pass.result.error.empty() && !pass.result.incomplete && pass.result.failures == 0 &&
+      pass.result.conflicts == 0) {
+    lastSuccess_ = static_cast<double>(
+        std::chrono::duration_cast<std::chrono::seconds>(
+            std::chrono::system_clock::now().time_since_epoch())
+            .count());
+  }
+}
+
 void BinderLoop::PassDone(PassResult pass) {
   answering_ = false;
   ++passes_[pass.answersOnly ? "answers" : "full"];
@@ -234,17 +248,7 @@ void BinderLoop::PassDone(PassResult pass) {
   heldOff_ += pass.result.heldOff;
   if (pass.result.error.empty()) backingOff_ = pass.result.backingOff;
   undecodable_ += static_cast<int64_t>(pass.result.undecodable.size());
-  if (pass.result.catalog) {
-    catalog_ = std::move(pass.result.catalog);
-    catalogTerm_ = pass.term;
-  }
-  if (pass.result.error.empty() && !pass.result.incomplete && pass.result.failures == 0 &&
-      pass.result.conflicts == 0) {
-    lastSuccess_ = static_cast<double>(
-        std::chrono::duration_cast<std::chrono::seconds>(
-            std::chrono::system_clock::now().time_since_epoch())
-            .count());
-  }
+  KeepCatalog(pass);
   if (!pass.answersOnly && pass.result.error.empty()) {
     std::map<std::string, int64_t> byKind;
     std::set<std::string> described;

@@ -158,6 +158,8 @@ class BinderLoop {
   std::function<PassResult()> BeginPass();  // loop thread, when one is due: the pass, or none
   PassResult RunPass(bool answersOnly);     // binder worker
   void PassDone(PassResult pass);           // loop thread
+  // Loop thread: the pass's catalog, if it has one, and whether it failed nothing.
+  void KeepCatalog(PassResult& pass);
 
   kube::Client& client_;
   const kube::Leadership& leadership_;
