@@ -38,18 +38,18 @@ inline constexpr std::array<std::string_view, 5> kNotTakingBindsReasons = {
 std::string_view NotTakingBindsReason(std::string_view reason);
 
 struct CatalogClass {
-  int64_t units = 0;  // model::ClassView::units: `kubectl gpu catalog` UNITS
-  int64_t held = 0;   // ::used: USED
-  int64_t free = 0;   // ::free: FREE
+  int64_t units = 0;          // model::ClassView::units: `kubectl gpu catalog` UNITS
+  int64_t held = 0;           // ::used: USED
+  int64_t free = 0;           // ::free: FREE
   int64_t ordersPending = 0;  // GPUDevices of the class in phase Pending
   // The earliest creationTimestamp of those (those without a readable one left out).
   std::optional<std::chrono::system_clock::time_point> oldestPending;
 };
 
 struct CatalogNode {
-  bool takesBinds = false;              // `kubectl gpu nodes` TAKES BINDS
+  bool takesBinds = false;               // `kubectl gpu nodes` TAKES BINDS
   std::set<std::string_view> notTaking;  // kNotTakingBindsReasons, when it takes none
-  int64_t ordersBound = 0;              // GPUDevices Bound with status.nodeName this node
+  int64_t ordersBound = 0;               // GPUDevices Bound with status.nodeName this node
 };
 
 struct CatalogFigures {

@@ -224,10 +224,9 @@ void BinderLoop::KeepCatalog(PassResult& pass) {
   }
   if (pass.result.error.empty() && !pass.result.incomplete && pass.result.failures == 0 &&
       pass.result.conflicts == 0) {
-    lastSuccess_ = static_cast<double>(
-        std::chrono::duration_cast<std::chrono::seconds>(
-            std::chrono::system_clock::now().time_since_epoch())
-            .count());
+    lastSuccess_ = static_cast<double>(std::chrono::duration_cast<std::chrono::seconds>(
+                                           std::chrono::system_clock::now().time_since_epoch())
+                                           .count());
   }
 }
 

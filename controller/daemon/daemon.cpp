@@ -108,7 +108,8 @@ class Controller {
     reconciler_.SetAfterPass([this] { health_.SetMetrics(Metrics()); });
     if (options.enableGpu) {
       binder_ = std::make_unique<BinderLoop>(loop_, client_, leadership_, identity_, view_);
-      binder_->SetCatalogTenantSeries(static_cast<size_t>(std::max(0, options.catalogTenantSeries)));
+      binder_->SetCatalogTenantSeries(
+          static_cast<size_t>(std::max(0, options.catalogTenantSeries)));
       binder_->SetAfterPass([this] { health_.SetMetrics(Metrics()); });
       pods_ = std::make_unique<PodChanges>(&binder_->quietRoom());
       // A thousand VM starts at once: the reconciler waits (1 s at most) for their answers.

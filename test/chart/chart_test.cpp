@@ -571,8 +571,8 @@ TEST(ChartController, GpuOnRendersWebhooksCertificateAndGpuFlags) {
   // controller.catalogTenantSeries (docs/controller.md, "Catalog metrics").
   EXPECT_TRUE(HasArg(defaults, "--catalog-tenant-series=200"));
   defaultValues["controller"]["catalogTenantSeries"] = 0;
-  EXPECT_TRUE(HasArg(Strings(Controller(Render(defaultValues))["args"]),
-                     "--catalog-tenant-series=0"));
+  EXPECT_TRUE(
+      HasArg(Strings(Controller(Render(defaultValues))["args"]), "--catalog-tenant-series=0"));
   for (const auto& arg : defaults) EXPECT_FALSE(arg.starts_with("--gpu-resource-names")) << arg;
 }
 

@@ -60,9 +60,9 @@ TEST(CatalogMetrics, EachReasonOfTheModelHasItsFixedLabel) {
   EXPECT_EQ(NotTakingBindsReason("a reason the model does not give today"), "other");
   // The set is fixed and snake_case: what a dashboard or an alert may name.
   for (const std::string_view label : kNotTakingBindsReasons) {
-    EXPECT_TRUE(std::all_of(label.begin(), label.end(),
-                            [](char c) { return std::islower(c) != 0 || c == '_'; }))
-        << label;
+    EXPECT_TRUE(std::all_of(label.begin(), label.end(), [](char c) {
+      return std::islower(c) != 0 || c == '_';
+    })) << label;
   }
 }
 
@@ -132,7 +132,7 @@ TEST(CatalogMetrics, FiguresOfOneSnapshot) {
   const CatalogClass& a100 = figures.classes.at("a100");
   EXPECT_EQ(a100.units, 5);  // n1, n2, n3: the GPUNode without a Node serves nothing
   EXPECT_EQ(a100.held, 2);
-  EXPECT_EQ(a100.free, 1);  // n1's one left: n2 and n3 take no binds
+  EXPECT_EQ(a100.free, 1);           // n1's one left: n2 and n3 take no binds
   EXPECT_EQ(a100.ordersPending, 2);  // an order of a class that does not exist is left out
   EXPECT_NEAR(OldestPendingSeconds(a100, now), 120, 1);
   ASSERT_EQ(figures.nodes.size(), 4u);
@@ -145,9 +145,8 @@ TEST(CatalogMetrics, FiguresOfOneSnapshot) {
   EXPECT_EQ(figures.nodes.at("n1").ordersBound, 1);
   EXPECT_EQ(figures.nodes.at("n2").ordersBound, 1);
   EXPECT_EQ(figures.nodes.at("n3").ordersBound, 0);
-  EXPECT_EQ(figures.tenantHeld,
-            (std::map<std::string, std::map<std::string, int64_t>>{{"tenant-a", {{"a100", 1}}},
-                                                                   {"tenant-b", {{"a100", 1}}}}));
+  EXPECT_EQ(figures.tenantHeld, (std::map<std::string, std::map<std::string, int64_t>>{
+                                    {"tenant-a", {{"a100", 1}}}, {"tenant-b", {{"a100", 1}}}}));
   // The classes' figures are the whole view's (what `kubectl gpu catalog` prints).
   const model::ClusterView view = model.View();
   EXPECT_EQ(view.classes[0].units, a100.units);

@@ -1717,7 +1717,6 @@ TEST(LauncherReaderC12, ListCacheAndNamedReadGiveTheSameAnswer) {
   server.Stop();
 }
 
-
 // The samples of a /metrics page whose names start with `prefix`, by name and labels as the
 // page writes them.
 std::map<std::string, double> Samples(const std::string& page, const std::string& prefix) {
@@ -1775,9 +1774,9 @@ TEST_F(ControllerEndToEnd, TheLeadersCatalogMetricsAreWhatKubectlGpuPrints) {
   const std::string standby = leader == "replica-a" ? "replica-b" : "replica-a";
 
   const auto plugin = [&](const std::string& command) {
-    const auto result = testing::RunCommand(std::string(KUBECTL_GPU) + " " + command +
-                                            " -o json --controller-namespace cozy-system" +
-                                            " --kubeconfig " + ShellQuote(Path("kubeconfig").string()));
+    const auto result = testing::RunCommand(
+        std::string(KUBECTL_GPU) + " " + command + " -o json --controller-namespace cozy-system" +
+        " --kubeconfig " + ShellQuote(Path("kubeconfig").string()));
     EXPECT_EQ(result.exitCode, 0) << command << ": " << result.err;
     return result.exitCode == 0 ? json::parse(result.out) : json();
   };
@@ -1817,7 +1816,8 @@ TEST_F(ControllerEndToEnd, TheLeadersCatalogMetricsAreWhatKubectlGpuPrints) {
         expected["gpu_catalog_class_orders_pending{" +
                  label("class", device["spec"]["className"].get<std::string>()) + "}"] += 1;
       } else if (phase == "Bound") {
-        expected["gpu_catalog_node_orders_bound{" + label("node", status.value("nodeName", "")) + "}"] += 1;
+        expected["gpu_catalog_node_orders_bound{" + label("node", status.value("nodeName", "")) +
+                 "}"] += 1;
         held[device["metadata"]["namespace"].get<std::string>()] +=
             device["spec"]["count"].get<double>();
       }
@@ -1873,9 +1873,8 @@ TEST_F(ControllerEndToEnd, TheLeadersCatalogMetricsAreWhatKubectlGpuPrints) {
   const std::string standbyPage = Metrics(standby);
   EXPECT_EQ(standbyPage.find("\ngpu_catalog_"), std::string::npos) << standbyPage;
   EXPECT_EQ(Metric(standby, "gpu_controller_binder_last_success_timestamp_seconds"), 0);
-  const double now = std::chrono::duration<double>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count();
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   EXPECT_NEAR(Metric(leader, "gpu_controller_binder_last_success_timestamp_seconds"), now, 30);
 }
 
