@@ -1,6 +1,7 @@
 #include "controller/binder/catalog.h"
 
 #include <algorithm>
+#include <functional>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
@@ -22,32 +23,81 @@ std::string_view NotTakingBindsReason(std::string_view reason) {
 namespace {
 
 // The devices' part: Pending orders by class, Bound ones by node and by namespace and class.
-void CountOrders(const model::Snapshot& snapshot, CatalogFigures& figures) {
-  for (const api::GpuDevice& device : snapshot.devices) {
-    switch (device.Phase()) {
-      case api::DevicePhase::kPending: {
-        const auto found = figures.classes.find(device.spec.className);
-        if (found == figures.classes.end()) break;  // no such class: no series of its own
-        CatalogClass& figuresOf = found->second;
-        ++figuresOf.ordersPending;
-        const auto created = api::ParseTime(device.metadata.creationTimestamp);
-        if (created && (!figuresOf.oldestPending || *created < *figuresOf.oldestPending)) {
-          figuresOf.oldestPending = created;
-        }
-        break;
-      }
-      case api::DevicePhase::kBound: {
-        int64_t& held = figures.tenantHeld[device.metadata.namespaceName][device.spec.className];
-        held = api::AddUnits(held, std::max<int64_t>(0, device.spec.count));
-        if (device.status.nodeName) {
-          const auto node = figures.nodes.find(*device.status.nodeName);
-          if (node != figures.nodes.end()) ++node->second.ordersBound;
-        }
-        break;
-      }
-      case api::DevicePhase::kLost:
-        break;
+// Counted in hash tables keyed by the devices' own strings (a pass walks tens of thousands of
+// devices: a lookup per device in an ordered map of names cost more than the rest of the
+// figures), then moved into the figures' ordered maps once per name.
+// Whether a timestamp is in the form the API server writes creationTimestamp in
+// ("2026-12-01T10:00:00Z"), whose text sorts as its time does.
+bool Canonical(std::string_view text) {
+  return text.size() == 20 && text[4] == '-' && text[10] == 'T' && text[19] == 'Z';
+}
+
+// A class while the devices are counted: its figures, and the earliest canonical
+// creationTimestamp of its Pending devices, compared as text (parsing each one cost more than
+// the rest of the walk); any other form is parsed.
+struct Counting {
+  CatalogClass* figures = nullptr;
+  std::string_view oldest;
+};
+
+void TakePending(const api::GpuDevice& device, Counting& counting) {
+  ++counting.figures->ordersPending;
+  const std::string& created = device.metadata.creationTimestamp;
+  if (Canonical(created)) {
+    if (counting.oldest.empty() || std::string_view(created) < counting.oldest) {
+      counting.oldest = created;
     }
+    return;
+  }
+  const auto time = api::ParseTime(created);
+  std::optional<std::chrono::system_clock::time_point>& oldest = counting.figures->oldestPending;
+  if (time && (!oldest || *time < *oldest)) oldest = time;
+}
+
+struct NamespaceClass {
+  std::string_view ns;
+  std::string_view className;
+  bool operator==(const NamespaceClass&) const = default;
+};
+struct NamespaceClassHash {
+  size_t operator()(const NamespaceClass& key) const {
+    return std::hash<std::string_view>()(key.ns) * 31 +
+           std::hash<std::string_view>()(key.className);
+  }
+};
+
+// The devices' part: Pending orders by class, Bound ones by node and by namespace and class.
+// Counted in hash tables keyed by the devices' own strings (a pass walks tens of thousands of
+// devices), then moved into the figures' ordered maps once per name.
+void CountOrders(const model::Snapshot& snapshot, CatalogFigures& figures) {
+  std::unordered_map<std::string_view, CatalogNode*> nodes;
+  nodes.reserve(figures.nodes.size());
+  for (auto& [name, node] : figures.nodes) nodes.emplace(name, &node);
+  std::unordered_map<std::string_view, Counting> classes;
+  for (auto& [name, c] : figures.classes) classes.emplace(name, Counting{&c, {}});
+  std::unordered_map<NamespaceClass, int64_t, NamespaceClassHash> held;
+  for (const api::GpuDevice& device : snapshot.devices) {
+    const api::DevicePhase phase = device.Phase();
+    if (phase == api::DevicePhase::kPending) {
+      const auto found = classes.find(device.spec.className);
+      if (found != classes.end()) TakePending(device, found->second);  // else no series
+    } else if (phase == api::DevicePhase::kBound) {
+      int64_t& units = held[{device.metadata.namespaceName, device.spec.className}];
+      units = api::AddUnits(units, std::max<int64_t>(0, device.spec.count));
+      if (device.status.nodeName) {
+        const auto node = nodes.find(*device.status.nodeName);
+        if (node != nodes.end()) ++node->second->ordersBound;
+      }
+    }
+  }
+  for (const auto& [name, counting] : classes) {
+    if (counting.oldest.empty()) continue;
+    const auto time = api::ParseTime(std::string(counting.oldest));
+    std::optional<std::chrono::system_clock::time_point>& oldest = counting.figures->oldestPending;
+    if (time && (!oldest || *time < *oldest)) oldest = time;
+  }
+  for (const auto& [key, units] : held) {
+    figures.tenantHeld[std::string(key.ns)][std::string(key.className)] = units;
   }
 }
 

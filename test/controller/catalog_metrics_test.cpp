@@ -104,7 +104,10 @@ TEST(CatalogMetrics, OldestPendingAgeIsFromTheEarliestCreationTimestamp) {
 }
 
 // n1 takes binds; n2 is cordoned, n3 tainted; the GPUNode ghost has no Node.
-model::Snapshot FourNodes(std::chrono::system_clock::time_point now) {
+// Pending orders of a100 created 120 s and 30 s before `now` (as the API server writes the time)
+// and `offsetAge` before it (with an offset, not "Z").
+model::Snapshot FourNodes(std::chrono::system_clock::time_point now,
+                          std::chrono::seconds offsetAge = 200s) {
   model::Snapshot snapshot = testing::BaseSnapshot();
   testing::AddNode(snapshot, "n1", 2);
   testing::AddNode(snapshot, "n2", 2);
@@ -120,6 +123,11 @@ model::Snapshot FourNodes(std::chrono::system_clock::time_point now) {
                       MakeDevice("tenant-b", "l1", "a100", 1, api::DevicePhase::kLost)};
   snapshot.devices.MutableAt(2).metadata.creationTimestamp = api::FormatTime(now - 120s);
   snapshot.devices.MutableAt(3).metadata.creationTimestamp = api::FormatTime(now - 30s);
+  // The oldest, in a form other than the API server's own (an offset, not "Z").
+  std::string offset = api::FormatTime(now - offsetAge);
+  offset.replace(offset.size() - 1, 1, "+00:00");
+  snapshot.devices.push_back(Pending("tenant-b", "p4", "a100", 1));
+  snapshot.devices.MutableAt(6).metadata.creationTimestamp = offset;
   return snapshot;
 }
 
@@ -133,8 +141,8 @@ TEST(CatalogMetrics, FiguresOfOneSnapshot) {
   EXPECT_EQ(a100.units, 5);  // n1, n2, n3: the GPUNode without a Node serves nothing
   EXPECT_EQ(a100.held, 2);
   EXPECT_EQ(a100.free, 1);           // n1's one left: n2 and n3 take no binds
-  EXPECT_EQ(a100.ordersPending, 2);  // an order of a class that does not exist is left out
-  EXPECT_NEAR(OldestPendingSeconds(a100, now), 120, 1);
+  EXPECT_EQ(a100.ordersPending, 3);  // an order of a class that does not exist is left out
+  EXPECT_NEAR(OldestPendingSeconds(a100, now), 200, 1);
   ASSERT_EQ(figures.nodes.size(), 4u);
   EXPECT_TRUE(figures.nodes.at("n1").takesBinds);
   EXPECT_TRUE(figures.nodes.at("n1").notTaking.empty());
@@ -147,6 +155,12 @@ TEST(CatalogMetrics, FiguresOfOneSnapshot) {
   EXPECT_EQ(figures.nodes.at("n3").ordersBound, 0);
   EXPECT_EQ(figures.tenantHeld, (std::map<std::string, std::map<std::string, int64_t>>{
                                     {"tenant-a", {{"a100", 1}}}, {"tenant-b", {{"a100", 1}}}}));
+  // The oldest by either form: the 120 s of the API server's form when the other is newer.
+  const model::Snapshot newer = FourNodes(now, 60s);
+  const model::Model newerModel(newer);
+  EXPECT_NEAR(
+      OldestPendingSeconds(CatalogOf(newer, newerModel.CapacityView()).classes.at("a100"), now),
+      120, 1);
   // The classes' figures are the whole view's (what `kubectl gpu catalog` prints).
   const model::ClusterView view = model.View();
   EXPECT_EQ(view.classes[0].units, a100.units);
@@ -166,7 +180,7 @@ TEST(CatalogMetrics, TheFamiliesWritten) {
            "\ngpu_catalog_class_units{class=\"a100\"} 5\n",
            "\ngpu_catalog_class_units_held{class=\"a100\"} 2\n",
            "\ngpu_catalog_class_units_free{class=\"a100\"} 1\n",
-           "\ngpu_catalog_class_orders_pending{class=\"a100\"} 2\n",
+           "\ngpu_catalog_class_orders_pending{class=\"a100\"} 3\n",
            "\ngpu_catalog_node_takes_binds{node=\"n1\"} 1\n",
            "\ngpu_catalog_node_takes_binds{node=\"ghost\"} 0\n",
            "\ngpu_catalog_node_not_taking_binds{node=\"n2\",reason=\"cordoned\"} 1\n",
@@ -180,9 +194,9 @@ TEST(CatalogMetrics, TheFamiliesWritten) {
     EXPECT_NE(page.find(line), std::string::npos) << line << page;
   }
   EXPECT_EQ(page.find("not_taking_binds{node=\"n1\""), std::string::npos) << page;
-  EXPECT_NE(page.find("\ngpu_catalog_class_oldest_pending_seconds{class=\"a100\"} 12"),
+  EXPECT_NE(page.find("\ngpu_catalog_class_oldest_pending_seconds{class=\"a100\"} 20"),
             std::string::npos)
-      << page;  // 120 s and the fraction this test took
+      << page;  // 200 s and the fraction this test took
   runtime::MetricsWriter none;
   WriteCatalogMetrics(none, figures, 0, now);
   EXPECT_EQ(none.Take().find("gpu_catalog_tenant_units_held"), std::string::npos);
