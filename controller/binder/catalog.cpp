@@ -22,10 +22,6 @@ std::string_view NotTakingBindsReason(std::string_view reason) {
 
 namespace {
 
-// The devices' part: Pending orders by class, Bound ones by node and by namespace and class.
-// Counted in hash tables keyed by the devices' own strings (a pass walks tens of thousands of
-// devices: a lookup per device in an ordered map of names cost more than the rest of the
-// figures), then moved into the figures' ordered maps once per name.
 // Whether a timestamp is in the form the API server writes creationTimestamp in
 // ("2026-12-01T10:00:00Z"), whose text sorts as its time does.
 bool Canonical(std::string_view text) {
