@@ -1458,6 +1458,31 @@ TEST(ChartNotes, NextStepsNameTheReleasesNamespaceLabelsAndTheCatalog) {
   EXPECT_EQ(gpuOn.find("WARNING"), std::string::npos) << "GpuOn() takes no risk\n" << gpuOn;
 }
 
+// docs/operations.md, "Scraping": the notes say which monitoring objects the cluster's APIs let
+// the chart install, or that none were and what to do.
+TEST(ChartNotes, TheMonitoringInstalledOrItsAbsenceIsSaid) {
+  const std::string none = Notes(YAML::Node());
+  EXPECT_NE(none.find("no\n   scrape objects or alert rules were installed"), std::string::npos)
+      << none;
+  EXPECT_NE(none.find("gpu-controller-metrics and gpu-agent-metrics"), std::string::npos) << none;
+  Release prometheus;
+  prometheus.apiVersions = {"monitoring.coreos.com/v1"};
+  const std::string withPrometheus = Notes(YAML::Node(), prometheus);
+  EXPECT_NE(withPrometheus.find("Installed for your monitoring: ServiceMonitors, a PrometheusRule."),
+            std::string::npos)
+      << withPrometheus;
+  Release victoria;
+  victoria.apiVersions = {"operator.victoriametrics.com/v1beta1"};
+  const std::string withVictoria = Notes(YAML::Node(), victoria);
+  EXPECT_NE(withVictoria.find("Installed for your monitoring: VMServiceScrapes, a VMRule."),
+            std::string::npos)
+      << withVictoria;
+  YAML::Node noDashboard;
+  noDashboard["monitoring"]["dashboard"]["enabled"] = false;
+  EXPECT_NE(none.find("ConfigMap gpu-dashboard"), std::string::npos) << none;
+  EXPECT_EQ(Notes(noDashboard).find("gpu-dashboard"), std::string::npos);
+}
+
 // Each risky choice of the values gets its own warning, and only that one.
 TEST(ChartNotes, EachRiskyValueIsWarnedOf) {
   struct Case {
