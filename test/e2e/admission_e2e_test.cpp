@@ -206,6 +206,17 @@ class AdmissionEndToEnd : public ControllerEndToEnd {
             {"spec", {{"containers", {{{"name", "compute"}, {"image", "virt-launcher"}}}}}}};
   }
 
+  // Someone else holds the Lease for an hour: a replica serves the webhooks and never binds.
+  void GhostHoldsTheLease() {
+    Apply({{"apiVersion", "coordination.k8s.io/v1"},
+           {"kind", "Lease"},
+           {"metadata", {{"name", "gpu-controller"}, {"namespace", "cozy-system"}}},
+           {"spec",
+            {{"holderIdentity", "ghost"},
+             {"leaseDurationSeconds", 3600},
+             {"renewTime", kube::FormatMicroTime(std::chrono::system_clock::now())}}}});
+  }
+
   // The status PATCHes that attached devices (the webhook's bind requests).
   int AttachWrites() {
     int writes = 0;
@@ -801,14 +812,7 @@ TEST_F(AdmissionEndToEnd, E7_AnOrderAndAVmRaceForTheLastUnitAndOneGetsIt) {
 }
 
 TEST_F(AdmissionEndToEnd, E8_WithTheBinderStoppedAStartIsRefusedWithinTheBoundAndLeavesNothing) {
-  // Someone else holds the Lease for an hour: this replica serves the webhooks, never binds.
-  Apply({{"apiVersion", "coordination.k8s.io/v1"},
-         {"kind", "Lease"},
-         {"metadata", {{"name", "gpu-controller"}, {"namespace", "cozy-system"}}},
-         {"spec",
-          {{"holderIdentity", "ghost"},
-           {"leaseDurationSeconds", 3600},
-           {"renewTime", kube::FormatMicroTime(std::chrono::system_clock::now())}}}});
+  GhostHoldsTheLease();
   StartWebhookReplica("replica-a", {"--bind-wait", "2s"});
   WaitReady("replica-a");
   ASSERT_EQ(Create(Order("held", "a100", 1)).first, 0);
@@ -829,13 +833,7 @@ TEST_F(AdmissionEndToEnd, E8_WithTheBinderStoppedAStartIsRefusedWithinTheBoundAn
 // attachment (the binder is not leading here, so nothing else would clear it: D18 waits for the
 // attachment grace).
 TEST_F(AdmissionEndToEnd, E5_AnUndoThatMeetsAConflictReadsAgainAndStillDetaches) {
-  Apply({{"apiVersion", "coordination.k8s.io/v1"},
-         {"kind", "Lease"},
-         {"metadata", {{"name", "gpu-controller"}, {"namespace", "cozy-system"}}},
-         {"spec",
-          {{"holderIdentity", "ghost"},
-           {"leaseDurationSeconds", 3600},
-           {"renewTime", kube::FormatMicroTime(std::chrono::system_clock::now())}}}});
+  GhostHoldsTheLease();
   StartWebhookReplica("replica-a", {"--bind-wait", "1s"});
   WaitReady("replica-a");
   ASSERT_EQ(Create(Order("held", "a100", 1)).first, 0);
