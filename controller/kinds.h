@@ -24,6 +24,10 @@ struct Kind {
                    std::string_view subresource = "") const {
     return kube::ResourcePath(group, version, plural, ns, name, subresource);
   }
+  // "v1", "kubevirt.io/v1": an object's apiVersion.
+  std::string ApiVersion() const {
+    return group.empty() ? std::string(version) : std::string(group) + "/" + std::string(version);
+  }
   kube::GroupVersionResource Resource() const {
     return {std::string(group), std::string(version), std::string(plural)};
   }

@@ -4,6 +4,7 @@
 
 #include "api/json_field.h"
 #include "api/keys.h"
+#include "controller/watched.h"
 
 namespace cozy::controller {
 namespace {
@@ -220,25 +221,15 @@ model::Snapshot DecodeSnapshotList(const nlohmann::json& list) {
     std::string kind = "item";
     try {
       kind = item.Require("kind").AsString();
-      if (kind == "Namespace") {
-        snapshot.namespaces.push_back(DecodeNamespace(item));
-      } else if (kind == "ResourceQuota") {
-        snapshot.quotas.push_back(DecodeQuota(item));
-      } else if (kind == "Node") {
-        snapshot.nodes.push_back(DecodeNode(item));
-      } else if (kind == "Pod") {
-        snapshot.pods.push_back(DecodePod(item));
-      } else if (kind == "VirtualMachineInstance") {
-        snapshot.vmis.push_back(DecodeVmi(item));
-      } else if (kind == api::kGpuNodeKind) {
-        snapshot.gpuNodes.push_back(api::GpuNodeInventoryFromJson(item.json()));
-      } else if (kind == api::kGpuClassKind) {
-        snapshot.classes.push_back(api::GpuClassFromJson(item.json()));
-      } else if (kind == api::kGpuDeviceKind) {
-        snapshot.devices.push_back(api::GpuDeviceFromJson(item.json()));
-      } else if (kind == "KubeVirt") {
-        snapshot.permittedHostDevices = DecodeKubeVirt(item);
-      } else if (kind == "ConfigMap") {
+      // Each kind the model reads (the table of watched kinds, controller/watched.h) into its
+      // snapshot member; the settings ConfigMap into the settings the daemon takes from flags.
+      bool read = false;
+      ForEachWatched([&](const auto& watched) {
+        if (read || watched.objectKind != kind || !InSnapshot(watched)) return;
+        AddToSnapshot(snapshot, watched, watched.decode(item.json()));
+        read = true;
+      });
+      if (!read && kind == "ConfigMap") {
         const api::ObjectMeta meta = Meta(item);
         if (meta.name == api::kSettingsConfigMapName) {
           const std::map<std::string, std::string> data = item.StringMapOr("data");

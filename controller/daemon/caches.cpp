@@ -1,5 +1,6 @@
 #include "controller/daemon/caches.h"
 
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -12,32 +13,20 @@
 #include "runtime/log.h"
 
 namespace cozy::controller {
-namespace {
-
-const kube::GroupVersionResource kVmiResource = kVmis.Resource();
-const kube::GroupVersionResource kWorkloadResource = kWorkloads.Resource();
-const kube::GroupVersionResource kKubeVirtResource = kKubeVirts.Resource();
-const kube::GroupVersionResource kMonitorResource = kWorkloadMonitors.Resource();
-
-}  // namespace
 
 ClusterCaches::ClusterCaches(kube::Client& client, kube::Discovery& discovery, CacheOptions options,
                              Changed changed)
     : loop_("informers", client.time()),
-      vmis(Optional(kVmiCache, Readers::kBoth,
-                    kube::Cache<model::VirtualMachineInstance>::WhenValueDiffers()),
-           &loop_),
-      records(Optional(kUsageRecordCache, Readers::kReconciler), &loop_),
-      kubevirt(Optional(kKubeVirtCache, Readers::kBoth), &loop_),
-      monitors(Optional(kUsageMonitorCache, Readers::kReconciler), &loop_),
       client_(client),
       discovery_(discovery),
       options_(std::move(options)),
       changed_(std::move(changed)) {
-  for (const auto& resource :
-       {kVmiResource, kKubeVirtResource, kWorkloadResource, kMonitorResource}) {
-    discovery_.Track(resource);
-  }
+  ForEachWatched([this](const auto& watched) {
+    if (!watched.followsDiscovery) return;
+    using T = typename std::remove_cvref_t<decltype(watched)>::Object;
+    optional_[&watched] = std::make_shared<kube::OptionalCache<T>>(Optional(watched), &loop_);
+    discovery_.Track(watched.kind.Resource());
+  });
 }
 
 void ClusterCaches::AddDeviceIndexes() {
@@ -61,71 +50,56 @@ void ClusterCaches::AddDeviceIndexes() {
   });
 }
 
+template <class T>
+kube::Served ClusterCaches::ServedNow(const Watched<T>& watched) const {
+  const kube::Served own = discovery_.IsServed(watched.kind.Resource());
+  if (watched.servedWith == nullptr) return own;
+  const kube::Served with = discovery_.IsServed(watched.servedWith->Resource());
+  if (own == kube::Served::kServed && with == kube::Served::kServed) return kube::Served::kServed;
+  if (own == kube::Served::kNotServed || with == kube::Served::kNotServed) {
+    return kube::Served::kNotServed;
+  }
+  return kube::Served::kNotSynced;
+}
+
 bool ClusterCaches::FollowDiscovery() {
-  using runtime::LogFields;
   bool moved = false;
-  if (options_.enableGpu && kubevirt.Follow(discovery_.IsServed(kKubeVirtResource))) {
-    runtime::LogInfo("KubeVirt cache",
-                     LogFields{{"state", kubevirt.Get() ? "started" : "stopped"}});
-    moved = true;
-  }
-  if (options_.enableGpu && vmis.Follow(discovery_.IsServed(kVmiResource))) {
-    runtime::LogInfo("VirtualMachineInstance cache",
-                     LogFields{{"state", vmis.Get() ? "started" : "stopped"}});
-    moved = true;
-  }
-  const kube::Served workloads = discovery_.IsServed(kWorkloadResource);
-  const kube::Served monitorsServed = discovery_.IsServed(kMonitorResource);
-  const kube::Served recordState =
-      workloads == kube::Served::kServed && monitorsServed == kube::Served::kServed
-          ? kube::Served::kServed
-          : (workloads == kube::Served::kNotServed || monitorsServed == kube::Served::kNotServed
-                 ? kube::Served::kNotServed
-                 : kube::Served::kNotSynced);
-  const bool recordsMoved = records.Follow(recordState);
-  const bool monitorsMoved = monitors.Follow(recordState);
-  if (recordsMoved || monitorsMoved) {
-    runtime::LogInfo("usage-record caches",
-                     LogFields{{"state", records.Get() ? "started" : "stopped"}});
-    moved = true;
-  }
+  ForEachWatched([this, &moved](const auto& watched) {
+    if (!watched.followsDiscovery || (watched.gpuOnly && !options_.enableGpu)) return;
+    auto& optional = OptionalOf(watched);
+    if (optional.Follow(ServedNow(watched))) {
+      runtime::LogInfo(std::string(watched.objectKind) + " cache",
+                       runtime::LogFields{{"state", optional.Get() ? "started" : "stopped"}});
+      moved = true;
+    }
+  });
   return moved;
 }
 
 void ClusterCaches::StopOptional() {
-  vmis.Stop();
-  kubevirt.Stop();
-  records.Stop();
-  monitors.Stop();
+  ForEachWatched([this](const auto& watched) {
+    if (watched.followsDiscovery) OptionalOf(watched).Stop();
+  });
 }
 
 bool ClusterCaches::FillSnapshot(model::Snapshot& snapshot) const {
-  for (const auto& item : Get(kNamespaceCache).List()) snapshot.namespaces.push_back(*item);
-  for (const auto& item : Get(kQuotaCache).List()) snapshot.quotas.push_back(*item);
-  // The caches' own objects, shared (a pointer each, none copied).
-  snapshot.nodes = model::SharedVector<model::Node>::Sharing(Get(kNodeCache).List());
-  // The cache keeps only the pods that can count in a decision (kPodCache).
-  snapshot.pods = model::SharedVector<model::Pod>::Sharing(Get(kPodCache).List());
-  snapshot.gpuNodes =
-      model::SharedVector<api::GpuNodeInventory>::Sharing(Get(kGpuNodeCache).List());
-  for (const auto& item : Get(kClassCache).List()) snapshot.classes.push_back(*item);
-  bool vmisKnown = false;
-  if (discovery_.IsServed(kVmiResource) == kube::Served::kServed) {
-    if (auto cache = vmis.Get(); cache && cache->Synced()) {
-      vmisKnown = true;
-      snapshot.vmis = model::SharedVector<model::VirtualMachineInstance>::Sharing(cache->List());
+  ForEachWatched([this, &snapshot](const auto& watched) {
+    if (!InSnapshot(watched) || watched.readerFillsSnapshot) return;
+    if (!watched.followsDiscovery) {
+      FillSnapshotMember(snapshot, watched, Get(watched).List());
+    } else if (auto cache = Readable(watched)) {
+      FillSnapshotMember(snapshot, watched, cache->List());
     }
-  }
-  snapshot.permittedHostDevices = PermittedHostDevices();
+  });
   snapshot.settings.resourceNames = options_.gpuResourceNames;
   snapshot.settings.notReadyGraceSeconds =
       std::chrono::duration_cast<std::chrono::seconds>(options_.notReadyGrace).count();
   snapshot.now = api::FormatTime(std::chrono::system_clock::now());
-  return vmisKnown;
+  return Readable(kVmiCache) != nullptr;
 }
 
 model::PermittedHostDevices ClusterCaches::PermittedHostDevices() const {
-  if (auto cache = kubevirt.Get(); cache && cache->Synced()) {
+  if (auto cache = Readable(kKubeVirtCache)) {
     const auto all = cache->List();
     if (!all.empty()) return *all.front();
   }
@@ -141,8 +115,8 @@ ReconcileInput ClusterCaches::BuildInput() const {
   input.devices = Get(kDeviceCache).List();
   input.vmis = VmiLookupForPass();
 
-  const auto recordCache = records.Get();
-  const auto monitorCache = monitors.Get();
+  const auto recordCache = Running(kUsageRecordCache);
+  const auto monitorCache = Running(kUsageMonitorCache);
   if (recordCache && monitorCache && recordCache->Synced() && monitorCache->Synced()) {
     input.usageRecords = true;
     // Pods are watched with GPUs on only: without, their records are left as they are.
@@ -173,9 +147,9 @@ ReconcileInput ClusterCaches::BuildInput() const {
 
 VmiLookup ClusterCaches::VmiLookupForPass() const {
   if (options_.enableGpu) {
-    return VmiLookupFromCache(discovery_.State(kVmiResource), vmis.Get());
+    return VmiLookupFromCache(discovery_.State(kVmis.Resource()), Running(kVmiCache));
   }
-  return VmiLookupByReading(client_, discovery_.IsServed(kVmiResource));
+  return VmiLookupByReading(client_, discovery_.IsServed(kVmis.Resource()));
 }
 
 model::SharedVector<api::GpuDevice> ClusterCaches::DevicesNow() const {

@@ -1,14 +1,10 @@
 // The cluster as a gpu-controller replica caches it, and what its passes and webhooks read from
 // it: the model's snapshot (FillSnapshot), the reconciler's input (BuildInput), the webhooks'
 // snapshot and model (Prepared). It is the controller's informer factory: a cache is made from
-// its constant (controller/daemon/watched.h) and found by it. daemon.cpp owns one, asks for each
-// cache in a Watch line, wires its changes to the passes and runs it; this file knows nothing of
-// passes, the loop or the Lease.
-//
-// The caches: GPUClasses, GPUDevices, GPUNodes and the settings ConfigMap always; with
-// --enable-gpu, Namespaces, ResourceQuotas, Nodes and Pods (what the binder's model reads besides
-// the GPU objects); and the kinds that come and go with discovery (FollowDiscovery): VMIs and
-// KubeVirt's configuration with --enable-gpu, Cozystack's usage records and their monitors.
+// its constant in the table of watched kinds (controller/watched.h) and found by it. daemon.cpp
+// owns one, makes a cache of each kind of the table that does not follow discovery, wires its
+// changes to the passes and runs it; the kinds that come and go with discovery are made and
+// followed here (FollowDiscovery). This file knows nothing of passes, the loop or the Lease.
 #pragma once
 
 #include <chrono>
@@ -26,10 +22,10 @@
 #include "api/gpunode_types.h"
 #include "controller/daemon/daemon.h"
 #include "controller/daemon/vmi_lookup.h"
-#include "controller/daemon/watched.h"
 #include "controller/kinds.h"
 #include "controller/model/snapshot.h"
 #include "controller/reconciler/plan.h"
+#include "controller/watched.h"
 #include "controller/webhook/webhooks.h"
 #include "kube/cache.h"
 #include "kube/client.h"
@@ -55,14 +51,14 @@ class ClusterCaches {
   kube::InformerLoop loop_;
 
  public:
-  // Who reads a cache: whose passes its changes wake.
-  // kNone: a change only the webhooks' snapshot shows (a pod the binder's quiet room absorbs).
-  enum class Readers { kReconciler, kBinder, kBoth, kNone };
+  // Who reads a cache: whose passes its changes wake (controller/watched.h).
+  using Readers = controller::Readers;
   // Called on the informer loop (or a list worker) when something `Readers` read changed.
   using Changed = std::function<void(Readers)>;
 
-  // `client` and `discovery` outlive this. The kinds that come and go report their changes
-  // through `changed`; the others are wired by the daemon's Watch lines.
+  // `client` and `discovery` outlive this. The kinds that come and go (every `followsDiscovery`
+  // kind of the table) report their changes through `changed`; the others are wired by the
+  // daemon's Watch.
   ClusterCaches(kube::Client& client, kube::Discovery& discovery, CacheOptions options,
                 Changed changed);
   ClusterCaches(const ClusterCaches&) = delete;
@@ -102,13 +98,21 @@ class ClusterCaches {
   // Each of those that runs now, by name.
   template <class Visit>
   void ForEachOptional(Visit&& visit) const {
-    if (auto cache = vmis.Get()) visit(kVmiCache.Name(), *cache);
-    if (auto cache = records.Get()) visit(kUsageRecordCache.Name(), *cache);
-    if (auto cache = monitors.Get()) visit(kUsageMonitorCache.Name(), *cache);
+    ForEachWatched([&](const auto& watched) {
+      if (!watched.followsDiscovery) return;
+      if (auto cache = Running(watched)) visit(watched.Name(), *cache);
+    });
+  }
+  // The cache of a kind that comes and goes while its kind is served; nullptr otherwise. Any
+  // thread.
+  template <class T>
+  std::shared_ptr<kube::Cache<T>> Running(const Watched<T>& watched) const {
+    return OptionalOf(watched).Get();
   }
 
-  // Everything the model reads but the devices, as the caches show it; returns whether the VMIs
-  // are known (their kind served and its cache synced, G7). Any thread.
+  // Everything the model reads but the devices (each kind of the table into its snapshot
+  // member), as the caches show it; returns whether the VMIs are known (their kind served and
+  // its cache synced, G7). Any thread.
   bool FillSnapshot(model::Snapshot& snapshot) const;
   // KubeVirt's permittedHostDevices, while its cache runs and has its object; else empty.
   model::PermittedHostDevices PermittedHostDevices() const;
@@ -124,26 +128,36 @@ class ClusterCaches {
   // webhook reads"). Any thread.
   model::SharedVector<api::GpuDevice> DevicesNow() const;
 
-  // While their kinds are served (FollowDiscovery).
-  kube::OptionalCache<model::VirtualMachineInstance> vmis;
-  kube::OptionalCache<nlohmann::json> records;
-  kube::OptionalCache<model::PermittedHostDevices> kubevirt;
-  kube::OptionalCache<nlohmann::json> monitors;
-
  private:
   // The factory of a kind that comes and goes: its cache made from `watched`, its changes
-  // (those `matters` lets through) reported through `changed_` as `readers`'.
+  // (those its `matters` lets through) reported through `changed_` as its readers'.
   template <class T>
-  typename kube::OptionalCache<T>::Factory Optional(
-      const Watched<T>& watched, Readers readers,
-      typename kube::Cache<T>::ChangeFilter matters = nullptr) {
-    return [this, &watched, readers, matters] {
+  typename kube::OptionalCache<T>::Factory Optional(const Watched<T>& watched) {
+    return [this, &watched] {
       std::shared_ptr<kube::Cache<T>> cache = watched.Make(client_, options_.namespaceName);
-      if (matters) cache->SetChangeFilter(matters);
-      cache->SetOnChange([this, readers] { changed_(readers); });
+      cache->SetOnChange([this, readers = watched.readers] { changed_(readers); });
       return cache;
     };
   }
+  // The OptionalCache of a kind that comes and goes (made in the constructor).
+  template <class T>
+  kube::OptionalCache<T>& OptionalOf(const Watched<T>& watched) const {
+    return *static_cast<kube::OptionalCache<T>*>(optional_.at(&watched).get());
+  }
+  // The cache of a kind that comes and goes, when it runs, has listed and its objects are known
+  // (knownOnlyWhileServed: discovery says served); nullptr otherwise.
+  template <class T>
+  std::shared_ptr<kube::Cache<T>> Readable(const Watched<T>& watched) const {
+    if (watched.knownOnlyWhileServed &&
+        discovery_.IsServed(watched.kind.Resource()) != kube::Served::kServed) {
+      return nullptr;
+    }
+    auto cache = Running(watched);
+    return cache && cache->Synced() ? cache : nullptr;
+  }
+  // Discovery's word on a kind that comes and goes: with `servedWith`, served only while both are.
+  template <class T>
+  kube::Served ServedNow(const Watched<T>& watched) const;
   // How this pass tells whether a VMI exists (controller/daemon/vmi_lookup.h).
   VmiLookup VmiLookupForPass() const;
 
@@ -158,6 +172,9 @@ class ClusterCaches {
   mutable std::mutex devicesMutex_;
   mutable std::optional<uint64_t> devicesVersion_;
   mutable model::SharedVector<api::GpuDevice> devices_;
+  // The kinds that come and go, an OptionalCache<T> each, by their constant. Last: its caches'
+  // changes call `changed_`.
+  std::map<const void*, std::shared_ptr<void>> optional_;
 };
 
 }  // namespace cozy::controller

@@ -139,8 +139,9 @@ class Controller {
   using Readers = ClusterCaches::Readers;
 
   // What runs, in the order it starts; it stops in the reverse once the loop has ended. A watched
-  // kind is one Watch line; readiness is every cache that gates it synced. The leader's passes
-  // stop before the Lease is released (G8), and their writes end with the leadership (Stop).
+  // kind is a cache of the table (controller/watched.h); readiness is every cache that gates it
+  // synced. The leader's passes stop before the Lease is released (G8), and their writes end with
+  // the leadership (Stop).
   void AddParts() {
     manager_.Add(
         "health",
@@ -152,21 +153,14 @@ class Controller {
         },
         [this] { health_.Stop(); });
     caches_.AddDeviceIndexes();
-    // Each with who reads it: a change wakes those (and the webhooks' snapshot), and the
-    // reconciler's passes wait for the caches it reads to sync.
-    Watch(kClassCache, Readers::kBoth);
-    Watch(kDeviceCache, Readers::kBoth);
-    Watch(kGpuNodeCache, Readers::kBoth);
-    Watch(kSettingsCache, Readers::kReconciler);
-    if (options_.enableGpu) {
-      // What the binder's model reads besides the GPU objects (with GPUs on), each change
-      // filtered to those the model reads something different in (docs/controller.md, "Who wakes
-      // for a change"): a pod's status heartbeat, or a pod of cpu and memory alone, wakes nobody.
-      Watch(kNamespaceCache, Readers::kBinder, kube::Cache<model::Namespace>::WhenValueDiffers());
-      Watch(kQuotaCache, Readers::kBinder, kube::Cache<model::ResourceQuota>::WhenValueDiffers());
-      Watch(kNodeCache, Readers::kBinder, kube::Cache<model::Node>::WhenValueDiffers());
-      WatchPods();
-    }
+    // Each kind of the table (controller/watched.h) that does not come and go, with GPUs on the
+    // GPU-only ones too: a change that matters wakes its readers (and the webhooks' snapshot),
+    // and the reconciler's passes wait for the caches it reads to sync.
+    ForEachWatched([this](const auto& watched) {
+      if (watched.followsDiscovery || (watched.gpuOnly && !options_.enableGpu)) return;
+      Watch(watched);
+    });
+    if (options_.enableGpu) WatchPods();
     // The kinds that come and go start and stop with their kind being served (Tick); whatever
     // runs at the end stops here. They never gate readiness (G4).
     manager_.Add("optional caches", {}, [this] { caches_.StopOptional(); });
@@ -298,16 +292,15 @@ class Controller {
     if (readers != Readers::kBinder) reconciler_.Trigger();
   }
 
-  // A cache of the manager's: its changes (those `matters` lets through; none: all) trigger
+  // A cache of the manager's: its changes (those its `matters` lets through; none: all) trigger
   // the passes of its readers and wake waiting webhooks; it gates readiness, and the
   // reconciler's passes wait for it when the reconciler reads it; its metrics and list/watch
-  // errors are exported and logged under `name`.
+  // errors are exported and logged under its name.
   template <class T>
-  void Watch(const Watched<T>& watched, Readers readers,
-             typename kube::Cache<T>::ChangeFilter matters = nullptr) {
+  void Watch(const Watched<T>& watched) {
     kube::Cache<T>& cache = caches_.Make(watched);
     const std::string name = watched.Name();
-    if (matters) cache.SetChangeFilter(std::move(matters));
+    const Readers readers = watched.readers;
     cache.SetOnChange([this, readers] { Changed(readers); });
     runtime::Manager::Runnable runnable;
     runnable.name = name;
@@ -320,18 +313,20 @@ class Controller {
     if (readers != Readers::kBinder) view_.ReconcilerReads(cache);
   }
 
-  // Pods, through PodChanges' two steps (controller/daemon/view.h). While usage records are
-  // served, every change that matters also asks the reconciler for a pass within a second
-  // (ReconcilerLoop::TriggerForRecords), which writes the pods' raw-name usage records (C11).
+  // Pods (watched as every kind is), through PodChanges' two steps (controller/daemon/view.h).
+  // While usage records are served, every change that matters also asks the reconciler for a
+  // pass within a second (ReconcilerLoop::TriggerForRecords), which writes the pods' raw-name
+  // usage records (C11).
   void WatchPods() {
-    Watch(kPodCache, Readers::kBoth, [this](const model::Pod* before, const model::Pod* after) {
+    kube::Cache<model::Pod>& pods = caches_.Get(kPodCache);
+    pods.SetChangeFilter([this](const model::Pod* before, const model::Pod* after) {
       return pods_->Matters(before, after);
     });
-    caches_.Get(kPodCache).SetOnChange([this] {
+    pods.SetOnChange([this] {
       Changed(pods_->TakeStep());
       // The reconciler reads pods only for their usage records (none while Cozystack's kinds
       // are not served), which may lag a second: pod churn costs it a pass a second at most.
-      if (caches_.records.Get() != nullptr) {
+      if (caches_.Running(kUsageRecordCache) != nullptr) {
         loop_.Post([this] {
           if (!stopping_) reconciler_.TriggerForRecords();
         });

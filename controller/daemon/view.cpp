@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "controller/daemon/watched.h"
 #include "controller/model/readers.h"
+#include "controller/watched.h"
 
 namespace cozy::controller {
 

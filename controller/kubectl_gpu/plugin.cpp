@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include "controller/simulate.h"
 #include "controller/snapshot_json.h"
 #include "controller/table.h"
+#include "controller/watched.h"
 #include "kube/client.h"
 #include "kube/config.h"
 #include "kube/errors.h"
@@ -65,25 +67,26 @@ fs::path KubeconfigPath(const std::string& flag) {
 }
 
 struct Kind {
-  const char* kind;
-  const char* apiVersion;
+  std::string kind;
+  std::string apiVersion;
   std::string path;
   bool optional;  // unserved (its CRD or KubeVirt not installed): no items, not an error
 };
 
-// What the model reads, listed once each, as `simulate` reads them from a file.
+// What the model reads (each kind of the table with a snapshot member, controller/watched.h), as
+// `simulate` reads them from a file. A kind outside the core group may be unserved. The core
+// kinds, which every cluster serves, are read first: credentials the server refuses fail on the
+// first read, of the namespaces.
 std::vector<Kind> Kinds() {
-  return {
-      {"Namespace", "v1", kNamespaces.Path(), false},
-      {"ResourceQuota", "v1", kResourceQuotas.Path(), false},
-      {"Node", "v1", kNodes.Path(), false},
-      {"Pod", "v1", kPods.Path(), false},
-      {"GPUNode", "gpu.cozystack.io/v1alpha1", kGpuNodes.Path(), true},
-      {"GPUClass", "gpu.cozystack.io/v1alpha1", kGpuClasses.Path(), true},
-      {"GPUDevice", "gpu.cozystack.io/v1alpha1", kGpuDevices.Path(), true},
-      {"VirtualMachineInstance", "kubevirt.io/v1", kVmis.Path(), true},
-      {"KubeVirt", "kubevirt.io/v1", kKubeVirts.Path(), true},
-  };
+  std::vector<Kind> kinds;
+  ForEachWatched([&kinds](const auto& watched) {
+    if (!InSnapshot(watched)) return;
+    kinds.push_back({std::string(watched.objectKind), watched.kind.ApiVersion(),
+                     watched.kind.Path(), !watched.kind.group.empty()});
+  });
+  std::stable_partition(kinds.begin(), kinds.end(),
+                        [](const Kind& kind) { return !kind.optional; });
+  return kinds;
 }
 
 // Pages of 500, as kubectl reads a large list.

@@ -1,11 +1,14 @@
 // ClusterCaches, the controller's informer factory, against the fake API server: the caches made
-// from their constants, and the webhooks' view of a new cache state that keeps the devices of
+// from their constants, every kind of the table of watched kinds (controller/watched.h) in the
+// snapshot member it names, the kinds that come and go followed as discovery says, and the
+// webhooks' view of a new cache state that keeps the devices of
 // the state before when only other kinds changed (a pod's change must not copy
 // 40,000 devices again before the next VM start is answered).
 #include "controller/daemon/caches.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 #include <string>
@@ -44,7 +47,11 @@ json GpuPod(const std::string& name) {
 class ClusterCachesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    server_ = testing::StartChartApiServer();
+    fake::FakeApiServerOptions serverOptions;
+    // The chart's CRDs, KubeVirt's and Cozystack's: every kind of the table is served.
+    serverOptions.crdPaths = {testing::ChartCrdDir(), testing::TestCrdDir()};
+    server_ = std::make_unique<fake::FakeApiServer>(serverOptions);
+    server_->Start();
     client_ = std::make_unique<kube::Client>(testing::ConfigFor(*server_));
     testing::SeedOneGpuNode(*server_, "t1", "n1", 4);
     for (const std::string name : {"d1", "d2"}) server_->Seed(Device(name));
@@ -53,15 +60,12 @@ class ClusterCachesTest : public ::testing::Test {
     caches_ = std::make_unique<ClusterCaches>(*client_, *discovery_, options_,
                                               [](ClusterCaches::Readers) {});
   }
-  // What the daemon's Watch lines make for the model (with GPUs on), started and synced.
+  // What the daemon's Watch makes (with GPUs on): every kind of the table that does not come
+  // and go, started and synced.
   void WatchAll() {
-    Start(caches_->Make(kClassCache));
-    Start(caches_->Make(kDeviceCache));
-    Start(caches_->Make(kGpuNodeCache));
-    Start(caches_->Make(kNamespaceCache));
-    Start(caches_->Make(kQuotaCache));
-    Start(caches_->Make(kNodeCache));
-    Start(caches_->Make(kPodCache));
+    ForEachWatched([this](const auto& watched) {
+      if (!watched.followsDiscovery) Start(caches_->Make(watched));
+    });
   }
   template <class T>
   void Start(kube::Cache<T>& cache) {
@@ -114,6 +118,71 @@ TEST_F(ClusterCachesTest, APodsChangeKeepsTheDevicesOfTheWebhooksViewBeforeIt) {
   ASSERT_EQ(third->snapshot.devices.size(), 2U);
   EXPECT_EQ(third->snapshot.devices[0].status.nodeName, std::optional<std::string>("n1"));
   EXPECT_FALSE(second->snapshot.devices[0].status.nodeName) << "the view before is as it was";
+}
+
+// Each kind of the table that the model reads fills the snapshot member it names: the ones always
+// watched, and those that come and go once discovery says they are served (the VMIs then known,
+// G7); stopped, they are gone from the snapshot again.
+TEST_F(ClusterCachesTest, EveryWatchedKindFillsItsSnapshotMemberAndTheOptionalOnesFollowDiscovery) {
+  server_->Seed({{"apiVersion", "v1"},
+                 {"kind", "ResourceQuota"},
+                 {"metadata", {{"name", "q"}, {"namespace", "t1"}}},
+                 {"spec", {{"hard", {{"requests.nvidia.com/GA100", "2"}}}}}});
+  server_->Seed({{"apiVersion", "kubevirt.io/v1"},
+                 {"kind", "VirtualMachineInstance"},
+                 {"metadata", {{"name", "vm"}, {"namespace", "t1"}}},
+                 {"spec", json::object()},
+                 {"status", {{"phase", "Running"}, {"nodeName", "n1"}}}});
+  server_->Seed(
+      {{"apiVersion", "kubevirt.io/v1"},
+       {"kind", "KubeVirt"},
+       {"metadata", {{"name", "kubevirt"}, {"namespace", "cozy-kubevirt"}}},
+       {"spec",
+        {{"configuration",
+          {{"permittedHostDevices",
+            {{"pciHostDevices",
+              {{{"pciVendorSelector", "10DE:20B7"}, {"resourceName", "nvidia.com/GA100"}}}}}}}}}}});
+  client_->Create("/api/v1/namespaces/t1/pods", GpuPod("raw"));
+  WatchAll();
+
+  model::Snapshot before;
+  EXPECT_FALSE(caches_->FillSnapshot(before)) << "discovery has not answered: no VMI is known";
+  EXPECT_TRUE(
+      std::ranges::any_of(before.namespaces, [](const auto& ns) { return ns.name == "t1"; }));
+  EXPECT_EQ(before.quotas.size(), 1U);
+  EXPECT_EQ(before.nodes.size(), 1U);
+  EXPECT_EQ(before.pods.size(), 1U);
+  EXPECT_EQ(before.gpuNodes.size(), 1U);
+  EXPECT_EQ(before.classes.size(), 1U);
+  EXPECT_TRUE(before.devices.empty()) << "each reader puts the devices in its own way";
+  EXPECT_TRUE(before.vmis.empty());
+  EXPECT_TRUE(before.permittedHostDevices.pciHostDevices.empty());
+
+  discovery_->Refresh();
+  EXPECT_TRUE(caches_->FollowDiscovery()) << "the served kinds start";
+  std::vector<std::string> running;
+  caches_->ForEachOptional(
+      [&](const std::string& name, const kube::CacheBase&) { running.push_back(name); });
+  EXPECT_EQ(running, (std::vector<std::string>{"virtualmachineinstances", "kubevirts", "workloads",
+                                               "workloadmonitors"}));
+  ASSERT_TRUE(testing::WaitFor([&] {
+    const auto vmis = caches_->Running(kVmiCache);
+    const auto kubevirt = caches_->Running(kKubeVirtCache);
+    return vmis && kubevirt && vmis->Synced() && kubevirt->Synced();
+  }));
+  model::Snapshot after;
+  EXPECT_TRUE(caches_->FillSnapshot(after)) << "served and listed: the VMIs are known";
+  ASSERT_EQ(after.vmis.size(), 1U);
+  EXPECT_EQ(after.vmis[0].name, "vm");
+  ASSERT_EQ(after.permittedHostDevices.pciHostDevices.size(), 1U);
+  EXPECT_EQ(after.permittedHostDevices.pciHostDevices[0].resourceName, "nvidia.com/GA100");
+  EXPECT_FALSE(caches_->FollowDiscovery()) << "nothing moved";
+
+  caches_->StopOptional();
+  EXPECT_EQ(caches_->Running(kUsageRecordCache), nullptr);
+  model::Snapshot stopped;
+  EXPECT_FALSE(caches_->FillSnapshot(stopped));
+  EXPECT_TRUE(stopped.vmis.empty());
 }
 
 }  // namespace
