@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "api/keys.h"
+#include "controller/watched.h"
 #include "test/chart/chart_render.h"
 #include "test/support/fixture_host.h"
 
@@ -1102,33 +1103,41 @@ TEST(ChartController, RbacIsExactlyTheLeastTheControllerNeeds) {
     for (const auto& [at, verbs] : merged) rules.insert({at.first, at.second, verbs});
     return rules;
   };
-  const std::set<Rule> always = {
-      {"gpu.cozystack.io", "gpuclasses", {"list", "watch", "patch"}},
-      {"gpu.cozystack.io", "gpudevices", {"list", "watch", "patch", "delete"}},
-      {"gpu.cozystack.io", "gpudevices/status", {"patch"}},
-      {"gpu.cozystack.io", "gpunodes", {"list", "watch"}},
-      {"kubevirt.io", "virtualmachineinstances", {"get"}},
-      {"cozystack.io", "workloads", {"list", "watch", "create", "update", "delete"}},
-      {"cozystack.io", "workloadmonitors", {"list", "watch", "create", "update", "delete"}},
+  // Besides list and watch, which each kind of the table of watched kinds adds below.
+  std::map<std::pair<std::string, std::string>, std::set<std::string>> always = {
+      {{"gpu.cozystack.io", "gpuclasses"}, {"patch"}},
+      {{"gpu.cozystack.io", "gpudevices"}, {"patch", "delete"}},
+      {{"gpu.cozystack.io", "gpudevices/status"}, {"patch"}},
+      {{"kubevirt.io", "virtualmachineinstances"}, {"get"}},
+      {{"cozystack.io", "workloads"}, {"create", "update", "delete"}},
+      {{"cozystack.io", "workloadmonitors"}, {"create", "update", "delete"}},
   };
-  const std::set<Rule> gpu = {
-      {"", "namespaces", {"list", "watch"}},
-      {"", "resourcequotas", {"list", "watch"}},
-      {"", "nodes", {"list", "watch"}},
-      {"", "pods", {"list", "watch"}},
-      {"kubevirt.io", "virtualmachineinstances", {"list", "watch"}},
-      {"kubevirt.io", "kubevirts", {"list", "watch"}},
-      {"gpu.cozystack.io", "gpudevices", {"get", "create"}},
-      {"gpu.cozystack.io", "gpunodes/status", {"patch"}},
-      {"events.k8s.io", "events", {"create"}},
+  std::map<std::pair<std::string, std::string>, std::set<std::string>> gpuOnly = {
+      {{"gpu.cozystack.io", "gpudevices"}, {"get", "create"}},
+      {{"gpu.cozystack.io", "gpunodes/status"}, {"patch"}},
+      {{"events.k8s.io", "events"}, {"create"}},
   };
-  const std::set<Rule> namespaced = {
-      {"coordination.k8s.io", "leases", {"get", "create", "update"}},
-      {"", "configmaps", {"list", "watch", "create", "update"}},
+  std::map<std::pair<std::string, std::string>, std::set<std::string>> inNamespace = {
+      {{"coordination.k8s.io", "leases"}, {"get", "create", "update"}},
+      {{"", "configmaps"}, {"create", "update"}},
   };
+  // List and watch: each watched kind's cache (controller/watched.h), in the role that holds it
+  // (ChartControllerRbac, controller_rbac_test.cpp, says why each).
+  controller::ForEachWatched([&](const auto& watched) {
+    auto& role = watched.inControllerNamespace ? inNamespace : watched.gpuOnly ? gpuOnly : always;
+    role[{std::string(watched.kind.group), std::string(watched.kind.plural)}].insert(
+        {"list", "watch"});
+  });
+  const auto asRules = [](const auto& merged) {
+    std::set<Rule> rules;
+    for (const auto& [at, verbs] : merged) rules.insert({at.first, at.second, verbs});
+    return rules;
+  };
+  const std::set<Rule> gpu = asRules(gpuOnly);
+  const std::set<Rule> namespaced = asRules(inNamespace);
   for (const auto& overrides : {YAML::Node(), GpuOn()}) {
     const auto documents = Render(overrides);
-    EXPECT_EQ(rulesOf(Named(documents, "ClusterRole", "gpu-controller")), always);
+    EXPECT_EQ(rulesOf(Named(documents, "ClusterRole", "gpu-controller")), asRules(always));
     EXPECT_EQ(rulesOf(Named(documents, "Role", "gpu-controller")), namespaced);
     const bool on = overrides.IsDefined() && !overrides.IsNull();
     for (const auto& role : OfKind(documents, "ClusterRole")) {
