@@ -8,6 +8,8 @@
 // reader (DecodeSnapshotList), `kubectl gpu`'s reads, and the chart RBAC's test.
 #pragma once
 
+#include <chrono>
+#include <concepts>
 #include <memory>
 #include <string>
 #include <string_view>
