@@ -72,8 +72,8 @@ class ClusterCaches {
     if (!made) made = watched.Make(client_, options_.namespaceName);
     return static_cast<kube::Cache<T>&>(*made);
   }
-  // The cache Make made of `watched`; std::logic_error when none was (a reader of a cache no
-  // Watch line asked for). Any thread.
+  // The cache Make made of `watched`; std::logic_error when none was (a reader of a cache the
+  // daemon's Watch did not make: a GPU-only kind with GPUs off). Any thread.
   template <class T>
   kube::Cache<T>& Get(const Watched<T>& watched) const {
     auto found = made_.find(&watched);

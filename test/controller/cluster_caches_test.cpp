@@ -80,7 +80,7 @@ class ClusterCachesTest : public ::testing::Test {
 };
 
 TEST_F(ClusterCachesTest, ACacheIsMadeOnceFromItsConstantAndFoundByIt) {
-  EXPECT_THROW(caches_->Get(kPodCache), std::logic_error) << "no Watch line made it";
+  EXPECT_THROW(caches_->Get(kPodCache), std::logic_error) << "no Watch made it";
   kube::Cache<model::Pod>& pods = caches_->Make(kPodCache);
   EXPECT_EQ(&caches_->Make(kPodCache), &pods) << "made once";
   EXPECT_EQ(&caches_->Get(kPodCache), &pods);
