@@ -1477,8 +1477,9 @@ TEST(ChartNotes, TheMonitoringInstalledOrItsAbsenceIsSaid) {
   Release prometheus;
   prometheus.apiVersions = {"monitoring.coreos.com/v1"};
   const std::string withPrometheus = Notes(YAML::Node(), prometheus);
-  EXPECT_NE(withPrometheus.find("Installed for your monitoring: ServiceMonitors, a PrometheusRule."),
-            std::string::npos)
+  EXPECT_NE(
+      withPrometheus.find("Installed for your monitoring: ServiceMonitors, a PrometheusRule."),
+      std::string::npos)
       << withPrometheus;
   Release victoria;
   victoria.apiVersions = {"operator.victoriametrics.com/v1beta1"};
