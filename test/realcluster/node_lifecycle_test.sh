@@ -79,7 +79,10 @@ if until_is 30 node-b node_of idle; then
   [ "$moved" -ge 8 ] && pass "after the grace (10 s) it moved to node-b ($moved s after Unknown)" ||
     fail "it moved to node-b only $moved s after Unknown, within the grace"
 else
-  fail "the idle set never left node-a: $(node_of idle) $(phase_of idle)"
+  # What the binder said, and what it saw of node-b, for a failure that happens only under load.
+  fail "the idle set never left node-a: $(node_of idle) $(phase_of idle):" \
+    "status $(kc get gpudevice idle -n tenant -o jsonpath='{.status}')," \
+    "node-b Ready=$(ready node-b), its GPUNode $(kc get gpunode node-b -o jsonpath='{.status.conditions}')"
 fi
 [ "$(node_of running)" = node-a ] && pass "the set of the VM running on node-a never moves" ||
   fail "the running VM's set moved: $(node_of running)"
