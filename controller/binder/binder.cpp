@@ -16,6 +16,7 @@
 
 #include "api/keys.h"
 #include "api/time.h"
+#include "controller/binder/device_key.h"
 #include "controller/kinds.h"
 #include "controller/model/readers.h"
 #include "kube/errors.h"
@@ -32,8 +33,6 @@ std::string DevicePath(const api::GpuDevice& device, bool status) {
   return kGpuDevices.Path(device.metadata.namespaceName, device.metadata.name,
                           status ? "status" : "");
 }
-
-std::string Key(const api::ObjectMeta& meta) { return meta.namespaceName + "/" + meta.name; }
 
 // Whether the server refused a write for what the device is, not for its own state: the device
 // is held off and the others go on (Binder's header).
@@ -56,44 +55,6 @@ bool FreesUnits(const api::GpuDevice& device, const model::Decision& decision) {
   if (!node || device.Phase() != api::DevicePhase::kBound) return false;
   return decision.action == model::Action::kLost ||
          (decision.action == model::Action::kMove && decision.node != *node);
-}
-
-// A device by namespace and name, without building "ns/name" for each of a pass's decisions.
-struct DeviceName {
-  std::string_view ns;
-  std::string_view name;
-  bool operator==(const DeviceName&) const = default;
-};
-struct DeviceNameHash {
-  size_t operator()(const DeviceName& device) const {
-    const size_t ns = std::hash<std::string_view>()(device.ns);
-    return ns ^ (std::hash<std::string_view>()(device.name) + 0x9e3779b97f4a7c15ULL + (ns << 6) +
-                 (ns >> 2));
-  }
-};
-
-// "ns/name" as views of its two parts.
-DeviceName SplitKey(const std::string& key) {
-  const size_t slash = key.find('/');
-  return DeviceName{
-      std::string_view(key).substr(0, slash),
-      slash == std::string::npos ? std::string_view() : std::string_view(key).substr(slash + 1)};
-}
-
-// The resourceVersion an API answer shows ("" where it shows none).
-std::string ResourceVersionOf(const nlohmann::json* object) {
-  if (!object || !object->is_object()) return "";
-  const auto metadata = object->find("metadata");
-  if (metadata == object->end() || !metadata->is_object()) return "";
-  const auto version = metadata->find("resourceVersion");
-  return version != metadata->end() && version->is_string() ? version->get<std::string>() : "";
-}
-
-// Whether `version` is one a write of the binder's replaced (the cache has not shown it yet).
-template <typename Written>
-bool Replaced(const Written& written, const std::string& version) {
-  return std::find(written.replaced.begin(), written.replaced.end(), version) !=
-         written.replaced.end();
 }
 
 }  // namespace
@@ -191,178 +152,6 @@ void Binder::ReportInputProblems(std::chrono::system_clock::time_point now, Bind
   }
 }
 
-int Binder::Resync(const std::vector<std::shared_ptr<const api::GpuDevice>>& cached,
-                   const std::vector<api::GpuDevice>& listed) {
-  std::unordered_map<std::string, const std::string*> versions;
-  versions.reserve(cached.size());
-  for (const auto& device : cached) {
-    versions[Key(device->metadata)] = &device->metadata.resourceVersion;
-  }
-  unsettled_.clear();
-  for (const api::GpuDevice& device : listed) {
-    const std::string key = Key(device.metadata);
-    auto found = versions.find(key);
-    if (found == versions.end()) {
-      unsettled_[key] = "";  // on the server, not yet in the cache
-    } else {
-      if (*found->second != device.metadata.resourceVersion) unsettled_[key] = *found->second;
-      versions.erase(found);
-    }
-  }
-  for (const auto& [key, version] : versions) {
-    unsettled_[key] = *version;  // in the cache, deleted on the server since
-  }
-  return static_cast<int>(unsettled_.size());
-}
-
-std::vector<std::string> Binder::StaleInCache(const CachedLookup& cached) {
-  std::vector<std::string> stale;
-  for (auto it = written_.begin(); it != written_.end();) {
-    const std::shared_ptr<const api::GpuDevice> device = cached(it->first);
-    if (device && Replaced(it->second, device->metadata.resourceVersion)) {
-      stale.push_back(it->first);  // still a version our writes replaced
-      ++it;
-    } else {
-      it = written_.erase(it);  // the cache has moved on (or the device is gone)
-    }
-  }
-  // After a leader change, read past each until ReadPast finds the cache showing the server's
-  // version.
-  const std::unordered_set<std::string> already(stale.begin(), stale.end());
-  for (const auto& [key, version] : unsettled_) {
-    if (!already.contains(key)) stale.push_back(key);
-  }
-  return stale;
-}
-
-std::shared_ptr<const api::GpuDevice> Binder::Answered(Written& written) {
-  if (!written.device && written.answer) {
-    try {
-      written.device =
-          std::make_shared<const api::GpuDevice>(api::GpuDeviceFromJson(*written.answer));
-    } catch (const std::exception&) {
-      // Written, but the answer does not say what the device is now: read it instead.
-    }
-    written.answer.reset();
-  }
-  return written.device;
-}
-
-std::vector<std::string> Binder::NeedReading(const std::vector<std::string>& stale) {
-  std::vector<std::string> reading;
-  for (const std::string& key : stale) {
-    auto written = written_.find(key);
-    if (unsettled_.contains(key) || written == written_.end() || !Answered(written->second)) {
-      reading.push_back(key);
-    }
-  }
-  return reading;
-}
-
-std::vector<std::string> Binder::StillStale(const std::vector<std::string>& stale,
-                                            const CachedLookup& cached) const {
-  std::vector<std::string> still;
-  for (const std::string& key : stale) {
-    if (unsettled_.contains(key)) {
-      still.push_back(key);  // settled by ReadPast alone (a leader change)
-      continue;
-    }
-    auto written = written_.find(key);
-    if (written == written_.end()) continue;
-    const std::shared_ptr<const api::GpuDevice> device = cached(key);
-    if (device && Replaced(written->second, device->metadata.resourceVersion)) {
-      still.push_back(key);
-    }
-  }
-  return still;
-}
-
-int Binder::ReadPast(const std::vector<std::shared_ptr<const api::GpuDevice>>& cached,
-                     const std::vector<std::string>& stale,
-                     model::SharedVector<api::GpuDevice>& devices, int* fromOwnWrites) {
-  if (fromOwnWrites) *fromOwnWrites = 0;
-  if (stale.empty()) {
-    devices = model::SharedVector<api::GpuDevice>::Sharing(cached);  // the cache's own
-    return 0;
-  }
-  std::unordered_map<std::string, std::optional<api::GpuDevice>> fresh;
-  // The stale devices the answers to this binder's own writes show: no request.
-  std::unordered_map<std::string, std::shared_ptr<const api::GpuDevice>> answered;
-  int read = 0;
-  for (const std::string& key : stale) {
-    if (!unsettled_.contains(key)) {
-      auto written = written_.find(key);
-      if (written != written_.end()) {
-        if (auto device = Answered(written->second)) {
-          answered.emplace(key, std::move(device));
-          continue;
-        }
-      }
-    }
-    ++read;
-    const size_t slash = key.find('/');
-    try {
-      fresh[key] = api::GpuDeviceFromJson(
-          client_.Get(kGpuDevices.Path(key.substr(0, slash), key.substr(slash + 1))));
-    } catch (const kube::ApiError& error) {
-      if (error.kind() != kube::ErrorKind::kNotFound) throw;
-      fresh[key] = std::nullopt;  // deleted since
-    } catch (const std::exception&) {
-      // The server's version does not decode (as a cache would skip it): plan from the cached
-      // copy, which did; the cache will skip the new version too.
-      fresh.erase(key);
-    }
-    // The marker stays until the cache itself moves past the version: every pass until then
-    // reads the device again rather than plan from the stale copy.
-  }
-  // Only the stale devices' keys are built: the rest are found not stale by their names' views.
-  std::unordered_set<DeviceName, DeviceNameHash> staleNames;
-  for (const std::string& key : stale) staleNames.insert(SplitKey(key));
-  devices.clear();
-  devices.reserve(cached.size());
-  for (const auto& device : cached) {
-    if (!staleNames.contains(DeviceName{device->metadata.namespaceName, device->metadata.name})) {
-      devices.push_back(device);  // the cache's own, shared
-      continue;
-    }
-    const std::string key = Key(device->metadata);
-    if (!answered.empty()) {
-      auto answer = answered.find(key);
-      if (answer != answered.end()) {
-        // The write's answer, shared; unless the cache (read after `stale` was) has moved on.
-        auto written = written_.find(key);
-        const bool behind = written != written_.end() &&
-                            Replaced(written->second, device->metadata.resourceVersion);
-        devices.push_back(behind ? answer->second : device);
-        continue;
-      }
-    }
-    auto found = fresh.find(key);
-    if (found == fresh.end()) {
-      devices.push_back(device);  // the cache's own, shared
-      continue;
-    }
-    if (found->second) {
-      devices.push_back(*found->second);
-      if (found->second->metadata.resourceVersion == device->metadata.resourceVersion) {
-        unsettled_.erase(key);  // the cache shows what the server has
-      }
-    }
-    fresh.erase(found);
-  }
-  for (const std::string& key : stale) {  // in the order read, so every pass plans alike
-    auto found = fresh.find(key);
-    if (found == fresh.end()) continue;
-    if (found->second) {
-      devices.push_back(std::move(*found->second));  // the cache does not have it yet
-    } else {
-      unsettled_.erase(key);  // gone from both
-    }
-  }
-  if (fromOwnWrites) *fromOwnWrites = static_cast<int>(answered.size());
-  return read;
-}
-
 void Binder::Send(PlacementWrite& write, std::atomic<bool>& halt) {
   if (halt.load()) {
     write.skipped = true;
@@ -397,13 +186,7 @@ bool Binder::TakeWrite(PlacementWrite& write, kube::TimePoint steadyNow,
   const model::Decision& decision = *write.decision;
   if (write.written) {
     writeBackoff_.Succeeded(write.key);
-    Written& written = written_[write.key];
-    // A write planned from the answer to the last one: the cache may still show either version.
-    if (written.answerVersion != device.metadata.resourceVersion) written.replaced.clear();
-    written.replaced.push_back(device.metadata.resourceVersion);
-    written.answer = std::move(write.answer);
-    written.answerVersion = ResourceVersionOf(written.answer.get());
-    written.device.reset();
+    readPast_.Wrote(write.key, device.metadata.resourceVersion, std::move(write.answer));
     ++result.writes;
     event = PrepareDeviceEvent(device, decision, now, result);
     const nlohmann::json& status = write.body["status"];
@@ -450,7 +233,7 @@ std::optional<std::string> UnreadVmisError(const model::Snapshot& snapshot, bool
   if (vmisKnown) return std::nullopt;
   for (const api::GpuDevice& device : snapshot.devices) {
     if (device.status.attachment && !device.status.attachment->vmiName.empty()) {
-      return "VirtualMachineInstances cannot be read while " + Key(device.metadata) +
+      return "VirtualMachineInstances cannot be read while " + DeviceKey(device.metadata) +
              " is attached to " + device.status.attachment->vmiName +
              ": nothing is placed or detached until they can";
     }
@@ -675,7 +458,7 @@ void Binder::Write(const std::vector<model::Decision>& decisions, const DeviceMa
       ++result.failures;
       continue;  // stepped down mid-pass: the new leader decides afresh
     }
-    std::string key = Key(device.metadata);
+    std::string key = DeviceKey(device.metadata);
     if (writeBackoff_.HeldOff(key, steadyNow, device.metadata.resourceVersion)) {
       ++result.heldOff;
       if (frees) {
@@ -697,102 +480,6 @@ void Binder::Write(const std::vector<model::Decision>& decisions, const DeviceMa
     take(frees);  // a write that frees units is in before any after it is sent
   }
   take(true);
-}
-
-// A node whose only obstacle is its taints takes the binds of the classes that select it and
-// tolerate them (a tainted GPU pool, docs/install.md, "GPU nodes behind a taint"): True, naming
-// those classes.
-api::Condition TakesBinds(const model::Node* node, const std::string& name,
-                          const std::vector<api::GpuClass>& classes) {
-  api::Condition condition;
-  condition.type = std::string(api::kTakesBindsCondition);
-  if (node == nullptr) {
-    condition.status = "False";
-    condition.reason = "NodeMissing";
-    condition.message = "no Node named " + name;
-    return condition;
-  }
-  const model::NodeEligibility eligibility = model::CheckNodeEligibility(*node, {});
-  if (eligibility.eligible) {
-    condition.status = "True";
-    condition.reason = "Eligible";
-    condition.message = "schedulable, Ready and without a taint a VM must tolerate";
-    return condition;
-  }
-  if (!eligibility.cordoned && node->ready) {
-    std::string tolerating;
-    for (const api::GpuClass& gpuClass : classes) {
-      const auto& selector = gpuClass.spec.nodeSelector;
-      if (!gpuClass.spec.tolerations.empty() && (!selector || selector->Matches(node->labels)) &&
-          model::CheckNodeEligibility(*node, gpuClass.spec.tolerations).eligible) {
-        tolerating += (tolerating.empty() ? "" : ", ") + gpuClass.metadata.name;
-      }
-    }
-    if (!tolerating.empty()) {
-      condition.status = "True";
-      condition.reason = "Eligible";
-      condition.message = "schedulable and Ready; its taints are tolerated by class " + tolerating;
-      return condition;
-    }
-  }
-  condition.status = "False";
-  condition.reason = eligibility.cordoned ? "Cordoned" : (!node->ready ? "NotReady" : "Tainted");
-  for (const std::string& reason : eligibility.reasons) {
-    condition.message += (condition.message.empty() ? "" : "; ") + reason;
-  }
-  return condition;
-}
-
-int64_t Binder::WriteNodeConditions(const model::Snapshot& snapshot,
-                                    std::chrono::system_clock::time_point now) {
-  std::unordered_map<std::string, const model::Node*> nodes;
-  for (const model::Node& node : snapshot.nodes) {
-    nodes[node.name] = &node;
-  }
-  int64_t writes = 0;
-  for (const api::GpuNodeInventory& gpuNode : snapshot.gpuNodes) {
-    auto found = nodes.find(gpuNode.nodeName);
-    api::Condition wanted = TakesBinds(found == nodes.end() ? nullptr : found->second,
-                                       gpuNode.nodeName, snapshot.classes);
-    nlohmann::json conditions = nlohmann::json::array();
-    bool same = false;
-    bool present = false;
-    for (const api::Condition& condition : gpuNode.conditions) {
-      if (condition.type != wanted.type) {
-        conditions.push_back(api::ToJson(condition));
-        continue;
-      }
-      present = true;
-      same = condition.status == wanted.status && condition.reason == wanted.reason &&
-             condition.message == wanted.message;
-      // The transition time moves only when the status does.
-      wanted.lastTransitionTime =
-          condition.status == wanted.status ? condition.lastTransitionTime : api::FormatTime(now);
-    }
-    if (present && same) {
-      continue;
-    }
-    if (wanted.lastTransitionTime.empty()) {
-      wanted.lastTransitionTime = api::FormatTime(now);
-    }
-    conditions.push_back(api::ToJson(wanted));
-    if (!leadership_.Leading()) {
-      break;
-    }
-    try {
-      // The list replaces the stored one: conditional on the version it was built from, so a
-      // condition another writer added since is not lost (a 409 is read again next pass).
-      client_.MergePatchAt(kGpuNodes.Path("", gpuNode.nodeName, "status"),
-                           {{"status", {{"conditions", conditions}}}}, gpuNode.resourceVersion,
-                           write_);
-      ++writes;
-    } catch (const kube::ApiError& error) {
-      runtime::LogWarning("GPUNode condition write failed",
-                          LogFields{{"node", gpuNode.nodeName}, {"error", error.what()}});
-      if (error.kind() == kube::ErrorKind::kDeadlineExceeded) break;  // no longer leading
-    }
-  }
-  return writes;
 }
 
 }  // namespace cozy::controller

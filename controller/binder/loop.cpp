@@ -160,7 +160,7 @@ BinderLoop::PassResult BinderLoop::RunPass(bool answersOnly) {
                                 ": " + error.what());
         }
       }
-      resyncMarked = binder_.Resync(source_.CachedDevices(), listed);
+      resyncMarked = binder_.readPast().Resync(source_.CachedDevices(), listed);
       resync_ = false;
       runtime::LogInfo("binder read the devices from the API server on taking the lead",
                        LogFields{{"devices", std::to_string(listed.size())},
@@ -173,22 +173,24 @@ BinderLoop::PassResult BinderLoop::RunPass(bool answersOnly) {
     // each still stale is read with a GET. Every check looks the written devices up by key;
     // the devices are listed once, after, so the list is at least as new as what the checks
     // saw (ReadPast takes a device the list shows newer than the answer from the list).
-    const Binder::CachedLookup cached = [this](const std::string& key) {
+    const ReadPastCache::CachedLookup cached = [this](const std::string& key) {
       return source_.CachedDevice(key);
     };
-    std::vector<std::string> stale = binder_.StaleInCache(cached);
-    if (std::vector<std::string> waiting = binder_.NeedReading(stale); !waiting.empty()) {
+    std::vector<std::string> stale = binder_.readPast().StaleInCache(cached);
+    if (std::vector<std::string> waiting = binder_.readPast().NeedReading(stale);
+        !waiting.empty()) {
       const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
       while (!waiting.empty() && std::chrono::steady_clock::now() < until) {
         const uint64_t seen = source_.Generation();  // before the read: a change after it wakes
-        waiting = binder_.StillStale(waiting, cached);
+        waiting = binder_.readPast().StillStale(waiting, cached);
         if (!waiting.empty()) source_.WaitForChange(seen, until);
       }
-      stale = binder_.StaleInCache(cached);
+      stale = binder_.readPast().StaleInCache(cached);
     }
     const auto cachedDevices = source_.CachedDevices();
     int fromOwnWrites = 0;
-    const int readPast = binder_.ReadPast(cachedDevices, stale, snapshot.devices, &fromOwnWrites);
+    const int readPast =
+        binder_.readPast().ReadPast(cachedDevices, stale, snapshot.devices, &fromOwnWrites);
     const bool vmisKnown = source_.FillSnapshot(snapshot);
     pass.readSeconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

@@ -61,7 +61,7 @@ class BinderTest : public ::testing::Test {
     return s.devices.Items();  // the snapshot's own elements, as a cache's
   }
   // The snapshot's devices by "namespace/name", as a pass looks a cache up.
-  static Binder::CachedLookup Cached(const model::Snapshot& s) {
+  static ReadPastCache::CachedLookup Cached(const model::Snapshot& s) {
     auto byKey = std::make_shared<std::map<std::string, std::shared_ptr<const api::GpuDevice>>>();
     for (const auto& device : Shared(s)) {
       (*byKey)[device->metadata.namespaceName + "/" + device->metadata.name] = device;
@@ -136,7 +136,7 @@ class BinderTest : public ::testing::Test {
 TEST_F(BinderTest, D3_ACacheBehindTheBindersWritesIsReadPastAndNoUnitIsBookedTwice) {
   Binder binder(*client_, leading_);
   const model::Snapshot before = Read();
-  EXPECT_TRUE(binder.StaleInCache(Cached(before)).empty());
+  EXPECT_TRUE(binder.readPast().StaleInCache(Cached(before)).empty());
   BinderResult first = binder.Pass(before, false, true, std::chrono::system_clock::now());
   ASSERT_TRUE(first.error.empty()) << first.error;
 
@@ -145,17 +145,18 @@ TEST_F(BinderTest, D3_ACacheBehindTheBindersWritesIsReadPastAndNoUnitIsBookedTwi
 
   // A watch that has not delivered the write leaves the cache showing the unit free: the
   // written device, and only it, is stale.
-  const std::vector<std::string> staleKeys = binder.StaleInCache(Cached(before));
+  const std::vector<std::string> staleKeys = binder.readPast().StaleInCache(Cached(before));
   EXPECT_EQ(staleKeys, (std::vector<std::string>{"t1/d1"}));
   // Read past it: the API server's answer to the write shows the bind, so the next pass books
   // nothing, and no request is made for it. (The first pass's Events are in first: they go
   // out on the binder's event sender, after the pass.)
-  EXPECT_TRUE(binder.NeedReading(staleKeys).empty());
+  EXPECT_TRUE(binder.readPast().NeedReading(staleKeys).empty());
   ASSERT_TRUE(binder.WaitForEvents(std::chrono::seconds(10)));
   server_->ClearRequests();
   model::Snapshot fresh = before;
   int fromOwnWrites = 0;
-  EXPECT_EQ(binder.ReadPast(Shared(before), staleKeys, fresh.devices, &fromOwnWrites), 0);
+  EXPECT_EQ(binder.readPast().ReadPast(Shared(before), staleKeys, fresh.devices, &fromOwnWrites),
+            0);
   EXPECT_EQ(fromOwnWrites, 1);
   EXPECT_TRUE(server_->Requests().empty());  // neither a GET of d1 nor a LIST of every device
   ASSERT_EQ(fresh.devices.size(), 2u);
@@ -165,11 +166,12 @@ TEST_F(BinderTest, D3_ACacheBehindTheBindersWritesIsReadPastAndNoUnitIsBookedTwi
     }
   }
   // Until the cache itself shows the write, every pass reads the device again.
-  EXPECT_EQ(binder.StaleInCache(Cached(before)), staleKeys);
+  EXPECT_EQ(binder.readPast().StaleInCache(Cached(before)), staleKeys);
   BinderResult second = binder.Pass(fresh, false, true, std::chrono::system_clock::now());
   EXPECT_EQ(second.writes, 0);
   EXPECT_EQ(Bound(), 1);
-  EXPECT_TRUE(binder.StaleInCache(Cached(fresh)).empty());  // a cache that shows it: done
+  EXPECT_TRUE(
+      binder.readPast().StaleInCache(Cached(fresh)).empty());  // a cache that shows it: done
 
   // Even a pass that did plan from the stale view cannot double-book: its first write is
   // conditional on the version it read, conflicts, and the pass stops there.
@@ -192,14 +194,14 @@ TEST_F(BinderTest, D3_AWriteWhoseAnswerDoesNotSayWhatTheDeviceIsIsReadWithAGet) 
   Binder binder(*client_, leading_);
   const model::Snapshot before = Read();
   ASSERT_EQ(binder.Pass(before, false, true, std::chrono::system_clock::now()).writes, 1);
-  const std::vector<std::string> stale = binder.StaleInCache(Cached(before));
+  const std::vector<std::string> stale = binder.readPast().StaleInCache(Cached(before));
   EXPECT_EQ(stale, (std::vector<std::string>{"t1/d1"}));
-  EXPECT_EQ(binder.NeedReading(stale), stale);
+  EXPECT_EQ(binder.readPast().NeedReading(stale), stale);
   ASSERT_TRUE(binder.WaitForEvents(std::chrono::seconds(10)));
   server_->ClearRequests();
   model::Snapshot read = before;
   int fromOwnWrites = -1;
-  EXPECT_EQ(binder.ReadPast(Shared(before), stale, read.devices, &fromOwnWrites), 1);
+  EXPECT_EQ(binder.readPast().ReadPast(Shared(before), stale, read.devices, &fromOwnWrites), 1);
   EXPECT_EQ(fromOwnWrites, 0);
   ASSERT_EQ(server_->Requests().size(), 1u);
   EXPECT_EQ(server_->Requests()[0].method, "GET");
@@ -219,7 +221,8 @@ TEST_F(BinderTest, D3_AWriteOfAWrittenDeviceKeepsEveryVersionTheCacheMayStillSho
   const model::Snapshot before = Read();
   ASSERT_EQ(binder.Pass(before, false, true, std::chrono::system_clock::now()).writes, 1);
   model::Snapshot first = before;
-  ASSERT_EQ(binder.ReadPast(Shared(before), binder.StaleInCache(Cached(before)), first.devices),
+  ASSERT_EQ(binder.readPast().ReadPast(
+                Shared(before), binder.readPast().StaleInCache(Cached(before)), first.devices),
             0);  // d1 as the first write's answer shows it
   // A bind request on d1 that pass plans from (as if d1's answer carried it): an answer to
   // write, conditional on the version the first write made.
@@ -233,10 +236,10 @@ TEST_F(BinderTest, D3_AWriteOfAWrittenDeviceKeepsEveryVersionTheCacheMayStillSho
   second.devices = model::SharedVector<api::GpuDevice>(std::move(devices));
   ASSERT_EQ(binder.Pass(second, true, true, std::chrono::system_clock::now()).writes, 1);
   // The cache at the version before the first write, or at the one the first made: stale.
-  EXPECT_EQ(binder.StaleInCache(Cached(before)), (std::vector<std::string>{"t1/d1"}));
-  EXPECT_EQ(binder.StaleInCache(Cached(first)), (std::vector<std::string>{"t1/d1"}));
+  EXPECT_EQ(binder.readPast().StaleInCache(Cached(before)), (std::vector<std::string>{"t1/d1"}));
+  EXPECT_EQ(binder.readPast().StaleInCache(Cached(first)), (std::vector<std::string>{"t1/d1"}));
   model::Snapshot seen = before;
-  EXPECT_EQ(binder.ReadPast(Shared(before), {"t1/d1"}, seen.devices), 0);
+  EXPECT_EQ(binder.readPast().ReadPast(Shared(before), {"t1/d1"}, seen.devices), 0);
   for (const api::GpuDevice& device : seen.devices) {
     if (device.metadata.name == "d1") {
       ASSERT_TRUE(device.status.bindResponse);
@@ -244,7 +247,7 @@ TEST_F(BinderTest, D3_AWriteOfAWrittenDeviceKeepsEveryVersionTheCacheMayStillSho
     }
   }
   // The cache at the second write's answer: caught up.
-  EXPECT_TRUE(binder.StaleInCache(Cached(Read())).empty());
+  EXPECT_TRUE(binder.readPast().StaleInCache(Cached(Read())).empty());
 }
 
 TEST_F(BinderTest, D3_ANewLeaderReadsPastACacheBehindTheLastLeadersWrites) {
@@ -266,11 +269,11 @@ TEST_F(BinderTest, D3_ANewLeaderReadsPastACacheBehindTheLastLeadersWrites) {
   // until the cache shows it, and d2 is refused.
   Binder next(*client_, leading_);
   std::vector<api::GpuDevice> listed = Read().devices.Copy();
-  EXPECT_EQ(next.Resync(Shared(behind), listed), 1);
-  const std::vector<std::string> stale = next.StaleInCache(Cached(behind));
+  EXPECT_EQ(next.readPast().Resync(Shared(behind), listed), 1);
+  const std::vector<std::string> stale = next.readPast().StaleInCache(Cached(behind));
   EXPECT_EQ(stale, (std::vector<std::string>{"t1/d1"}));
   model::Snapshot seen = behind;
-  EXPECT_EQ(next.ReadPast(Shared(behind), stale, seen.devices), 1);
+  EXPECT_EQ(next.readPast().ReadPast(Shared(behind), stale, seen.devices), 1);
   ASSERT_EQ(seen.devices.size(), 2u);
   BinderResult pass = next.Pass(seen, false, true, std::chrono::system_clock::now());
   ASSERT_TRUE(pass.error.empty()) << pass.error;
@@ -278,17 +281,19 @@ TEST_F(BinderTest, D3_ANewLeaderReadsPastACacheBehindTheLastLeadersWrites) {
   EXPECT_EQ(pass.decisions["refuse"], 1);
   EXPECT_EQ(Bound(), 1);
   // Still behind: still read past. Once the cache shows the server's version: done.
-  EXPECT_EQ(next.StaleInCache(Cached(behind)), stale);
+  EXPECT_EQ(next.readPast().StaleInCache(Cached(behind)), stale);
   const model::Snapshot caughtUp = Read();
   model::Snapshot again = caughtUp;
-  next.ReadPast(Shared(caughtUp), next.StaleInCache(Cached(caughtUp)), again.devices);
-  EXPECT_TRUE(next.StaleInCache(Cached(caughtUp)).empty());
+  next.readPast().ReadPast(Shared(caughtUp), next.readPast().StaleInCache(Cached(caughtUp)),
+                           again.devices);
+  EXPECT_TRUE(next.readPast().StaleInCache(Cached(caughtUp)).empty());
 
   // A cache showing an older version of a device than the list is marked as well.
   Binder third(*client_, leading_);
-  EXPECT_EQ(third.Resync(Shared(before), listed), 1);  // d1: Pending in the cache, Bound listed
-  EXPECT_EQ(third.StaleInCache(Cached(before)), stale);
-  EXPECT_EQ(Binder(*client_, leading_).Resync(Shared(caughtUp), listed), 0);
+  EXPECT_EQ(third.readPast().Resync(Shared(before), listed),
+            1);  // d1: Pending in the cache, Bound listed
+  EXPECT_EQ(third.readPast().StaleInCache(Cached(before)), stale);
+  EXPECT_EQ(Binder(*client_, leading_).readPast().Resync(Shared(caughtUp), listed), 0);
 }
 
 TEST_F(BinderTest, D4_AnAnswersOnlyPassWritesTheMoveThatFreesTheUnitItAnswersWith) {
