@@ -19,15 +19,17 @@ HealthServer::HealthServer() : lastBeat_(std::chrono::steady_clock::now()) {
                   : HttpResponse{503, "text/plain; charset=utf-8", "first pass not done\n"};
   });
   server_.Handle("/metrics", [this] {
-    // The daemon's text as it last set it, then the process's own figures as they are now
-    // (read from the kernel, not the daemon: a stalled loop still shows its CPU and memory).
-    MetricsWriter process;
-    WriteProcessMetrics(process);
+    // The daemon's families rendered now, then the process's own figures as they are now
+    // (read from the kernel, not the daemon: a stalled loop still shows its CPU and memory, and
+    // its collectors' figures as they last came back).
     std::string text;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       text = metrics_;
     }
+    if (registry_ != nullptr) text += registry_->Render();
+    MetricsWriter process;
+    WriteProcessMetrics(process);
     text += process.Take();
     return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", std::move(text)};
   });

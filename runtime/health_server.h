@@ -1,7 +1,9 @@
 // /healthz, /readyz and /metrics for probes and Prometheus, on the runtime's hardened HTTP server
 // (runtime/http_server.h: GET and HEAD only, bounded bytes, connections and time, one thread of
-// its own). The handlers never touch the daemon: they read a snapshot the loop publishes after
-// each pass and a heartbeat the loop refreshes, both under one mutex.
+// its own). /healthz and /readyz never touch the daemon: they read a heartbeat and a readiness
+// the loop sets, under one mutex. /metrics renders the daemon's registry at each scrape
+// (runtime/metrics.h): its collectors that read the daemon's state run on the daemon's loop and
+// are waited for at most the registry's collect bound (docs/runtime.md, "Metrics registry").
 #pragma once
 
 #include <chrono>
@@ -10,6 +12,7 @@
 #include <string>
 
 #include "runtime/http_server.h"
+#include "runtime/metrics.h"
 
 namespace cozy::runtime {
 
@@ -31,6 +34,10 @@ class HealthServer {
   // Called on the loop thread.
   void Heartbeat();
   void SetReady(bool ready);
+
+  // Set before Start; outlives the server. Without one, /metrics has the process's figures only.
+  void SetRegistry(const MetricsRegistry* registry) { registry_ = registry; }
+  // Text served before the registry's families, for a daemon not yet on a registry.
   void SetMetrics(std::string text);
 
   // A loop that has not beaten for this long is reported dead by /healthz.
@@ -42,6 +49,7 @@ class HealthServer {
   std::mutex mutex_;
   std::chrono::steady_clock::time_point lastBeat_;
   bool ready_ = false;
+  const MetricsRegistry* registry_ = nullptr;
   std::string metrics_;
   std::chrono::milliseconds stallLimit_{std::chrono::seconds(30)};
 };

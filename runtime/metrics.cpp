@@ -6,8 +6,11 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <fstream>
+#include <stdexcept>
+#include <utility>
 
 namespace cozy::runtime {
 
@@ -131,6 +134,205 @@ void WriteProcessMetrics(MetricsWriter& out) {
     out.Family("process_max_fds", "gauge", "Maximum number of open file descriptors.");
     out.Sample("process_max_fds", "", static_cast<double>(files.rlim_cur));
   }
+}
+
+namespace {
+
+const char* TypeName(MetricType type) {
+  switch (type) {
+    case MetricType::kCounter:
+      return "counter";
+    case MetricType::kGauge:
+      return "gauge";
+    case MetricType::kHistogram:
+      return "histogram";
+  }
+  return "untyped";
+}
+
+}  // namespace
+
+MetricFamily::MetricFamily(std::string name, MetricType type, std::string help,
+                           std::vector<std::string> labels, std::vector<double> buckets)
+    : name_(std::move(name)),
+      type_(type),
+      help_(std::move(help)),
+      labels_(std::move(labels)),
+      buckets_(std::move(buckets)) {}
+
+void MetricFamily::Check(const std::vector<std::string>& labelValues) const {
+  if (type_ == MetricType::kHistogram) {
+    throw std::logic_error("metric family " + name_ + " is a histogram: Observe, not Set");
+  }
+  if (labelValues.size() != labels_.size()) {
+    throw std::logic_error("metric family " + name_ + " has " + std::to_string(labels_.size()) +
+                           " labels, a sample gave " + std::to_string(labelValues.size()));
+  }
+}
+
+double& MetricFamily::Slot(const std::vector<std::string>& labelValues) {
+  for (auto& [values, value] : samples_.values) {
+    if (values == labelValues) return value;
+  }
+  samples_.shown = true;
+  return samples_.values.emplace_back(labelValues, 0.0).second;
+}
+
+void MetricFamily::Set(const std::vector<std::string>& labelValues, double value) {
+  Check(labelValues);
+  std::lock_guard<std::mutex> lock(mutex_);
+  Slot(labelValues) = value;
+}
+
+void MetricFamily::Add(const std::vector<std::string>& labelValues, double delta) {
+  Check(labelValues);
+  std::lock_guard<std::mutex> lock(mutex_);
+  Slot(labelValues) += delta;
+}
+
+void MetricFamily::Clear() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  samples_.values.clear();
+  samples_.shown = false;
+}
+
+void MetricFamily::Observe(double value) {
+  if (type_ != MetricType::kHistogram) {
+    throw std::logic_error("metric family " + name_ + " is not a histogram");
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!samples_.histogram) samples_.histogram = std::make_unique<Histogram>(buckets_);
+  samples_.shown = true;
+  samples_.histogram->Observe(value);
+}
+
+void MetricFamily::SetHistogram(const Histogram& histogram) {
+  if (type_ != MetricType::kHistogram) {
+    throw std::logic_error("metric family " + name_ + " is not a histogram");
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  samples_.histogram = std::make_unique<Histogram>(histogram);
+  samples_.shown = true;
+}
+
+void MetricFamily::Replace(Samples samples) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  samples_ = std::move(samples);
+}
+
+void MetricFamily::Render(MetricsWriter& out) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!samples_.shown) return;
+  out.Family(name_, TypeName(type_), help_);
+  if (samples_.histogram) samples_.histogram->Write(out, name_);
+  for (const auto& [values, value] : samples_.values) {
+    std::string labels;
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (i > 0) labels += ',';
+      labels += Label(labels_[i], values[i]);
+    }
+    out.Sample(name_, labels, value);
+  }
+}
+
+void MetricsScrape::Set(MetricFamily& family, const std::vector<std::string>& labelValues,
+                        double value) {
+  family.Check(labelValues);
+  MetricFamily::Samples& samples = samples_[&family];
+  samples.values.emplace_back(labelValues, value);
+  samples.shown = true;
+}
+
+void MetricsScrape::SetHistogram(MetricFamily& family, const Histogram& histogram) {
+  if (family.type() != MetricType::kHistogram) {
+    throw std::logic_error("metric family " + family.name() + " is not a histogram");
+  }
+  MetricFamily::Samples& samples = samples_[&family];
+  samples.histogram = std::make_unique<Histogram>(histogram);
+  samples.shown = true;
+}
+
+MetricFamily& MetricsRegistry::Declare(std::string name, MetricType type, std::string help,
+                                       std::vector<std::string> labels,
+                                       std::vector<double> buckets) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& family : families_) {
+    if (family->name() == name) {
+      throw std::logic_error("metric family " + name + " declared twice");
+    }
+  }
+  return *families_.emplace_back(std::make_unique<MetricFamily>(
+      std::move(name), type, std::move(help), std::move(labels), std::move(buckets)));
+}
+
+MetricFamily& MetricsRegistry::Counter(std::string name, std::string help,
+                                       std::vector<std::string> labels) {
+  return Declare(std::move(name), MetricType::kCounter, std::move(help), std::move(labels), {});
+}
+
+MetricFamily& MetricsRegistry::Gauge(std::string name, std::string help,
+                                     std::vector<std::string> labels) {
+  return Declare(std::move(name), MetricType::kGauge, std::move(help), std::move(labels), {});
+}
+
+MetricFamily& MetricsRegistry::HistogramFamily(std::string name, std::string help,
+                                               std::vector<double> buckets) {
+  return Declare(std::move(name), MetricType::kHistogram, std::move(help), {}, std::move(buckets));
+}
+
+void MetricsRegistry::AddCollector(Collector collect, Post post) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  collectors_.push_back({std::move(collect), std::move(post), {}});
+}
+
+// The families the scrape filled take its samples; those the collector filled last time and
+// not now are hidden (a part that stopped, a map that emptied without Show).
+void MetricsRegistry::Commit(PostedCollector& collector, MetricsScrape& scrape) {
+  for (MetricFamily* family : collector.filled) {
+    if (scrape.samples_.count(family) == 0) family->Replace({});
+  }
+  collector.filled.clear();
+  for (auto& [family, samples] : scrape.samples_) {
+    family->Replace(std::move(samples));
+    collector.filled.push_back(family);
+  }
+}
+
+void MetricsRegistry::Collect(PostedCollector& collector) const {
+  if (!collector.post) {
+    MetricsScrape scrape;
+    collector.collect(scrape);
+    Commit(collector, scrape);
+    return;
+  }
+  // Shared with the posted work, which may run after this scrape gave up on it: it then fills a
+  // scrape nobody reads.
+  struct Pending {
+    std::mutex mutex;
+    std::condition_variable done;
+    bool finished = false;
+    MetricsScrape scrape;
+  };
+  auto pending = std::make_shared<Pending>();
+  collector.post([pending, collect = collector.collect] {
+    MetricsScrape scrape;
+    collect(scrape);
+    std::lock_guard<std::mutex> lock(pending->mutex);
+    pending->scrape = std::move(scrape);
+    pending->finished = true;
+    pending->done.notify_all();
+  });
+  std::unique_lock<std::mutex> lock(pending->mutex);
+  if (!pending->done.wait_for(lock, collectBound_, [&] { return pending->finished; })) return;
+  Commit(collector, pending->scrape);
+}
+
+std::string MetricsRegistry::Render() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (PostedCollector& collector : collectors_) Collect(collector);
+  MetricsWriter out;
+  for (const auto& family : families_) family->Render(out);
+  return out.Take();
 }
 
 }  // namespace cozy::runtime

@@ -64,15 +64,19 @@ double ResidentBytesFromStatus() {
   return -1;
 }
 
-TEST(HealthServerMetrics, TheDaemonsTextThenTheProcessFiguresReadAtEachScrape) {
+TEST(HealthServerMetrics, TheDaemonsFamiliesThenTheProcessFiguresRenderedAtEachScrape) {
   HealthServer server;
   ASSERT_TRUE(server.Start("127.0.0.1:0")) << server.error();
-  server.SetMetrics("# TYPE daemon_passes_total counter\ndaemon_passes_total 3\n");
+  MetricsRegistry registry;
+  MetricFamily& passes = registry.Counter("daemon_passes_total", "Passes.");
+  passes.Set(3);
+  server.SetRegistry(&registry);
 
   const std::string first = Get(server.port(), "/metrics");
   ASSERT_NE(first.find("200 OK"), std::string::npos) << first;
   // The daemon's text comes first and whole; each process family is typed once.
-  EXPECT_NE(first.find("\r\n\r\n# TYPE daemon_passes_total counter\ndaemon_passes_total 3\n"),
+  EXPECT_NE(first.find("\r\n\r\n# HELP daemon_passes_total Passes.\n# TYPE daemon_passes_total "
+                       "counter\ndaemon_passes_total 3\n"),
             std::string::npos)
       << first;
   for (const char* family :
@@ -111,9 +115,9 @@ TEST(HealthServerMetrics, TheDaemonsTextThenTheProcessFiguresReadAtEachScrape) {
   EXPECT_GE(cpuAfter - cpuBefore, 0.020);
   // The server's own threads ran too, but a scrape is well under a second of CPU.
   EXPECT_LT(cpuAfter - cpuBefore, 1.0);
-  // The daemon's text is whatever it set last.
-  server.SetMetrics("");
-  EXPECT_EQ(Samples(Get(server.port(), "/metrics")).count("daemon_passes_total"), 0u);
+  // The daemon's figures are rendered at each scrape: a value set now is the next page's.
+  passes.Add(2);
+  EXPECT_EQ(Samples(Get(server.port(), "/metrics"))["daemon_passes_total"], 5);
 }
 
 }  // namespace
