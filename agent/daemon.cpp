@@ -88,9 +88,6 @@ bool Daemon::SetUp() {
     heartbeat_ = loop_.AddTimer("heartbeat", [this] {
       // /healthz reports the loop alive while this keeps firing.
       health_.Heartbeat();
-      if (started_) {
-        UpdateMetrics();  // publishes finish on the publisher's thread, between passes
-      }
       heartbeat_.Arm(std::chrono::seconds(1));
     });
     startup_ = loop_.AddTimer("startup wait", [this] {
@@ -109,6 +106,12 @@ bool Daemon::SetUp() {
   }
   // WATCHDOG=1 at half of WatchdogSec when systemd asks for it (WATCHDOG_USEC).
   loop_.EnableWatchdog();
+  // /metrics is rendered at each scrape from what the loop reads then (docs/runtime.md,
+  // "Metrics registry"): a stalled loop leaves the last figures and the process's own.
+  registry_.AddCollector(
+      [this](runtime::MetricsScrape& scrape) { metricFamilies_.Collect(scrape, Snapshot()); },
+      [this](std::function<void()> work) { loop_.Post(std::move(work)); });
+  health_.SetRegistry(&registry_);
   if (!health_.Start(options_.healthAddress)) {
     LogError("cannot serve health and metrics", {{"reason", health_.error()}});
     return false;
@@ -126,13 +129,8 @@ bool Daemon::SetUp() {
                                  LogInfo("D-Bus Rescan(): rescanning");
                                  RefreshAll("D-Bus Rescan()", true);
                                },
-                               [this] {
-                                 if (!status_.is_null()) {
-                                   UpdateMetrics();  // else the first pass does
-                                 }
-                               }});
+                               {}});
   }
-  UpdateMetrics();  // /metrics answers from the start, before the first pass
   return true;
 }
 
@@ -295,7 +293,6 @@ void Daemon::Pass() {
     mdevRetry_.Arm(options_.mdevLinkRetry);
     LogDebug("mdev type links pending; rescanning before publishing",
              {{"retriesLeft", std::to_string(mdevRetriesLeft_)}});
-    UpdateMetrics();
     return;
   }
   if (!result.mdevLinksPending) {
@@ -305,7 +302,6 @@ void Daemon::Pass() {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
   counts_ = result.counts;
   if (result.status == status_) {
-    UpdateMetrics();
     return;  // nothing changed: no log line, no write
   }
   // (The first pass always changes the status: it was null.)
@@ -320,32 +316,32 @@ void Daemon::Pass() {
   if (publisher_) {
     publisher_->Offer(status_);
   }
-  UpdateMetrics();
 }
 
-void Daemon::UpdateMetrics() {
+MetricsSnapshot Daemon::Snapshot() const {
+  MetricsSnapshot snapshot = metrics_;
   const DaemonCounters counters = this->counters();
-  metrics_.scans = counters.scans;
-  metrics_.deviceEvents = counters.deviceEvents;
-  metrics_.deviceRescans = counters.debouncedRescans;
-  metrics_.podResourcesFetches = counters.podResourcesFetches;
-  metrics_.podResourcesResults = podResources_.results();
-  metrics_.publishes = {{"written", counters.publishes},
+  snapshot.scans = counters.scans;
+  snapshot.deviceEvents = counters.deviceEvents;
+  snapshot.deviceRescans = counters.debouncedRescans;
+  snapshot.podResourcesFetches = counters.podResourcesFetches;
+  snapshot.podResourcesResults = podResources_.results();
+  snapshot.publishes = {{"written", counters.publishes},
                         {"unchanged", counters.publishesUnchanged},
                         {"failed", counters.publishFailures},
                         {"waited", counters.publishWaits}};
-  metrics_.callbackFailures = counters.callbackFailures;
-  metrics_.unitsKnown = counts_.unitsKnown;
-  metrics_.podResourcesStale = counts_.unitsStale;
-  metrics_.dbusConnected = dbus_ != nullptr && dbus_->connected();
-  metrics_.devicesByHealth = counts_.byHealth;
-  metrics_.ignoredDeviceIds = counts_.ignoredDeviceIds;
+  snapshot.callbackFailures = counters.callbackFailures;
+  snapshot.unitsKnown = counts_.unitsKnown;
+  snapshot.podResourcesStale = counts_.unitsStale;
+  snapshot.dbusConnected = dbus_ != nullptr && dbus_->connected();
+  snapshot.devicesByHealth = counts_.byHealth;
+  snapshot.ignoredDeviceIds = counts_.ignoredDeviceIds;
   const runtime::HttpServer::Stats http = health_.stats();
-  metrics_.httpConnections = {{"answered", http.requests},
+  snapshot.httpConnections = {{"answered", http.requests},
                               {"rejected", http.rejected},
                               {"timedOut", http.timedOut},
                               {"overflowed", http.overflowed}};
-  health_.SetMetrics(RenderMetrics(metrics_));
+  return snapshot;
 }
 
 void Daemon::NotifyStatus() {

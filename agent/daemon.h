@@ -103,7 +103,8 @@ class Daemon {
   void RefreshAll(std::string_view why, bool force);
   void Pass();
   void NotifyStatus();
-  void UpdateMetrics();
+  // Loop thread, at each scrape: the figures of the agent's metric families.
+  MetricsSnapshot Snapshot() const;
 
   DaemonOptions options_;
   runtime::Loop loop_;  // first: outlives every source registered on it
@@ -132,8 +133,11 @@ class Daemon {
   nlohmann::json status_;
   StatusCounts counts_;
   std::vector<std::string> loggedProblems_;
+  // Declared before the health server that renders them; collected on loop_ at each scrape.
+  runtime::MetricsRegistry registry_;
+  AgentMetrics metricFamilies_{registry_};
   runtime::HealthServer health_;
-  MetricsSnapshot metrics_;
+  MetricsSnapshot metrics_;  // what passes set (scan duration, sysfs problems); loop thread
   std::unique_ptr<DbusService> dbus_;  // sources on loop_: destroyed before it
 };
 

@@ -1,5 +1,5 @@
-// The agent's Prometheus metrics (text exposition format 0.0.4), rendered from a plain value
-// with the runtime's writer.
+// The agent's Prometheus metrics: its families, declared once on the daemon's registry
+// (runtime/metrics.h), filled at each scrape from a plain value the loop thread reads.
 #pragma once
 
 #include <array>
@@ -38,6 +38,31 @@ struct MetricsSnapshot {
   std::map<std::string, int64_t> httpConnections;
 };
 
+// The agent's families on `registry`; Collect fills them from a snapshot, at each scrape.
+class AgentMetrics {
+ public:
+  explicit AgentMetrics(runtime::MetricsRegistry& registry);
+  void Collect(runtime::MetricsScrape& scrape, const MetricsSnapshot& snapshot);
+
+ private:
+  runtime::MetricFamily& info_;
+  runtime::MetricFamily& scans_;
+  runtime::MetricFamily& scanDuration_;
+  runtime::MetricFamily& deviceEvents_;
+  runtime::MetricFamily& deviceRescans_;
+  runtime::MetricFamily& podResourcesFetches_;
+  runtime::MetricFamily& unitsKnown_;
+  runtime::MetricFamily& unitsStale_;
+  runtime::MetricFamily& publishes_;
+  runtime::MetricFamily& callbackFailures_;
+  runtime::MetricFamily& devices_;
+  runtime::MetricFamily& resolverMisses_;
+  runtime::MetricFamily& sysfsProblems_;
+  runtime::MetricFamily& dbusConnected_;
+  runtime::MetricFamily& httpRequests_;
+};
+
+// The page a registry of the agent's families renders for `snapshot` (tests).
 std::string RenderMetrics(const MetricsSnapshot& snapshot);
 
 }  // namespace cozy::agent
