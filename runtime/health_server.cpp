@@ -22,12 +22,7 @@ HealthServer::HealthServer() : lastBeat_(std::chrono::steady_clock::now()) {
     // The daemon's families rendered now, then the process's own figures as they are now
     // (read from the kernel, not the daemon: a stalled loop still shows its CPU and memory, and
     // its collectors' figures as they last came back).
-    std::string text;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      text = metrics_;
-    }
-    if (registry_ != nullptr) text += registry_->Render();
+    std::string text = registry_ != nullptr ? registry_->Render() : std::string();
     MetricsWriter process;
     WriteProcessMetrics(process);
     text += process.Take();
@@ -58,11 +53,6 @@ void HealthServer::Heartbeat() {
 void HealthServer::SetReady(bool ready) {
   std::lock_guard<std::mutex> lock(mutex_);
   ready_ = ready;
-}
-
-void HealthServer::SetMetrics(std::string text) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  metrics_ = std::move(text);
 }
 
 }  // namespace cozy::runtime

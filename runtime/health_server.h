@@ -37,8 +37,6 @@ class HealthServer {
 
   // Set before Start; outlives the server. Without one, /metrics has the process's figures only.
   void SetRegistry(const MetricsRegistry* registry) { registry_ = registry; }
-  // Text served before the registry's families, for a daemon not yet on a registry.
-  void SetMetrics(std::string text);
 
   // A loop that has not beaten for this long is reported dead by /healthz.
   void SetStallLimit(std::chrono::milliseconds limit) { stallLimit_ = limit; }
@@ -50,7 +48,6 @@ class HealthServer {
   std::chrono::steady_clock::time_point lastBeat_;
   bool ready_ = false;
   const MetricsRegistry* registry_ = nullptr;
-  std::string metrics_;
   std::chrono::milliseconds stallLimit_{std::chrono::seconds(30)};
 };
 

@@ -255,14 +255,30 @@ void MetricsScrape::SetHistogram(MetricFamily& family, const Histogram& histogra
 MetricFamily& MetricsRegistry::Declare(std::string name, MetricType type, std::string help,
                                        std::vector<std::string> labels,
                                        std::vector<double> buckets) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (const auto& family : families_) {
-    if (family->name() == name) {
-      throw std::logic_error("metric family " + name + " declared twice");
-    }
+  std::lock_guard<std::mutex> lock(familiesMutex_);
+  if (byName_.count(name) != 0) {
+    throw std::logic_error("metric family " + name + " declared twice");
   }
-  return *families_.emplace_back(std::make_unique<MetricFamily>(
-      std::move(name), type, std::move(help), std::move(labels), std::move(buckets)));
+  MetricFamily& family = *families_.emplace_back(std::make_unique<MetricFamily>(
+      name, type, std::move(help), std::move(labels), std::move(buckets)));
+  byName_.emplace(std::move(name), &family);
+  return family;
+}
+
+MetricFamily& MetricsRegistry::Find(std::string_view name) const {
+  std::lock_guard<std::mutex> lock(familiesMutex_);
+  const auto found = byName_.find(name);
+  if (found == byName_.end()) {
+    throw std::logic_error("metric family " + std::string(name) + " was not declared");
+  }
+  return *found->second;
+}
+
+MetricFamily& MetricsScrape::Find(std::string_view name) const {
+  if (registry_ == nullptr) {
+    throw std::logic_error("metric family " + std::string(name) + ": a scrape of no registry");
+  }
+  return registry_->Find(name);
 }
 
 MetricFamily& MetricsRegistry::Counter(std::string name, std::string help,
@@ -281,7 +297,7 @@ MetricFamily& MetricsRegistry::HistogramFamily(std::string name, std::string hel
 }
 
 void MetricsRegistry::AddCollector(Collector collect, Post post) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(scrapeMutex_);
   collectors_.push_back({std::move(collect), std::move(post), {}});
 }
 
@@ -300,7 +316,7 @@ void MetricsRegistry::Commit(PostedCollector& collector, MetricsScrape& scrape) 
 
 void MetricsRegistry::Collect(PostedCollector& collector) const {
   if (!collector.post) {
-    MetricsScrape scrape;
+    MetricsScrape scrape(this);
     collector.collect(scrape);
     Commit(collector, scrape);
     return;
@@ -314,8 +330,8 @@ void MetricsRegistry::Collect(PostedCollector& collector) const {
     MetricsScrape scrape;
   };
   auto pending = std::make_shared<Pending>();
-  collector.post([pending, collect = collector.collect] {
-    MetricsScrape scrape;
+  collector.post([pending, collect = collector.collect, registry = this] {
+    MetricsScrape scrape(registry);
     collect(scrape);
     std::lock_guard<std::mutex> lock(pending->mutex);
     pending->scrape = std::move(scrape);
@@ -328,10 +344,15 @@ void MetricsRegistry::Collect(PostedCollector& collector) const {
 }
 
 std::string MetricsRegistry::Render() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> scrapeLock(scrapeMutex_);
   for (PostedCollector& collector : collectors_) Collect(collector);
+  std::vector<const MetricFamily*> families;
+  {
+    std::lock_guard<std::mutex> lock(familiesMutex_);
+    for (const auto& family : families_) families.push_back(family.get());
+  }
   MetricsWriter out;
-  for (const auto& family : families_) family->Render(out);
+  for (const MetricFamily* family : families) family->Render(out);
   return out.Take();
 }
 

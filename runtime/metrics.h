@@ -109,18 +109,34 @@ class MetricFamily {
   Samples samples_;
 };
 
+class MetricsRegistry;
+
 // What a collector fills at one scrape: the samples of the families it sets, each of which
-// replaces that family's samples once the collector has returned in time.
+// replaces that family's samples once the collector has returned in time. A family is named by
+// its handle or by its name; a name the registry did not declare throws std::logic_error.
 class MetricsScrape {
  public:
+  explicit MetricsScrape(const MetricsRegistry* registry = nullptr) : registry_(registry) {}
+
   void Set(MetricFamily& family, const std::vector<std::string>& labelValues, double value);
   void Set(MetricFamily& family, double value) { Set(family, {}, value); }
   void SetHistogram(MetricFamily& family, const Histogram& histogram);
   // The family's HELP and TYPE are written even when no sample of it is set (an empty map).
   void Show(MetricFamily& family) { samples_[&family].shown = true; }
+  void Set(std::string_view name, const std::vector<std::string>& labelValues, double value) {
+    Set(Find(name), labelValues, value);
+  }
+  void Set(std::string_view name, double value) { Set(Find(name), {}, value); }
+  void SetHistogram(std::string_view name, const Histogram& histogram) {
+    SetHistogram(Find(name), histogram);
+  }
+  void Show(std::string_view name) { Show(Find(name)); }
 
  private:
   friend class MetricsRegistry;
+  MetricFamily& Find(std::string_view name) const;
+
+  const MetricsRegistry* registry_;
   std::map<MetricFamily*, MetricFamily::Samples> samples_;
 };
 
@@ -140,13 +156,17 @@ class MetricsRegistry {
   // Throws std::logic_error naming the family when one of that name was declared before.
   MetricFamily& Counter(std::string name, std::string help, std::vector<std::string> labels = {});
   MetricFamily& Gauge(std::string name, std::string help, std::vector<std::string> labels = {});
-  MetricFamily& HistogramFamily(std::string name, std::string help, std::vector<double> buckets);
+  // `buckets`: for Observe; a histogram a collector sets (SetHistogram) brings its own.
+  MetricFamily& HistogramFamily(std::string name, std::string help,
+                                std::vector<double> buckets = {});
   // Without `post`, the collector runs on the scraping thread and must be thread-safe.
   void AddCollector(Collector collect, Post post = {});
   void SetCollectBound(std::chrono::milliseconds bound) { collectBound_ = bound; }
 
   // Runs the collectors, then writes every family. Thread-safe.
   std::string Render() const;
+  // The family declared under `name`; throws std::logic_error naming it when there is none.
+  MetricFamily& Find(std::string_view name) const;
 
  private:
   struct PostedCollector {
@@ -159,8 +179,12 @@ class MetricsRegistry {
   void Collect(PostedCollector& collector) const;
   static void Commit(PostedCollector& collector, MetricsScrape& scrape);
 
-  mutable std::mutex mutex_;  // declarations and collectors; the families guard their samples
+  // The families and their index; the families guard their own samples. A collector on another
+  // thread finds families under this one while a scrape holds scrapeMutex_.
+  mutable std::mutex familiesMutex_;
   std::vector<std::unique_ptr<MetricFamily>> families_;
+  std::map<std::string, MetricFamily*, std::less<>> byName_;
+  mutable std::mutex scrapeMutex_;  // one scrape at a time; the collectors
   mutable std::vector<PostedCollector> collectors_;
   std::chrono::milliseconds collectBound_{std::chrono::seconds(1)};
 };

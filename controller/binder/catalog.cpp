@@ -175,14 +175,15 @@ double OldestPendingSeconds(const CatalogClass& figures,
 
 namespace {
 
-void WriteClasses(runtime::MetricsWriter& out, const CatalogFigures& figures,
-                  std::chrono::system_clock::time_point now) {
-  struct Gauge {
-    const char* name;
-    const char* help;
-    double (*value)(const CatalogClass&);
-  };
-  const Gauge gauges[] = {
+struct ClassGauge {
+  const char* name;
+  const char* help;
+  double (*value)(const CatalogClass&);
+};
+
+// The gauges by class that are one figure of CatalogClass each.
+const std::vector<ClassGauge>& ClassGauges() {
+  static const std::vector<ClassGauge> gauges = {
       {"gpu_catalog_class_units",
        "Units the nodes a GPUClass selects serve (kubectl gpu catalog UNITS).",
        [](const CatalogClass& c) { return static_cast<double>(c.units); }},
@@ -196,61 +197,74 @@ void WriteClasses(runtime::MetricsWriter& out, const CatalogFigures& figures,
       {"gpu_catalog_class_orders_pending", "GPUDevices of the class in phase Pending.",
        [](const CatalogClass& c) { return static_cast<double>(c.ordersPending); }},
   };
-  for (const Gauge& gauge : gauges) {
-    out.Family(gauge.name, "gauge", gauge.help);
+  return gauges;
+}
+
+void WriteClasses(runtime::MetricsScrape& out, const CatalogFigures& figures,
+                  std::chrono::system_clock::time_point now) {
+  for (const ClassGauge& gauge : ClassGauges()) {
+    out.Show(gauge.name);
     for (const auto& [name, c] : figures.classes) {
-      out.Sample(gauge.name, runtime::Label("class", name), gauge.value(c));
+      out.Set(gauge.name, {name}, gauge.value(c));
     }
   }
-  out.Family("gpu_catalog_class_oldest_pending_seconds", "gauge",
-             "How long the class's oldest Pending GPUDevice has waited since its "
-             "creationTimestamp; 0 when none is Pending.");
+  out.Show("gpu_catalog_class_oldest_pending_seconds");
   for (const auto& [name, c] : figures.classes) {
-    out.Sample("gpu_catalog_class_oldest_pending_seconds", runtime::Label("class", name),
-               OldestPendingSeconds(c, now));
+    out.Set("gpu_catalog_class_oldest_pending_seconds", {name}, OldestPendingSeconds(c, now));
   }
 }
 
-void WriteNodes(runtime::MetricsWriter& out, const CatalogFigures& figures) {
-  out.Family("gpu_catalog_node_takes_binds", "gauge",
-             "1 when the node of a GPUNode takes binds, for at least one class (kubectl gpu nodes "
-             "TAKES BINDS); 0 when not.");
+void WriteNodes(runtime::MetricsScrape& out, const CatalogFigures& figures) {
+  out.Show("gpu_catalog_node_takes_binds");
   for (const auto& [name, node] : figures.nodes) {
-    out.Sample("gpu_catalog_node_takes_binds", runtime::Label("node", name),
-               node.takesBinds ? 1 : 0);
+    out.Set("gpu_catalog_node_takes_binds", {name}, node.takesBinds ? 1 : 0);
   }
-  out.Family("gpu_catalog_node_not_taking_binds", "gauge",
-             "1 for each reason a node takes no binds: cordoned, not_ready, tainted, no_node "
-             "(a GPUNode without a Node) or other.");
+  out.Show("gpu_catalog_node_not_taking_binds");
   for (const auto& [name, node] : figures.nodes) {
     for (const std::string_view reason : node.notTaking) {
-      out.Sample("gpu_catalog_node_not_taking_binds",
-                 runtime::Label("node", name) + "," + runtime::Label("reason", reason), 1);
+      out.Set("gpu_catalog_node_not_taking_binds", {name, std::string(reason)}, 1);
     }
   }
-  out.Family("gpu_catalog_node_orders_bound", "gauge", "GPUDevices Bound on the node.");
+  out.Show("gpu_catalog_node_orders_bound");
   for (const auto& [name, node] : figures.nodes) {
-    out.Sample("gpu_catalog_node_orders_bound", runtime::Label("node", name),
-               static_cast<double>(node.ordersBound));
+    out.Set("gpu_catalog_node_orders_bound", {name}, static_cast<double>(node.ordersBound));
   }
 }
 
 }  // namespace
 
-void WriteCatalogMetrics(runtime::MetricsWriter& out, const CatalogFigures& figures,
+void DeclareCatalogMetrics(runtime::MetricsRegistry& registry) {
+  for (const ClassGauge& gauge : ClassGauges()) registry.Gauge(gauge.name, gauge.help, {"class"});
+  registry.Gauge("gpu_catalog_class_oldest_pending_seconds",
+                 "How long the class's oldest Pending GPUDevice has waited since its "
+                 "creationTimestamp; 0 when none is Pending.",
+                 {"class"});
+  registry.Gauge(
+      "gpu_catalog_node_takes_binds",
+      "1 when the node of a GPUNode takes binds, for at least one class (kubectl gpu nodes "
+      "TAKES BINDS); 0 when not.",
+      {"node"});
+  registry.Gauge("gpu_catalog_node_not_taking_binds",
+                 "1 for each reason a node takes no binds: cordoned, not_ready, tainted, no_node "
+                 "(a GPUNode without a Node) or other.",
+                 {"node", "reason"});
+  registry.Gauge("gpu_catalog_node_orders_bound", "GPUDevices Bound on the node.", {"node"});
+  registry.Gauge("gpu_catalog_tenant_units_held",
+                 "Units held by the Bound GPUDevices of a namespace, by class; past the "
+                 "--catalog-tenant-series namespaces holding the most, the rest summed under "
+                 "namespace \"_other\".",
+                 {"namespace", "class"});
+}
+
+void WriteCatalogMetrics(runtime::MetricsScrape& out, const CatalogFigures& figures,
                          size_t tenantSeries, std::chrono::system_clock::time_point now) {
   WriteClasses(out, figures, now);
   WriteNodes(out, figures);
   if (tenantSeries == 0) return;  // --catalog-tenant-series 0: no per-tenant family
-  out.Family("gpu_catalog_tenant_units_held", "gauge",
-             "Units held by the Bound GPUDevices of a namespace, by class; past the "
-             "--catalog-tenant-series namespaces holding the most, the rest summed under "
-             "namespace \"_other\".");
+  out.Show("gpu_catalog_tenant_units_held");
   for (const TenantSeries& series : CapTenants(figures.tenantHeld, tenantSeries)) {
-    out.Sample("gpu_catalog_tenant_units_held",
-               runtime::Label("namespace", series.namespaceName) + "," +
-                   runtime::Label("class", series.className),
-               static_cast<double>(series.units));
+    out.Set("gpu_catalog_tenant_units_held", {series.namespaceName, series.className},
+            static_cast<double>(series.units));
   }
 }
 

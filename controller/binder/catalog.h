@@ -81,8 +81,10 @@ std::vector<TenantSeries> CapTenants(
 // none (or one stamped after `now`).
 double OldestPendingSeconds(const CatalogClass& figures, std::chrono::system_clock::time_point now);
 
-// The gpu_catalog_* families of `figures`, the per-tenant series capped at `tenantSeries`.
-void WriteCatalogMetrics(runtime::MetricsWriter& out, const CatalogFigures& figures,
+// The gpu_catalog_* families, declared once; Write fills them from `figures`, the per-tenant
+// series capped at `tenantSeries` (none, not even the family's HELP, at 0).
+void DeclareCatalogMetrics(runtime::MetricsRegistry& registry);
+void WriteCatalogMetrics(runtime::MetricsScrape& out, const CatalogFigures& figures,
                          size_t tenantSeries, std::chrono::system_clock::time_point now);
 
 }  // namespace cozy::controller

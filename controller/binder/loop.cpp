@@ -324,90 +324,96 @@ void BinderLoop::PassDone(PassResult pass) {
   }
 }
 
-void BinderLoop::WriteMetrics(runtime::MetricsWriter& out) const {
-  out.Family("gpu_controller_model_input_problems", "gauge",
-             "Inputs the last full binder pass read out of range or could not read, by kind "
-             "(Pod, ResourceQuota, GPUNode, Namespace): each holds back only its own node or "
-             "tenant, and "
-             "has a Warning Event (reason InputOutOfRange) on its object.");
+void BinderLoop::DeclareMetrics(runtime::MetricsRegistry& registry) {
+  registry.Gauge("gpu_controller_model_input_problems",
+                 "Inputs the last full binder pass read out of range or could not read, by kind "
+                 "(Pod, ResourceQuota, GPUNode, Namespace): each holds back only its own node or "
+                 "tenant, and "
+                 "has a Warning Event (reason InputOutOfRange) on its object.",
+                 {"kind"});
+  registry.Gauge(
+      "gpu_controller_binder_last_success_timestamp_seconds",
+      "When the last binder pass that failed nothing ended (Unix seconds): it ran, and no "
+      "write of it failed or conflicted. 0 before the first; only the leader passes.");
+  DeclareCatalogMetrics(registry);
+  registry.Counter("gpu_controller_binder_quiet_pod_changes_total",
+                   "Pod changes the room of a quiet cluster took without a binder pass.");
+  registry.Gauge(
+      "gpu_controller_binder_quiet",
+      "1 while the last full pass decided only held keeps and its room takes pod changes.");
+  registry.Counter("gpu_controller_binder_passes_total",
+                   "Binder passes: full, or answers only (bind requests first).", {"kind"});
+  registry.HistogramFamily("gpu_controller_binder_pass_duration_seconds",
+                           "Time of one binder pass: snapshot, model and writes.");
+  registry.Counter("gpu_controller_binder_decisions_total",
+                   "The model's decisions by action, summed over passes.", {"action"});
+  registry.Counter("gpu_controller_binder_writes_total",
+                   "Placement and answer writes that applied.");
+  registry.Counter("gpu_controller_node_condition_writes_total",
+                   "GPUNode TakesBinds conditions written (only when they change).");
+  registry.Counter("gpu_controller_events_total",
+                   "Events for tenants: written, refused or failed (failed), repeats held back "
+                   "(suppressed), and dropped with the sender's queue full (dropped).",
+                   {"result"});
+  registry.Counter("gpu_controller_binder_conflicts_total",
+                   "Placement writes refused with 409 (the pass stops; the next re-reads).");
+  registry.Counter("gpu_controller_binder_failures_total",
+                   "Placement writes that failed otherwise, and passes that could not run.");
+  registry.Counter(
+      "gpu_controller_binder_held_off_total",
+      "Placement writes not sent: their device is held off after the server refused it.");
+  registry.Gauge(
+      "gpu_controller_binder_backoff_devices",
+      "GPUDevices held off now after the server refused their writes (400/403/404/422).");
+  registry.Counter("gpu_controller_binder_device_reads_total",
+                   "GPUDevices read past a cache still behind the binder's writes (D3).");
+  registry.Counter("gpu_controller_binder_own_write_answers_total",
+                   "GPUDevices a pass took from the answers to the binder's own writes, the cache "
+                   "still behind them (D3).");
+  registry.Counter(
+      "gpu_controller_binder_undecodable_total",
+      "GPUDevices the binder read from the API server and skipped: they do not decode.");
+  registry.HistogramFamily("gpu_controller_bind_answer_seconds",
+                           "From a bind request's requestedAt to the binder's answer.");
+}
+
+void BinderLoop::WriteMetrics(runtime::MetricsScrape& out) const {
+  out.Show("gpu_controller_model_input_problems");
   for (const std::string kind : {"GPUNode", "Namespace", "Pod", "ResourceQuota"}) {
     const auto count = inputProblems_.find(kind);
-    out.Sample("gpu_controller_model_input_problems", runtime::Label("kind", kind),
-               static_cast<double>(count == inputProblems_.end() ? 0 : count->second));
+    out.Set("gpu_controller_model_input_problems", {kind},
+            static_cast<double>(count == inputProblems_.end() ? 0 : count->second));
   }
-  out.Family("gpu_controller_binder_last_success_timestamp_seconds", "gauge",
-             "When the last binder pass that failed nothing ended (Unix seconds): it ran, and no "
-             "write of it failed or conflicted. 0 before the first; only the leader passes.");
-  out.Sample("gpu_controller_binder_last_success_timestamp_seconds", "", lastSuccess_);
+  out.Set("gpu_controller_binder_last_success_timestamp_seconds", {}, lastSuccess_);
   if (catalog_ && catalogTerm_ == term_.load() && leadership_.Leading()) {
     WriteCatalogMetrics(out, *catalog_, catalogTenantSeries_, std::chrono::system_clock::now());
   }
-  out.Family("gpu_controller_binder_quiet_pod_changes_total", "counter",
-             "Pod changes the room of a quiet cluster took without a binder pass.");
-  out.Sample("gpu_controller_binder_quiet_pod_changes_total", "",
-             static_cast<double>(quietRoom_.Absorbed()));
-  out.Family("gpu_controller_binder_quiet", "gauge",
-             "1 while the last full pass decided only held keeps and its room takes pod changes.");
-  out.Sample("gpu_controller_binder_quiet", "", quietRoom_.Settled() ? 1 : 0);
-  out.Family("gpu_controller_binder_passes_total", "counter",
-             "Binder passes: full, or answers only (bind requests first).");
+  out.Set("gpu_controller_binder_quiet_pod_changes_total", {},
+          static_cast<double>(quietRoom_.Absorbed()));
+  out.Set("gpu_controller_binder_quiet", {}, quietRoom_.Settled() ? 1 : 0);
+  out.Show("gpu_controller_binder_passes_total");
   for (const auto& [kind, count] : passes_) {
-    out.Sample("gpu_controller_binder_passes_total", runtime::Label("kind", kind),
-               static_cast<double>(count));
+    out.Set("gpu_controller_binder_passes_total", {kind}, static_cast<double>(count));
   }
-  out.Family("gpu_controller_binder_pass_duration_seconds", "histogram",
-             "Time of one binder pass: snapshot, model and writes.");
-  duration_.Write(out, "gpu_controller_binder_pass_duration_seconds");
-  out.Family("gpu_controller_binder_decisions_total", "counter",
-             "The model's decisions by action, summed over passes.");
+  out.SetHistogram("gpu_controller_binder_pass_duration_seconds", duration_);
+  out.Show("gpu_controller_binder_decisions_total");
   for (const auto& [action, count] : decisions_) {
-    out.Sample("gpu_controller_binder_decisions_total", runtime::Label("action", action),
-               static_cast<double>(count));
+    out.Set("gpu_controller_binder_decisions_total", {action}, static_cast<double>(count));
   }
-  out.Family("gpu_controller_binder_writes_total", "counter",
-             "Placement and answer writes that applied.");
-  out.Sample("gpu_controller_binder_writes_total", "", static_cast<double>(writes_));
-  out.Family("gpu_controller_node_condition_writes_total", "counter",
-             "GPUNode TakesBinds conditions written (only when they change).");
-  out.Sample("gpu_controller_node_condition_writes_total", "",
-             static_cast<double>(conditionWrites_));
-  out.Family("gpu_controller_events_total", "counter",
-             "Events for tenants: written, refused or failed (failed), repeats held back "
-             "(suppressed), and dropped with the sender's queue full (dropped).");
-  out.Sample("gpu_controller_events_total", runtime::Label("result", "written"),
-             static_cast<double>(binder_.EventsWritten()));
-  out.Sample("gpu_controller_events_total", runtime::Label("result", "suppressed"),
-             static_cast<double>(eventsSuppressed_));
-  out.Sample("gpu_controller_events_total", runtime::Label("result", "failed"),
-             static_cast<double>(binder_.EventsFailed()));
-  out.Sample("gpu_controller_events_total", runtime::Label("result", "dropped"),
-             static_cast<double>(binder_.EventsDropped()));
-  out.Family("gpu_controller_binder_conflicts_total", "counter",
-             "Placement writes refused with 409 (the pass stops; the next re-reads).");
-  out.Sample("gpu_controller_binder_conflicts_total", "", static_cast<double>(conflicts_));
-  out.Family("gpu_controller_binder_failures_total", "counter",
-             "Placement writes that failed otherwise, and passes that could not run.");
-  out.Sample("gpu_controller_binder_failures_total", "", static_cast<double>(failures_ + errors_));
-  out.Family("gpu_controller_binder_held_off_total", "counter",
-             "Placement writes not sent: their device is held off after the server refused it.");
-  out.Sample("gpu_controller_binder_held_off_total", "", static_cast<double>(heldOff_));
-  out.Family("gpu_controller_binder_backoff_devices", "gauge",
-             "GPUDevices held off now after the server refused their writes (400/403/404/422).");
-  out.Sample("gpu_controller_binder_backoff_devices", "", static_cast<double>(backingOff_));
-  out.Family("gpu_controller_binder_device_reads_total", "counter",
-             "GPUDevices read past a cache still behind the binder's writes (D3).");
-  out.Sample("gpu_controller_binder_device_reads_total", "", static_cast<double>(readsPastCache_));
-  out.Family("gpu_controller_binder_own_write_answers_total", "counter",
-             "GPUDevices a pass took from the answers to the binder's own writes, the cache "
-             "still behind them (D3).");
-  out.Sample("gpu_controller_binder_own_write_answers_total", "",
-             static_cast<double>(fromOwnWrites_));
-  out.Family("gpu_controller_binder_undecodable_total", "counter",
-             "GPUDevices the binder read from the API server and skipped: they do not decode.");
-  out.Sample("gpu_controller_binder_undecodable_total", "", static_cast<double>(undecodable_));
-  out.Family("gpu_controller_bind_answer_seconds", "histogram",
-             "From a bind request's requestedAt to the binder's answer.");
-  answerLatency_.Write(out, "gpu_controller_bind_answer_seconds");
+  out.Set("gpu_controller_binder_writes_total", {}, static_cast<double>(writes_));
+  out.Set("gpu_controller_node_condition_writes_total", {}, static_cast<double>(conditionWrites_));
+  out.Set("gpu_controller_events_total", {"written"}, static_cast<double>(binder_.EventsWritten()));
+  out.Set("gpu_controller_events_total", {"suppressed"}, static_cast<double>(eventsSuppressed_));
+  out.Set("gpu_controller_events_total", {"failed"}, static_cast<double>(binder_.EventsFailed()));
+  out.Set("gpu_controller_events_total", {"dropped"}, static_cast<double>(binder_.EventsDropped()));
+  out.Set("gpu_controller_binder_conflicts_total", {}, static_cast<double>(conflicts_));
+  out.Set("gpu_controller_binder_failures_total", {}, static_cast<double>(failures_ + errors_));
+  out.Set("gpu_controller_binder_held_off_total", {}, static_cast<double>(heldOff_));
+  out.Set("gpu_controller_binder_backoff_devices", {}, static_cast<double>(backingOff_));
+  out.Set("gpu_controller_binder_device_reads_total", {}, static_cast<double>(readsPastCache_));
+  out.Set("gpu_controller_binder_own_write_answers_total", {}, static_cast<double>(fromOwnWrites_));
+  out.Set("gpu_controller_binder_undecodable_total", {}, static_cast<double>(undecodable_));
+  out.SetHistogram("gpu_controller_bind_answer_seconds", answerLatency_);
 }
 
 }  // namespace cozy::controller

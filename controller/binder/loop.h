@@ -136,9 +136,12 @@ class BinderLoop {
   // Once the leadership is off: lets the pass in flight finish (it writes nothing more), then
   // stops the worker.
   void Stop();
-  // Loop thread: the gpu_controller_binder_* families and the rest of the binder's metrics;
-  // while the replica leads, the gpu_catalog_* families of the last full pass of its term.
-  void WriteMetrics(runtime::MetricsWriter& out) const;
+  // The binder's families (the catalog's among them), declared once on the daemon's registry.
+  static void DeclareMetrics(runtime::MetricsRegistry& registry);
+  // Loop thread, at a scrape: the gpu_controller_binder_* families and the rest of the binder's
+  // metrics; while the replica leads, the gpu_catalog_* families of the last full pass of its
+  // term.
+  void WriteMetrics(runtime::MetricsScrape& out) const;
   // Loop thread: whether an answers-only pass is due or running (the reconciler yields to it).
   bool Answering() const { return answers_ || answering_; }
   // The pods cache's filter asks it whether a pod change needs a pass (any thread).

@@ -102,19 +102,27 @@ class Controller {
     // Every write of the leader's, first attempt or retry, ends by the instant its Lease lets it
     // lead until (kube/leader_election.h).
     leadership_.SetUntil([this] { return elector_->LeadingUntil(); });
-    // The metrics page is renewed as each pass ends, besides every second (Tick): a pass count
-    // read from it is never older than the last pass's end (what the tests' waits for passes
-    // stand on; docs/testing.md, "Waiting for passes").
-    reconciler_.SetAfterPass([this] { health_.SetMetrics(Metrics()); });
+    DeclareLeaderMetrics(registry_);
+    ReconcilerMetrics::Declare(registry_);
     if (options.enableGpu) {
       binder_ = std::make_unique<BinderLoop>(loop_, client_, leadership_, identity_, view_);
       binder_->SetCatalogTenantSeries(
           static_cast<size_t>(std::max(0, options.catalogTenantSeries)));
-      binder_->SetAfterPass([this] { health_.SetMetrics(Metrics()); });
       pods_ = std::make_unique<PodChanges>(&binder_->quietRoom());
       // A thousand VM starts at once: the reconciler waits (1 s at most) for their answers.
       reconciler_.SetYield([this] { return binder_->Answering(); });
+      BinderLoop::DeclareMetrics(registry_);
+      WebhookMetrics::Declare(registry_);
     }
+    DeclareCacheMetrics(registry_);
+    // /metrics is rendered at each scrape, its figures read on the loop thread then (a pass
+    // count is that of every pass ended so far: what the tests' waits for passes stand on;
+    // docs/testing.md, "Waiting for passes"). A loop that does not answer within the registry's
+    // bound leaves the figures of the last scrape it answered (docs/runtime.md, "Metrics
+    // registry").
+    registry_.AddCollector([this](runtime::MetricsScrape& out) { CollectMetrics(out); },
+                           [this](std::function<void()> work) { loop_.Post(std::move(work)); });
+    health_.SetRegistry(&registry_);
   }
 
   int Run() {
@@ -334,7 +342,8 @@ class Controller {
     });
   }
 
-  // Loop thread, every second: the kinds that come and go, health and metrics.
+  // Loop thread, every second: the kinds that come and go, health, and the webhooks' latencies
+  // taken into their histogram (so that they do not pile up between scrapes).
   void Tick() {
     if (caches_.FollowDiscovery()) Trigger();
     if (webhooks_) webhookMetrics_.Take(webhooks_->TakeStats());
@@ -345,7 +354,6 @@ class Controller {
     // another replica while this one catches up (docs/health-server.md, "POST routes and TLS").
     health_.SetReady(manager_.Ready() && (!webhookServer_ || (webhookServer_->serving() &&
                                                               !webhookServer_->Saturated())));
-    health_.SetMetrics(Metrics());
     tick_.Arm(std::chrono::seconds(1));
   }
 
@@ -386,26 +394,20 @@ class Controller {
     });
   }
 
-  std::string Metrics() const {
-    runtime::MetricsWriter out;
+  // Loop thread, at each scrape of /metrics: the figures of every declared family.
+  void CollectMetrics(runtime::MetricsScrape& out) {
     WriteLeaderMetrics(out, leadership_.Leading(), acquisitions_, elector_->Transitions());
     reconciler_.WriteMetrics(out);
     if (binder_) binder_->WriteMetrics(out);
     if (webhooks_) {
-      webhookMetrics_.Write(out, webhookServer_->stats());
-      out.Family("gpu_controller_webhook_callers_authenticated", "gauge",
-                 "1 when the webhooks serve only callers with a client certificate of "
-                 "--webhook-client-ca; 0 when any TLS client is answered "
-                 "(--webhook-allow-unauthenticated-callers).");
-      out.Sample("gpu_controller_webhook_callers_authenticated", "",
-                 options_.webhookClientCa.empty() ? 0 : 1);
+      webhookMetrics_.Take(webhooks_->TakeStats());
+      webhookMetrics_.Write(out, webhookServer_->stats(), !options_.webhookClientCa.empty());
     }
     std::vector<std::pair<std::string, const kube::CacheBase*>> caches;
     ForEachCache([&caches](const std::string& name, const kube::CacheBase& cache) {
       caches.emplace_back(name, &cache);
     });
     WriteCacheMetrics(out, caches, loop_.callbackFailures());
-    return out.Take();
   }
 
   // Loop thread, on SIGTERM or SIGINT: the leadership ends first, so the passes in flight make
@@ -437,6 +439,9 @@ class Controller {
   ReconcilerLoop reconciler_;
   std::unique_ptr<BinderLoop> binder_;  // with --enable-gpu
   std::unique_ptr<PodChanges> pods_;    // with --enable-gpu
+  // The families /metrics renders, declared once (controller/daemon/metrics.h); before the
+  // health server that renders them.
+  runtime::MetricsRegistry registry_;
   runtime::HealthServer health_;
   // The caches Watch added, by name, in order.
   std::vector<std::pair<std::string, const kube::CacheBase*>> watched_;

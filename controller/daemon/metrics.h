@@ -1,5 +1,6 @@
-// The controller's /metrics, one writer per part: the daemon counts on its loop thread and
-// hands these the numbers; what each family means is said here, once.
+// The controller's /metrics: each part's families declared once on the daemon's registry
+// (Declare*: name, type, help, label names), and filled at each scrape on the loop thread from
+// the numbers the daemon counts (Write*).
 #pragma once
 
 #include <cstdint>
@@ -15,14 +16,18 @@
 
 namespace cozy::controller {
 
-void WriteLeaderMetrics(runtime::MetricsWriter& out, bool leading, int64_t acquisitions,
+void DeclareLeaderMetrics(runtime::MetricsRegistry& registry);
+void WriteLeaderMetrics(runtime::MetricsScrape& out, bool leading, int64_t acquisitions,
                         int64_t leaseTransitions);
 
 // With GPUs on: the admission webhooks' answers and writes, and their server's connections.
 class WebhookMetrics {
  public:
+  static void Declare(runtime::MetricsRegistry& registry);
   void Take(webhook::WebhookStats stats);  // what the webhooks counted since the last Take
-  void Write(runtime::MetricsWriter& out, const webhook::Server::Stats& server) const;
+  // `authenticated`: the webhooks answer only callers with a certificate of --webhook-client-ca.
+  void Write(runtime::MetricsScrape& out, const webhook::Server::Stats& server,
+             bool authenticated) const;
 
  private:
   webhook::WebhookStats stats_;
@@ -30,7 +35,8 @@ class WebhookMetrics {
 };
 
 // Every cache's state by name, and the event loop's failed callbacks.
-void WriteCacheMetrics(runtime::MetricsWriter& out,
+void DeclareCacheMetrics(runtime::MetricsRegistry& registry);
+void WriteCacheMetrics(runtime::MetricsScrape& out,
                        const std::vector<std::pair<std::string, const kube::CacheBase*>>& caches,
                        int64_t loopCallbackFailures);
 

@@ -23,18 +23,49 @@ bool WriteFailed(const std::string& result) {
   return result == "conflict" || result == "error" || result == "not-leading";
 }
 
-// A counter family whose samples are keyed by (`label`, result).
-void WriteByResult(runtime::MetricsWriter& out, std::string_view name, std::string_view help,
-                   std::string_view label,
+// A counter family whose samples are keyed by (its first label, result).
+void WriteByResult(runtime::MetricsScrape& out, std::string_view name,
                    const std::map<std::pair<std::string, std::string>, int64_t>& counts) {
-  out.Family(name, "counter", help);
+  out.Show(name);
   for (const auto& [key, count] : counts) {
-    out.Sample(name, runtime::Label(label, key.first) + "," + runtime::Label("result", key.second),
-               static_cast<double>(count));
+    out.Set(name, {key.first, key.second}, static_cast<double>(count));
   }
 }
 
 }  // namespace
+
+void ReconcilerMetrics::Declare(runtime::MetricsRegistry& registry) {
+  registry.Counter("gpu_controller_reconcile_passes_total", "Reconciler passes run.");
+  registry.Counter("gpu_controller_reconcile_failures_total",
+                   "Reconciler passes that could not plan.");
+  registry.Counter("gpu_controller_reconcile_deferred_total",
+                   "Times a reconciler pass that was due waited for the binder answering bind "
+                   "requests (at most 1 s each).");
+  registry.HistogramFamily("gpu_controller_reconcile_duration_seconds",
+                           "Time of one reconciler pass: plan and writes.");
+  registry.Counter("gpu_controller_writes_total",
+                   "Reconciler writes by object kind and result (ok, conflict, gone, forbidden, "
+                   "error, skipped).",
+                   {"kind", "result"});
+  registry.Counter("gpu_controller_reconcile_actions_total",
+                   "Actions each reconciler planned, by what became of them: the results of "
+                   "gpu_controller_writes_total, and not-leading (the replica stepped down "
+                   "mid-pass).",
+                   {"reconciler", "result"});
+  registry.Counter(
+      "gpu_controller_reconcile_write_failures_total",
+      "Actions of each reconciler that did not apply: a conflict, an error, or a leader "
+      "that stepped down mid-pass.",
+      {"reconciler"});
+  registry.Counter("gpu_controller_conflicts_total",
+                   "Writes refused with 409: a stale read or a concurrent writer.");
+  registry.Gauge("gpu_controller_queue_depth",
+                 "Writes the last pass planned and could not make; the next pass retries them.");
+  registry.Gauge("gpu_controller_write_backoff_objects",
+                 "Objects whose last write failed, held off for a delay of their own "
+                 "(1 s doubling to 1 min); the rest of each pass writes on.");
+  registry.Gauge("gpu_controller_waiting", "Objects waiting, by what they wait for.", {"for"});
+}
 
 ReconcilerMetrics::ReconcilerMetrics(std::vector<std::string> reconcilers) {
   for (std::string& name : reconcilers) writeFailures_[std::move(name)] = 0;
@@ -58,52 +89,24 @@ void ReconcilerMetrics::Pass(double seconds, bool failed, const ApplyCounts& cou
   waiting_ = waiting;
 }
 
-void ReconcilerMetrics::Write(runtime::MetricsWriter& out) const {
-  out.Family("gpu_controller_reconcile_passes_total", "counter", "Reconciler passes run.");
-  out.Sample("gpu_controller_reconcile_passes_total", "", static_cast<double>(passes_));
-  out.Family("gpu_controller_reconcile_failures_total", "counter",
-             "Reconciler passes that could not plan.");
-  out.Sample("gpu_controller_reconcile_failures_total", "", static_cast<double>(failures_));
-  out.Family("gpu_controller_reconcile_deferred_total", "counter",
-             "Times a reconciler pass that was due waited for the binder answering bind "
-             "requests (at most 1 s each).");
-  out.Sample("gpu_controller_reconcile_deferred_total", "", static_cast<double>(deferred_));
-  out.Family("gpu_controller_reconcile_duration_seconds", "histogram",
-             "Time of one reconciler pass: plan and writes.");
-  duration_.Write(out, "gpu_controller_reconcile_duration_seconds");
-  WriteByResult(out, "gpu_controller_writes_total",
-                "Reconciler writes by object kind and result (ok, conflict, gone, forbidden, "
-                "error, skipped).",
-                "kind", writes_);
-  WriteByResult(out, "gpu_controller_reconcile_actions_total",
-                "Actions each reconciler planned, by what became of them: the results of "
-                "gpu_controller_writes_total, and not-leading (the replica stepped down "
-                "mid-pass).",
-                "reconciler", actions_);
-  out.Family("gpu_controller_reconcile_write_failures_total", "counter",
-             "Actions of each reconciler that did not apply: a conflict, an error, or a leader "
-             "that stepped down mid-pass.");
+void ReconcilerMetrics::Write(runtime::MetricsScrape& out) const {
+  out.Set("gpu_controller_reconcile_passes_total", {}, static_cast<double>(passes_));
+  out.Set("gpu_controller_reconcile_failures_total", {}, static_cast<double>(failures_));
+  out.Set("gpu_controller_reconcile_deferred_total", {}, static_cast<double>(deferred_));
+  out.SetHistogram("gpu_controller_reconcile_duration_seconds", duration_);
+  WriteByResult(out, "gpu_controller_writes_total", writes_);
+  WriteByResult(out, "gpu_controller_reconcile_actions_total", actions_);
+  out.Show("gpu_controller_reconcile_write_failures_total");
   for (const auto& [name, count] : writeFailures_) {
-    out.Sample("gpu_controller_reconcile_write_failures_total", runtime::Label("reconciler", name),
-               static_cast<double>(count));
+    out.Set("gpu_controller_reconcile_write_failures_total", {name}, static_cast<double>(count));
   }
-  out.Family("gpu_controller_conflicts_total", "counter",
-             "Writes refused with 409: a stale read or a concurrent writer.");
-  out.Sample("gpu_controller_conflicts_total", "", static_cast<double>(conflicts_));
-  out.Family("gpu_controller_queue_depth", "gauge",
-             "Writes the last pass planned and could not make; the next pass retries them.");
-  out.Sample("gpu_controller_queue_depth", "", queueDepth_);
-  out.Family("gpu_controller_write_backoff_objects", "gauge",
-             "Objects whose last write failed, held off for a delay of their own "
-             "(1 s doubling to 1 min); the rest of each pass writes on.");
-  out.Sample("gpu_controller_write_backoff_objects", "", backingOff_);
-  out.Family("gpu_controller_waiting", "gauge", "Objects waiting, by what they wait for.");
-  out.Sample("gpu_controller_waiting", runtime::Label("for", "vmi-in-use"), waiting_.devicesInUse);
-  out.Sample("gpu_controller_waiting", runtime::Label("for", "class-holders"),
-             waiting_.classesWithHolders);
-  out.Sample("gpu_controller_waiting", runtime::Label("for", "attachment-grace"),
-             waiting_.attachmentsInGrace);
-  out.Sample("gpu_controller_waiting", runtime::Label("for", "vmi-unknown"), waiting_.vmisUnknown);
+  out.Set("gpu_controller_conflicts_total", {}, static_cast<double>(conflicts_));
+  out.Set("gpu_controller_queue_depth", {}, queueDepth_);
+  out.Set("gpu_controller_write_backoff_objects", {}, backingOff_);
+  out.Set("gpu_controller_waiting", {"vmi-in-use"}, waiting_.devicesInUse);
+  out.Set("gpu_controller_waiting", {"class-holders"}, waiting_.classesWithHolders);
+  out.Set("gpu_controller_waiting", {"attachment-grace"}, waiting_.attachmentsInGrace);
+  out.Set("gpu_controller_waiting", {"vmi-unknown"}, waiting_.vmisUnknown);
 }
 
 ReconcilerLoop::ReconcilerLoop(runtime::Loop& loop, kube::Client& client,

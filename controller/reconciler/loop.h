@@ -53,7 +53,9 @@ class ReconcilerMetrics {
   void Pass(double seconds, bool failed, const ApplyCounts& counts, const Waiting& waiting);
   // A pass that was due and waited for the binder's answers (ReconcilerLoop::SetYield).
   void Deferred() { ++deferred_; }
-  void Write(runtime::MetricsWriter& out) const;
+  // The families, once on the daemon's registry; Write fills them at a scrape (loop thread).
+  static void Declare(runtime::MetricsRegistry& registry);
+  void Write(runtime::MetricsScrape& out) const;
 
  private:
   int64_t passes_ = 0;
@@ -115,7 +117,7 @@ class ReconcilerLoop {
   void Stop();
 
   // Loop thread.
-  void WriteMetrics(runtime::MetricsWriter& out) const { metrics_.Write(out); }
+  void WriteMetrics(runtime::MetricsScrape& out) const { metrics_.Write(out); }
 
  private:
   struct PassResult {

@@ -173,9 +173,15 @@ TEST(CatalogMetrics, TheFamiliesWritten) {
   const model::Snapshot snapshot = FourNodes(now);
   const model::Model model(snapshot);
   const CatalogFigures figures = CatalogOf(snapshot, model.CapacityView());
-  runtime::MetricsWriter out;
-  WriteCatalogMetrics(out, figures, 1, now);
-  const std::string page = out.Take();
+  // The families as the binder declares them, filled as a scrape fills them.
+  const auto render = [&](size_t tenantSeries) {
+    runtime::MetricsRegistry registry;
+    DeclareCatalogMetrics(registry);
+    registry.AddCollector(
+        [&](runtime::MetricsScrape& out) { WriteCatalogMetrics(out, figures, tenantSeries, now); });
+    return registry.Render();
+  };
+  const std::string page = render(1);
   for (const char* line : {
            "\ngpu_catalog_class_units{class=\"a100\"} 5\n",
            "\ngpu_catalog_class_units_held{class=\"a100\"} 2\n",
@@ -197,9 +203,7 @@ TEST(CatalogMetrics, TheFamiliesWritten) {
   EXPECT_NE(page.find("\ngpu_catalog_class_oldest_pending_seconds{class=\"a100\"} 20"),
             std::string::npos)
       << page;  // 200 s and the fraction this test took
-  runtime::MetricsWriter none;
-  WriteCatalogMetrics(none, figures, 0, now);
-  EXPECT_EQ(none.Take().find("gpu_catalog_tenant_units_held"), std::string::npos);
+  EXPECT_EQ(render(0).find("gpu_catalog_tenant_units_held"), std::string::npos);
 }
 
 }  // namespace

@@ -344,9 +344,10 @@ TEST_F(ApplierTest, AReconcilerDeclaredInATestIsRunByThePassAndItsActionsApplied
   }
   std::promise<std::string> metrics;
   loop.Post([&] {
-    runtime::MetricsWriter out;
-    reconciler.WriteMetrics(out);
-    metrics.set_value(out.Take());
+    runtime::MetricsRegistry registry;
+    ReconcilerMetrics::Declare(registry);
+    registry.AddCollector([&](runtime::MetricsScrape& out) { reconciler.WriteMetrics(out); });
+    metrics.set_value(registry.Render());
     reconciler.Stop();
     loop.Exit(0);
   });

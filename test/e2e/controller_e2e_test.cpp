@@ -262,8 +262,8 @@ TEST_F(ControllerEndToEnd, OnAQuietClusterAPodThatFitsWakesNoPassAndOneThatOverf
   ASSERT_TRUE(WaitFor([&] { return Metric("replica-a", absorbed) >= 1; }, 20s))
       << Metrics("replica-a");
   // A pass it woke would have run by now (50 ms debounce) and been counted (the metrics are
-  // rebuilt each second). Kept a sleep: what is asserted is that no pass ran, so no pass count
-  // can mark the time, and with --resync 1h nothing else rebuilds the page differently.
+  // rendered at each scrape). Kept a sleep: what is asserted is that no pass ran, so no pass
+  // count can mark the time, and with --resync 1h nothing else runs a pass.
   std::this_thread::sleep_for(1500ms);
   EXPECT_EQ(Metric("replica-a", full), fullBefore) << "a pod that fits woke the binder\n" << Logs();
   EXPECT_EQ(NodeOf("held"), node);
@@ -1211,7 +1211,8 @@ TEST_F(ControllerEndToEnd, D4_ABindRequestIsAnsweredWhileAPassWaitsOnASlowPlacem
       15s))
       << Logs();
   EXPECT_NE(Phase("other"), "Bound") << "other was placed before the request was answered";
-  // The pass that answered was answers-only (the exposition is rebuilt every second).
+  // The pass that answered was answers-only (counted once it ends; the page is rendered at each
+  // scrape).
   EXPECT_TRUE(WaitFor([&] { return Metric("replica-a", answersPasses) > answersBefore; }, 3s))
       << Metrics("replica-a") << Log("replica-a");
   const json answered = Get("gpudevice wanted", Tenant());

@@ -396,8 +396,8 @@ class ControllerEndToEnd : public ::testing::Test {
     if (at == std::string::npos) return -1;
     return std::stod(metrics.substr(at + sample.size() + 2));
   }
-  // The part of the replica's /metrics its loop builds, once a second: the process_* samples,
-  // read at each request, left out, so two reads differ only when the loop rebuilt the page.
+  // The part of the replica's /metrics its registry renders from the loop's figures: the
+  // process_* samples, read from the kernel at each request, left out.
   std::string LoopMetrics(const std::string& identity) {
     const std::string metrics = Metrics(identity);
     return metrics.substr(0, metrics.find("# HELP process_"));
@@ -407,9 +407,9 @@ class ControllerEndToEnd : public ::testing::Test {
   // passes, which place, move and write conditions; "reconciler"; "binder+reconciler": both,
   // waited for together) that began after this call: the evidence a "nothing happened"
   // assertion stands on, where a sleep would only guess that a pass had run. The counts are read
-  // from the page served now, which the controller renews as each pass ends; the first pass
-  // counted after it may have been under way before the call, and a loop's passes run one at a
-  // time, so each further one began after it.
+  // from the page served now, which the controller renders at each scrape from its loop
+  // thread's counts; the first pass counted after it may have been under way before the call,
+  // and a loop's passes run one at a time, so each further one began after it.
   // Fails after `limit`: the loop is not running (a standby, unsynced caches) or not asked to (a
   // long --resync and nothing changed).
   ::testing::AssertionResult WaitForPasses(const std::string& identity, const std::string& loops,
@@ -426,7 +426,7 @@ class ControllerEndToEnd : public ::testing::Test {
       const size_t at = page.find("\n" + sample + " ");
       return at == std::string::npos ? -1.0 : std::stod(page.substr(at + sample.size() + 2));
     };
-    // The page is renewed as each pass ends: its counts are those of every pass ended so far.
+    // The page is rendered at each scrape: its counts are those of every pass ended so far.
     const std::string rebuilt = LoopMetrics(identity);
     std::vector<double> from;
     for (const std::string& sample : samples) {

@@ -42,7 +42,13 @@ TEST(MetricsRegistry, RefusesASampleWhoseLabelCountDiffers) {
   EXPECT_NE(ThrownBy([&] { answers.Set(3); }), "");
   MetricFamily& leader = registry.Gauge("daemon_leader", "Leading.");
   EXPECT_NE(ThrownBy([&] { leader.Set({"extra"}, 1); }).find("daemon_leader"), std::string::npos);
-  // A collector's sample is checked the same way, and the scrape that saw it fails loudly.
+  // A collector's sample is checked the same way, and the scrape that saw it fails loudly; so
+  // is a family named that was never declared.
+  EXPECT_NE(ThrownBy([&] {
+              MetricsScrape scrape(&registry);
+              scrape.Set("daemon_undeclared", 1);
+            }).find("daemon_undeclared"),
+            std::string::npos);
   registry.AddCollector([&](MetricsScrape& scrape) { scrape.Set(answers, {"vmi"}, 1); });
   EXPECT_NE(ThrownBy([&] { registry.Render(); }).find("daemon_answers_total"), std::string::npos);
 }
