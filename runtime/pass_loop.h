@@ -63,9 +63,6 @@ class PassLoop {
   bool Stopping() const { return stopping_; }
   // Loop thread: a pass is in flight (asks now are one more pass after it).
   bool Running() const { return scheduler_ && scheduler_->Running(); }
-  // Before Start: runs on the loop thread after each pass's Done (the controller renews its
-  // metrics page then, so a pass count read there is never older than the last pass's end).
-  void SetAfterPass(std::function<void()> after) { after_ = std::move(after); }
   bool Started() const { return scheduler_ != nullptr; }
 
  private:
@@ -75,10 +72,7 @@ class PassLoop {
     if (!pass) return false;
     worker_.Run([this, pass = std::move(pass)] {
       Result result = pass();
-      loop_.Post([this, result = std::move(result)]() mutable {
-        done_(std::move(result));
-        if (after_) after_();
-      });
+      loop_.Post([this, result = std::move(result)]() mutable { done_(std::move(result)); });
     });
     return true;
   }
@@ -87,7 +81,6 @@ class PassLoop {
   std::string name_;
   Begin begin_;
   Done done_;
-  std::function<void()> after_;
   std::unique_ptr<PassScheduler> scheduler_;  // from Start
   bool stopping_ = false;
   Worker worker_;  // declared last: joined before the rest goes

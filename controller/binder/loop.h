@@ -146,8 +146,6 @@ class BinderLoop {
   bool Answering() const { return answers_ || answering_; }
   // The pods cache's filter asks it whether a pod change needs a pass (any thread).
   QuietRoom& quietRoom() { return quietRoom_; }
-  // Before Start: runs on the loop thread after each pass's end is taken (runtime::PassLoop).
-  void SetAfterPass(std::function<void()> after) { runner_.SetAfterPass(std::move(after)); }
 
  private:
   struct PassResult {

@@ -108,8 +108,6 @@ class ReconcilerLoop {
   // fifth of the controller's CPU in bench_binder's burst: docs/benchmarks.md, "The binder's
   // answers alone"), and the reconciler still runs within a second.
   void SetYield(std::function<bool()> busy) { yield_ = std::move(busy); }
-  // Before Start: runs on the loop thread after each pass's end is taken (runtime::PassLoop).
-  void SetAfterPass(std::function<void()> after) { passes_.SetAfterPass(std::move(after)); }
   static constexpr std::chrono::milliseconds kYieldRecheck{20};
   static constexpr std::chrono::milliseconds kYieldMax{1000};
   // Loop thread: no pass starts after this; the one in flight finishes its write in progress
