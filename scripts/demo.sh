@@ -744,6 +744,13 @@ if [ -n "${COZY_DEMO_SCRAPE_TARGETS:-}" ]; then
   } >"$COZY_DEMO_SCRAPE_TARGETS.tmp" && mv "$COZY_DEMO_SCRAPE_TARGETS.tmp" "$COZY_DEMO_SCRAPE_TARGETS" ||
     fail "could not write the scrape targets to $COZY_DEMO_SCRAPE_TARGETS"
 fi
+# The catalog as the Lease holder exports it on /metrics (docs/controller.md, "Catalog metrics").
+leader_catalog() {
+  local holder
+  holder=$(jp lease/gpu-controller '{.spec.holderIdentity}' "$ns")
+  [ -n "$holder" ] || return 1
+  curl -sf "http://127.0.0.1:${health_ports[${holder##*-}]}/metrics" | grep '^gpu_catalog_'
+}
 # hook WHAT: COZY_DEMO_HOOK's command, when set, at this point of the demo.
 hook() {
   [ -z "${COZY_DEMO_HOOK:-}" ] || "$COZY_DEMO_HOOK" "$1" || fail "COZY_DEMO_HOOK $1 failed"
@@ -917,6 +924,12 @@ wait_for 15 "train moving off the cordoned $held_node (class $class: onCordon Mo
 as_tenant show get gpudevices -n "$tenant" -o wide
 moved_event() { kc get events -n "$tenant" --field-selector reason=Moved -o name | grep -q .; }
 wait_for 10 "the binder's Moved Event for train" moved_event
+# The leader's catalog metrics are taken as the pass that moved train ends, which may be after its
+# Event: the cordon shows there once that pass is through.
+leader_cordon_shown() {
+  leader_catalog | grep -qx "gpu_catalog_node_not_taking_binds{node=\"$held_node\",reason=\"cordoned\"} 1"
+}
+wait_for 15 "the leader's catalog metrics showing $held_node cordoned" leader_cordon_shown
 hook 4-cordoned
 show get events -n "$tenant" --field-selector reason=Moved \
   -o custom-columns=REASON:.reason,OBJECT:.involvedObject.name,MESSAGE:.message
@@ -960,7 +973,6 @@ catalog
 # holder does: docs/controller.md, "Catalog metrics"), once a pass has seen the uncordon.
 leader=$(jp lease/gpu-controller '{.spec.holderIdentity}' "$ns")
 leader_port=${health_ports[${leader##*-}]}
-leader_catalog() { curl -sf "http://127.0.0.1:$leader_port/metrics" | grep '^gpu_catalog_'; }
 catalog_settled() { leader_catalog | grep -qx "gpu_catalog_class_units_free{class=\"$class\"} 4"; }
 wait_for 15 "the leader's catalog metrics showing the 4 units free again" catalog_settled
 echo "\$ curl -s http://127.0.0.1:$leader_port/metrics | grep '^gpu_catalog_'   # $leader, the leader"
