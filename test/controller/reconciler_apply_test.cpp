@@ -342,16 +342,29 @@ TEST_F(ApplierTest, AReconcilerDeclaredInATestIsRunByThePassAndItsActionsApplied
                 .value("annotations", json::object())
                 .value("example.com/resource-name", "");
   }
-  std::promise<std::string> metrics;
+  // The page as a scrape renders it, on the loop. A pass's end is taken there after its writes,
+  // so the write above may be seen before the pass is counted: read until it is.
+  auto render = [&] {
+    std::promise<std::string> rendered;
+    loop.Post([&] {
+      runtime::MetricsRegistry registry;
+      ReconcilerMetrics::Declare(registry);
+      registry.AddCollector([&](runtime::MetricsScrape& out) { reconciler.WriteMetrics(out); });
+      rendered.set_value(registry.Render());
+    });
+    return rendered.get_future().get();
+  };
+  std::string page = render();
+  for (int i = 0;
+       i < 1000 && page.find("gpu_controller_reconcile_passes_total 0\n") != std::string::npos;
+       ++i) {
+    std::this_thread::sleep_for(10ms);
+    page = render();
+  }
   loop.Post([&] {
-    runtime::MetricsRegistry registry;
-    ReconcilerMetrics::Declare(registry);
-    registry.AddCollector([&](runtime::MetricsScrape& out) { reconciler.WriteMetrics(out); });
-    metrics.set_value(registry.Render());
     reconciler.Stop();
     loop.Exit(0);
   });
-  const std::string page = metrics.get_future().get();
   thread.join();
   EXPECT_EQ(noted, "nvidia.com/GA100") << "the toy's action was never written";
   EXPECT_NE(page.find("gpu_controller_reconcile_actions_total{reconciler=\"class-notes\","
