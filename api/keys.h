@@ -91,6 +91,10 @@ inline constexpr std::string_view kRawNamePolicyForbidden = "forbidden";
 // tainted node, of the classes that tolerate its taints) and, when not, why (reason Cordoned,
 // NotReady, Tainted or NodeMissing; the message in words).
 inline constexpr std::string_view kTakesBindsCondition = "TakesBinds";
+// The condition the binder keeps on each GPUDevice it decides: True (reason Bound or Moved) once
+// placed; False with the model's reason in words where it cannot place the order (reason Refused;
+// the order stays Pending and every pass tries again) or loses it (reason Lost).
+inline constexpr std::string_view kBoundCondition = "Bound";
 
 // Kubernetes' own node taints for a cordon and for node health. The model leaves them to the
 // node's `spec.unschedulable` and Ready condition, so a stale taint never decides alone.

@@ -256,6 +256,53 @@ nlohmann::json BindResponse(const api::GpuDevice& device, const model::Decision&
   return response;
 }
 
+// The condition `Bound` a decision gives its device (docs/controller.md, "Why an order waits"):
+// True where it is placed, False with the model's reason where it is lost or refused; none for a
+// keep, which leaves the status as it stands.
+std::optional<api::Condition> BoundCondition(const model::Decision& decision, bool place, bool lose,
+                                             bool refuse) {
+  if (place) {
+    api::Condition bound;
+    bound.type = api::kBoundCondition;
+    bound.status = "True";
+    bound.reason = decision.action == model::Action::kMove ? "Moved" : "Bound";
+    bound.message = "bound to node " + decision.node;
+    return bound;
+  }
+  if (!lose && !refuse) return std::nullopt;
+  api::Condition waiting;
+  waiting.type = api::kBoundCondition;
+  waiting.status = "False";
+  waiting.reason = lose ? "Lost" : "Refused";
+  waiting.message = decision.reason;
+  return waiting;
+}
+
+// The device's conditions with `wanted` in place of its own of that type, or nothing where it
+// says so already (type, status, reason and message): an unchanged reason is never written again.
+// The transition time moves only with the status, as the API conventions ask.
+std::optional<nlohmann::json> ConditionsWith(const api::GpuDevice& device,
+                                             api::Condition wanted,
+                                             std::chrono::system_clock::time_point now) {
+  nlohmann::json conditions = nlohmann::json::array();
+  bool found = false;
+  for (const api::Condition& condition : device.status.conditions) {
+    if (condition.type != wanted.type) {
+      conditions.push_back(api::ToJson(condition));
+      continue;
+    }
+    if (condition.status == wanted.status && condition.reason == wanted.reason &&
+        condition.message == wanted.message) {
+      return std::nullopt;
+    }
+    found = true;
+    if (condition.status == wanted.status) wanted.lastTransitionTime = condition.lastTransitionTime;
+  }
+  if (!found || wanted.lastTransitionTime.empty()) wanted.lastTransitionTime = api::FormatTime(now);
+  conditions.push_back(api::ToJson(wanted));
+  return conditions;
+}
+
 }  // namespace
 
 BinderResult Binder::Pass(const model::Snapshot& snapshot, bool answersOnly, bool vmisKnown,
@@ -380,8 +427,16 @@ std::optional<nlohmann::json> Binder::StatusPatch(const api::GpuDevice& device,
       (device.Phase() != api::DevicePhase::kBound || !nodeName || *nodeName != decision.node);
   const bool lose = decision.action == model::Action::kLost &&
                     (device.Phase() != api::DevicePhase::kLost || nodeName);
-  if (!place && !lose && !pending) return std::nullopt;
+  // A new order the pass cannot place stays Pending, and says why in its status.
+  const bool refuse =
+      decision.action == model::Action::kRefuse && device.Phase() == api::DevicePhase::kPending;
+  std::optional<nlohmann::json> conditions;
+  if (auto wanted = BoundCondition(decision, place, lose, refuse)) {
+    conditions = ConditionsWith(device, std::move(*wanted), now);
+  }
+  if (!place && !lose && !pending && !conditions) return std::nullopt;
   nlohmann::json status = nlohmann::json::object();
+  if (conditions) status["conditions"] = std::move(*conditions);
   if (place) {
     status["phase"] = api::ToString(api::DevicePhase::kBound);
     status["nodeName"] = decision.node;

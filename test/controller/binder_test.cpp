@@ -661,6 +661,45 @@ TEST_F(BinderTest, TakesBindsSaysWhyANodeDoesNotAndIsWrittenOnlyWhenItChanges) {
   EXPECT_EQ(condition("down")["reason"], "NotReady") << "a toleration does not make it Ready";
 }
 
+// Why an order waits (docs/controller.md): an order the pass cannot place stays Pending and says
+// why in its status, as condition Bound False with the model's reason; the same reason is not
+// written again however often the passes run; placed, the condition turns True with a new
+// transition time.
+TEST_F(BinderTest, APendingOrderSaysWhyInItsStatusOnceAndBoundOnceItIsPlaced) {
+  auto bound = [&](const std::string& name) {
+    const json object = client_->Get(kDevices + name);
+    for (const json& c : object.value("status", json::object()).value("conditions", json::array())) {
+      if (c["type"] == "Bound") return c;
+    }
+    return json();
+  };
+  Binder binder(*client_, leading_);
+  const auto now = std::chrono::system_clock::now();
+  BinderResult pass = binder.Pass(Read(), false, true, now);
+  EXPECT_EQ(pass.writes, 2) << "d1 bound to n1's one unit; d2 refused, and told why";
+  EXPECT_EQ(bound("d1")["status"], "True") << bound("d1");
+  EXPECT_EQ(bound("d1")["reason"], "Bound");
+  EXPECT_EQ(bound("d1")["message"], "bound to node n1");
+  const json refused = bound("d2");
+  EXPECT_EQ(refused["status"], "False") << refused;
+  EXPECT_EQ(refused["reason"], "Refused");
+  EXPECT_FALSE(refused.value("message", "").empty()) << refused;
+  EXPECT_FALSE(refused.value("lastTransitionTime", "").empty()) << refused;
+  EXPECT_EQ(client_->Get(kDevices + "d2")["status"].value("phase", "Pending"), "Pending");
+
+  server_->ClearRequests();
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(binder.Pass(Read(), false, true, now).writes, 0);
+  EXPECT_TRUE(Patches().empty()) << "an unchanged reason is written once";
+
+  client_->Delete(kDevices + "d1");
+  pass = binder.Pass(Read(), false, true, now + std::chrono::seconds(5));
+  EXPECT_EQ(pass.writes, 1);
+  const json placed = bound("d2");
+  EXPECT_EQ(placed["status"], "True") << placed;
+  EXPECT_EQ(placed["reason"], "Bound");
+  EXPECT_NE(placed["lastTransitionTime"], refused["lastTransitionTime"]);
+}
+
 // C17: a class whose resource name no entry of KubeVirt's permittedHostDevices names
 // gets a Warning Event, once per repeat window; a permitted one (a PCI or a mediated entry)
 // none. Without a table (KubeVirt not read) nothing is checked.
