@@ -25,6 +25,8 @@
 #                                   # stops that process of DIR's control plane (SIGTERM, then
 #                                   # SIGKILL after 10 s) and starts it again as `up` did; returns
 #                                   # once it serves again (its log goes on in DIR/logs/)
+#   scripts/cluster.sh compact DIR  # compacts etcd's history to its current revision: what
+#                                   # lists and watches from before it get is 410 Gone
 #   scripts/cluster.sh down DIR     # stops exactly the processes `up DIR` and `node DIR` started,
 #                                   # and puts back the host sysctls kubelet changes
 #   scripts/cluster.sh user DIR FILE CN [GROUP...]
@@ -336,6 +338,21 @@ restart() {
         curl -fsS --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" "$url"
       ;;
   esac
+}
+
+# compact DIR: etcd's history compacted up to its current revision (what etcd's own periodic
+# compaction, or kube-apiserver's every 5 minutes, does): a watch or a list continued from a
+# resourceVersion before it is answered 410 Gone and must list again. Prints the revision.
+compact() {
+  [ -d "$1" ] && [ -f "$1/env" ] || die 2 "$1 is not a cluster's directory"
+  local url revision
+  url="http://127.0.0.1:$(sed -n 's/^ETCD_PORT=//p' "$1/env")/v3/kv"
+  revision=$(curl -fsS -X POST "$url/range" -d '{"key":"AA==","limit":1}' |
+    sed -n 's/.*"revision":"\([0-9]*\)".*/\1/p') || die 1 "etcd at $url did not answer"
+  [ -n "$revision" ] || die 1 "etcd at $url gave no revision"
+  curl -fsS -X POST "$url/compaction" -d "{\"revision\":\"$revision\",\"physical\":true}" >/dev/null ||
+    die 1 "etcd at $url refused to compact to $revision"
+  echo "$revision"
 }
 
 up() {
@@ -810,6 +827,10 @@ case "${1:-}" in
     [ $# -eq 3 ] || die 2 "usage: scripts/cluster.sh restart DIR etcd|kube-apiserver"
     restart "$2" "$3"
     ;;
+  compact)
+    [ $# -eq 2 ] || die 2 "usage: scripts/cluster.sh compact DIR"
+    compact "$2"
+    ;;
   down)
     [ $# -eq 2 ] || die 2 "usage: scripts/cluster.sh down DIR"
     down "$2"
@@ -820,6 +841,6 @@ case "${1:-}" in
     user "$@"
     ;;
   *)
-    die 2 "usage: scripts/cluster.sh build [TOOL...] | bin | up DIR | node DIR NAME [OPTION...] | node-down DIR NAME | kubelet DIR NAME stop|start | restart DIR etcd|kube-apiserver | down DIR | user DIR FILE CN [GROUP...]"
+    die 2 "usage: scripts/cluster.sh build [TOOL...] | bin | up DIR | node DIR NAME [OPTION...] | node-down DIR NAME | kubelet DIR NAME stop|start | restart DIR etcd|kube-apiserver | compact DIR | down DIR | user DIR FILE CN [GROUP...]"
     ;;
 esac

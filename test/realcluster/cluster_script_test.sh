@@ -5,7 +5,9 @@
 # up: the API server answers the admin kubeconfig and reports the pinned release; the namespace
 # and garbage-collector controllers run (a deleted namespace goes away, an owned object follows
 # its owner), and kube-scheduler. restart: etcd again from its saved command, its data kept,
-# its pid replaced in place; kube-apiserver's restart is real_cluster_apiserver_restart_test's. node (docs/testing.md, "Real nodes"): a real kubelet on a
+# its pid replaced in place; kube-apiserver's restart is real_cluster_apiserver_restart_test's.
+# compact: etcd's history compacted, a read at an older revision refused.
+# node (docs/testing.md, "Real nodes"): a real kubelet on a
 # fixture host (GPU_FIXTURE builds it) Ready with the device plugin's resource, its label and
 # taint, the host sysctls put back, its mounts private; kubelet stop makes it NotReady, start
 # Ready again with the plugin registered again. One line and exit 2 for a dirty DIR, a port in
@@ -122,6 +124,22 @@ else
 fi
 expect_exit2 "restart of a component it does not restart" "etcd or kube-apiserver, not kube-scheduler" \
   "$cluster" restart "$dir" kube-scheduler
+
+# compact: etcd's history gone up to now: a read of etcd at a revision before it is refused as
+# compacted (kube-apiserver answers what it must serve from there 410 Gone).
+old_rv=$(kc get configmap audited -n default -o jsonpath='{.metadata.resourceVersion}')
+kc create configmap after-compact -n default >/dev/null
+if revision=$("$cluster" compact "$dir" 2>"$scratch/compact.err") && [ "$revision" -gt "$old_rv" ]; then
+  pass "compact: etcd compacted to revision $revision"
+  etcd_url="http://127.0.0.1:$(sed -n 's/^ETCD_PORT=//p' "$dir/env")/v3/kv/range"
+  curl -sS -X POST "$etcd_url" -d "{\"key\":\"AA==\",\"limit\":1,\"revision\":\"$old_rv\"}" \
+    >"$scratch/old-read.out" 2>&1
+  grep -q "compacted" "$scratch/old-read.out" &&
+    pass "a read of etcd at revision $old_rv, before the compaction, is refused as compacted" ||
+    fail "etcd read at $old_rv after compaction: $(cat "$scratch/old-read.out")"
+else
+  fail "compact: '$revision' $(cat "$scratch/compact.err")"
+fi
 
 # kube-scheduler runs: a pod with no node is bound by it.
 kc run placed -n default --image=example.invalid/x:1 --restart=Never >/dev/null
