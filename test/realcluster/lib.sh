@@ -315,12 +315,21 @@ real_node() {
     kubeconfig="$work/agent-$name.kubeconfig"
     token_kubeconfig "$kubeconfig" "$token"
   fi
-  "$build_dir/agent/gpu-agent" run --node-name "$name" --kubeconfig "$kubeconfig" \
+  agent_kubeconfigs[$name]=$kubeconfig
+  start_agent "$name"
+  published() { kc get gpunode "$1" -o jsonpath='{.status.devices}' | grep -q pciAddress; }
+  wait_until 30 published "$name" || abort "the agent of $name published no GPUNode"
+}
+# start_agent NAME: node NAME's gpu-agent (again), as real_node started it; agent_pids[NAME] is
+# its pid, its log $work/agent-NAME.log (appended to).
+declare -A agent_pids agent_kubeconfigs
+start_agent() {
+  local name=$1
+  "$build_dir/agent/gpu-agent" run --node-name "$name" --kubeconfig "${agent_kubeconfigs[$name]}" \
     --sysfs-root "$work/$name-root" --pci-ids "$source_dir/fixtures/pci.ids" \
     --pod-resources "unix://${node_dirs[$name]}/root/pod-resources/kubelet.sock" \
     --pod-resources-interval 2s --udev-source off --dbus off --health-addr off \
-    >"$work/agent-$name.log" 2>&1 &
+    >>"$work/agent-$name.log" 2>&1 &
+  agent_pids[$name]=$!
   pids+=($!)
-  published() { kc get gpunode "$1" -o jsonpath='{.status.devices}' | grep -q pciAddress; }
-  wait_until 30 published "$name" || abort "the agent of $name published no GPUNode"
 }
