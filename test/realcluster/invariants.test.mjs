@@ -272,6 +272,18 @@ test('budget: quantities with suffixes read as the API server writes them', () =
   none(check(s));
 });
 
+test('budget: several quotas in one namespace each apply; a namespace outside the subtree does not count', () => {
+  const s = clean();
+  s.resourcequotas.push(quota('tenant-root', 'tighter', { 'requests.gpu.cozystack.io/a100': '2' }));
+  const v = only(check(s), 'budget');
+  assert.deepEqual(v.map((x) => x.object.name), ['tighter']);
+  const t = clean();
+  t.namespaces.push(namespace('other'));
+  t.gpudevices.push(device('other', 'outside', { node: 'gpu-2', count: 3 }));
+  t.gpunodes[1] = gpuNode('gpu-2', { 'nvidia.com/GA100': 8 });
+  none(check(t));
+});
+
 test('budget-unreadable C2: a budget that does not read is a violation of its own', () => {
   const s = clean();
   s.resourcequotas[1].spec.hard['requests.gpu.cozystack.io/a100'] = 'four';
@@ -341,6 +353,23 @@ test('bound-stays-bound D8: a VM start moves its held set; a deleting or recreat
   dev(recreated, 'tenant-a/held').metadata.uid = 'another';
   dev(recreated, 'tenant-a/held').status = {};
   none(check(recreated, { previous: prev }).filter((x) => x.invariant === 'bound-stays-bound'));
+});
+
+test('bound-stays-bound D7 D8: a set split over nodes in the previous snapshot may be gathered onto one', () => {
+  const prev = clean();
+  prev.vmis = [];
+  prev.pods = [];
+  prev.resourcequotas = [];
+  Object.assign(dev(prev, 'tenant-a/held').status, { attachment: { vmiName: 'pair', attachedAt: EARLIER } });
+  prev.gpudevices.push(device('tenant-a', 'pair-b', { node: 'gpu-1', vmi: ['pair'] }));
+  prev.workloads.push(record(dev(prev, 'tenant-a/pair-b')));
+  const cur = copy(prev);
+  dev(cur, 'tenant-a/held').status.nodeName = 'gpu-1';
+  none(check(cur, { previous: prev }));
+  // The same move of a set that was whole on gpu-2 is no gather.
+  dev(prev, 'tenant-a/pair-b').status.nodeName = 'gpu-2';
+  dev(cur, 'tenant-a/pair-b').status.nodeName = 'gpu-2';
+  only(check(cur, { previous: prev }), 'bound-stays-bound');
 });
 
 // ---- running-vm-moved ----
