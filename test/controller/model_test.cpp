@@ -733,6 +733,15 @@ TEST(PlacementD10, HeldSetsLeaveOnlyNodesThatCannotKeepThem) {
       {"C13 the function failed: its unit is gone, move",
        [](Snapshot& s) { s.gpuNodes.MutableAt(0).devices[0].resources[0].allocatable = 0; }, 4,
        Action::kMove, "n2"},
+      // A pod on a node its orders fill (a VM's launcher its VMI does not list in activePods
+      // yet, C12) keeps new orders off it (C6) but evicts no held set: before, another tenant's
+      // order went Lost at each VM start on a full node (docs/reliability.md).
+      {"C6 a raw-name pod on the full node: keep, room elsewhere or not",
+       [](Snapshot& s) { s.pods = {MakePod("tenant-b", "launcher", "n1", kA100, 1)}; }, 0,
+       Action::kKeep, "n1"},
+      {"C6 a raw-name pod on the full node, room elsewhere: keep",
+       [](Snapshot& s) { s.pods = {MakePod("tenant-b", "launcher", "n1", kA100, 1)}; }, 4,
+       Action::kKeep, "n1"},
   };
   for (const Case& c : cases) {
     Snapshot snapshot = BaseSnapshot();
