@@ -1,0 +1,529 @@
+#!/usr/bin/env bash
+# Nothing lost under faults (docs/reliability.md): on a cluster of its own, the chart with GPUs on
+# and two gpu-controller replicas behind a balancer of the test's own (as a Service stands in
+# front of them), three real nodes of `scripts/cluster.sh node` with their agents on their own
+# kubelets, KubeVirt's part played by the test (the launcher pod as virt-controller creates it,
+# the VMI's status as virt-handler writes it). A workload of three tenants (orders of two
+# classes, VM starts and stops, deletions) and a hoster (cordons, class edits) runs in rounds;
+# in each round one fault is injected at a random moment:
+#   kill-leader     kill -9 of the Lease holder, back after 1-12 s (past the 6 s lease or not)
+#   kill-webhook    kill -9 of a replica right after a VM start's first write (its attachment)
+#   apiserver       kube-apiserver restarted
+#   etcd            etcd restarted
+#   compaction      etcd compacted to its head, then kube-apiserver restarted: every watch
+#                   resumes from a compacted resourceVersion and must list again (410 Gone)
+#   kubelet         a node's kubelet stopped for 2-35 s (NotReady after 8 s; the controller's
+#                   NotReady grace is 20 s, so a long stop moves the sets of VMs that are off)
+#   agent           a node's agent killed (kill -9) and started again 1-5 s later
+#   replicas-down   both replicas killed for longer than the attachment grace (10 s), then back
+# After every round the checker (invariants.mjs, written from the API objects alone, not from the
+# controller's model) runs on a snapshot of the cluster: strictly for the safety invariants (no
+# unit held twice, budgets, Bound stays Bound, a running VM's GPUs and launcher never move), then
+# until settled for the rest (class fit, usage records, nothing left over, every Pending order
+# says why). Each fault's recovery is timed: from its injection to an order created after it
+# answered and every order there before it answered again.
+#   test/realcluster/chaos_test.sh SOURCE_DIR BUILD_DIR
+# COZY_CHAOS_SEED (default: drawn, printed) and COZY_CHAOS_ROUNDS (default 8: each fault once, in
+# an order the seed draws) replay a run; COZY_CHAOS_REPORT=FILE writes the figures there too;
+# COZY_CHAOS_FAULTS="KIND..." draws from those kinds alone.
+export COZY_CLUSTER_NODE_GRACE=8s
+source "$(dirname "$0")/own_cluster.sh" "$1" "$2"
+cluster="$source_dir/scripts/cluster.sh"
+command -v jq >/dev/null || abort "jq is not installed (scripts/install-deps.sh installs it)"
+command -v node >/dev/null || abort "node is not installed (scripts/install-deps.sh installs it)"
+rounds=${COZY_CHAOS_ROUNDS:-8}
+seed=${COZY_CHAOS_SEED:-$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')}
+echo "chaos: seed $seed, $rounds rounds (replay: COZY_CHAOS_SEED=$seed COZY_CHAOS_ROUNDS=$rounds)"
+ns=cozy-system
+gpu=nvidia.com/GA100_A100_PCIE_40GB
+attachment_grace=10
+tenants=(tenant-a tenant-a-child tenant-b)
+nodes=(gpu-1 gpu-2 gpu-3)
+read -ra faults <<<"${COZY_CHAOS_FAULTS:-kill-leader kill-webhook apiserver etcd compaction kubelet agent replicas-down}"
+
+# --- the cluster -------------------------------------------------------------------------------
+webhook_certs || abort "openssl could not make the webhook certificate"
+for v in balancer_port webhook0 webhook1 health0 health1; do free_port "$v" || abort "no free port"; done
+gpus_on_values "$work/gpu-on.yaml" "$balancer_port"
+helm install gpu "$source_dir/charts/gpu" --kubeconfig "$admin_kubeconfig" -n "$ns" \
+  --create-namespace -f "$work/gpu-on.yaml" >"$work/helm-install.log" 2>&1 ||
+  abort "helm install: $(cat "$work/helm-install.log")"
+wait_crds >/dev/null || abort "the CRDs are not Established"
+kc apply --server-side -f "$source_dir/test/fakes/crds" >/dev/null || abort "KubeVirt's and Cozystack's CRDs"
+node "$source_dir/test/realcluster/balancer.mjs" "$balancer_port" "$webhook0" "$webhook1" \
+  >"$work/balancer.log" 2>&1 &
+pids+=($!)
+wait_until 10 grep -q listening "$work/balancer.log" || abort "the balancer did not start"
+
+token_kubeconfig "$work/controller.kubeconfig" "$(kc create token gpu-controller -n "$ns" --duration 3h)"
+webhook_ports=("$webhook0" "$webhook1")
+health_ports=("$health0" "$health1")
+declare -A replica_pids
+# start_replica I: replica-I as the chart's service account, its log $work/replica-I.log.
+start_replica() {
+  "$build_dir/controller/gpu-controller" run --kubeconfig "$work/controller.kubeconfig" \
+    --namespace "$ns" --identity "replica-$1" --enable-gpu \
+    --webhook-addr "127.0.0.1:${webhook_ports[$1]}" --webhook-cert-dir "$work/certs" \
+    --webhook-client-ca "$cluster_dir/pki/webhook-client-ca.crt" \
+    --health-addr "127.0.0.1:${health_ports[$1]}" --lease-duration 6s --renew-deadline 4s \
+    --retry-period 1s --attachment-grace "${attachment_grace}s" --not-ready-grace 20s --resync 5s \
+    >>"$work/replica-$1.log" 2>&1 &
+  replica_pids[$1]=$!
+  pids+=($!)
+}
+replica_ready() { curl -fsS "http://127.0.0.1:${health_ports[$1]}/readyz" >/dev/null 2>&1; }
+start_replica 0
+start_replica 1
+wait_until 60 replica_ready 0 && wait_until 60 replica_ready 1 || abort "the replicas are not ready"
+holder() { kc get lease gpu-controller -n "$ns" -o jsonpath='{.spec.holderIdentity}'; }
+
+# KubeVirt's controller: the one user the pod webhook pins launchers for (E14).
+kc create namespace cozy-kubevirt >/dev/null
+kc create serviceaccount kubevirt-controller -n cozy-kubevirt >/dev/null
+kc create clusterrolebinding test-kubevirt-controller --clusterrole=cluster-admin \
+  --serviceaccount=cozy-kubevirt:kubevirt-controller >/dev/null
+token_kubeconfig "$work/kubevirt.kubeconfig" "$(kc create token kubevirt-controller -n cozy-kubevirt --duration 3h)"
+
+AGENT_NS=$ns
+for n in "${nodes[@]}"; do real_node "$n" a100-vfio; done # two GPUs each: six units
+
+# Tenants: tenant-a with a budget of 3 GPUs for itself and tenant-a-child together; tenant-b
+# without one; probe, where the recovery probes are ordered.
+for t in "${tenants[@]}" probe; do
+  create_namespace "$t"
+  kc label namespace "$t" gpu.cozystack.io/tenant-namespace=true >/dev/null
+done
+kc label namespace tenant-a-child tenant.cozystack.io/tenant-a=true >/dev/null
+kc create quota gpus -n tenant-a --hard=requests.gpu.cozystack.io/total=3 >/dev/null ||
+  abort "tenant-a's budget"
+{
+  gpu_class a100 "$gpu" "maxCount: 2"
+  gpu_class a100-stay "$gpu" "maxCount: 2" "onCordon: Stay"
+} | kc apply -f - >/dev/null || abort "the classes"
+pass "the cluster: 3 real nodes of 2 GPUs, 2 replicas (webhooks on $webhook0 and $webhook1) behind the balancer on $balancer_port, 3 tenants, 2 classes"
+
+# --- the draws: one sequence from the seed, drawn in this shell only ---------------------------
+RANDOM=$seed
+draw() { r=$((RANDOM % $1)); } # draw N: r in [0, N)
+pick() { # pick ARRAY-NAME: r = one of its elements
+  local -n from=$1
+  draw ${#from[@]}
+  r=${from[$r]}
+}
+now() { date +%s.%N; }
+kill9() { # kill9 PID...: kill -9, reaped here so the shell does not report it
+  kill -9 "$@" 2>/dev/null
+  local pid
+  for pid; do wait "$pid" 2>/dev/null; done
+}
+since() { awk -v a="$(now)" -v b="$1" 'BEGIN { printf "%.1f", a - b }'; } # since T0: seconds
+
+# --- snapshots and the checker -----------------------------------------------------------------
+snapshots=0
+previous=""
+# snapshot DIR: every object the checker reads, into DIR.
+snapshot() {
+  local dir=$1 kind
+  mkdir -p "$dir"
+  for kind in gpunodes gpuclasses gpudevices vmis pods namespaces resourcequotas nodes workloads \
+    workloadmonitors; do
+    kc get "$kind" -A -o json >"$dir/$kind.json" 2>>"$dir/errors" || return 1
+  done
+  date +%s >"$dir/taken-at"
+}
+violations=0
+# check WHAT [--settled]: the checker on a new snapshot against the last one; the safety
+# invariants must hold at once, the rest (--settled) within 45 s of settling.
+check() {
+  local what=$1 settled=${2:-} dir deadline=$((SECONDS + 45))
+  while :; do
+    dir="$work/snap-$((++snapshots))"
+    if ! snapshot "$dir"; then
+      [ "$SECONDS" -lt "$deadline" ] || { fail "$what: no snapshot in 45 s: $(tail -n 2 "$work"/snap-*/errors)"; return 1; }
+      sleep 1
+      continue
+    fi
+    if node "$source_dir/test/realcluster/invariants.mjs" ${previous:+--previous "$previous"} \
+      --attachment-grace "$attachment_grace" $settled "$dir" >"$dir/checker.out" 2>&1; then
+      previous=$dir
+      return 0
+    fi
+    # A safety violation is one at once; what settles may take its time.
+    if [ -z "$settled" ] || [ "$SECONDS" -ge "$deadline" ]; then
+      fail "$what (seed $seed): $(grep -c '^VIOLATION' "$dir/checker.out") invariant violations"
+      sed 's/^/  /' "$dir/checker.out"
+      violations=$((violations + $(grep -c '^VIOLATION' "$dir/checker.out")))
+      previous=$dir
+      return 1
+    fi
+    sleep 2
+  done
+}
+
+# answered FILE [UIDS-FILE [NAME]]: every order of the list (only those UIDS-FILE names, and the
+# order NAME of namespace probe, when given) answered: Bound or Lost, or Pending with the reason in
+# its condition Bound, and no bind request waiting.
+answered() {
+  jq -e --slurpfile only "${2:-/dev/null}" --arg probe "${3:-}" '
+    ($only | if length > 0 then .[0] else null end) as $uids
+    | [.items[] | select(.metadata.deletionTimestamp == null)
+       | select($uids == null or (.metadata.uid | IN($uids[]))
+                or (.metadata.namespace == "probe" and .metadata.name == $probe))
+       | (.status // {}) as $s
+       | (($s.phase == "Bound" or $s.phase == "Lost"
+           or ([$s.conditions[]? | select(.type == "Bound" and .status == "False")] | length > 0))
+          and ($s.bindRequest == null or $s.bindRequest.id == ($s.bindResponse.id // "")))]
+    | all' "$1" >/dev/null
+}
+
+# --- the workload ------------------------------------------------------------------------------
+declare -Ai refusals actions_done
+starting=""
+orders=0
+vms=0
+refused() { # refused ACTION OUTPUT-FILE: counted by the API server's reason, names and numbers out
+  local why
+  why=$(head -c 600 "$2" | tr '\n' ' ' | sed -E '
+    s/.*failed calling webhook "([^"]*)".*/webhook \1 not reachable/
+    s/.*admission webhook "([^"]*)" denied the request: /\1: /
+    s/[a-z0-9-]+\/[a-z0-9.-]+/NS\/NAME/g; s/\b[0-9]+(\.[0-9]+)?\b/N/g' | cut -c1-120)
+  echo "$1: $(tr '\n' ' ' <"$2")" >>"$work/refusals.log"
+  refusals["$1: $why"]+=1
+}
+devices_json() { kc get gpudevices -A -o json; }
+
+new_order() {
+  local t class count=1
+  pick tenants; t=$r
+  draw 2; class=$([ "$r" = 0 ] && echo a100 || echo a100-stay)
+  draw 4; [ "$r" = 0 ] && count=2
+  local name="o$((++orders))"
+  if printf '%s\n' "apiVersion: gpu.cozystack.io/v1alpha1" "kind: GPUDevice" \
+    "metadata: {name: $name, namespace: $t}" "spec: {className: $class, count: $count}" |
+    kc create -f - >"$work/out" 2>&1; then
+    actions_done[order]+=1
+  else
+    refused order "$work/out"
+  fi
+}
+# delete_order: an order drawn from all, attached or not (an attached one stays until its VM
+# ends, D13).
+delete_order() {
+  local list
+  mapfile -t list < <(devices_json | jq -r '.items[] | select(.metadata.namespace != "probe")
+    | select(.metadata.deletionTimestamp == null) | "\(.metadata.namespace) \(.metadata.name)"')
+  [ ${#list[@]} -gt 0 ] || return 0
+  pick list
+  read -r t name <<<"$r"
+  kc delete gpudevice "$name" -n "$t" --wait=false >/dev/null 2>&1 && actions_done[delete]+=1
+}
+# start_vm: a VMI naming a Bound order no VM holds, admitted by the VMI webhook, and its
+# launcher pod as virt-controller creates it. With BACKGROUND set, the VMI's create runs in the
+# background and its name is left in $starting.
+start_vm() {
+  local list t device vm uid
+  mapfile -t list < <(devices_json | jq -r '.items[] | select(.metadata.namespace != "probe")
+    | select(.metadata.deletionTimestamp == null and .status.phase == "Bound"
+             and .status.attachment == null) | "\(.metadata.namespace) \(.metadata.name)"')
+  [ ${#list[@]} -gt 0 ] || return 1
+  pick list
+  read -r t device <<<"$r"
+  vm="vm$((++vms))"
+  cat >"$work/$vm.yaml" <<EOF
+apiVersion: kubevirt.io/v1
+kind: VirtualMachineInstance
+metadata:
+  name: $vm
+  namespace: $t
+  labels: {gpu.cozystack.io/device-references: "true"}
+  annotations: {gpu.cozystack.io/device-references: '{"devices":["$device"]}'}
+spec: {domain: {devices: {}}}
+EOF
+  if [ -n "${BACKGROUND:-}" ]; then
+    starting="$t $vm $device"
+    kc create -f "$work/$vm.yaml" >"$work/$vm.out" 2>&1 &
+    start_create_pid=$!
+    return 0
+  fi
+  kc create -f "$work/$vm.yaml" >"$work/$vm.out" 2>&1 || { refused start "$work/$vm.out"; return 0; }
+  create_launcher "$t" "$vm"
+}
+# create_launcher NS VM: the launcher pod of the created VMI, one GPU limit per gpus entry the
+# webhook gave it.
+create_launcher() {
+  local t=$1 vm=$2 vmi gpus uid
+  vmi=$(kc get vmi "$vm" -n "$t" -o json) || return 0
+  gpus=$(jq --arg r "$gpu" '[.spec.domain.devices.gpus[]? | select(.deviceName == $r)] | length' <<<"$vmi")
+  uid=$(jq -r .metadata.uid <<<"$vmi")
+  actions_done[start]+=1
+  cat <<EOF | KC_AS="$work/kubevirt.kubeconfig" kc create -f - -o jsonpath='{.metadata.uid}' >"$work/out" 2>&1 || { refused launcher "$work/out"; return 0; }
+apiVersion: v1
+kind: Pod
+metadata:
+  name: virt-launcher-$vm
+  namespace: $t
+  labels: {kubevirt.io: virt-launcher, vm.kubevirt.io/name: $vm, gpu.cozystack.io/device-references: "true"}
+  ownerReferences:
+  - {apiVersion: kubevirt.io/v1, kind: VirtualMachineInstance, name: $vm, uid: "$uid", controller: true, blockOwnerDeletion: true}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: compute
+    image: example.invalid/virt-launcher:1
+    resources: {limits: {$gpu: "$gpus"}}
+EOF
+  # virt-controller lists every pod it controls in the VMI's activePods on its next sync, before
+  # the pod is scheduled (node ""; KubeVirt's setActivePods).
+  kc patch vmi "$vm" -n "$t" --type=merge -p "{\"status\":{\"activePods\":{\"$(cat "$work/out")\":\"\"}}}" >/dev/null 2>&1
+}
+# virt_handler: what KubeVirt's node agent does once a launcher runs: the VMI Running on the
+# launcher's node, the pod in its activePods. A launcher that runs on another node than its
+# VMI's GPUs (they moved while it was scheduled) ends the VM, as its start would fail there.
+virt_handler() {
+  local line t vm pod node uid devices_node
+  kc get pods -A -l kubevirt.io=virt-launcher -o json >"$work/launchers.json" 2>/dev/null || return 0
+  kc get vmis -A -o json >"$work/vmis.json" 2>/dev/null || return 0
+  devices_json >"$work/devices.json" 2>/dev/null || return 0
+  while read -r t vm pod node uid; do
+    devices_node=$(jq -r --arg t "$t" --arg vm "$vm" '[.items[] | select(.metadata.namespace == $t
+      and .status.attachment.vmiName == $vm) | .status.nodeName // "-"] | unique | join(",")' "$work/devices.json")
+    if [ "$devices_node" = "$node" ]; then
+      kc patch vmi "$vm" -n "$t" --type=merge -p "{\"status\":{\"phase\":\"Running\",\"nodeName\":\"$node\",\"activePods\":{\"$uid\":\"$node\"}}}" \
+        >/dev/null 2>&1 && actions_done[running]+=1
+    else
+      kc delete vmi "$vm" -n "$t" --wait=false >/dev/null 2>&1
+      actions_done[start-raced-a-move]+=1
+    fi
+  done < <(jq -r --slurpfile vmis "$work/vmis.json" '.items[] | select(.status.phase == "Running")
+      | . as $p | ($p.metadata.ownerReferences[0].name) as $vm
+      | ($vmis[0].items[] | select(.metadata.namespace == $p.metadata.namespace and .metadata.name == $vm
+          and (.status.phase // "") != "Running")) as $vmi
+      | "\($p.metadata.namespace) \($vm) \($p.metadata.name) \($p.spec.nodeName) \($p.metadata.uid)"' \
+    "$work/launchers.json")
+}
+stop_vm() {
+  local list
+  mapfile -t list < <(kc get vmis -A -o json | jq -r '.items[] | select(.metadata.deletionTimestamp == null)
+    | "\(.metadata.namespace) \(.metadata.name)"')
+  [ ${#list[@]} -gt 0 ] || return 0
+  pick list
+  read -r t vm <<<"$r"
+  kc delete vmi "$vm" -n "$t" --wait=false >/dev/null 2>&1 && actions_done[stop]+=1
+  kc delete pod "virt-launcher-$vm" -n "$t" --wait=false >/dev/null 2>&1 || true
+}
+# hoster: a node cordoned (at most one at a time) or uncordoned, or class a100's maxCount edited.
+hoster() {
+  local cordoned
+  cordoned=$(kc get nodes -o jsonpath='{range .items[?(@.spec.unschedulable==true)]}{.metadata.name}{"\n"}{end}')
+  draw 3
+  if [ "$r" = 0 ]; then
+    draw 2
+    kc patch gpuclass a100 --type=merge -p "{\"spec\":{\"maxCount\":$((r + 2))}}" >/dev/null 2>&1 &&
+      actions_done[class-edit]+=1
+  elif [ -n "$cordoned" ]; then
+    kc uncordon "$cordoned" >/dev/null 2>&1 && actions_done[uncordon]+=1
+  else
+    pick nodes
+    kc cordon "$r" >/dev/null 2>&1 && actions_done[cordon]+=1
+  fi
+}
+action() {
+  draw 10
+  case $r in
+    0 | 1 | 2) new_order ;;
+    3) delete_order ;;
+    4 | 5 | 6) start_vm || new_order ;;
+    7 | 8) stop_vm ;;
+    9) hoster ;;
+  esac
+  virt_handler
+}
+
+# --- the faults --------------------------------------------------------------------------------
+declare -Ai fault_count
+restore_at=0
+restore=""
+# inject KIND: the fault, now; what undoes it later is left in $restore, due at $restore_at.
+inject() {
+  case $1 in
+    kill-leader)
+      local id
+      id=$(holder)
+      id=${id#replica-}
+      [[ "$id" =~ ^[01]$ ]] || id=0 # no holder now: either
+      kill9 "${replica_pids[$id]}"
+      ! replica_ready "$id" || fail "replica-$id still answers after kill -9"
+      echo "  killed replica-$id, the Lease holder (pid ${replica_pids[$id]})"
+      draw 12
+      restore="start_replica $id"
+      restore_at=$((SECONDS + r + 1))
+      ;;
+    kill-webhook)
+      BACKGROUND=1 start_vm || new_order
+      if [ -n "$starting" ]; then
+        read -r t vm device <<<"$starting"
+        attached() { kc get gpudevice "$device" -n "$t" -o jsonpath='{.status.attachment.vmiName}' | grep -qx "$vm"; }
+        wait_until 10 attached || true
+      fi
+      draw 2
+      kill9 "${replica_pids[$r]}"
+      restore="start_replica $r"
+      restore_at=$((SECONDS + 2))
+      if [ -n "$starting" ]; then
+        if wait "$start_create_pid"; then create_launcher "$t" "$vm"; else refused start "$work/$vm.out"; fi
+        starting=""
+      fi
+      ;;
+    apiserver) "$cluster" restart "$cluster_dir" kube-apiserver >>"$work/faults.log" 2>&1 ;;
+    etcd) "$cluster" restart "$cluster_dir" etcd >>"$work/faults.log" 2>&1 ;;
+    compaction)
+      "$cluster" compact "$cluster_dir" >>"$work/faults.log" 2>&1
+      "$cluster" restart "$cluster_dir" kube-apiserver >>"$work/faults.log" 2>&1
+      ;;
+    kubelet)
+      pick nodes
+      "$cluster" kubelet "$cluster_dir" "$r" stop >>"$work/faults.log" 2>&1
+      restore="$cluster kubelet $cluster_dir $r start"
+      draw 34
+      restore_at=$((SECONDS + r + 2))
+      ;;
+    agent)
+      pick nodes
+      kill9 "${agent_pids[$r]}"
+      restore="start_agent $r"
+      draw 5
+      restore_at=$((SECONDS + r + 1))
+      ;;
+    replicas-down)
+      kill9 "${replica_pids[0]}" "${replica_pids[1]}"
+      ! replica_ready 0 && ! replica_ready 1 || fail "a replica still answers after kill -9 of both"
+      restore="start_replica 0; start_replica 1"
+      restore_at=$((SECONDS + attachment_grace + 3))
+      ;;
+  esac
+  fault_count[$1]+=1
+}
+restore_due() { # restore_due [now]: undo the fault once due (or now)
+  [ -n "$restore" ] || return 0
+  [ -n "${1:-}" ] || [ "$SECONDS" -ge "$restore_at" ] || return 0
+  eval "$restore" >>"$work/faults.log" 2>&1
+  restore=""
+}
+
+# probe ROUND T0: in the background, an order created as soon as the API server and the webhooks
+# take it, then the time from T0 until it and every order there at T0 are answered, into
+# $work/recovery-ROUND.
+probe() {
+  local round=$1 t0=$2 fault=$3
+  (
+    local created=1
+    # Taken, or refused by the order webhook for a reason of its own (no room now: E2): either
+    # is an answer. A webhook that cannot be called, or an API server that does not answer, is not.
+    until kc create -f - >"$work/probe-$round.out" 2>&1 <<EOF
+apiVersion: gpu.cozystack.io/v1alpha1
+kind: GPUDevice
+metadata: {name: probe-$round, namespace: probe}
+spec: {className: a100, count: 1}
+EOF
+    do
+      grep -q 'admission webhook "[^"]*" denied the request' "$work/probe-$round.out" && { created=0; break; }
+      sleep 0.2
+    done
+    until kc get gpudevices -A -o json >"$work/probe-$round.json" 2>/dev/null &&
+      answered "$work/probe-$round.json" "$work/uids-$round.json" "probe-$round" &&
+      jq -e --arg n "probe-$round" --argjson created "$created" \
+        '[.items[] | select(.metadata.name == $n)] | length == $created' "$work/probe-$round.json" >/dev/null; do
+      sleep 0.2
+    done
+    local how="created and answered"
+    [ "$created" = 1 ] || how="refused: $(sed -E 's/.*denied the request: //' "$work/probe-$round.out" | head -c 100)"
+    echo "$(since "$t0") $fault $how" >"$work/recovery-$round"
+  ) >/dev/null 2>&1 &
+  probe_pid=$!
+}
+
+# --- the rounds --------------------------------------------------------------------------------
+check "the cluster before the first round" || true
+order_of_faults=()
+for ((round = 1; round <= rounds; round++)); do
+  if [ ${#order_of_faults[@]} -eq 0 ]; then # each kind once per cycle, in an order drawn
+    order_of_faults=("${faults[@]}")
+    for ((i = ${#order_of_faults[@]} - 1; i > 0; i--)); do
+      draw $((i + 1))
+      tmp=${order_of_faults[$i]}; order_of_faults[$i]=${order_of_faults[$r]}; order_of_faults[$r]=$tmp
+    done
+  fi
+  fault=${order_of_faults[0]}
+  order_of_faults=("${order_of_faults[@]:1}")
+  draw 4
+  before=$((r + 2))
+  draw 4
+  after=$((r + 4))
+  echo "round $round: $before actions, $fault, $after actions"
+  for ((i = 0; i < before; i++)); do action; done
+  devices_json | jq '[.items[] | select(.metadata.deletionTimestamp == null) | .metadata.uid]' \
+    >"$work/uids-$round.json"
+  t0=$(now)
+  inject "$fault"
+  probe "$round" "$t0" "$fault"
+  for ((i = 0; i < after; i++)); do
+    action
+    restore_due
+  done
+  # The fault lasts as long as it was drawn, however quickly the actions went (a sleep, not more
+  # actions: a replay draws the same).
+  while [ -n "$restore" ] && [ "$SECONDS" -lt "$restore_at" ]; do sleep 0.5; done
+  restore_due now
+  check "round $round ($fault), the safety invariants" || true
+  # Settled: the probe answered, every order answered, KubeVirt's part caught up.
+  if ! wait_until 120 test -s "$work/recovery-$round"; then
+    fail "round $round ($fault): orders not answered again 120 s after the fault"
+    kill "$probe_pid" 2>/dev/null
+  fi
+  virt_handler
+  check "round $round ($fault), settled" --settled || true
+  kc delete gpudevice "probe-$round" -n probe --wait=false >/dev/null 2>&1
+done
+
+# --- the end: every VM stopped, every order deleted, nothing left ------------------------------
+restore_due now
+kc delete vmis --all -A --wait=false >/dev/null 2>&1
+kc delete gpudevices --all -A --wait=false >/dev/null 2>&1
+gone() { [ "$(kc get gpudevices -A -o name | wc -l)" = 0 ]; }
+wait_until 60 gone && pass "every order deleted at the end is gone (no finalizer left, D13)" ||
+  fail "orders left at the end: $(kc get gpudevices -A -o name | tr '\n' ' ')"
+check "the end" --settled || true
+records() { kc get workloads -A -l workloads.cozystack.io/monitor=cozy-gpu-usage -o name 2>/dev/null | grep -c gpudevice-; }
+until_is 30 0 records && pass "no usage record left at the end (D16)" ||
+  fail "usage records left: $(records)"
+
+# --- the figures -------------------------------------------------------------------------------
+report() {
+  echo "seed $seed, $rounds rounds, $violations invariant violations"
+  local k
+  printf 'faults:'
+  for k in "${faults[@]}"; do printf ' %s=%s' "$k" "${fault_count[$k]:-0}"; done
+  echo
+  printf 'workload:'
+  for k in $(printf '%s\n' "${!actions_done[@]}" | sort); do printf ' %s=%s' "$k" "${actions_done[$k]}"; done
+  echo
+  while IFS= read -r k; do
+    [ -n "$k" ] && echo "refused: ${refusals[$k]} x $k"
+  done < <(printf '%s\n' "${!refusals[@]}" | sort)
+  cat "$work"/recovery-* 2>/dev/null | awk '{ print $1 }' | sort -n >"$work/recoveries"
+  local n p50 p99 max
+  n=$(wc -l <"$work/recoveries")
+  if [ "$n" -gt 0 ]; then
+    p50=$(sed -n "$(((n + 1) / 2))p" "$work/recoveries")
+    p99=$(sed -n "$(((n * 99 + 99) / 100))p" "$work/recoveries")
+    max=$(tail -n 1 "$work/recoveries")
+    printf 'fault to every order answered: n=%d p50=%.1fs p99=%.1fs max=%.1fs\n' "$n" "$p50" "$p99" "$max"
+  fi
+  for ((round = 1; round <= rounds; round++)); do
+    [ -s "$work/recovery-$round" ] && read -r seconds kind how <"$work/recovery-$round" &&
+      echo "  round $round: $kind, answered again after ${seconds}s (the probe order $how)"
+  done
+}
+report | tee ${COZY_CHAOS_REPORT:+"$COZY_CHAOS_REPORT"}
+[ "$violations" = 0 ] && pass "no invariant violated in $rounds rounds (seed $seed)"
+summary
