@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# Upgrades with VMs running (docs/install.md, "Upgrading"; docs/reliability.md): on a cluster of
+# its own, the chart of the previous release (charts/gpu at the git ref test/realcluster/
+# previous-release names, taken with `git archive`) installed with GPUs on, two replicas behind
+# the balancer, two real nodes with their agents, a tenant holding orders and a VM running. Then,
+# while an order is sent every 0.25 s (server-side dry run, through the order webhook):
+# `helm upgrade` to this tree's chart, the replicas restarted one at a time (never both down),
+# the agents one node at a time. No order may be refused for want of a webhook, no agent may write
+# its GPUNode when nothing changed, the objects stored under the old CRDs must be valid under the
+# new ones, and every invariant of the checker must hold before, after the upgrade and after
+# `helm rollback`.
+#   test/realcluster/upgrade_test.sh SOURCE_DIR BUILD_DIR
+source "$(dirname "$0")/own_cluster.sh" "$1" "$2"
+source "$(dirname "$0")/replicas.sh"
+command -v jq >/dev/null || abort "jq is not installed (scripts/install-deps.sh installs it)"
+ns=cozy-system
+gpu=nvidia.com/GA100_A100_PCIE_40GB
+
+# --- the previous release's chart ----------------------------------------------------------------
+read -r previous_ref previous_version < <(grep -v '^#' "$source_dir/test/realcluster/previous-release")
+mkdir -p "$work/previous"
+git -C "$source_dir" archive "$previous_ref" charts/gpu 2>"$work/archive.err" | tar -x -C "$work/previous" ||
+  abort "the previous release's chart ($previous_ref) cannot be read from git: $(cat "$work/archive.err")" \
+    "(the test needs the repository's history, not a shallow clone)"
+old_chart="$work/previous/charts/gpu"
+[ "$(sed -n 's/^version: //p' "$old_chart/Chart.yaml")" = "$previous_version" ] ||
+  abort "charts/gpu at $previous_ref is not version $previous_version"
+
+webhook_certs || abort "openssl could not make the webhook certificate"
+replicas_ports
+gpus_on_values "$work/gpu-on.yaml" "$balancer_port"
+helm install gpu "$old_chart" --kubeconfig "$admin_kubeconfig" -n "$ns" --create-namespace \
+  -f "$work/gpu-on.yaml" >"$work/helm-install.log" 2>&1 || abort "helm install of $previous_version: $(cat "$work/helm-install.log")"
+wait_crds >/dev/null || abort "the CRDs are not Established"
+kc apply --server-side -f "$source_dir/test/fakes/crds" >/dev/null || abort "KubeVirt's and Cozystack's CRDs"
+pass "the chart of the previous release ($previous_version, $previous_ref) installed"
+replicas_up "$ns" --lease-duration 6s --renew-deadline 4s --retry-period 1s --attachment-grace 10s --resync 5s
+kc create namespace cozy-kubevirt >/dev/null
+kc create serviceaccount kubevirt-controller -n cozy-kubevirt >/dev/null
+kc create clusterrolebinding test-kubevirt-controller --clusterrole=cluster-admin \
+  --serviceaccount=cozy-kubevirt:kubevirt-controller >/dev/null
+token_kubeconfig "$work/kubevirt.kubeconfig" "$(kc create token kubevirt-controller -n cozy-kubevirt --duration 3h)"
+AGENT_NS=$ns
+real_node gpu-1 a100-vfio
+real_node gpu-2 a100-vfio
+
+# --- a tenant holding orders, a VM running -------------------------------------------------------
+create_namespace tenant
+kc label namespace tenant gpu.cozystack.io/tenant-namespace=true >/dev/null
+{
+  gpu_class a100 "$gpu"
+  for o in run idle-1 idle-2; do order tenant "$o" a100; done
+} | kc apply -f - >/dev/null || abort "the class and the orders"
+bound() { [ "$(kc get gpudevices -n tenant -o json | jq '[.items[] | select(.status.phase == "Bound")] | length')" = 3 ]; }
+wait_until 30 bound || abort "the orders were not bound: $(kc get gpudevices -n tenant -o wide)"
+cat <<EOF | kc create -f - >/dev/null || abort "the VMI was refused"
+apiVersion: kubevirt.io/v1
+kind: VirtualMachineInstance
+metadata:
+  name: vm
+  namespace: tenant
+  labels: {gpu.cozystack.io/device-references: "true"}
+  annotations: {gpu.cozystack.io/device-references: '{"devices":["run"]}'}
+spec: {domain: {devices: {}}}
+EOF
+uid=$(kc get vmi vm -n tenant -o jsonpath='{.metadata.uid}')
+node=$(kc get gpudevice run -n tenant -o jsonpath='{.status.nodeName}')
+pod_uid=$(cat <<EOF | KC_AS="$work/kubevirt.kubeconfig" kc create -f - -o jsonpath='{.metadata.uid}'
+apiVersion: v1
+kind: Pod
+metadata:
+  name: virt-launcher-vm
+  namespace: tenant
+  labels: {kubevirt.io: virt-launcher, vm.kubevirt.io/name: vm, gpu.cozystack.io/device-references: "true"}
+  ownerReferences:
+  - {apiVersion: kubevirt.io/v1, kind: VirtualMachineInstance, name: vm, uid: "$uid", controller: true, blockOwnerDeletion: true}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: compute, image: example.invalid/virt-launcher:1, resources: {limits: {$gpu: "1"}}}
+EOF
+) || abort "the launcher pod was refused"
+until_is 30 Running kc get pod virt-launcher-vm -n tenant -o jsonpath='{.status.phase}' ||
+  abort "the launcher does not run: $(kc get pod virt-launcher-vm -n tenant -o jsonpath='{.status}')"
+kc patch vmi vm -n tenant --type=merge \
+  -p "{\"status\":{\"phase\":\"Running\",\"nodeName\":\"$node\",\"activePods\":{\"$pod_uid\":\"$node\"}}}" >/dev/null ||
+  abort "the VMI's status"
+pass "tenant holds 3 orders; VM vm runs on $node with its GPU"
+check "before the upgrade" --settled && pass "every invariant holds before the upgrade"
+
+# --- the upgrade, under a stream of orders -------------------------------------------------------
+printf '%s\n' "apiVersion: gpu.cozystack.io/v1alpha1" "kind: GPUDevice" \
+  "metadata: {name: stream, namespace: tenant}" "spec: {className: a100, count: 1}" >"$work/stream.yaml"
+# stream: an order every 0.25 s (dry run), each answer a line: ok, or the refusal.
+(
+  while [ ! -e "$work/stream.stop" ]; do
+    if kc create --dry-run=server -f "$work/stream.yaml" >"$work/stream.out" 2>&1; then echo ok
+    else echo "refused: $(tr '\n' ' ' <"$work/stream.out")"; fi
+    sleep 0.25
+  done >"$work/stream.log"
+) &
+stream_pid=$!
+pids+=($stream_pid)
+# agent_writes: the agents' writes of their GPUNodes so far, from the API server's audit log.
+agent_writes() {
+  jq -c 'select(.user.username == "system:serviceaccount:'"$ns"':gpu-agent" and .objectRef.resource == "gpunodes"
+    and (.verb == "patch" or .verb == "update" or .verb == "create")) | .auditID' \
+    "$cluster_dir/logs/audit.log" 2>/dev/null | sort -u | wc -l
+}
+sleep 2
+helm upgrade gpu "$source_dir/charts/gpu" --kubeconfig "$admin_kubeconfig" -n "$ns" -f "$work/gpu-on.yaml" \
+  >"$work/helm-upgrade.log" 2>&1 && pass "helm upgrade to this tree's chart" ||
+  fail "helm upgrade: $(cat "$work/helm-upgrade.log")"
+wait_crds >/dev/null || fail "the CRDs are not Established after the upgrade"
+# The replicas one at a time, as the Deployment's rollout (maxUnavailable 0, the PDB) does.
+for i in 0 1; do
+  stop_replica "$i"
+  start_replica "$i"
+  wait_until 60 replica_ready "$i" || fail "replica-$i not ready again after its restart"
+done
+writes_before=$(agent_writes)
+# The count reads what it should: the agents' first publications are there.
+[ "$writes_before" -ge 2 ] || fail "the audit log shows $writes_before writes of the agents, not their first publications"
+for n in gpu-1 gpu-2; do
+  kill -TERM "${agent_pids[$n]}" && wait "${agent_pids[$n]}" 2>/dev/null
+  start_agent "$n"
+  sleep 5 # its first reads and what it would write
+done
+sleep 2
+touch "$work/stream.stop"
+wait "$stream_pid" 2>/dev/null
+sent=$(wc -l <"$work/stream.log")
+refusals=$(grep -c '^refused' "$work/stream.log")
+[ "$sent" -gt 20 ] && [ "$refusals" = 0 ] &&
+  pass "$sent orders sent through the upgrade and the rollout, none refused" ||
+  fail "$refusals of $sent orders refused through the upgrade: $(grep '^refused' "$work/stream.log" | sort | uniq -c | head -n 3)"
+writes=$(($(agent_writes) - writes_before))
+[ "$writes" -le 0 ] && pass "the agents restarted node by node wrote nothing: nothing had changed" ||
+  fail "the agents wrote their GPUNodes $writes times across their restarts, nothing having changed"
+
+check "after the upgrade" --settled && pass "every invariant holds after the upgrade (the VM's GPU unmoved)"
+# CRDs change only compatibly: every object stored under the old ones is valid under the new.
+compatible() { # compatible WHEN: each stored object of our kinds replaced, server-side dry run
+  local kind bad=0
+  for kind in gpuclasses gpudevices gpunodes; do
+    kc get "$kind" -A -o json | jq -c '.items[]' | while read -r object; do
+      kc replace --dry-run=server -f - <<<"$object" >/dev/null 2>"$work/replace.err" ||
+        echo "$kind: $(cat "$work/replace.err")"
+    done
+  done >"$work/incompatible"
+  [ ! -s "$work/incompatible" ] && pass "every object stored is valid under the CRDs $1" ||
+    fail "objects refused under the CRDs $1: $(head -n 3 "$work/incompatible")"
+}
+compatible "of this tree"
+
+# --- and back -------------------------------------------------------------------------------------
+helm rollback gpu 1 --kubeconfig "$admin_kubeconfig" -n "$ns" >"$work/helm-rollback.log" 2>&1 &&
+  pass "helm rollback to $previous_version" || fail "helm rollback: $(cat "$work/helm-rollback.log")"
+for i in 0 1; do
+  stop_replica "$i"
+  start_replica "$i"
+  wait_until 60 replica_ready "$i" || fail "replica-$i not ready again after the rollback"
+done
+compatible "of the previous release, after the rollback"
+check "after the rollback" --settled && pass "every invariant holds after the rollback"
+[ "$(kc get gpudevice run -n tenant -o jsonpath='{.status.phase}/{.status.nodeName}/{.status.attachment.vmiName}')" = "Bound/$node/vm" ] &&
+  pass "the running VM's order is Bound on $node and attached to it throughout" ||
+  fail "the running VM's order: $(kc get gpudevice run -n tenant -o jsonpath='{.status}')"
+summary
