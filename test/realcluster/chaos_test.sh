@@ -28,54 +28,31 @@
 # COZY_CHAOS_FAULTS="KIND..." draws from those kinds alone.
 export COZY_CLUSTER_NODE_GRACE=8s
 source "$(dirname "$0")/own_cluster.sh" "$1" "$2"
+source "$(dirname "$0")/replicas.sh"
 cluster="$source_dir/scripts/cluster.sh"
 command -v jq >/dev/null || abort "jq is not installed (scripts/install-deps.sh installs it)"
-command -v node >/dev/null || abort "node is not installed (scripts/install-deps.sh installs it)"
 rounds=${COZY_CHAOS_ROUNDS:-8}
 seed=${COZY_CHAOS_SEED:-$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')}
 echo "chaos: seed $seed, $rounds rounds (replay: COZY_CHAOS_SEED=$seed COZY_CHAOS_ROUNDS=$rounds)"
 ns=cozy-system
 gpu=nvidia.com/GA100_A100_PCIE_40GB
 attachment_grace=10
+check_grace=$attachment_grace
 tenants=(tenant-a tenant-a-child tenant-b)
 nodes=(gpu-1 gpu-2 gpu-3)
 read -ra faults <<<"${COZY_CHAOS_FAULTS:-kill-leader kill-webhook apiserver etcd compaction kubelet agent replicas-down}"
 
 # --- the cluster -------------------------------------------------------------------------------
 webhook_certs || abort "openssl could not make the webhook certificate"
-for v in balancer_port webhook0 webhook1 health0 health1; do free_port "$v" || abort "no free port"; done
+replicas_ports
 gpus_on_values "$work/gpu-on.yaml" "$balancer_port"
 helm install gpu "$source_dir/charts/gpu" --kubeconfig "$admin_kubeconfig" -n "$ns" \
   --create-namespace -f "$work/gpu-on.yaml" >"$work/helm-install.log" 2>&1 ||
   abort "helm install: $(cat "$work/helm-install.log")"
 wait_crds >/dev/null || abort "the CRDs are not Established"
 kc apply --server-side -f "$source_dir/test/fakes/crds" >/dev/null || abort "KubeVirt's and Cozystack's CRDs"
-node "$source_dir/test/realcluster/balancer.mjs" "$balancer_port" "$webhook0" "$webhook1" \
-  >"$work/balancer.log" 2>&1 &
-pids+=($!)
-wait_until 10 grep -q listening "$work/balancer.log" || abort "the balancer did not start"
-
-token_kubeconfig "$work/controller.kubeconfig" "$(kc create token gpu-controller -n "$ns" --duration 3h)"
-webhook_ports=("$webhook0" "$webhook1")
-health_ports=("$health0" "$health1")
-declare -A replica_pids
-# start_replica I: replica-I as the chart's service account, its log $work/replica-I.log.
-start_replica() {
-  "$build_dir/controller/gpu-controller" run --kubeconfig "$work/controller.kubeconfig" \
-    --namespace "$ns" --identity "replica-$1" --enable-gpu \
-    --webhook-addr "127.0.0.1:${webhook_ports[$1]}" --webhook-cert-dir "$work/certs" \
-    --webhook-client-ca "$cluster_dir/pki/webhook-client-ca.crt" \
-    --health-addr "127.0.0.1:${health_ports[$1]}" --lease-duration 6s --renew-deadline 4s \
-    --retry-period 1s --attachment-grace "${attachment_grace}s" --not-ready-grace 20s --resync 5s \
-    >>"$work/replica-$1.log" 2>&1 &
-  replica_pids[$1]=$!
-  pids+=($!)
-}
-replica_ready() { curl -fsS "http://127.0.0.1:${health_ports[$1]}/readyz" >/dev/null 2>&1; }
-start_replica 0
-start_replica 1
-wait_until 60 replica_ready 0 && wait_until 60 replica_ready 1 || abort "the replicas are not ready"
-holder() { kc get lease gpu-controller -n "$ns" -o jsonpath='{.spec.holderIdentity}'; }
+replicas_up "$ns" --lease-duration 6s --renew-deadline 4s --retry-period 1s \
+  --attachment-grace "${attachment_grace}s" --not-ready-grace 20s --resync 5s
 
 # KubeVirt's controller: the one user the pod webhook pins launchers for (E14).
 kc create namespace cozy-kubevirt >/dev/null
@@ -85,7 +62,10 @@ kc create clusterrolebinding test-kubevirt-controller --clusterrole=cluster-admi
 token_kubeconfig "$work/kubevirt.kubeconfig" "$(kc create token kubevirt-controller -n cozy-kubevirt --duration 3h)"
 
 AGENT_NS=$ns
-for n in "${nodes[@]}"; do real_node "$n" a100-vfio; done # two GPUs each: six units
+for n in "${nodes[@]}"; do real_node "$n" a100-vfio --label pool=tenants; done # six units
+# The probes' own node and class, so that a probe finds room whatever the tenants hold and its
+# answer needs the binder (no fault is injected on it).
+real_node probe-1 a100-vfio --label pool=probe
 
 # Tenants: tenant-a with a budget of 3 GPUs for itself and tenant-a-child together; tenant-b
 # without one; probe, where the recovery probes are ordered.
@@ -96,11 +76,13 @@ done
 kc label namespace tenant-a-child tenant.cozystack.io/tenant-a=true >/dev/null
 kc create quota gpus -n tenant-a --hard=requests.gpu.cozystack.io/total=3 >/dev/null ||
   abort "tenant-a's budget"
+tenants_pool="nodeSelector: {matchLabels: {pool: tenants}}"
 {
-  gpu_class a100 "$gpu" "maxCount: 2"
-  gpu_class a100-stay "$gpu" "maxCount: 2" "onCordon: Stay"
+  gpu_class a100 "$gpu" "maxCount: 2" "$tenants_pool"
+  gpu_class a100-stay "$gpu" "maxCount: 2" "onCordon: Stay" "$tenants_pool"
+  gpu_class probe "$gpu" "nodeSelector: {matchLabels: {pool: probe}}"
 } | kc apply -f - >/dev/null || abort "the classes"
-pass "the cluster: 3 real nodes of 2 GPUs, 2 replicas (webhooks on $webhook0 and $webhook1) behind the balancer on $balancer_port, 3 tenants, 2 classes"
+pass "the cluster: 3 real nodes of 2 GPUs for the tenants and 1 for the probes, 2 replicas (webhooks on $webhook0 and $webhook1) behind the balancer on $balancer_port, 3 tenants, 3 classes"
 
 # --- the draws: one sequence from the seed, drawn in this shell only ---------------------------
 RANDOM=$seed
@@ -117,48 +99,6 @@ kill9() { # kill9 PID...: kill -9, reaped here so the shell does not report it
   for pid; do wait "$pid" 2>/dev/null; done
 }
 since() { awk -v a="$(now)" -v b="$1" 'BEGIN { printf "%.1f", a - b }'; } # since T0: seconds
-
-# --- snapshots and the checker -----------------------------------------------------------------
-snapshots=0
-previous=""
-# snapshot DIR: every object the checker reads, into DIR.
-snapshot() {
-  local dir=$1 kind
-  mkdir -p "$dir"
-  for kind in gpunodes gpuclasses gpudevices vmis pods namespaces resourcequotas nodes workloads \
-    workloadmonitors; do
-    kc get "$kind" -A -o json >"$dir/$kind.json" 2>>"$dir/errors" || return 1
-  done
-  date +%s >"$dir/taken-at"
-}
-violations=0
-# check WHAT [--settled]: the checker on a new snapshot against the last one; the safety
-# invariants must hold at once, the rest (--settled) within 45 s of settling.
-check() {
-  local what=$1 settled=${2:-} dir deadline=$((SECONDS + 45))
-  while :; do
-    dir="$work/snap-$((++snapshots))"
-    if ! snapshot "$dir"; then
-      [ "$SECONDS" -lt "$deadline" ] || { fail "$what: no snapshot in 45 s: $(tail -n 2 "$work"/snap-*/errors)"; return 1; }
-      sleep 1
-      continue
-    fi
-    if node "$source_dir/test/realcluster/invariants.mjs" ${previous:+--previous "$previous"} \
-      --attachment-grace "$attachment_grace" $settled "$dir" >"$dir/checker.out" 2>&1; then
-      previous=$dir
-      return 0
-    fi
-    # A safety violation is one at once; what settles may take its time.
-    if [ -z "$settled" ] || [ "$SECONDS" -ge "$deadline" ]; then
-      fail "$what (seed $seed): $(grep -c '^VIOLATION' "$dir/checker.out") invariant violations"
-      sed 's/^/  /' "$dir/checker.out"
-      violations=$((violations + $(grep -c '^VIOLATION' "$dir/checker.out")))
-      previous=$dir
-      return 1
-    fi
-    sleep 2
-  done
-}
 
 # answered FILE [UIDS-FILE [NAME]]: every order of the list (only those UIDS-FILE names, and the
 # order NAME of namespace probe, when given) answered: Bound or Lost, or Pending with the reason in
@@ -423,7 +363,7 @@ probe() {
 apiVersion: gpu.cozystack.io/v1alpha1
 kind: GPUDevice
 metadata: {name: probe-$round, namespace: probe}
-spec: {className: a100, count: 1}
+spec: {className: probe, count: 1}
 EOF
     do
       grep -q 'admission webhook "[^"]*" denied the request' "$work/probe-$round.out" && { created=0; break; }
