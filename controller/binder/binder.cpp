@@ -281,8 +281,7 @@ std::optional<api::Condition> BoundCondition(const model::Decision& decision, bo
 // The device's conditions with `wanted` in place of its own of that type, or nothing where it
 // says so already (type, status, reason and message): an unchanged reason is never written again.
 // The transition time moves only with the status, as the API conventions ask.
-std::optional<nlohmann::json> ConditionsWith(const api::GpuDevice& device,
-                                             api::Condition wanted,
+std::optional<nlohmann::json> ConditionsWith(const api::GpuDevice& device, api::Condition wanted,
                                              std::chrono::system_clock::time_point now) {
   nlohmann::json conditions = nlohmann::json::array();
   bool found = false;
