@@ -1,29 +1,51 @@
-// A TCP balancer of the chaos test's own, standing where a cluster's Service stands in front of
-// the controller's two webhook replicas (docs/reliability.md, "The driver"): each connection goes
-// to the next replica in turn, and to the other one when its connect is refused, as kube-proxy's
-// endpoints drop a replica that is down. TLS passes through untouched (both replicas serve the
-// same certificate), so kube-apiserver still authenticates the replica and the replica the API
-// server's client certificate.
-//   node balancer.mjs LISTEN_PORT BACKEND_PORT...
+// A TCP balancer of the test's own, standing where a cluster's Service stands in front of the
+// controller's two webhook replicas (docs/reliability.md, "The driver"): as the Service's
+// endpoints hold only the replicas whose readiness probe passes, it asks each replica's /readyz
+// every 200 ms and sends each connection to the next ready replica in turn (to another one when
+// its connect is refused); with none ready it refuses the connection, as a Service without
+// endpoints does. TLS passes through untouched (both replicas serve the same certificate), so
+// kube-apiserver still authenticates the replica and the replica the API server's client
+// certificate.
+//   node balancer.mjs LISTEN_PORT WEBHOOK_PORT:HEALTH_PORT...
 // Prints "listening PORT" once it accepts; runs until killed.
+import http from "node:http";
 import net from "node:net";
 
-const [listenPort, ...backends] = process.argv.slice(2).map(Number);
-if (!Number.isInteger(listenPort) || backends.length === 0 || backends.some((p) => !(p > 0))) {
-  console.error("usage: node balancer.mjs LISTEN_PORT BACKEND_PORT...");
+const [listen, ...specs] = process.argv.slice(2);
+const listenPort = Number(listen);
+const backends = specs.map((spec) => {
+  const [port, health] = spec.split(":").map(Number);
+  return { port, health, ready: false };
+});
+if (!Number.isInteger(listenPort) || backends.length === 0 ||
+    backends.some((b) => !(b.port > 0) || !(b.health > 0))) {
+  console.error("usage: node balancer.mjs LISTEN_PORT WEBHOOK_PORT:HEALTH_PORT...");
   process.exit(2);
 }
 
+// The readiness probe: 200 from /readyz within 1 s.
+function probe(backend) {
+  const request = http.get({ host: "127.0.0.1", port: backend.health, path: "/readyz", timeout: 1000 },
+    (response) => {
+      backend.ready = response.statusCode === 200;
+      response.resume();
+    });
+  request.on("timeout", () => request.destroy());
+  request.on("error", () => { backend.ready = false; });
+}
+setInterval(() => backends.forEach(probe), 200);
+backends.forEach(probe);
+
 let next = 0;
-// connect(client, tried, start): the next backend not tried yet, from the client's turn start;
-// the client is closed when none answers.
-function connect(client, tried, start) {
-  if (tried >= backends.length) {
+// connect(client, order): the first backend of `order` that takes the connection; the client is
+// closed when none does.
+function connect(client, order) {
+  if (order.length === 0) {
     client.destroy();
     return;
   }
-  const port = backends[(start + tried) % backends.length];
-  const upstream = net.connect({ host: "127.0.0.1", port });
+  const [backend, ...rest] = order;
+  const upstream = net.connect({ host: "127.0.0.1", port: backend.port });
   let connected = false;
   upstream.once("connect", () => {
     connected = true;
@@ -32,7 +54,7 @@ function connect(client, tried, start) {
     client.resume();
   });
   upstream.on("error", () => {
-    if (!connected) connect(client, tried + 1, start);
+    if (!connected) connect(client, rest);
     else client.destroy();
   });
   upstream.on("close", () => connected && client.destroy());
@@ -43,6 +65,11 @@ const server = net.createServer({ pauseOnConnect: true }, (client) => {
   client.on("error", () => {});
   const start = next;
   next = (next + 1) % backends.length;
-  connect(client, 0, start);
+  const order = [];
+  for (let i = 0; i < backends.length; ++i) {
+    const backend = backends[(start + i) % backends.length];
+    if (backend.ready) order.push(backend);
+  }
+  connect(client, order);
 });
 server.listen(listenPort, "127.0.0.1", () => console.log(`listening ${server.address().port}`));

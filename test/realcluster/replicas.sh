@@ -23,7 +23,7 @@ replicas_up() {
   replicas_ns=$1
   shift
   replica_extra=("$@")
-  node "$source_dir/test/realcluster/balancer.mjs" "$balancer_port" "$webhook0" "$webhook1" \
+  node "$source_dir/test/realcluster/balancer.mjs" "$balancer_port" "$webhook0:$health0" "$webhook1:$health1" \
     >"$work/balancer.log" 2>&1 &
   pids+=($!)
   wait_until 10 grep -q listening "$work/balancer.log" || abort "the balancer did not start"
