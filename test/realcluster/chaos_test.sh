@@ -46,20 +46,11 @@ read -ra faults <<<"${COZY_CHAOS_FAULTS:-kill-leader kill-webhook apiserver etcd
 webhook_certs || abort "openssl could not make the webhook certificate"
 replicas_ports
 gpus_on_values "$work/gpu-on.yaml" "$balancer_port"
-helm install gpu "$source_dir/charts/gpu" --kubeconfig "$admin_kubeconfig" -n "$ns" \
-  --create-namespace -f "$work/gpu-on.yaml" >"$work/helm-install.log" 2>&1 ||
-  abort "helm install: $(cat "$work/helm-install.log")"
-wait_crds >/dev/null || abort "the CRDs are not Established"
-kc apply --server-side -f "$source_dir/test/fakes/crds" >/dev/null || abort "KubeVirt's and Cozystack's CRDs"
+install_gpus_on "$source_dir/charts/gpu" "$ns"
 replicas_up "$ns" --lease-duration 6s --renew-deadline 4s --retry-period 1s \
   --attachment-grace "${attachment_grace}s" --not-ready-grace 20s --resync 5s
 
-# KubeVirt's controller: the one user the pod webhook pins launchers for (E14).
-kc create namespace cozy-kubevirt >/dev/null
-kc create serviceaccount kubevirt-controller -n cozy-kubevirt >/dev/null
-kc create clusterrolebinding test-kubevirt-controller --clusterrole=cluster-admin \
-  --serviceaccount=cozy-kubevirt:kubevirt-controller >/dev/null
-token_kubeconfig "$work/kubevirt.kubeconfig" "$(kc create token kubevirt-controller -n cozy-kubevirt --duration 3h)"
+kubevirt_controller
 
 AGENT_NS=$ns
 for n in "${nodes[@]}"; do real_node "$n" a100-vfio --label pool=tenants; done # six units

@@ -22,21 +22,10 @@ webhook_certs || abort "openssl could not make the webhook certificate"
 free_port webhook_port || abort "no free port for the webhooks"
 free_port health_port || abort "no free port for the controller's health"
 gpus_on_values "$work/gpu-on.yaml" "$webhook_port"
-# Not install_chart: the cluster goes at the end, chart and all (removing the chart first would
-# wait on finalizers a controller without its service account can no longer remove).
-helm install gpu "$source_dir/charts/gpu" --kubeconfig "$admin_kubeconfig" -n "$ns" \
-  --create-namespace -f "$work/gpu-on.yaml" >"$work/helm-install.log" 2>&1 ||
-  abort "helm install: $(cat "$work/helm-install.log")"
-wait_crds >/dev/null || abort "the CRDs are not Established"
-kc apply --server-side -f "$source_dir/test/fakes/crds" >/dev/null || abort "KubeVirt's CRDs"
+install_gpus_on "$source_dir/charts/gpu" "$ns"
 start_controller "$ns" "$webhook_port" "$health_port" || abort "gpu-controller is not ready"
 
-# KubeVirt's controller: the one user the pod webhook pins launchers for (E14).
-kc create namespace cozy-kubevirt >/dev/null
-kc create serviceaccount kubevirt-controller -n cozy-kubevirt >/dev/null
-kc create clusterrolebinding test-kubevirt-controller --clusterrole=cluster-admin \
-  --serviceaccount=cozy-kubevirt:kubevirt-controller >/dev/null
-token_kubeconfig "$work/kubevirt.kubeconfig" "$(kc create token kubevirt-controller -n cozy-kubevirt --duration 1h)"
+kubevirt_controller
 
 AGENT_NS=$ns # the agents run as the chart's: tokens bound to their pods
 real_node gpu-1 a100-vfio

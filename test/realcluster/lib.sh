@@ -247,6 +247,28 @@ start_controller() {
 
 source "$source_dir/scripts/lib/free-port.sh" # free_port VAR
 
+# install_gpus_on CHART NAMESPACE: CHART (this tree's, or an older release's) with GPUs on, its
+# values $work/gpu-on.yaml (gpus_on_values), its CRDs Established, and KubeVirt's and Cozystack's
+# CRDs as the controller reads them (test/fakes/crds). Not install_chart: the cluster of its own
+# goes at the end, chart and all (removing the chart first would wait on finalizers a controller
+# without its service account can no longer remove).
+install_gpus_on() {
+  helm install gpu "$1" --kubeconfig "$admin_kubeconfig" -n "$2" --create-namespace \
+    -f "$work/gpu-on.yaml" >"$work/helm-install.log" 2>&1 || abort "helm install: $(cat "$work/helm-install.log")"
+  wait_crds >/dev/null || abort "the CRDs are not Established"
+  kc apply --server-side -f "$source_dir/test/fakes/crds" >/dev/null || abort "KubeVirt's and Cozystack's CRDs"
+}
+# kubevirt_controller: KubeVirt's controller, the one user the pod webhook pins launchers for
+# (E14): its service account in cozy-kubevirt and $work/kubevirt.kubeconfig.
+kubevirt_controller() {
+  kc create namespace cozy-kubevirt >/dev/null
+  kc create serviceaccount kubevirt-controller -n cozy-kubevirt >/dev/null
+  kc create clusterrolebinding test-kubevirt-controller --clusterrole=cluster-admin \
+    --serviceaccount=cozy-kubevirt:kubevirt-controller >/dev/null
+  token_kubeconfig "$work/kubevirt.kubeconfig" \
+    "$(kc create token kubevirt-controller -n cozy-kubevirt --duration 3h)" || abort "KubeVirt's token"
+}
+
 # A fixture host's sysfs tree: fixture_root NAME HOST → $work/NAME-root
 fixture_root() {
   "$build_dir/fixtures/sysfs/gpu-fixture" "$source_dir/fixtures/sysfs/specs/$2.json" "$work/$1-root" >/dev/null

@@ -29,17 +29,10 @@ old_chart="$work/previous/charts/gpu"
 webhook_certs || abort "openssl could not make the webhook certificate"
 replicas_ports
 gpus_on_values "$work/gpu-on.yaml" "$balancer_port"
-helm install gpu "$old_chart" --kubeconfig "$admin_kubeconfig" -n "$ns" --create-namespace \
-  -f "$work/gpu-on.yaml" >"$work/helm-install.log" 2>&1 || abort "helm install of $previous_version: $(cat "$work/helm-install.log")"
-wait_crds >/dev/null || abort "the CRDs are not Established"
-kc apply --server-side -f "$source_dir/test/fakes/crds" >/dev/null || abort "KubeVirt's and Cozystack's CRDs"
+install_gpus_on "$old_chart" "$ns"
 pass "the chart of the previous release ($previous_version, $previous_ref) installed"
 replicas_up "$ns" --lease-duration 6s --renew-deadline 4s --retry-period 1s --attachment-grace 10s --resync 5s
-kc create namespace cozy-kubevirt >/dev/null
-kc create serviceaccount kubevirt-controller -n cozy-kubevirt >/dev/null
-kc create clusterrolebinding test-kubevirt-controller --clusterrole=cluster-admin \
-  --serviceaccount=cozy-kubevirt:kubevirt-controller >/dev/null
-token_kubeconfig "$work/kubevirt.kubeconfig" "$(kc create token kubevirt-controller -n cozy-kubevirt --duration 3h)"
+kubevirt_controller
 AGENT_NS=$ns
 real_node gpu-1 a100-vfio
 real_node gpu-2 a100-vfio
