@@ -549,8 +549,8 @@ void PassPlanner::DecideWaiting(const std::vector<Leaving>& waiting) {
 // new orders off the node (C6), but a pod on a node full of orders is, nearly always, a VM's
 // launcher that its VMI does not list in status.activePods yet (KubeVirt lists it on its next
 // sync; until then it reads as raw usage, C12), and evicting on it sent another tenant's order
-// Lost at every VM start on a full node (found by the chaos test, docs/reliability.md). A start
-// on the node is decided with the pods counted, as before.
+// Lost at every VM start on a full node (found by the chaos test, docs/reliability.md). A held
+// set such a node keeps is kept for its VM's start too.
 void PassPlanner::EvictOverCapacity(std::vector<Staying>& staying, std::vector<Leaving>& cordoned,
                                     std::vector<Leaving>& mustLeave) {
   // What the node's units less its bound devices leave: free, with the pods' units given back.
