@@ -343,11 +343,12 @@ real_node() {
   wait_until 30 published "$name" || abort "the agent of $name published no GPUNode"
 }
 # start_agent NAME: node NAME's gpu-agent (again), as real_node started it; agent_pids[NAME] is
-# its pid, its log $work/agent-NAME.log (appended to).
+# its pid, its log $work/agent-NAME.log (appended to). It runs $agent_program (default this
+# build's).
 declare -A agent_pids agent_kubeconfigs
 start_agent() {
   local name=$1
-  "$build_dir/agent/gpu-agent" run --node-name "$name" --kubeconfig "${agent_kubeconfigs[$name]}" \
+  "${agent_program:-$build_dir/agent/gpu-agent}" run --node-name "$name" --kubeconfig "${agent_kubeconfigs[$name]}" \
     --sysfs-root "$work/$name-root" --pci-ids "$source_dir/fixtures/pci.ids" \
     --pod-resources "unix://${node_dirs[$name]}/root/pod-resources/kubelet.sock" \
     --pod-resources-interval 2s --udev-source off --dbus off --health-addr off \

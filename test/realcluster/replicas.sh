@@ -6,7 +6,8 @@
 #                                     must point its webhooks at https://127.0.0.1:$balancer_port
 #                                     (gpus_on_values "$file" "$balancer_port"), so pick the ports
 #                                     first with replicas_ports
-#   start_replica I, stop_replica I   replica-I started again / stopped (SIGTERM, as a rollout)
+#   start_replica I, stop_replica I   replica-I started again / stopped (SIGTERM, as a rollout);
+#                                     it runs $controller_program (default this build's)
 #   check WHAT [--settled]            the checker on a new snapshot against the one before
 command -v node >/dev/null || abort "node is not installed (scripts/install-deps.sh installs it)"
 
@@ -35,7 +36,7 @@ replicas_up() {
 }
 # start_replica I: replica-I as the chart's service account, its log $work/replica-I.log.
 start_replica() {
-  "$build_dir/controller/gpu-controller" run --kubeconfig "$work/controller.kubeconfig" \
+  "${controller_program:-$build_dir/controller/gpu-controller}" run --kubeconfig "$work/controller.kubeconfig" \
     --namespace "$replicas_ns" --identity "replica-$1" --enable-gpu \
     --webhook-addr "127.0.0.1:${webhook_ports[$1]}" --webhook-cert-dir "$work/certs" \
     --webhook-client-ca "$cluster_dir/pki/webhook-client-ca.crt" \

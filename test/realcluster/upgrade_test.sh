@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Upgrades with VMs running (docs/install.md, "Upgrading"; docs/reliability.md): on a cluster of
-# its own, the chart of the previous release (charts/gpu at the git ref test/realcluster/
-# previous-release names, taken with `git archive`) installed with GPUs on, two replicas behind
-# the balancer, two real nodes with their agents, a tenant holding orders and a VM running. Then,
-# while an order is sent every 0.25 s (server-side dry run, through the order webhook):
-# `helm upgrade` to this tree's chart, the replicas restarted one at a time (never both down),
-# the agents one node at a time. No order may be refused for want of a webhook, no agent may write
-# its GPUNode when nothing changed, the objects stored under the old CRDs must be valid under the
-# new ones, and every invariant of the checker must hold before, after the upgrade and after
-# `helm rollback`.
+# its own, the previous release (the git ref test/realcluster/previous-release names): its chart
+# (charts/gpu there, taken with `git archive`) installed with GPUs on, its gpu-controller as two
+# replicas behind the balancer and its gpu-agent on two real nodes (built from that ref by
+# scripts/build-ref.sh, once per machine), a tenant holding orders and a VM running. Then, while an
+# order is sent every 0.25 s (server-side dry run, through the order webhook): `helm upgrade` to
+# this tree's chart, the replicas replaced by this build's one at a time (never both down, so the
+# two releases lead and serve side by side for a while), the agents one node at a time. No order
+# may be refused for want of a webhook, no agent may write its GPUNode when nothing changed, the
+# objects stored under the old CRDs must be valid under the new ones, and every invariant of the
+# checker must hold before, after the upgrade and after `helm rollback` with the previous
+# release's programs rolled back the same way.
 #   test/realcluster/upgrade_test.sh SOURCE_DIR BUILD_DIR
 source "$(dirname "$0")/own_cluster.sh" "$1" "$2"
 source "$(dirname "$0")/replicas.sh"
@@ -26,6 +28,25 @@ old_chart="$work/previous/charts/gpu"
 [ "$(sed -n 's/^version: //p' "$old_chart/Chart.yaml")" = "$previous_version" ] ||
   abort "charts/gpu at $previous_ref is not version $previous_version"
 
+previous_build=$("$source_dir/scripts/build-ref.sh" "$previous_ref" controller/gpu-controller agent/gpu-agent \
+  agent/gpu-agent-full) ||
+  abort "the previous release's programs ($previous_ref) could not be built"
+previous_controller=$previous_build/controller/gpu-controller
+previous_agent=$previous_build/agent/gpu-agent
+controller_program=$previous_controller
+agent_program=$previous_agent
+# runs BUILD PID...: every PID runs a program of build directory BUILD (its executable, as the
+# kernel names it: `gpu-agent run` is gpu-agent-full, which the light gpu-agent executes).
+runs() {
+  local build pid exe
+  build=$(readlink -f "$1")
+  shift
+  for pid in "$@"; do
+    exe=$(readlink -f "/proc/$pid/exe")
+    [[ $exe == "$build"/* ]] || { echo "pid $pid runs $exe, not a program of $build" >&2 && return 1; }
+  done
+}
+
 webhook_certs || abort "openssl could not make the webhook certificate"
 replicas_ports
 gpus_on_values "$work/gpu-on.yaml" "$balancer_port"
@@ -36,6 +57,9 @@ kubevirt_controller
 AGENT_NS=$ns
 real_node gpu-1 a100-vfio
 real_node gpu-2 a100-vfio
+runs "$previous_build" "${replica_pids[@]}" "${agent_pids[@]}" &&
+  pass "the previous release's programs run: both replicas and both agents" ||
+  abort "the replicas and agents do not run the previous release's programs ($previous_build)"
 
 # --- a tenant holding orders, a VM running -------------------------------------------------------
 create_namespace tenant
@@ -105,20 +129,35 @@ helm upgrade gpu "$source_dir/charts/gpu" --kubeconfig "$admin_kubeconfig" -n "$
   >"$work/helm-upgrade.log" 2>&1 && pass "helm upgrade to this tree's chart" ||
   fail "helm upgrade: $(cat "$work/helm-upgrade.log")"
 wait_crds >/dev/null || fail "the CRDs are not Established after the upgrade"
-# The replicas one at a time, as the Deployment's rollout (maxUnavailable 0, the PDB) does.
-for i in 0 1; do
-  stop_replica "$i"
-  start_replica "$i"
-  wait_until 60 replica_ready "$i" || fail "replica-$i not ready again after its restart"
-done
+# roll_replicas CONTROLLER WHOSE WHEN: the replicas replaced by CONTROLLER (WHOSE names it) one at
+# a time, as the Deployment's rollout (maxUnavailable 0, the PDB) does.
+roll_replicas() {
+  local i
+  controller_program=$1
+  for i in 0 1; do
+    stop_replica "$i"
+    start_replica "$i"
+    wait_until 60 replica_ready "$i" || fail "replica-$i not ready again $3"
+  done
+  runs "$(dirname "$(dirname "$1")")" "${replica_pids[@]}" && pass "both replicas run $2 gpu-controller $3" ||
+    fail "the replicas do not run $2 gpu-controller ($1) $3"
+}
+# roll_agents AGENT: the agents replaced by AGENT one node at a time, as the DaemonSet rolls.
+roll_agents() {
+  local n
+  agent_program=$1
+  for n in gpu-1 gpu-2; do
+    kill -TERM "${agent_pids[$n]}" && wait "${agent_pids[$n]}" 2>/dev/null
+    start_agent "$n"
+    sleep 5 # its first reads and what it would write
+  done
+  runs "$(dirname "$(dirname "$1")")" "${agent_pids[@]}" || fail "the agents do not run $1"
+}
+roll_replicas "$build_dir/controller/gpu-controller" "this build's" "after the upgrade"
 writes_before=$(agent_writes)
 # The count reads what it should: the agents' first publications are there.
 [ "$writes_before" -ge 2 ] || fail "the audit log shows $writes_before writes of the agents, not their first publications"
-for n in gpu-1 gpu-2; do
-  kill -TERM "${agent_pids[$n]}" && wait "${agent_pids[$n]}" 2>/dev/null
-  start_agent "$n"
-  sleep 5 # its first reads and what it would write
-done
+roll_agents "$build_dir/agent/gpu-agent"
 sleep 2
 touch "$work/stream.stop"
 wait "$stream_pid" 2>/dev/null
@@ -149,11 +188,12 @@ compatible "of this tree"
 # --- and back -------------------------------------------------------------------------------------
 helm rollback gpu 1 --kubeconfig "$admin_kubeconfig" -n "$ns" >"$work/helm-rollback.log" 2>&1 &&
   pass "helm rollback to $previous_version" || fail "helm rollback: $(cat "$work/helm-rollback.log")"
-for i in 0 1; do
-  stop_replica "$i"
-  start_replica "$i"
-  wait_until 60 replica_ready "$i" || fail "replica-$i not ready again after the rollback"
-done
+roll_replicas "$previous_controller" "the previous release's" "after the rollback"
+writes_before=$(agent_writes)
+roll_agents "$previous_agent"
+writes=$(($(agent_writes) - writes_before))
+[ "$writes" -le 0 ] && pass "the previous release's agents, rolled back node by node, wrote nothing" ||
+  fail "the agents wrote their GPUNodes $writes times across the rollback, nothing having changed"
 compatible "of the previous release, after the rollback"
 check "after the rollback" --settled && pass "every invariant holds after the rollback"
 [ "$(kc get gpudevice run -n tenant -o jsonpath='{.status.phase}/{.status.nodeName}/{.status.attachment.vmiName}')" = "Bound/$node/vm" ] &&
