@@ -89,7 +89,7 @@ class Controller {
   Controller(const RunOptions& options, kube::ClientConfig config)
       : options_(options),
         identity_(options.identity.empty() ? Hostname() : options.identity),
-        client_(config, ClientOptions(options)),
+        client_(config, ClientOptions(options, identity_)),
         discovery_(client_, kube::DiscoveryOptions{options.discoveryInterval}),
         caches_(client_, discovery_, CachesOf(options_),
                 [this](Readers readers) { Changed(readers); }),
@@ -244,9 +244,13 @@ class Controller {
     return election;
   }
 
-  static kube::ClientOptions ClientOptions(const RunOptions& options) {
+  // The replica's identity in its User-Agent, so that the API server's audit log names which
+  // replica made each request (both run as one service account, from one address behind a
+  // Service): "gpu-controller (replica-0)", as client-go puts the binary's name first.
+  static kube::ClientOptions ClientOptions(const RunOptions& options, const std::string& identity,
+                                           const std::string& part = "gpu-controller") {
     kube::ClientOptions client;
-    client.userAgent = "gpu-controller";
+    client.userAgent = part + " (" + identity + ")";
     kube::SetRateLimit(client, options.qps, options.burst);
     return client;
   }
@@ -255,8 +259,7 @@ class Controller {
   // above. Their writes go through a client of their own whose requests end well inside the
   // API server's webhook timeout.
   void StartWebhooks() {
-    kube::ClientOptions options = ClientOptions(options_);
-    options.userAgent = "gpu-controller-webhook";
+    kube::ClientOptions options = ClientOptions(options_, identity_, "gpu-controller-webhook");
     options.requestTimeout = std::chrono::seconds(3);
     options.maxRetries = 1;
     webhookClient_ = std::make_unique<kube::Client>(client_.config(), options);
