@@ -6,8 +6,12 @@
 # the VMI's status as virt-handler writes it). A workload of three tenants (orders of two
 # classes, VM starts and stops, deletions) and a hoster (cordons, class edits) runs in rounds;
 # in each round one fault is injected at a random moment:
-#   kill-leader     kill -9 of the Lease holder, back after 1-12 s (past the 6 s lease or not)
-#   kill-webhook    kill -9 of a replica right after a VM start's first write (its attachment)
+#   kill-leader     kill -9 of the Lease holder in the middle of a pass, back after 1-12 s
+#                   (past the 6 s lease or not): the driver holds the Lease while 20 orders of
+#                   class a100-burst (node burst-1) are created, releases it, and kills the
+#                   replica that takes it at the audit log's first write of its first pass
+#   kill-webhook    kill -9 of the replica serving a VM start, right after the start's first write
+#                   (its attachment; the audit log's User-Agent names the replica that made it)
 #   apiserver       kube-apiserver restarted
 #   etcd            etcd restarted
 #   compaction      etcd compacted to its head, then kube-apiserver restarted: every watch
@@ -57,6 +61,8 @@ for n in "${nodes[@]}"; do real_node "$n" a100-vfio --label pool=tenants; done #
 # The probes' own node and class, so that a probe finds room whatever the tenants hold and its
 # answer needs the binder (no fault is injected on it).
 real_node probe-1 a100-vfio --label pool=probe
+# kill-leader's node: the orders of its pass (class a100-burst) are admitted while it has room.
+real_node burst-1 a100-vfio --label pool=burst
 
 # Tenants: tenant-a with a budget of 3 GPUs for itself and tenant-a-child together; tenant-b
 # without one; probe, where the recovery probes are ordered.
@@ -72,8 +78,9 @@ tenants_pool="nodeSelector: {matchLabels: {pool: tenants}}"
   gpu_class a100 "$gpu" "maxCount: 2" "$tenants_pool"
   gpu_class a100-stay "$gpu" "maxCount: 2" "onCordon: Stay" "$tenants_pool"
   gpu_class probe "$gpu" "nodeSelector: {matchLabels: {pool: probe}}"
+  gpu_class a100-burst "$gpu" "nodeSelector: {matchLabels: {pool: burst}}" # kill-leader's
 } | kc apply -f - >/dev/null || abort "the classes"
-pass "the cluster: 3 real nodes of 2 GPUs for the tenants and 1 for the probes, 2 replicas (webhooks on $webhook0 and $webhook1) behind the balancer on $balancer_port, 3 tenants, 3 classes"
+pass "the cluster: 3 real nodes of 2 GPUs for the tenants, 1 for the probes and 1 for kill-leader's passes, 2 replicas (webhooks on $webhook0 and $webhook1) behind the balancer on $balancer_port, 3 tenants, 4 classes"
 
 # --- the draws: one sequence from the seed, drawn in this shell only ---------------------------
 RANDOM=$seed
@@ -154,6 +161,7 @@ delete_order() {
 start_vm() {
   local list t device vm uid
   mapfile -t list < <(devices_json | jq -r '.items[] | select(.metadata.namespace != "probe")
+    | select(.spec.className != "a100-burst")
     | select(.metadata.deletionTimestamp == null and .status.phase == "Bound"
              and .status.attachment == null) | "\(.metadata.namespace) \(.metadata.name)"')
   [ ${#list[@]} -gt 0 ] || return 1
@@ -274,6 +282,87 @@ action() {
 declare -Ai fault_count
 restore_at=0
 restore=""
+audit_log="$cluster_dir/logs/audit.log"
+# kill_at_write PATH-PART AGENT: in the background, the replica whose request on a path holding
+# PATH-PART the audit log shows first with User-Agent "AGENT (replica-I)" (the replicas' User-Agent
+# carries their identity) killed -9 there and then, its index I written to $work/killed. The API
+# server writes each request's audit line before its response (--audit-log-mode=blocking), so the
+# kill lands right after that write, before the replica has acted on its answer.
+kill_at_write() {
+  rm -f "$work/killed"
+  (tail -n 0 -F "$audit_log" 2>/dev/null | grep --line-buffered -F "$1" |
+    grep --line-buffered -F "\"userAgent\":\"$2 (replica-" | {
+      IFS= read -r line || exit 0
+      i=$(sed -nE 's/.*"userAgent":"[^"]* \(replica-([01])\)".*/\1/p' <<<"$line")
+      [ -n "$i" ] && kill -9 "${replica_pids[$i]}" && echo "$i" >"$work/killed"
+    }) &
+  watcher=$!
+  sleep 0.3 # tail is reading
+}
+# watcher_done: the watcher gone, fired or not.
+watcher_done() {
+  pkill -P "$watcher" 2>/dev/null
+  kill "$watcher" 2>/dev/null
+  wait "$watcher" 2>/dev/null
+}
+burst=20
+declare -Ai webhook_kills leader_kills
+# lease_held_by WHO SECONDS: the replicas' Lease taken (WHO empty: released), as another candidate
+# would hold it.
+lease_held_by() {
+  local t
+  t=$(date -u +%Y-%m-%dT%H:%M:%S.%6NZ)
+  kc patch lease gpu-controller -n "$ns" --type=merge -p "{\"spec\":{\"holderIdentity\":\"$1\",
+    \"leaseDurationSeconds\":$2,\"acquireTime\":\"$t\",\"renewTime\":\"$t\"}}" >/dev/null
+}
+stepped_down() { [ "$(grep -c 'stopped leading' "$work/replica-$1.log")" -gt "$2" ]; }
+# binder_writes ID ROUND: replica-ID's binder's writes of the round's burst orders (audit log).
+binder_writes() {
+  grep -F "/namespaces/tenant-b/gpudevices/burst-$2-" "$audit_log" | grep -F '"verb":"patch"' |
+    grep -F "\"userAgent\":\"gpu-controller (replica-$1)\"" | grep -F '"stage":"ResponseComplete"' |
+    grep -c '"code":200'
+}
+# kill_mid_pass ID: a leader killed -9 in the middle of a pass that has $burst orders to answer. The
+# driver takes the Lease, so that the holder (replica-ID) steps down and no replica places
+# anything; the burst is ordered meanwhile (class a100-burst, node burst-1: the webhook admits
+# each, as free units do not count orders not yet placed); the Lease is released, and the replica
+# that takes it is killed at its first write of a burst order, which its first pass makes. Its
+# index is left in $killed_id, how the kill landed in $mid_pass.
+kill_mid_pass() {
+  local id=$1 i stops
+  mid_pass="not mid-pass: no pass answered the burst"
+  stops=$(grep -c 'stopped leading' "$work/replica-$id.log")
+  lease_held_by chaos-driver 60 || echo "  the driver could not take the Lease"
+  wait_until 15 stepped_down "$id" "$stops" || echo "  replica-$id did not step down in 15 s"
+  for ((i = 1; i <= burst; i++)); do
+    printf '%s\n' "---" "apiVersion: gpu.cozystack.io/v1alpha1" "kind: GPUDevice" \
+      "metadata: {name: burst-$round-$i, namespace: tenant-b}" "spec: {className: a100-burst, count: 1}"
+  done | kc create -f - >/dev/null 2>"$work/burst.err" || echo "  the burst: $(head -c 300 "$work/burst.err")"
+  kill_at_write "/namespaces/tenant-b/gpudevices/burst-$round-" gpu-controller
+  lease_held_by "" 1
+  wait_until 15 test -s "$work/killed" || true
+  t0=$(now) # the fault's time: the kill (wait_until looks every 0.25 s)
+  watcher_done
+  killed_id=$id
+  [ ! -s "$work/killed" ] || killed_id=$(cat "$work/killed")
+  kill9 "${replica_pids[$killed_id]}" # reaped here; killed now if no pass came
+  sleep 1 # the audit log holds every answer the replica had
+  local wrote
+  wrote=$(binder_writes "$killed_id" "$round")
+  if [ -s "$work/killed" ] && [ "$wrote" -lt "$burst" ]; then
+    mid_pass="mid-pass: it had written $wrote of the $burst orders of its pass"
+    leader_kills[mid-pass]+=1
+  else
+    [ ! -s "$work/killed" ] || mid_pass="not mid-pass: it had written all $wrote orders of its pass"
+    leader_kills[other]+=1
+  fi
+}
+# burst_done: the round's burst orders deleted.
+burst_done() {
+  local names
+  mapfile -t names < <(kc get gpudevices -n tenant-b -o name | grep "/burst-")
+  [ ${#names[@]} = 0 ] || kc delete -n tenant-b --wait=false "${names[@]}" >/dev/null 2>&1
+}
 # inject KIND: the fault, now; what undoes it later is left in $restore, due at $restore_at.
 inject() {
   case $1 in
@@ -282,26 +371,36 @@ inject() {
       id=$(holder)
       id=${id#replica-}
       [[ "$id" =~ ^[01]$ ]] || id=0 # no holder now: either
-      kill9 "${replica_pids[$id]}"
+      kill_mid_pass "$id"
+      id=$killed_id
       ! replica_ready "$id" || fail "replica-$id still answers after kill -9"
-      echo "  killed replica-$id, the Lease holder (pid ${replica_pids[$id]})"
+      echo "  killed replica-$id, the Lease holder (pid ${replica_pids[$id]}), $mid_pass"
       draw 12
       restore="start_replica $id"
       restore_at=$((SECONDS + r + 1))
       ;;
     kill-webhook)
+      kill_at_write "/gpudevices/" gpu-controller-webhook # a VM start's attachment: its first write
       BACKGROUND=1 start_vm || new_order
-      if [ -n "$starting" ]; then
-        read -r t vm device <<<"$starting"
-        attached() { kc get gpudevice "$device" -n "$t" -o jsonpath='{.status.attachment.vmiName}' | grep -qx "$vm"; }
-        wait_until 10 attached || true
-      fi
-      draw 2
+      [ -z "$starting" ] || wait_until 10 test -s "$work/killed" || true
+      watcher_done
+      draw 2 # the replica when no start was under way (drawn always, so a replay draws the same)
+      [ ! -s "$work/killed" ] || r=$(cat "$work/killed")
       kill9 "${replica_pids[$r]}"
       restore="start_replica $r"
       restore_at=$((SECONDS + 2))
       if [ -n "$starting" ]; then
-        if wait "$start_create_pid"; then create_launcher "$t" "$vm"; else refused start "$work/$vm.out"; fi
+        read -r t vm device <<<"$starting"
+        local served=0
+        wait "$start_create_pid" && served=1
+        if [ -s "$work/killed" ]; then
+          echo "  killed replica-$r right after it attached $t/$device for $vm"
+          # Killed before its answer, the start is refused for want of the webhook; after, it stands.
+          [ "$served" = 1 ] && webhook_kills[after-answer]+=1 || webhook_kills[before-answer]+=1
+        elif [ "$served" = 1 ]; then
+          fail "the start of $t/$vm was allowed, yet the audit log names no replica's attachment write"
+        fi
+        if [ "$served" = 1 ]; then create_launcher "$t" "$vm"; else refused start "$work/$vm.out"; fi
         starting=""
       fi
       ;;
@@ -414,6 +513,7 @@ for ((round = 1; round <= rounds; round++)); do
   virt_handler
   check "round $round ($fault), settled" --settled || true
   kc delete gpudevice "probe-$round" -n probe --wait=false >/dev/null 2>&1
+  [ "$fault" != kill-leader ] || burst_done
 done
 
 # --- the end: every VM stopped, every order deleted, nothing left ------------------------------
@@ -435,6 +535,9 @@ report() {
   printf 'faults:'
   for k in "${faults[@]}"; do printf ' %s=%s' "$k" "${fault_count[$k]:-0}"; done
   echo
+  echo "kill-leader: ${leader_kills[mid-pass]:-0} mid-pass, ${leader_kills[other]:-0} not;" \
+    "kill-webhook on the serving replica: ${webhook_kills[before-answer]:-0} before the start's answer," \
+    "${webhook_kills[after-answer]:-0} after it"
   printf 'workload:'
   for k in $(printf '%s\n' "${!actions_done[@]}" | sort); do printf ' %s=%s' "$k" "${actions_done[$k]}"; done
   echo
