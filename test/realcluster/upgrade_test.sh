@@ -111,6 +111,7 @@ printf '%s\n' "apiVersion: gpu.cozystack.io/v1alpha1" "kind: GPUDevice" \
 # stream: an order every 0.25 s (dry run), each answer a line: ok, or the refusal.
 (
   while [ ! -e "$work/stream.stop" ]; do
+    [ ! -e "$work/stream.pause" ] || { sleep 0.1 && continue; }
     if kc create --dry-run=server -f "$work/stream.yaml" >"$work/stream.out" 2>&1; then echo ok
     else echo "refused: $(tr '\n' ' ' <"$work/stream.out")"; fi
     sleep 0.25
@@ -129,8 +130,9 @@ helm upgrade gpu "$source_dir/charts/gpu" --kubeconfig "$admin_kubeconfig" -n "$
   >"$work/helm-upgrade.log" 2>&1 && pass "helm upgrade to this tree's chart" ||
   fail "helm upgrade: $(cat "$work/helm-upgrade.log")"
 wait_crds >/dev/null || fail "the CRDs are not Established after the upgrade"
-# roll_replicas CONTROLLER WHOSE WHEN: the replicas replaced by CONTROLLER (WHOSE names it) one at
-# a time, as the Deployment's rollout (maxUnavailable 0, the PDB) does.
+# roll_replicas CONTROLLER WHOSE WHEN [MIDWAY...]: the replicas replaced by CONTROLLER (WHOSE names
+# it) one at a time, as the Deployment's rollout (maxUnavailable 0, the PDB) does; MIDWAY, a
+# command, runs while the two releases serve side by side, and then the checker, settled.
 roll_replicas() {
   local i
   controller_program=$1
@@ -138,6 +140,11 @@ roll_replicas() {
     stop_replica "$i"
     start_replica "$i"
     wait_until 60 replica_ready "$i" || fail "replica-$i not ready again $3"
+    if [ "$i" = 0 ]; then
+      [ $# -lt 4 ] || "${@:4}"
+      check "midway, $2 replica-0 beside the other release's replica-1" --settled &&
+        pass "every invariant holds midway, $2 replica-0 beside the other release's replica-1 (holder: $(holder))"
+    fi
   done
   runs "$(dirname "$(dirname "$1")")" "${replica_pids[@]}" && pass "both replicas run $2 gpu-controller $3" ||
     fail "the replicas do not run $2 gpu-controller ($1) $3"
@@ -153,7 +160,24 @@ roll_agents() {
   done
   runs "$(dirname "$(dirname "$1")")" "${agent_pids[@]}" || fail "the agents do not run $1"
 }
-roll_replicas "$build_dir/controller/gpu-controller" "this build's" "after the upgrade"
+# midway_order: an order placed while the two releases serve side by side, whichever leads, then
+# deleted (its finalizer released). It takes the stream's room while it lives: the stream waits.
+midway_order() {
+  touch "$work/stream.pause"
+  sleep 0.5 # the stream's order in flight answered
+  order tenant midway a100 | kc apply -f - >/dev/null || fail "the order midway was refused"
+  placed() { [ "$(kc get gpudevice midway -n tenant -o jsonpath='{.status.phase}')" = Bound ]; }
+  wait_until 30 placed && pass "an order midway through the rollout is Bound" ||
+    fail "the order midway: $(kc get gpudevice midway -n tenant -o jsonpath='{.status}')"
+  kc delete gpudevice midway -n tenant --wait=false >/dev/null
+  gone() { ! kc get gpudevice midway -n tenant >/dev/null 2>&1; }
+  wait_until 30 gone && pass "and once deleted it is gone (its finalizer released midway)" ||
+    fail "the order midway was not released: $(kc get gpudevice midway -n tenant -o jsonpath='{.metadata}')"
+  released() { kc create --dry-run=server -f "$work/stream.yaml" >/dev/null 2>&1; } # the webhooks see it free
+  wait_until 30 released || fail "the midway order's unit was not free again in 30 s"
+  rm -f "$work/stream.pause"
+}
+roll_replicas "$build_dir/controller/gpu-controller" "this build's" "after the upgrade" midway_order
 writes_before=$(agent_writes)
 # The count reads what it should: the agents' first publications are there.
 [ "$writes_before" -ge 2 ] || fail "the audit log shows $writes_before writes of the agents, not their first publications"
