@@ -29,7 +29,8 @@
 #   test/realcluster/chaos_test.sh SOURCE_DIR BUILD_DIR
 # COZY_CHAOS_SEED (default: drawn, printed) and COZY_CHAOS_ROUNDS (default 8: each fault once, in
 # an order the seed draws) replay a run; COZY_CHAOS_REPORT=FILE writes the figures there too;
-# COZY_CHAOS_FAULTS="KIND..." draws from those kinds alone.
+# COZY_CHAOS_FAULTS="KIND..." draws from those kinds alone; a round slower than COZY_CHAOS_SLOW
+# seconds keeps its logs in COZY_CHAOS_KEEP (below).
 export COZY_CLUSTER_NODE_GRACE=8s
 source "$(dirname "$0")/own_cluster.sh" "$1" "$2"
 source "$(dirname "$0")/replicas.sh"
@@ -472,6 +473,32 @@ EOF
   probe_pid=$!
 }
 
+# --- a slow round's logs -----------------------------------------------------------------------
+# A round whose recovery takes over COZY_CHAOS_SLOW seconds (default 25: the slowest faults, the
+# restarts, recover in about 14) keeps what every log got from its fault on (the API server's
+# audit log and its components' logs, the replicas', agents' and balancer's) and the probe's
+# answers, in COZY_CHAOS_KEEP/seed-SEED-round-N (default BUILD_DIR/chaos-slow), which outlives the
+# run's own directory; so does a round not answered at all.
+slow=${COZY_CHAOS_SLOW:-25}
+keep_root=${COZY_CHAOS_KEEP:-$build_dir/chaos-slow}
+declare -A log_marks
+mark_logs() { # the logs' sizes now: a kept round holds what each got from here on
+  local f
+  log_marks=()
+  for f in "$audit_log" "$cluster_dir"/logs/*.log "$work"/replica-*.log "$work"/agent-*.log "$work/balancer.log"; do
+    [ -f "$f" ] && log_marks[$f]=$(stat -c %s "$f")
+  done
+}
+keep_logs() { # keep_logs ROUND: prints the directory
+  local dir="$keep_root/seed-$seed-round-$1" f
+  mkdir -p "$dir"
+  for f in "${!log_marks[@]}"; do
+    [ -f "$f" ] && tail -c +$((log_marks[$f] + 1)) "$f" >"$dir/$(basename "$f")"
+  done
+  cp "$work/probe-$1.out" "$work/probe-$1.json" "$work/recovery-$1" "$work/uids-$1.json" "$dir/" 2>/dev/null
+  echo "$dir"
+}
+
 # --- the rounds --------------------------------------------------------------------------------
 check "the cluster before the first round" || true
 order_of_faults=()
@@ -493,6 +520,7 @@ for ((round = 1; round <= rounds; round++)); do
   for ((i = 0; i < before; i++)); do action; done
   devices_json | jq '[.items[] | select(.metadata.deletionTimestamp == null) | .metadata.uid]' \
     >"$work/uids-$round.json"
+  mark_logs
   t0=$(now)
   inject "$fault"
   probe "$round" "$t0" "$fault"
@@ -507,8 +535,10 @@ for ((round = 1; round <= rounds; round++)); do
   check "round $round ($fault), the safety invariants" || true
   # Settled: the probe answered, every order answered, KubeVirt's part caught up.
   if ! wait_until 120 test -s "$work/recovery-$round"; then
-    fail "round $round ($fault): orders not answered again 120 s after the fault"
+    fail "round $round ($fault): orders not answered again 120 s after the fault; its logs kept in $(keep_logs "$round")"
     kill "$probe_pid" 2>/dev/null
+  elif read -r seconds _ <"$work/recovery-$round" && awk -v s="$seconds" -v l="$slow" 'BEGIN { exit !(s > l) }'; then
+    echo "  round $round ($fault) answered again after ${seconds}s, over ${slow}s: its logs kept in $(keep_logs "$round")"
   fi
   virt_handler
   check "round $round ($fault), settled" --settled || true
