@@ -92,15 +92,9 @@ jobs=$(nproc)
 tools_bin=$(scripts/cluster.sh build)
 export PATH="$tools_bin:$PATH"
 
-# The previous release's gpu-controller and gpu-agent, which the upgrade test starts from
-# (test/realcluster/upgrade_test.sh): built once per machine into a cache (scripts/build-ref.sh),
-# here, after this tree's build has filled ccache with the files the two share, so that the test's
-# own time is the upgrade's alone.
-previous_release_programs() {
-  local ref
-  read -r ref _ < <(grep -v '^#' test/realcluster/previous-release)
-  scripts/build-ref.sh "$ref" controller/gpu-controller agent/gpu-agent agent/gpu-agent-full >/dev/null
-}
+# The previous release's programs, which the upgrade test starts from, built once per machine
+# into a cache, here, after this tree's build has filled ccache with the files the two share.
+previous_release_programs() { test/realcluster/previous_programs.sh . >/dev/null; }
 
 # One configuration per build directory, shared with scripts/demo.sh (ccache included).
 # shellcheck source=scripts/lib/configure.sh

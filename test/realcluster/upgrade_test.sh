@@ -28,13 +28,10 @@ old_chart="$work/previous/charts/gpu"
 [ "$(sed -n 's/^version: //p' "$old_chart/Chart.yaml")" = "$previous_version" ] ||
   abort "charts/gpu at $previous_ref is not version $previous_version"
 
-previous_build=$("$source_dir/scripts/build-ref.sh" "$previous_ref" controller/gpu-controller agent/gpu-agent \
-  agent/gpu-agent-full) ||
+previous_build=$("$source_dir/test/realcluster/previous_programs.sh" "$source_dir") ||
   abort "the previous release's programs ($previous_ref) could not be built"
-previous_controller=$previous_build/controller/gpu-controller
-previous_agent=$previous_build/agent/gpu-agent
-controller_program=$previous_controller
-agent_program=$previous_agent
+controller_program=$previous_build/controller/gpu-controller
+agent_program=$previous_build/agent/gpu-agent
 # runs BUILD PID...: every PID runs a program of build directory BUILD (its executable, as the
 # kernel names it: `gpu-agent run` is gpu-agent-full, which the light gpu-agent executes).
 runs() {
@@ -130,12 +127,12 @@ helm upgrade gpu "$source_dir/charts/gpu" --kubeconfig "$admin_kubeconfig" -n "$
   >"$work/helm-upgrade.log" 2>&1 && pass "helm upgrade to this tree's chart" ||
   fail "helm upgrade: $(cat "$work/helm-upgrade.log")"
 wait_crds >/dev/null || fail "the CRDs are not Established after the upgrade"
-# roll_replicas CONTROLLER WHOSE WHEN [MIDWAY...]: the replicas replaced by CONTROLLER (WHOSE names
-# it) one at a time, as the Deployment's rollout (maxUnavailable 0, the PDB) does; MIDWAY, a
+# roll_replicas BUILD WHOSE WHEN [MIDWAY...]: the replicas replaced by BUILD's gpu-controller (WHOSE
+# names it) one at a time, as the Deployment's rollout (maxUnavailable 0, the PDB) does; MIDWAY, a
 # command, runs while the two releases serve side by side, and then the checker, settled.
 roll_replicas() {
   local i
-  controller_program=$1
+  controller_program=$1/controller/gpu-controller
   for i in 0 1; do
     stop_replica "$i"
     start_replica "$i"
@@ -146,19 +143,20 @@ roll_replicas() {
         pass "every invariant holds midway, $2 replica-0 beside the other release's replica-1 (holder: $(holder))"
     fi
   done
-  runs "$(dirname "$(dirname "$1")")" "${replica_pids[@]}" && pass "both replicas run $2 gpu-controller $3" ||
+  runs "$1" "${replica_pids[@]}" && pass "both replicas run $2 gpu-controller $3" ||
     fail "the replicas do not run $2 gpu-controller ($1) $3"
 }
-# roll_agents AGENT: the agents replaced by AGENT one node at a time, as the DaemonSet rolls.
+# roll_agents BUILD: the agents replaced by BUILD's gpu-agent one node at a time, as the DaemonSet
+# rolls.
 roll_agents() {
   local n
-  agent_program=$1
+  agent_program=$1/agent/gpu-agent
   for n in gpu-1 gpu-2; do
     kill -TERM "${agent_pids[$n]}" && wait "${agent_pids[$n]}" 2>/dev/null
     start_agent "$n"
     sleep 5 # its first reads and what it would write
   done
-  runs "$(dirname "$(dirname "$1")")" "${agent_pids[@]}" || fail "the agents do not run $1"
+  runs "$1" "${agent_pids[@]}" || fail "the agents do not run the gpu-agent of $1"
 }
 # midway_order: an order placed while the two releases serve side by side, whichever leads, then
 # deleted (its finalizer released). It takes the stream's room while it lives: the stream waits.
@@ -177,11 +175,11 @@ midway_order() {
   wait_until 30 released || fail "the midway order's unit was not free again in 30 s"
   rm -f "$work/stream.pause"
 }
-roll_replicas "$build_dir/controller/gpu-controller" "this build's" "after the upgrade" midway_order
+roll_replicas "$build_dir" "this build's" "after the upgrade" midway_order
 writes_before=$(agent_writes)
 # The count reads what it should: the agents' first publications are there.
 [ "$writes_before" -ge 2 ] || fail "the audit log shows $writes_before writes of the agents, not their first publications"
-roll_agents "$build_dir/agent/gpu-agent"
+roll_agents "$build_dir"
 sleep 2
 touch "$work/stream.stop"
 wait "$stream_pid" 2>/dev/null
@@ -212,9 +210,9 @@ compatible "of this tree"
 # --- and back -------------------------------------------------------------------------------------
 helm rollback gpu 1 --kubeconfig "$admin_kubeconfig" -n "$ns" >"$work/helm-rollback.log" 2>&1 &&
   pass "helm rollback to $previous_version" || fail "helm rollback: $(cat "$work/helm-rollback.log")"
-roll_replicas "$previous_controller" "the previous release's" "after the rollback"
+roll_replicas "$previous_build" "the previous release's" "after the rollback"
 writes_before=$(agent_writes)
-roll_agents "$previous_agent"
+roll_agents "$previous_build"
 writes=$(($(agent_writes) - writes_before))
 [ "$writes" -le 0 ] && pass "the previous release's agents, rolled back node by node, wrote nothing" ||
   fail "the agents wrote their GPUNodes $writes times across the rollback, nothing having changed"
