@@ -59,6 +59,11 @@ void AddTimingFlags(CLI::App* run, cozy::controller::RunOptions& options) {
                   "How often to ask which optional kinds (KubeVirt, usage records) are served");
   AddDurationFlag(run, "--bind-wait", options.bindWait,
                   "How long a VM start waits for the binder to place its GPUs (positive)");
+  AddDurationFlag(run, "--shutdown-delay", options.shutdownDelay,
+                  "With --enable-gpu, after SIGTERM: how long the webhooks keep serving, unready "
+                  "and closing each connection after its answer, before new connections are "
+                  "refused; 0s: none",
+                  DurationRule::kNonNegative);
   AddDurationFlag(run, "--not-ready-grace", options.notReadyGrace,
                   "How long GPUs held for a VM that is off wait on a node that is not Ready (or "
                   "under a condition taint) before they move; 0s: at once",

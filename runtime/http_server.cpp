@@ -530,11 +530,12 @@ class HttpServer::Workers {
 class HttpServer::Loop {
  public:
   Loop(const HttpLimits& limits, const std::map<std::string, Route, std::less<>>& routes,
-       Counters& counters, SecureTransport* transport, Workers* workers, int listenFd, int wakeFd,
-       int epollFd)
+       Counters& counters, Shutdown& shutdown, SecureTransport* transport, Workers* workers,
+       int listenFd, int wakeFd, int epollFd)
       : limits_(limits),
         routes_(routes),
         counters_(counters),
+        shutdown_(shutdown),
         transport_(transport),
         workers_(workers),
         listenFd_(listenFd),
@@ -565,9 +566,10 @@ class HttpServer::Loop {
       for (int i = 0; i < ready; ++i) {
         const int fd = events[static_cast<size_t>(i)].data.fd;
         if (fd == wakeFd_) {
-          return;
+          if (!BeginStop()) return;
+          continue;
         }
-        if (fd == listenFd_) {
+        if (fd == listenFd_ && listenFd_ >= 0) {
           AcceptBurst();
         } else if (fd == doneFd) {
           TakeAnswers();
@@ -582,7 +584,10 @@ class HttpServer::Loop {
       }
       now_ = Clock::now();
       ExpireDeadlines();
-      if (acceptPausedUntil_ && *acceptPausedUntil_ <= now_) {
+      if (stopBy_ && (connections_.empty() || *stopBy_ <= now_)) {
+        return;  // every request begun is answered, or the grace is spent
+      }
+      if (acceptPausedUntil_ && *acceptPausedUntil_ <= now_ && listenFd_ >= 0) {
         acceptPausedUntil_.reset();
         Watch(listenFd_, EPOLLIN, EPOLL_CTL_MOD);
       }
@@ -630,8 +635,43 @@ class HttpServer::Loop {
     size_t discarded = 0;
   };
 
+  // Woken by Stop. Without a grace: false, the loop ends at once. With one (HttpServer::Stop):
+  // the listening socket closes, so a new connect is refused and a balancer sends it elsewhere;
+  // kept connections idle between requests close (nothing of a request came on them); the rest
+  // are served to their end, each answer closing its connection, until none is left or the grace
+  // is spent.
+  bool BeginStop() {
+    uint64_t count = 0;
+    (void)::read(wakeFd_, &count, sizeof count);
+    const int64_t grace = shutdown_.graceMilliseconds.load();
+    if (grace <= 0 || stopBy_) return false;
+    stopBy_ = now_ + std::chrono::milliseconds(grace);
+    if (listenFd_ >= 0) {
+      Watch(listenFd_, 0, EPOLL_CTL_DEL);
+      ::close(listenFd_);
+      listenFd_ = -1;
+      shutdown_.listenerClosed = true;
+    }
+    acceptPausedUntil_.reset();
+    for (auto it = connections_.begin(); it != connections_.end();) {
+      if (IdleBetweenRequests(it->second)) {
+        Close(it->second);
+        it = connections_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return true;
+  }
+
+  static bool IdleBetweenRequests(const Connection& connection) {
+    return connection.phase == Phase::readingHead && connection.served > 0 &&
+           !connection.receivedAny;
+  }
+
   int TimeoutMilliseconds() const {
     std::optional<Clock::time_point> next = acceptPausedUntil_;
+    if (stopBy_ && (!next || *stopBy_ < *next)) next = stopBy_;
     for (const auto& [fd, connection] : connections_) {
       if (!next || connection.deadline < *next) {
         next = connection.deadline;
@@ -830,9 +870,7 @@ class HttpServer::Loop {
         ++it;
         continue;
       }
-      const bool idle = connection.phase == Phase::readingHead && connection.served > 0 &&
-                        !connection.receivedAny;
-      if (idle) {
+      if (IdleBetweenRequests(connection)) {
         // A kept connection whose next request did not come: closed silently, as planned.
       } else if (connection.phase == Phase::readingHead || connection.phase == Phase::readingBody ||
                  connection.phase == Phase::handshaking) {
@@ -1301,11 +1339,12 @@ class HttpServer::Loop {
   }
 
   // A request read whole and answered (by its handler, or 404): the connection stays open for
-  // the next one when keep-alive allows (HttpLimits::requestsPerConnection).
+  // the next one when keep-alive allows (HttpLimits::requestsPerConnection) and the server is
+  // not draining (HttpServer::Drain).
   void StartAnswer(Connection& connection, const HttpResponse& response, bool headOnly) {
     const bool keep = connection.served + 1 < limits_.requestsPerConnection &&
                       connection.request.minorVersion >= 1 && !connection.headers.close &&
-                      !connection.pipelined;
+                      !connection.pipelined && !shutdown_.draining.load(std::memory_order_relaxed);
     StartWriting(connection, FormatResponse(response, headOnly, {}, !keep));
     connection.keepAlive = keep;
   }
@@ -1363,6 +1402,8 @@ class HttpServer::Loop {
     }
     if (connection.keepAlive) {
       Renew(connection);
+      // Promised before the stop began: idle now, it closes as the others did (BeginStop).
+      if (stopBy_) Close(connection);
       return;
     }
     // All handed to the kernel: our FIN follows the answer (TLS: after close_notify); then
@@ -1399,6 +1440,7 @@ class HttpServer::Loop {
   HttpLimits limits_;
   const std::map<std::string, Route, std::less<>>& routes_;
   Counters& counters_;
+  Shutdown& shutdown_;
   SecureTransport* transport_;
   Workers* workers_;
   int listenFd_;
@@ -1413,6 +1455,7 @@ class HttpServer::Loop {
   std::unordered_map<std::string, PeerCount> peers_;  // by Connection::peer
   Clock::time_point now_ = Clock::now();
   std::optional<Clock::time_point> acceptPausedUntil_;
+  std::optional<Clock::time_point> stopBy_;  // stopping gracefully: the end of the grace
   std::unordered_map<int, Connection> connections_;
 };
 
@@ -1581,8 +1624,8 @@ bool HttpServer::Start(const std::string& address) {
     event.data.fd = fd;
     epoll_ctl(epollFd_, EPOLL_CTL_ADD, fd, &event);
   }
-  loop_ = std::make_unique<Loop>(limits_, routes_, counters_, transport_.get(), workers_.get(),
-                                 listenFd_, wakeFd_, epollFd_);
+  loop_ = std::make_unique<Loop>(limits_, routes_, counters_, shutdown_, transport_.get(),
+                                 workers_.get(), listenFd_, wakeFd_, epollFd_);
   try {
     thread_ = std::thread([loop = loop_.get()] { loop->Run(); });
     // Named from here, so that it has its name (in top, /proc) once Start returns.
@@ -1597,12 +1640,22 @@ bool HttpServer::Start(const std::string& address) {
   return true;
 }
 
-void HttpServer::Stop() {
-  if (thread_.joinable()) {
-    const uint64_t one = 1;
-    (void)::write(wakeFd_, &one, sizeof one);
-    thread_.join();
-  }
+void HttpServer::Drain() { shutdown_.draining = true; }
+
+void HttpServer::StopServing(std::chrono::milliseconds grace) {
+  if (!thread_.joinable()) return;
+  if (grace.count() > 0) shutdown_.draining = true;
+  shutdown_.graceMilliseconds = grace.count();
+  const uint64_t one = 1;
+  (void)::write(wakeFd_, &one, sizeof one);
+  thread_.join();
+}
+
+void HttpServer::Stop(std::chrono::milliseconds grace) {
+  StopServing(grace);
+  if (shutdown_.listenerClosed.exchange(false)) listenFd_ = -1;  // the thread closed it
+  shutdown_.draining = false;
+  shutdown_.graceMilliseconds = 0;
   workers_.reset();  // joins the workers once their handlers return
   loop_.reset();     // closes the connections
   counters_.open.store(0);

@@ -167,8 +167,22 @@ class HttpServer {
   // "off" (serves nothing, returns true). False with error() when it cannot listen or the
   // address is malformed. Port 0 picks a free port: port().
   bool Start(const std::string& address);
-  // Wakes the server's thread, closes every connection and joins; prompt whatever clients do.
-  void Stop();
+  // Any thread: the first step of a graceful stop (docs/health-server.md, "Stopping without
+  // dropping a request"). Every answer from now on says `Connection: close` and ends its connection
+  // once written, so a caller's kept connections end one by one after an answer it has read, never
+  // under a request it is sending; the server goes on accepting (a Service may still send new
+  // connections here until its endpoints follow readiness).
+  void Drain();
+  // Stops serving and joins. With a `grace`: the listening socket closes first (a new connect is
+  // refused, so a balancer sends it elsewhere), kept connections idle between requests close, and
+  // every request already begun (a connection accepted but not yet sent on included) is read,
+  // handled and its answer written (with `Connection: close`) for up to `grace`; then whatever is
+  // left closes. Without one, every connection closes at once, whatever clients do.
+  void Stop(std::chrono::milliseconds grace = {});
+  // Stop's first half, on any one thread while others still call stats() and Saturated(): the
+  // server's thread stops as Stop says and is joined; what the server holds (its workers, its
+  // descriptors) goes with the Stop that follows. Once; later calls do nothing.
+  void StopServing(std::chrono::milliseconds grace = {});
   int port() const { return port_; }
   const std::string& error() const { return error_; }
 
@@ -221,6 +235,13 @@ class HttpServer {
     std::atomic<int64_t> lastRefusal{INT64_MIN};
   };
 
+  // What Drain and Stop tell the server's thread.
+  struct Shutdown {
+    std::atomic<bool> draining{false};
+    std::atomic<int64_t> graceMilliseconds{0};  // read when the thread is woken to stop
+    std::atomic<bool> listenerClosed{false};    // the thread closed the listening socket
+  };
+
   bool Listen(const std::string& address, const std::string& host, int port);
   void CloseDescriptors();
 
@@ -229,6 +250,7 @@ class HttpServer {
   std::shared_ptr<SecureTransport> transport_;
   std::unique_ptr<Workers> workers_;
   Counters counters_;
+  Shutdown shutdown_;
   int listenFd_ = -1;
   int wakeFd_ = -1;
   int epollFd_ = -1;

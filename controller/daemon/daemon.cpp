@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <thread>
 
 #include "api/gpuclass.h"
 #include "api/gpudevice.h"
@@ -32,6 +33,7 @@
 #include "kube/config.h"
 #include "kube/discovery.h"
 #include "kube/leader_election.h"
+#include "runtime/duration.h"
 #include "runtime/health_server.h"
 #include "runtime/log.h"
 #include "runtime/loop.h"
@@ -181,6 +183,7 @@ class Controller {
       manager_.Add(
           "webhooks", [this] { StartWebhooks(); },
           [this] {
+            if (webhookStopper_.joinable()) webhookStopper_.join();
             if (webhookServer_) webhookServer_->Stop();
           });
     }
@@ -355,8 +358,9 @@ class Controller {
     // With GPUs on, ready also means the webhooks answer: the API server may be sent here.
     // A webhook pool that is full is not ready either: the Service then sends the API server to
     // another replica while this one catches up (docs/health-server.md, "POST routes and TLS").
-    health_.SetReady(manager_.Ready() && (!webhookServer_ || (webhookServer_->serving() &&
-                                                              !webhookServer_->Saturated())));
+    health_.SetReady(
+        !stopping_ && manager_.Ready() &&
+        (!webhookServer_ || (webhookServer_->serving() && !webhookServer_->Saturated())));
     tick_.Arm(std::chrono::seconds(1));
   }
 
@@ -413,14 +417,52 @@ class Controller {
     WriteCacheMetrics(out, caches, loop_.callbackFailures());
   }
 
-  // Loop thread, on SIGTERM or SIGINT: the leadership ends first, so the passes in flight make
-  // no further writes; the loop ends, and Run stops the parts in reverse (the passes, then the
-  // Lease released, G8).
+  // Loop thread, on SIGTERM or SIGINT (docs/controller.md, "How a replica starts and stops").
+  // With webhooks served they drain first, while everything else runs on (the leader keeps
+  // placing, so a VM start waiting for the binder is answered): the replica is unready at once,
+  // so the Service's endpoints drop it, and each answer closes its connection, so the API
+  // server's kept connections move to the other replica after an answer they have read; after
+  // --shutdown-delay new connections are refused and the reviews begun are answered
+  // (StopWebhooks). Then the leadership ends, so the passes in flight make no further writes; the
+  // loop ends, and Run stops the parts in reverse (the passes, then the Lease released, G8). A
+  // second signal cuts the delay short.
   void Stop() {
-    if (stopping_) return;
+    if (stopping_) {
+      if (drain_.Armed()) {
+        drain_.Cancel();
+        StopWebhooks();
+      }
+      return;
+    }
     stopping_ = true;
-    LogInfo("stopping: finishing the pass in flight, then releasing the Lease");
     runtime::Notify("STOPPING=1");
+    health_.SetReady(false);
+    if (!webhookServer_ || !webhookServer_->serving()) {
+      Finish();
+      return;
+    }
+    webhookServer_->Drain();
+    LogInfo("stopping: unready, the webhooks' connections closing after each answer",
+            LogFields{{"for", runtime::FormatDuration(options_.shutdownDelay)}});
+    drain_ = loop_.AddTimer("drain", [this] { StopWebhooks(); });
+    drain_.Arm(options_.shutdownDelay);
+  }
+
+  // Loop thread: no new webhook connections, and the reviews begun are answered, on a thread of
+  // its own while the loop goes on serving what they wait for (the binder's answer); then Finish.
+  void StopWebhooks() {
+    if (webhookStopper_.joinable()) return;
+    LogInfo("stopping: no new webhook connections; answering the reviews begun");
+    // A review waits for the binder at most --bind-wait, then writes what it decided.
+    const std::chrono::milliseconds grace = options_.bindWait + std::chrono::seconds(5);
+    webhookStopper_ = std::jthread([this, grace] {
+      webhookServer_->StopServing(grace);
+      loop_.Post([this] { Finish(); });
+    });
+  }
+
+  void Finish() {
+    LogInfo("stopping: finishing the pass in flight, then releasing the Lease");
     leadership_.Set(false);
     loop_.Exit(0);
   }
@@ -451,9 +493,12 @@ class Controller {
   std::map<std::string, std::string> cacheErrors_;  // the last error logged, by cache (loop)
   std::map<std::string, int> pagesHalvedSaid_;      // list pages halved, as last logged
   runtime::Timer tick_;
+  runtime::Timer drain_;  // Stop: the webhooks drain until it fires
   bool stopping_ = false;
   // Metrics, loop thread.
   int64_t acquisitions_ = 0;
+  // StopWebhooks' thread; joined by the webhooks' stop, and before anything it uses goes.
+  std::jthread webhookStopper_;
 };
 
 }  // namespace

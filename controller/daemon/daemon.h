@@ -58,6 +58,10 @@ struct RunOptions {
   // other's pods.
   std::string kubevirtControllerUser = "system:serviceaccount:cozy-kubevirt:kubevirt-controller";
   std::chrono::milliseconds bindWait = std::chrono::seconds(8);
+  // With enableGpu, after SIGTERM: how long the webhooks drain (the replica unready, each answer
+  // closing its connection) before new connections are refused, so that the Service's endpoints
+  // stop sending them here first (docs/controller.md, "How a replica starts and stops"); 0: none.
+  std::chrono::milliseconds shutdownDelay = std::chrono::seconds(3);
   // model::Settings::notReadyGraceSeconds (docs/controller.md, "Placement").
   std::chrono::milliseconds notReadyGrace = std::chrono::minutes(5);
   // With enableGpu: the namespaces holding the most units that get a gpu_catalog_tenant_units_held

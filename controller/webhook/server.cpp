@@ -169,9 +169,18 @@ void Server::Start() {
   serving_ = true;
 }
 
-void Server::Stop() {
+void Server::Drain() {
+  if (server_) server_->Drain();
+}
+
+void Server::StopServing(std::chrono::milliseconds grace) {
+  if (server_) server_->StopServing(grace);
   serving_ = false;
+}
+
+void Server::Stop() {
   if (server_) server_->Stop();
+  serving_ = false;
 }
 
 }  // namespace cozy::controller::webhook

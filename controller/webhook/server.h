@@ -97,6 +97,14 @@ class Server {
   // Loads the certificate (throws naming the file and what is wrong), binds and serves on a
   // thread of its own. Throws when the address is malformed or cannot be bound, saying why.
   void Start();
+  // Any thread, as the replica begins to stop: answers from now on close their connections
+  // (runtime::HttpServer::Drain), so the API server's kept connections move to another replica
+  // one by one, each after an answer it has read.
+  void Drain();
+  // No new connections; the reviews begun are answered within `grace`
+  // (runtime::HttpServer::StopServing), while the replica's loop still serves their waits. Any one
+  // thread; stats() and Saturated() may be called meanwhile.
+  void StopServing(std::chrono::milliseconds grace);
   void Stop();
   int port() const { return port_; }
   bool serving() const { return serving_.load(); }

@@ -535,7 +535,7 @@ TEST(ChartController, GpuOffRendersNoWebhookServiceCertificateOrGpuFlag) {
     EXPECT_FALSE(arg.starts_with("--enable-gpu") || arg.starts_with("--webhook") ||
                  arg.starts_with("--gpu-resource-names") || arg.starts_with("--raw-gpu-names") ||
                  arg.starts_with("--attachment-grace") || arg.starts_with("--not-ready-grace") ||
-                 arg.starts_with("--catalog-tenant-series"))
+                 arg.starts_with("--catalog-tenant-series") || arg.starts_with("--shutdown-delay"))
         << arg;
   }
   EXPECT_FALSE(Controller(documents)["volumeMounts"].IsDefined());
@@ -569,6 +569,7 @@ TEST(ChartController, GpuOnRendersWebhooksCertificateAndGpuFlags) {
   EXPECT_TRUE(HasArg(defaults, "--raw-gpu-names=allow"));
   EXPECT_TRUE(HasArg(defaults, "--attachment-grace=2m"));
   EXPECT_TRUE(HasArg(defaults, "--not-ready-grace=5m"));  // gpu.notReadyGrace
+  EXPECT_TRUE(HasArg(defaults, "--shutdown-delay=3s"));   // gpu.webhook.shutdownDelay
   // controller.catalogTenantSeries (docs/controller.md, "Catalog metrics").
   EXPECT_TRUE(HasArg(defaults, "--catalog-tenant-series=200"));
   defaultValues["controller"]["catalogTenantSeries"] = 0;
@@ -1342,6 +1343,7 @@ TEST(ChartSchema, AMistypedKeyAWrongTypeOrAValueOutsideItsSetIsRefusedNamingIt) 
       {"agent: {image: {pullPolicy: Sometimes}}", "/agent/image/pullPolicy"},
       {"gpu: {attachmentGrace: 0s}", "/gpu/attachmentGrace"},
       {"gpu: {notReadyGrace: 5 minutes}", "/gpu/notReadyGrace"},
+      {"gpu: {webhook: {shutdownDelay: -3s}}", "/gpu/webhook/shutdownDelay"},
       {"controller: {catalogTenantSeries: -1}", "/controller/catalogTenantSeries"},
       {"gpu: {webhook: {url: 'https://192.0.2.1:9443/validate'}}", "/gpu/webhook/url"},
   };

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <future>
 #include <random>
+#include <thread>
 
 #include "kube/leader_election.h"
 #include "test/chart/chart_render.h"
@@ -997,6 +998,49 @@ TEST_F(AdmissionEndToEnd, AForgedReviewWithoutTheApiServersCertificateChangesNot
         << Get("gpudevices", Tenant()).dump(2);
     EXPECT_EQ(Phase("held"), "Bound") << "the tenant's order keeps its unit";
   }
+}
+
+// On SIGTERM a replica drains its webhooks before it stops (docs/controller.md, "How a replica
+// starts and stops"): unready at once, so that the Service's endpoints drop it, yet it answers
+// the reviews still sent to it for --shutdown-delay; then it refuses new connections, releases
+// the Lease and exits 0. Before, it closed every connection at the SIGTERM, and a review in
+// flight got EOF (an order refused for want of a webhook in the upgrade test).
+TEST_F(AdmissionEndToEnd, AStoppingReplicaDrainsItsWebhooksBeforeItStops) {
+  const int port = StartWebhookReplica("replica-a", {"--shutdown-delay", "3s"});
+  WaitReady("replica-a");
+  WaitLeader("replica-a");
+  ASSERT_EQ(Create(Order("before", "a100", 1), "--dry-run=server").first, 0) << Logs();
+  const auto signalled = std::chrono::steady_clock::now();
+  const auto since = [&signalled] { return std::chrono::steady_clock::now() - signalled; };
+  int status = -1;
+  std::thread stopper([&] { status = StopReplica("replica-a"); });
+  EXPECT_TRUE(WaitFor([&] { return !Ready("replica-a"); }, 1s)) << "still ready after SIGTERM";
+  const auto [code, out] = Create(Order("draining", "a100", 1), "--dry-run=server");
+  EXPECT_EQ(code, 0) << "a review sent while the replica drains was not answered: " << out;
+  EXPECT_LT(since(), 3s) << "the order was answered only after the drain";
+  // Then a connect is refused (curl's 7; a connection without the API server's certificate
+  // fails its handshake while the webhooks still serve), so the Service's next try goes to
+  // another replica, and the API server's own call fails closed.
+  const auto refused = [port] {
+    return testing::RunCommand("curl -sk --max-time 2 -o /dev/null https://127.0.0.1:" +
+                               std::to_string(port) + "/validate/gpudevices -d {}")
+               .exitCode == 7;
+  };
+  EXPECT_TRUE(WaitFor(refused, 10s, 50ms));
+  EXPECT_GE(since(), 3s) << "new connections were refused before --shutdown-delay ran out";
+  stopper.join();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << Log("replica-a");
+  const std::string log = Log("replica-a");
+  const size_t draining = log.find("the webhooks' connections closing after each answer");
+  const size_t closing = log.find("no new webhook connections; answering the reviews begun");
+  const size_t releasing = log.find("then releasing the Lease");
+  ASSERT_NE(draining, std::string::npos) << log;
+  ASSERT_NE(closing, std::string::npos) << log;
+  ASSERT_NE(releasing, std::string::npos) << log;
+  EXPECT_LT(draining, closing);
+  EXPECT_LT(closing, releasing) << "the leadership ended before the webhooks were done";
+  EXPECT_NE(Create(Order("after", "a100", 1), "--dry-run=server").first, 0)
+      << "a review was answered with no replica serving";
 }
 
 // H9: secure by default. With GPUs on and no --webhook-client-ca the controller refuses to start,

@@ -57,7 +57,10 @@ function connect(client, order) {
     if (!connected) connect(client, rest);
     else client.destroy();
   });
-  upstream.on("close", () => connected && client.destroy());
+  // A replica that ends its connection after an answer (`Connection: close`) ends the client's
+  // the same way, after the answer is written: destroy() would drop what is still buffered, as no
+  // Service's NAT does. A broken upstream breaks the client's too.
+  upstream.on("close", (hadError) => connected && (hadError ? client.destroy() : client.end()));
   client.on("close", () => upstream.destroy());
 }
 

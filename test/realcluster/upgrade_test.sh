@@ -10,7 +10,8 @@
 # may be refused for want of a webhook, no agent may write its GPUNode when nothing changed, the
 # objects stored under the old CRDs must be valid under the new ones, and every invariant of the
 # checker must hold before, after the upgrade and after `helm rollback` with the previous
-# release's programs rolled back the same way.
+# release's programs rolled back the same way, under the stream again: this build's replicas
+# stop under it (they drain their webhooks), the previous release's while it waits.
 #   test/realcluster/upgrade_test.sh SOURCE_DIR BUILD_DIR
 source "$(dirname "$0")/own_cluster.sh" "$1" "$2"
 source "$(dirname "$0")/replicas.sh"
@@ -105,17 +106,34 @@ check "before the upgrade" --settled && pass "every invariant holds before the u
 # --- the upgrade, under a stream of orders -------------------------------------------------------
 printf '%s\n' "apiVersion: gpu.cozystack.io/v1alpha1" "kind: GPUDevice" \
   "metadata: {name: stream, namespace: tenant}" "spec: {className: a100, count: 1}" >"$work/stream.yaml"
-# stream: an order every 0.25 s (dry run), each answer a line: ok, or the refusal.
-(
-  while [ ! -e "$work/stream.stop" ]; do
-    [ ! -e "$work/stream.pause" ] || { sleep 0.1 && continue; }
-    if kc create --dry-run=server -f "$work/stream.yaml" >"$work/stream.out" 2>&1; then echo ok
-    else echo "refused: $(tr '\n' ' ' <"$work/stream.out")"; fi
-    sleep 0.25
-  done >"$work/stream.log"
-) &
-stream_pid=$!
-pids+=($stream_pid)
+# stream_start NAME: an order every 0.25 s (dry run), each answer a line of $stream_log
+# (stream-NAME.log): ok, or the refusal. stream_end WHAT: the stream stopped; none may have been
+# refused.
+stream_start() {
+  stream_log=$work/stream-$1.log
+  rm -f "$work/stream.stop"
+  (
+    while [ ! -e "$work/stream.stop" ]; do
+      [ ! -e "$work/stream.pause" ] || { sleep 0.1 && continue; }
+      if kc create --dry-run=server -f "$work/stream.yaml" >"$work/stream.out" 2>&1; then echo ok
+      else echo "refused: $(tr '\n' ' ' <"$work/stream.out")"; fi
+      sleep 0.25
+    done >"$stream_log"
+  ) &
+  stream_pid=$!
+  pids+=($stream_pid)
+}
+stream_end() {
+  local sent refusals
+  touch "$work/stream.stop"
+  wait "$stream_pid" 2>/dev/null
+  sent=$(wc -l <"$stream_log")
+  refusals=$(grep -c '^refused' "$stream_log")
+  [ "$sent" -gt 20 ] && [ "$refusals" = 0 ] &&
+    pass "$sent orders sent through $1, none refused" ||
+    fail "$refusals of $sent orders refused through $1: $(grep '^refused' "$stream_log" | sort | uniq -c | head -n 3)"
+}
+stream_start upgrade
 # agent_writes: the agents' writes of their GPUNodes so far, from the API server's audit log.
 agent_writes() {
   jq -c 'select(.user.username == "system:serviceaccount:'"$ns"':gpu-agent" and .objectRef.resource == "gpunodes"
@@ -127,6 +145,26 @@ helm upgrade gpu "$source_dir/charts/gpu" --kubeconfig "$admin_kubeconfig" -n "$
   >"$work/helm-upgrade.log" 2>&1 && pass "helm upgrade to this tree's chart" ||
   fail "helm upgrade: $(cat "$work/helm-upgrade.log")"
 wait_crds >/dev/null || fail "the CRDs are not Established after the upgrade"
+# retire_replica I: replica-I stopped as a rollout stops it. This build's replica drains its
+# webhooks first (docs/controller.md, "How a replica starts and stops") while the stream goes on:
+# orders must be answered between its SIGTERM and its exit, and none refused. The previous release
+# has no drain (it closes every connection at the SIGTERM, a review in flight included), so the
+# stream waits while one of its replicas stops.
+retire_replica() {
+  local before during
+  if runs "$build_dir" "${replica_pids[$1]}" 2>/dev/null; then
+    before=$(wc -l <"$stream_log")
+    stop_replica "$1"
+    during=$(($(wc -l <"$stream_log") - before))
+    [ "$during" -ge 4 ] && pass "replica-$1 of this build drained: $during orders answered while it stopped" ||
+      fail "only $during orders were answered while replica-$1 of this build stopped (the stream stalled)"
+  else
+    touch "$work/stream.pause"
+    sleep 0.5 # the stream's order in flight answered
+    stop_replica "$1"
+    rm -f "$work/stream.pause"
+  fi
+}
 # roll_replicas BUILD WHOSE WHEN [MIDWAY...]: the replicas replaced by BUILD's gpu-controller (WHOSE
 # names it) one at a time, as the Deployment's rollout (maxUnavailable 0, the PDB) does; MIDWAY, a
 # command, runs while the two releases serve side by side, and then the checker, settled.
@@ -134,7 +172,7 @@ roll_replicas() {
   local i
   controller_program=$1/controller/gpu-controller
   for i in 0 1; do
-    stop_replica "$i"
+    retire_replica "$i"
     start_replica "$i"
     wait_until 60 replica_ready "$i" || fail "replica-$i not ready again $3"
     if [ "$i" = 0 ]; then
@@ -181,13 +219,7 @@ writes_before=$(agent_writes)
 [ "$writes_before" -ge 2 ] || fail "the audit log shows $writes_before writes of the agents, not their first publications"
 roll_agents "$build_dir"
 sleep 2
-touch "$work/stream.stop"
-wait "$stream_pid" 2>/dev/null
-sent=$(wc -l <"$work/stream.log")
-refusals=$(grep -c '^refused' "$work/stream.log")
-[ "$sent" -gt 20 ] && [ "$refusals" = 0 ] &&
-  pass "$sent orders sent through the upgrade and the rollout, none refused" ||
-  fail "$refusals of $sent orders refused through the upgrade: $(grep '^refused' "$work/stream.log" | sort | uniq -c | head -n 3)"
+stream_end "the upgrade and the rollout"
 writes=$(($(agent_writes) - writes_before))
 [ "$writes" -le 0 ] && pass "the agents restarted node by node wrote nothing: nothing had changed" ||
   fail "the agents wrote their GPUNodes $writes times across their restarts, nothing having changed"
@@ -207,10 +239,12 @@ compatible() { # compatible WHEN: each stored object of our kinds replaced, serv
 }
 compatible "of this tree"
 
-# --- and back -------------------------------------------------------------------------------------
+# --- and back, under the stream again -------------------------------------------------------------
+stream_start rollback
 helm rollback gpu 1 --kubeconfig "$admin_kubeconfig" -n "$ns" >"$work/helm-rollback.log" 2>&1 &&
   pass "helm rollback to $previous_version" || fail "helm rollback: $(cat "$work/helm-rollback.log")"
 roll_replicas "$previous_build" "the previous release's" "after the rollback"
+stream_end "the rollback and its rollout"
 writes_before=$(agent_writes)
 roll_agents "$previous_build"
 writes=$(($(agent_writes) - writes_before))

@@ -1083,6 +1083,102 @@ TEST_F(HttpPostTest, AKeptConnectionsNextRequestCountsFromItsFirstByteAndIdleOne
   EXPECT_EQ(server_->stats().timedOut, timedOut);
 }
 
+// Stopping without dropping a request (docs/health-server.md, "Stopping without dropping a
+// request"): after Drain every answer says `Connection: close` and ends its connection, while the
+// server goes on accepting; a graceful Stop refuses new connections at once, closes the kept ones
+// idle between requests without a word, and answers the requests begun (one in its handler, one on
+// a connection accepted before the stop but sent on after it) before it returns. Before, a stop
+// closed every connection at once, and a review in flight got EOF.
+TEST_F(HttpPostTest, ADrainedServerClosesAfterEachAnswerAndAGracefulStopAnswersWhatBegan) {
+  HttpLimits limits;
+  limits.requestsPerConnection = 100;
+  ASSERT_NO_FATAL_FAILURE(StartPostServer(limits));
+  const int port = server_->port();
+  Socket kept = Socket::Connect(port);
+  Socket idle = Socket::Connect(port);
+  for (Socket* socket : {&kept, &idle}) {
+    ASSERT_TRUE(socket->Send(Post("/echo", "one")));
+    EXPECT_EQ(ParseReply(socket->ReadAnswer(2s)).Header("connection"), "keep-alive");
+  }
+
+  server_->Drain();
+  ASSERT_TRUE(kept.Send(Post("/echo", "two")));
+  bool closed = false;
+  Reply reply = ParseReply(kept.ReadUntilClosed(2s, &closed));
+  EXPECT_EQ(reply.status, 200);
+  EXPECT_EQ(reply.body, "/echo  two");
+  EXPECT_EQ(reply.Header("connection"), "close");
+  EXPECT_TRUE(closed) << "a kept connection outlived its answer while draining";
+  Socket fresh = Socket::Connect(port);
+  ASSERT_TRUE(fresh.valid()) << "a draining server still accepts";
+  ASSERT_TRUE(fresh.Send(Post("/echo", "three")));
+  closed = false;
+  reply = ParseReply(fresh.ReadUntilClosed(2s, &closed));
+  EXPECT_EQ(reply.body, "/echo  three");
+  EXPECT_TRUE(closed);
+  EXPECT_FALSE(idle.WaitClosed(200ms))
+      << "draining alone closed a kept connection between requests";
+
+  Socket handling = Socket::Connect(port);
+  ASSERT_TRUE(handling.Send(Post("/echo", "wait")));
+  ASSERT_TRUE(WaitStarted(5));  // one, one, two, three, and this one
+  const int64_t accepted = server_->stats().accepted;
+  Socket early = Socket::Connect(port);
+  const auto deadline = Clock::now() + 2s;
+  while (server_->stats().accepted == accepted && Clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_GT(server_->stats().accepted, accepted) << "the server never accepted the early one";
+
+  const auto stopping = Clock::now();
+  std::thread stopper([this] { server_->Stop(5s); });
+  bool refused = false;
+  while (!refused && Clock::now() - stopping < 2s) {
+    refused = !Socket::Connect(port).valid();
+    if (!refused) std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_TRUE(refused) << "a stopping server still accepted new connections";
+  closed = false;
+  EXPECT_EQ(idle.ReadUntilClosed(2s, &closed), "")
+      << "an idle kept connection closes without a word";
+  EXPECT_TRUE(closed);
+  ASSERT_TRUE(early.Send(Post("/echo", "early")));
+  closed = false;
+  reply = ParseReply(early.ReadUntilClosed(2s, &closed));
+  EXPECT_EQ(reply.status, 200) << "a connection accepted before the stop lost its request";
+  EXPECT_EQ(reply.body, "/echo  early");
+  EXPECT_TRUE(closed);
+  gate_.Open();
+  closed = false;
+  reply = ParseReply(handling.ReadUntilClosed(2s, &closed));
+  EXPECT_EQ(reply.status, 200) << "the request in its handler was dropped by the stop";
+  EXPECT_EQ(reply.body, "/echo  wait");
+  EXPECT_EQ(reply.Header("connection"), "close");
+  EXPECT_TRUE(closed);
+  stopper.join();
+  EXPECT_LT(Since(stopping), 4s) << "the stop waited out its grace with nothing left to answer";
+}
+
+// A graceful stop's grace is a bound: an answer later than it is not sent (the stop then returns
+// once the handler does, as Stop always waits for running handlers).
+TEST_F(HttpPostTest, AGracefulStopSendsNoAnswerPastItsGrace) {
+  ASSERT_NO_FATAL_FAILURE(StartPostServer({}));
+  Socket handling = Socket::Connect(server_->port());
+  ASSERT_TRUE(handling.Send(Post("/echo", "wait")));
+  ASSERT_TRUE(WaitStarted(1));
+  std::thread opener([this] {
+    std::this_thread::sleep_for(600ms);
+    gate_.Open();
+  });
+  const auto stopping = Clock::now();
+  server_->Stop(200ms);
+  opener.join();
+  EXPECT_GE(Since(stopping), 200ms);
+  bool closed = false;
+  EXPECT_EQ(handling.ReadUntilClosed(1s, &closed), "") << "an answer later than the grace was sent";
+  EXPECT_TRUE(closed);
+}
+
 // H10: with every slot taken, a new connection pushes out one that may go, never the request of
 // a caller already sending it, whoever floods: the address holding the most connections loses
 // first. Before, the oldest connection still reading its request went first, so a flood of
