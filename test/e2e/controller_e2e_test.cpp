@@ -1621,7 +1621,9 @@ TEST_F(ControllerEndToEnd, D17_KubeVirtsTableJoinsTheSettingsNameSet) {
 TEST_F(ControllerEndToEnd, D1_ALeaderChangeInTheMiddleOfAPassWritesEachPlacementOnce) {
   GpuNode("n1", 64);
   Apply(Class("a100"));
-  StartReplica("replica-a", {"--enable-gpu"});
+  // No webhook drain: a leader stopped with SIGTERM keeps placing while its webhooks drain
+  // (docs/controller.md, "How a replica starts and stops"), and this pass would end first.
+  StartReplica("replica-a", {"--enable-gpu", "--shutdown-delay", "0s"});
   ASSERT_TRUE(WaitFor([&] { return Holder() == "replica-a"; })) << Logs();
   StartReplica("replica-b", {"--enable-gpu"});
   // Every placement write takes 600 ms, so a pass over 30 new orders takes seconds even with
