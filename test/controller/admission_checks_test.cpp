@@ -16,30 +16,19 @@
 #include "controller/admission/review.h"
 #include "controller/admission/vmi.h"
 #include "controller/model/readers.h"
+#include "test/controller/admission_fixtures.h"
 #include "test/controller/model_fixtures.h"
 #include "test/support/snapshot_fixture.h"
 
 namespace cozy::admission {
 namespace {
 
+using namespace cozy::admission::testing;
 using namespace cozy::model::testing;
 using namespace cozy::testing;
 using api::DevicePhase;
 using model::Snapshot;
 using nlohmann::json;
-
-json ReadTestdata(const std::string& name) {
-  std::ifstream in(std::filesystem::path(COZY_SOURCE_DIR) / "test/controller/testdata/admission" /
-                   name);
-  EXPECT_TRUE(in) << name;
-  std::stringstream text;
-  text << in.rdbuf();
-  return json::parse(text.str());
-}
-
-bool Contains(const std::optional<std::string>& text, const std::string& part) {
-  return text && text->find(part) != std::string::npos;
-}
 
 api::GpuDevice Order(const std::string& ns, const std::string& className, int64_t count) {
   return MakeDevice(ns, "gpu1", className, count);

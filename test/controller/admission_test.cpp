@@ -18,24 +18,16 @@
 #include "controller/admission/review.h"
 #include "controller/admission/vmi.h"
 #include "controller/model/readers.h"
+#include "test/controller/admission_fixtures.h"
 #include "test/controller/model_fixtures.h"
 
 namespace cozy::admission {
 namespace {
 
+using namespace cozy::admission::testing;
 using namespace cozy::model::testing;
 using api::DeviceReferences;
 using nlohmann::json;
-
-json ReadTestdata(const std::string& name) {
-  const std::filesystem::path path =
-      std::filesystem::path(COZY_SOURCE_DIR) / "test/controller/testdata/admission" / name;
-  std::ifstream in(path);
-  EXPECT_TRUE(in) << path;
-  std::stringstream text;
-  text << in.rdbuf();
-  return json::parse(text.str());
-}
 
 // EVP_DecodeBlock counts padding as decoded zero bytes: drop one per '='.
 std::string DecodeBase64(const std::string& text) {

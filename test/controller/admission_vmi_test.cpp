@@ -15,6 +15,7 @@
 #include "controller/admission/review.h"
 #include "controller/admission/vmi.h"
 #include "controller/model/readers.h"
+#include "test/controller/admission_fixtures.h"
 #include "test/controller/model_fixtures.h"
 #include "test/support/node_fit.h"
 #include "test/support/snapshot_fixture.h"
@@ -22,24 +23,12 @@
 namespace cozy::admission {
 namespace {
 
+using namespace cozy::admission::testing;
 using namespace cozy::model::testing;
 using namespace cozy::testing;
 using api::DeviceReferences;
 using model::Snapshot;
 using nlohmann::json;
-
-json ReadTestdata(const std::string& name) {
-  std::ifstream in(std::filesystem::path(COZY_SOURCE_DIR) / "test/controller/testdata/admission" /
-                   name);
-  EXPECT_TRUE(in) << name;
-  std::stringstream text;
-  text << in.rdbuf();
-  return json::parse(text.str());
-}
-
-bool Contains(const std::optional<std::string>& text, const std::string& part) {
-  return text && text->find(part) != std::string::npos;
-}
 
 VmiInput Input(DeviceReferences references) {
   VmiInput input;
