@@ -947,12 +947,8 @@ TEST_F(ControllerEndToEnd, D3_ADelayedDeviceWatchAndTwoRequestsForTheLastUnitBin
   Apply(Device("d2"));
   WaitProtected("d1");
   WaitProtected("d2");
-  PatchStatus("d1", {{"bindRequest", {{"id", "r1"}, {"requestedAt", "2026-12-01T00:00:00Z"}}}});
-  ASSERT_TRUE(WaitFor([&] {
-    return Get("gpudevice d1", Tenant())["status"]
-               .value("bindResponse", json::object())
-               .value("id", "") == "r1";
-  })) << Logs();
+  AskToBind("d1", "r1");
+  ASSERT_TRUE(WaitFor([&] { return Answered("d1", "r1"); })) << Logs();
   // Reads past the cache so far: a leader that took the Lease while the reconciler's finalizer
   // writes were landing reads those devices once to settle (D3); none of them is this test's.
   // A marked device is read each pass until a pass finds the cache showing the server's version:
@@ -971,17 +967,10 @@ TEST_F(ControllerEndToEnd, D3_ADelayedDeviceWatchAndTwoRequestsForTheLastUnitBin
   GpuNode("n1", 1);
   ASSERT_TRUE(WaitFor([&] { return Phase("d1") == "Bound"; }, 5s)) << Logs();
   // A second request for the last unit, and another pass while the cache still shows d1 Pending.
-  PatchStatus("d2", {{"bindRequest", {{"id", "r2"}, {"requestedAt", "2026-12-01T00:00:00Z"}}}});
+  AskToBind("d2", "r2");
   Kubectl("label node n1 touched=yes");
   Fake().ClearFaults();
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        return Get("gpudevice d2", Tenant())["status"]
-                   .value("bindResponse", json::object())
-                   .value("id", "") == "r2";
-      },
-      20s))
-      << Logs();
+  ASSERT_TRUE(WaitFor([&] { return Answered("d2", "r2"); }, 20s)) << Logs();
   EXPECT_EQ(Phase("d1"), "Bound");
   EXPECT_EQ(Phase("d2"), "");
   EXPECT_EQ(Get("gpudevice d2", Tenant())["status"]["bindResponse"]["result"], "Failed");
@@ -1073,7 +1062,7 @@ TEST_F(ControllerEndToEnd, D3_AnUndecodableDeviceIsSkippedAndTheNewLeaderBindsTh
   EXPECT_NE(Log("replica-a").find(Tenant() + "/bad"), std::string::npos) << Log("replica-a");
   // A bind request is answered as well.
   Apply(Device("asked"));
-  PatchStatus("asked", {{"bindRequest", {{"id", "r1"}, {"requestedAt", "2026-12-01T00:00:00Z"}}}});
+  AskToBind("asked", "r1");
   ASSERT_TRUE(WaitFor([&] {
     return Get("gpudevice asked", Tenant())["status"]
                .value("bindResponse", json::object())
@@ -1211,19 +1200,9 @@ TEST_F(ControllerEndToEnd, D4_ABindRequestIsAnsweredWhileAPassWaitsOnASlowPlacem
   const std::string answersPasses = "gpu_controller_binder_passes_total{kind=\"answers\"}";
   const double answersBefore = std::max(0.0, Metric("replica-a", answersPasses));  // -1: none
   // What the VMI webhook does: a bind request in the status of a device it attaches.
-  PatchStatus(
-      "wanted",
-      {{"bindRequest",
-        {{"id", "req-1"}, {"requestedAt", api::FormatTime(std::chrono::system_clock::now())}}}});
+  AskToBind("wanted", "req-1", api::FormatTime(std::chrono::system_clock::now()));
   Apply(Device("other"));
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        return Get("gpudevice wanted", Tenant())["status"]
-                   .value("bindResponse", json::object())
-                   .value("id", "") == "req-1";
-      },
-      15s))
-      << Logs();
+  ASSERT_TRUE(WaitFor([&] { return Answered("wanted", "req-1"); }, 15s)) << Logs();
   EXPECT_NE(Phase("other"), "Bound") << "other was placed before the request was answered";
   // The pass that answered was answers-only (counted once it ends; the page is rendered at each
   // scrape).
@@ -1244,13 +1223,8 @@ TEST_F(ControllerEndToEnd, D9_ARequestThatCannotBePlacedIsRefusedWithTheModelsRe
   Apply(Device("held"));
   ASSERT_TRUE(WaitFor([&] { return Phase("held") == "Bound"; })) << Logs();
   Apply(Device("late"));
-  PatchStatus("late",
-              {{"bindRequest", {{"id", "req-2"}, {"requestedAt", "2026-12-01T00:00:00Z"}}}});
-  ASSERT_TRUE(WaitFor([&] {
-    return Get("gpudevice late", Tenant())["status"]
-               .value("bindResponse", json::object())
-               .value("id", "") == "req-2";
-  })) << Logs();
+  AskToBind("late", "req-2");
+  ASSERT_TRUE(WaitFor([&] { return Answered("late", "req-2"); })) << Logs();
   const json refused = Get("gpudevice late", Tenant())["status"];
   EXPECT_EQ(refused["bindResponse"]["result"], "Failed");
   EXPECT_EQ(refused["bindResponse"]["reason"], "Refused");
@@ -1415,14 +1389,7 @@ TEST_F(ControllerEndToEnd, D9_AVmsTwoDevicesThatFitOnlyOnDifferentNodesAreRefuse
                {"bindRequest", {{"id", "req-" + name}, {"requestedAt", "2026-12-01T00:00:00Z"}}}});
   }
   StartReplica("replica-a", {"--enable-gpu"});
-  ASSERT_TRUE(WaitFor([&] {
-    return Get("gpudevice a", Tenant())["status"]
-                   .value("bindResponse", json::object())
-                   .value("id", "") == "req-a" &&
-           Get("gpudevice b", Tenant())["status"]
-                   .value("bindResponse", json::object())
-                   .value("id", "") == "req-b";
-  })) << Logs();
+  ASSERT_TRUE(WaitFor([&] { return Answered("a", "req-a") && Answered("b", "req-b"); })) << Logs();
   for (const std::string name : {"a", "b"}) {
     const json status = Get("gpudevice " + name, Tenant())["status"];
     EXPECT_EQ(status["bindResponse"]["result"], "Failed") << name;
@@ -1455,13 +1422,8 @@ TEST_F(ControllerEndToEnd, D10_ACordonMovesASetOnlyWithRoomElsewhereAndNeverASta
   ASSERT_TRUE(WaitForPasses("replica-a", "binder")) << Logs();
   EXPECT_EQ(Get("gpudevice moves", Tenant())["status"]["nodeName"], "n2");
   EXPECT_EQ(Phase("moves"), "Bound");
-  PatchStatus("moves",
-              {{"bindRequest", {{"id", "req-c"}, {"requestedAt", "2026-12-01T00:00:00Z"}}}});
-  ASSERT_TRUE(WaitFor([&] {
-    return Get("gpudevice moves", Tenant())["status"]
-               .value("bindResponse", json::object())
-               .value("id", "") == "req-c";
-  })) << Logs();
+  AskToBind("moves", "req-c");
+  ASSERT_TRUE(WaitFor([&] { return Answered("moves", "req-c"); })) << Logs();
   EXPECT_EQ(Get("gpudevice moves", Tenant())["status"]["bindResponse"]["result"], "Succeeded");
   EXPECT_EQ(Get("gpudevice moves", Tenant())["status"]["nodeName"], "n2");
   // Each GPUNode says whether it takes binds, and why not; written once per change.
@@ -1541,15 +1503,8 @@ TEST_F(ControllerEndToEnd, C7_D5_ANotReadyNodeKeepsItsHeldGpusForTheGraceThenThe
   ASSERT_TRUE(WaitForPasses("replica-a", "binder", 2, 6s)) << Logs();
   EXPECT_EQ(NodeOf("held"), "n1") << "moved within the grace\n" << Logs();
   EXPECT_EQ(Phase("held"), "Bound");
-  PatchStatus(
-      "held",
-      {{"bindRequest",
-        {{"id", "req-nr"}, {"requestedAt", api::FormatTime(std::chrono::system_clock::now())}}}});
-  ASSERT_TRUE(WaitFor([&] {
-    return Get("gpudevice held", Tenant())["status"]
-               .value("bindResponse", json::object())
-               .value("id", "") == "req-nr";
-  })) << Logs();
+  AskToBind("held", "req-nr", api::FormatTime(std::chrono::system_clock::now()));
+  ASSERT_TRUE(WaitFor([&] { return Answered("held", "req-nr"); })) << Logs();
   const json response = Get("gpudevice held", Tenant())["status"]["bindResponse"];
   // n2 has room: the start moves the set there rather than wait on n1.
   EXPECT_EQ(response["result"], "Succeeded") << response;
@@ -1567,15 +1522,8 @@ TEST_F(ControllerEndToEnd, C7_D5_ANotReadyNodeKeepsItsHeldGpusForTheGraceThenThe
   Kubectl("patch node n2 --subresource=status --type=merge -p " + ShellQuote(n2NotReady.dump()));
   // The binder has seen n1 cordoned and n2 NotReady before the start is asked for.
   ASSERT_TRUE(WaitForPasses("replica-a", "binder", 1, 6s)) << Logs();
-  PatchStatus(
-      "held",
-      {{"bindRequest",
-        {{"id", "req-nr2"}, {"requestedAt", api::FormatTime(std::chrono::system_clock::now())}}}});
-  ASSERT_TRUE(WaitFor([&] {
-    return Get("gpudevice held", Tenant())["status"]
-               .value("bindResponse", json::object())
-               .value("id", "") == "req-nr2";
-  })) << Logs();
+  AskToBind("held", "req-nr2", api::FormatTime(std::chrono::system_clock::now()));
+  ASSERT_TRUE(WaitFor([&] { return Answered("held", "req-nr2"); })) << Logs();
   const json refused = Get("gpudevice held", Tenant())["status"]["bindResponse"];
   EXPECT_EQ(refused["result"], "Failed") << refused;
   EXPECT_NE(refused.value("message", "").find("node n2 is not Ready"), std::string::npos)

@@ -369,6 +369,18 @@ class ControllerEndToEnd : public ::testing::Test {
     Kubectl("-n " + Tenant() + " patch gpudevice " + name +
             " --subresource=status --type=merge -p " + ShellQuote(json{{"status", status}}.dump()));
   }
+  // What the VMI webhook writes to ask the binder for a device's GPUs: a bind request `id` in its
+  // status (B2).
+  void AskToBind(const std::string& name, const std::string& id,
+                 const std::string& requestedAt = "2026-12-01T00:00:00Z") {
+    PatchStatus(name, {{"bindRequest", {{"id", id}, {"requestedAt", requestedAt}}}});
+  }
+  // Whether the device's bindResponse answers request `id`.
+  bool Answered(const std::string& name, const std::string& id) {
+    return Get("gpudevice " + name, Tenant())["status"]
+               .value("bindResponse", json::object())
+               .value("id", "") == id;
+  }
 
   std::string Holder() {
     const json lease = Get("lease gpu-controller", "cozy-system");
