@@ -13,6 +13,7 @@
 #include <regex>
 #include <thread>
 
+#include "test/e2e/agent_fixture.h"
 #include "test/fakes/fake_apiserver.h"
 #include "test/fakes/fake_kubelet.h"
 #include "test/support/agent_process.h"
@@ -33,54 +34,21 @@ bool IsWrite(const fake::LoggedRequest& request) {
          request.method == "DELETE";
 }
 
-class AgentEndToEnd : public ::testing::Test {
+class AgentEndToEnd : public AgentOnFakeCluster {
  protected:
   void SetUp() override {
-    fake::FakeApiServerOptions options;
-    options.crdPaths = {testing::SourceDir() / "charts/gpu/templates/crds"};
-    server_ = std::make_unique<fake::FakeApiServer>(options);
-    server_->Start();
-    server_->Seed(
-        {{"apiVersion", "v1"},
-         {"kind", "Node"},
-         {"metadata", {{"name", "n1"}, {"uid", "11111111-1111-1111-1111-111111111111"}}}});
-    server_->Seed(
-        {{"apiVersion", "v1"},
-         {"kind", "Node"},
-         {"metadata", {{"name", "n2"}, {"uid", "22222222-2222-2222-2222-222222222222"}}}});
+    AgentOnFakeCluster::SetUp();
+    SeedNode("n2", "22222222-2222-2222-2222-222222222222");
     // Another node's GPUNode, which this agent must never touch (A9).
     server_->Seed({{"apiVersion", "gpu.cozystack.io/v1alpha1"},
                    {"kind", "GPUNode"},
                    {"metadata", {{"name", "n2"}}},
                    {"status", {{"devices", json::array()}, {"summary", {{"gpus", 0}}}}}});
-    std::ofstream(directory_.path() / "kubeconfig") << server_->Kubeconfig("agent-token");
-    kubelet_.Start(
-        (directory_.path() / "kubelet.sock").string(),
-        fakes::LoadScenario(
-            (testing::SourceDir() / "fixtures/kubelet/a100-kubevirt-pci.json").string()));
-  }
-
-  void TearDown() override {
-    StopAgent();
-    kubelet_.Stop();
-    server_->Stop();
   }
 
   void StartAgent() {
     otherNodeBefore_ = GpuNode("n2");
-    agent_.Start(
-        {"run", "--node-name", "n1", "--kubeconfig", (directory_.path() / "kubeconfig").string(),
-         "--sysfs-root", host_.root().string(), "--pci-ids", testing::FixturePciIds().string(),
-         "--pod-resources", "unix://" + (directory_.path() / "kubelet.sock").string(),
-         "--pod-resources-interval", "200ms", "--udev-source", "off", "--health-addr",
-         "127.0.0.1:0", "-v", "1"},
-        directory_.path() / "agent.log");
-  }
-
-  void StopAgent() {
-    if (agent_.pid() > 0) {
-      exitStatus_ = agent_.Stop();
-    }
+    AgentOnFakeCluster::StartAgent();
   }
 
   std::string AgentLog() const { return agent_.Log(); }
@@ -95,9 +63,6 @@ class AgentEndToEnd : public ::testing::Test {
     return writes;
   }
 
-  json GpuNode(const std::string& name) const {
-    return server_->Object("gpu.cozystack.io/v1alpha1", "gpunodes", "", name);
-  }
   // Waits until the agent has read kubelet's pod-resources `reads` more times (every 200 ms
   // here): each read's counts are compared with what was published, so the reads are the
   // agent's passes, and a write one would cause has been offered by the read after it.
@@ -105,25 +70,6 @@ class AgentEndToEnd : public ::testing::Test {
     const int64_t from = kubelet_.Calls().list;
     return WaitFor([&] { return kubelet_.Calls().list >= from + reads; }, 10s);
   }
-  bool Published() const {
-    const json node = GpuNode("n1");
-    return node.is_object() && node.contains("status") && node["status"].contains("devices");
-  }
-  static json Device(const json& node, const std::string& address) {
-    for (const auto& device : node["status"]["devices"]) {
-      if (device["pciAddress"] == address) {
-        return device;
-      }
-    }
-    return {};
-  }
-
-  testing::FixtureHost host_{"a100-vfio"};
-  testing::TempDir directory_;
-  std::unique_ptr<fake::FakeApiServer> server_;
-  fakes::FakeKubelet kubelet_;
-  testing::AgentProcess agent_;
-  int exitStatus_ = -1;
   json otherNodeBefore_;
 };
 

@@ -13,6 +13,7 @@
 #include <regex>
 #include <thread>
 
+#include "test/e2e/agent_fixture.h"
 #include "test/fakes/fake_apiserver.h"
 #include "test/fakes/fake_kubelet.h"
 #include "test/support/agent_process.h"
@@ -28,76 +29,14 @@ using testing::WaitFor;
 
 const std::string kGpuNodes = "/apis/gpu.cozystack.io/v1alpha1/gpunodes";
 
-class AgentFaults : public ::testing::Test {
+class AgentFaults : public AgentOnFakeCluster {
  protected:
   void SetUp() override {
-    fake::FakeApiServerOptions options;
-    options.crdPaths = {testing::SourceDir() / "charts/gpu/templates/crds"};
-    server_ = std::make_unique<fake::FakeApiServer>(options);
-    server_->Start();
-    server_->Seed(
-        {{"apiVersion", "v1"},
-         {"kind", "Node"},
-         {"metadata", {{"name", "n1"}, {"uid", "11111111-1111-1111-1111-111111111111"}}}});
-    std::ofstream(directory_.path() / "kubeconfig") << server_->Kubeconfig("agent-token");
-    StartKubelet();
+    AgentOnFakeCluster::SetUp();
     healthPort_ = testing::FreePort();
+    healthAddress_ = "127.0.0.1:" + std::to_string(healthPort_);
   }
 
-  void TearDown() override {
-    if (agent_.pid() > 0) {
-      agent_.Stop();
-    }
-    kubelet_.Stop();
-    server_->Stop();
-  }
-
-  void StartKubelet() {
-    kubelet_.Start(
-        (directory_.path() / "kubelet.sock").string(),
-        fakes::LoadScenario(
-            (testing::SourceDir() / "fixtures/kubelet/a100-kubevirt-pci.json").string()));
-  }
-
-  void StartAgent(const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> arguments = {"run",
-                                          "--node-name",
-                                          "n1",
-                                          "--kubeconfig",
-                                          (directory_.path() / "kubeconfig").string(),
-                                          "--sysfs-root",
-                                          host_.root().string(),
-                                          "--pci-ids",
-                                          testing::FixturePciIds().string(),
-                                          "--pod-resources",
-                                          "unix://" + (directory_.path() / "kubelet.sock").string(),
-                                          "--pod-resources-interval",
-                                          "200ms",
-                                          "--udev-source",
-                                          "off",
-                                          "--health-addr",
-                                          "127.0.0.1:" + std::to_string(healthPort_),
-                                          "-v",
-                                          "1"};
-    arguments.insert(arguments.end(), extra.begin(), extra.end());
-    agent_.Start(arguments, directory_.path() / "agent.log");
-  }
-
-  json GpuNode() const {
-    return server_->Object("gpu.cozystack.io/v1alpha1", "gpunodes", "", "n1");
-  }
-  bool Published() const {
-    const json node = GpuNode();
-    return node.is_object() && node.contains("status") && node["status"].contains("devices");
-  }
-  static json Device(const json& node, const std::string& address) {
-    for (const auto& device : node["status"]["devices"]) {
-      if (device["pciAddress"] == address) {
-        return device;
-      }
-    }
-    return {};
-  }
   // Lines of the agent's log that contain `text`.
   size_t LogCount(const std::string& text) const {
     const std::string log = agent_.Log();
@@ -123,11 +62,6 @@ class AgentFaults : public ::testing::Test {
     std::filesystem::create_symlink("../../../../bus/pci/drivers/" + driver, device / "driver");
   }
 
-  testing::FixtureHost host_{"a100-vfio"};
-  testing::TempDir directory_;
-  std::unique_ptr<fake::FakeApiServer> server_;
-  fakes::FakeKubelet kubelet_;
-  testing::AgentProcess agent_;
   int healthPort_ = 0;
 };
 
