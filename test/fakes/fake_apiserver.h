@@ -150,6 +150,10 @@ struct FakeApiServerOptions {
   // call the webhooks"); empty: none, as a server without that configuration.
   std::filesystem::path webhookClientCertificate;
   std::filesystem::path webhookClientKey;
+  // The feature gate DRADeviceTaints (on by default in Kubernetes 1.36): off, the server drops
+  // spec.devices[].taints of every ResourceSlice it is sent, as a real one drops a disabled
+  // gate's fields.
+  bool draDeviceTaints = true;
 };
 
 class FakeApiServer {

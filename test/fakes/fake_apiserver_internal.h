@@ -210,6 +210,7 @@ std::vector<FieldError> ValidateName(bool custom, bool label, const std::string&
 // Defaulting and conversion on every write (Secrets: stringData into data, type Opaque);
 // throws a 400 StatusError for a body that would not decode.
 void PrepareBuiltin(const std::string& group, const std::string& plural, json& object);
+void PrepareResourceSlice(json& object, bool deviceTaints);
 std::vector<FieldError> ValidateBuiltin(const std::string& group, const std::string& plural,
                                         const json& object);
 // An object as the storage of its kind keeps it, and back: events.k8s.io/v1 Events are core v1

@@ -8,133 +8,148 @@
 namespace cozy::fake {
 using namespace internal;  // NOLINT
 
+namespace {
+
+// One built-in kind as the real server's discovery describes it. Its singular is its kind in
+// lower case and its list kind "<Kind>List", as for every kind the real server serves.
+struct BuiltinKind {
+  std::string group;
+  std::string version;
+  std::string plural;
+  std::string kind;
+  bool namespaced = false;
+  bool status = false;  // a status subresource
+  std::vector<std::string> shortNames = {};
+  std::vector<std::string> fieldLabels = {};  // field selector labels beyond metadata.*
+  std::vector<std::string> categories = {};
+};
+
+// The kinds a controller of ours uses, with the field selectors their registries allow.
+const std::vector<BuiltinKind>& BuiltinKinds() {
+  static const std::vector<BuiltinKind> kinds = {
+      {.group = "",
+       .version = "v1",
+       .plural = "nodes",
+       .kind = "Node",
+       .status = true,
+       .shortNames = {"no"},
+       .fieldLabels = {"spec.unschedulable"}},
+      {.group = "",
+       .version = "v1",
+       .plural = "pods",
+       .kind = "Pod",
+       .namespaced = true,
+       .status = true,
+       .shortNames = {"po"},
+       .fieldLabels = {"spec.nodeName", "spec.restartPolicy", "spec.schedulerName",
+                       "spec.serviceAccountName", "status.phase", "status.podIP",
+                       "status.nominatedNodeName"},
+       .categories = {"all"}},
+      {.group = "",
+       .version = "v1",
+       .plural = "namespaces",
+       .kind = "Namespace",
+       .status = true,
+       .shortNames = {"ns"},
+       .fieldLabels = {"status.phase"}},
+      {.group = "apiextensions.k8s.io",
+       .version = "v1",
+       .plural = "customresourcedefinitions",
+       .kind = "CustomResourceDefinition",
+       .status = true,
+       .shortNames = {"crd", "crds"}},
+      {.group = "",
+       .version = "v1",
+       .plural = "configmaps",
+       .kind = "ConfigMap",
+       .namespaced = true,
+       .shortNames = {"cm"}},
+      {.group = "",
+       .version = "v1",
+       .plural = "secrets",
+       .kind = "Secret",
+       .namespaced = true,
+       .fieldLabels = {"type"}},
+      {.group = "",
+       .version = "v1",
+       .plural = "resourcequotas",
+       .kind = "ResourceQuota",
+       .namespaced = true,
+       .status = true,
+       .shortNames = {"quota"}},
+      {.group = "",
+       .version = "v1",
+       .plural = "events",
+       .kind = "Event",
+       .namespaced = true,
+       .shortNames = {"ev"},
+       .fieldLabels = {"involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
+                       "involvedObject.uid", "involvedObject.apiVersion",
+                       "involvedObject.resourceVersion", "involvedObject.fieldPath", "reason",
+                       "reportingComponent", "type"}},
+      // events.k8s.io/v1: the same Events in the newer shape, kept in the core kind's storage
+      // (RegisterBuiltins): an Event written through either API is read, listed and watched
+      // through both.
+      {.group = "events.k8s.io",
+       .version = "v1",
+       .plural = "events",
+       .kind = "Event",
+       .namespaced = true,
+       .shortNames = {"ev"},
+       .fieldLabels = {"regarding.kind", "regarding.namespace", "regarding.name", "regarding.uid",
+                       "regarding.apiVersion", "regarding.resourceVersion", "regarding.fieldPath",
+                       "reason", "reportingController", "type"}},
+      {.group = "coordination.k8s.io",
+       .version = "v1",
+       .plural = "leases",
+       .kind = "Lease",
+       .namespaced = true},
+      // Dynamic Resource Allocation's ResourceSlices (pkg/registry/resource/resourceslice).
+      {.group = "resource.k8s.io",
+       .version = "v1",
+       .plural = "resourceslices",
+       .kind = "ResourceSlice",
+       .fieldLabels = {"spec.nodeName", "spec.driver"}},
+      // Admission webhook configurations: read on every write that goes through admission
+      // (fake_apiserver_admission.cpp).
+      {.group = "admissionregistration.k8s.io",
+       .version = "v1",
+       .plural = "mutatingwebhookconfigurations",
+       .kind = "MutatingWebhookConfiguration",
+       .categories = {"api-extensions"}},
+      {.group = "admissionregistration.k8s.io",
+       .version = "v1",
+       .plural = "validatingwebhookconfigurations",
+       .kind = "ValidatingWebhookConfiguration",
+       .categories = {"api-extensions"}},
+  };
+  return kinds;
+}
+
+}  // namespace
+
 void FakeApiServer::RegisterBuiltins() {
-  auto add = [this](ResourceType type) {
+  for (const BuiltinKind& builtin : BuiltinKinds()) {
+    ResourceType type;
+    type.group = builtin.group;
+    type.version = builtin.version;
+    type.plural = builtin.plural;
+    type.kind = builtin.kind;
+    type.singular = builtin.kind;
+    std::transform(type.singular.begin(), type.singular.end(), type.singular.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    type.listKind = builtin.kind + "List";
+    type.namespaced = builtin.namespaced;
+    type.statusSubresource = builtin.status;
+    type.shortNames = builtin.shortNames;
+    type.fieldLabels = builtin.fieldLabels;
+    type.categories = builtin.categories;
+    // Nodes may be created with their status; a Lease's strategy takes no unconditional update.
+    type.statusOnCreate = type.plural == "nodes";
+    type.requiresResourceVersion = type.plural == "leases";
+    if (type.group == "events.k8s.io") type.storage = "/v1/events";
     auto shared = std::make_shared<const ResourceType>(std::move(type));
     types_[shared->group + "/" + shared->version + "/" + shared->plural] = shared;
-  };
-  ResourceType nodes;
-  nodes.version = "v1";
-  nodes.plural = "nodes";
-  nodes.singular = "node";
-  nodes.kind = "Node";
-  nodes.listKind = "NodeList";
-  nodes.statusSubresource = true;
-  nodes.statusOnCreate = true;
-  nodes.shortNames = {"no"};
-  nodes.fieldLabels = {"spec.unschedulable"};
-  add(nodes);
-  ResourceType pods;
-  pods.version = "v1";
-  pods.plural = "pods";
-  pods.singular = "pod";
-  pods.kind = "Pod";
-  pods.listKind = "PodList";
-  pods.namespaced = true;
-  pods.statusSubresource = true;
-  pods.shortNames = {"po"};
-  pods.categories = {"all"};
-  pods.fieldLabels = {"spec.nodeName",           "spec.restartPolicy", "spec.schedulerName",
-                      "spec.serviceAccountName", "status.phase",       "status.podIP",
-                      "status.nominatedNodeName"};
-  add(pods);
-  ResourceType namespaces;
-  namespaces.version = "v1";
-  namespaces.plural = "namespaces";
-  namespaces.singular = "namespace";
-  namespaces.kind = "Namespace";
-  namespaces.listKind = "NamespaceList";
-  namespaces.statusSubresource = true;
-  namespaces.shortNames = {"ns"};
-  namespaces.fieldLabels = {"status.phase"};
-  add(namespaces);
-  ResourceType crds;
-  crds.group = "apiextensions.k8s.io";
-  crds.version = "v1";
-  crds.plural = "customresourcedefinitions";
-  crds.singular = "customresourcedefinition";
-  crds.kind = "CustomResourceDefinition";
-  crds.listKind = "CustomResourceDefinitionList";
-  crds.statusSubresource = true;
-  crds.shortNames = {"crd", "crds"};
-  add(crds);
-  ResourceType configMaps;
-  configMaps.version = "v1";
-  configMaps.plural = "configmaps";
-  configMaps.singular = "configmap";
-  configMaps.kind = "ConfigMap";
-  configMaps.listKind = "ConfigMapList";
-  configMaps.namespaced = true;
-  configMaps.shortNames = {"cm"};
-  add(configMaps);
-  ResourceType secrets;
-  secrets.version = "v1";
-  secrets.plural = "secrets";
-  secrets.singular = "secret";
-  secrets.kind = "Secret";
-  secrets.listKind = "SecretList";
-  secrets.namespaced = true;
-  secrets.fieldLabels = {"type"};
-  add(secrets);
-  ResourceType quotas;
-  quotas.version = "v1";
-  quotas.plural = "resourcequotas";
-  quotas.singular = "resourcequota";
-  quotas.kind = "ResourceQuota";
-  quotas.listKind = "ResourceQuotaList";
-  quotas.namespaced = true;
-  quotas.statusSubresource = true;
-  quotas.shortNames = {"quota"};
-  add(quotas);
-  ResourceType events;
-  events.version = "v1";
-  events.plural = "events";
-  events.singular = "event";
-  events.kind = "Event";
-  events.listKind = "EventList";
-  events.namespaced = true;
-  events.shortNames = {"ev"};
-  events.fieldLabels = {"involvedObject.kind",       "involvedObject.namespace",
-                        "involvedObject.name",       "involvedObject.uid",
-                        "involvedObject.apiVersion", "involvedObject.resourceVersion",
-                        "involvedObject.fieldPath",  "reason",
-                        "reportingComponent",        "type"};
-  add(events);
-  // events.k8s.io/v1: the same Events in the newer shape, kept in the core kind's storage (an
-  // Event written through either API is read, listed and watched through both).
-  ResourceType eventsV1 = events;
-  eventsV1.group = "events.k8s.io";
-  eventsV1.storage = "/v1/events";
-  eventsV1.fieldLabels = {"regarding.kind",       "regarding.namespace",
-                          "regarding.name",       "regarding.uid",
-                          "regarding.apiVersion", "regarding.resourceVersion",
-                          "regarding.fieldPath",  "reason",
-                          "reportingController",  "type"};
-  add(eventsV1);
-  ResourceType leases;
-  leases.group = "coordination.k8s.io";
-  leases.version = "v1";
-  leases.plural = "leases";
-  leases.singular = "lease";
-  leases.kind = "Lease";
-  leases.listKind = "LeaseList";
-  leases.namespaced = true;
-  leases.requiresResourceVersion = true;  // the lease strategy: no unconditional update
-  add(leases);
-  // Admission webhook configurations (cluster-scoped; read on every write that goes through
-  // admission, fake_apiserver_admission.cpp).
-  for (const char* prefix : {"Mutating", "Validating"}) {
-    ResourceType webhooks;
-    webhooks.group = "admissionregistration.k8s.io";
-    webhooks.version = "v1";
-    webhooks.kind = std::string(prefix) + "WebhookConfiguration";
-    webhooks.listKind = webhooks.kind + "List";
-    webhooks.singular = webhooks.kind;
-    std::transform(webhooks.singular.begin(), webhooks.singular.end(), webhooks.singular.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    webhooks.plural = webhooks.singular + "s";
-    webhooks.categories = {"api-extensions"};
-    add(webhooks);
   }
 }
 
@@ -454,6 +469,27 @@ std::vector<FieldError> ValidateName(bool custom, bool label, const std::string&
         "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"));
   }
   return errors;
+}
+
+// A ResourceSlice as the registry's strategy stores it: a device taint without timeAdded gets
+// the time of the write; with the gate DRADeviceTaints off every taint is dropped.
+void PrepareResourceSlice(json& object, bool deviceTaints) {
+  if (!object.contains("spec") || !object["spec"].is_object()) return;
+  json& devices = object["spec"]["devices"];
+  if (!devices.is_array()) return;
+  for (json& device : devices) {
+    if (!device.is_object() || !device.contains("taints")) continue;
+    if (!deviceTaints) {
+      device.erase("taints");
+      continue;
+    }
+    if (!device["taints"].is_array()) continue;
+    for (json& taint : device["taints"]) {
+      if (taint.is_object() && !taint.contains("timeAdded")) {
+        taint["timeAdded"] = FormatTimestamp(std::chrono::system_clock::now());
+      }
+    }
+  }
 }
 
 void PrepareBuiltin(const std::string& group, const std::string& plural, json& object) {

@@ -220,6 +220,7 @@ json FakeApiServer::CreateLocked(const ResourceType& type, const std::string& ns
                       : generateNameErrors;
     if (!type.custom) {
       PrepareBuiltin(type.group, type.plural, object);
+      if (type.plural == "resourceslices") PrepareResourceSlice(object, options_.draDeviceTaints);
       for (auto& error : ValidateBuiltin(type.group, type.plural, object)) {
         errors.push_back(std::move(error));
       }
@@ -358,6 +359,7 @@ json FakeApiServer::WriteLocked(const ResourceType& type, const std::string& key
       }
     }
     if (!type.custom) {
+      if (type.plural == "resourceslices") PrepareResourceSlice(result, options_.draDeviceTaints);
       for (auto& error : ValidateBuiltinUpdate(type.group, type.plural, result, old)) {
         errors.push_back(std::move(error));
       }
