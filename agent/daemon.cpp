@@ -39,7 +39,7 @@ std::string Summary(const StatusCounts& counts, const UnitsTracker& units) {
 }  // namespace
 
 Daemon::Daemon(DaemonOptions options, std::unique_ptr<StatusPublisher> publisher,
-               std::unique_ptr<PodWatch> podWatch)
+               std::unique_ptr<PodWatch> podWatch, SliceOutput slices)
     : options_(std::move(options)),
       deviceEvents_(options_.udevSource),
       podResources_(options_.podResources, options_.podResourcesSchedule),
@@ -53,6 +53,18 @@ Daemon::Daemon(DaemonOptions options, std::unique_ptr<StatusPublisher> publisher
   sources_ = {&deviceEvents_, &podResources_, podWatch_.get()};
   if (publisher_) {
     sources_.push_back(publisher_.get());
+  }
+  if (slices.publisher) {
+    slices_ = std::make_unique<PublishSource>(std::move(slices.publisher), "slices");
+    sources_.push_back(slices_.get());
+  }
+  if (slices_ && slices.watch) {
+    sliceWatch_ = std::move(slices.watch);
+    sliceWatch_->OnDrift([this](std::string_view why) {
+      LogInfo("repairing this node's ResourceSlice", {{"why", std::string(why)}});
+      slices_->Refresh(false);
+    });
+    sources_.push_back(sliceWatch_.get());
   }
 }
 
@@ -192,6 +204,9 @@ DaemonCounters Daemon::counters() const {
     counters.publishFailures = publisher_->counters().failed;
     counters.publishWaits = publisher_->counters().waits;
   }
+  if (slices_) {
+    counters.slicePublishes = slices_->counters();
+  }
   counters.callbackFailures = loop_.callbackFailures();
   return counters;
 }
@@ -265,6 +280,7 @@ void Daemon::Pass() {
   } afterFirstPass{this, first};
   PassOptions passOptions;
   passOptions.staleAfter = options_.staleAfter;
+  if (slices_) passOptions.sliceNode = options_.nodeName;
   const PodPhases& phases =
       postedPodPhases_.empty() || options_.fixedPodPhases ? podWatch_->Phases() : postedPodPhases_;
   PassResult result;
@@ -301,6 +317,9 @@ void Daemon::Pass() {
   metrics_.scanDuration.Observe(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
   counts_ = result.counts;
+  if (slices_) {
+    slices_->Offer(std::move(result.sliceDevices));  // written only when it changed
+  }
   if (result.status == status_) {
     return;  // nothing changed: no log line, no write
   }
@@ -330,6 +349,12 @@ MetricsSnapshot Daemon::Snapshot() const {
                         {"unchanged", counters.publishesUnchanged},
                         {"failed", counters.publishFailures},
                         {"waited", counters.publishWaits}};
+  if (slices_) {
+    snapshot.slicePublishes = {{"written", counters.slicePublishes.written},
+                               {"unchanged", counters.slicePublishes.unchanged},
+                               {"failed", counters.slicePublishes.failed},
+                               {"waited", counters.slicePublishes.waits}};
+  }
   snapshot.callbackFailures = counters.callbackFailures;
   snapshot.unitsKnown = counts_.unitsKnown;
   snapshot.podResourcesStale = counts_.unitsStale;

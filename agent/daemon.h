@@ -26,6 +26,7 @@
 #include "agent/sources/pod_resources.h"
 #include "agent/sources/pod_watch.h"
 #include "agent/sources/publish.h"
+#include "agent/sources/slice_publisher.h"
 #include "agent/status/scan_pass.h"
 #include "podresources/client.h"
 #include "runtime/health_server.h"
@@ -64,16 +65,18 @@ struct DaemonCounters {
   int64_t publishes = 0;           // attempts that changed the object
   int64_t publishesUnchanged = 0;  // attempts that found nothing to write
   int64_t publishFailures = 0;
-  int64_t publishWaits = 0;      // publishes postponed by the client-side rate limit
-  int64_t callbackFailures = 0;  // loop callbacks that threw (logged, survived)
+  int64_t publishWaits = 0;        // publishes postponed by the client-side rate limit
+  PublishCounters slicePublishes;  // the same for the ResourceSlice
+  int64_t callbackFailures = 0;    // loop callbacks that threw (logged, survived)
 };
 
 class Daemon {
  public:
   // `publisher`: where the status goes (none: discover and serve only). `podWatch`: the node's
   // pods (none: DaemonOptions::fixedPodPhases, else phases posted with PostPodPhases).
+  // `slices`: the node's ResourceSlice (`--resource-slices`; none: not published).
   Daemon(DaemonOptions options, std::unique_ptr<StatusPublisher> publisher,
-         std::unique_ptr<PodWatch> podWatch = nullptr);
+         std::unique_ptr<PodWatch> podWatch = nullptr, SliceOutput slices = {});
   ~Daemon();
   Daemon(const Daemon&) = delete;
   Daemon& operator=(const Daemon&) = delete;
@@ -112,6 +115,8 @@ class Daemon {
   PodResourcesSource podResources_;
   std::unique_ptr<PodWatch> podWatch_;
   std::unique_ptr<PublishSource> publisher_;
+  std::unique_ptr<PublishSource> slices_;   // the ResourceSlice's writer ...
+  std::unique_ptr<SliceWatch> sliceWatch_;  // ... and its repairer: gone first
   std::vector<Source*> sources_;
   runtime::Manager manager_;  // the sources, in order; synced: each has its first answer
 

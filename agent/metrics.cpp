@@ -39,6 +39,11 @@ AgentMetrics::AgentMetrics(runtime::MetricsRegistry& registry)
           "GPUNode publish attempts, by result: written (the object changed), unchanged "
           "(nothing to write), failed, waited (postponed by the client-side rate limit).",
           {"result"})),
+      slicePublishes_(
+          registry.Counter("gpu_agent_resourceslice_publishes_total",
+                           "ResourceSlice publish attempts (--resource-slices), by result, as "
+                           "gpu_agent_publishes_total.",
+                           {"result"})),
       callbackFailures_(registry.Counter(
           "gpu_agent_loop_callback_failures_total",
           "Event-loop callbacks that threw; each is logged and the loop goes on.")),
@@ -70,6 +75,7 @@ void AgentMetrics::Collect(runtime::MetricsScrape& scrape, const MetricsSnapshot
   scrape.Set(unitsKnown_, snapshot.unitsKnown ? 1 : 0);
   scrape.Set(unitsStale_, snapshot.podResourcesStale ? 1 : 0);
   SetEach(scrape, publishes_, snapshot.publishes);
+  SetEach(scrape, slicePublishes_, snapshot.slicePublishes);
   scrape.Set(callbackFailures_, static_cast<double>(snapshot.callbackFailures));
   SetEach(scrape, devices_, snapshot.devicesByHealth);
   SetEach(scrape, resolverMisses_, snapshot.ignoredDeviceIds);

@@ -28,6 +28,8 @@ struct MetricsSnapshot {
   // Publish attempts by result: written (the object changed), unchanged (nothing to write),
   // failed, waited (the client-side rate limit postponed it).
   std::map<std::string, int64_t> publishes;
+  // The same for the node's ResourceSlice (`--resource-slices`); empty without.
+  std::map<std::string, int64_t> slicePublishes;
   int64_t callbackFailures = 0;                     // loop callbacks that threw
   std::map<std::string, int64_t> devicesByHealth;   // Healthy, Unhealthy, Unadvertised, Unknown
   std::map<std::string, int64_t> ignoredDeviceIds;  // unknownShape, noMatch, notGpu
@@ -54,6 +56,7 @@ class AgentMetrics {
   runtime::MetricFamily& unitsKnown_;
   runtime::MetricFamily& unitsStale_;
   runtime::MetricFamily& publishes_;
+  runtime::MetricFamily& slicePublishes_;
   runtime::MetricFamily& callbackFailures_;
   runtime::MetricFamily& devices_;
   runtime::MetricFamily& resolverMisses_;

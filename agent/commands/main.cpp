@@ -37,6 +37,7 @@
 #include "agent/daemon.h"
 #include "agent/sources/gpunode_publisher.h"
 #include "agent/sources/pod_watch.h"
+#include "agent/sources/slice_publisher.h"
 #include "kube/client.h"
 #include "kube/config.h"
 #include "podresources/client.h"
@@ -83,7 +84,8 @@ struct RunFlags {
   std::string logFormat = "text";
   std::string healthAddress = "127.0.0.1:8080";
   std::string dbus = "off";
-  double qps = 5.0;  // the API client's rate limit (client-go's defaults)
+  std::string resourceSlices = "off";  // on: publish the node's ResourceSlice (docs/dra.md)
+  double qps = 5.0;                    // the API client's rate limit (client-go's defaults)
   int burst = 10;
   int verbosity = 0;
 };
@@ -408,10 +410,16 @@ int RunDaemon(const RunFlags& flags) {
   }
   std::unique_ptr<cozy::agent::StatusPublisher> publisher;
   std::unique_ptr<cozy::agent::PodWatch> podWatch;
+  cozy::agent::SliceOutput slices;
   if (api) {
     publisher = std::make_unique<cozy::agent::ApiStatusPublisher>(*api, sources.nodeName);
     if (!sources.podPhases) {
       podWatch = std::make_unique<cozy::agent::ApiPodWatch>(*api, sources.nodeName);
+    }
+    if (flags.resourceSlices == "on") {
+      slices.publisher = std::make_unique<cozy::agent::SlicePublisher>(*api, sources.nodeName);
+      slices.watch =
+          std::make_unique<cozy::agent::SliceWatch>(*api, sources.nodeName, *slices.publisher);
     }
   }
   if (!api) {
@@ -419,33 +427,14 @@ int RunDaemon(const RunFlags& flags) {
         "no API server configured (no --kubeconfig, not in a pod): "
         "discovering and serving health, publishing nothing");
   }
-  cozy::agent::Daemon daemon(std::move(options), std::move(publisher), std::move(podWatch));
+  cozy::agent::Daemon daemon(std::move(options), std::move(publisher), std::move(podWatch),
+                             std::move(slices));
   return daemon.Run();
 }
 #endif
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{
-      "gpu-agent: publishes a node's GPU functions and their device-plugin units as a "
-      "GPUNode"};
-  app.set_version_flag("--version", std::string("gpu-agent ") + COZY_VERSION);
-  app.require_subcommand(1);
-
-  ScanFlags scan;
-  CLI::App* scanCommand = app.add_subcommand(
-      "scan", "One discovery pass: print the GPUNode this node would publish (no API writes)");
-  AddSourceFlags(scanCommand, scan.source);
-  scanCommand->add_option("-o,--output", scan.output, "Output format")
-      ->check(CLI::IsMember({"json", "yaml", "table"}))
-      ->capture_default_str();
-  scanCommand->add_option("--kubeconfig", scan.kubeconfig,
-                          "List the node's pods once through this kubeconfig, for their phases");
-
-  RunFlags run;
-  CLI::App* runCommand = app.add_subcommand(
-      "run", "The daemon: keep this node's GPUNode true, reacting to device events");
+// The `run` command's flags, into `run`.
+void AddRunFlags(CLI::App* runCommand, RunFlags& run) {
   AddSourceFlags(runCommand, run.source);
   runCommand->add_option("--kubeconfig", run.kubeconfig,
                          "kubeconfig for a bare-metal host (default: in-cluster config)");
@@ -489,6 +478,12 @@ int main(int argc, char** argv) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
       ->capture_default_str();
   runCommand
+      ->add_option("--resource-slices", run.resourceSlices,
+                   "on: also publish this node's vfio-bound GPUs as a ResourceSlice of DRA driver "
+                   "gpu.cozystack.io (Kubernetes 1.34+, device taints on)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  runCommand
       ->add_option("--qps", run.qps,
                    "Requests a second to the API server, on average (0: no limit)")
       ->capture_default_str();
@@ -496,6 +491,31 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   runCommand->add_option("-v", run.verbosity, "Verbosity: 1 logs every device event")
       ->capture_default_str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "gpu-agent: publishes a node's GPU functions and their device-plugin units as a "
+      "GPUNode"};
+  app.set_version_flag("--version", std::string("gpu-agent ") + COZY_VERSION);
+  app.require_subcommand(1);
+
+  ScanFlags scan;
+  CLI::App* scanCommand = app.add_subcommand(
+      "scan", "One discovery pass: print the GPUNode this node would publish (no API writes)");
+  AddSourceFlags(scanCommand, scan.source);
+  scanCommand->add_option("-o,--output", scan.output, "Output format")
+      ->check(CLI::IsMember({"json", "yaml", "table"}))
+      ->capture_default_str();
+  scanCommand->add_option("--kubeconfig", scan.kubeconfig,
+                          "List the node's pods once through this kubeconfig, for their phases");
+
+  RunFlags run;
+  CLI::App* runCommand = app.add_subcommand(
+      "run", "The daemon: keep this node's GPUNode true, reacting to device events");
+  AddRunFlags(runCommand, run);
 
   try {
     app.parse(argc, argv);

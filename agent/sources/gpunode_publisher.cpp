@@ -134,12 +134,16 @@ PublishResult Publisher::Publish(const json& desiredStatus, kube::TimePoint now)
 ApiStatusPublisher::ApiStatusPublisher(kube::Client& client, const std::string& nodeName)
     : client_(client), publisher_(client, nodeName) {}
 
-std::optional<std::chrono::milliseconds> ApiStatusPublisher::ReadyIn() {
-  const kube::Duration wait = client_.rateLimiter().Delay();
+std::optional<std::chrono::milliseconds> ClientReadyIn(kube::Client& client) {
+  const kube::Duration wait = client.rateLimiter().Delay();
   if (wait <= kube::Duration::zero()) {
     return std::nullopt;
   }
   return std::max(std::chrono::ceil<std::chrono::milliseconds>(wait), std::chrono::milliseconds(1));
+}
+
+std::optional<std::chrono::milliseconds> ApiStatusPublisher::ReadyIn() {
+  return ClientReadyIn(client_);
 }
 
 PublishAttempt ApiStatusPublisher::Publish(const json& status) {

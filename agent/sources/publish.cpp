@@ -4,8 +4,8 @@
 
 namespace cozy::agent {
 
-PublishSource::PublishSource(std::unique_ptr<StatusPublisher> publisher)
-    : publisher_(std::move(publisher)) {}
+PublishSource::PublishSource(std::unique_ptr<StatusPublisher> publisher, std::string name)
+    : publisher_(std::move(publisher)), name_(std::move(name)) {}
 
 PublishSource::~PublishSource() {
   if (worker_) {
@@ -15,7 +15,7 @@ PublishSource::~PublishSource() {
 
 void PublishSource::Start(runtime::Loop& loop, Changed /*changed*/) {
   loop_ = &loop;
-  worker_ = std::make_unique<runtime::Worker>("publisher");
+  worker_ = std::make_unique<runtime::Worker>(name_);
   timer_ = loop.AddTimer("publish retry", [this] { Kick(); });
   Kick();
 }

@@ -51,9 +51,11 @@ struct PublishCounters {
 
 class PublishSource : public Source {
  public:
-  explicit PublishSource(std::unique_ptr<StatusPublisher> publisher);
+  // `name`: the source's and its writer thread's (at most 15 bytes).
+  explicit PublishSource(std::unique_ptr<StatusPublisher> publisher,
+                         std::string name = "publisher");
   ~PublishSource() override;
-  std::string_view Name() const override { return "publisher"; }
+  std::string_view Name() const override { return name_; }
   void Start(runtime::Loop& loop, Changed changed) override;
   // Re-read the object and repair what differs from the last status offered.
   void Refresh(bool force) override;
@@ -68,6 +70,7 @@ class PublishSource : public Source {
   void OnDone(nlohmann::json status, PublishAttempt attempt);
 
   std::unique_ptr<StatusPublisher> publisher_;
+  std::string name_;
   runtime::Loop* loop_ = nullptr;
   runtime::Timer timer_;  // the rate limit's wait, or the retry after a failure
   std::optional<nlohmann::json> desired_;

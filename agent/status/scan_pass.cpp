@@ -4,6 +4,7 @@
 #include <array>
 #include <ctime>
 
+#include "agent/status/resource_slice.h"
 #include "agent/status/status_builder.h"
 #include "api/time.h"
 
@@ -27,8 +28,8 @@ PassResult BuildPass(const HostReading& host, UnitsTracker& units, const PodPhas
                      const PassOptions& options) {
   const sysfs::HostScan& scan = host.scan;
   const sysfs::NvidiaGpuUuids& nvidia = host.nvidia;
-
   PassResult result;
+  if (options.sliceNode) result.sliceDevices = SliceDevices(scan, *options.sliceNode);
   result.mdevLinksPending = scan.mdevLinksPending;
   for (const auto& problem : scan.problems) {
     result.problems.push_back(problem.path + ": " + problem.message);

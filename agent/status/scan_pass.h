@@ -42,6 +42,8 @@ struct PassOptions {
   // Build `status` as a document. A one-shot scan that prints JSON leaves it out and prints
   // from `units` and `stale` (RenderGpuNodeJson) instead.
   bool document = true;
+  // Also build the devices of this node's ResourceSlice (`--resource-slices`, docs/dra.md).
+  std::optional<std::string> sliceNode;
 };
 
 struct PassResult {
@@ -53,6 +55,8 @@ struct PassResult {
   std::vector<std::string> problems;
   // An mdev without its type link (it appears after `bind`): worth looking again shortly.
   bool mdevLinksPending = false;
+  // With PassOptions::sliceNode: the ResourceSlice's devices (SliceDevices); else null.
+  nlohmann::json sliceDevices;
 };
 
 // What the host says: sysfs and NVIDIA's procfs. Throws sysfs::RootError when the root holds

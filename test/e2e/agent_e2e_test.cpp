@@ -100,6 +100,61 @@ TEST_F(AgentEndToEnd, A8_A9_FirstStartCreatesAndPatchesOnceThenSteadyStateWrites
   EXPECT_EQ(GpuNode("n2"), otherNodeBefore_);  // untouched, resourceVersion and all
 }
 
+// The node's ResourceSlice (docs/dra.md): published once with --resource-slices on, written again
+// only when its devices change, and put back when someone deletes it (kubelet deletes its node's
+// slices whenever it starts).
+TEST_F(AgentEndToEnd, A10_A11_TheResourceSliceIsWrittenOnlyWhenItsDevicesChangeAndIsRepaired) {
+  const std::string slices = "/apis/resource.k8s.io/v1/resourceslices";
+  auto slice = [&] {
+    return server_->Object("resource.k8s.io/v1", "resourceslices", "", "n1-gpu.cozystack.io");
+  };
+  auto generation = [&] {
+    const json object = slice();
+    return object.is_object() ? object["spec"]["pool"]["generation"].get<int>() : 0;
+  };
+  // The agent's writes of slices that were stored (a dry run is not).
+  auto sliceWrites = [&] {
+    std::vector<fake::LoggedRequest> writes;
+    for (const auto& request : Writes()) {
+      if (request.path.rfind(slices, 0) == 0 && request.bearerToken == "agent-token" &&
+          request.query.find("dryRun") == std::string::npos) {
+        writes.push_back(request);
+      }
+    }
+    return writes;
+  };
+  AgentOnFakeCluster::StartAgent({"--resource-slices", "on"});
+  ASSERT_TRUE(WaitFor([&] { return generation() == 1 && Published(); })) << AgentLog();
+  ASSERT_TRUE(WaitForPodResourcesReads(3)) << AgentLog();  // passes after it write nothing
+  ASSERT_EQ(sliceWrites().size(), 1U) << AgentLog();
+  EXPECT_EQ(sliceWrites()[0].method, "POST");
+  json object = slice();
+  EXPECT_EQ(object["spec"]["nodeName"], "n1");
+  EXPECT_EQ(object["spec"]["driver"], "gpu.cozystack.io");
+  EXPECT_EQ(object["spec"]["devices"].size(), 2U);
+  EXPECT_EQ(object["metadata"]["ownerReferences"][0]["uid"],
+            server_->Object("v1", "nodes", "", "n1")["metadata"]["uid"]);
+
+  // af:00.0 leaves vfio-pci: one PUT, the pool's next generation, one device left.
+  server_->ClearRequests();
+  BindAf00ToNvidia();
+  agent_.Signal(SIGHUP);
+  ASSERT_TRUE(WaitFor([&] { return generation() == 2; })) << AgentLog();
+  ASSERT_TRUE(WaitForPodResourcesReads(3)) << AgentLog();
+  ASSERT_EQ(sliceWrites().size(), 1U) << AgentLog();
+  EXPECT_EQ(sliceWrites()[0].method, "PUT");
+  EXPECT_EQ(slice()["spec"]["devices"].size(), 1U);
+
+  // Deleted behind its back: the watch sees it go, and the agent creates it again.
+  server_->ClearRequests();
+  testing::RunCommand("curl -s -X DELETE " + server_->url() + slices + "/n1-gpu.cozystack.io");
+  ASSERT_TRUE(WaitFor([&] { return generation() == 3; })) << AgentLog();
+  EXPECT_EQ(slice()["spec"]["devices"].size(), 1U);
+  EXPECT_NE(AgentLog().find("ResourceSlice deleted"), std::string::npos) << AgentLog();
+  ASSERT_TRUE(WaitForPodResourcesReads(3)) << AgentLog();
+  EXPECT_EQ(sliceWrites().size(), 1U) << AgentLog();  // the create, nothing after it
+}
+
 TEST_F(AgentEndToEnd, BinderConditionsSurviveAndAFixtureChangeAfterSighupIsOnePatch) {
   StartAgent();
   ASSERT_TRUE(WaitFor([&] { return Published(); })) << AgentLog();
@@ -110,11 +165,7 @@ TEST_F(AgentEndToEnd, BinderConditionsSurviveAndAFixtureChangeAfterSighupIsOnePa
       json{{"status", {{"conditions", {{{"type", "Schedulable"}, {"status", "True"}}}}}}}.dump() +
       "' " + server.url() + kGpuNodes + "/n1/status");
   server_->ClearRequests();
-  // Rebind af:00.0 from vfio-pci to nvidia, then SIGHUP.
-  const auto device = host_.root() / "sys/devices/pci0000:ae/0000:ae:00.0/0000:af:00.0";
-  std::filesystem::remove(device / "driver");
-  std::filesystem::create_directories(host_.root() / "sys/bus/pci/drivers/nvidia");
-  std::filesystem::create_symlink("../../../../bus/pci/drivers/nvidia", device / "driver");
+  BindAf00ToNvidia();
   agent_.Signal(SIGHUP);
   ASSERT_TRUE(WaitFor([&] { return Device(GpuNode("n1"), "0000:af:00.0")["driver"] == "nvidia"; }))
       << AgentLog();

@@ -98,6 +98,15 @@ class AgentOnFakeCluster : public ::testing::Test {
     return {};
   }
 
+  // Rebinds the fixture's GPU 0000:af:00.0 from vfio-pci to nvidia (the agent sees it at its
+  // next scan: SIGHUP it).
+  void BindAf00ToNvidia() {
+    const auto device = host_.root() / "sys/devices/pci0000:ae/0000:ae:00.0/0000:af:00.0";
+    std::filesystem::remove(device / "driver");
+    std::filesystem::create_directories(host_.root() / "sys/bus/pci/drivers/nvidia");
+    std::filesystem::create_symlink("../../../../bus/pci/drivers/nvidia", device / "driver");
+  }
+
   testing::FixtureHost host_{"a100-vfio"};
   testing::TempDir directory_;
   std::unique_ptr<fake::FakeApiServer> server_;

@@ -1,0 +1,26 @@
+// The names of the catalog's Dynamic Resource Allocation driver (the GPUClass source member
+// `dra`, docs/dra.md): what gpu-agent publishes in its node's ResourceSlice and what the
+// controller's DeviceClass and claims select on. Defined once, for both programs and the chart.
+#pragma once
+
+#include <string_view>
+
+namespace cozy::api {
+
+// The driver name of every ResourceSlice the agent publishes and of its kubelet plugin; also the
+// domain of the driver's own device attributes (`gpu.cozystack.io/id`, ...).
+inline constexpr std::string_view kDraDriver = "gpu.cozystack.io";
+inline constexpr std::string_view kResourceGroup = "resource.k8s.io";
+inline constexpr std::string_view kResourceVersion = "v1";
+inline constexpr std::string_view kResourceSlicePlural = "resourceslices";
+
+// The device taint on every published device: only the claims the binder writes tolerate it, so
+// nothing but the catalog can allocate a catalog GPU (docs/dra.md, "Only the catalog allocates").
+inline constexpr std::string_view kCatalogTaintKey = "gpu.cozystack.io/catalog";
+inline constexpr std::string_view kCatalogTaintEffect = "NoSchedule";
+
+// The attribute that names a device across the cluster ("<node>/<PCI address>"): a PCI address
+// is unique on one node only, and a claim's selector must pin exactly one device.
+inline constexpr std::string_view kDraIdAttribute = "id";
+
+}  // namespace cozy::api
