@@ -28,3 +28,32 @@ otherwise be the platform.
 {{- range $extra }}{{ if or (not (kindIs "string" .)) (eq . "") }}{{ fail "policies.platformGroups: every entry must be a non-empty group name" }}{{ end }}{{ end -}}
 {{- concat (list "system:masters") $extra | toJson -}}
 {{- end }}
+
+{{/*
+gpu-agent as the node-bound policies match it (gpunode-node-bound-policy.yaml,
+resourceslice-node-bound-policy.yaml): its pods' service account, a bare-metal agent's user by
+name, or any member of the agents' group (which then must carry a node name too).
+*/}}
+{{- define "gpu.agentMatch" -}}
+has(request.userInfo.username) &&
+(request.userInfo.username == 'system:serviceaccount:{{ .Release.Namespace }}:gpu-agent' ||
+request.userInfo.username.startsWith('gpu.cozystack.io:agent:')) ||
+has(request.userInfo.groups) && 'gpu.cozystack.io:agents' in request.userInfo.groups
+{{- end }}
+
+{{/*
+The node gpu-agent's credentials are bound to, as a CEL string; '' when they name none: a pod's
+token carries it as the user extra authentication.kubernetes.io/node-name, a bare-metal agent's
+certificate as its user name gpu.cozystack.io:agent:<node>.
+*/}}
+{{- define "gpu.agentNodeName" -}}
+has(request.userInfo.username) &&
+request.userInfo.username == 'system:serviceaccount:{{ .Release.Namespace }}:gpu-agent'
+? (has(request.userInfo.extra) &&
+'authentication.kubernetes.io/node-name' in request.userInfo.extra &&
+size(request.userInfo.extra['authentication.kubernetes.io/node-name']) > 0
+? request.userInfo.extra['authentication.kubernetes.io/node-name'][0] : '')
+: (has(request.userInfo.username) &&
+request.userInfo.username.startsWith('gpu.cozystack.io:agent:')
+? request.userInfo.username.substring(size('gpu.cozystack.io:agent:')) : '')
+{{- end }}

@@ -121,6 +121,7 @@ const RESOURCES = {
   VirtualMachineInstance: ["kubevirt.io", "v1", "virtualmachineinstances"],
   Deployment: ["apps", "v1", "deployments"],
   Namespace: ["", "v1", "namespaces"],
+  ResourceSlice: ["resource.k8s.io", "v1", "resourceslices"],
 };
 
 // A write as the API server hands it to admission: object null on DELETE, oldObject null on
@@ -405,6 +406,76 @@ test("F1 F2: the node-bound policy through every binding of both renders", () =>
   }
 });
 
+// --- F19: the agent's ResourceSlices, node-bound as its GPUNode ---------------------------------
+
+const SLICE_POLICY = "gpu-agent-own-resourceslices";
+// A ResourceSlice as gpu-agent publishes it (agent/status/resource_slice.cpp).
+function resourceSlice(node, { driver = "gpu.cozystack.io", owners, nodeName = node } = {}) {
+  return { apiVersion: "resource.k8s.io/v1", kind: "ResourceSlice",
+    metadata: { name: `${node}-gpu.cozystack.io`, ownerReferences: owners ??
+      [{ apiVersion: "v1", kind: "Node", name: node, uid: "u", controller: true }] },
+    spec: { driver, nodeName, pool: { name: node, generation: 1, resourceSliceCount: 1 },
+      devices: [{ name: "pci-0000-3b-00-0",
+        attributes: { "resource.kubernetes.io/pciBusID": { string: "0000:3b:00.0" },
+          id: { string: `${node}/0000:3b:00.0` } },
+        taints: [{ key: "gpu.cozystack.io/catalog", effect: "NoSchedule" }] }] } };
+}
+const podAgentOn = (nodeName) => ({ ...sa(RELEASE_NS, "gpu-agent"),
+  extra: nodeName ? { "authentication.kubernetes.io/node-name": [nodeName] } : {} });
+const bareMetalAgentOn = (nodeName) => ({ username: `gpu.cozystack.io:agent:${nodeName}`,
+  groups: ["gpu.cozystack.io:agents", "system:authenticated"] });
+
+test("F19: the slice policy renders only with agent.resourceSlices on, and denies failing closed", () => {
+  assert.equal(byName(OFF, "ValidatingAdmissionPolicy", SLICE_POLICY), undefined);
+  const policy = byName(ON, "ValidatingAdmissionPolicy", SLICE_POLICY);
+  assert.equal(policy.spec.failurePolicy, "Fail");
+  const binding = ON.find((d) => d.kind === "ValidatingAdmissionPolicyBinding" &&
+    d.spec.policyName === SLICE_POLICY);
+  assert.deepEqual(binding.spec.validationActions, ["Deny"]);
+  // Its caller and node are the GPUNode policy's, written once (charts/gpu/templates/_helpers.tpl).
+  const nodePolicy = byName(ON, "ValidatingAdmissionPolicy", "gpu-agent-own-gpunode");
+  assert.deepEqual(policy.spec.matchConditions, nodePolicy.spec.matchConditions);
+  assert.deepEqual(policy.spec.variables, nodePolicy.spec.variables);
+});
+
+test("F19: the agent publishes and updates only its own node's ResourceSlice", () => {
+  for (const [who, agent] of [["pod", podAgentOn], ["bare metal", bareMetalAgentOn]]) {
+    assertAllowed(ON, create("ResourceSlice", agent("n1"), resourceSlice("n1")),
+      `${who}: creates its own node's slice`);
+    assertAllowed(ON, update("ResourceSlice", agent("n1"), resourceSlice("n1"),
+      resourceSlice("n1")), `${who}: updates it`);
+    assertRefused(ON, create("ResourceSlice", agent("n1"), resourceSlice("n2")), SLICE_POLICY,
+      /gpu-agent on node n1 may publish only ResourceSlices whose spec.nodeName is n1/,
+      `${who}: creates another node's slice`);
+    assertRefused(ON, update("ResourceSlice", agent("n1"), resourceSlice("n2"),
+      resourceSlice("n2")), SLICE_POLICY, /may publish only ResourceSlices whose spec.nodeName is n1/,
+    `${who}: updates another node's slice`);
+    assertRefused(ON, remove("ResourceSlice", agent("n1"), resourceSlice("n2")), SLICE_POLICY,
+      /may change only the ResourceSlices of node n1/, `${who}: deletes another node's slice`);
+  }
+});
+
+test("F19: no node name, another driver, a slice for all nodes or without its Node owner are refused", () => {
+  assertRefused(ON, create("ResourceSlice", podAgentOn(undefined), resourceSlice("n1")),
+    SLICE_POLICY, /carry no node name/, "a token bound to no node");
+  assertRefused(ON, create("ResourceSlice", podAgentOn("n1"),
+    resourceSlice("n1", { driver: "gpu.nvidia.com" })), SLICE_POLICY,
+  /only ResourceSlices of driver gpu.cozystack.io/, "another driver's slice");
+  const everywhere = resourceSlice("n1");
+  delete everywhere.spec.nodeName;
+  everywhere.spec.allNodes = true;
+  assertRefused(ON, create("ResourceSlice", podAgentOn("n1"), everywhere), SLICE_POLICY,
+    /spec.nodeName is n1/, "a slice for all nodes");
+  assertRefused(ON, create("ResourceSlice", podAgentOn("n1"), resourceSlice("n1", { owners:
+    [{ apiVersion: "v1", kind: "Node", name: "n2", uid: "u" }] })), SLICE_POLICY,
+  /exactly one owner reference, to the v1 Node n1/, "owned by another Node");
+  // Other callers are not the agent: the policy does not speak for them (RBAC does).
+  assertAllowed(ON, create("ResourceSlice", ADMIN, resourceSlice("n2", { driver: "gpu.nvidia.com" })),
+    "the cluster admin");
+  assertAllowed(ON, create("ResourceSlice", sa("kube-system", "nvidia-dra-driver"),
+    resourceSlice("n2", { driver: "gpu.nvidia.com" })), "another driver's own account");
+});
+
 // --- F3-F5, F17: the class policies ----------------------------------------------------------
 
 test("F17: the class policies render only with GPUs on; the others either way", () => {
@@ -413,7 +484,9 @@ test("F17: the class policies render only with GPUs on; the others either way", 
     "gpu-device-status-writer", "gpu-raw-names-pod", "gpu-raw-names-vmi",
     "gpu-tenant-namespace-label", "gpu-usage-monitor-label"];
   assert.deepEqual(policyNames(OFF), always);
-  assert.deepEqual(policyNames(ON), [...always, ...classPolicies].sort());
+  // (gpu-on-values.yaml also turns agent.resourceSlices on: F19's policy.)
+  assert.deepEqual(policyNames(ON),
+    [...always, ...classPolicies, "gpu-agent-own-resourceslices"].sort());
   for (const name of classPolicies) {
     assert.equal(OFF.some((d) => d.kind === "ValidatingAdmissionPolicyBinding" &&
       d.spec.policyName === name), false, name);
