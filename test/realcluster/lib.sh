@@ -344,14 +344,15 @@ real_node() {
 }
 # start_agent NAME: node NAME's gpu-agent (again), as real_node started it; agent_pids[NAME] is
 # its pid, its log $work/agent-NAME.log (appended to). It runs $agent_program (default this
-# build's).
+# build's), with the flags of the array agent_args after its own.
 declare -A agent_pids agent_kubeconfigs
+declare -a agent_args=()
 start_agent() {
   local name=$1
   "${agent_program:-$build_dir/agent/gpu-agent}" run --node-name "$name" --kubeconfig "${agent_kubeconfigs[$name]}" \
     --sysfs-root "$work/$name-root" --pci-ids "$source_dir/fixtures/pci.ids" \
     --pod-resources "unix://${node_dirs[$name]}/root/pod-resources/kubelet.sock" \
-    --pod-resources-interval 2s --udev-source off --dbus off --health-addr off \
+    --pod-resources-interval 2s --udev-source off --dbus off --health-addr off "${agent_args[@]}" \
     >>"$work/agent-$name.log" 2>&1 &
   agent_pids[$name]=$!
   pids+=($!)

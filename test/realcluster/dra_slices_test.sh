@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# gpu-agent as the catalog's DRA driver publishes its node's ResourceSlice (docs/dra.md): on real
+# nodes (a real kubelet 1.36 each), with the chart's service account and a token bound to its pod,
+# the slice's devices are the node's vfio-bound GPUs with Kubernetes' standard PCI attributes;
+# the real kube-scheduler allocates a device only to a claim that tolerates the catalog's taint,
+# and exactly the one its selector names; another node's agent may not write the slice (the
+# chart's policy, decided by kube-apiserver's CEL); kubelet deletes its node's slices when it
+# starts and the agent puts its own back; a device leaving vfio-pci is one write.
+#   test/realcluster/dra_slices_test.sh SOURCE_DIR BUILD_DIR CLUSTER_DIR
+source "$(dirname "$0")/lib.sh"
+command -v jq >/dev/null || abort "jq is not installed (scripts/install-deps.sh installs it)"
+cluster="$source_dir/scripts/cluster.sh"
+ns=cozy-system
+install_chart "$ns" --set agent.resourceSlices=true || abort "helm install: $(cat "$work/helm-install.log")"
+wait_crds >/dev/null || abort "the CRDs are not Established"
+wait_until 60 test -n "$(kc get validatingadmissionpolicy gpu-agent-own-resourceslices \
+  -o jsonpath='{.status.observedGeneration}' 2>/dev/null)" || abort "the slice policy has no status"
+tenant="dra-$$"
+create_namespace "$tenant"
+on_exit "kc delete namespace $tenant --wait=false"
+
+AGENT_NS=$ns # the agents run as the chart's: tokens bound to their pods
+agent_args=(--resource-slices on)
+real_node node-a a100-vfio
+real_node node-b a100-vfio
+slice() { kc get resourceslice "$1-gpu.cozystack.io" -o json 2>/dev/null; }
+field() { slice "$1" | jq -r "$2"; }
+
+# --- A10: the slice ---------------------------------------------------------------------------
+until_is 30 2 field node-a '.spec.devices | length' ||
+  abort "node-a's slice: $(slice node-a) $(tail -n 5 "$work/agent-node-a.log")"
+pass "gpu-agent on node-a published its ResourceSlice with its 2 vfio-bound GPUs (A10)"
+got=$(field node-a '[.spec.driver, .spec.nodeName, .spec.pool.name, (.spec.pool.resourceSliceCount|tostring),
+  .metadata.ownerReferences[0].kind, .metadata.ownerReferences[0].uid] | join(" ")')
+want="gpu.cozystack.io node-a node-a 1 Node $(kc get node node-a -o jsonpath='{.metadata.uid}')"
+[ "$got" = "$want" ] && pass "A10: its own pool on its node, owned by its Node" || fail "slice: '$got', want '$want'"
+got=$(field node-a '.spec.devices[0] | [.name, .attributes["resource.kubernetes.io/pciBusID"].string,
+  .attributes["resource.kubernetes.io/pcieRoot"].string, .attributes.id.string,
+  .taints[0].key, .taints[0].effect] | join(" ")')
+want="pci-0000-3b-00-0 0000:3b:00.0 pci0000:3a node-a/0000:3b:00.0 gpu.cozystack.io/catalog NoSchedule"
+[ "$got" = "$want" ] && pass "A10: a device carries the standard PCI attributes, the catalog's id and taint, as stored" ||
+  fail "device: '$got', want '$want'"
+
+# --- F19: node-bound, decided by kube-apiserver ---------------------------------------------------
+slice node-a | jq '.spec.devices = []' >"$work/slice-a.json"
+expect_refused "node-b's agent may not update node-a's ResourceSlice (F19)" \
+  'ValidatingAdmissionPolicy .gpu-agent-own-resourceslices.* may publish only ResourceSlices whose spec.nodeName is node-b' \
+  as "${agent_kubeconfigs[node-b]}" kc replace -f "$work/slice-a.json"
+jq 'del(.metadata.resourceVersion, .metadata.uid, .metadata.creationTimestamp, .metadata.managedFields)
+  | .metadata.name = "node-a-forged"' "$work/slice-a.json" >"$work/forged.json"
+expect_refused "node-b's agent may not create a ResourceSlice for node-a (F19)" \
+  'ValidatingAdmissionPolicy .gpu-agent-own-resourceslices.* spec.nodeName is node-b' \
+  as "${agent_kubeconfigs[node-b]}" kc create -f "$work/forged.json"
+
+# --- kube-scheduler allocates only to the catalog's claims -----------------------------------
+cat >"$work/claims.yaml" <<YAML
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: dra-test-$$}
+spec:
+  selectors: [{cel: {expression: 'device.driver == "gpu.cozystack.io"'}}]
+YAML
+for claim in tolerating untolerated; do
+  toleration=""
+  [ "$claim" = tolerating ] &&
+    toleration="tolerations: [{key: gpu.cozystack.io/catalog, operator: Exists, effect: NoSchedule}]"
+  cat >>"$work/claims.yaml" <<YAML
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: $claim, namespace: $tenant}
+spec:
+  devices:
+    requests:
+    - name: gpu
+      exactly:
+        deviceClassName: dra-test-$$
+        selectors: [{cel: {expression: 'device.attributes["gpu.cozystack.io"].id == "node-b/0000:af:00.0"'}}]
+        $toleration
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: $claim, namespace: $tenant}
+spec:
+  resourceClaims: [{name: gpu, resourceClaimName: $claim}]
+  containers: [{name: c, image: example.invalid/launcher:1, resources: {claims: [{name: gpu}]}}]
+YAML
+done
+kc apply -f "$work/claims.yaml" >/dev/null || abort "the claims and their pods: $(kc apply -f "$work/claims.yaml" 2>&1)"
+on_exit "kc delete deviceclass dra-test-$$ --wait=false"
+allocated() { kc get resourceclaim "$1" -n "$tenant" -o json | jq -r '.status.allocation.devices.results[0] | "\(.pool)/\(.device)"'; }
+if until_is 30 node-b/pci-0000-af-00-0 allocated tolerating; then
+  pass "kube-scheduler allocated the tolerating claim exactly the device its id names (node-b/pci-0000-af-00-0)"
+else
+  fail "the tolerating claim: $(kc get resourceclaim tolerating -n "$tenant" -o jsonpath='{.status}')"
+fi
+pod_node() { kc get pod "$1" -n "$tenant" -o jsonpath='{.spec.nodeName}'; }
+until_is 10 node-b pod_node tolerating && pass "its pod was bound to the device's node by kube-scheduler" ||
+  fail "pod tolerating on '$(pod_node tolerating)'"
+sleep 3
+if [ "$(allocated untolerated)" = null/null ] && [ -z "$(pod_node untolerated)" ]; then
+  pass "a claim without the catalog's toleration gets no catalog device: unallocated, its pod unscheduled"
+else
+  fail "the untolerated claim: $(allocated untolerated), pod on '$(pod_node untolerated)'"
+fi
+kc delete pod -n "$tenant" tolerating untolerated --force --grace-period=0 >/dev/null 2>&1
+
+# --- A11: no write without a change; kubelet's restart; a device leaving vfio-pci ---------------
+before=$(field node-a .metadata.resourceVersion)
+sleep 5 # two agent polls of kubelet, each a pass
+[ "$(field node-a .metadata.resourceVersion)" = "$before" ] &&
+  pass "A11: nothing changed, nothing written" || fail "node-a's slice written without a change"
+generation=$(field node-a .spec.pool.generation)
+"$cluster" kubelet "$cluster_dir" node-a stop || fail "cluster.sh kubelet stop"
+"$cluster" kubelet "$cluster_dir" node-a start || fail "cluster.sh kubelet start"
+if wait_until 30 grep -q "ResourceSlice deleted" "$work/agent-node-a.log" &&
+  until_is 30 2 field node-a '.spec.devices | length'; then
+  pass "A11: kubelet deleted node-a's slice when it started, and the agent put it back"
+else
+  fail "after kubelet's restart: slice $(slice node-a | jq -c .spec.pool), log: $(grep -i slice "$work/agent-node-a.log" | tail -n 3 | tr '\n' ' ')"
+fi
+[ "$(field node-a .spec.pool.generation)" -gt "$generation" ] &&
+  pass "the pool's generation went on from $generation" || fail "generation $(field node-a .spec.pool.generation) after $generation"
+
+before=$(field node-b .spec.pool.generation)
+device="$work/node-b-root/sys/devices/pci0000:ae/0000:ae:00.0/0000:af:00.0"
+mkdir -p "$work/node-b-root/sys/bus/pci/drivers/nvidia"
+ln -sfn ../../../../bus/pci/drivers/nvidia "$device/driver"
+kill -HUP "${agent_pids[node-b]}"
+if until_is 20 1 field node-b '.spec.devices | length'; then
+  pass "A10: the GPU that left vfio-pci left node-b's slice"
+else
+  fail "node-b's slice after the rebind: $(field node-b '[.spec.devices[].name] | join(",")')"
+fi
+[ "$(field node-b .spec.pool.generation)" = $((before + 1)) ] && pass "A11: in one write, at the next generation" ||
+  fail "generation $(field node-b .spec.pool.generation) after $before"
+summary
