@@ -446,14 +446,30 @@ TEST(Chart, NodeSelectorTolerationsAndArgsComeFromValues) {
 // The least the agent needs, and nothing else: no wildcard, no other resource or verb.
 TEST(Chart, RbacIsExactlyTheLeastTheAgentNeeds) {
   using Rule = std::tuple<std::string, std::string, std::set<std::string>>;
-  const std::set<Rule> expected = {
+  const std::set<Rule> base = {
       {"gpu.cozystack.io", "gpunodes", {"get", "create"}},
       {"gpu.cozystack.io", "gpunodes/status", {"patch"}},
       {"", "nodes", {"get"}},
       {"", "pods", {"list", "watch"}},
   };
-  for (const auto& overrides : {YAML::Node(), Custom()}) {
+  // agent.resourceSlices adds its node's ResourceSlice (docs/dra.md): no delete.
+  YAML::Node slices;
+  slices["agent"]["resourceSlices"] = true;
+  std::set<Rule> withSlices = base;
+  withSlices.insert(
+      {"resource.k8s.io", "resourceslices", {"get", "list", "watch", "create", "update"}});
+  for (const auto& [overrides, expected] : std::vector<std::pair<YAML::Node, std::set<Rule>>>{
+           {YAML::Node(), base}, {Custom(), base}, {slices, withSlices}}) {
     const auto documents = Render(overrides);
+    const bool on = expected.size() > base.size();
+    const auto args = Strings(Agent(documents)["args"]);
+    EXPECT_EQ(std::count(args.begin(), args.end(), "--resource-slices=on"), on ? 1 : 0);
+    size_t slicePolicies = 0;
+    for (const auto& policy : OfKind(documents, "ValidatingAdmissionPolicy")) {
+      slicePolicies +=
+          policy["metadata"]["name"].as<std::string>("") == "gpu-agent-own-resourceslices";
+    }
+    EXPECT_EQ(slicePolicies, on ? 1U : 0U) << "the node-bound slice policy (F19)";
     std::set<Rule> rules;
     for (const auto& rule : Named(documents, "ClusterRole", "gpu-agent")["rules"]) {
       for (const char* key : {"resourceNames", "nonResourceURLs"}) {
