@@ -54,6 +54,12 @@ Daemon::Daemon(DaemonOptions options, std::unique_ptr<StatusPublisher> publisher
   if (publisher_) {
     sources_.push_back(publisher_.get());
   }
+  if (slices.plugin) {
+    // Registered with kubelet before the slice offers its devices: kubelet tries a pod whose
+    // driver is missing again only at its periodic resync.
+    kubeletPlugin_ = std::move(slices.plugin);
+    sources_.push_back(kubeletPlugin_.get());
+  }
   if (slices.publisher) {
     slices_ = std::make_unique<PublishSource>(std::move(slices.publisher), "slices");
     sources_.push_back(slices_.get());
@@ -280,7 +286,7 @@ void Daemon::Pass() {
   } afterFirstPass{this, first};
   PassOptions passOptions;
   passOptions.staleAfter = options_.staleAfter;
-  if (slices_) passOptions.sliceNode = options_.nodeName;
+  if (slices_ || kubeletPlugin_) passOptions.sliceNode = options_.nodeName;
   const PodPhases& phases =
       postedPodPhases_.empty() || options_.fixedPodPhases ? podWatch_->Phases() : postedPodPhases_;
   PassResult result;
@@ -317,6 +323,9 @@ void Daemon::Pass() {
   metrics_.scanDuration.Observe(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
   counts_ = result.counts;
+  if (kubeletPlugin_) {
+    kubeletPlugin_->SetDevices(PreparableDevices(result.sliceDevices));
+  }
   if (slices_) {
     slices_->Offer(std::move(result.sliceDevices));  // written only when it changed
   }
@@ -349,6 +358,13 @@ MetricsSnapshot Daemon::Snapshot() const {
                         {"unchanged", counters.publishesUnchanged},
                         {"failed", counters.publishFailures},
                         {"waited", counters.publishWaits}};
+  if (kubeletPlugin_) {
+    const KubeletPluginCounters& plugin = kubeletPlugin_->counters();
+    snapshot.draClaims = {{"prepared", plugin.prepared.load()},
+                          {"prepareFailed", plugin.prepareFailures.load()},
+                          {"unprepared", plugin.unprepared.load()},
+                          {"unprepareFailed", plugin.unprepareFailures.load()}};
+  }
   if (slices_) {
     snapshot.slicePublishes = {{"written", counters.slicePublishes.written},
                                {"unchanged", counters.slicePublishes.unchanged},

@@ -115,8 +115,9 @@ class Daemon {
   PodResourcesSource podResources_;
   std::unique_ptr<PodWatch> podWatch_;
   std::unique_ptr<PublishSource> publisher_;
-  std::unique_ptr<PublishSource> slices_;   // the ResourceSlice's writer ...
-  std::unique_ptr<SliceWatch> sliceWatch_;  // ... and its repairer: gone first
+  std::unique_ptr<KubeletPlugin> kubeletPlugin_;  // the DRA driver's kubelet plugin
+  std::unique_ptr<PublishSource> slices_;         // the ResourceSlice's writer ...
+  std::unique_ptr<SliceWatch> sliceWatch_;        // ... and its repairer: gone first
   std::vector<Source*> sources_;
   runtime::Manager manager_;  // the sources, in order; synced: each has its first answer
 

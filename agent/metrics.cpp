@@ -44,6 +44,11 @@ AgentMetrics::AgentMetrics(runtime::MetricsRegistry& registry)
                            "ResourceSlice publish attempts (--resource-slices), by result, as "
                            "gpu_agent_publishes_total.",
                            {"result"})),
+      draClaims_(registry.Counter(
+          "gpu_agent_dra_claims_total",
+          "Claims kubelet asked the DRA plugin to prepare or unprepare (--resource-slices), by "
+          "result: prepared, prepareFailed, unprepared, unprepareFailed.",
+          {"result"})),
       callbackFailures_(registry.Counter(
           "gpu_agent_loop_callback_failures_total",
           "Event-loop callbacks that threw; each is logged and the loop goes on.")),
@@ -76,6 +81,7 @@ void AgentMetrics::Collect(runtime::MetricsScrape& scrape, const MetricsSnapshot
   scrape.Set(unitsStale_, snapshot.podResourcesStale ? 1 : 0);
   SetEach(scrape, publishes_, snapshot.publishes);
   SetEach(scrape, slicePublishes_, snapshot.slicePublishes);
+  SetEach(scrape, draClaims_, snapshot.draClaims);
   scrape.Set(callbackFailures_, static_cast<double>(snapshot.callbackFailures));
   SetEach(scrape, devices_, snapshot.devicesByHealth);
   SetEach(scrape, resolverMisses_, snapshot.ignoredDeviceIds);

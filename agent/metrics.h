@@ -30,6 +30,8 @@ struct MetricsSnapshot {
   std::map<std::string, int64_t> publishes;
   // The same for the node's ResourceSlice (`--resource-slices`); empty without.
   std::map<std::string, int64_t> slicePublishes;
+  // The kubelet plugin's claims by outcome: prepared, prepareFailed, unprepared, unprepareFailed.
+  std::map<std::string, int64_t> draClaims;
   int64_t callbackFailures = 0;                     // loop callbacks that threw
   std::map<std::string, int64_t> devicesByHealth;   // Healthy, Unhealthy, Unadvertised, Unknown
   std::map<std::string, int64_t> ignoredDeviceIds;  // unknownShape, noMatch, notGpu
@@ -57,6 +59,7 @@ class AgentMetrics {
   runtime::MetricFamily& unitsStale_;
   runtime::MetricFamily& publishes_;
   runtime::MetricFamily& slicePublishes_;
+  runtime::MetricFamily& draClaims_;
   runtime::MetricFamily& callbackFailures_;
   runtime::MetricFamily& devices_;
   runtime::MetricFamily& resolverMisses_;

@@ -458,7 +458,8 @@ EOF
   # Namespace deletion, ownerReference garbage collection, each namespace's default
   # ServiceAccount, the policies' type-checking status, and the node lifecycle: a new node's
   # not-ready taint cleared once its kubelet reports Ready, a node whose kubelet went silent
-  # marked NotReady and tainted (no taint-eviction controller: nothing is evicted). Each
+  # marked NotReady and tainted (no taint-eviction controller: nothing is evicted); and DRA's
+  # resource-claim controller, which deallocates a claim no pod uses any more (docs/dra.md). Each
   # controller with its own service account's token (TokenRequest) and the bootstrap role RBAC
   # gives it, as kubeadm runs them: the manager's own user has none of those rights.
   start kube-controller-manager "$bin/kube-controller-manager" \
@@ -467,7 +468,7 @@ EOF
     --authorization-kubeconfig="$dir/kube-controller-manager.kubeconfig" \
     --bind-address=127.0.0.1 --secure-port="$COZY_CLUSTER_KCM_PORT" \
     --leader-elect=false --use-service-account-credentials=true \
-    --controllers=namespace-controller,garbage-collector-controller,serviceaccount-controller,validatingadmissionpolicy-status-controller,node-lifecycle-controller \
+    --controllers=namespace-controller,garbage-collector-controller,serviceaccount-controller,validatingadmissionpolicy-status-controller,node-lifecycle-controller,resourceclaim-controller \
     --node-monitor-period=1s --node-monitor-grace-period="$grace"
   wait_for kube-controller-manager "$dir/logs/kube-controller-manager.log" 60 \
     curl -fsSk "https://127.0.0.1:$COZY_CLUSTER_KCM_PORT/healthz"

@@ -84,8 +84,11 @@ struct RunFlags {
   std::string logFormat = "text";
   std::string healthAddress = "127.0.0.1:8080";
   std::string dbus = "off";
-  std::string resourceSlices = "off";  // on: publish the node's ResourceSlice (docs/dra.md)
-  double qps = 5.0;                    // the API client's rate limit (client-go's defaults)
+  std::string resourceSlices = "off";  // on: the DRA driver: the node's ResourceSlice and
+                                       // kubelet's plugin (docs/dra.md)
+  std::string kubeletDir = "/var/lib/kubelet";
+  std::string cdiDir = "/var/run/cdi";
+  double qps = 5.0;  // the API client's rate limit (client-go's defaults)
   int burst = 10;
   int verbosity = 0;
 };
@@ -420,6 +423,10 @@ int RunDaemon(const RunFlags& flags) {
       slices.publisher = std::make_unique<cozy::agent::SlicePublisher>(*api, sources.nodeName);
       slices.watch =
           std::make_unique<cozy::agent::SliceWatch>(*api, sources.nodeName, *slices.publisher);
+      slices.plugin = std::make_unique<cozy::agent::KubeletPlugin>(
+          *api, cozy::agent::KubeletPluginOptions{.nodeName = sources.nodeName,
+                                                  .kubeletDir = flags.kubeletDir,
+                                                  .cdiDir = flags.cdiDir});
     }
   }
   if (!api) {
@@ -479,9 +486,19 @@ void AddRunFlags(CLI::App* runCommand, RunFlags& run) {
       ->capture_default_str();
   runCommand
       ->add_option("--resource-slices", run.resourceSlices,
-                   "on: also publish this node's vfio-bound GPUs as a ResourceSlice of DRA driver "
-                   "gpu.cozystack.io (Kubernetes 1.34+, device taints on)")
+                   "on: also be DRA driver gpu.cozystack.io: publish this node's vfio-bound GPUs "
+                   "as a ResourceSlice and serve kubelet's plugin API (Kubernetes 1.34+, device "
+                   "taints on)")
       ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  runCommand
+      ->add_option("--kubelet-dir", run.kubeletDir,
+                   "kubelet's --root-dir: the DRA plugin registers in its plugins_registry/")
+      ->capture_default_str();
+  runCommand
+      ->add_option("--cdi-dir", run.cdiDir,
+                   "Where the container runtime reads CDI specs: the DRA plugin writes one per "
+                   "prepared claim")
       ->capture_default_str();
   runCommand
       ->add_option("--qps", run.qps,

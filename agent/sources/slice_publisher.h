@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "agent/dra/kubelet_plugin.h"
 #include "agent/sources/publish.h"
 #include "kube/backoff.h"
 #include "kube/client.h"
@@ -93,10 +94,12 @@ class SliceWatch : public Source, private kube::LoopMember {
   std::unique_ptr<kube::InformerLoop> watching_;  // last: stopped before the rest goes
 };
 
-// What `run` hands the daemon for `--resource-slices`: the writer and the watch on it.
+// What `run` hands the daemon for `--resource-slices`: the writer, the watch on it, and the
+// driver's kubelet plugin.
 struct SliceOutput {
   std::unique_ptr<SlicePublisher> publisher;
-  std::unique_ptr<SliceWatch> watch;  // none: repaired at resyncs only
+  std::unique_ptr<SliceWatch> watch;      // none: repaired at resyncs only
+  std::unique_ptr<KubeletPlugin> plugin;  // none: kubelet cannot prepare the slice's devices
 };
 
 }  // namespace cozy::agent

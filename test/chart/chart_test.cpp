@@ -329,6 +329,39 @@ TEST(Chart, HostIsMountedReadOnlyWhereTheAgentLooks) {
   EXPECT_EQ(without.size(), 4u);
 }
 
+// With agent.resourceSlices the agent is the DRA driver's kubelet plugin too (docs/dra.md): the
+// only writable host mounts are its two socket directories and the CDI directory, each at the
+// host's own path (kubelet dials the socket path the plugin names), and the flags name them.
+TEST(Chart, TheDraPluginWritesOnlyItsSocketsAndTheCdiDirectoryAtTheHostsPaths) {
+  YAML::Node values;
+  values["agent"]["resourceSlices"] = true;
+  values["agent"]["kubeletDir"] = "/data/kubelet";
+  const auto documents = Render(values);
+  std::map<std::string, std::string> hostPaths;
+  for (const auto& volume : PodSpec(documents)["volumes"]) {
+    if (volume["hostPath"]) {
+      hostPaths[volume["name"].as<std::string>()] = volume["hostPath"]["path"].as<std::string>();
+    }
+  }
+  std::map<std::string, std::string> writable;  // host path -> mount path
+  for (const auto& mount : Agent(documents)["volumeMounts"]) {
+    if (!mount["readOnly"].as<bool>(false)) {
+      writable[hostPaths[mount["name"].as<std::string>()]] = mount["mountPath"].as<std::string>();
+    }
+  }
+  const std::map<std::string, std::string> expected = {
+      {"/data/kubelet/plugins_registry", "/data/kubelet/plugins_registry"},
+      {"/data/kubelet/plugins/gpu.cozystack.io", "/data/kubelet/plugins/gpu.cozystack.io"},
+      {"/var/run/cdi", "/var/run/cdi"},
+  };
+  EXPECT_EQ(writable, expected);
+  const auto args = Strings(Agent(documents)["args"]);
+  for (const char* arg :
+       {"--resource-slices=on", "--kubelet-dir=/data/kubelet", "--cdi-dir=/var/run/cdi"}) {
+    EXPECT_EQ(std::count(args.begin(), args.end(), arg), 1) << arg;
+  }
+}
+
 // What the chart mounts under the agent's sysfs root (/host) holds everything the agent reads
 // there: on every fixture host, `gpu-agent scan` of a root holding only those host paths, where
 // the chart mounts them, says exactly what a scan of the whole tree says. A subtree missing from
@@ -458,6 +491,7 @@ TEST(Chart, RbacIsExactlyTheLeastTheAgentNeeds) {
   std::set<Rule> withSlices = base;
   withSlices.insert(
       {"resource.k8s.io", "resourceslices", {"get", "list", "watch", "create", "update"}});
+  withSlices.insert({"resource.k8s.io", "resourceclaims", {"get"}});
   for (const auto& [overrides, expected] : std::vector<std::pair<YAML::Node, std::set<Rule>>>{
            {YAML::Node(), base}, {Custom(), base}, {slices, withSlices}}) {
     const auto documents = Render(overrides);

@@ -123,8 +123,16 @@ TEST_F(AgentEndToEnd, A10_A11_TheResourceSliceIsWrittenOnlyWhenItsDevicesChangeA
     }
     return writes;
   };
-  AgentOnFakeCluster::StartAgent({"--resource-slices", "on"});
+  const int healthPort = testing::FreePort();
+  healthAddress_ = "127.0.0.1:" + std::to_string(healthPort);
+  // No kubelet plugin directory of the host's: the plugin registers in a temporary one.
+  AgentOnFakeCluster::StartAgent({"--resource-slices", "on", "--kubelet-dir",
+                                  (directory_.path() / "kubelet").string(), "--cdi-dir",
+                                  (directory_.path() / "cdi").string()});
   ASSERT_TRUE(WaitFor([&] { return generation() == 1 && Published(); })) << AgentLog();
+  EXPECT_TRUE(std::filesystem::is_socket(directory_.path() /
+                                         "kubelet/plugins_registry/gpu.cozystack.io-reg.sock"))
+      << AgentLog();
   ASSERT_TRUE(WaitForPodResourcesReads(3)) << AgentLog();  // passes after it write nothing
   ASSERT_EQ(sliceWrites().size(), 1U) << AgentLog();
   EXPECT_EQ(sliceWrites()[0].method, "POST");
@@ -137,7 +145,7 @@ TEST_F(AgentEndToEnd, A10_A11_TheResourceSliceIsWrittenOnlyWhenItsDevicesChangeA
 
   // af:00.0 leaves vfio-pci: one PUT, the pool's next generation, one device left.
   server_->ClearRequests();
-  BindAf00ToNvidia();
+  Rebind("0000:af:00.0", "nvidia");
   agent_.Signal(SIGHUP);
   ASSERT_TRUE(WaitFor([&] { return generation() == 2; })) << AgentLog();
   ASSERT_TRUE(WaitForPodResourcesReads(3)) << AgentLog();
@@ -153,6 +161,14 @@ TEST_F(AgentEndToEnd, A10_A11_TheResourceSliceIsWrittenOnlyWhenItsDevicesChangeA
   EXPECT_NE(AgentLog().find("ResourceSlice deleted"), std::string::npos) << AgentLog();
   ASSERT_TRUE(WaitForPodResourcesReads(3)) << AgentLog();
   EXPECT_EQ(sliceWrites().size(), 1U) << AgentLog();  // the create, nothing after it
+  // Three writes, and the rest of the passes found nothing to write.
+  const std::string metrics =
+      testing::RunCommand("curl -s -m 2 http://127.0.0.1:" + std::to_string(healthPort) +
+                          "/metrics")
+          .out;
+  EXPECT_NE(metrics.find("gpu_agent_resourceslice_publishes_total{result=\"written\"} 3"),
+            std::string::npos)
+      << metrics;
 }
 
 TEST_F(AgentEndToEnd, BinderConditionsSurviveAndAFixtureChangeAfterSighupIsOnePatch) {
@@ -165,7 +181,7 @@ TEST_F(AgentEndToEnd, BinderConditionsSurviveAndAFixtureChangeAfterSighupIsOnePa
       json{{"status", {{"conditions", {{{"type", "Schedulable"}, {"status", "True"}}}}}}}.dump() +
       "' " + server.url() + kGpuNodes + "/n1/status");
   server_->ClearRequests();
-  BindAf00ToNvidia();
+  Rebind("0000:af:00.0", "nvidia");
   agent_.Signal(SIGHUP);
   ASSERT_TRUE(WaitFor([&] { return Device(GpuNode("n1"), "0000:af:00.0")["driver"] == "nvidia"; }))
       << AgentLog();

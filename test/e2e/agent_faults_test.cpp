@@ -52,16 +52,6 @@ class AgentFaults : public AgentOnFakeCluster {
                                std::to_string(healthPort_) + path)
         .out;
   }
-  void Rebind(const std::string& address, const std::string& driver) {
-    const std::string bus = address.substr(5, 2);
-    const std::string parents[] = {"pci0000:3a/0000:3a:00.0", "pci0000:ae/0000:ae:00.0"};
-    const std::string parent = bus == "3b" ? parents[0] : parents[1];
-    const auto device = host_.root() / "sys/devices" / parent / address;
-    std::filesystem::remove(device / "driver");
-    std::filesystem::create_directories(host_.root() / "sys/bus/pci/drivers" / driver);
-    std::filesystem::create_symlink("../../../../bus/pci/drivers/" + driver, device / "driver");
-  }
-
   int healthPort_ = 0;
 };
 

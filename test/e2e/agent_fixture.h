@@ -98,13 +98,15 @@ class AgentOnFakeCluster : public ::testing::Test {
     return {};
   }
 
-  // Rebinds the fixture's GPU 0000:af:00.0 from vfio-pci to nvidia (the agent sees it at its
-  // next scan: SIGHUP it).
-  void BindAf00ToNvidia() {
-    const auto device = host_.root() / "sys/devices/pci0000:ae/0000:ae:00.0/0000:af:00.0";
+  // Rebinds a GPU of the fixture (0000:3b:00.0 or 0000:af:00.0) to `driver` (the agent sees it
+  // at its next scan: SIGHUP it).
+  void Rebind(const std::string& address, const std::string& driver) {
+    const std::string parent =
+        address.substr(5, 2) == "3b" ? "pci0000:3a/0000:3a:00.0" : "pci0000:ae/0000:ae:00.0";
+    const auto device = host_.root() / "sys/devices" / parent / address;
     std::filesystem::remove(device / "driver");
-    std::filesystem::create_directories(host_.root() / "sys/bus/pci/drivers/nvidia");
-    std::filesystem::create_symlink("../../../../bus/pci/drivers/nvidia", device / "driver");
+    std::filesystem::create_directories(host_.root() / "sys/bus/pci/drivers" / driver);
+    std::filesystem::create_symlink("../../../../bus/pci/drivers/" + driver, device / "driver");
   }
 
   testing::FixtureHost host_{"a100-vfio"};

@@ -110,6 +110,12 @@ const std::vector<BuiltinKind>& BuiltinKinds() {
        .plural = "resourceslices",
        .kind = "ResourceSlice",
        .fieldLabels = {"spec.nodeName", "spec.driver"}},
+      {.group = "resource.k8s.io",
+       .version = "v1",
+       .plural = "resourceclaims",
+       .kind = "ResourceClaim",
+       .namespaced = true,
+       .status = true},
       // Admission webhook configurations: read on every write that goes through admission
       // (fake_apiserver_admission.cpp).
       {.group = "admissionregistration.k8s.io",

@@ -4,8 +4,10 @@
 # the slice's devices are the node's vfio-bound GPUs with Kubernetes' standard PCI attributes;
 # the real kube-scheduler allocates a device only to a claim that tolerates the catalog's taint,
 # and exactly the one its selector names; another node's agent may not write the slice (the
-# chart's policy, decided by kube-apiserver's CEL); kubelet deletes its node's slices when it
-# starts and the agent puts its own back; a device leaving vfio-pci is one write.
+# chart's policy, decided by kube-apiserver's CEL); kubelet prepares the claim through the
+# agent's plugin (a CDI spec of the function's VFIO nodes) and unprepares it when the pod goes;
+# kubelet deletes its node's slices when it starts and the agent puts its own back; a device
+# leaving vfio-pci is one write.
 #   test/realcluster/dra_slices_test.sh SOURCE_DIR BUILD_DIR CLUSTER_DIR
 source "$(dirname "$0")/lib.sh"
 command -v jq >/dev/null || abort "jq is not installed (scripts/install-deps.sh installs it)"
@@ -21,6 +23,9 @@ on_exit "kc delete namespace $tenant --wait=false"
 
 AGENT_NS=$ns # the agents run as the chart's: tokens bound to their pods
 agent_args=(--resource-slices on)
+# Each agent's kubelet plugin registers with its node's kubelet (its --root-dir) and writes the
+# CDI specs of the claims it prepares into a directory of the node's own.
+agent_node_args() { printf '%s\n' --kubelet-dir "${node_dirs[$1]}/root" --cdi-dir "$work/$1-cdi"; }
 real_node node-a a100-vfio
 real_node node-b a100-vfio
 slice() { kc get resourceslice "$1-gpu.cozystack.io" -o json 2>/dev/null; }
@@ -103,7 +108,35 @@ if [ "$(allocated untolerated)" = null/null ] && [ -z "$(pod_node untolerated)" 
 else
   fail "the untolerated claim: $(allocated untolerated), pod on '$(pod_node untolerated)'"
 fi
-kc delete pod -n "$tenant" tolerating untolerated --force --grace-period=0 >/dev/null 2>&1
+
+# --- A12: kubelet prepares the claim through the agent's plugin ---------------------------------
+phase() { kc get pod "$1" -n "$tenant" -o jsonpath='{.status.phase}'; }
+cdi="$work/node-b-cdi/gpu.cozystack.io-vfio_$(kc get resourceclaim tolerating -n "$tenant" -o jsonpath='{.metadata.uid}').json"
+if until_is 30 Running phase tolerating; then
+  pass "A12: node-b's kubelet prepared the claim through the agent's plugin and ran the pod"
+else
+  fail "pod tolerating is '$(phase tolerating)': $(kc get events -n "$tenant" --field-selector involvedObject.name=tolerating -o jsonpath='{.items[*].message}')"
+fi
+if [ -f "$cdi" ] && [ "$(jq -r '[.containerEdits.deviceNodes[].path, .devices[].containerEdits.deviceNodes[].path] | join(" ")' "$cdi")" = "/dev/vfio/vfio /dev/vfio/90" ]; then
+  pass "A12: its CDI spec gives the container /dev/vfio/vfio and 0000:af:00.0's group node /dev/vfio/90"
+else
+  fail "the CDI spec $cdi: $(cat "$cdi" 2>&1 | tr '\n' ' ')"
+fi
+claim_uid=$(kc get resourceclaim tolerating -n "$tenant" -o jsonpath='{.metadata.uid}')
+given="of pod $tenant/tolerating: CDI devices [gpu.cozystack.io/vfio=$claim_uid-pci-0000-af-00-0]"
+grep -qF "$given" "${node_dirs[node-b]}/logs/cri-runtime.log" &&
+  pass "A12: kubelet gave the container the CDI device the plugin named (the runtime's record)" ||
+  fail "the runtime's record: $(grep "of pod $tenant/tolerating" "${node_dirs[node-b]}/logs/cri-runtime.log" | tr '\n' ' ')"
+grep -q "kubelet registered the DRA plugin" "$work/agent-node-b.log" &&
+  pass "A12: kubelet registered the plugin (its NotifyRegistrationStatus)" || fail "no registration in node-b's agent log"
+kc delete pod -n "$tenant" tolerating untolerated --grace-period=0 >/dev/null 2>&1
+if wait_until 30 grep -q "unprepared a claim" "$work/agent-node-b.log" && [ ! -e "$cdi" ]; then
+  pass "A12: the pod deleted, kubelet unprepared the claim: its CDI spec is gone"
+else
+  fail "the CDI spec stayed after the pod went: $(grep -i prepare "$work/agent-node-b.log" | tail -n 3 | tr '\n' ' ')"
+fi
+until_is 30 null/null allocated tolerating && pass "and kube-controller-manager deallocated the claim no pod uses" ||
+  fail "the claim is still allocated $(allocated tolerating)"
 
 # --- A11: no write without a change; kubelet's restart; a device leaving vfio-pci ---------------
 before=$(field node-a .metadata.resourceVersion)

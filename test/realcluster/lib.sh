@@ -344,15 +344,20 @@ real_node() {
 }
 # start_agent NAME: node NAME's gpu-agent (again), as real_node started it; agent_pids[NAME] is
 # its pid, its log $work/agent-NAME.log (appended to). It runs $agent_program (default this
-# build's), with the flags of the array agent_args after its own.
+# build's), with the flags of the array agent_args and of agent_node_args after its own.
 declare -A agent_pids agent_kubeconfigs
 declare -a agent_args=()
+# agent_node_args NAME: more flags for node NAME's agent, one a line (a test may define it).
+agent_node_args() { :; }
 start_agent() {
   local name=$1
+  local -a node_args
+  mapfile -t node_args < <(agent_node_args "$name")
   "${agent_program:-$build_dir/agent/gpu-agent}" run --node-name "$name" --kubeconfig "${agent_kubeconfigs[$name]}" \
     --sysfs-root "$work/$name-root" --pci-ids "$source_dir/fixtures/pci.ids" \
     --pod-resources "unix://${node_dirs[$name]}/root/pod-resources/kubelet.sock" \
-    --pod-resources-interval 2s --udev-source off --dbus off --health-addr off "${agent_args[@]}" \
+    --pod-resources-interval 2s --udev-source off --dbus off --health-addr off \
+    "${agent_args[@]}" "${node_args[@]}" \
     >>"$work/agent-$name.log" 2>&1 &
   agent_pids[$name]=$!
   pids+=($!)

@@ -1,0 +1,214 @@
+// The DRA driver's kubelet plugin (docs/dra.md, "The kubelet plugin", A12): the rules that decide
+// what a claim prepares, then the registration and DRAPlugin v1 services over their real unix
+// sockets as kubelet calls them, claims read from the fake API server, CDI specs in a temporary
+// directory.
+#include "agent/dra/kubelet_plugin.h"
+
+#include <fstream>
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "agent/dra/dra.grpc.pb.h"
+#include "agent/dra/registration.grpc.pb.h"
+#include "agent/status/resource_slice.h"
+#include "test/kube/kube_test_support.h"
+#include "test/support/fixture_host.h"
+
+namespace cozy::agent {
+namespace {
+using nlohmann::json;
+namespace dra = k8s::io::kubelet::pkg::apis::dra::v1;
+
+// node-a's a100-vfio devices: pci-0000-3b-00-0 (group 40) and pci-0000-af-00-0 (group 90).
+std::map<std::string, PreparableDevice> Devices() {
+  return PreparableDevices(SliceDevices(testing::FixtureHost("a100-vfio").Scan(), "node-a"));
+}
+
+// A claim allocated `results` ({pool, device} of driver gpu.cozystack.io unless a third is given).
+json Claim(const std::string& uid, const std::vector<std::vector<std::string>>& results) {
+  json out = json::array();
+  for (const auto& result : results) {
+    out.push_back({{"request", "gpu"},
+                   {"driver", result.size() > 2 ? result[2] : "gpu.cozystack.io"},
+                   {"pool", result[0]},
+                   {"device", result[1]}});
+  }
+  return {{"apiVersion", "resource.k8s.io/v1"},
+          {"kind", "ResourceClaim"},
+          {"metadata", {{"name", "vm-gpu"}, {"namespace", "tenant"}, {"uid", uid}}},
+          {"spec", json::object()},
+          {"status", {{"allocation", {{"devices", {{"results", out}}}}}}}};
+}
+
+const ClaimRef kRef{"tenant", "uid-1", "vm-gpu"};
+
+TEST(PrepareClaimA12, TheNodesVfioDevicesBecomeOneCdiSpecWithTheirGroupNodes) {
+  const PreparedClaim prepared =
+      PrepareClaim(Claim("uid-1", {{"node-a", "pci-0000-3b-00-0"}, {"node-a", "pci-0000-af-00-0"}}),
+                   kRef, "node-a", Devices());
+  ASSERT_EQ(prepared.error, "");
+  ASSERT_EQ(prepared.devices.size(), 2U);
+  EXPECT_EQ(prepared.devices[0].cdiId, "gpu.cozystack.io/vfio=uid-1-pci-0000-3b-00-0");
+  EXPECT_EQ(prepared.devices[0].request, "gpu");
+  EXPECT_EQ(prepared.devices[0].pool, "node-a");
+  EXPECT_EQ(prepared.cdiSpec["kind"], "gpu.cozystack.io/vfio");
+  EXPECT_EQ(prepared.cdiSpec["containerEdits"]["deviceNodes"],
+            json::parse(R"([{"path": "/dev/vfio/vfio"}])"));
+  EXPECT_EQ(prepared.cdiSpec["devices"][1]["name"], "uid-1-pci-0000-af-00-0");
+  EXPECT_EQ(prepared.cdiSpec["devices"][1]["containerEdits"]["deviceNodes"],
+            json::parse(R"([{"path": "/dev/vfio/90"}])"));
+}
+
+TEST(PrepareClaimA12, WhatIsNotThisNodesToPrepareIsRefusedOrLeftToItsDriver) {
+  const auto devices = Devices();
+  // Another driver's result is that driver's: nothing to prepare here, and no spec.
+  PreparedClaim other = PrepareClaim(Claim("uid-1", {{"node-a", "gpu-0", "gpu.nvidia.com"}}), kRef,
+                                     "node-a", devices);
+  EXPECT_EQ(other.error, "");
+  EXPECT_TRUE(other.devices.empty());
+  EXPECT_TRUE(other.cdiSpec.is_null());
+  // A claim deleted and made again under the same name: not the one kubelet asked for.
+  EXPECT_NE(PrepareClaim(Claim("uid-2", {{"node-a", "pci-0000-3b-00-0"}}), kRef, "node-a", devices)
+                .error.find("has uid uid-2, not the uid-1"),
+            std::string::npos);
+  // Another node's pool, a device that left vfio-pci, a claim not allocated.
+  EXPECT_NE(PrepareClaim(Claim("uid-1", {{"node-b", "pci-0000-3b-00-0"}}), kRef, "node-a", devices)
+                .error.find("is not of node node-a's pool"),
+            std::string::npos);
+  EXPECT_NE(PrepareClaim(Claim("uid-1", {{"node-a", "pci-0000-5e-00-0"}}), kRef, "node-a", devices)
+                .error.find("no vfio-bound GPU of node node-a now"),
+            std::string::npos);
+  json unallocated = Claim("uid-1", {});
+  unallocated["status"].erase("allocation");
+  EXPECT_NE(PrepareClaim(unallocated, kRef, "node-a", devices).error.find("is not allocated"),
+            std::string::npos);
+}
+
+class KubeletPluginTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = testing::StartFakeApiServer();
+    client_ = std::make_unique<kube::Client>(testing::ConfigFor(*server_));
+    plugin_ = std::make_unique<KubeletPlugin>(
+        *client_, KubeletPluginOptions{.nodeName = "node-a",
+                                       .kubeletDir = directory_.path() / "kubelet",
+                                       .cdiDir = directory_.path() / "cdi"});
+    plugin_->SetDevices(Devices());
+    plugin_->Start(loop_, {});
+  }
+  template <typename Service>
+  std::unique_ptr<typename Service::Stub> Dial(const std::filesystem::path& socket) {
+    return Service::NewStub(
+        grpc::CreateChannel("unix:" + socket.string(), grpc::InsecureChannelCredentials()));
+  }
+  dra::NodePrepareResourcesResponse Prepare(const std::string& uid) {
+    dra::NodePrepareResourcesRequest request;
+    dra::Claim* claim = request.add_claims();
+    claim->set_namespace_("tenant");
+    claim->set_name("vm-gpu");
+    claim->set_uid(uid);
+    dra::NodePrepareResourcesResponse response;
+    grpc::ClientContext context;
+    const grpc::Status status = Dial<dra::DRAPlugin>(plugin_->ServiceSocket())
+                                    ->NodePrepareResources(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response;
+  }
+  dra::NodeUnprepareResourcesResponse Unprepare(const std::string& uid) {
+    dra::NodeUnprepareResourcesRequest request;
+    dra::Claim* claim = request.add_claims();
+    claim->set_namespace_("tenant");
+    claim->set_name("vm-gpu");
+    claim->set_uid(uid);
+    dra::NodeUnprepareResourcesResponse response;
+    grpc::ClientContext context;
+    EXPECT_TRUE(Dial<dra::DRAPlugin>(plugin_->ServiceSocket())
+                    ->NodeUnprepareResources(&context, request, &response)
+                    .ok());
+    return response;
+  }
+
+  testing::TempDir directory_;
+  runtime::Loop loop_;
+  std::unique_ptr<fake::FakeApiServer> server_;
+  std::unique_ptr<kube::Client> client_;
+  std::unique_ptr<KubeletPlugin> plugin_;
+};
+
+TEST_F(KubeletPluginTest, A12_KubeletsWatcherFindsTheDriverAndItsEndpoint) {
+  EXPECT_EQ(plugin_->RegistrationSocket(),
+            directory_.path() / "kubelet/plugins_registry/gpu.cozystack.io-reg.sock");
+  pluginregistration::InfoRequest request;
+  pluginregistration::PluginInfo info;
+  grpc::ClientContext context;
+  ASSERT_TRUE(Dial<pluginregistration::Registration>(plugin_->RegistrationSocket())
+                  ->GetInfo(&context, request, &info)
+                  .ok());
+  EXPECT_EQ(info.type(), "DRAPlugin");
+  EXPECT_EQ(info.name(), "gpu.cozystack.io");
+  EXPECT_EQ(info.endpoint(),
+            (directory_.path() / "kubelet/plugins/gpu.cozystack.io/dra.sock").string());
+  ASSERT_EQ(info.supported_versions_size(), 1);
+  EXPECT_EQ(info.supported_versions(0), "v1.DRAPlugin");
+  // Stopped, the registration socket goes: kubelet's watcher deregisters the plugin.
+  plugin_->Stop();
+  EXPECT_FALSE(std::filesystem::exists(plugin_->RegistrationSocket()));
+}
+
+TEST_F(KubeletPluginTest, A12_PrepareWritesTheCdiSpecAndUnprepareRemovesItBothIdempotent) {
+  // The API server gives the claim its uid.
+  const std::string uid =
+      server_->Seed(Claim("", {{"node-a", "pci-0000-af-00-0"}}))["metadata"]["uid"];
+  for (int round = 0; round < 2; ++round) {  // kubelet may ask twice (a restart in between)
+    const auto response = Prepare(uid);
+    ASSERT_EQ(response.claims().count(uid), 1U);
+    const auto& answer = response.claims().at(uid);
+    EXPECT_EQ(answer.error(), "");
+    ASSERT_EQ(answer.devices_size(), 1);
+    EXPECT_EQ(answer.devices(0).pool_name(), "node-a");
+    EXPECT_EQ(answer.devices(0).device_name(), "pci-0000-af-00-0");
+    EXPECT_EQ(answer.devices(0).request_names(0), "gpu");
+    EXPECT_EQ(answer.devices(0).cdi_device_ids(0),
+              "gpu.cozystack.io/vfio=" + uid + "-pci-0000-af-00-0");
+  }
+  const auto path = plugin_->CdiSpecPath(uid);
+  ASSERT_TRUE(std::filesystem::exists(path));
+  const json spec = json::parse(std::ifstream(path));
+  EXPECT_EQ(spec["devices"][0]["containerEdits"]["deviceNodes"][0]["path"], "/dev/vfio/90");
+  for (int round = 0; round < 2; ++round) {
+    const auto response = Unprepare(uid);
+    ASSERT_EQ(response.claims().count(uid), 1U);
+    EXPECT_EQ(response.claims().at(uid).error(), "");
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_EQ(plugin_->counters().prepared, 2);
+}
+
+TEST_F(KubeletPluginTest, A12_AClaimThatCannotBePreparedIsAnErrorForItAloneAndWritesNothing) {
+  // Gone from the API server (a 404), or of a device that left vfio-pci: each claim answers
+  // with its error, the call itself succeeds, and no spec is written.
+  const std::string uid2 =
+      server_->Seed(Claim("", {{"node-a", "pci-0000-5e-00-0"}}))["metadata"]["uid"];
+  dra::NodePrepareResourcesRequest request;
+  for (const auto& [uid, name] :
+       std::vector<std::pair<std::string, std::string>>{{"uid-1", "gone"}, {uid2, "vm-gpu"}}) {
+    dra::Claim* claim = request.add_claims();
+    claim->set_namespace_("tenant");
+    claim->set_name(name);
+    claim->set_uid(uid);
+  }
+  dra::NodePrepareResourcesResponse response;
+  grpc::ClientContext context;
+  ASSERT_TRUE(Dial<dra::DRAPlugin>(plugin_->ServiceSocket())
+                  ->NodePrepareResources(&context, request, &response)
+                  .ok());
+  EXPECT_NE(response.claims().at("uid-1").error().find("tenant/gone"), std::string::npos);
+  EXPECT_NE(response.claims().at(uid2).error().find("no vfio-bound GPU"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(plugin_->CdiSpecPath("uid-1")));
+  EXPECT_FALSE(std::filesystem::exists(plugin_->CdiSpecPath(uid2)));
+  EXPECT_EQ(plugin_->counters().prepareFailures, 2);
+}
+
+}  // namespace
+}  // namespace cozy::agent
