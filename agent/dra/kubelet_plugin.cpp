@@ -18,8 +18,64 @@ namespace dra = k8s::io::kubelet::pkg::apis::dra::v1;
 
 namespace {
 
-// The CDI kind of every spec the plugin writes: "<vendor>/<class>".
+// The CDI kinds of the specs the plugin writes: "<vendor>/<class>".
 const std::string kCdiKind = std::string(api::kDraDriver) + "/vfio";
+const std::string kMetadataCdiKind = std::string(api::kDraDriver) + "/metadata";
+
+// KEP-5304: where a container finds a request's device metadata, and the one version of
+// DeviceMetadata written (the stream may hold several, newest first).
+const std::filesystem::path kMetadataRoot = "/var/run/kubernetes.io/dra-device-attributes";
+constexpr std::string_view kPodClaimNameAnnotation = "resource.kubernetes.io/pod-claim-name";
+
+// The container path of a request's metadata file: a claim made from a template is found by the
+// name the pod gives it (the annotation the resource-claim controller sets), any other by its own.
+std::filesystem::path MetadataContainerPath(const json& claim, const std::string& request) {
+  const json metadata = claim.value("metadata", json::object());
+  const std::string podClaimName =
+      metadata.value("annotations", json::object()).value(std::string(kPodClaimNameAnnotation), "");
+  const std::filesystem::path claimDir =
+      podClaimName.empty() ? kMetadataRoot / "resourceclaims" / metadata.value("name", "")
+                           : kMetadataRoot / "resourceclaimtemplates" / podClaimName;
+  return claimDir / request / (std::string(api::kDraDriver) + "-metadata.json");
+}
+
+// The metadata files and their CDI spec for the devices prepared, by request.
+void AddMetadata(const json& claim, const ClaimRef& ref, const std::filesystem::path& metadataDir,
+                 const std::map<std::string, PreparableDevice>& devices, PreparedClaim& prepared) {
+  std::map<std::string, json> byRequest;  // request -> DeviceMetadata devices
+  for (PreparedDevice& device : prepared.devices) {
+    byRequest[device.request].push_back({{"driver", std::string(api::kDraDriver)},
+                                         {"pool", device.pool},
+                                         {"name", device.device},
+                                         {"attributes", devices.at(device.device).attributes}});
+    device.metadataCdiId = kMetadataCdiKind + "=" + ref.uid + "_" + device.request;
+  }
+  const json metadata = claim.value("metadata", json::object());
+  json specDevices = json::array();
+  for (const auto& [request, requestDevices] : byRequest) {
+    json object = {{"apiVersion", "metadata.resource.k8s.io/v1alpha1"},
+                   {"kind", "DeviceMetadata"},
+                   {"metadata",
+                    {{"name", metadata.value("name", "")},
+                     {"namespace", metadata.value("namespace", "")},
+                     {"uid", ref.uid},
+                     {"generation", 1}}},
+                   {"requests", json::array({{{"name", request}, {"devices", requestDevices}}})}};
+    const std::string podClaimName = metadata.value("annotations", json::object())
+                                         .value(std::string(kPodClaimNameAnnotation), "");
+    if (!podClaimName.empty()) object["podClaimName"] = podClaimName;
+    const std::filesystem::path hostPath = metadataDir / (request + ".json");
+    prepared.metadataFiles[hostPath] = object.dump() + "\n";
+    json mount = {{"hostPath", hostPath.string()},
+                  {"containerPath", MetadataContainerPath(claim, request).string()},
+                  {"options", json::array({"ro", "bind"})}};
+    json device = {{"name", ref.uid + "_" + request}};
+    device["containerEdits"]["mounts"] = json::array({std::move(mount)});
+    specDevices.push_back(std::move(device));
+  }
+  prepared.metadataSpec = {
+      {"cdiVersion", "0.6.0"}, {"kind", kMetadataCdiKind}, {"devices", std::move(specDevices)}};
+}
 
 std::string Describe(const ClaimRef& ref) { return "ResourceClaim " + ref.ns + "/" + ref.name; }
 
@@ -49,13 +105,15 @@ std::map<std::string, PreparableDevice> PreparableDevices(const json& sliceDevic
     if (group.contains("int") && group["int"].is_number_integer()) {
       preparable.iommuGroup = group["int"].get<int64_t>();
     }
+    preparable.attributes = attributes;
     devices[device.value("name", "")] = std::move(preparable);
   }
   return devices;
 }
 
 PreparedClaim PrepareClaim(const json& claim, const ClaimRef& ref, const std::string& nodeName,
-                           const std::map<std::string, PreparableDevice>& devices) {
+                           const std::map<std::string, PreparableDevice>& devices,
+                           const std::filesystem::path& metadataDir) {
   PreparedClaim prepared;
   const std::string uid = claim.value("metadata", json::object()).value("uid", "");
   if (uid != ref.uid) {
@@ -90,7 +148,8 @@ PreparedClaim PrepareClaim(const json& claim, const ClaimRef& ref, const std::st
     json device = {{"name", cdiName}};
     device["containerEdits"]["deviceNodes"] = json::array({groupNode});
     specDevices.push_back(std::move(device));
-    prepared.devices.push_back({result.value("request", ""), pool, name, kCdiKind + "=" + cdiName});
+    prepared.devices.push_back(
+        {result.value("request", ""), pool, name, kCdiKind + "=" + cdiName, ""});
   }
   if (!specDevices.empty()) {
     // /dev/vfio/vfio once for the spec: the container edits of the spec itself apply whenever
@@ -100,6 +159,7 @@ PreparedClaim PrepareClaim(const json& claim, const ClaimRef& ref, const std::st
         {"kind", kCdiKind},
         {"containerEdits", {{"deviceNodes", json::array({{{"path", "/dev/vfio/vfio"}}})}}},
         {"devices", std::move(specDevices)}};
+    AddMetadata(claim, ref, metadataDir, devices, prepared);
   }
   return prepared;
 }
@@ -152,6 +212,7 @@ struct KubeletPlugin::Services {
           out->set_pool_name(device.pool);
           out->set_device_name(device.device);
           out->add_cdi_device_ids(device.cdiId);
+          out->add_cdi_device_ids(device.metadataCdiId);
         }
       }
       return grpc::Status::OK;
@@ -194,6 +255,14 @@ std::filesystem::path KubeletPlugin::ServiceSocket() const {
 
 std::filesystem::path KubeletPlugin::CdiSpecPath(const std::string& claimUid) const {
   return options_.cdiDir / (std::string(api::kDraDriver) + "-vfio_" + claimUid + ".json");
+}
+
+std::filesystem::path KubeletPlugin::MetadataSpecPath(const std::string& claimUid) const {
+  return options_.cdiDir / (std::string(api::kDraDriver) + "-metadata_" + claimUid + ".json");
+}
+
+std::filesystem::path KubeletPlugin::MetadataDir(const std::string& claimUid) const {
+  return ServiceSocket().parent_path() / "metadata" / claimUid;
 }
 
 void KubeletPlugin::SetDevices(std::map<std::string, PreparableDevice> devices) {
@@ -265,8 +334,12 @@ PreparedClaim KubeletPlugin::Prepare(const ClaimRef& ref) {
       std::lock_guard lock(mutex_);
       devices = devices_;
     }
-    prepared = PrepareClaim(claim, ref, options_.nodeName, devices);
+    prepared = PrepareClaim(claim, ref, options_.nodeName, devices, MetadataDir(ref.uid));
     if (prepared.error.empty() && !prepared.cdiSpec.is_null()) {
+      // The files first, then the specs that name them.
+      std::filesystem::create_directories(MetadataDir(ref.uid));
+      for (const auto& [path, text] : prepared.metadataFiles) WriteAtomically(path, text);
+      WriteAtomically(MetadataSpecPath(ref.uid), prepared.metadataSpec.dump(2) + "\n");
       WriteAtomically(CdiSpecPath(ref.uid), prepared.cdiSpec.dump(2) + "\n");
     }
   } catch (const std::exception& error) {
@@ -286,7 +359,10 @@ PreparedClaim KubeletPlugin::Prepare(const ClaimRef& ref) {
 
 std::string KubeletPlugin::Unprepare(const ClaimRef& ref) {
   std::error_code error;
-  std::filesystem::remove(CdiSpecPath(ref.uid), error);  // absent: already unprepared
+  // Absent: already unprepared. The specs first, then the files they name.
+  std::filesystem::remove(CdiSpecPath(ref.uid), error);
+  if (!error) std::filesystem::remove(MetadataSpecPath(ref.uid), error);
+  if (!error) std::filesystem::remove_all(MetadataDir(ref.uid), error);
   if (error) {
     ++counters_.unprepareFailures;
     return "unpreparing " + Describe(ref) + ": " + error.message();

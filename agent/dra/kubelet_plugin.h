@@ -37,6 +37,7 @@ struct KubeletPluginOptions {
 struct PreparableDevice {
   std::string pciAddress;
   std::optional<int64_t> iommuGroup;
+  nlohmann::json attributes;  // the slice's, for the device metadata file (KEP-5304)
 };
 
 // A claim as kubelet names it.
@@ -51,21 +52,29 @@ struct PreparedDevice {
   std::string request;
   std::string pool;
   std::string device;
-  std::string cdiId;  // gpu.cozystack.io/vfio=<claim uid>-<device>
+  std::string cdiId;          // gpu.cozystack.io/vfio=<claim uid>-<device>
+  std::string metadataCdiId;  // gpu.cozystack.io/metadata=<claim uid>_<request>
 };
 
 struct PreparedClaim {
   std::vector<PreparedDevice> devices;
   nlohmann::json cdiSpec;  // null when the claim has none of this node's devices
-  std::string error;       // set: nothing prepared
+  // KEP-5304's device metadata: one file per request (host path -> its JSON stream) and the CDI
+  // spec that bind-mounts each read-only where the container looks for it; null without devices.
+  std::map<std::filesystem::path, std::string> metadataFiles;
+  nlohmann::json metadataSpec;
+  std::string error;  // set: nothing prepared
 };
 
 // The devices of `claim` (as read from the API server) that kubelet may hand the pod: this
-// driver's results from `nodeName`'s pool, each a device of `devices` now, and the CDI spec that
-// gives a container their VFIO nodes. Pure: PrepareClaim's rules, tested without gRPC.
+// driver's results from `nodeName`'s pool, each a device of `devices` now; the CDI spec that
+// gives a container their VFIO nodes; and, under `metadataDir`, the device metadata files that
+// tell virt-launcher each device's PCI address, with the CDI spec that mounts them. Each device
+// answers both CDI ids. Pure: PrepareClaim's rules, tested without gRPC.
 PreparedClaim PrepareClaim(const nlohmann::json& claim, const ClaimRef& ref,
                            const std::string& nodeName,
-                           const std::map<std::string, PreparableDevice>& devices);
+                           const std::map<std::string, PreparableDevice>& devices,
+                           const std::filesystem::path& metadataDir = "/metadata");
 
 // The devices of a slice (SliceDevices) by name.
 std::map<std::string, PreparableDevice> PreparableDevices(const nlohmann::json& sliceDevices);
@@ -94,6 +103,9 @@ class KubeletPlugin : public Source {
   std::filesystem::path RegistrationSocket() const;
   std::filesystem::path ServiceSocket() const;
   std::filesystem::path CdiSpecPath(const std::string& claimUid) const;
+  std::filesystem::path MetadataSpecPath(const std::string& claimUid) const;
+  // Where the claim's device metadata files are kept on the host (in the plugin's directory).
+  std::filesystem::path MetadataDir(const std::string& claimUid) const;
   const KubeletPluginCounters& counters() const { return counters_; }
 
   // The services' work, on gRPC's threads.

@@ -60,6 +60,43 @@ TEST(PrepareClaimA12, TheNodesVfioDevicesBecomeOneCdiSpecWithTheirGroupNodes) {
             json::parse(R"([{"path": "/dev/vfio/90"}])"));
 }
 
+// KEP-5304: per request a DeviceMetadata file with each device's attributes, bind-mounted
+// read-only where virt-launcher reads the PCI address; a claim made from a template is found by
+// the name the pod gives it.
+TEST(PrepareClaimA12, EachRequestGetsItsDeviceMetadataFileMountedWhereTheContainerLooks) {
+  PreparedClaim prepared = PrepareClaim(Claim("uid-1", {{"node-a", "pci-0000-af-00-0"}}), kRef,
+                                        "node-a", Devices(), "/plugin/metadata/uid-1");
+  ASSERT_EQ(prepared.error, "");
+  EXPECT_EQ(prepared.devices[0].metadataCdiId, "gpu.cozystack.io/metadata=uid-1_gpu");
+  ASSERT_EQ(prepared.metadataFiles.size(), 1U);
+  const auto& [hostPath, text] = *prepared.metadataFiles.begin();
+  EXPECT_EQ(hostPath, "/plugin/metadata/uid-1/gpu.json");
+  const json metadata = json::parse(text);
+  EXPECT_EQ(metadata["apiVersion"], "metadata.resource.k8s.io/v1alpha1");
+  EXPECT_EQ(metadata["kind"], "DeviceMetadata");
+  EXPECT_EQ(metadata["metadata"]["uid"], "uid-1");
+  EXPECT_EQ(metadata["requests"][0]["name"], "gpu");
+  const json& device = metadata["requests"][0]["devices"][0];
+  EXPECT_EQ(device["driver"], "gpu.cozystack.io");
+  EXPECT_EQ(device["pool"], "node-a");
+  EXPECT_EQ(device["name"], "pci-0000-af-00-0");
+  EXPECT_EQ(device["attributes"]["resource.kubernetes.io/pciBusID"]["string"], "0000:af:00.0");
+  EXPECT_EQ(prepared.metadataSpec["kind"], "gpu.cozystack.io/metadata");
+  EXPECT_EQ(prepared.metadataSpec["devices"][0]["name"], "uid-1_gpu");
+  EXPECT_EQ(prepared.metadataSpec["devices"][0]["containerEdits"]["mounts"],
+            json::parse(R"([{"hostPath": "/plugin/metadata/uid-1/gpu.json",
+              "containerPath": "/var/run/kubernetes.io/dra-device-attributes/resourceclaims/vm-gpu/gpu/gpu.cozystack.io-metadata.json",
+              "options": ["ro", "bind"]}])"));
+
+  json fromTemplate = Claim("uid-1", {{"node-a", "pci-0000-af-00-0"}});
+  fromTemplate["metadata"]["annotations"]["resource.kubernetes.io/pod-claim-name"] = "gpus";
+  prepared = PrepareClaim(fromTemplate, kRef, "node-a", Devices(), "/m");
+  EXPECT_EQ(prepared.metadataSpec["devices"][0]["containerEdits"]["mounts"][0]["containerPath"],
+            "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/gpus/gpu/"
+            "gpu.cozystack.io-metadata.json");
+  EXPECT_EQ(json::parse(prepared.metadataFiles.begin()->second)["podClaimName"], "gpus");
+}
+
 TEST(PrepareClaimA12, WhatIsNotThisNodesToPrepareIsRefusedOrLeftToItsDriver) {
   const auto devices = Devices();
   // Another driver's result is that driver's: nothing to prepare here, and no spec.
@@ -171,17 +208,28 @@ TEST_F(KubeletPluginTest, A12_PrepareWritesTheCdiSpecAndUnprepareRemovesItBothId
     EXPECT_EQ(answer.devices(0).request_names(0), "gpu");
     EXPECT_EQ(answer.devices(0).cdi_device_ids(0),
               "gpu.cozystack.io/vfio=" + uid + "-pci-0000-af-00-0");
+    ASSERT_EQ(answer.devices(0).cdi_device_ids_size(), 2);
+    EXPECT_EQ(answer.devices(0).cdi_device_ids(1), "gpu.cozystack.io/metadata=" + uid + "_gpu");
   }
   const auto path = plugin_->CdiSpecPath(uid);
   ASSERT_TRUE(std::filesystem::exists(path));
   const json spec = json::parse(std::ifstream(path));
   EXPECT_EQ(spec["devices"][0]["containerEdits"]["deviceNodes"][0]["path"], "/dev/vfio/90");
+  // The metadata file in the plugin's own directory, and the spec that mounts it.
+  const json metadata = json::parse(std::ifstream(plugin_->MetadataDir(uid) / "gpu.json"));
+  EXPECT_EQ(metadata["requests"][0]["devices"][0]["attributes"]["resource.kubernetes.io/pciBusID"]
+                    ["string"],
+            "0000:af:00.0");
+  EXPECT_EQ(json::parse(std::ifstream(plugin_->MetadataSpecPath(uid)))["devices"][0]["name"],
+            uid + "_gpu");
   for (int round = 0; round < 2; ++round) {
     const auto response = Unprepare(uid);
     ASSERT_EQ(response.claims().count(uid), 1U);
     EXPECT_EQ(response.claims().at(uid).error(), "");
   }
   EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_FALSE(std::filesystem::exists(plugin_->MetadataSpecPath(uid)));
+  EXPECT_FALSE(std::filesystem::exists(plugin_->MetadataDir(uid)));
   EXPECT_EQ(plugin_->counters().prepared, 2);
 }
 

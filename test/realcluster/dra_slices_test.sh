@@ -123,15 +123,27 @@ else
   fail "the CDI spec $cdi: $(cat "$cdi" 2>&1 | tr '\n' ' ')"
 fi
 claim_uid=$(kc get resourceclaim tolerating -n "$tenant" -o jsonpath='{.metadata.uid}')
-given="of pod $tenant/tolerating: CDI devices [gpu.cozystack.io/vfio=$claim_uid-pci-0000-af-00-0]"
+given="of pod $tenant/tolerating: CDI devices [gpu.cozystack.io/vfio=$claim_uid-pci-0000-af-00-0 gpu.cozystack.io/metadata=${claim_uid}_gpu]"
 grep -qF "$given" "${node_dirs[node-b]}/logs/cri-runtime.log" &&
-  pass "A12: kubelet gave the container the CDI device the plugin named (the runtime's record)" ||
+  pass "A12: kubelet gave the container the CDI devices the plugin named, VFIO and metadata (the runtime's record)" ||
   fail "the runtime's record: $(grep "of pod $tenant/tolerating" "${node_dirs[node-b]}/logs/cri-runtime.log" | tr '\n' ' ')"
+# KEP-5304: the device metadata file virt-launcher reads the PCI address from, and where it is
+# mounted in the container.
+metadata="${node_dirs[node-b]}/root/plugins/gpu.cozystack.io/metadata/$claim_uid/gpu.json"
+mounted=$(jq -r '.devices[0].containerEdits.mounts[0].containerPath' \
+  "$work/node-b-cdi/gpu.cozystack.io-metadata_$claim_uid.json" 2>/dev/null)
+if [ "$(jq -r '.requests[0].devices[0].attributes["resource.kubernetes.io/pciBusID"].string' "$metadata" 2>/dev/null)" = 0000:af:00.0 ] &&
+  [ "$mounted" = /var/run/kubernetes.io/dra-device-attributes/resourceclaims/tolerating/gpu/gpu.cozystack.io-metadata.json ]; then
+  pass "A12: the device metadata (KEP-5304) names 0000:af:00.0, mounted at $mounted"
+else
+  fail "the device metadata: $(cat "$metadata" 2>&1 | tr '\n' ' ') mounted at '$mounted'"
+fi
 grep -q "kubelet registered the DRA plugin" "$work/agent-node-b.log" &&
   pass "A12: kubelet registered the plugin (its NotifyRegistrationStatus)" || fail "no registration in node-b's agent log"
 kc delete pod -n "$tenant" tolerating untolerated --grace-period=0 >/dev/null 2>&1
-if wait_until 30 grep -q "unprepared a claim" "$work/agent-node-b.log" && [ ! -e "$cdi" ]; then
-  pass "A12: the pod deleted, kubelet unprepared the claim: its CDI spec is gone"
+if wait_until 30 grep -q "unprepared a claim" "$work/agent-node-b.log" && [ ! -e "$cdi" ] &&
+  [ ! -e "$metadata" ]; then
+  pass "A12: the pod deleted, kubelet unprepared the claim: its CDI specs and metadata are gone"
 else
   fail "the CDI spec stayed after the pod went: $(grep -i prepare "$work/agent-node-b.log" | tail -n 3 | tr '\n' ' ')"
 fi
