@@ -20,6 +20,13 @@ wait_until 60 test -n "$(kc get validatingadmissionpolicy gpu-agent-own-resource
 tenant="dra-$$"
 create_namespace "$tenant"
 on_exit "kc delete namespace $tenant --wait=false"
+# The chart's DRA policies type-check clean on kube-apiserver against the kinds they read.
+for policy in gpu-agent-own-resourceslices gpu-catalog-claims gpu-catalog-claim-templates; do
+  checked() { [ -n "$(kc get validatingadmissionpolicy "$1" -o jsonpath='{.status.observedGeneration}')" ]; }
+  wait_until 60 checked "$policy" || abort "policy $policy has no type-checking status"
+  warnings=$(kc get validatingadmissionpolicy "$policy" -o jsonpath='{.status.typeChecking.expressionWarnings}')
+  [ -z "$warnings" ] && pass "policy $policy type-checks without warnings" || fail "$policy: $warnings"
+done
 
 AGENT_NS=$ns # the agents run as the chart's: tokens bound to their pods
 agent_args=(--resource-slices on)
@@ -65,15 +72,17 @@ metadata: {name: dra-test-$$}
 spec:
   selectors: [{cel: {expression: 'device.driver == "gpu.cozystack.io"'}}]
 YAML
-for claim in tolerating untolerated; do
-  toleration=""
-  [ "$claim" = tolerating ] &&
+# claim_yaml NAME [tolerating]: a claim in the test's namespace for exactly node-b's
+# 0000:af:00.0, by its id, tolerating the catalog's taint or not.
+claim_yaml() {
+  local toleration=""
+  [ "${2:-}" = tolerating ] &&
     toleration="tolerations: [{key: gpu.cozystack.io/catalog, operator: Exists, effect: NoSchedule}]"
-  cat >>"$work/claims.yaml" <<YAML
+  cat <<YAML
 ---
 apiVersion: resource.k8s.io/v1
 kind: ResourceClaim
-metadata: {name: $claim, namespace: $tenant}
+metadata: {name: $1, namespace: $tenant}
 spec:
   devices:
     requests:
@@ -82,6 +91,11 @@ spec:
         deviceClassName: dra-test-$$
         selectors: [{cel: {expression: 'device.attributes["gpu.cozystack.io"].id == "node-b/0000:af:00.0"'}}]
         $toleration
+YAML
+}
+for claim in tolerating untolerated; do
+  claim_yaml "$claim" "$claim" >>"$work/claims.yaml"
+  cat >>"$work/claims.yaml" <<YAML
 ---
 apiVersion: v1
 kind: Pod
@@ -108,6 +122,18 @@ if [ "$(allocated untolerated)" = null/null ] && [ -z "$(pod_node untolerated)" 
 else
   fail "the untolerated claim: $(allocated untolerated), pod on '$(pod_node untolerated)'"
 fi
+
+# --- F20: a tenant may not tolerate the catalog's taint ---------------------------------------
+cert_kubeconfig "$work/alice.kubeconfig" alice tenants
+kc create role claims -n "$tenant" --verb=create,get --resource=resourceclaims.resource.k8s.io >/dev/null
+kc create rolebinding alice-claims -n "$tenant" --role=claims --user=alice >/dev/null
+claim_yaml alices-own tolerating >"$work/alice-tolerating.yaml"
+expect_refused "a tenant's claim that tolerates the catalog's taint is refused (F20)" \
+  'ValidatingAdmissionPolicy .gpu-catalog-claims.* only gpu-controller .* may write a claim that tolerates the taint gpu.cozystack.io/catalog' \
+  as "$work/alice.kubeconfig" kc create -f "$work/alice-tolerating.yaml"
+claim_yaml alices-plain >"$work/alice-plain.yaml"
+expect_ok "the same claim without the toleration is hers to make" \
+  as "$work/alice.kubeconfig" kc create -f "$work/alice-plain.yaml"
 
 # --- A12: kubelet prepares the claim through the agent's plugin ---------------------------------
 phase() { kc get pod "$1" -n "$tenant" -o jsonpath='{.status.phase}'; }

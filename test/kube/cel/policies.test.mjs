@@ -122,6 +122,8 @@ const RESOURCES = {
   Deployment: ["apps", "v1", "deployments"],
   Namespace: ["", "v1", "namespaces"],
   ResourceSlice: ["resource.k8s.io", "v1", "resourceslices"],
+  ResourceClaim: ["resource.k8s.io", "v1", "resourceclaims"],
+  ResourceClaimTemplate: ["resource.k8s.io", "v1", "resourceclaimtemplates"],
 };
 
 // A write as the API server hands it to admission: object null on DELETE, oldObject null on
@@ -476,6 +478,60 @@ test("F19: no node name, another driver, a slice for all nodes or without its No
     resourceSlice("n2", { driver: "gpu.nvidia.com" })), "another driver's own account");
 });
 
+// --- F20: only the controller's claims tolerate the catalog's taint ---------------------------
+
+const CATALOG_TAINT = "gpu.cozystack.io/catalog";
+// A claim (or, `template`, a claim template) in tenant-a with one request of `request`'s shape.
+function claim(name, request, { template = false } = {}) {
+  const spec = { devices: { requests: [{ name: "gpu", ...request }] } };
+  return template
+    ? { apiVersion: "resource.k8s.io/v1", kind: "ResourceClaimTemplate",
+      metadata: { name, namespace: "tenant-a" }, spec: { spec } }
+    : { apiVersion: "resource.k8s.io/v1", kind: "ResourceClaim",
+      metadata: { name, namespace: "tenant-a" }, spec };
+}
+const exactly = (tolerations) => ({ exactly: { deviceClassName: "gpu", ...(tolerations ?
+  { tolerations } : {}) } });
+const CATALOG = [{ key: CATALOG_TAINT, operator: "Exists", effect: "NoSchedule" }];
+const EVERY_TAINT = [{ operator: "Exists" }];
+const RESOURCE_CLAIM_CONTROLLER = sa("kube-system", "resource-claim-controller");
+
+test("F20: a request may tolerate the catalog's taint only in the controller's claims", () => {
+  const refused = /only gpu-controller .* may write a claim that tolerates the taint gpu.cozystack.io\/catalog/;
+  for (const [who, user] of [["tenant", TENANT], ["tenant's service account", TENANT_SA]]) {
+    assertRefused(ON, create("ResourceClaim", user, claim("c", exactly(CATALOG))),
+      "gpu-catalog-claims", refused, `${who}: the catalog's key`);
+    assertRefused(ON, create("ResourceClaim", user, claim("c", exactly(EVERY_TAINT))),
+      "gpu-catalog-claims", refused, `${who}: every taint`);
+    assertRefused(ON, create("ResourceClaim", user, claim("c", { firstAvailable: [
+      { name: "small", deviceClassName: "gpu" },
+      { name: "catalog", deviceClassName: "gpu", tolerations: CATALOG }] })),
+    "gpu-catalog-claims", refused, `${who}: an alternative of a prioritized list`);
+    assertRefused(ON, create("ResourceClaimTemplate", user,
+      claim("t", exactly(CATALOG), { template: true })), "gpu-catalog-claim-templates", refused,
+    `${who}: a template`);
+    assertAllowed(ON, create("ResourceClaim", user, claim("c", exactly())),
+      `${who}: a claim of its own, no toleration`);
+    assertAllowed(ON, create("ResourceClaim", user, claim("c", exactly([{ key: "example.com/x",
+      operator: "Exists", effect: "NoSchedule" }]))), `${who}: another taint's toleration`);
+  }
+  assertAllowed(ON, create("ResourceClaim", CONTROLLER, claim("c", exactly(CATALOG))),
+    "the controller");
+  // kube-scheduler adds its finalizer to the claim it allocates: an update, never matched (the
+  // spec is immutable, so a toleration is only ever written at create).
+  assertAllowed(ON, update("ResourceClaim", { username: "system:kube-scheduler",
+    groups: ["system:authenticated"] }, claim("c", exactly(CATALOG)),
+  claim("c", exactly(CATALOG))), "kube-scheduler's update of a catalog claim");
+  assertAllowed(ON, create("ResourceClaim", ADMIN, claim("c", exactly(CATALOG))), "a cluster admin");
+  // kube-controller-manager makes a pod's claims from its templates, which the policy guards.
+  assertAllowed(ON, create("ResourceClaim", RESOURCE_CLAIM_CONTROLLER, claim("c", exactly(CATALOG))),
+    "the resource-claim controller's claim");
+  assertRefused(ON, create("ResourceClaimTemplate", RESOURCE_CLAIM_CONTROLLER,
+    claim("t", exactly(CATALOG), { template: true })), "gpu-catalog-claim-templates", refused,
+  "the resource-claim controller's template");
+  assert.equal(byName(OFF, "ValidatingAdmissionPolicy", "gpu-catalog-claims"), undefined);
+});
+
 // --- F3-F5, F17: the class policies ----------------------------------------------------------
 
 test("F17: the class policies render only with GPUs on; the others either way", () => {
@@ -485,8 +541,8 @@ test("F17: the class policies render only with GPUs on; the others either way", 
     "gpu-tenant-namespace-label", "gpu-usage-monitor-label"];
   assert.deepEqual(policyNames(OFF), always);
   // (gpu-on-values.yaml also turns agent.resourceSlices on: F19's policy.)
-  assert.deepEqual(policyNames(ON),
-    [...always, ...classPolicies, "gpu-agent-own-resourceslices"].sort());
+  assert.deepEqual(policyNames(ON), [...always, ...classPolicies, "gpu-agent-own-resourceslices",
+    "gpu-catalog-claim-templates", "gpu-catalog-claims"].sort());
   for (const name of classPolicies) {
     assert.equal(OFF.some((d) => d.kind === "ValidatingAdmissionPolicyBinding" &&
       d.spec.policyName === name), false, name);
