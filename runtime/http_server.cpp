@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -653,8 +654,11 @@ class HttpServer::Loop {
       shutdown_.listenerClosed = true;
     }
     acceptPausedUntil_.reset();
+    if (shutdown_.beginning) shutdown_.beginning();
     for (auto it = connections_.begin(); it != connections_.end();) {
-      if (IdleBetweenRequests(it->second)) {
+      // A kept connection whose next request is already in its socket (sent as the stop began,
+      // not yet read) is served like any request begun: closing it would drop that request.
+      if (IdleBetweenRequests(it->second) && !BytesWaiting(it->second.fd)) {
         Close(it->second);
         it = connections_.erase(it);
       } else {
@@ -662,6 +666,11 @@ class HttpServer::Loop {
       }
     }
     return true;
+  }
+
+  static bool BytesWaiting(int fd) {
+    int count = 0;
+    return ::ioctl(fd, FIONREAD, &count) == 0 && count > 0;
   }
 
   static bool IdleBetweenRequests(const Connection& connection) {

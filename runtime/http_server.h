@@ -185,6 +185,11 @@ class HttpServer {
   void StopServing(std::chrono::milliseconds grace = {});
   int port() const { return port_; }
   const std::string& error() const { return error_; }
+  // Before Start: runs on the server's thread as a graceful stop begins, before it closes the
+  // kept connections idle between requests (tests: what a client sends at that very moment).
+  void SetStopObserver(std::function<void()> observer) {
+    shutdown_.beginning = std::move(observer);
+  }
 
   struct Stats {
     int64_t requests;               // answered with a handler's response or 404
@@ -240,6 +245,7 @@ class HttpServer {
     std::atomic<bool> draining{false};
     std::atomic<int64_t> graceMilliseconds{0};  // read when the thread is woken to stop
     std::atomic<bool> listenerClosed{false};    // the thread closed the listening socket
+    std::function<void()> beginning;            // SetStopObserver's; set before Start
   };
 
   bool Listen(const std::string& address, const std::string& host, int port);

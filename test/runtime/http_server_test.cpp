@@ -833,8 +833,10 @@ class HttpPostTest : public HttpServerTest {
  protected:
   // /healthz as before, /echo (POST: "path query body", on a worker; waits on gate_ when the
   // body is "wait") and /sleep (POST: sleeps 300 ms).
-  void StartPostServer(HttpLimits limits, size_t maxBody = 1 << 20) {
+  void StartPostServer(HttpLimits limits, size_t maxBody = 1 << 20,
+                       std::function<void()> stopObserver = nullptr) {
     server_ = std::make_unique<HttpServer>(limits);
+    if (stopObserver) server_->SetStopObserver(std::move(stopObserver));
     server_->Handle("/healthz", [] {
       return HttpResponse{200, "text/plain; charset=utf-8", "ok\n"};
     });
@@ -1157,6 +1159,32 @@ TEST_F(HttpPostTest, ADrainedServerClosesAfterEachAnswerAndAGracefulStopAnswersW
   EXPECT_TRUE(closed);
   stopper.join();
   EXPECT_LT(Since(stopping), 4s) << "the stop waited out its grace with nothing left to answer";
+}
+
+// The moment a graceful stop begins, the API server may just have sent its next review on a kept
+// connection: those bytes are in the socket, not yet read. The connection is then a request
+// begun, answered (and closed), not an idle one closed under it: an EOF there is a failed
+// webhook call, which under failurePolicy Fail refuses a tenant's write.
+TEST_F(HttpPostTest, ARequestSentOnAKeptConnectionAsTheStopBeginsIsAnswered) {
+  HttpLimits limits;
+  limits.requestsPerConnection = 100;
+  std::unique_ptr<Socket> kept;
+  ASSERT_NO_FATAL_FAILURE(StartPostServer(limits, 1 << 20, [&kept] {
+    // On the server's thread, as the stop begins: the next request lands in the socket.
+    ASSERT_TRUE(kept->Send(Post("/echo", "just in time")));
+    std::this_thread::sleep_for(20ms);
+  }));
+  kept = std::make_unique<Socket>(Socket::Connect(server_->port()));
+  ASSERT_TRUE(kept->Send(Post("/echo", "first")));
+  EXPECT_EQ(ParseReply(kept->ReadAnswer(2s)).Header("connection"), "keep-alive");
+  std::thread stopper([this] { server_->Stop(5s); });
+  bool closed = false;
+  const Reply reply = ParseReply(kept->ReadUntilClosed(3s, &closed));
+  stopper.join();
+  EXPECT_EQ(reply.status, 200) << "the request in the socket was dropped with the idle connections";
+  EXPECT_EQ(reply.body, "/echo  just in time");
+  EXPECT_EQ(reply.Header("connection"), "close");
+  EXPECT_TRUE(closed);
 }
 
 // A graceful stop's grace is a bound: an answer later than it is not sent (the stop then returns
