@@ -123,6 +123,14 @@ stream_start() {
   stream_pid=$!
   pids+=($stream_pid)
 }
+# with_stream_paused COMMAND...: COMMAND while the stream sends nothing (its order in flight
+# answered first).
+with_stream_paused() {
+  touch "$work/stream.pause"
+  sleep 0.5
+  "$@"
+  rm -f "$work/stream.pause"
+}
 stream_end() {
   local sent refusals
   touch "$work/stream.stop"
@@ -159,10 +167,7 @@ retire_replica() {
     [ "$during" -ge 4 ] && pass "replica-$1 of this build drained: $during orders answered while it stopped" ||
       fail "only $during orders were answered while replica-$1 of this build stopped (the stream stalled)"
   else
-    touch "$work/stream.pause"
-    sleep 0.5 # the stream's order in flight answered
-    stop_replica "$1"
-    rm -f "$work/stream.pause"
+    with_stream_paused stop_replica "$1"
   fi
 }
 # roll_replicas BUILD WHOSE WHEN [MIDWAY...]: the replicas replaced by BUILD's gpu-controller (WHOSE
@@ -197,10 +202,9 @@ roll_agents() {
   runs "$1" "${agent_pids[@]}" || fail "the agents do not run the gpu-agent of $1"
 }
 # midway_order: an order placed while the two releases serve side by side, whichever leads, then
-# deleted (its finalizer released). It takes the stream's room while it lives: the stream waits.
+# deleted (its finalizer released). It takes the stream's room while it lives: the stream waits
+# (roll_replicas runs it with_stream_paused).
 midway_order() {
-  touch "$work/stream.pause"
-  sleep 0.5 # the stream's order in flight answered
   order tenant midway a100 | kc apply -f - >/dev/null || fail "the order midway was refused"
   placed() { [ "$(kc get gpudevice midway -n tenant -o jsonpath='{.status.phase}')" = Bound ]; }
   wait_until 30 placed && pass "an order midway through the rollout is Bound" ||
@@ -211,9 +215,8 @@ midway_order() {
     fail "the order midway was not released: $(kc get gpudevice midway -n tenant -o jsonpath='{.metadata}')"
   released() { kc create --dry-run=server -f "$work/stream.yaml" >/dev/null 2>&1; } # the webhooks see it free
   wait_until 30 released || fail "the midway order's unit was not free again in 30 s"
-  rm -f "$work/stream.pause"
 }
-roll_replicas "$build_dir" "this build's" "after the upgrade" midway_order
+roll_replicas "$build_dir" "this build's" "after the upgrade" with_stream_paused midway_order
 writes_before=$(agent_writes)
 # The count reads what it should: the agents' first publications are there.
 [ "$writes_before" -ge 2 ] || fail "the audit log shows $writes_before writes of the agents, not their first publications"
