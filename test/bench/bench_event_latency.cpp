@@ -5,9 +5,11 @@
 // fake API server receives. The same rounds with SIGHUP as the trigger are the peer: SIGHUP
 // rescans at once (no debounce, no netlink), so it is the cost of scan, status and PATCH alone,
 // and the difference is what the event path adds (the debounce window, by design, and the
-// netlink hop).
+// netlink hop). With --resource-slices the agent also publishes the node's ResourceSlice
+// (docs/dra.md), and each round times the slice's PUT beside the GPUNode's PATCH, from the same
+// trigger: the slice's p99 against the GPUNode's is the figure.
 //
-//   build/test/bench/bench_event_latency [rounds]     (root; needs a writable /sys)
+//   build/test/bench/bench_event_latency [rounds] [--resource-slices]   (root; writable /sys)
 #include <signal.h>
 
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,13 +35,20 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
-constexpr char kStatusPath[] = "/apis/gpu.cozystack.io/v1alpha1/gpunodes/n1/status";
+// A write the bench waits for: the GPUNode's status PATCH, or the ResourceSlice's PUT.
+struct Write {
+  const char* method;
+  const char* path;
+};
+constexpr Write kStatusPatch{"PATCH", "/apis/gpu.cozystack.io/v1alpha1/gpunodes/n1/status"};
+constexpr Write kSlicePut{"PUT", "/apis/resource.k8s.io/v1/resourceslices/n1-gpu.cozystack.io"};
 
-size_t SuccessfulPatches(const cozy::fake::FakeApiServer& server, Clock::time_point* last) {
+size_t SuccessfulPatches(const cozy::fake::FakeApiServer& server, Clock::time_point* last,
+                         const Write& write = kStatusPatch) {
   size_t count = 0;
   for (const auto& request : server.Requests()) {
-    if (request.method == "PATCH" && request.path == kStatusPath && request.status > 0 &&
-        request.status < 300) {
+    if (request.method == write.method && request.path == write.path && request.status > 0 &&
+        request.status < 300 && request.query.find("dryRun") == std::string::npos) {
       ++count;
       if (last != nullptr) {
         *last = request.received;
@@ -56,11 +66,30 @@ double Percentile(std::vector<double> values, double fraction) {
 
 struct Figures {
   std::vector<double> latenciesMs;
-  int extraPatches = 0;  // more than one PATCH for one change
-  int missed = 0;        // no PATCH within 5 s
+  int extraPatches = 0;  // more than one write for one change
+  int missed = 0;        // no write within 5 s
 };
 
-// Rebinds 0000:af:00.0 between vfio-pci and nvidia: every round changes the published status.
+// The same rounds seen in two writes: the GPUNode's PATCH, and (--resource-slices) the slice's PUT.
+struct Rounds {
+  Figures patch;
+  Figures slice;
+};
+
+// Waits for the write after `before` of them; its arrival since `start`, or nothing in 5 s.
+std::optional<double> Arrival(const cozy::fake::FakeApiServer& server, size_t before,
+                              Clock::time_point start, const Write& write) {
+  Clock::time_point arrived{};
+  const auto deadline = start + 5s;
+  while (SuccessfulPatches(server, &arrived, write) == before && Clock::now() < deadline) {
+    std::this_thread::sleep_for(200us);
+  }
+  if (SuccessfulPatches(server, &arrived, write) == before) return std::nullopt;
+  return std::chrono::duration<double, std::milli>(arrived - start).count();
+}
+
+// Rebinds 0000:af:00.0 between vfio-pci and nvidia: every round changes the published status
+// (and the slice's devices).
 void FlipDriver(const cozy::testing::FixtureHost& host, int round) {
   const auto device = host.root() / "sys/devices/pci0000:ae/0000:ae:00.0/0000:af:00.0";
   std::filesystem::remove(device / "driver");
@@ -69,30 +98,40 @@ void FlipDriver(const cozy::testing::FixtureHost& host, int round) {
                                   device / "driver");
 }
 
-Figures Measure(const cozy::testing::FixtureHost& host, cozy::fake::FakeApiServer& server,
-                int rounds, int firstRound, const std::function<void()>& trigger) {
-  Figures figures;
+// One write awaited for a round: its latency, or a miss; then, after the pause, the extras.
+void Record(const cozy::fake::FakeApiServer& server, size_t before, Clock::time_point start,
+            const Write& write, Figures& figures) {
+  if (const auto arrived = Arrival(server, before, start, write)) {
+    figures.latenciesMs.push_back(*arrived);
+  } else {
+    ++figures.missed;
+  }
+}
+
+Rounds Measure(const cozy::testing::FixtureHost& host, cozy::fake::FakeApiServer& server,
+               int rounds, int firstRound, bool withSlices, const std::function<void()>& trigger) {
+  Rounds figures;
   for (int round = 0; round < rounds; ++round) {
     const size_t before = SuccessfulPatches(server, nullptr);
+    const size_t slicesBefore = SuccessfulPatches(server, nullptr, kSlicePut);
     FlipDriver(host, firstRound + round);
     const auto start = Clock::now();
     trigger();
-    Clock::time_point arrived{};
-    const auto deadline = start + 5s;
-    while (SuccessfulPatches(server, &arrived) == before && Clock::now() < deadline) {
-      std::this_thread::sleep_for(200us);
-    }
-    if (SuccessfulPatches(server, &arrived) == before) {
-      ++figures.missed;
-      continue;
-    }
-    figures.latenciesMs.push_back(
-        std::chrono::duration<double, std::milli>(arrived - start).count());
-    // Let a second patch for the same change show itself, and keep the rounds under the API
+    Record(server, before, start, kStatusPatch, figures.patch);
+    if (withSlices) Record(server, slicesBefore, start, kSlicePut, figures.slice);
+    // Let a second write for the same change show itself, and keep the rounds under the API
     // client's rate limit (5 writes a second, as client-go): a device event is rare, and what
-    // is timed here is the event path, not the limiter's queue.
-    std::this_thread::sleep_for(250ms);
-    figures.extraPatches += static_cast<int>(SuccessfulPatches(server, nullptr) - before - 1);
+    // is timed here is the event path, not the limiter's queue. With slices a SIGHUP round is
+    // four requests (each publisher reads its object again, then writes).
+    std::this_thread::sleep_for(withSlices ? 900ms : 250ms);
+    const auto extra = [&](size_t now, size_t then) {
+      return now > then + 1 ? static_cast<int>(now - then - 1) : 0;
+    };
+    figures.patch.extraPatches += extra(SuccessfulPatches(server, nullptr), before);
+    if (withSlices) {
+      figures.slice.extraPatches +=
+          extra(SuccessfulPatches(server, nullptr, kSlicePut), slicesBefore);
+    }
   }
   return figures;
 }
@@ -111,7 +150,15 @@ void Print(const char* name, const Figures& figures) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int rounds = argc > 1 ? std::atoi(argv[1]) : 200;
+  int rounds = 200;
+  bool withSlices = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--resource-slices") {
+      withSlices = true;
+    } else {
+      rounds = std::atoi(argv[i]);
+    }
+  }
   const auto uevent = cozy::testing::WritableUevent();
   if (!uevent || !cozy::testing::EmitUevent(*uevent)) {
     std::printf("bench_event_latency: skipped: %s\n", cozy::testing::kNoRealUevents);
@@ -128,13 +175,31 @@ int main(int argc, char** argv) {
   server.Seed({{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", "n1"}}}});
   std::ofstream(work.path() / "kubeconfig") << server.Kubeconfig();
 
+  std::vector<std::string> arguments = {"run",
+                                        "--node-name",
+                                        "n1",
+                                        "--kubeconfig",
+                                        (work.path() / "kubeconfig").string(),
+                                        "--sysfs-root",
+                                        host.root().string(),
+                                        "--pci-ids",
+                                        cozy::testing::FixturePciIds().string(),
+                                        "--pod-resources",
+                                        "unix://" + (work.path() / "no-kubelet.sock").string(),
+                                        "--udev-source",
+                                        "kernel",
+                                        "--health-addr",
+                                        "off"};
+  if (withSlices) {
+    for (const std::string& argument :
+         {std::string("--resource-slices"), std::string("on"), std::string("--kubelet-dir"),
+          (work.path() / "kubelet").string(), std::string("--cdi-dir"),
+          (work.path() / "cdi").string()}) {
+      arguments.push_back(argument);
+    }
+  }
   cozy::testing::AgentProcess agent;
-  agent.Start(
-      {"run", "--node-name", "n1", "--kubeconfig", (work.path() / "kubeconfig").string(),
-       "--sysfs-root", host.root().string(), "--pci-ids", cozy::testing::FixturePciIds().string(),
-       "--pod-resources", "unix://" + (work.path() / "no-kubelet.sock").string(), "--udev-source",
-       "kernel", "--health-addr", "off"},
-      work.path() / "agent.log");
+  agent.Start(arguments, work.path() / "agent.log");
   const auto deadline = Clock::now() + 15s;
   while (SuccessfulPatches(server, nullptr) == 0 && Clock::now() < deadline) {
     // The first write creates the object; the status follows as a PATCH.
@@ -147,20 +212,32 @@ int main(int argc, char** argv) {
   }
   std::this_thread::sleep_for(300ms);
 
-  const Figures kernel =
-      Measure(host, server, rounds, 0, [&] { cozy::testing::EmitUevent(*uevent); });
-  const Figures sighup = Measure(host, server, rounds, rounds, [&] { agent.Signal(SIGHUP); });
+  const Rounds kernel =
+      Measure(host, server, rounds, 0, withSlices, [&] { cozy::testing::EmitUevent(*uevent); });
+  const Rounds sighup =
+      Measure(host, server, rounds, rounds, withSlices, [&] { agent.Signal(SIGHUP); });
   agent.Stop();
 
   std::printf("event -> PATCH latency, default debounce (50 ms), a100-vfio fixture host\n");
-  Print("real kernel uevent (netlink)", kernel);
-  Print("SIGHUP (peer: no udev hop)", sighup);
-  if (!kernel.latenciesMs.empty() && !sighup.latenciesMs.empty()) {
-    const double overhead =
-        Percentile(kernel.latenciesMs, 0.5) - 50.0 - Percentile(sighup.latenciesMs, 0.5);
+  Print("real kernel uevent (netlink)", kernel.patch);
+  Print("SIGHUP (peer: no udev hop)", sighup.patch);
+  if (!kernel.patch.latenciesMs.empty() && !sighup.patch.latenciesMs.empty()) {
+    const double overhead = Percentile(kernel.patch.latenciesMs, 0.5) - 50.0 -
+                            Percentile(sighup.patch.latenciesMs, 0.5);
     std::printf("kernel p50 - debounce - SIGHUP p50 %.2f ms (the netlink hop and timer slack)\n",
                 overhead);
-    std::printf("kernel p99 / goal (100 ms) %.2f\n", Percentile(kernel.latenciesMs, 0.99) / 100.0);
+    std::printf("kernel p99 / goal (100 ms) %.2f\n",
+                Percentile(kernel.patch.latenciesMs, 0.99) / 100.0);
+  }
+  if (withSlices) {
+    std::printf("\nevent -> ResourceSlice PUT, the same rounds (--resource-slices on)\n");
+    Print("real kernel uevent (netlink)", kernel.slice);
+    Print("SIGHUP", sighup.slice);
+    if (!kernel.slice.latenciesMs.empty() && !kernel.patch.latenciesMs.empty()) {
+      std::printf(
+          "slice p99 / GPUNode p99 (kernel) %.2f (goal: as the GPUNode's)\n",
+          Percentile(kernel.slice.latenciesMs, 0.99) / Percentile(kernel.patch.latenciesMs, 0.99));
+    }
   }
   return 0;
 }

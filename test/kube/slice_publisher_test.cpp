@@ -15,10 +15,6 @@ namespace cozy::agent {
 namespace {
 using nlohmann::json;
 using namespace std::chrono_literals;
-using testing::ConfigFor;
-using testing::NodeObject;
-using testing::TestClientOptions;
-using testing::Writes;
 
 const std::string kSlices = "/apis/resource.k8s.io/v1/resourceslices";
 const std::string kSlice = kSlices + "/n1-gpu.cozystack.io";
@@ -34,7 +30,7 @@ json Devices(bool both = true) {
 // Stored writes (a dry run is not stored).
 std::vector<fake::LoggedRequest> StoredWrites(const fake::FakeApiServer& server) {
   std::vector<fake::LoggedRequest> writes;
-  for (const auto& request : Writes(server)) {
+  for (const auto& request : testing::Writes(server)) {
     if (request.query.find("dryRun") == std::string::npos) writes.push_back(request);
   }
   return writes;
@@ -46,8 +42,9 @@ class SlicePublisherTest : public ::testing::Test {
   void Start(fake::FakeApiServerOptions options) {
     server_ = std::make_unique<fake::FakeApiServer>(options);
     server_->Start();
-    server_->Seed(NodeObject("n1"));
-    client_ = std::make_unique<kube::Client>(ConfigFor(*server_), TestClientOptions(time_));
+    server_->Seed(testing::NodeObject("n1"));
+    client_ = std::make_unique<kube::Client>(testing::ConfigFor(*server_),
+                                             testing::TestClientOptions(time_));
     publisher_ = std::make_unique<SlicePublisher>(*client_, "n1");
   }
   json Stored() const {
@@ -121,7 +118,7 @@ TEST_F(SlicePublisherTest, A11_ARestartedAgentFindsItsSliceAndWritesNothing) {
   server_->ClearRequests();
   SlicePublisher restarted(*client_, "n1");
   EXPECT_EQ(restarted.Publish(Devices()).outcome, PublishAttempt::Outcome::kUnchanged);
-  EXPECT_TRUE(Writes(*server_).empty());
+  EXPECT_TRUE(testing::Writes(*server_).empty());
   EXPECT_EQ(server_->Requests().size(), 1U);  // one GET to learn what is there
   EXPECT_EQ(restarted.generation(), 1);
 }
