@@ -1,7 +1,5 @@
 #include "agent/dra/kubelet_plugin.h"
 
-#include <unistd.h>
-
 #include <fstream>
 #include <system_error>
 
@@ -28,13 +26,13 @@ const std::filesystem::path kMetadataRoot = "/var/run/kubernetes.io/dra-device-a
 constexpr std::string_view kPodClaimNameAnnotation = "resource.kubernetes.io/pod-claim-name";
 
 // The container path of a request's metadata file: a claim made from a template is found by the
-// name the pod gives it (the annotation the resource-claim controller sets), any other by its own.
-std::filesystem::path MetadataContainerPath(const json& claim, const std::string& request) {
-  const json metadata = claim.value("metadata", json::object());
-  const std::string podClaimName =
-      metadata.value("annotations", json::object()).value(std::string(kPodClaimNameAnnotation), "");
+// name the pod gives it (`podClaimName`, the annotation the resource-claim controller sets), any
+// other by its own.
+std::filesystem::path MetadataContainerPath(const std::string& claimName,
+                                            const std::string& podClaimName,
+                                            const std::string& request) {
   const std::filesystem::path claimDir =
-      podClaimName.empty() ? kMetadataRoot / "resourceclaims" / metadata.value("name", "")
+      podClaimName.empty() ? kMetadataRoot / "resourceclaims" / claimName
                            : kMetadataRoot / "resourceclaimtemplates" / podClaimName;
   return claimDir / request / (std::string(api::kDraDriver) + "-metadata.json");
 }
@@ -51,23 +49,24 @@ void AddMetadata(const json& claim, const ClaimRef& ref, const std::filesystem::
     device.metadataCdiId = kMetadataCdiKind + "=" + ref.uid + "_" + device.request;
   }
   const json metadata = claim.value("metadata", json::object());
+  const std::string name = metadata.value("name", "");
+  const std::string podClaimName =
+      metadata.value("annotations", json::object()).value(std::string(kPodClaimNameAnnotation), "");
   json specDevices = json::array();
   for (const auto& [request, requestDevices] : byRequest) {
     json object = {{"apiVersion", "metadata.resource.k8s.io/v1alpha1"},
                    {"kind", "DeviceMetadata"},
                    {"metadata",
-                    {{"name", metadata.value("name", "")},
+                    {{"name", name},
                      {"namespace", metadata.value("namespace", "")},
                      {"uid", ref.uid},
                      {"generation", 1}}},
                    {"requests", json::array({{{"name", request}, {"devices", requestDevices}}})}};
-    const std::string podClaimName = metadata.value("annotations", json::object())
-                                         .value(std::string(kPodClaimNameAnnotation), "");
     if (!podClaimName.empty()) object["podClaimName"] = podClaimName;
     const std::filesystem::path hostPath = metadataDir / (request + ".json");
     prepared.metadataFiles[hostPath] = object.dump() + "\n";
     json mount = {{"hostPath", hostPath.string()},
-                  {"containerPath", MetadataContainerPath(claim, request).string()},
+                  {"containerPath", MetadataContainerPath(name, podClaimName, request).string()},
                   {"options", json::array({"ro", "bind"})}};
     json device = {{"name", ref.uid + "_" + request}};
     device["containerEdits"]["mounts"] = json::array({std::move(mount)});
@@ -99,8 +98,6 @@ std::map<std::string, PreparableDevice> PreparableDevices(const json& sliceDevic
   for (const json& device : sliceDevices) {
     const json attributes = device.value("attributes", json::object());
     PreparableDevice preparable;
-    preparable.pciAddress =
-        attributes.value("resource.kubernetes.io/pciBusID", json::object()).value("string", "");
     const json group = attributes.value("iommuGroup", json::object());
     if (group.contains("int") && group["int"].is_number_integer()) {
       preparable.iommuGroup = group["int"].get<int64_t>();

@@ -35,7 +35,6 @@ struct KubeletPluginOptions {
 
 // A device of the node's slice the plugin may prepare (SliceDevices: a vfio-bound GPU).
 struct PreparableDevice {
-  std::string pciAddress;
   std::optional<int64_t> iommuGroup;
   nlohmann::json attributes;  // the slice's, for the device metadata file (KEP-5304)
 };

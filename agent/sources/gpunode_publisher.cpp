@@ -115,11 +115,7 @@ PublishResult Publisher::Publish(const json& desiredStatus, kube::TimePoint now)
   } catch (const std::exception& error) {
     // Also when the answer to a patch was lost: written_ still holds the older state, so
     // the next attempt sends the same (idempotent) difference again.
-    kube::Duration wait = backoff_.Next();
-    if (const auto* api = dynamic_cast<const kube::ApiError*>(&error)) {
-      if (api->retryAfter() && *api->retryAfter() > wait) wait = *api->retryAfter();
-    }
-    retryAt_ = now + wait;
+    retryAt_ = now + RetryWait(backoff_, error);
     result.outcome = PublishOutcome::kFailed;
     result.retryAt = retryAt_;
     result.error = "publishing GPUNode " + nodeName_ + ": " + error.what();
@@ -133,14 +129,6 @@ PublishResult Publisher::Publish(const json& desiredStatus, kube::TimePoint now)
 
 ApiStatusPublisher::ApiStatusPublisher(kube::Client& client, const std::string& nodeName)
     : client_(client), publisher_(client, nodeName) {}
-
-std::optional<std::chrono::milliseconds> ClientReadyIn(kube::Client& client) {
-  const kube::Duration wait = client.rateLimiter().Delay();
-  if (wait <= kube::Duration::zero()) {
-    return std::nullopt;
-  }
-  return std::max(std::chrono::ceil<std::chrono::milliseconds>(wait), std::chrono::milliseconds(1));
-}
 
 std::optional<std::chrono::milliseconds> ApiStatusPublisher::ReadyIn() {
   return ClientReadyIn(client_);

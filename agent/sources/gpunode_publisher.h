@@ -75,10 +75,6 @@ nlohmann::json AgentOwnedStatus(const nlohmann::json& status);
 // agent no longer has is null, and no other key (conditions!) ever appears. Empty when equal.
 nlohmann::json AgentStatusPatch(const nlohmann::json& last, const nlohmann::json& desired);
 
-// While `client`'s rate limit (client-go's 5 qps, burst 10) has no token: how long until it has
-// one (StatusPublisher::ReadyIn of the API publishers, which share the daemon's client).
-std::optional<std::chrono::milliseconds> ClientReadyIn(kube::Client& client);
-
 // The Publisher as the daemon's StatusPublisher: runs on the publish source's thread, logs one
 // line per kind of failure, and maps results to attempts.
 class ApiStatusPublisher : public StatusPublisher {

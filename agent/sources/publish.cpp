@@ -4,6 +4,22 @@
 
 namespace cozy::agent {
 
+std::optional<std::chrono::milliseconds> ClientReadyIn(kube::Client& client) {
+  const kube::Duration wait = client.rateLimiter().Delay();
+  if (wait <= kube::Duration::zero()) {
+    return std::nullopt;
+  }
+  return std::max(std::chrono::ceil<std::chrono::milliseconds>(wait), std::chrono::milliseconds(1));
+}
+
+kube::Duration RetryWait(kube::Backoff& backoff, const std::exception& error) {
+  kube::Duration wait = backoff.Next();
+  if (const auto* api = dynamic_cast<const kube::ApiError*>(&error)) {
+    if (api->retryAfter() && *api->retryAfter() > wait) wait = *api->retryAfter();
+  }
+  return wait;
+}
+
 PublishSource::PublishSource(std::unique_ptr<StatusPublisher> publisher, std::string name)
     : publisher_(std::move(publisher)), name_(std::move(name)) {}
 

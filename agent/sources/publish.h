@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/sources/source.h"
+#include "kube/backoff.h"
+#include "kube/client.h"
 #include "runtime/worker.h"
 
 namespace cozy::agent {
@@ -41,6 +43,13 @@ class StatusPublisher {
   // Forget what the server holds: the next Publish reads the object again.
   virtual void Invalidate() {}
 };
+
+// What the API publishers (the GPUNode's, the ResourceSlice's), which share the daemon's client,
+// have in common. While `client`'s rate limit (client-go's 5 qps, burst 10) has no token: how
+// long until it has one (StatusPublisher::ReadyIn).
+std::optional<std::chrono::milliseconds> ClientReadyIn(kube::Client& client);
+// How long to wait after `error`: the backoff's next step, or the server's Retry-After when longer.
+kube::Duration RetryWait(kube::Backoff& backoff, const std::exception& error);
 
 struct PublishCounters {
   int64_t written = 0;    // attempts that changed the object

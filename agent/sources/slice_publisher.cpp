@@ -1,6 +1,5 @@
 #include "agent/sources/slice_publisher.h"
 
-#include "agent/sources/gpunode_publisher.h"
 #include "agent/status/resource_slice.h"
 #include "api/dra.h"
 #include "runtime/log.h"
@@ -187,10 +186,7 @@ PublishAttempt SlicePublisher::Publish(const json& offered) {
       }
     }
   } catch (const std::exception& error) {
-    kube::Duration wait = backoff_.Next();
-    if (const auto* api = dynamic_cast<const kube::ApiError*>(&error)) {
-      if (api->retryAfter() && *api->retryAfter() > wait) wait = *api->retryAfter();
-    }
+    const kube::Duration wait = RetryWait(backoff_, error);
     const std::string reason = error.what();
     if (reason != lastError_) {
       // One line per kind of failure, not one per retry.

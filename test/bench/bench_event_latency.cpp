@@ -43,8 +43,8 @@ struct Write {
 constexpr Write kStatusPatch{"PATCH", "/apis/gpu.cozystack.io/v1alpha1/gpunodes/n1/status"};
 constexpr Write kSlicePut{"PUT", "/apis/resource.k8s.io/v1/resourceslices/n1-gpu.cozystack.io"};
 
-size_t SuccessfulPatches(const cozy::fake::FakeApiServer& server, Clock::time_point* last,
-                         const Write& write = kStatusPatch) {
+size_t SuccessfulWrites(const cozy::fake::FakeApiServer& server, Clock::time_point* last,
+                        const Write& write = kStatusPatch) {
   size_t count = 0;
   for (const auto& request : server.Requests()) {
     if (request.method == write.method && request.path == write.path && request.status > 0 &&
@@ -66,8 +66,8 @@ double Percentile(std::vector<double> values, double fraction) {
 
 struct Figures {
   std::vector<double> latenciesMs;
-  int extraPatches = 0;  // more than one write for one change
-  int missed = 0;        // no write within 5 s
+  int extraWrites = 0;  // more than one write for one change
+  int missed = 0;       // no write within 5 s
 };
 
 // The same rounds seen in two writes: the GPUNode's PATCH, and (--resource-slices) the slice's PUT.
@@ -81,10 +81,10 @@ std::optional<double> Arrival(const cozy::fake::FakeApiServer& server, size_t be
                               Clock::time_point start, const Write& write) {
   Clock::time_point arrived{};
   const auto deadline = start + 5s;
-  while (SuccessfulPatches(server, &arrived, write) == before && Clock::now() < deadline) {
+  while (SuccessfulWrites(server, &arrived, write) == before && Clock::now() < deadline) {
     std::this_thread::sleep_for(200us);
   }
-  if (SuccessfulPatches(server, &arrived, write) == before) return std::nullopt;
+  if (SuccessfulWrites(server, &arrived, write) == before) return std::nullopt;
   return std::chrono::duration<double, std::milli>(arrived - start).count();
 }
 
@@ -98,7 +98,7 @@ void FlipDriver(const cozy::testing::FixtureHost& host, int round) {
                                   device / "driver");
 }
 
-// One write awaited for a round: its latency, or a miss; then, after the pause, the extras.
+// One write awaited for a round: its latency, or a miss.
 void Record(const cozy::fake::FakeApiServer& server, size_t before, Clock::time_point start,
             const Write& write, Figures& figures) {
   if (const auto arrived = Arrival(server, before, start, write)) {
@@ -112,8 +112,8 @@ Rounds Measure(const cozy::testing::FixtureHost& host, cozy::fake::FakeApiServer
                int rounds, int firstRound, bool withSlices, const std::function<void()>& trigger) {
   Rounds figures;
   for (int round = 0; round < rounds; ++round) {
-    const size_t before = SuccessfulPatches(server, nullptr);
-    const size_t slicesBefore = SuccessfulPatches(server, nullptr, kSlicePut);
+    const size_t before = SuccessfulWrites(server, nullptr);
+    const size_t slicesBefore = SuccessfulWrites(server, nullptr, kSlicePut);
     FlipDriver(host, firstRound + round);
     const auto start = Clock::now();
     trigger();
@@ -127,10 +127,10 @@ Rounds Measure(const cozy::testing::FixtureHost& host, cozy::fake::FakeApiServer
     const auto extra = [&](size_t now, size_t then) {
       return now > then + 1 ? static_cast<int>(now - then - 1) : 0;
     };
-    figures.patch.extraPatches += extra(SuccessfulPatches(server, nullptr), before);
+    figures.patch.extraWrites += extra(SuccessfulWrites(server, nullptr), before);
     if (withSlices) {
-      figures.slice.extraPatches +=
-          extra(SuccessfulPatches(server, nullptr, kSlicePut), slicesBefore);
+      figures.slice.extraWrites +=
+          extra(SuccessfulWrites(server, nullptr, kSlicePut), slicesBefore);
     }
   }
   return figures;
@@ -144,7 +144,7 @@ void Print(const char* name, const Figures& figures) {
   std::printf("%-34s p50 %7.2f ms  p99 %7.2f ms  max %7.2f ms  (%zu rounds, %d missed, %d extra)\n",
               name, Percentile(figures.latenciesMs, 0.5), Percentile(figures.latenciesMs, 0.99),
               *std::max_element(figures.latenciesMs.begin(), figures.latenciesMs.end()),
-              figures.latenciesMs.size(), figures.missed, figures.extraPatches);
+              figures.latenciesMs.size(), figures.missed, figures.extraWrites);
 }
 
 }  // namespace
@@ -191,21 +191,18 @@ int main(int argc, char** argv) {
                                         "--health-addr",
                                         "off"};
   if (withSlices) {
-    for (const std::string& argument :
-         {std::string("--resource-slices"), std::string("on"), std::string("--kubelet-dir"),
-          (work.path() / "kubelet").string(), std::string("--cdi-dir"),
-          (work.path() / "cdi").string()}) {
-      arguments.push_back(argument);
-    }
+    arguments.insert(arguments.end(), {"--resource-slices", "on", "--kubelet-dir",
+                                       (work.path() / "kubelet").string(), "--cdi-dir",
+                                       (work.path() / "cdi").string()});
   }
   cozy::testing::AgentProcess agent;
   agent.Start(arguments, work.path() / "agent.log");
   const auto deadline = Clock::now() + 15s;
-  while (SuccessfulPatches(server, nullptr) == 0 && Clock::now() < deadline) {
+  while (SuccessfulWrites(server, nullptr) == 0 && Clock::now() < deadline) {
     // The first write creates the object; the status follows as a PATCH.
     std::this_thread::sleep_for(10ms);
   }
-  if (SuccessfulPatches(server, nullptr) == 0) {
+  if (SuccessfulWrites(server, nullptr) == 0) {
     std::fprintf(stderr, "bench_event_latency: the agent never published:\n%s\n",
                  agent.Log().c_str());
     return 1;
