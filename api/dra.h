@@ -22,5 +22,11 @@ inline constexpr std::string_view kCatalogTaintEffect = "NoSchedule";
 // The attribute that names a device across the cluster ("<node>/<PCI address>"): a PCI address
 // is unique on one node only, and a claim's selector must pin exactly one device.
 inline constexpr std::string_view kDraIdAttribute = "id";
+// The standard attribute with the function's PCI address, and the driver's own vendor and device
+// IDs (4 lower-case hex digits): what a dra class's pciVendorSelector is matched against.
+inline constexpr std::string_view kPciBusIdAttribute = "resource.kubernetes.io/pciBusID";
+inline constexpr std::string_view kVendorIdAttribute = "vendorID";
+inline constexpr std::string_view kDeviceIdAttribute = "deviceID";
+inline constexpr std::string_view kResourceClaimPlural = "resourceclaims";
 
 }  // namespace cozy::api

@@ -1,5 +1,8 @@
 #include "api/gpuclass.h"
 
+#include <algorithm>
+#include <cctype>
+
 #include "api/keys.h"
 #include "api/quantity.h"
 #include "api/validation.h"
@@ -11,6 +14,49 @@ std::string_view ToString(GpuMode mode) { return mode == GpuMode::kVgpu ? "vgpu"
 std::string_view ToString(OnCordon onCordon) {
   return onCordon == OnCordon::kStay ? "Stay" : "Move";
 }
+
+std::string GpuClass::UnitsName() const {
+  if (!spec.source.dra) return spec.source.devicePlugin.resourceName;
+  std::string selector = spec.source.dra->pciVendorSelector;
+  std::transform(selector.begin(), selector.end(), selector.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return "DRA GPUs " + selector;
+}
+
+namespace {
+
+// B5: exactly one member, devicePlugin or dra; dra sells passthrough functions only.
+void DecodeSource(const JsonField& source, GpuClassSpec& out) {
+  const auto members = source.AsObjectMembers();
+  for (const auto& [member, value] : members) {
+    if (member != "devicePlugin" && member != "dra") {
+      value.Fail("is not a source this version knows (devicePlugin, dra)");
+    }
+  }
+  if (members.size() > 1) {
+    source.Fail("names more than one source; exactly one of devicePlugin, dra");
+  }
+  if (std::optional<JsonField> dra = source.Find("dra")) {
+    const JsonField selector = dra->Require("pciVendorSelector");
+    const std::string text = selector.AsString();
+    if (std::string why = CheckPciVendorSelector(text); !why.empty()) {
+      selector.Fail(why);
+    }
+    if (out.mode != GpuMode::kPassthrough) {
+      dra->Fail("sells whole PCI functions: the class's mode must be passthrough");
+    }
+    out.source.dra = DraSource{text};
+    return;
+  }
+  const JsonField resourceName = source.Require("devicePlugin").Require("resourceName");
+  out.source.devicePlugin.resourceName = resourceName.AsString();
+  if (std::string why = CheckClassResourceName(out.source.devicePlugin.resourceName);
+      !why.empty()) {
+    resourceName.Fail(why);
+  }
+}
+
+}  // namespace
 
 GpuClass GpuClassFromJson(const nlohmann::json& object) {
   const JsonField root(object, "");
@@ -47,21 +93,7 @@ GpuClass GpuClassFromJson(const nlohmann::json& object) {
     }
   }
 
-  const JsonField source = spec.Require("source");
-  if (source.Find("dra")) {
-    throw DecodeError(source.path() + ".dra", "is reserved for a later version");
-  }
-  for (const auto& [member, value] : source.AsObjectMembers()) {
-    if (member != "devicePlugin") {
-      value.Fail("is not a source this version knows (devicePlugin)");
-    }
-  }
-  const JsonField resourceName = source.Require("devicePlugin").Require("resourceName");
-  out.source.devicePlugin.resourceName = resourceName.AsString();
-  if (std::string why = CheckClassResourceName(out.source.devicePlugin.resourceName);
-      !why.empty()) {
-    resourceName.Fail(why);
-  }
+  DecodeSource(spec.Require("source"), out);
 
   if (std::optional<JsonField> selector = spec.Find("nodeSelector")) {
     out.nodeSelector = LabelSelectorFromJson(*selector);
@@ -88,7 +120,11 @@ nlohmann::json ToJson(const GpuClass& gpuClass) {
       {"vendor", spec.vendor},
       {"model", spec.model},
       {"mode", ToString(spec.mode)},
-      {"source", {{"devicePlugin", {{"resourceName", spec.source.devicePlugin.resourceName}}}}},
+      {"source",
+       spec.source.dra
+           ? nlohmann::json{{"dra", {{"pciVendorSelector", spec.source.dra->pciVendorSelector}}}}
+           : nlohmann::json{{"devicePlugin",
+                             {{"resourceName", spec.source.devicePlugin.resourceName}}}}},
       {"onCordon", ToString(spec.onCordon)},
   };
   if (spec.profile) {

@@ -25,9 +25,17 @@ struct DevicePluginSource {
   bool operator==(const DevicePluginSource&) const = default;
 };
 
-// A union with one member today; `dra` is reserved for a later member and refused.
+// The GPUs gpu-agent publishes in its nodes' ResourceSlices (driver api::kDraDriver) whose PCI
+// vendor and device IDs match, delivered through Dynamic Resource Allocation (docs/dra.md).
+struct DraSource {
+  std::string pciVendorSelector;  // "VVVV:DDDD", hex in any case: KubeVirt's notation
+  bool operator==(const DraSource&) const = default;
+};
+
+// A union: exactly one member (B5). A dra class has an empty devicePlugin.
 struct GpuClassSource {
   DevicePluginSource devicePlugin;
+  std::optional<DraSource> dra;
   bool operator==(const GpuClassSource&) const = default;
 };
 
@@ -55,7 +63,13 @@ struct GpuClass {
   ObjectMeta metadata;
   GpuClassSpec spec;
 
+  // The device plugin's resource name; empty for a dra class.
   const std::string& ResourceName() const { return spec.source.devicePlugin.resourceName; }
+  bool IsDra() const { return spec.source.dra.has_value(); }
+  // What the model counts the class's units under (and names in its reasons): the resource
+  // name, or for a dra class "DRA GPUs vvvv:dddd" (lower case), which no pod can request (a
+  // resource name has no blank), shared by the dra classes of one PCI ID.
+  std::string UnitsName() const;
   bool operator==(const GpuClass&) const = default;
 };
 

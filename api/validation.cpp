@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cstdint>
 #include <cstdio>
 
@@ -92,6 +93,18 @@ std::string CheckClassName(std::string_view name) {
     return "class name \"total\" is reserved for the budget over all classes";
   }
   return "";
+}
+
+std::string CheckPciVendorSelector(std::string_view selector) {
+  auto hex = [](std::string_view part) {
+    return std::all_of(part.begin(), part.end(),
+                       [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; });
+  };
+  const bool shaped = selector.size() == 9 && selector[4] == ':' && hex(selector.substr(0, 4)) &&
+                      hex(selector.substr(5));
+  return shaped ? std::string()
+                : "\"" + std::string(selector) +
+                      "\" is not a PCI vendor and device ID (VVVV:DDDD, hexadecimal)";
 }
 
 std::string CheckClassResourceName(std::string_view resourceName) {

@@ -27,6 +27,10 @@ std::string CheckClassName(std::string_view name);
 // gpu.cozystack.io, where it would read as a GPU budget key.
 std::string CheckClassResourceName(std::string_view resourceName);
 
+// A dra class's pciVendorSelector: "VVVV:DDDD", four hex digits each (any case), as KubeVirt's
+// permittedHostDevices write a PCI vendor and device ID.
+std::string CheckPciVendorSelector(std::string_view selector);
+
 // B11: a GPU resource name a GPUNode reports is held to the same rule: only an extended resource
 // name may become a GPU name. cpu, memory, hugepages-*, ephemeral-storage and pods have no
 // domain and fail it, so one node's report can never make the raw-name policies refuse every

@@ -5,6 +5,7 @@
 #include <string>
 #include <string_view>
 
+#include "api/dra.h"
 #include "api/gpunode.h"
 #include "api/keys.h"
 #include "api/usage_record.h"
@@ -47,5 +48,9 @@ inline constexpr Kind kNodes{"", "v1", "nodes"};
 inline constexpr Kind kPods{"", "v1", "pods"};
 inline constexpr Kind kConfigMaps{"", "v1", "configmaps"};
 inline constexpr Kind kEvents{"events.k8s.io", "v1", "events"};
+inline constexpr Kind kResourceSlices{api::kResourceGroup, api::kResourceVersion,
+                                      api::kResourceSlicePlural};
+inline constexpr Kind kResourceClaims{api::kResourceGroup, api::kResourceVersion,
+                                      api::kResourceClaimPlural};
 
 }  // namespace cozy::controller

@@ -30,8 +30,10 @@ json SimulationToJson(const model::ClusterView& view,
                       const std::vector<model::Decision>& decisions) {
   json classes = json::object();
   for (const model::ClassView& c : view.classes) {
-    classes[c.name] = {
-        {"maxCount", OptionalNumber(c.maxCount)}, {"units", c.units}, {"free", c.free}};
+    classes[c.name] = {{"source", c.source},
+                       {"maxCount", OptionalNumber(c.maxCount)},
+                       {"units", c.units},
+                       {"free", c.free}};
   }
   json nodes = json::object();
   for (const model::NodeView& node : view.nodes) {
@@ -75,9 +77,10 @@ std::string SimulationToTable(const model::ClusterView& view,
       << Join(std::vector<std::string>(view.gpuResourceNames.begin(), view.gpuResourceNames.end()),
               ", ")
       << "\n\n";
-  Table classes({"CLASS", "MAXCOUNT", "UNITS", "FREE"});
+  Table classes({"CLASS", "MAXCOUNT", "UNITS", "FREE", "SOURCE"});
   for (const model::ClassView& c : view.classes) {
-    classes.Add({c.name, Number(c.maxCount, "-"), std::to_string(c.units), std::to_string(c.free)});
+    classes.Add({c.name, Number(c.maxCount, "-"), std::to_string(c.units), std::to_string(c.free),
+                 c.source});
   }
   classes.Print(out);
   out << "\n";

@@ -1,7 +1,10 @@
 #include "controller/snapshot_json.h"
 
+#include <algorithm>
+#include <cctype>
 #include <sstream>
 
+#include "api/dra.h"
 #include "api/json_field.h"
 #include "api/keys.h"
 #include "controller/watched.h"
@@ -200,6 +203,59 @@ model::Node NodeFromJson(const nlohmann::json& object) { return DecodeNode(JsonF
 model::Pod PodFromJson(const nlohmann::json& object) { return DecodePod(JsonField(object, "")); }
 model::PermittedHostDevices KubeVirtFromJson(const nlohmann::json& object) {
   return DecodeKubeVirt(JsonField(object, ""));
+}
+
+namespace {
+
+// A string attribute of a slice device ("" when absent or of another type), lower case.
+std::string StringAttribute(const JsonField& device, std::string_view name) {
+  const std::optional<JsonField> attributes = device.Find("attributes");
+  const std::optional<JsonField> attribute = attributes ? attributes->Find(name) : std::nullopt;
+  std::string value = attribute ? attribute->StringOr("string", "") : std::string();
+  std::transform(value.begin(), value.end(), value.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return value;
+}
+
+}  // namespace
+
+// Another driver's slice reads as one without devices; a device without the attributes as one
+// no class selects (an input fails closed for what it bears on alone).
+model::ResourceSlice ResourceSliceFromJson(const nlohmann::json& object) {
+  const JsonField item(object, "");
+  model::ResourceSlice slice;
+  slice.name = Meta(item).name;
+  const JsonField spec = item.Require("spec");
+  slice.driver = spec.StringOr("driver", "");
+  slice.nodeName = spec.StringOr("nodeName", "");
+  if (std::optional<JsonField> pool = spec.Find("pool")) slice.pool = pool->StringOr("name", "");
+  if (slice.driver != api::kDraDriver) return slice;
+  if (std::optional<JsonField> devices = spec.Find("devices")) {
+    for (const JsonField& device : devices->AsArray()) {
+      slice.devices.push_back(model::SliceDevice{device.Require("name").AsString(),
+                                                 StringAttribute(device, api::kPciBusIdAttribute),
+                                                 StringAttribute(device, api::kVendorIdAttribute),
+                                                 StringAttribute(device, api::kDeviceIdAttribute)});
+    }
+  }
+  return slice;
+}
+
+model::ResourceClaim ResourceClaimFromJson(const nlohmann::json& object) {
+  const JsonField item(object, "");
+  const api::ObjectMeta meta = Meta(item);
+  model::ResourceClaim claim{meta.namespaceName, meta.name, {}};
+  const std::optional<JsonField> status = item.Find("status");
+  const std::optional<JsonField> allocation = status ? status->Find("allocation") : std::nullopt;
+  const std::optional<JsonField> devices = allocation ? allocation->Find("devices") : std::nullopt;
+  const std::optional<JsonField> results = devices ? devices->Find("results") : std::nullopt;
+  if (!results) return claim;
+  for (const JsonField& result : results->AsArray()) {
+    if (result.StringOr("driver", "") != api::kDraDriver) continue;
+    claim.devices.push_back(
+        model::ClaimDevice{result.Require("pool").AsString(), result.Require("device").AsString()});
+  }
+  return claim;
 }
 
 model::Snapshot DecodeSnapshotList(const nlohmann::json& list) {

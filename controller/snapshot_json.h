@@ -33,6 +33,9 @@ model::ResourceQuota QuotaFromJson(const nlohmann::json& object);
 model::Node NodeFromJson(const nlohmann::json& object);
 model::Pod PodFromJson(const nlohmann::json& object);
 model::PermittedHostDevices KubeVirtFromJson(const nlohmann::json& object);
+// DRA (docs/dra.md): gpu-agent's ResourceSlices and the claims allocated its devices.
+model::ResourceSlice ResourceSliceFromJson(const nlohmann::json& object);
+model::ResourceClaim ResourceClaimFromJson(const nlohmann::json& object);
 
 // A comma-separated list of resource names (the settings ConfigMap's `resourceNames`, the
 // --gpu-resource-names flag): each trimmed of blanks, empty ones dropped.

@@ -209,6 +209,31 @@ inline const Watched<nlohmann::json> kUsageMonitorCache{
     .servedWith = &kWorkloads,
     .fieldSelector = "metadata.name=" + std::string(api::kUsageMonitorName)};
 
+// DRA (docs/dra.md), while resource.k8s.io/v1 is served: gpu-agent's slices, where a dra
+// class's units are, and the claims allocated its devices, which hold them.
+inline const Watched<model::ResourceSlice> kResourceSliceCache{
+    .kind = kResourceSlices,
+    .objectKind = "ResourceSlice",
+    .decode = ResourceSliceFromJson,
+    .snapshot = &model::Snapshot::resourceSlices,
+    .readers = Readers::kBinder,
+    .gpuOnly = true,
+    .followsDiscovery = true,
+    .knownOnlyWhileServed = true,
+    .matters = ValueDiffers<model::ResourceSlice>,
+    .fieldSelector = "spec.driver=" + std::string(api::kDraDriver)};
+inline const Watched<model::ResourceClaim> kResourceClaimCache{
+    .kind = kResourceClaims,
+    .objectKind = "ResourceClaim",
+    .decode = ResourceClaimFromJson,
+    .snapshot = &model::Snapshot::resourceClaims,
+    .readers = Readers::kBinder,
+    .gpuOnly = true,
+    .followsDiscovery = true,
+    .knownOnlyWhileServed = true,
+    .matters = ValueDiffers<model::ResourceClaim>,
+    .keep = [](const model::ResourceClaim& claim) { return !claim.devices.empty(); }};
+
 // The table: every watched kind, in the order a replica starts their caches.
 template <class Visit>
 void ForEachWatched(Visit&& visit) {
@@ -222,6 +247,8 @@ void ForEachWatched(Visit&& visit) {
   visit(kPodCache);
   visit(kVmiCache);
   visit(kKubeVirtCache);
+  visit(kResourceSliceCache);
+  visit(kResourceClaimCache);
   visit(kUsageRecordCache);
   visit(kUsageMonitorCache);
 }

@@ -54,10 +54,10 @@ json SliceDevices(const sysfs::HostScan& scan, std::string_view nodeName) {
     if (!Passthrough(*function)) continue;
     const std::string address = function->address.ToString();
     json attributes = {
-        {"resource.kubernetes.io/pciBusID", StringAttribute(address)},
+        {std::string(api::kPciBusIdAttribute), StringAttribute(address)},
         {std::string(api::kDraIdAttribute), StringAttribute(std::string(nodeName) + "/" + address)},
-        {"vendorID", StringAttribute(Hex4(function->vendorId))},
-        {"deviceID", StringAttribute(Hex4(function->deviceId))},
+        {std::string(api::kVendorIdAttribute), StringAttribute(Hex4(function->vendorId))},
+        {std::string(api::kDeviceIdAttribute), StringAttribute(Hex4(function->deviceId))},
     };
     if (auto root = PcieRoot(function->sysfsPath)) {
       attributes["resource.kubernetes.io/pcieRoot"] = StringAttribute(*root);

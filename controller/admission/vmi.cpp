@@ -165,6 +165,8 @@ class StartPlanner {
   std::optional<std::string> RawNames() const;
   std::optional<std::string> Held();
   std::optional<std::string> Templates();
+  // A member of a dra class: its GPUs reach a VM through a claim, which starts do not write yet.
+  std::optional<std::string> DraClasses() const;
   std::optional<std::string> Place(VmiStartPlan& plan) const;
   void Devices(VmiStartPlan& plan) const;
 
@@ -257,6 +259,19 @@ std::optional<std::string> StartPlanner::Templates() {
   return std::nullopt;
 }
 
+std::optional<std::string> StartPlanner::DraClasses() const {
+  for (const Member& member : members_) {
+    const std::optional<model::ClassRoom> room = model_.Room(member.className);
+    if (room && room->gpuClass->IsDra()) {
+      return vmiText_ + " cannot start: GPUDevice " + member.name + " is of GPUClass " +
+             member.className +
+             ", which delivers through DRA (source.dra); this controller version holds its "
+             "GPUs but cannot yet hand them to a VM (docs/dra.md)";
+    }
+  }
+  return std::nullopt;
+}
+
 // The start as a trial: the held members by index, the templates as the devices to create
 // (their objects also go to the plan), each attached to the VMI and asking to be bound.
 model::StartTrial StartPlanner::Trial(VmiStartPlan& plan) const {
@@ -333,6 +348,7 @@ VmiStartPlan PlanVmiStart(const model::Snapshot& snapshot, const model::Model& m
   std::optional<std::string> refusal = planner.RawNames();
   if (!refusal) refusal = planner.Held();
   if (!refusal) refusal = planner.Templates();
+  if (!refusal) refusal = planner.DraClasses();
   if (!refusal) refusal = planner.Place(plan);
   if (refusal) {
     // A refusal carries nothing to write, whatever the plan had gathered.

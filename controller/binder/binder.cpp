@@ -109,7 +109,8 @@ void Binder::ReportUnpermittedClasses(const model::Snapshot& snapshot,
   }
   for (const api::GpuClass& gpuClass : snapshot.classes) {
     if (gpuClass.metadata.deletionTimestamp || !leadership_.Leading()) continue;
-    if (model::IsPermittedHostDevice(table, gpuClass.ResourceName())) continue;
+    // A dra class's VMs get their GPUs through claims, which the table does not gate.
+    if (gpuClass.IsDra() || model::IsPermittedHostDevice(table, gpuClass.ResourceName())) continue;
     const nlohmann::json regarding = {{"apiVersion", api::kApiVersion},
                                       {"kind", api::kGpuClassKind},
                                       {"name", gpuClass.metadata.name},

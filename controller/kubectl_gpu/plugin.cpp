@@ -280,11 +280,9 @@ json CatalogToJson(const model::ClusterView& view, bool perNode) {
                        {"used", it->second.used},
                        {"free", it->second.free}});
     }
-    json entry = {{"name", c.name},
-                  {"maxCount", OptionalNumber(c.maxCount)},
-                  {"units", c.units},
-                  {"used", c.used},
-                  {"free", c.free}};
+    json entry = {
+        {"name", c.name},   {"source", c.source}, {"maxCount", OptionalNumber(c.maxCount)},
+        {"units", c.units}, {"used", c.used},     {"free", c.free}};
     if (perNode) entry["nodes"] = std::move(nodes);
     classes.push_back(std::move(entry));
   }
@@ -294,10 +292,10 @@ json CatalogToJson(const model::ClusterView& view, bool perNode) {
 std::string CatalogToTable(const json& catalog, bool perNode) {
   std::ostringstream out;
   if (!perNode) {
-    Table table({"CLASS", "UNITS", "USED", "FREE", "MAXCOUNT"});
+    Table table({"CLASS", "UNITS", "USED", "FREE", "MAXCOUNT", "SOURCE"});
     for (const json& c : catalog["classes"]) {
       table.Add({c["name"].get<std::string>(), c["units"].dump(), c["used"].dump(),
-                 c["free"].dump(), Text(c["maxCount"], "-")});
+                 c["free"].dump(), Text(c["maxCount"], "-"), c["source"].get<std::string>()});
     }
     table.Print(out);
     return out.str();

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "api/dra.h"
 #include "api/keys.h"
 #include "api/time.h"
 #include "api/validation.h"
@@ -86,8 +87,10 @@ void Model::Index::Build(const Index* previous) {
   if (!snapshot.now.empty()) {
     now = api::ParseTime(snapshot.now);
   }
-  if (sameNodes && snapshot.gpuNodes.SameElements(previous->snapshot.gpuNodes)) {
+  if (sameNodes && snapshot.gpuNodes.SameElements(previous->snapshot.gpuNodes) &&
+      snapshot.resourceSlices.SameElements(previous->snapshot.resourceSlices)) {
     units = previous->units;
+    sliceUnits = previous->sliceUnits;
     hasGpuNode = previous->hasGpuNode;
     unitProblems = previous->unitProblems;
     bound.assign(units.size(), 0);
@@ -103,6 +106,7 @@ void Model::Index::Build(const Index* previous) {
   CountDevices(ownUsage, ownPending);
   GroupVmiDevices();
   CountPods(ownUsage);
+  CountClaims();
   SumUsage(ownUsage, ownPending);
   ReadBudgets();
   problems = unitProblems;
@@ -135,7 +139,7 @@ void Model::Index::IndexClassesAndNodes() {
               return a->metadata.name < b->metadata.name;
             });
   for (const api::GpuClass* gpuClass : sortedClasses) {
-    const std::string& resourceName = gpuClass->ResourceName();
+    std::string resourceName = gpuClass->UnitsName();
     auto [it, inserted] = resourceIds.try_emplace(resourceName, resources.size());
     if (inserted) {
       resources.push_back(resourceName);
@@ -242,6 +246,68 @@ void Model::Index::CountUnits() {
         }
         int64_t& served = units[At(node->second, r->second)];
         served = api::AddUnits(served, allocatable);
+      }
+    }
+  }
+  CountSliceUnits();
+}
+
+void Model::Index::CountSliceUnits() {
+  auto counted = std::make_shared<SliceUnits>();
+  sliceUnits = counted;
+  bool anyDra = false;
+  for (const ClassInfo& info : classes) anyDra = anyDra || info.gpuClass->IsDra();
+  if (!anyDra || snapshot.resourceSlices.empty()) return;
+  // Each node's GPU functions a device plugin advertises, with their resources the classes sell.
+  std::unordered_map<std::string_view, const api::GpuNodeInventory*> gpuNodeOf;
+  for (const api::GpuNodeInventory& gpuNode : snapshot.gpuNodes) {
+    gpuNodeOf.emplace(gpuNode.nodeName, &gpuNode);
+  }
+  for (const ResourceSlice& slice : snapshot.resourceSlices) {
+    const auto node = nodeIds.find(slice.nodeName);
+    const auto gpuNode = gpuNodeOf.find(slice.nodeName);
+    // Another driver's, another node's pool, a node gone, or one without a GPUNode (whose
+    // functions nobody can tell apart from a device plugin's): no units.
+    if (slice.driver != api::kDraDriver || slice.pool != slice.nodeName || node == nodeIds.end() ||
+        gpuNode == gpuNodeOf.end()) {
+      continue;
+    }
+    for (const SliceDevice& device : slice.devices) {
+      const auto function = std::find_if(
+          gpuNode->second->devices.begin(), gpuNode->second->devices.end(),
+          [&](const api::InventoryDevice& d) { return d.pciAddress == device.pciAddress; });
+      if (device.pciAddress.empty() || function == gpuNode->second->devices.end()) continue;
+      SliceUnit unit{node->second, {}};
+      if (function->resources.empty()) {
+        // No device plugin advertises the function: a unit of the dra classes of its PCI ID.
+        const auto r = resourceIds.find("DRA GPUs " + device.vendorId + ":" + device.deviceId);
+        if (r == resourceIds.end()) continue;
+        unit.resources.push_back(r->second);
+        int64_t& served = units[At(node->second, r->second)];
+        served = api::AddUnits(served, 1);
+      } else {
+        // A device plugin advertises it too: its units are counted there, once; a claim of it
+        // holds one of them.
+        for (const api::InventoryResource& resource : function->resources) {
+          if (const auto r = resourceIds.find(resource.name); r != resourceIds.end()) {
+            unit.resources.push_back(r->second);
+          }
+        }
+      }
+      counted->emplace(slice.pool + "/" + device.name, std::move(unit));
+    }
+  }
+}
+
+void Model::Index::CountClaims() {
+  if (sliceUnits->empty()) return;
+  for (const ResourceClaim& claim : snapshot.resourceClaims) {
+    for (const ClaimDevice& device : claim.devices) {
+      const auto unit = sliceUnits->find(device.pool + "/" + device.device);
+      if (unit == sliceUnits->end()) continue;
+      for (const size_t r : unit->second.resources) {
+        int64_t& held = raw[At(unit->second.node, r)];
+        held = api::AddUnits(held, 1);
       }
     }
   }

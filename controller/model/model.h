@@ -22,7 +22,9 @@ namespace cozy::model {
 struct ClassView {
   std::string name;
   std::optional<int64_t> maxCount;  // nullopt: no limit
-  int64_t units = 0;                // served by the nodes its nodeSelector selects
+  // Where its GPUs come from: "devicePlugin <resource name>" or "dra <PCI vendor:device>".
+  std::string source;
+  int64_t units = 0;  // served by the nodes its nodeSelector selects
   // Of those, held on the nodes with a GPUNode (NodeClassView::used, summed over
   // ClusterView::nodes): `kubectl gpu catalog`'s USED.
   int64_t used = 0;

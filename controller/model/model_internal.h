@@ -13,6 +13,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <span>
@@ -130,7 +131,18 @@ struct Model::Index {
   std::optional<std::chrono::system_clock::time_point> now;  // the snapshot's, if it has one
   std::vector<char> hasGpuNode;
   // By node * resources.size() + resource.
-  std::vector<int64_t> units;  // served: allocatable of the GPUNode's devices
+  std::vector<int64_t> units;  // served: allocatable of the GPUNode's devices, and slice devices
+  // Each device of gpu-agent's slices ("<pool>/<device>") a class may sell: its node, and the
+  // resources an allocated claim of it holds a unit of (docs/dra.md, "One unit, one path"): the
+  // dra classes' units of its PCI ID when no device plugin advertises its function, else the
+  // function's device-plugin resources, which count it already.
+  struct SliceUnit {
+    size_t node = kNone;
+    std::vector<size_t> resources;
+  };
+  // Shared with the next model while the slices, GPUNodes, nodes and classes stay the same.
+  using SliceUnits = std::unordered_map<std::string, SliceUnit>;
+  std::shared_ptr<const SliceUnits> sliceUnits = std::make_shared<const SliceUnits>();
   std::vector<int64_t> bound;  // held by Bound devices
   std::vector<int64_t> raw;    // held by pods no device holding units covers
   TenantTree tenants;
@@ -242,6 +254,8 @@ struct Model::Index {
   void IndexClassesAndNodes();
   void TakeClassesAndNodes(const Index& previous);
   void CountUnits();
+  // CountUnits' part for the dra classes: gpu-agent's slices.
+  void CountSliceUnits();
   // Each device's own numbers (class, phase, count, namespace, placement, attachment): read
   // from the device, or copied from `previous` for a device object it read (nullptr: none).
   void ReadDevices(const Index* previous);
@@ -253,6 +267,8 @@ struct Model::Index {
   void CountDevices(UsageTable& ownUsage, UsageTable& ownPending);
   void GroupVmiDevices();
   void CountPods(UsageTable& ownUsage);
+  // Units held by allocated claims of gpu-agent's devices (sliceUnits), on their nodes.
+  void CountClaims();
   void SumUsage(const UsageTable& ownUsage, const UsageTable& ownPending);
   void ReadBudgets();
   RemainingBudget Remaining(std::string_view tenant, size_t classId, const UsageBy& usageBy) const;

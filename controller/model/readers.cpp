@@ -382,7 +382,7 @@ std::set<std::string> EffectiveGpuResourceNames(const Settings& settings,
                                                 const std::vector<api::GpuClass>& classes) {
   std::set<std::string> names(settings.resourceNames.begin(), settings.resourceNames.end());
   for (const api::GpuClass& gpuClass : classes) {
-    names.insert(gpuClass.ResourceName());
+    if (!gpuClass.IsDra()) names.insert(gpuClass.ResourceName());  // a dra class asks for none
   }
   // Every node reports much the same few names: each distinct one is judged once.
   std::set<std::string_view> reported;

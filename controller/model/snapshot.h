@@ -109,6 +109,39 @@ struct PermittedHostDevices {
   std::vector<MediatedHostDevice> mediatedDevices;
 };
 
+// A ResourceSlice of gpu-agent's DRA driver (api::kDraDriver; docs/dra.md): what a dra class
+// sells on its node.
+struct SliceDevice {
+  std::string name;        // the device's name in its pool
+  std::string pciAddress;  // resource.kubernetes.io/pciBusID; "" when absent
+  std::string vendorId;    // the driver's vendorID and deviceID attributes, lower case
+  std::string deviceId;
+  bool operator==(const SliceDevice&) const = default;
+};
+
+struct ResourceSlice {
+  std::string name;
+  std::string driver;    // spec.driver: only api::kDraDriver's count
+  std::string nodeName;  // spec.nodeName
+  std::string pool;      // spec.pool.name
+  std::vector<SliceDevice> devices;
+  bool operator==(const ResourceSlice&) const = default;
+};
+
+// An allocated ResourceClaim, as far as it holds devices of gpu-agent's driver.
+struct ClaimDevice {
+  std::string pool;
+  std::string device;
+  bool operator==(const ClaimDevice&) const = default;
+};
+
+struct ResourceClaim {
+  std::string namespaceName;
+  std::string name;
+  std::vector<ClaimDevice> devices;  // status.allocation.devices.results of api::kDraDriver
+  bool operator==(const ResourceClaim&) const = default;
+};
+
 // What the hoster configured (flags, published in the settings ConfigMap).
 struct Settings {
   std::vector<std::string> resourceNames;  // the hoster's GPU resource-name list
@@ -132,6 +165,10 @@ struct Snapshot {
   std::vector<api::GpuClass> classes;
   SharedVector<api::GpuDevice> devices;
   SharedVector<VirtualMachineInstance> vmis;
+  // DRA (docs/dra.md): the agent's slices, where a dra class's units are, and the claims
+  // allocated devices of its driver, which hold them.
+  SharedVector<ResourceSlice> resourceSlices;
+  SharedVector<ResourceClaim> resourceClaims;
   PermittedHostDevices permittedHostDevices;
   Settings settings;
   // The caller's clock (RFC 3339) when it read the snapshot, against which the grace is

@@ -56,7 +56,14 @@ ClusterView Model::CapacityView() const {
   const Index& ix = *index_;
   ClusterView view;
   for (const ClassInfo& info : ix.classes) {
-    ClassView classView{info.gpuClass->metadata.name, info.maxCount, 0, 0, 0};
+    const api::GpuClass& gpuClass = *info.gpuClass;
+    ClassView classView{gpuClass.metadata.name,
+                        info.maxCount,
+                        gpuClass.IsDra() ? "dra " + gpuClass.spec.source.dra->pciVendorSelector
+                                         : "devicePlugin " + gpuClass.ResourceName(),
+                        0,
+                        0,
+                        0};
     for (size_t n : info.nodes) {
       const size_t at = ix.At(n, info.resource);
       classView.units = api::AddUnits(classView.units, ix.units[at]);

@@ -106,7 +106,9 @@ std::optional<std::map<std::string, int64_t>> RawUsage(const ReconcileInput& inp
 // VMI that cannot be told now leaves the pod's record as it is.
 void PlanPods(const ReconcileInput& input, controller::Plan& plan, Holdings& holdings) {
   std::set<std::string> resourceNames;
-  for (const auto& gpuClass : input.classes) resourceNames.insert(gpuClass->ResourceName());
+  for (const auto& gpuClass : input.classes) {
+    if (!gpuClass->IsDra()) resourceNames.insert(gpuClass->ResourceName());
+  }
   Attached attached;
   for (const auto& device : input.devices) {
     if (device->status.attachment) {

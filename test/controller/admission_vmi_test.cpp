@@ -188,6 +188,25 @@ TEST(VmiStartPlanE5, SetGoesWhereTheWholeOfItFits) {
   ExpectNothingToWrite(plan);
 }
 
+// E5: a dra class's GPUs reach a VM through a ResourceClaim, which a start does not write yet
+// (docs/dra.md): the start is refused at once with that reason, before anything is written,
+// rather than admitted with a resource request no node can satisfy.
+TEST(VmiStartPlanE5, AStartOnADraClassIsRefusedWithItsReason) {
+  Snapshot snapshot = FlatTenantsSnapshot();
+  AddNode(snapshot, "n1", 1);
+  api::GpuClass dra = MakeClass("a100-dra", "");
+  dra.spec.source.dra = api::DraSource{"10DE:20B5"};
+  snapshot.classes.push_back(dra);
+  snapshot.devices = {Bound("tenant-a", "held", "a100-dra", 1, "n1")};
+  for (const DeviceReferences& references :
+       {DeviceReferences{{"held"}, {}}, DeviceReferences{{}, {{"gpu", "a100-dra", 1}}}}) {
+    const VmiStartPlan plan = Plan(snapshot, Input(references));
+    EXPECT_TRUE(Contains(plan.refusal, "a100-dra, which delivers through DRA"))
+        << plan.refusal.value_or("admitted");
+    ExpectNothingToWrite(plan);
+  }
+}
+
 // C7, E5: the classes' tolerations decide which nodes a starting VM's set
 // may go to, not the VMI's own. The binder answers the start before the VMI exists, so it cannot
 // read them; a plan that counted them admitted a start the binder then refused after the writes.

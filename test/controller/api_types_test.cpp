@@ -49,6 +49,23 @@ TEST(GpuClassB10, EveryFieldRoundTrips) {
   EXPECT_EQ(GpuClassFromJson(ToJson(decoded)), decoded);
 }
 
+// B5: a passthrough class may sell through DRA instead of a device plugin; the model counts its
+// units under a name no pod can request, the same for every class of one PCI ID.
+TEST(GpuClassB5, DraSourceRoundTripsAndNamesItsUnits) {
+  json object = FullClass();
+  object["spec"]["mode"] = "passthrough";
+  object["spec"].erase("profile");
+  object["spec"]["source"] = {{"dra", {{"pciVendorSelector", "10DE:20b5"}}}};
+  const GpuClass decoded = GpuClassFromJson(object);
+  ASSERT_TRUE(decoded.IsDra());
+  EXPECT_EQ(decoded.spec.source.dra->pciVendorSelector, "10DE:20b5");
+  EXPECT_EQ(decoded.ResourceName(), "");
+  EXPECT_EQ(decoded.UnitsName(), "DRA GPUs 10de:20b5");
+  EXPECT_EQ(ToJson(decoded), object);
+  EXPECT_FALSE(GpuClassFromJson(FullClass()).IsDra());
+  EXPECT_EQ(GpuClassFromJson(FullClass()).UnitsName(), "nvidia.com/NVIDIA_A100-40C");
+}
+
 TEST(GpuClass, OnCordonDefaultsToMoveAndMaxCountStaysUnset) {
   json object = FullClass();
   object["spec"].erase("onCordon");
@@ -69,13 +86,34 @@ struct BadClassCase {
 TEST(GpuClass, RefusesMalformedNamingTheField) {
   const std::vector<BadClassCase> cases = {
       {"B4 total", [](json& o) { o["metadata"]["name"] = "total"; }, "metadata.name"},
-      {"B5 dra reserved",
+      {"B5 dra on a vgpu class",  // FullClass is vgpu; dra sells whole functions
        [](json& o) {
-         o["spec"]["source"] = {{"dra", json::object()}};
+         o["spec"]["source"] = {{"dra", {{"pciVendorSelector", "10DE:20B5"}}}};
        },
        "spec.source.dra"},
-      {"B5 two members", [](json& o) { o["spec"]["source"]["dra"] = json::object(); },
-       "spec.source.dra"},
+      {"B5 dra without a selector",
+       [](json& o) {
+         o["spec"]["mode"] = "passthrough";
+         o["spec"]["source"] = {{"dra", json::object()}};
+       },
+       "spec.source.dra.pciVendorSelector"},
+      {"B5 dra selector shape",
+       [](json& o) {
+         o["spec"]["mode"] = "passthrough";
+         o["spec"]["source"] = {{"dra", {{"pciVendorSelector", "10DE:20B"}}}};
+       },
+       "spec.source.dra.pciVendorSelector"},
+      {"B5 dra selector not hex",
+       [](json& o) {
+         o["spec"]["mode"] = "passthrough";
+         o["spec"]["source"] = {{"dra", {{"pciVendorSelector", "10DE:2:B5"}}}};
+       },
+       "spec.source.dra.pciVendorSelector"},
+      {"B5 two members",
+       [](json& o) {
+         o["spec"]["source"]["dra"] = {{"pciVendorSelector", "10DE:20B5"}};
+       },
+       "spec.source"},
       {"B5 unknown member", [](json& o) { o["spec"]["source"]["other"] = json::object(); },
        "spec.source.other"},
       {"B5 no member", [](json& o) { o["spec"]["source"] = json::object(); },

@@ -142,6 +142,32 @@ TEST_F(ClusterCachesTest, EveryWatchedKindFillsItsSnapshotMemberAndTheOptionalOn
           {{"permittedHostDevices",
             {{"pciHostDevices",
               {{{"pciVendorSelector", "10DE:20B7"}, {"resourceName", "nvidia.com/GA100"}}}}}}}}}}});
+  // DRA (C19): gpu-agent's slice and another driver's, whose field selector leaves it out; a
+  // claim allocated one of the agent's devices and one allocated nothing, which is not kept.
+  for (const char* driver : {"gpu.cozystack.io", "gpu.nvidia.com"}) {
+    server_->Seed({{"apiVersion", "resource.k8s.io/v1"},
+                   {"kind", "ResourceSlice"},
+                   {"metadata", {{"name", std::string("n1-") + driver}}},
+                   {"spec",
+                    {{"driver", driver},
+                     {"nodeName", "n1"},
+                     {"pool", {{"name", "n1"}, {"generation", 1}, {"resourceSliceCount", 1}}},
+                     {"devices", {{{"name", "pci-0000-3b-00-0"}}}}}}});
+  }
+  for (const bool allocated : {true, false}) {
+    json claim = {{"apiVersion", "resource.k8s.io/v1"},
+                  {"kind", "ResourceClaim"},
+                  {"metadata", {{"name", allocated ? "held" : "waiting"}, {"namespace", "t1"}}},
+                  {"spec", {{"devices", {{"requests", json::array()}}}}}};
+    if (allocated) {
+      const json result = {{"request", "gpu"},
+                           {"driver", "gpu.cozystack.io"},
+                           {"pool", "n1"},
+                           {"device", "pci-0000-3b-00-0"}};
+      claim["status"]["allocation"]["devices"]["results"] = json::array({result});
+    }
+    server_->Seed(claim);
+  }
   client_->Create("/api/v1/namespaces/t1/pods", GpuPod("raw"));
   WatchAll();
 
@@ -163,12 +189,16 @@ TEST_F(ClusterCachesTest, EveryWatchedKindFillsItsSnapshotMemberAndTheOptionalOn
   std::vector<std::string> running;
   caches_->ForEachOptional(
       [&](const std::string& name, const kube::CacheBase&) { running.push_back(name); });
-  EXPECT_EQ(running, (std::vector<std::string>{"virtualmachineinstances", "kubevirts", "workloads",
-                                               "workloadmonitors"}));
+  EXPECT_EQ(running,
+            (std::vector<std::string>{"virtualmachineinstances", "kubevirts", "resourceslices",
+                                      "resourceclaims", "workloads", "workloadmonitors"}));
   ASSERT_TRUE(testing::WaitFor([&] {
     const auto vmis = caches_->Running(kVmiCache);
     const auto kubevirt = caches_->Running(kKubeVirtCache);
-    return vmis && kubevirt && vmis->Synced() && kubevirt->Synced();
+    const auto slices = caches_->Running(kResourceSliceCache);
+    const auto claims = caches_->Running(kResourceClaimCache);
+    return vmis && kubevirt && slices && claims && vmis->Synced() && kubevirt->Synced() &&
+           slices->Synced() && claims->Synced();
   }));
   model::Snapshot after;
   EXPECT_TRUE(caches_->FillSnapshot(after)) << "served and listed: the VMIs are known";
@@ -176,6 +206,13 @@ TEST_F(ClusterCachesTest, EveryWatchedKindFillsItsSnapshotMemberAndTheOptionalOn
   EXPECT_EQ(after.vmis[0].name, "vm");
   ASSERT_EQ(after.permittedHostDevices.pciHostDevices.size(), 1U);
   EXPECT_EQ(after.permittedHostDevices.pciHostDevices[0].resourceName, "nvidia.com/GA100");
+  ASSERT_EQ(after.resourceSlices.size(), 1U) << "gpu-agent's slice alone";
+  EXPECT_EQ(after.resourceSlices[0].driver, "gpu.cozystack.io");
+  ASSERT_EQ(after.resourceSlices[0].devices.size(), 1U);
+  ASSERT_EQ(after.resourceClaims.size(), 1U) << "only a claim holding the agent's devices";
+  EXPECT_EQ(after.resourceClaims[0].name, "held");
+  EXPECT_EQ(after.resourceClaims[0].devices,
+            (std::vector<model::ClaimDevice>{{"n1", "pci-0000-3b-00-0"}}));
   EXPECT_FALSE(caches_->FollowDiscovery()) << "nothing moved";
 
   caches_->StopOptional();

@@ -222,18 +222,31 @@ TEST(GpuClassCrd, SpecFields) {
   EXPECT_EQ(expressionOperator["enum"].size(), 4U);
 }
 
-// B5: "the source is a union with dra reserved for a later member"
-TEST(GpuClassCrdB5, SourceIsAUnionWithDraRefused) {
-  const YAML::Node source = Schema(
-      LoadCrd("gpu.cozystack.io_gpuclasses.yaml"))["properties"]["spec"]["properties"]["source"];
+// B5: "the source is a union with dra reserved for a later member": the member is served now
+// (docs/dra.md), still exactly one, and dra only on a passthrough class.
+TEST(GpuClassCrdB5, SourceIsAUnionOfDevicePluginAndDra) {
+  const YAML::Node spec = Schema(LoadCrd("gpu.cozystack.io_gpuclasses.yaml"))["properties"]["spec"];
+  const YAML::Node source = spec["properties"]["source"];
   EXPECT_EQ(source["maxProperties"].as<int>(), 1);
   EXPECT_EQ(source["minProperties"].as<int>(), 1);
+  EXPECT_EQ(source["properties"]["devicePlugin"]["required"][0].as<std::string>(), "resourceName");
+  const YAML::Node dra = source["properties"]["dra"];
+  EXPECT_EQ(dra["required"][0].as<std::string>(), "pciVendorSelector");
+  EXPECT_FALSE(dra["x-kubernetes-preserve-unknown-fields"].IsDefined());
+  // The CRD's pattern and the decoder agree on every selector.
+  const std::regex pattern(dra["properties"]["pciVendorSelector"]["pattern"].as<std::string>());
+  for (const char* selector : {"10DE:20B5", "10de:20b5", "1002:74A1", "10DE20B5", "10DE:20B",
+                               "10DE::20B", "GGGG:0000", " 10DE:20B5", "10DE:20B5 "}) {
+    EXPECT_EQ(std::regex_search(selector, pattern), api::CheckPciVendorSelector(selector).empty())
+        << selector;
+  }
   std::vector<std::string> rules;
-  for (const auto& rule : source["x-kubernetes-validations"]) {
+  for (const auto& rule : spec["x-kubernetes-validations"]) {
     rules.push_back(rule["rule"].as<std::string>());
   }
-  EXPECT_NE(std::find(rules.begin(), rules.end(), "!has(self.dra)"), rules.end());
-  EXPECT_EQ(source["properties"]["devicePlugin"]["required"][0].as<std::string>(), "resourceName");
+  EXPECT_NE(
+      std::find(rules.begin(), rules.end(), "!has(self.source.dra) || self.mode == 'passthrough'"),
+      rules.end());
 }
 
 TEST(GpuDeviceCrd, Shape) {

@@ -70,8 +70,20 @@ TEST(Simulate, JsonViewOfTheSampleCluster) {
 
   // gpu-1: 4 units, train (2, bound, covers its launcher) + cuda-job (1, raw) used. gpu-2 is
   // cordoned, so its free unit is not the class's. B9: a2-4q is vgpu without maxCount: 1.
-  EXPECT_EQ(view["classes"]["a100"], json({{"maxCount", 4}, {"units", 6}, {"free", 1}}));
-  EXPECT_EQ(view["classes"]["a2-4q"], json({{"maxCount", 1}, {"units", 4}, {"free", 4}}));
+  EXPECT_EQ(view["classes"]["a100"],
+            json({{"source", "devicePlugin nvidia.com/GA100_A100_PCIE_80GB"},
+                  {"maxCount", 4},
+                  {"units", 6},
+                  {"free", 1}}));
+  EXPECT_EQ(view["classes"]["a2-4q"], json({{"source", "devicePlugin nvidia.com/NVIDIA_A2-4Q"},
+                                            {"maxCount", 1},
+                                            {"units", 4},
+                                            {"free", 4}}));
+  // C19: gpu-4's two A100s no device plugin advertises, from its ResourceSlice; no resource name.
+  EXPECT_EQ(view["classes"]["a100-dra"],
+            json({{"source", "dra 10DE:20B5"}, {"maxCount", nullptr}, {"units", 2}, {"free", 2}}));
+  EXPECT_EQ(view["nodes"]["gpu-4"]["classes"]["a100-dra"],
+            json({{"units", 2}, {"used", 0}, {"free", 2}}));
   EXPECT_EQ(view["nodes"]["gpu-1"]["classes"]["a100"],
             json({{"units", 4}, {"used", 3}, {"free", 1}}));
   EXPECT_EQ(view["nodes"]["gpu-2"]["eligible"], false);
@@ -108,8 +120,9 @@ TEST(Simulate, JsonViewOfTheSampleCluster) {
 TEST(Simulate, TableIsForPeople) {
   const RunResult result = RunController("simulate --snapshot " + kSnapshot + " -o table");
   ASSERT_EQ(result.exitCode, 0) << result.err;
-  for (const char* text : {"CLASS", "a100   4         6      1", "gpu-2  no", "cordoned",
-                           "tenant-a/spare      move    gpu-1  node gpu-2 is cordoned",
+  for (const char* text : {"CLASS", "a100      4         6      1     devicePlugin",
+                           "a100-dra  -         2      2     dra 10DE:20B5", "gpu-2  no",
+                           "cordoned", "tenant-a/spare      move    gpu-1  node gpu-2 is cordoned",
                            "a raw key without a GPU key"}) {
     EXPECT_NE(result.out.find(text), std::string::npos) << text << "\n" << result.out;
   }

@@ -173,9 +173,70 @@ TEST_F(KubectlGpu, CatalogTableShowsTotalUsedAndFreeUnits) {
   EXPECT_EQ(result.err, "");
   const auto rows = Rows(result.out);
   ASSERT_EQ(rows.size(), 2u) << result.out;
-  EXPECT_EQ(rows[0], (std::vector<std::string>{"CLASS", "UNITS", "USED", "FREE", "MAXCOUNT"}));
+  EXPECT_EQ(rows[0],
+            (std::vector<std::string>{"CLASS", "UNITS", "USED", "FREE", "MAXCOUNT", "SOURCE"}));
   // 4 units on two nodes, 1 held by the bound order; gpu-2 is cordoned, so 1 free.
-  EXPECT_EQ(rows[1], (std::vector<std::string>{"a100", "4", "1", "1", "-"})) << result.out;
+  EXPECT_EQ(rows[1],
+            (std::vector<std::string>{"a100", "4", "1", "1", "-", "devicePlugin nvidia.com/GA100"}))
+      << result.out;
+}
+
+// C19: a dra class is listed like the others, its units read from gpu-agent's ResourceSlice
+// (two A100s of gpu-3 no device plugin advertises) and an allocated claim holding one.
+TEST_F(KubectlGpu, C19_CatalogListsADraClassFromTheSlicesAndClaims) {
+  server_->Seed(testing::ReadyNode("gpu-3"));
+  json status = testing::GpuNodeStatus(0);
+  status["resourceNames"] = json::array();
+  json function = status["devices"][0];
+  function["resources"] = json::array();
+  function["health"] = "Unadvertised";
+  status["devices"] = {function, function};
+  status["devices"][1]["pciAddress"] = "0000:af:00.0";
+  server_->Seed({{"apiVersion", "gpu.cozystack.io/v1alpha1"},
+                 {"kind", "GPUNode"},
+                 {"metadata", {{"name", "gpu-3"}}},
+                 {"status", status}});
+  json draClass = testing::GpuClassObject("a100-dra");
+  draClass["spec"]["source"] = {{"dra", {{"pciVendorSelector", "10DE:20B5"}}}};
+  server_->Seed(draClass);
+  auto device = [](const std::string& address, const std::string& name) {
+    return json{{"name", name},
+                {"attributes",
+                 {{"resource.kubernetes.io/pciBusID", {{"string", address}}},
+                  {"vendorID", {{"string", "10de"}}},
+                  {"deviceID", {{"string", "20b5"}}}}}};
+  };
+  server_->Seed({{"apiVersion", "resource.k8s.io/v1"},
+                 {"kind", "ResourceSlice"},
+                 {"metadata", {{"name", "gpu-3-gpu.cozystack.io"}}},
+                 {"spec",
+                  {{"driver", "gpu.cozystack.io"},
+                   {"nodeName", "gpu-3"},
+                   {"pool", {{"name", "gpu-3"}, {"generation", 1}, {"resourceSliceCount", 1}}},
+                   {"devices",
+                    {device("0000:3b:00.0", "pci-0000-3b-00-0"),
+                     device("0000:af:00.0", "pci-0000-af-00-0")}}}}});
+  server_->Seed({{"apiVersion", "resource.k8s.io/v1"},
+                 {"kind", "ResourceClaim"},
+                 {"metadata", {{"name", "by-hand"}, {"namespace", "tenant-b"}}},
+                 {"spec", {{"devices", {{"requests", json::array()}}}}},
+                 {"status",
+                  {{"allocation",
+                    {{"devices",
+                      {{"results",
+                        {{{"request", "gpu"},
+                          {"driver", "gpu.cozystack.io"},
+                          {"pool", "gpu-3"},
+                          {"device", "pci-0000-af-00-0"}}}}}}}}}}});
+  const json catalog = PluginJson("catalog --nodes");
+  ASSERT_EQ(catalog["classes"].size(), 2u) << catalog.dump(2);
+  const json& dra = catalog["classes"][1];
+  EXPECT_EQ(dra["name"], "a100-dra");
+  EXPECT_EQ(dra["source"], "dra 10DE:20B5");
+  EXPECT_EQ(dra["units"], 2);
+  EXPECT_EQ(dra["used"], 1) << "the claim holds one";
+  EXPECT_EQ(dra["free"], 1);
+  EXPECT_EQ(catalog["classes"][0]["units"], 4) << "the device-plugin class is as before";
 }
 
 TEST_F(KubectlGpu, CatalogPerNodeInEachFormat) {

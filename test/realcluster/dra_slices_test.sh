@@ -123,6 +123,35 @@ else
   fail "the untolerated claim: $(allocated untolerated), pod on '$(pod_node untolerated)'"
 fi
 
+# --- B5, C19: a dra class on kube-apiserver, counted as kubectl gpu reads the cluster ----------
+# Both nodes' A100s (10de:20f1) are in their slices and advertised by the test device plugin as
+# well (as KubeVirt's plugin would for a model in permittedHostDevices): each function is the
+# device-plugin class's unit alone, and the claim kube-scheduler allocated node-b's 0000:af:00.0
+# holds one of them.
+resource=$(kc get gpunode node-b -o jsonpath='{.status.resourceNames[0]}')
+{
+  gpu_class a100-plugin "$resource"
+  gpu_class a100-dra unused 'source: {dra: {pciVendorSelector: "10DE:20F1"}}'
+} >"$work/dra-classes.yaml"
+kc apply -f "$work/dra-classes.yaml" >/dev/null && pass "kube-apiserver takes a GPUClass whose source is dra (B5)" ||
+  fail "the dra class: $(kc apply -f "$work/dra-classes.yaml" 2>&1)"
+on_exit "kc delete gpuclass a100-plugin a100-dra --ignore-not-found --wait=false"
+gpu_class a100-dra-vgpu unused 'source: {dra: {pciVendorSelector: "10DE:20F1"}}' 'mode: vgpu' \
+  >"$work/dra-vgpu.yaml"
+expect_refused "nor a dra class of mode vgpu: the CRD's rule (B5)" \
+  "source.dra sells whole PCI functions; its class's mode must be passthrough" kc apply -f "$work/dra-vgpu.yaml"
+gpu_class a100-two "$resource" "source: {devicePlugin: {resourceName: $resource}, dra: {pciVendorSelector: \"10DE:20F1\"}}" \
+  >"$work/dra-two.yaml"
+expect_refused "nor a source of two members (B5)" "spec.source: Too many: 2: must have at most 1 item" \
+  kc apply -f "$work/dra-two.yaml"
+catalog() { "$build_dir/controller/kubectl-gpu" --kubeconfig "$admin_kubeconfig" catalog -o json; }
+counted() { catalog | jq -r '[.classes[] | "\(.name)=\(.units)/\(.used)"] | join(" ")'; }
+if until_is 20 "a100-dra=0/0 a100-plugin=4/1" counted; then
+  pass "C19: the nodes' four A100s are the device-plugin class's units, not the dra class's too, and the allocated claim holds one"
+else
+  fail "kubectl gpu catalog (units/used): '$(counted)'"
+fi
+
 # --- F20: a tenant may not tolerate the catalog's taint ---------------------------------------
 cert_kubeconfig "$work/alice.kubeconfig" alice tenants
 kc create role claims -n "$tenant" --verb=create,get --resource=resourceclaims.resource.k8s.io >/dev/null

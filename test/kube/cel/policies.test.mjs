@@ -564,8 +564,17 @@ test("F3: with the class finalizer, what a class sells is immutable", () => {
   assertRefused(ON, update("GPUClass", ADMIN, old, noMaxCount), "gpu-class-immutable",
     /maxCount is immutable/, "maxCount unset");
   assertRefused(ON, update("GPUClass", ADMIN, old, gpuClass("a100", { spec: { source:
-    { dra: { driver: "gpu.nvidia.com" } } } })), "gpu-class-immutable",
+    { dra: { pciVendorSelector: "10DE:20B5" } } } })), "gpu-class-immutable",
   /kind of source is immutable/, "source kind");
+  // A dra class's selector names the model it sells: fixed as vendor and model are.
+  const dra = gpuClass("a100-dra", { spec: { source: { dra: { pciVendorSelector: "10DE:20B5" } } } });
+  assertRefused(ON, update("GPUClass", ADMIN, dra, gpuClass("a100-dra", { spec: { source:
+    { dra: { pciVendorSelector: "10DE:20B7" } } } })), "gpu-class-immutable",
+  /pciVendorSelector is immutable/, "dra selector");
+  assertRefused(ON, update("GPUClass", ADMIN, dra, old), "gpu-class-immutable",
+    /kind of source is immutable/, "dra to devicePlugin");
+  assertAllowed(ON, update("GPUClass", ADMIN, dra, gpuClass("a100-dra", { spec: {
+    source: { dra: { pciVendorSelector: "10DE:20B5" } }, onCordon: "Stay" } })), "dra, onCordon");
 });
 
 test("F3: resourceName and nodeSelector stay open; without the finalizer everything is", () => {

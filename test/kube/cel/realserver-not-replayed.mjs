@@ -86,11 +86,6 @@ export const NOT_REPLAYED = {
       "can be stored or sent",
   },
   // --- policies.test.mjs ---
-  [`${PS} › F3: with the class finalizer, what a class sells is immutable › source kind`]: {
-    check: "refused-before-admission", message: "source\\.dra is reserved for a later version",
-    why: "the new class's source is dra, which the GPUClass CRD's own rules refuse before " +
-      "admission (source.dra is reserved): the policy's 'kind of source' rule is not reached",
-  },
   ...Object.fromEntries(["GPUs off", "GPUs on"].flatMap((render) => [
     ...["kubernetes-admin", "system:serviceaccount:cozy-system:cozystack-controller", "alice",
       "system:serviceaccount:cozy-kubevirt:kubevirt-controller"].map((user) =>

@@ -1,0 +1,200 @@
+// The model's dra classes (docs/dra.md, "The catalog counts DRA units"): units from gpu-agent's
+// ResourceSlices, held by Bound devices and by allocated claims, and one unit per PCI function
+// whichever path (device plugin or DRA) could deliver it.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "api/dra.h"
+#include "controller/model/model.h"
+#include "test/controller/model_fixtures.h"
+
+namespace cozy::model {
+namespace {
+
+using namespace cozy::model::testing;
+
+api::GpuClass DraClass(const std::string& name, const std::string& selector) {
+  api::GpuClass gpuClass = MakeClass(name, "");
+  gpuClass.spec.source.dra = api::DraSource{selector};
+  return gpuClass;
+}
+
+// A GPUNode function: advertised by a device plugin as `resource`, or by none ("").
+api::InventoryDevice Function(const std::string& address, const std::string& resource) {
+  api::InventoryDevice device;
+  device.pciAddress = address;
+  if (!resource.empty()) {
+    device.resources.push_back({resource, 1, 0});
+    device.allocatable = 1;
+    device.health = "Healthy";
+  } else {
+    device.health = "Unadvertised";
+  }
+  return device;
+}
+
+SliceDevice Published(const std::string& address, const std::string& vendor,
+                      const std::string& device) {
+  std::string name = "pci-" + address;
+  for (char& c : name) c = (c == ':' || c == '.') ? '-' : c;
+  return SliceDevice{name, address, vendor, device};
+}
+
+ResourceSlice Slice(const std::string& node, std::vector<SliceDevice> devices) {
+  return ResourceSlice{node + "-gpu.cozystack.io", std::string(api::kDraDriver), node, node,
+                       std::move(devices)};
+}
+
+// n1: three vfio-bound functions gpu-agent publishes. 0000:10 (an A100, 10de:20b5) is also
+// advertised by KubeVirt's device plugin as kA100; 0000:11 (an A100) and 0000:12 (an A10,
+// 10de:2236) by no device plugin. One device-plugin class and one dra class of the A100.
+Snapshot SideBySide() {
+  Snapshot snapshot;
+  snapshot.classes = {MakeClass("a100", kA100), DraClass("a100-dra", "10DE:20B5")};
+  snapshot.namespaces = {MakeTenant("tenant-a", {})};
+  snapshot.nodes.push_back(MakeNode("n1"));
+  api::GpuNodeInventory inventory;
+  inventory.nodeName = "n1";
+  inventory.resourceNames = {kA100};
+  inventory.devices = {Function("0000:10:00.0", kA100), Function("0000:11:00.0", ""),
+                       Function("0000:12:00.0", "")};
+  snapshot.gpuNodes.push_back(inventory);
+  snapshot.resourceSlices.push_back(Slice(
+      "n1", {Published("0000:10:00.0", "10de", "20b5"), Published("0000:11:00.0", "10de", "20b5"),
+             Published("0000:12:00.0", "10de", "2236")}));
+  return snapshot;
+}
+
+int64_t UnitsOf(const Model& model, const std::string& node, const std::string& className) {
+  const std::optional<NodeClassView> view = model.NodeClass(node, className);
+  return view ? view->units : -1;
+}
+
+int64_t FreeOf(const Model& model, const std::string& node, const std::string& className) {
+  const std::optional<NodeClassView> view = model.NodeClass(node, className);
+  return view ? view->free : -1;
+}
+
+// C19: a dra class sells the slice's devices of its PCI ID (in any case) whose function no
+// device plugin advertises; the function a device plugin advertises too is the device-plugin
+// class's unit alone, and a device of another ID is nobody's here.
+TEST(DraUnitsC19, OneUnitPerFunctionWhicheverPathDeliversIt) {
+  const Snapshot snapshot = SideBySide();
+  const Model model(snapshot);
+  EXPECT_EQ(UnitsOf(model, "n1", "a100"), 1);
+  EXPECT_EQ(UnitsOf(model, "n1", "a100-dra"), 1) << "0000:10 is counted once, by the plugin";
+  const ClusterView view = model.View();
+  ASSERT_EQ(view.classes.size(), 2U);
+  EXPECT_EQ(view.classes[0].source, "devicePlugin " + kA100);
+  EXPECT_EQ(view.classes[1].source, "dra 10DE:20B5");
+  EXPECT_EQ(view.classes[0].units + view.classes[1].units, 2) << "two A100 functions in all";
+  EXPECT_FALSE(view.gpuResourceNames.contains("DRA GPUs 10de:20b5"))
+      << "a dra class asks for no resource name: nothing for the raw-name policies";
+  EXPECT_FALSE(view.gpuResourceNames.contains(""));
+
+  // Without a device plugin on 0000:10, both A100 functions are the dra class's.
+  Snapshot unadvertised = SideBySide();
+  unadvertised.gpuNodes.MutableAt(0).devices[0] = Function("0000:10:00.0", "");
+  const Model both(unadvertised);
+  EXPECT_EQ(UnitsOf(both, "n1", "a100-dra"), 2);
+  EXPECT_EQ(UnitsOf(both, "n1", "a100"), 0);
+}
+
+// C19: only gpu-agent's own slice of its own node's pool counts, and only for a node with a
+// GPUNode (without it nothing tells a device-plugin function from a dra one): each other case
+// sells nothing, and fails closed for that node alone.
+TEST(DraUnitsC19, OnlyTheAgentsSliceOfANodeWithAGpuNodeCounts) {
+  const std::vector<std::pair<const char*, std::function<void(Snapshot&)>>> cases = {
+      {"another driver",
+       [](Snapshot& s) { s.resourceSlices.MutableAt(0).driver = "gpu.nvidia.com"; }},
+      {"another pool", [](Snapshot& s) { s.resourceSlices.MutableAt(0).pool = "n2"; }},
+      {"no GPUNode", [](Snapshot& s) { s.gpuNodes.MutableAt(0).nodeName = "n3"; }},
+      {"no pciBusID",
+       [](Snapshot& s) {
+         for (SliceDevice& d : s.resourceSlices.MutableAt(0).devices) d.pciAddress.clear();
+       }},
+      {"a function the GPUNode does not list",
+       [](Snapshot& s) { s.gpuNodes.MutableAt(0).devices.resize(1); }},
+      {"a slice of a node gone",
+       [](Snapshot& s) { s.resourceSlices.MutableAt(0).nodeName = "n9"; }},
+  };
+  for (const auto& [what, mutate] : cases) {
+    Snapshot snapshot = SideBySide();
+    snapshot.nodes.push_back(MakeNode("n2"));
+    snapshot.gpuNodes.push_back(MakeGpuNode("n2", kA100, 1));
+    snapshot.resourceSlices.push_back(Slice("n2", {Published("0000:10:00.0", "10de", "20b5")}));
+    // n2's function is advertised by the plugin: n2 has no dra unit either way.
+    mutate(snapshot);
+    const Model model(snapshot);
+    EXPECT_EQ(UnitsOf(model, "n1", "a100-dra"), 0) << what;
+    EXPECT_EQ(UnitsOf(model, "n2", "a100"), 1) << what << ": the other node is untouched";
+  }
+}
+
+// C19: Bound devices of a dra class hold its units as any class's; an order beyond them waits.
+TEST(DraUnitsC19, BoundDevicesHoldUnitsAndAnOrderBeyondThemWaits) {
+  Snapshot snapshot = SideBySide();
+  snapshot.devices.push_back(Bound("tenant-a", "held", "a100-dra", 1, "n1"));
+  snapshot.devices.push_back(Pending("tenant-a", "next", "a100-dra", 1));
+  const Model model(snapshot);
+  EXPECT_EQ(FreeOf(model, "n1", "a100-dra"), 0);
+  EXPECT_EQ(FreeOf(model, "n1", "a100"), 1) << "the plugin's A100 is not the dra class's";
+  bool decided = false;
+  for (const Decision& decision : model.PlanPass()) {
+    if (decision.deviceName != "next") continue;
+    decided = true;
+    EXPECT_NE(decision.action, Action::kBind) << DescribeDecision(decision);
+  }
+  EXPECT_TRUE(decided);
+
+  snapshot.devices = {Pending("tenant-a", "next", "a100-dra", 1)};
+  const Model room(snapshot);
+  const std::vector<Decision> decisions = room.PlanPass();
+  ASSERT_EQ(decisions.size(), 1U);
+  EXPECT_EQ(decisions[0].action, Action::kBind) << DescribeDecision(decisions[0]);
+  EXPECT_EQ(decisions[0].node, "n1");
+}
+
+// C19: an allocated claim holds its device's unit under the path that counts the device: a
+// claim on 0000:11 takes the dra class's unit, one on 0000:10 (advertised by the plugin too)
+// the device-plugin class's, so neither path sells a function the other gave away. Other
+// drivers' results and devices no slice names hold nothing.
+TEST(DraUnitsC19, AnAllocatedClaimHoldsItsDevicesUnit) {
+  Snapshot snapshot = SideBySide();
+  snapshot.resourceClaims.push_back(ResourceClaim{"admin", "own", {{"n1", "pci-0000-11-00-0"}}});
+  const Model drA(snapshot);
+  EXPECT_EQ(FreeOf(drA, "n1", "a100-dra"), 0);
+  EXPECT_EQ(FreeOf(drA, "n1", "a100"), 1);
+
+  snapshot.resourceClaims = {ResourceClaim{"admin", "own", {{"n1", "pci-0000-10-00-0"}}}};
+  const Model plugin(snapshot);
+  EXPECT_EQ(FreeOf(plugin, "n1", "a100-dra"), 1);
+  EXPECT_EQ(FreeOf(plugin, "n1", "a100"), 0);
+
+  snapshot.resourceClaims = {
+      ResourceClaim{"admin", "own", {{"n1", "pci-0000-99-00-0"}, {"n2", "pci-0000-11-00-0"}}}};
+  const Model none(snapshot);
+  EXPECT_EQ(FreeOf(none, "n1", "a100-dra"), 1);
+  EXPECT_EQ(FreeOf(none, "n1", "a100"), 1);
+}
+
+// C19: a model built after a slice's change (the same nodes, classes and GPUNodes, which lend it
+// their tables) counts the new slice, not the one before.
+TEST(DraUnitsC19, AModelAfterASliceChangeCountsTheNewSlice) {
+  const Snapshot before = SideBySide();
+  const Model first(before);
+  Snapshot after = before;
+  after.resourceSlices = {};
+  after.resourceSlices.push_back(Slice("n1", {Published("0000:12:00.0", "10de", "2236")}));
+  const Model second(after, &first);
+  EXPECT_EQ(UnitsOf(second, "n1", "a100-dra"), 0);
+  EXPECT_EQ(UnitsOf(Model(after), "n1", "a100-dra"), 0);
+  const Model third(before, &second);
+  EXPECT_EQ(UnitsOf(third, "n1", "a100-dra"), 1);
+}
+
+}  // namespace
+}  // namespace cozy::model
