@@ -28,5 +28,19 @@ inline constexpr std::string_view kPciBusIdAttribute = "resource.kubernetes.io/p
 inline constexpr std::string_view kVendorIdAttribute = "vendorID";
 inline constexpr std::string_view kDeviceIdAttribute = "deviceID";
 inline constexpr std::string_view kResourceClaimPlural = "resourceclaims";
+inline constexpr std::string_view kDeviceClassPlural = "deviceclasses";
+
+// The DeviceClass gpu-controller keeps for each dra GPUClass (docs/dra.md, "The DeviceClass"):
+// named "<class>.gpu.cozystack.io", labelled with its class's name, which the controller's watch
+// selects its own by.
+inline constexpr std::string_view kDeviceClassSuffix = ".gpu.cozystack.io";
+inline constexpr std::string_view kDeviceClassClassLabel = "gpu.cozystack.io/class";
+
+// The ResourceClaim gpu-controller writes for each Bound GPUDevice of a dra class (docs/dra.md,
+// "The claims"): named as the device, in its namespace, owned by it, and marked with this label
+// (a constant value: a device's name can exceed what a label value holds). The request's name.
+inline constexpr std::string_view kDraClaimLabel = "gpu.cozystack.io/device-claim";
+inline constexpr std::string_view kDraClaimLabelValue = "true";
+inline constexpr std::string_view kDraClaimRequest = "gpu";
 
 }  // namespace cozy::api

@@ -52,5 +52,7 @@ inline constexpr Kind kResourceSlices{api::kResourceGroup, api::kResourceVersion
                                       api::kResourceSlicePlural};
 inline constexpr Kind kResourceClaims{api::kResourceGroup, api::kResourceVersion,
                                       api::kResourceClaimPlural};
+inline constexpr Kind kDeviceClasses{api::kResourceGroup, api::kResourceVersion,
+                                     api::kDeviceClassPlural};
 
 }  // namespace cozy::controller

@@ -244,7 +244,17 @@ model::ResourceSlice ResourceSliceFromJson(const nlohmann::json& object) {
 model::ResourceClaim ResourceClaimFromJson(const nlohmann::json& object) {
   const JsonField item(object, "");
   const api::ObjectMeta meta = Meta(item);
-  model::ResourceClaim claim{meta.namespaceName, meta.name, {}};
+  model::ResourceClaim claim{meta.namespaceName, meta.name, {}, ""};
+  if (const auto label = meta.labels.find(std::string(api::kDraClaimLabel));
+      label != meta.labels.end() && label->second == api::kDraClaimLabelValue) {
+    const std::optional<JsonField> owners = item.Require("metadata").Find("ownerReferences");
+    for (const JsonField& owner : owners ? owners->AsArray() : std::vector<JsonField>{}) {
+      const std::optional<JsonField> controller = owner.Find("controller");
+      if (owner.StringOr("kind", "") == api::kGpuDeviceKind && controller && controller->AsBool()) {
+        claim.forDevice = owner.Require("name").AsString();
+      }
+    }
+  }
   const std::optional<JsonField> status = item.Find("status");
   const std::optional<JsonField> allocation = status ? status->Find("allocation") : std::nullopt;
   const std::optional<JsonField> devices = allocation ? allocation->Find("devices") : std::nullopt;

@@ -234,6 +234,29 @@ inline const Watched<model::ResourceClaim> kResourceClaimCache{
     .matters = ValueDiffers<model::ResourceClaim>,
     .keep = [](const model::ResourceClaim& claim) { return !claim.devices.empty(); }};
 
+// The DeviceClasses the reconciler keeps for the dra classes (its own, by their label).
+inline const Watched<nlohmann::json> kDeviceClassCache{
+    .kind = kDeviceClasses,
+    .objectKind = "DeviceClass",
+    .decode = kube::IdentityDecode,
+    .readers = Readers::kReconciler,
+    .gpuOnly = true,
+    .followsDiscovery = true,
+    .knownOnlyWhileServed = true,
+    .labelSelector = std::string(api::kDeviceClassClassLabel)};
+
+// The claims the reconciler writes for Bound devices of dra classes (its own, by their label).
+inline const Watched<nlohmann::json> kDraClaimCache{
+    .kind = kResourceClaims,
+    .objectKind = "ResourceClaim",
+    .decode = kube::IdentityDecode,
+    .readers = Readers::kReconciler,
+    .gpuOnly = true,
+    .followsDiscovery = true,
+    .knownOnlyWhileServed = true,
+    .name = "dra-claims",
+    .labelSelector = std::string(api::kDraClaimLabel)};
+
 // The table: every watched kind, in the order a replica starts their caches.
 template <class Visit>
 void ForEachWatched(Visit&& visit) {
@@ -249,6 +272,8 @@ void ForEachWatched(Visit&& visit) {
   visit(kKubeVirtCache);
   visit(kResourceSliceCache);
   visit(kResourceClaimCache);
+  visit(kDeviceClassCache);
+  visit(kDraClaimCache);
   visit(kUsageRecordCache);
   visit(kUsageMonitorCache);
 }

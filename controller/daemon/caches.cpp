@@ -142,6 +142,8 @@ ReconcileInput ClusterCaches::BuildInput() const {
       model::SharedVector<api::GpuNodeInventory>::Sharing(Get(kGpuNodeCache).List());
   settings.permitted = PermittedHostDevices();
   input.settings = std::move(settings);
+  if (auto cache = Readable(kDeviceClassCache)) input.deviceClasses = cache->List();
+  if (auto cache = Readable(kDraClaimCache)) input.draClaims = cache->List();
   return input;
 }
 

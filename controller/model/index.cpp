@@ -301,10 +301,29 @@ void Model::Index::CountSliceUnits() {
 
 void Model::Index::CountClaims() {
   if (sliceUnits->empty()) return;
+  // The nodes of the Bound devices of dra classes ("namespace/name"), made on first use: the
+  // reconciler's claim of such a device holds what the device already counts there.
+  std::unordered_map<std::string, size_t> boundDra;
+  bool indexed = false;
+  auto coveredOn = [&](const ResourceClaim& claim) -> size_t {
+    if (!indexed) {
+      indexed = true;
+      for (size_t d = 0; d < placedOn.size(); ++d) {
+        if (IsNode(placedOn[d]) && deviceClass[d] != kNone &&
+            classes[deviceClass[d]].gpuClass->IsDra()) {
+          boundDra.emplace(Device(d).metadata.namespaceName + "/" + Device(d).metadata.name,
+                           placedOn[d]);
+        }
+      }
+    }
+    const auto device = boundDra.find(claim.namespaceName + "/" + claim.forDevice);
+    return device == boundDra.end() ? kNone : device->second;
+  };
   for (const ResourceClaim& claim : snapshot.resourceClaims) {
+    const size_t covered = claim.forDevice.empty() ? kNone : coveredOn(claim);
     for (const ClaimDevice& device : claim.devices) {
       const auto unit = sliceUnits->find(device.pool + "/" + device.device);
-      if (unit == sliceUnits->end()) continue;
+      if (unit == sliceUnits->end() || unit->second.node == covered) continue;
       for (const size_t r : unit->second.resources) {
         int64_t& held = raw[At(unit->second.node, r)];
         held = api::AddUnits(held, 1);

@@ -139,6 +139,9 @@ struct ResourceClaim {
   std::string namespaceName;
   std::string name;
   std::vector<ClaimDevice> devices;  // status.allocation.devices.results of api::kDraDriver
+  // The GPUDevice (in the claim's namespace) whose claim the reconciler wrote it as (its label
+  // api::kDraClaimLabel and its controller owner); "" for any other claim.
+  std::string forDevice;
   bool operator==(const ResourceClaim&) const = default;
 };
 

@@ -20,6 +20,10 @@ bool Has(const ReconcileInput& input, Part part) {
       return input.usageRecords;
     case Part::kSettings:
       return input.settings.has_value();
+    case Part::kDraDeviceClasses:
+      return input.deviceClasses.has_value();
+    case Part::kDraClaims:
+      return input.draClaims.has_value();
   }
   return false;
 }

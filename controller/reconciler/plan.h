@@ -71,6 +71,12 @@ struct ReconcileInput {
     model::PermittedHostDevices permitted;
   };
   std::optional<Settings> settings;
+  // The DeviceClasses the reconciler keeps (docs/dra.md, "The DeviceClass"): present only while
+  // resource.k8s.io/v1 is served and their cache synced (GPUs on).
+  std::optional<std::vector<JsonPtr>> deviceClasses;
+  // The claims it writes for Bound devices of dra classes (docs/dra.md, "The claims"), by their
+  // label: present under the same conditions.
+  std::optional<std::vector<JsonPtr>> draClaims;
   std::chrono::system_clock::time_point now;
   std::chrono::seconds attachmentGrace{120};
   // The pass's own: each attached device's VMI as looked up, once a pass whichever reconciler
@@ -80,7 +86,15 @@ struct ReconcileInput {
 
 // The parts of the input a reconciler reads. The classes, devices and VMIs are there in every
 // pass; the usage objects while Cozystack's kinds are served and cached, the settings when read.
-enum class Part { kClasses, kDevices, kVmiLookup, kUsageObjects, kSettings };
+enum class Part {
+  kClasses,
+  kDevices,
+  kVmiLookup,
+  kUsageObjects,
+  kSettings,
+  kDraDeviceClasses,
+  kDraClaims
+};
 bool Has(const ReconcileInput& input, Part part);
 
 // The object an action writes.

@@ -10,6 +10,8 @@ Reconcilers StandardReconcilers(const ReconcilerOptions& options) {
   reconcilers.push_back(std::make_unique<DeviceLifecycle>());
   reconcilers.push_back(std::make_unique<UsageRecords>());
   reconcilers.push_back(std::make_unique<SettingsConfigMap>(options));
+  reconcilers.push_back(std::make_unique<DraDeviceClasses>());
+  reconcilers.push_back(std::make_unique<DraClaims>());
   return reconcilers;
 }
 

@@ -66,6 +66,34 @@ class SettingsConfigMap : public Reconciler {
   ReconcilerOptions options_;
 };
 
+// The DeviceClass of each dra class (docs/dra.md, "The DeviceClass"): created, kept as the
+// class says, and deleted once its class is gone or sells through a device plugin.
+class DraDeviceClasses : public Reconciler {
+ public:
+  std::string_view Name() const override { return "device-classes"; }
+  std::vector<Part> Reads() const override { return {Part::kClasses, Part::kDraDeviceClasses}; }
+  controller::Plan Plan(const ReconcileInput& input) const override;
+};
+
+// The ResourceClaim of each Bound device of a dra class (docs/dra.md, "The claims"): created when
+// the device is Bound, deleted (and written anew) when it moves or changes, deleted when it is
+// no longer Bound; a claim a pod holds (reserved) is left until the pod is gone.
+class DraClaims : public Reconciler {
+ public:
+  std::string_view Name() const override { return "device-claims"; }
+  std::vector<Part> Reads() const override {
+    return {Part::kClasses, Part::kDevices, Part::kDraClaims};
+  }
+  controller::Plan Plan(const ReconcileInput& input) const override;
+};
+// The claim the reconciler writes for a Bound device of a dra class.
+nlohmann::json DraClaim(const api::GpuDevice& device);
+
+// The DeviceClass a dra class is allocated through: its name, and the object as the reconciler
+// writes it (driver and PCI ID selected in CEL, labelled with the class, owned by it).
+std::string DraDeviceClassName(std::string_view className);
+nlohmann::json DraDeviceClass(const api::GpuClass& gpuClass);
+
 // The settings ConfigMap's data: the effective GPU resource-name set as the model computes it
 // (the hoster's names, every GPUNode's resourceNames, every class's resource name, KubeVirt's
 // NVIDIA and mediated permittedHostDevices), sorted and comma-joined, and the raw-name policy.

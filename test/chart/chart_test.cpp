@@ -1167,6 +1167,10 @@ TEST(ChartController, RbacIsExactlyTheLeastTheControllerNeeds) {
       {{"gpu.cozystack.io", "gpudevices"}, {"get", "create"}},
       {{"gpu.cozystack.io", "gpunodes/status"}, {"patch"}},
       {{"events.k8s.io", "events"}, {"create"}},
+      // docs/dra.md: the DeviceClass of each dra class (D20), the claim of each Bound device of
+      // one (D21); never a claim's status.
+      {{"resource.k8s.io", "deviceclasses"}, {"create", "update", "delete"}},
+      {{"resource.k8s.io", "resourceclaims"}, {"create", "delete"}},
   };
   std::map<std::pair<std::string, std::string>, std::set<std::string>> inNamespace = {
       {{"coordination.k8s.io", "leases"}, {"get", "create", "update"}},

@@ -189,9 +189,9 @@ TEST_F(ClusterCachesTest, EveryWatchedKindFillsItsSnapshotMemberAndTheOptionalOn
   std::vector<std::string> running;
   caches_->ForEachOptional(
       [&](const std::string& name, const kube::CacheBase&) { running.push_back(name); });
-  EXPECT_EQ(running,
-            (std::vector<std::string>{"virtualmachineinstances", "kubevirts", "resourceslices",
-                                      "resourceclaims", "workloads", "workloadmonitors"}));
+  EXPECT_EQ(running, (std::vector<std::string>{"virtualmachineinstances", "kubevirts",
+                                               "resourceslices", "resourceclaims", "deviceclasses",
+                                               "dra-claims", "workloads", "workloadmonitors"}));
   ASSERT_TRUE(testing::WaitFor([&] {
     const auto vmis = caches_->Running(kVmiCache);
     const auto kubevirt = caches_->Running(kKubeVirtCache);

@@ -164,21 +164,42 @@ TEST(DraUnitsC19, BoundDevicesHoldUnitsAndAnOrderBeyondThemWaits) {
 // drivers' results and devices no slice names hold nothing.
 TEST(DraUnitsC19, AnAllocatedClaimHoldsItsDevicesUnit) {
   Snapshot snapshot = SideBySide();
-  snapshot.resourceClaims.push_back(ResourceClaim{"admin", "own", {{"n1", "pci-0000-11-00-0"}}});
+  snapshot.resourceClaims.push_back(
+      ResourceClaim{"admin", "own", {{"n1", "pci-0000-11-00-0"}}, ""});
   const Model drA(snapshot);
   EXPECT_EQ(FreeOf(drA, "n1", "a100-dra"), 0);
   EXPECT_EQ(FreeOf(drA, "n1", "a100"), 1);
 
-  snapshot.resourceClaims = {ResourceClaim{"admin", "own", {{"n1", "pci-0000-10-00-0"}}}};
+  snapshot.resourceClaims = {ResourceClaim{"admin", "own", {{"n1", "pci-0000-10-00-0"}}, ""}};
   const Model plugin(snapshot);
   EXPECT_EQ(FreeOf(plugin, "n1", "a100-dra"), 1);
   EXPECT_EQ(FreeOf(plugin, "n1", "a100"), 0);
 
   snapshot.resourceClaims = {
-      ResourceClaim{"admin", "own", {{"n1", "pci-0000-99-00-0"}, {"n2", "pci-0000-11-00-0"}}}};
+      ResourceClaim{"admin", "own", {{"n1", "pci-0000-99-00-0"}, {"n2", "pci-0000-11-00-0"}}, ""}};
   const Model none(snapshot);
   EXPECT_EQ(FreeOf(none, "n1", "a100-dra"), 1);
   EXPECT_EQ(FreeOf(none, "n1", "a100"), 1);
+}
+
+// C19, D21: the claim the reconciler wrote for a Bound device holds what the device counts on its
+// node already: allocated there, it takes nothing more; a claim of a device Bound elsewhere, or
+// of no Bound device, holds its unit.
+TEST(DraUnitsC19, TheClaimOfABoundDeviceHoldsNothingMore) {
+  Snapshot snapshot = SideBySide();
+  snapshot.devices.push_back(Bound("tenant-a", "held", "a100-dra", 1, "n1"));
+  snapshot.resourceClaims.push_back(
+      ResourceClaim{"tenant-a", "held", {{"n1", "pci-0000-11-00-0"}}, "held"});
+  EXPECT_EQ(FreeOf(Model(snapshot), "n1", "a100-dra"), 0) << "one unit, held once";
+  EXPECT_EQ(Model(snapshot).NodeClass("n1", "a100-dra")->used, 1);
+
+  snapshot.devices = {Pending("tenant-a", "held", "a100-dra", 1)};
+  EXPECT_EQ(Model(snapshot).NodeClass("n1", "a100-dra")->used, 1) << "the claim alone holds it";
+  snapshot.resourceClaims = {
+      ResourceClaim{"tenant-b", "held", {{"n1", "pci-0000-11-00-0"}}, "held"}};
+  snapshot.devices = {Bound("tenant-a", "held", "a100-dra", 1, "n1")};
+  EXPECT_EQ(Model(snapshot).NodeClass("n1", "a100-dra")->used, 2)
+      << "another namespace's device of the name covers nothing";
 }
 
 // C19: a model built after a slice's change (the same nodes, classes and GPUNodes, which lend it

@@ -416,5 +416,138 @@ TEST(ReconcilerG10, SettingsAreWrittenOnlyWhenTheyDiffer) {
   EXPECT_EQ(Kinds(PlanReconcile(input)), (Strings{"apply-settings cozy-gpu-settings"}));
 }
 
+// D20: each dra class has its DeviceClass, selecting gpu-agent's devices of its PCI ID and owned by
+// the class; written only when it differs, put back when changed, and deleted once no dra class
+// names it (a class gone, or one of the label's that sells through a device plugin).
+TEST(ReconcilerD20, EachDraClassHasItsDeviceClassAndNoOtherIsKept) {
+  ReconcileInput input;
+  input.vmis = [](const std::string&, const std::string&) { return VmiState{}; };
+  input.now = kNow;
+  auto dra = std::make_shared<api::GpuClass>(*Class("a100-dra", true));
+  dra->metadata.uid = "class-uid";
+  dra->spec.source.devicePlugin.resourceName.clear();
+  dra->spec.source.dra = api::DraSource{"10DE:20B5"};
+  input.classes = {Class("a100", true), dra};
+  const auto PlanDeviceClasses = [](const ReconcileInput& in) {
+    Reconcilers only;
+    only.push_back(std::make_unique<DraDeviceClasses>());
+    return controller::PlanReconcile(in, only);
+  };
+  EXPECT_TRUE(PlanDeviceClasses(input).actions.empty())
+      << "resource.k8s.io not served (or its cache not synced): nothing is planned";
+
+  input.deviceClasses = std::vector<JsonPtr>{};
+  Plan plan = PlanDeviceClasses(input);
+  ASSERT_EQ(Kinds(plan), (Strings{"apply-device-class a100-dra.gpu.cozystack.io"}));
+  const nlohmann::json& object = plan.actions[0].body;
+  EXPECT_EQ(plan.actions[0].target.Path(),
+            "/apis/resource.k8s.io/v1/deviceclasses/a100-dra.gpu.cozystack.io");
+  EXPECT_EQ(object["spec"]["selectors"][0]["cel"]["expression"],
+            "device.driver == \"gpu.cozystack.io\" && "
+            "device.attributes[\"gpu.cozystack.io\"].vendorID == \"10de\" && "
+            "device.attributes[\"gpu.cozystack.io\"].deviceID == \"20b5\"");
+  EXPECT_EQ(object["metadata"]["labels"]["gpu.cozystack.io/class"], "a100-dra");
+  EXPECT_EQ(object["metadata"]["ownerReferences"][0]["uid"], "class-uid");
+  EXPECT_EQ(object["metadata"]["ownerReferences"][0]["kind"], "GPUClass");
+
+  // As stored (the API server's metadata added): nothing to write.
+  nlohmann::json stored = object;
+  stored["metadata"]["uid"] = "dc-uid";
+  stored["metadata"]["resourceVersion"] = "5";
+  input.deviceClasses = std::vector<JsonPtr>{std::make_shared<const nlohmann::json>(stored)};
+  EXPECT_TRUE(PlanDeviceClasses(input).actions.empty());
+
+  // Changed by someone else: put back over the stored one, at its version.
+  stored["spec"]["selectors"][0]["cel"]["expression"] = "true";
+  input.deviceClasses = std::vector<JsonPtr>{std::make_shared<const nlohmann::json>(stored)};
+  plan = PlanDeviceClasses(input);
+  ASSERT_EQ(Kinds(plan), (Strings{"apply-device-class a100-dra.gpu.cozystack.io"}));
+  EXPECT_EQ(plan.actions[0].resourceVersion, "5");
+
+  // The class gone: its DeviceClass goes, at its uid and version.
+  input.classes = {Class("a100", true)};
+  plan = PlanDeviceClasses(input);
+  ASSERT_EQ(Kinds(plan), (Strings{"delete-device-class a100-dra.gpu.cozystack.io"}));
+  EXPECT_EQ(plan.actions[0].verb, Verb::kDelete);
+  EXPECT_EQ(plan.actions[0].uid, "dc-uid");
+  // The standard list runs it.
+  bool listed = false;
+  for (const auto& reconciler : StandardReconcilers()) {
+    listed = listed || reconciler->Name() == "device-classes";
+  }
+  EXPECT_TRUE(listed);
+}
+
+// D21: each Bound device of a dra class has its claim: for its count of the class's devices on
+// its node, tolerating the catalog's taint, owned by the device. One that asks for something
+// else (the device moved) or for a device no longer Bound goes, unless a pod holds it; a device
+// of a device-plugin class has none.
+TEST(ReconcilerD21, EachBoundDeviceOfADraClassHasItsClaim) {
+  ReconcileInput input;
+  input.vmis = [](const std::string&, const std::string&) { return VmiState{}; };
+  input.now = kNow;
+  auto dra = std::make_shared<api::GpuClass>(*Class("a100-dra", true));
+  dra->spec.source.devicePlugin.resourceName.clear();
+  dra->spec.source.dra = api::DraSource{"10DE:20B5"};
+  input.classes = {Class("a100", true), dra};
+  api::GpuDevice held = Bound(Device("held"));
+  held.spec.className = "a100-dra";
+  held.spec.count = 2;
+  input.devices = {std::make_shared<api::GpuDevice>(held),
+                   std::make_shared<api::GpuDevice>(Bound(Device("plugin")))};
+  const auto PlanClaims = [](const ReconcileInput& in) {
+    Reconcilers only;
+    only.push_back(std::make_unique<DraClaims>());
+    return controller::PlanReconcile(in, only);
+  };
+  EXPECT_TRUE(PlanClaims(input).actions.empty()) << "resource.k8s.io not served: nothing";
+
+  input.draClaims = std::vector<JsonPtr>{};
+  Plan plan = PlanClaims(input);
+  ASSERT_EQ(Kinds(plan), (Strings{"create-device-claim held"}));
+  EXPECT_EQ(plan.actions[0].target.Path(),
+            "/apis/resource.k8s.io/v1/namespaces/tenant-a/resourceclaims/held");
+  const nlohmann::json claim = plan.actions[0].body;
+  const nlohmann::json& request = claim["spec"]["devices"]["requests"][0];
+  EXPECT_EQ(request["name"], "gpu");
+  EXPECT_EQ(request["exactly"]["deviceClassName"], "a100-dra.gpu.cozystack.io");
+  EXPECT_EQ(request["exactly"]["count"], 2);
+  EXPECT_EQ(request["exactly"]["selectors"][0]["cel"]["expression"],
+            "device.attributes[\"gpu.cozystack.io\"].id.startsWith(\"n1/\")");
+  EXPECT_EQ(
+      request["exactly"]["tolerations"][0],
+      (nlohmann::json{
+          {"key", "gpu.cozystack.io/catalog"}, {"operator", "Exists"}, {"effect", "NoSchedule"}}));
+  EXPECT_EQ(claim["metadata"]["ownerReferences"][0]["uid"], "held-uid");
+  EXPECT_EQ(claim["metadata"]["labels"]["gpu.cozystack.io/device-claim"], "true");
+
+  // Stored as written (with the API server's additions): nothing to do.
+  nlohmann::json stored = claim;
+  stored["metadata"]["uid"] = "claim-uid";
+  stored["metadata"]["resourceVersion"] = "3";
+  stored["spec"]["devices"]["requests"][0]["exactly"]["adminAccess"] = false;
+  input.draClaims = std::vector<JsonPtr>{std::make_shared<const nlohmann::json>(stored)};
+  EXPECT_TRUE(PlanClaims(input).actions.empty());
+
+  // Moved to n2: the claim for n1 goes; the next pass writes the one for n2.
+  held.status.nodeName = "n2";
+  input.devices[0] = std::make_shared<api::GpuDevice>(held);
+  ASSERT_EQ(Kinds(PlanClaims(input)), (Strings{"delete-device-claim held"}));
+  // ... but not while a pod holds it.
+  nlohmann::json reserved = stored;
+  reserved["status"]["reservedFor"] = {{{"resource", "pods"}, {"name", "launcher"}, {"uid", "p"}}};
+  input.draClaims = std::vector<JsonPtr>{std::make_shared<const nlohmann::json>(reserved)};
+  EXPECT_TRUE(PlanClaims(input).actions.empty());
+
+  // No longer Bound: its claim goes.
+  held.status.phase = api::DevicePhase::kLost;
+  held.status.nodeName.reset();
+  input.devices[0] = std::make_shared<api::GpuDevice>(held);
+  input.draClaims = std::vector<JsonPtr>{std::make_shared<const nlohmann::json>(stored)};
+  plan = PlanClaims(input);
+  ASSERT_EQ(Kinds(plan), (Strings{"delete-device-claim held"}));
+  EXPECT_EQ(plan.actions[0].uid, "claim-uid");
+}
+
 }  // namespace
 }  // namespace cozy::controller

@@ -396,6 +396,88 @@ TEST_F(ControllerEndToEnd, D12_NamespaceHoldingDevicesIsDeletedWithGpusOff) {
       << Logs() << Get("gpudevices", Tenant()).dump(2);
 }
 
+// D20: with GPUs on the leader keeps a DeviceClass for each dra class, owned by it, selecting the
+// class's PCI ID; one changed by hand is put back, and it goes when its class does.
+TEST_F(ControllerEndToEnd, D20_TheLeaderKeepsEachDraClassesDeviceClass) {
+  GpuNode("n1", 2);
+  StartReplica("replica-a", {"--enable-gpu"});
+  json dra = Class("a100-dra");
+  dra["spec"]["source"] = {{"dra", {{"pciVendorSelector", "10DE:20B5"}}}};
+  Apply(dra);
+  const std::string name = "deviceclass a100-dra.gpu.cozystack.io";
+  auto selects = [&](const json& object) {
+    return object.is_object() &&
+           object["spec"]["selectors"][0]["cel"]["expression"].get<std::string>().find(
+               "deviceID == \"20b5\"") != std::string::npos;
+  };
+  ASSERT_TRUE(WaitFor([&] { return selects(Get(name)); })) << Logs();
+  const json deviceClass = Get(name);
+  EXPECT_EQ(deviceClass["metadata"]["ownerReferences"][0]["uid"],
+            Get("gpuclass a100-dra")["metadata"]["uid"]);
+  EXPECT_EQ(deviceClass["metadata"]["labels"]["gpu.cozystack.io/class"], "a100-dra");
+
+  Kubectl("patch " + name +
+          " --type merge -p '{\"spec\":{\"selectors\":[{\"cel\":{\"expression\":\"true\"}}]}}'");
+  ASSERT_TRUE(WaitFor([&] { return selects(Get(name)); })) << "put back\n" << Logs();
+
+  Kubectl("delete gpuclass a100-dra --wait=false");
+  ASSERT_TRUE(WaitFor([&] { return Get(name).is_null(); }, 20s)) << Logs();
+}
+
+// C19, D21: an order of a dra class is Bound on the node whose ResourceSlice has a GPU of its PCI
+// ID that no device plugin advertises, and the leader writes its claim (that many of the class's
+// devices on that node, tolerating the catalog's taint); the order deleted, its claim goes.
+TEST_F(ControllerEndToEnd, D21_ABoundOrderOfADraClassGetsItsClaim) {
+  Apply(testing::ReadyNode("n1"));
+  Apply({{"apiVersion", "gpu.cozystack.io/v1alpha1"},
+         {"kind", "GPUNode"},
+         {"metadata", {{"name", "n1"}}}});
+  json status = testing::GpuNodeStatus(0);
+  status["resourceNames"] = json::array();
+  status["devices"][0]["resources"] = json::array();
+  status["devices"][0]["health"] = "Unadvertised";
+  Kubectl("patch gpunode n1 --subresource=status --type=merge -p " +
+          ShellQuote(json{{"status", status}}.dump()));
+  Apply({{"apiVersion", "resource.k8s.io/v1"},
+         {"kind", "ResourceSlice"},
+         {"metadata", {{"name", "n1-gpu.cozystack.io"}}},
+         {"spec",
+          {{"driver", "gpu.cozystack.io"},
+           {"nodeName", "n1"},
+           {"pool", {{"name", "n1"}, {"generation", 1}, {"resourceSliceCount", 1}}},
+           {"devices",
+            {{{"name", "pci-0000-3b-00-0"},
+              {"attributes",
+               {{"resource.kubernetes.io/pciBusID", {{"string", "0000:3b:00.0"}}},
+                {"vendorID", {{"string", "10de"}}},
+                {"deviceID", {{"string", "20b5"}}}}}}}}}}});
+  StartReplica("replica-a", {"--enable-gpu"});
+  json dra = Class("a100-dra");
+  dra["spec"]["source"] = {{"dra", {{"pciVendorSelector", "10DE:20B5"}}}};
+  Apply(dra);
+  json order = Device("held");
+  order["spec"]["className"] = "a100-dra";
+  Apply(order);
+  ASSERT_TRUE(WaitFor([&] {
+    const json device = Get("gpudevice held", Tenant());
+    return device.is_object() && device["status"].value("nodeName", "") == "n1";
+  })) << Logs();
+  ASSERT_TRUE(WaitFor([&] { return Get("resourceclaim held", Tenant()).is_object(); })) << Logs();
+  const json claim = Get("resourceclaim held", Tenant());
+  const json& request = claim["spec"]["devices"]["requests"][0]["exactly"];
+  EXPECT_EQ(request["deviceClassName"], "a100-dra.gpu.cozystack.io");
+  EXPECT_EQ(request["count"], 1);
+  EXPECT_EQ(request["selectors"][0]["cel"]["expression"],
+            "device.attributes[\"gpu.cozystack.io\"].id.startsWith(\"n1/\")");
+  EXPECT_EQ(request["tolerations"][0]["key"], "gpu.cozystack.io/catalog");
+  EXPECT_EQ(claim["metadata"]["ownerReferences"][0]["uid"],
+            Get("gpudevice held", Tenant())["metadata"]["uid"]);
+
+  Kubectl("-n " + Tenant() + " delete gpudevice held --wait=false");
+  ASSERT_TRUE(WaitFor([&] { return Get("resourceclaim held", Tenant()).is_null(); }, 20s))
+      << Logs();
+}
+
 TEST_F(ControllerEndToEnd, D13_D16_ReleasedDeviceAndItsRecordStayUntilTheVmiEnds) {
   GpuNode("n1", 2);  // with GPUs on the binder keeps what it places only on a real node
   StartReplica("replica-a", {"--enable-gpu"});

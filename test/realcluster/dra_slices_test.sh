@@ -65,13 +65,14 @@ expect_refused "node-b's agent may not create a ResourceSlice for node-a (F19)" 
   as "${agent_kubeconfigs[node-b]}" kc create -f "$work/forged.json"
 
 # --- kube-scheduler allocates only to the catalog's claims -----------------------------------
-cat >"$work/claims.yaml" <<YAML
-apiVersion: resource.k8s.io/v1
-kind: DeviceClass
-metadata: {name: dra-test-$$}
-spec:
-  selectors: [{cel: {expression: 'device.driver == "gpu.cozystack.io"'}}]
-YAML
+# Through the DeviceClass gpu-controller's reconciler keeps for a dra class of the A100's PCI ID
+# (D20): kube-apiserver compiles its CEL, kube-scheduler selects the agent's devices with it.
+device_class="dra-test-$$.gpu.cozystack.io"
+"$build_dir/test/device_class" "dra-test-$$" 10DE:20F1 >"$work/device-class.json" &&
+  kc apply -f "$work/device-class.json" >/dev/null ||
+  abort "the reconciler's DeviceClass: $(kc apply -f "$work/device-class.json" 2>&1)"
+on_exit "kc delete deviceclass $device_class --wait=false"
+: >"$work/claims.yaml"
 # claim_yaml NAME [tolerating]: a claim in the test's namespace for exactly node-b's
 # 0000:af:00.0, by its id, tolerating the catalog's taint or not.
 claim_yaml() {
@@ -88,7 +89,7 @@ spec:
     requests:
     - name: gpu
       exactly:
-        deviceClassName: dra-test-$$
+        deviceClassName: $device_class
         selectors: [{cel: {expression: 'device.attributes["gpu.cozystack.io"].id == "node-b/0000:af:00.0"'}}]
         $toleration
 YAML
@@ -106,10 +107,9 @@ spec:
 YAML
 done
 kc apply -f "$work/claims.yaml" >/dev/null || abort "the claims and their pods: $(kc apply -f "$work/claims.yaml" 2>&1)"
-on_exit "kc delete deviceclass dra-test-$$ --wait=false"
 allocated() { kc get resourceclaim "$1" -n "$tenant" -o json | jq -r '.status.allocation.devices.results[0] | "\(.pool)/\(.device)"'; }
 if until_is 30 node-b/pci-0000-af-00-0 allocated tolerating; then
-  pass "kube-scheduler allocated the tolerating claim exactly the device its id names (node-b/pci-0000-af-00-0)"
+  pass "kube-scheduler allocated the tolerating claim, through the reconciler's DeviceClass (D20), exactly the device its id names (node-b/pci-0000-af-00-0)"
 else
   fail "the tolerating claim: $(kc get resourceclaim tolerating -n "$tenant" -o jsonpath='{.status}')"
 fi
