@@ -38,9 +38,11 @@ inline constexpr std::string_view kDeviceClassClassLabel = "gpu.cozystack.io/cla
 
 // The ResourceClaim gpu-controller writes for each Bound GPUDevice of a dra class (docs/dra.md,
 // "The claims"): named as the device, in its namespace, owned by it, and marked with this label
-// (a constant value: a device's name can exceed what a label value holds). The request's name.
+// (a constant value: a device's name can exceed what a label value holds). It has one request per
+// GPU, "gpu-0", "gpu-1", ...: KubeVirt gives a VM one device per `gpus` entry, and each entry
+// names one request, which must have allocated exactly one device.
 inline constexpr std::string_view kDraClaimLabel = "gpu.cozystack.io/device-claim";
 inline constexpr std::string_view kDraClaimLabelValue = "true";
-inline constexpr std::string_view kDraClaimRequest = "gpu";
+inline constexpr std::string_view kDraClaimRequestPrefix = "gpu-";
 
 }  // namespace cozy::api

@@ -44,39 +44,41 @@ bool Current(const nlohmann::json& stored, const api::GpuDevice& device) {
 nlohmann::json DraClaim(const api::GpuDevice& device) {
   const std::string driver(api::kDraDriver);
   const std::string node = device.status.nodeName.value_or("");
-  nlohmann::json request = {
-      {"deviceClassName", DraDeviceClassName(device.spec.className)},
-      {"allocationMode", "ExactCount"},
-      {"count", device.spec.count},
-      // The node the binder placed the device on: its ids are "<node>/<PCI address>".
-      {"selectors",
-       {{{"cel",
-          {{"expression", "device.attributes[\"" + driver + "\"]." +
-                              std::string(api::kDraIdAttribute) + ".startsWith(\"" + node +
-                              "/\")"}}}}}},
-      {"tolerations",
-       {{{"key", std::string(api::kCatalogTaintKey)},
-         {"operator", "Exists"},
-         {"effect", std::string(api::kCatalogTaintEffect)}}}}};
-  return {
-      {"apiVersion", kResourceClaims.ApiVersion()},
-      {"kind", "ResourceClaim"},
-      {"metadata",
-       {{"name", device.metadata.name},
-        {"namespace", device.metadata.namespaceName},
-        {"labels",
-         {{std::string(api::kDraClaimLabel), std::string(api::kDraClaimLabelValue)},
-          {"app.kubernetes.io/managed-by", "gpu-controller"}}},
-        {"annotations", {{std::string(kClaimForAnnotation), ClaimFor(device)}}},
-        {"ownerReferences",
-         {{{"apiVersion", api::kApiVersion},
-           {"kind", api::kGpuDeviceKind},
-           {"name", device.metadata.name},
-           {"uid", device.metadata.uid},
-           {"controller", true}}}}}},
-      {"spec",
-       {{"devices",
-         {{"requests", {{{"name", std::string(api::kDraClaimRequest)}, {"exactly", request}}}}}}}}};
+  // One device of the class on the node the binder placed the device on (its ids are
+  // "<node>/<PCI address>"), tolerating the catalog's taint.
+  const nlohmann::json exactly = {{"deviceClassName", DraDeviceClassName(device.spec.className)},
+                                  {"allocationMode", "ExactCount"},
+                                  {"count", 1},
+                                  {"selectors",
+                                   {{{"cel",
+                                      {{"expression", "device.attributes[\"" + driver + "\"]." +
+                                                          std::string(api::kDraIdAttribute) +
+                                                          ".startsWith(\"" + node + "/\")"}}}}}},
+                                  {"tolerations",
+                                   {{{"key", std::string(api::kCatalogTaintKey)},
+                                     {"operator", "Exists"},
+                                     {"effect", std::string(api::kCatalogTaintEffect)}}}}};
+  nlohmann::json requests = nlohmann::json::array();
+  for (int64_t i = 0; i < device.spec.count; ++i) {
+    requests.push_back({{"name", std::string(api::kDraClaimRequestPrefix) + std::to_string(i)},
+                        {"exactly", exactly}});
+  }
+  return {{"apiVersion", kResourceClaims.ApiVersion()},
+          {"kind", "ResourceClaim"},
+          {"metadata",
+           {{"name", device.metadata.name},
+            {"namespace", device.metadata.namespaceName},
+            {"labels",
+             {{std::string(api::kDraClaimLabel), std::string(api::kDraClaimLabelValue)},
+              {"app.kubernetes.io/managed-by", "gpu-controller"}}},
+            {"annotations", {{std::string(kClaimForAnnotation), ClaimFor(device)}}},
+            {"ownerReferences",
+             {{{"apiVersion", api::kApiVersion},
+               {"kind", api::kGpuDeviceKind},
+               {"name", device.metadata.name},
+               {"uid", device.metadata.uid},
+               {"controller", true}}}}}},
+          {"spec", {{"devices", {{"requests", std::move(requests)}}}}}};
 }
 
 controller::Plan DraClaims::Plan(const ReconcileInput& input) const {

@@ -508,16 +508,22 @@ TEST(ReconcilerD21, EachBoundDeviceOfADraClassHasItsClaim) {
   EXPECT_EQ(plan.actions[0].target.Path(),
             "/apis/resource.k8s.io/v1/namespaces/tenant-a/resourceclaims/held");
   const nlohmann::json claim = plan.actions[0].body;
-  const nlohmann::json& request = claim["spec"]["devices"]["requests"][0];
-  EXPECT_EQ(request["name"], "gpu");
-  EXPECT_EQ(request["exactly"]["deviceClassName"], "a100-dra.gpu.cozystack.io");
-  EXPECT_EQ(request["exactly"]["count"], 2);
-  EXPECT_EQ(request["exactly"]["selectors"][0]["cel"]["expression"],
-            "device.attributes[\"gpu.cozystack.io\"].id.startsWith(\"n1/\")");
-  EXPECT_EQ(
-      request["exactly"]["tolerations"][0],
-      (nlohmann::json{
-          {"key", "gpu.cozystack.io/catalog"}, {"operator", "Exists"}, {"effect", "NoSchedule"}}));
+  // One request per GPU, each for exactly one device: KubeVirt gives each `gpus` entry the one
+  // device of the request it names.
+  const nlohmann::json& requests = claim["spec"]["devices"]["requests"];
+  ASSERT_EQ(requests.size(), 2U);
+  for (size_t i = 0; i < 2; ++i) {
+    const nlohmann::json& request = requests[i];
+    EXPECT_EQ(request["name"], "gpu-" + std::to_string(i));
+    EXPECT_EQ(request["exactly"]["deviceClassName"], "a100-dra.gpu.cozystack.io");
+    EXPECT_EQ(request["exactly"]["count"], 1);
+    EXPECT_EQ(request["exactly"]["selectors"][0]["cel"]["expression"],
+              "device.attributes[\"gpu.cozystack.io\"].id.startsWith(\"n1/\")");
+    EXPECT_EQ(request["exactly"]["tolerations"][0],
+              (nlohmann::json{{"key", "gpu.cozystack.io/catalog"},
+                              {"operator", "Exists"},
+                              {"effect", "NoSchedule"}}));
+  }
   EXPECT_EQ(claim["metadata"]["ownerReferences"][0]["uid"], "held-uid");
   EXPECT_EQ(claim["metadata"]["labels"]["gpu.cozystack.io/device-claim"], "true");
 
@@ -525,7 +531,7 @@ TEST(ReconcilerD21, EachBoundDeviceOfADraClassHasItsClaim) {
   nlohmann::json stored = claim;
   stored["metadata"]["uid"] = "claim-uid";
   stored["metadata"]["resourceVersion"] = "3";
-  stored["spec"]["devices"]["requests"][0]["exactly"]["adminAccess"] = false;
+  stored["spec"]["devices"]["requests"][1]["exactly"]["adminAccess"] = false;
   input.draClaims = std::vector<JsonPtr>{std::make_shared<const nlohmann::json>(stored)};
   EXPECT_TRUE(PlanClaims(input).actions.empty());
 

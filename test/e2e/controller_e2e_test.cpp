@@ -464,6 +464,8 @@ TEST_F(ControllerEndToEnd, D21_ABoundOrderOfADraClassGetsItsClaim) {
   })) << Logs();
   ASSERT_TRUE(WaitFor([&] { return Get("resourceclaim held", Tenant()).is_object(); })) << Logs();
   const json claim = Get("resourceclaim held", Tenant());
+  ASSERT_EQ(claim["spec"]["devices"]["requests"].size(), 1U);
+  EXPECT_EQ(claim["spec"]["devices"]["requests"][0]["name"], "gpu-0");
   const json& request = claim["spec"]["devices"]["requests"][0]["exactly"];
   EXPECT_EQ(request["deviceClassName"], "a100-dra.gpu.cozystack.io");
   EXPECT_EQ(request["count"], 1);
