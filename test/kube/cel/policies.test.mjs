@@ -571,7 +571,7 @@ test("F3: with the class finalizer, what a class sells is immutable", () => {
   assertRefused(ON, update("GPUClass", ADMIN, dra, gpuClass("a100-dra", { spec: { source:
     { dra: { pciVendorSelector: "10DE:20B7" } } } })), "gpu-class-immutable",
   /pciVendorSelector is immutable/, "dra selector");
-  assertRefused(ON, update("GPUClass", ADMIN, dra, old), "gpu-class-immutable",
+  assertRefused(ON, update("GPUClass", ADMIN, dra, gpuClass("a100-dra")), "gpu-class-immutable",
     /kind of source is immutable/, "dra to devicePlugin");
   assertAllowed(ON, update("GPUClass", ADMIN, dra, gpuClass("a100-dra", { spec: {
     source: { dra: { pciVendorSelector: "10DE:20B5" } }, onCordon: "Stay" } })), "dra, onCordon");
