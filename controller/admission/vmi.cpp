@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 
+#include "api/dra.h"
 #include "api/json_field.h"
 #include "api/keys.h"
 #include "api/validation.h"
@@ -51,13 +52,16 @@ struct Member {
 
 }  // namespace
 
-std::string GpuEntryName(std::string_view deviceName, int64_t index) {
-  const std::string suffix = "-" + std::to_string(index);
+namespace {
+
+// kGpuEntryPrefix, the device's name and `suffix`, a DNS label: when the name does not make one
+// (too long, or dots), dots become dashes and the device's name is cut, and the hash of the
+// whole name keeps it distinct.
+std::string EntryName(std::string_view deviceName, const std::string& suffix) {
   std::string name = std::string(kGpuEntryPrefix) + std::string(deviceName) + suffix;
   if (api::CheckDnsLabel(name).empty()) {
     return name;
   }
-  // Dots become dashes and the device name is cut; the hash of the whole name keeps it distinct.
   const std::string hash = "-" + Hash(deviceName);
   const size_t room = 63 - kGpuEntryPrefix.size() - hash.size() - suffix.size();
   std::string head(deviceName.substr(0, room));
@@ -67,6 +71,14 @@ std::string GpuEntryName(std::string_view deviceName, int64_t index) {
   }
   return std::string(kGpuEntryPrefix) + head + hash + suffix;
 }
+
+}  // namespace
+
+std::string GpuEntryName(std::string_view deviceName, int64_t index) {
+  return EntryName(deviceName, "-" + std::to_string(index));
+}
+
+std::string ClaimEntryName(std::string_view deviceName) { return EntryName(deviceName, ""); }
 
 bool IsWebhookGpuEntryName(std::string_view name) { return name.starts_with(kGpuEntryPrefix); }
 
@@ -165,7 +177,7 @@ class StartPlanner {
   std::optional<std::string> RawNames() const;
   std::optional<std::string> Held();
   std::optional<std::string> Templates();
-  // A member of a dra class: its GPUs reach a VM through a claim, which starts do not write yet.
+  // Members of dra classes beside device-plugin GPUs (E15).
   std::optional<std::string> DraClasses() const;
   std::optional<std::string> Place(VmiStartPlan& plan) const;
   void Devices(VmiStartPlan& plan) const;
@@ -259,14 +271,28 @@ std::optional<std::string> StartPlanner::Templates() {
   return std::nullopt;
 }
 
+// E15: KubeVirt refuses a VMI whose GPUs mix DRA and device-plugin entries, so a set of both
+// kinds of class, or dra members beside the VMI's own device-plugin gpus entries, is refused
+// here, before anything is written.
 std::optional<std::string> StartPlanner::DraClasses() const {
+  const Member* dra = nullptr;
+  const Member* plugin = nullptr;
   for (const Member& member : members_) {
     const std::optional<model::ClassRoom> room = model_.Room(member.className);
-    if (room && room->gpuClass->IsDra()) {
-      return vmiText_ + " cannot start: GPUDevice " + member.name + " is of GPUClass " +
-             member.className +
-             ", which delivers through DRA (source.dra); this controller version holds its "
-             "GPUs but cannot yet hand them to a VM (docs/dra.md)";
+    if (!room) continue;  // an unknown class is the placement's refusal
+    (room->gpuClass->IsDra() ? dra : plugin) = &member;
+  }
+  if (dra == nullptr) return std::nullopt;
+  if (plugin != nullptr) {
+    return vmiText_ + " cannot start: its GPUDevice " + dra->name + " (GPUClass " + dra->className +
+           ") is delivered through DRA and " + plugin->name + " (GPUClass " + plugin->className +
+           ") through a device plugin; KubeVirt gives a VM GPUs of one kind";
+  }
+  for (const GpuEntry& entry : input_.entries.own) {
+    if (entry.field.find(".gpus[") != std::string::npos && !entry.resourceName.empty()) {
+      return vmiText_ + " cannot start: its GPUDevice " + dra->name + " (GPUClass " +
+             dra->className + ") is delivered through DRA, and its own GPU entry " + entry.field +
+             " through a device plugin; KubeVirt gives a VM GPUs of one kind";
     }
   }
   return std::nullopt;
@@ -334,8 +360,8 @@ void StartPlanner::Devices(VmiStartPlan& plan) const {
   for (const Member& member : members_) {
     if (member.existing) plan.heldDevices.push_back(member.name);
     const std::optional<model::ClassRoom> room = model_.Room(member.className);
-    plan.devices.push_back(
-        {member.name, room ? room->gpuClass->ResourceName() : std::string(), member.count});
+    plan.devices.push_back({member.name, room ? room->gpuClass->ResourceName() : std::string(),
+                            member.count, room && room->gpuClass->IsDra()});
   }
 }
 
@@ -360,69 +386,92 @@ VmiStartPlan PlanVmiStart(const model::Snapshot& snapshot, const model::Model& m
   return plan;
 }
 
-nlohmann::json VmiGpuPatch(const nlohmann::json& vmi, const std::vector<PlacedDevice>& devices) {
-  nlohmann::json desired = nlohmann::json::array();
-  for (const PlacedDevice& device : devices) {
-    for (int64_t i = 0; i < device.count; ++i) {
-      desired.push_back(
-          {{"name", GpuEntryName(device.deviceName, i)}, {"deviceName", device.resourceName}});
-    }
+namespace {
+
+// Whether a stored webhook entry is the desired one: the fields this webhook writes are equal;
+// fields another mutator adds to the entry do not make it stale.
+bool SameEntry(const nlohmann::json& entry, const nlohmann::json& desired) {
+  if (!entry.is_object()) return false;
+  for (const auto& [key, value] : desired.items()) {
+    const auto it = entry.find(key);
+    if (it == entry.end() || *it != value) return false;
   }
-  nlohmann::json ops = nlohmann::json::array();
-  const nlohmann::json* gpus = At(vmi, {"spec", "domain", "devices", "gpus"});
-  if (gpus == nullptr || !gpus->is_array()) {
-    if (desired.empty()) {
-      return ops;
+  return true;
+}
+
+// The ops that make the array at `path` (its parents `parents`, in the VMI) hold exactly the
+// `desired` webhook entries, leaving entries of other names alone.
+void PatchEntries(const nlohmann::json& vmi, std::initializer_list<const char*> parents,
+                  const std::string& path, const nlohmann::json& desired, nlohmann::json& ops) {
+  const nlohmann::json* array = At(vmi, parents);
+  if (array == nullptr || !array->is_array()) {
+    if (desired.empty()) return;
+    // Add at the first missing key of the path, carrying what lies below it.
+    const std::vector<std::string> keys(parents.begin(), parents.end());
+    size_t missing = 0;
+    for (const nlohmann::json* at = &vmi; missing + 1 < keys.size(); ++missing) {
+      const auto next = at->find(keys[missing]);
+      if (next == at->end() || next->is_null() || !next->is_object()) break;
+      at = &*next;
     }
-    // Add at the first missing parent, carrying what lies below it.
     nlohmann::json value = desired;
-    std::string path = "/spec/domain/devices/gpus";
-    if (At(vmi, {"spec", "domain", "devices"}) == nullptr) {
-      value = nlohmann::json{{"gpus", std::move(value)}};
-      path = "/spec/domain/devices";
-      if (At(vmi, {"spec", "domain"}) == nullptr) {
-        value = nlohmann::json{{"devices", std::move(value)}};
-        path = "/spec/domain";
-        if (At(vmi, {"spec"}) == nullptr) {
-          value = nlohmann::json{{"domain", std::move(value)}};
-          path = "/spec";
-        }
-      }
+    for (size_t k = keys.size() - 1; k > missing; --k) {
+      value = nlohmann::json{{keys[k], std::move(value)}};
     }
-    ops.push_back({{"op", "add"}, {"path", path}, {"value", std::move(value)}});
-    return ops;
+    std::string at;
+    for (size_t k = 0; k <= missing; ++k) at += "/" + keys[k];
+    ops.push_back({{"op", "add"}, {"path", at}, {"value", std::move(value)}});
+    return;
   }
   // Keep the webhook entries that are wanted (first of each), remove the rest, add what lacks.
   std::vector<bool> present(desired.size(), false);
   std::vector<size_t> stale;
-  for (size_t i = 0; i < gpus->size(); ++i) {
-    const nlohmann::json& entry = (*gpus)[i];
+  for (size_t i = 0; i < array->size(); ++i) {
+    const nlohmann::json& entry = (*array)[i];
     const std::string name = entry.is_object() ? entry.value("name", "") : "";
-    if (!IsWebhookGpuEntryName(name)) {
-      continue;
-    }
+    if (!IsWebhookGpuEntryName(name)) continue;
     bool wanted = false;
     for (size_t d = 0; d < desired.size() && !wanted; ++d) {
-      // Name and deviceName: fields another mutator may add to the entry do not make it stale.
-      if (!present[d] && name == desired[d]["name"] && entry.contains("deviceName") &&
-          entry["deviceName"] == desired[d]["deviceName"]) {
+      if (!present[d] && SameEntry(entry, desired[d])) {
         present[d] = true;
         wanted = true;
       }
     }
-    if (!wanted) {
-      stale.push_back(i);
-    }
+    if (!wanted) stale.push_back(i);
   }
   for (auto it = stale.rbegin(); it != stale.rend(); ++it) {
-    ops.push_back({{"op", "remove"}, {"path", "/spec/domain/devices/gpus/" + std::to_string(*it)}});
+    ops.push_back({{"op", "remove"}, {"path", path + "/" + std::to_string(*it)}});
   }
   for (size_t d = 0; d < desired.size(); ++d) {
     if (!present[d]) {
-      ops.push_back(
-          {{"op", "add"}, {"path", "/spec/domain/devices/gpus/-"}, {"value", desired[d]}});
+      ops.push_back({{"op", "add"}, {"path", path + "/-"}, {"value", desired[d]}});
     }
   }
+}
+
+}  // namespace
+
+nlohmann::json VmiGpuPatch(const nlohmann::json& vmi, const std::vector<PlacedDevice>& devices) {
+  nlohmann::json gpus = nlohmann::json::array();
+  nlohmann::json claims = nlohmann::json::array();
+  for (const PlacedDevice& device : devices) {
+    const std::string claim = ClaimEntryName(device.deviceName);
+    if (device.dra) {
+      claims.push_back({{"name", claim}, {"resourceClaimName", device.deviceName}});
+    }
+    for (int64_t i = 0; i < device.count; ++i) {
+      gpus.push_back(device.dra
+                         ? nlohmann::json{{"name", GpuEntryName(device.deviceName, i)},
+                                          {"claimName", claim},
+                                          {"requestName", std::string(api::kDraClaimRequestPrefix) +
+                                                              std::to_string(i)}}
+                         : nlohmann::json{{"name", GpuEntryName(device.deviceName, i)},
+                                          {"deviceName", device.resourceName}});
+    }
+  }
+  nlohmann::json ops = nlohmann::json::array();
+  PatchEntries(vmi, {"spec", "domain", "devices", "gpus"}, "/spec/domain/devices/gpus", gpus, ops);
+  PatchEntries(vmi, {"spec", "resourceClaims"}, "/spec/resourceClaims", claims, ops);
   return ops;
 }
 

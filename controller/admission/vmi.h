@@ -24,6 +24,9 @@ inline constexpr std::string_view kGpuEntryPrefix = "cozy-gpu-";
 // Entry `index` (0-based) of the device's GPUs: deterministic, a DNS label, distinct per
 // (device, index).
 std::string GpuEntryName(std::string_view deviceName, int64_t index);
+// The spec.resourceClaims entry naming a dra device's claim (E15): "cozy-gpu-<device>", or cut
+// and hashed as GpuEntryName does; distinct per device.
+std::string ClaimEntryName(std::string_view deviceName);
 bool IsWebhookGpuEntryName(std::string_view name);
 
 struct GpuEntry {
@@ -60,8 +63,11 @@ struct VmiInput {
 
 struct PlacedDevice {
   std::string deviceName;
-  std::string resourceName;  // its class's device-plugin resource name
+  std::string resourceName;  // its class's device-plugin resource name; empty for a dra class
   int64_t count = 1;
+  // Its class sells through DRA: its GPUs are the requests of its claim (docs/dra.md, "The
+  // claims"), named in KubeVirt's DRA form (E15).
+  bool dra = false;
   bool operator==(const PlacedDevice&) const = default;
 };
 
@@ -95,7 +101,10 @@ VmiStartPlan PlanVmiStart(const model::Snapshot& snapshot, const model::Model& m
 
 // JSONPatch ops giving the VMI one spec.domain.devices.gpus entry per GPU of `devices`
 // ({"name": GpuEntryName(device, i), "deviceName": resourceName}) and never a resources key
-// (E10). Missing parents are added. Webhook entries not of this set are removed; the VMI's
+// (E10); for a dra device, KubeVirt's DRA form (E15): a spec.resourceClaims entry
+// {"name": ClaimEntryName(device), "resourceClaimName": device} and per GPU i a gpus entry
+// {"name": GpuEntryName(device, i), "claimName": ClaimEntryName(device), "requestName":
+// "gpu-<i>"}. Missing parents are added. Webhook entries not of this set are removed; the VMI's
 // own entries are left alone. A VMI already carrying exactly these entries gets no ops (E9).
 nlohmann::json VmiGpuPatch(const nlohmann::json& vmi, const std::vector<PlacedDevice>& devices);
 

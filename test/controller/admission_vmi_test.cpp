@@ -188,23 +188,47 @@ TEST(VmiStartPlanE5, SetGoesWhereTheWholeOfItFits) {
   ExpectNothingToWrite(plan);
 }
 
-// E5: a dra class's GPUs reach a VM through a ResourceClaim, which a start does not write yet
-// (docs/dra.md): the start is refused at once with that reason, before anything is written,
-// rather than admitted with a resource request no node can satisfy.
-TEST(VmiStartPlanE5, AStartOnADraClassIsRefusedWithItsReason) {
+// E15: a start on a dra class is planned as any other, its members marked dra for the patch; a
+// set mixing dra and device-plugin classes, or dra members beside the VMI's own device-plugin
+// gpus entry, is refused before anything is written (KubeVirt gives a VM GPUs of one kind).
+TEST(VmiStartPlanE15, ADraStartIsPlannedAndAMixedOneRefused) {
   Snapshot snapshot = FlatTenantsSnapshot();
-  AddNode(snapshot, "n1", 1);
+  AddNode(snapshot, "n1", 2);
   api::GpuClass dra = MakeClass("a100-dra", "");
   dra.spec.source.dra = api::DraSource{"10DE:20B5"};
   snapshot.classes.push_back(dra);
+  // The dra class's units: a function of n1 no device plugin advertises, in n1's slice.
+  api::InventoryDevice function;
+  function.pciAddress = "0000:af:00.0";
+  function.health = "Unadvertised";
+  snapshot.gpuNodes.MutableAt(0).devices.push_back(function);
+  snapshot.resourceSlices.push_back(model::ResourceSlice{
+      "n1-gpu.cozystack.io",
+      "gpu.cozystack.io",
+      "n1",
+      "n1",
+      {model::SliceDevice{"pci-0000-af-00-0", "0000:af:00.0", "10de", "20b5"}}});
   snapshot.devices = {Bound("tenant-a", "held", "a100-dra", 1, "n1")};
-  for (const DeviceReferences& references :
-       {DeviceReferences{{"held"}, {}}, DeviceReferences{{}, {{"gpu", "a100-dra", 1}}}}) {
-    const VmiStartPlan plan = Plan(snapshot, Input(references));
-    EXPECT_TRUE(Contains(plan.refusal, "a100-dra, which delivers through DRA"))
-        << plan.refusal.value_or("admitted");
-    ExpectNothingToWrite(plan);
-  }
+  VmiStartPlan plan = Plan(snapshot, Input({{"held"}, {}}));
+  ASSERT_FALSE(plan.refusal) << *plan.refusal;
+  EXPECT_EQ(plan.node, "n1");
+  EXPECT_EQ(plan.devices, (std::vector<PlacedDevice>{{"held", "", 1, true}}));
+
+  plan = Plan(snapshot, Input({{"held"}, {{"gpu", "a100", 1}}}));
+  EXPECT_TRUE(Contains(plan.refusal,
+                       "is delivered through DRA and vm1-gpu (GPUClass a100) through "
+                       "a device plugin; KubeVirt gives a VM GPUs of one kind"))
+      << plan.refusal.value_or("admitted");
+  ExpectNothingToWrite(plan);
+
+  VmiInput own = Input({{"held"}, {}});
+  own.entries.own = {{"spec.domain.devices.gpus[0]", "mine", kA100}};
+  plan = Plan(snapshot, own);
+  EXPECT_TRUE(Contains(plan.refusal,
+                       "its own GPU entry spec.domain.devices.gpus[0] through a "
+                       "device plugin"))
+      << plan.refusal.value_or("admitted");
+  ExpectNothingToWrite(plan);
 }
 
 // C7, E5: the classes' tolerations decide which nodes a starting VM's set
@@ -352,6 +376,41 @@ TEST(VmiGpuPatchE9, IdempotentAndStaleEntriesReplaced) {
   json tagged = first.patch(ops);
   tagged["spec"]["domain"]["devices"]["gpus"][0]["tag"] = "x";
   EXPECT_EQ(VmiGpuPatch(tagged, devices), json::array());
+}
+
+// E15: a dra device gets KubeVirt's DRA form: one spec.resourceClaims entry naming its claim
+// (the device's name) and one gpus entry per GPU naming that entry and request gpu-<i>, beside a
+// device-plugin device's entries; idempotent; a stale claim entry of ours goes, a tenant's stays.
+TEST(VmiGpuPatchE15, ADraDeviceGetsItsClaimAndOneEntryPerRequest) {
+  const std::vector<PlacedDevice> devices = {{"pair", "", 2, true}};
+  const json vmi = {{"spec", {{"domain", {{"devices", json::object()}}}}}};
+  const json patched = vmi.patch(VmiGpuPatch(vmi, devices));
+  EXPECT_EQ(patched["spec"]["resourceClaims"],
+            (json{{{"name", "cozy-gpu-pair"}, {"resourceClaimName", "pair"}}}));
+  EXPECT_EQ(
+      patched["spec"]["domain"]["devices"]["gpus"],
+      (json{{{"name", "cozy-gpu-pair-0"}, {"claimName", "cozy-gpu-pair"}, {"requestName", "gpu-0"}},
+            {{"name", "cozy-gpu-pair-1"},
+             {"claimName", "cozy-gpu-pair"},
+             {"requestName", "gpu-1"}}}));
+  EXPECT_FALSE(patched["spec"]["domain"]["devices"]["gpus"][0].contains("deviceName"));
+  EXPECT_EQ(VmiGpuPatch(patched, devices), json::array()) << "E9: nothing twice";
+
+  json other = patched;
+  other["spec"]["resourceClaims"].push_back({{"name", "tenants"}, {"resourceClaimName", "own"}});
+  const json moved = other.patch(VmiGpuPatch(other, {{"single", "", 1, true}}));
+  EXPECT_EQ(moved["spec"]["resourceClaims"],
+            (json{{{"name", "tenants"}, {"resourceClaimName", "own"}},
+                  {{"name", "cozy-gpu-single"}, {"resourceClaimName", "single"}}}));
+  EXPECT_EQ(moved["spec"]["domain"]["devices"]["gpus"].size(), 1U);
+  // A long or dotted device name makes a DNS label too, distinct per device.
+  const std::string longName(200, 'a');
+  EXPECT_TRUE(api::CheckDnsLabel(ClaimEntryName(longName)).empty());
+  EXPECT_TRUE(api::CheckDnsLabel(ClaimEntryName("a.b")).empty());
+  EXPECT_NE(ClaimEntryName(longName), ClaimEntryName(longName + "b"));
+  // A device-plugin set keeps its form and gets no resourceClaims.
+  EXPECT_FALSE(
+      vmi.patch(VmiGpuPatch(vmi, {{"held", kA100, 1}}))["spec"].contains("resourceClaims"));
 }
 
 TEST(VmiGpuPatchE10, EntryNamesAreDnsLabelsDistinctPerDeviceAndIndex) {

@@ -376,6 +376,40 @@ TEST_F(AdmissionEndToEnd, E6_E8_E9_E10_E13_AVmGetsItsGpusOnOneNodeAndItsLauncher
       << pod.dump();
 }
 
+// E15, D21: a VM on a dra class's GPU gets KubeVirt's DRA form (a spec.resourceClaims entry naming
+// the device's claim, a gpus entry naming its request), its device Bound on the node whose slice
+// has the GPU, the claim written by the leader, and its launcher pinned there as any (E13).
+TEST_F(AdmissionEndToEnd, E15_D21_AVmOfADraClassGetsItsClaimInKubeVirtsDraForm) {
+  DraNode("n3");
+  Apply(DraClass("a100-dra"));
+  StartWebhookReplica("replica-a");
+  WaitReady("replica-a");
+  WaitLeader("replica-a");
+  ASSERT_EQ(Create(Order("held", "a100-dra", 1)).first, 0);
+  auto [code, out] = Create(VmWithGpus("vm1", {"held"}, json::array()));
+  ASSERT_EQ(code, 0) << out << Logs();
+  const json vmi = Get("vmi vm1", Tenant());
+  EXPECT_EQ(vmi["spec"]["resourceClaims"],
+            (json{{{"name", "cozy-gpu-held"}, {"resourceClaimName", "held"}}}))
+      << vmi.dump();
+  EXPECT_EQ(vmi["spec"]["domain"]["devices"]["gpus"], (json{{{"name", "cozy-gpu-held-0"},
+                                                             {"claimName", "cozy-gpu-held"},
+                                                             {"requestName", "gpu-0"}}}))
+      << vmi.dump();
+  EXPECT_EQ(Get("gpudevice held", Tenant()).value("status", json::object()).value("nodeName", ""),
+            "n3");
+  ASSERT_TRUE(WaitFor([&] { return Get("resourceclaim held", Tenant()).is_object(); })) << Logs();
+  EXPECT_EQ(Get("resourceclaim held", Tenant())["spec"]["devices"]["requests"][0]["name"], "gpu-0");
+  std::tie(code, out) = CreateLauncher(Launcher("vm1"));
+  ASSERT_EQ(code, 0) << out << Logs();
+  const json pod = json::parse(out);
+  EXPECT_EQ(
+      pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+         ["nodeSelectorTerms"][0]["matchFields"][0]["values"],
+      json::array({"n3"}))
+      << pod.dump();
+}
+
 // C18: one namespace's pods cannot take the GPU catalog from everyone. A pod asking for "10E"
 // GPUs (the API server accepts it) made the model throw, and every tenant's order, every VM
 // start and every binder pass failed. Now: a pod of 10E bound to n1 in one namespace, with a

@@ -141,8 +141,8 @@ class ControllerEndToEnd : public ::testing::Test {
 
   // What the real cluster's tests leave behind, removed: the GPU objects (finalizers stripped:
   // the controller that would remove them is stopped), the nodes, the webhook configurations,
-  // the controller's Lease and settings, KubeVirt's configuration, and the tenant namespaces,
-  // which the namespace controller empties in the background (each test has a new one).
+  // the controller's Lease and settings, KubeVirt's configuration, the DRA objects, and the tenant
+  // namespaces, which the namespace controller empties in the background (each test has a new one).
   void CleanCluster() {
     for (const std::string kind : {"gpudevices", "gpuclasses", "gpunodes"}) {
       const json list = Get(kind + " -A");
@@ -161,6 +161,9 @@ class ControllerEndToEnd : public ::testing::Test {
     Kubectl("delete nodes,validatingwebhookconfigurations,mutatingwebhookconfigurations --all",
             true);
     Kubectl("delete kubevirts -A --all --ignore-not-found", true);
+    // The DRA objects the dra tests make (DraNode's slices) or the leader makes for them (the
+    // DeviceClasses; the claims go with the tenant namespaces).
+    Kubectl("delete resourceslices,deviceclasses --all --ignore-not-found --wait=false", true);
     Kubectl(
         "-n cozy-system delete lease/gpu-controller configmap/cozy-gpu-settings "
         "configmap/unrelated --ignore-not-found",
@@ -504,6 +507,39 @@ class ControllerEndToEnd : public ::testing::Test {
   }
 
   // A Ready node and its GPUNode serving `units` of nvidia.com/GA100 on one function.
+  // A Ready node whose one A100 (10de:20b5, 0000:3b:00.0) no device plugin advertises and
+  // gpu-agent publishes in its ResourceSlice: one unit of a dra class of that ID (C19).
+  void DraNode(const std::string& node) {
+    Apply(testing::ReadyNode(node));
+    Apply({{"apiVersion", "gpu.cozystack.io/v1alpha1"},
+           {"kind", "GPUNode"},
+           {"metadata", {{"name", node}}}});
+    json status = testing::GpuNodeStatus(0);
+    status["resourceNames"] = json::array();
+    status["devices"][0]["resources"] = json::array();
+    status["devices"][0]["health"] = "Unadvertised";
+    Kubectl("patch gpunode " + node + " --subresource=status --type=merge -p " +
+            ShellQuote(json{{"status", status}}.dump()));
+    Apply({{"apiVersion", "resource.k8s.io/v1"},
+           {"kind", "ResourceSlice"},
+           {"metadata", {{"name", node + "-gpu.cozystack.io"}}},
+           {"spec",
+            {{"driver", "gpu.cozystack.io"},
+             {"nodeName", node},
+             {"pool", {{"name", node}, {"generation", 1}, {"resourceSliceCount", 1}}},
+             {"devices",
+              {{{"name", "pci-0000-3b-00-0"},
+                {"attributes",
+                 {{"resource.kubernetes.io/pciBusID", {{"string", "0000:3b:00.0"}}},
+                  {"vendorID", {{"string", "10de"}}},
+                  {"deviceID", {{"string", "20b5"}}}}}}}}}}});
+  }
+  // A passthrough A100 class of that ID selling through DRA.
+  static json DraClass(const std::string& name) {
+    json dra = Class(name);
+    dra["spec"]["source"] = {{"dra", {{"pciVendorSelector", "10DE:20B5"}}}};
+    return dra;
+  }
   void GpuNode(const std::string& node, int units) {
     Apply(testing::ReadyNode(node));
     Apply({{"apiVersion", "gpu.cozystack.io/v1alpha1"},
