@@ -967,10 +967,20 @@ TEST(FakeCrds, TestOnlyKindsAreServedAndWithheldFileByFile) {
   ASSERT_EQ(created.status, 201) << created.body;
   EXPECT_EQ(created.body["spec"]["domain"]["memory"]["guest"], "1Gi");  // unknown fields kept
   EXPECT_EQ(created.body["status"]["phase"], "Running");                // no status subresource
-  json noDevice = vmi;
-  noDevice["metadata"]["name"] = "bad";
-  noDevice["spec"]["domain"]["devices"]["gpus"][0].erase("deviceName");
-  EXPECT_EQ(Call(server, "POST", vmis, noDevice).status, 422);
+  // A gpus entry needs its name; a DRA one names a claim's request instead of a deviceName
+  // (KubeVirt's GPUsWithDRA), and spec.resourceClaims lists the claims.
+  json noName = vmi;
+  noName["metadata"]["name"] = "bad";
+  noName["spec"]["domain"]["devices"]["gpus"][0].erase("name");
+  EXPECT_EQ(Call(server, "POST", vmis, noName).status, 422);
+  json dra = vmi;
+  dra["metadata"]["name"] = "dra";
+  dra["spec"]["domain"]["devices"]["gpus"][0] = {
+      {"name", "gpu0"}, {"claimName", "gpu"}, {"requestName", "gpu-0"}};
+  dra["spec"]["resourceClaims"] = {{{"name", "gpu"}, {"resourceClaimName", "held"}}};
+  const auto draCreated = Call(server, "POST", vmis, dra);
+  ASSERT_EQ(draCreated.status, 201) << draCreated.body;
+  EXPECT_EQ(draCreated.body["spec"]["resourceClaims"][0]["resourceClaimName"], "held");
   auto kubevirt = Call(server, "POST", "/apis/kubevirt.io/v1/namespaces/t1/kubevirts",
                        {{"metadata", {{"name", "kubevirt"}}},
                         {"spec",
