@@ -3,6 +3,8 @@
 // controller's DeviceClass and claims select on. Defined once, for both programs and the chart.
 #pragma once
 
+#include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace cozy::api {
@@ -44,5 +46,9 @@ inline constexpr std::string_view kDeviceClassClassLabel = "gpu.cozystack.io/cla
 inline constexpr std::string_view kDraClaimLabel = "gpu.cozystack.io/device-claim";
 inline constexpr std::string_view kDraClaimLabelValue = "true";
 inline constexpr std::string_view kDraClaimRequestPrefix = "gpu-";
+// The claim's request of GPU `index` (0-based): "gpu-<index>".
+inline std::string DraClaimRequestName(int64_t index) {
+  return std::string(kDraClaimRequestPrefix) + std::to_string(index);
+}
 
 }  // namespace cozy::api

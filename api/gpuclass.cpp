@@ -15,12 +15,16 @@ std::string_view ToString(OnCordon onCordon) {
   return onCordon == OnCordon::kStay ? "Stay" : "Move";
 }
 
-std::string GpuClass::UnitsName() const {
-  if (!spec.source.dra) return spec.source.devicePlugin.resourceName;
-  std::string selector = spec.source.dra->pciVendorSelector;
+std::string DraUnitsName(std::string_view pciVendorSelector) {
+  std::string selector(pciVendorSelector);
   std::transform(selector.begin(), selector.end(), selector.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return "DRA GPUs " + selector;
+}
+
+std::string GpuClass::UnitsName() const {
+  return spec.source.dra ? DraUnitsName(spec.source.dra->pciVendorSelector)
+                         : spec.source.devicePlugin.resourceName;
 }
 
 namespace {

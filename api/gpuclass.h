@@ -73,6 +73,10 @@ struct GpuClass {
   bool operator==(const GpuClass&) const = default;
 };
 
+// The name the model counts the units of dra classes of that PCI ID under ("VVVV:DDDD", any
+// case): "DRA GPUs vvvv:dddd".
+std::string DraUnitsName(std::string_view pciVendorSelector);
+
 // Decodes and checks what the CRD checks (name, enums, the source union, the resource name,
 // maxCount >= 1, memory a quantity). Throws DecodeError naming the field.
 GpuClass GpuClassFromJson(const nlohmann::json& object);

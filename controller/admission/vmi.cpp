@@ -399,27 +399,29 @@ bool SameEntry(const nlohmann::json& entry, const nlohmann::json& desired) {
   return true;
 }
 
-// The ops that make the array at `path` (its parents `parents`, in the VMI) hold exactly the
-// `desired` webhook entries, leaving entries of other names alone.
-void PatchEntries(const nlohmann::json& vmi, std::initializer_list<const char*> parents,
-                  const std::string& path, const nlohmann::json& desired, nlohmann::json& ops) {
-  const nlohmann::json* array = At(vmi, parents);
+// The ops that make the array at `keys` (its path in the VMI) hold exactly the `desired` webhook
+// entries, leaving entries of other names alone.
+void PatchEntries(const nlohmann::json& vmi, std::initializer_list<const char*> keys,
+                  const nlohmann::json& desired, nlohmann::json& ops) {
+  std::string path;
+  for (const char* key : keys) path += "/" + std::string(key);
+  const nlohmann::json* array = At(vmi, keys);
   if (array == nullptr || !array->is_array()) {
     if (desired.empty()) return;
     // Add at the first missing key of the path, carrying what lies below it.
-    const std::vector<std::string> keys(parents.begin(), parents.end());
+    const std::vector<std::string> names(keys.begin(), keys.end());
     size_t missing = 0;
-    for (const nlohmann::json* at = &vmi; missing + 1 < keys.size(); ++missing) {
-      const auto next = at->find(keys[missing]);
-      if (next == at->end() || next->is_null() || !next->is_object()) break;
+    for (const nlohmann::json* at = &vmi; missing + 1 < names.size(); ++missing) {
+      const auto next = at->find(names[missing]);
+      if (next == at->end() || !next->is_object()) break;
       at = &*next;
     }
     nlohmann::json value = desired;
-    for (size_t k = keys.size() - 1; k > missing; --k) {
-      value = nlohmann::json{{keys[k], std::move(value)}};
+    for (size_t k = names.size() - 1; k > missing; --k) {
+      value = nlohmann::json{{names[k], std::move(value)}};
     }
     std::string at;
-    for (size_t k = 0; k <= missing; ++k) at += "/" + keys[k];
+    for (size_t k = 0; k <= missing; ++k) at += "/" + names[k];
     ops.push_back({{"op", "add"}, {"path", at}, {"value", std::move(value)}});
     return;
   }
@@ -460,18 +462,16 @@ nlohmann::json VmiGpuPatch(const nlohmann::json& vmi, const std::vector<PlacedDe
       claims.push_back({{"name", claim}, {"resourceClaimName", device.deviceName}});
     }
     for (int64_t i = 0; i < device.count; ++i) {
-      gpus.push_back(device.dra
-                         ? nlohmann::json{{"name", GpuEntryName(device.deviceName, i)},
-                                          {"claimName", claim},
-                                          {"requestName", std::string(api::kDraClaimRequestPrefix) +
-                                                              std::to_string(i)}}
-                         : nlohmann::json{{"name", GpuEntryName(device.deviceName, i)},
-                                          {"deviceName", device.resourceName}});
+      gpus.push_back(device.dra ? nlohmann::json{{"name", GpuEntryName(device.deviceName, i)},
+                                                 {"claimName", claim},
+                                                 {"requestName", api::DraClaimRequestName(i)}}
+                                : nlohmann::json{{"name", GpuEntryName(device.deviceName, i)},
+                                                 {"deviceName", device.resourceName}});
     }
   }
   nlohmann::json ops = nlohmann::json::array();
-  PatchEntries(vmi, {"spec", "domain", "devices", "gpus"}, "/spec/domain/devices/gpus", gpus, ops);
-  PatchEntries(vmi, {"spec", "resourceClaims"}, "/spec/resourceClaims", claims, ops);
+  PatchEntries(vmi, {"spec", "domain", "devices", "gpus"}, gpus, ops);
+  PatchEntries(vmi, {"spec", "resourceClaims"}, claims, ops);
   return ops;
 }
 

@@ -280,7 +280,7 @@ void Model::Index::CountSliceUnits() {
       SliceUnit unit{node->second, {}};
       if (function->resources.empty()) {
         // No device plugin advertises the function: a unit of the dra classes of its PCI ID.
-        const auto r = resourceIds.find("DRA GPUs " + device.vendorId + ":" + device.deviceId);
+        const auto r = resourceIds.find(api::DraUnitsName(device.vendorId + ":" + device.deviceId));
         if (r == resourceIds.end()) continue;
         unit.resources.push_back(r->second);
         int64_t& served = units[At(node->second, r->second)];

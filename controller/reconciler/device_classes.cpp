@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <set>
 #include <string>
 
 #include "api/dra.h"
@@ -75,12 +76,12 @@ controller::Plan DraDeviceClasses::Plan(const ReconcileInput& input) const {
   for (const JsonPtr& object : *input.deviceClasses) {
     stored[object->at("metadata").value("name", std::string())] = object.get();
   }
-  std::map<std::string, bool> wanted;  // the dra classes' DeviceClasses, by name
+  std::set<std::string> wanted;  // the dra classes' DeviceClasses, by name
   for (const auto& gpuClass : input.classes) {
     if (!gpuClass->IsDra()) continue;
     const nlohmann::json desired = DraDeviceClass(*gpuClass);
     const std::string name = desired.at("metadata").at("name");
-    wanted[name] = true;
+    wanted.insert(name);
     const auto have = stored.find(name);
     if (have != stored.end() && Same(*have->second, desired)) continue;
     plan.actions.push_back(

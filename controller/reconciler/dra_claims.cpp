@@ -3,6 +3,7 @@
 // class's devices on that node, and only this claim may take them (it tolerates the catalog's
 // taint, F20).
 #include <map>
+#include <set>
 #include <string>
 
 #include "api/dra.h"
@@ -60,8 +61,7 @@ nlohmann::json DraClaim(const api::GpuDevice& device) {
                                      {"effect", std::string(api::kCatalogTaintEffect)}}}}};
   nlohmann::json requests = nlohmann::json::array();
   for (int64_t i = 0; i < device.spec.count; ++i) {
-    requests.push_back({{"name", std::string(api::kDraClaimRequestPrefix) + std::to_string(i)},
-                        {"exactly", exactly}});
+    requests.push_back({{"name", api::DraClaimRequestName(i)}, {"exactly", exactly}});
   }
   return {{"apiVersion", kResourceClaims.ApiVersion()},
           {"kind", "ResourceClaim"},
@@ -91,7 +91,7 @@ controller::Plan DraClaims::Plan(const ReconcileInput& input) const {
     stored[metadata.value("namespace", std::string()) + "/" +
            metadata.value("name", std::string())] = claim.get();
   }
-  std::map<std::string, bool> wanted;
+  std::set<std::string> wanted;
   for (const auto& device : input.devices) {
     const auto isDra = dra.find(device->spec.className);
     if (isDra == dra.end() || !isDra->second || device->Phase() != api::DevicePhase::kBound ||
@@ -103,12 +103,12 @@ controller::Plan DraClaims::Plan(const ReconcileInput& input) const {
     const Target target = InNamespace("ResourceClaim", kResourceClaims,
                                       device->metadata.namespaceName, device->metadata.name);
     if (have == stored.end()) {
-      wanted[key] = true;
+      wanted.insert(key);
       plan.actions.push_back(
           ApplyAction("create-device-claim", target, DraClaim(*device), nullptr,
                       "GPUDevice " + key + " is Bound on " + *device->status.nodeName));
     } else if (Current(*have->second, *device)) {
-      wanted[key] = true;
+      wanted.insert(key);
     }
     // Otherwise written for another node, count or device: its spec cannot change, so it goes
     // below and the next pass writes the new one.
