@@ -8,6 +8,7 @@
 #include "agent/dra/dra.grpc.pb.h"
 #include "agent/dra/registration.grpc.pb.h"
 #include "api/dra.h"
+#include "api/keys.h"
 #include "runtime/log.h"
 
 namespace cozy::agent {
@@ -159,6 +160,51 @@ PreparedClaim PrepareClaim(const json& claim, const ClaimRef& ref, const std::st
     AddMetadata(claim, ref, metadataDir, devices, prepared);
   }
   return prepared;
+}
+
+std::optional<ClaimOwner> ClaimOwnerDevice(const json& claim) {
+  const json owners =
+      claim.value("metadata", json::object()).value("ownerReferences", json::array());
+  if (!owners.is_array()) return std::nullopt;
+  for (const json& owner : owners) {
+    if (!owner.is_object() || !owner.value("controller", false)) continue;
+    if (owner.value("apiVersion", "") != api::kApiVersion ||
+        owner.value("kind", "") != api::kGpuDeviceKind) {
+      return std::nullopt;
+    }
+    ClaimOwner device{owner.value("name", ""), owner.value("uid", "")};
+    if (device.name.empty() || device.uid.empty()) return std::nullopt;
+    return device;
+  }
+  return std::nullopt;
+}
+
+std::string BinderClaimError(const json& claim, const ClaimRef& ref, const std::string& nodeName,
+                             const json& device) {
+  const std::optional<ClaimOwner> owner = ClaimOwnerDevice(claim);
+  if (!owner) {
+    return Describe(ref) +
+           " is no claim of the GPU catalog's binder (its controller owner is no GPUDevice): "
+           "only a GPUDevice's claim gets a catalog GPU";
+  }
+  const std::string deviceName = "GPUDevice " + ref.ns + "/" + owner->name;
+  if (!device.is_object()) {
+    return Describe(ref) + " is the claim of " + deviceName + ", which is gone";
+  }
+  const json metadata = device.value("metadata", json::object());
+  if (metadata.value("uid", "") != owner->uid) {
+    return Describe(ref) + " is the claim of " + deviceName + " uid " + owner->uid +
+           ", which is gone (the device of that name now is another)";
+  }
+  const json status = device.value("status", json::object());
+  const std::string phase = status.is_object() ? status.value("phase", "") : "";
+  const std::string node = status.is_object() ? status.value("nodeName", "") : "";
+  if (phase != "Bound" || node != nodeName) {
+    return Describe(ref) + " is the claim of " + deviceName + ", which is " +
+           (phase.empty() ? std::string("Pending") : phase) +
+           (node.empty() ? std::string() : " on node " + node) + ", not Bound to node " + nodeName;
+  }
+  return "";
 }
 
 struct KubeletPlugin::Services {
@@ -326,12 +372,26 @@ PreparedClaim KubeletPlugin::Prepare(const ClaimRef& ref) {
   try {
     const json claim = client_.Get(kube::ResourcePath(api::kResourceGroup, api::kResourceVersion,
                                                       "resourceclaims", ref.ns, ref.name));
+    // Only the binder's claim of a device Bound here (A13): its GPUDevice read now, not trusted
+    // from a cache, since the binder may have moved it a moment ago.
+    json device;
+    if (const std::optional<ClaimOwner> owner = ClaimOwnerDevice(claim)) {
+      try {
+        device = client_.Get(
+            kube::ResourcePath(api::kGroup, api::kVersion, "gpudevices", ref.ns, owner->name));
+      } catch (const kube::ApiError& error) {
+        if (error.kind() != kube::ErrorKind::kNotFound) throw;
+      }
+    }
     std::map<std::string, PreparableDevice> devices;
     {
       std::lock_guard lock(mutex_);
       devices = devices_;
     }
-    prepared = PrepareClaim(claim, ref, options_.nodeName, devices, MetadataDir(ref.uid));
+    prepared.error = BinderClaimError(claim, ref, options_.nodeName, device);
+    if (prepared.error.empty()) {
+      prepared = PrepareClaim(claim, ref, options_.nodeName, devices, MetadataDir(ref.uid));
+    }
     if (prepared.error.empty() && !prepared.cdiSpec.is_null()) {
       // The files first, then the specs that name them.
       std::filesystem::create_directories(MetadataDir(ref.uid));

@@ -1,11 +1,13 @@
 // gpu-agent as kubelet's plugin for the DRA driver gpu.cozystack.io (docs/dra.md, "The kubelet
 // plugin"): the registration service kubelet's plugin watcher finds in
 // <kubelet dir>/plugins_registry, and the DRAPlugin v1 service it then calls to prepare and
-// unprepare the claims of the pods it admits. Prepare reads the claim (its UID checked), takes
-// the devices allocated from this node's pool, refuses one that is no vfio-bound GPU of the
-// node now (the agent provisions nothing), and writes a CDI spec naming /dev/vfio/vfio and the
-// function's IOMMU group node; unprepare removes it. Both are idempotent, and what is prepared
-// is the CDI specs on disk, so a restart of the agent or of kubelet loses nothing.
+// unprepare the claims of the pods it admits. Prepare reads the claim (its UID checked) and
+// prepares only the binder's: a claim gpu-controller wrote for a GPUDevice Bound to this node
+// (read from the API server). It takes the devices allocated from this node's pool, refuses one
+// that is no vfio-bound GPU of the node now (the agent provisions nothing), and writes a CDI spec
+// naming /dev/vfio/vfio and the function's IOMMU group node; unprepare removes it. Both are
+// idempotent, and what is prepared is the CDI specs on disk, so a restart of the agent or of
+// kubelet loses nothing.
 #pragma once
 
 #include <atomic>
@@ -74,6 +76,22 @@ PreparedClaim PrepareClaim(const nlohmann::json& claim, const ClaimRef& ref,
                            const std::string& nodeName,
                            const std::map<std::string, PreparableDevice>& devices,
                            const std::filesystem::path& metadataDir = "/metadata");
+
+// The GPUDevice a claim is the binder's claim for (docs/dra.md, "Only the binder's claims are
+// prepared"; A13): its controller owner reference, when that is a GPUDevice; nullopt for any other
+// claim.
+struct ClaimOwner {
+  std::string name;
+  std::string uid;
+};
+std::optional<ClaimOwner> ClaimOwnerDevice(const nlohmann::json& claim);
+
+// Why kubelet may not hand `nodeName`'s pod the devices of `claim`, or "" when it may: the claim
+// must be one gpu-controller wrote for a GPUDevice (its controller owner) that is Bound to this
+// node now; `device` is that GPUDevice as read from the API server, or null where it is gone.
+// Pure: the agent reads the device, this decides.
+std::string BinderClaimError(const nlohmann::json& claim, const ClaimRef& ref,
+                             const std::string& nodeName, const nlohmann::json& device);
 
 // The devices of a slice (SliceDevices) by name.
 std::map<std::string, PreparableDevice> PreparableDevices(const nlohmann::json& sliceDevices);

@@ -1,7 +1,7 @@
-// The DRA driver's kubelet plugin (docs/dra.md, "The kubelet plugin", A12): the rules that decide
-// what a claim prepares, then the registration and DRAPlugin v1 services over their real unix
-// sockets as kubelet calls them, claims read from the fake API server, CDI specs in a temporary
-// directory.
+// The DRA driver's kubelet plugin (docs/dra.md, "The kubelet plugin", A12, A13): the rules that
+// decide what a claim prepares, then the registration and DRAPlugin v1 services over their real
+// unix sockets as kubelet calls them, claims and their GPUDevices read from the fake API server
+// (the chart's CRDs), CDI specs in a temporary directory.
 #include "agent/dra/kubelet_plugin.h"
 
 #include <fstream>
@@ -42,6 +42,27 @@ json Claim(const std::string& uid, const std::vector<std::vector<std::string>>& 
 }
 
 const ClaimRef kRef{"tenant", "uid-1", "vm-gpu"};
+
+// GPUDevice tenant/vm-gpu in `phase` on `node`, as the binder leaves it.
+json Device(const std::string& uid, const std::string& phase, const std::string& node) {
+  json status = {{"phase", phase}};
+  if (!node.empty()) status["nodeName"] = node;
+  return {{"apiVersion", "gpu.cozystack.io/v1alpha1"},
+          {"kind", "GPUDevice"},
+          {"metadata", {{"name", "vm-gpu"}, {"namespace", "tenant"}, {"uid", uid}}},
+          {"spec", {{"className", "a100-dra"}, {"count", 1}}},
+          {"status", status}};
+}
+
+// `claim` as gpu-controller writes it for GPUDevice tenant/vm-gpu of `deviceUid`.
+json OwnedBy(json claim, const std::string& deviceUid) {
+  claim["metadata"]["ownerReferences"] = {{{"apiVersion", "gpu.cozystack.io/v1alpha1"},
+                                           {"kind", "GPUDevice"},
+                                           {"name", "vm-gpu"},
+                                           {"uid", deviceUid},
+                                           {"controller", true}}};
+  return claim;
+}
 
 TEST(PrepareClaimA12, TheNodesVfioDevicesBecomeOneCdiSpecWithTheirGroupNodes) {
   const PreparedClaim prepared =
@@ -122,10 +143,48 @@ TEST(PrepareClaimA12, WhatIsNotThisNodesToPrepareIsRefusedOrLeftToItsDriver) {
             std::string::npos);
 }
 
+TEST(PrepareClaimA13, OnlyTheBindersClaimOfADeviceBoundToThisNodeIsTheAgentsToPrepare) {
+  const json claim = OwnedBy(Claim("uid-1", {{"node-a", "pci-0000-af-00-0"}}), "dev-uid");
+  EXPECT_EQ(BinderClaimError(claim, kRef, "node-a", Device("dev-uid", "Bound", "node-a")), "");
+  auto error = [&](const json& c, const json& device) {
+    return BinderClaimError(c, kRef, "node-a", device);
+  };
+  // An admin's claim, or one a template made: no GPUDevice is its controller owner.
+  const json admins = Claim("uid-1", {{"node-a", "pci-0000-af-00-0"}});
+  EXPECT_EQ(error(admins, Device("dev-uid", "Bound", "node-a")),
+            "ResourceClaim tenant/vm-gpu is no claim of the GPU catalog's binder (its controller "
+            "owner is no GPUDevice): only a GPUDevice's claim gets a catalog GPU");
+  json notController = claim;
+  notController["metadata"]["ownerReferences"][0]["controller"] = false;
+  EXPECT_NE(error(notController, Device("dev-uid", "Bound", "node-a")).find("no claim of"),
+            std::string::npos);
+  json otherKind = claim;
+  otherKind["metadata"]["ownerReferences"][0]["kind"] = "GPUClass";
+  EXPECT_NE(error(otherKind, Device("dev-uid", "Bound", "node-a")).find("no claim of"),
+            std::string::npos);
+  // Its device gone, or replaced by another of the same name.
+  EXPECT_EQ(error(claim, json()),
+            "ResourceClaim tenant/vm-gpu is the claim of GPUDevice tenant/vm-gpu, which is gone");
+  EXPECT_NE(error(claim, Device("other-uid", "Bound", "node-a"))
+                .find("the device of that name now is another"),
+            std::string::npos);
+  // Moved to another node (a stale claim the reconciler has not deleted yet), lost, pending.
+  EXPECT_EQ(error(claim, Device("dev-uid", "Bound", "node-b")),
+            "ResourceClaim tenant/vm-gpu is the claim of GPUDevice tenant/vm-gpu, which is Bound "
+            "on node node-b, not Bound to node node-a");
+  EXPECT_EQ(error(claim, Device("dev-uid", "Lost", "")),
+            "ResourceClaim tenant/vm-gpu is the claim of GPUDevice tenant/vm-gpu, which is Lost, "
+            "not Bound to node node-a");
+  json noStatus = Device("dev-uid", "Pending", "");
+  noStatus.erase("status");
+  EXPECT_NE(error(claim, noStatus).find("which is Pending, not Bound to node node-a"),
+            std::string::npos);
+}
+
 class KubeletPluginTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    server_ = testing::StartFakeApiServer();
+    server_ = testing::StartChartApiServer();
     client_ = std::make_unique<kube::Client>(testing::ConfigFor(*server_));
     plugin_ = std::make_unique<KubeletPlugin>(
         *client_, KubeletPluginOptions{.nodeName = "node-a",
@@ -166,6 +225,11 @@ class KubeletPluginTest : public ::testing::Test {
     return response;
   }
 
+  // GPUDevice tenant/vm-gpu stored in `phase` on `node`: its uid.
+  std::string SeedDevice(const std::string& phase, const std::string& node) {
+    return server_->Seed(Device("", phase, node))["metadata"]["uid"];
+  }
+
   testing::TempDir directory_;
   runtime::Loop loop_;
   std::unique_ptr<fake::FakeApiServer> server_;
@@ -195,8 +259,8 @@ TEST_F(KubeletPluginTest, A12_KubeletsWatcherFindsTheDriverAndItsEndpoint) {
 
 TEST_F(KubeletPluginTest, A12_PrepareWritesTheCdiSpecAndUnprepareRemovesItBothIdempotent) {
   // The API server gives the claim its uid.
-  const std::string uid =
-      server_->Seed(Claim("", {{"node-a", "pci-0000-af-00-0"}}))["metadata"]["uid"];
+  const std::string uid = server_->Seed(OwnedBy(Claim("", {{"node-a", "pci-0000-af-00-0"}}),
+                                                SeedDevice("Bound", "node-a")))["metadata"]["uid"];
   for (int round = 0; round < 2; ++round) {  // kubelet may ask twice (a restart in between)
     const auto response = Prepare(uid);
     ASSERT_EQ(response.claims().count(uid), 1U);
@@ -236,8 +300,8 @@ TEST_F(KubeletPluginTest, A12_PrepareWritesTheCdiSpecAndUnprepareRemovesItBothId
 TEST_F(KubeletPluginTest, A12_AClaimThatCannotBePreparedIsAnErrorForItAloneAndWritesNothing) {
   // Gone from the API server (a 404), or of a device that left vfio-pci: each claim answers
   // with its error, the call itself succeeds, and no spec is written.
-  const std::string uid2 =
-      server_->Seed(Claim("", {{"node-a", "pci-0000-5e-00-0"}}))["metadata"]["uid"];
+  const std::string uid2 = server_->Seed(OwnedBy(Claim("", {{"node-a", "pci-0000-5e-00-0"}}),
+                                                 SeedDevice("Bound", "node-a")))["metadata"]["uid"];
   dra::NodePrepareResourcesRequest request;
   for (const auto& [uid, name] :
        std::vector<std::pair<std::string, std::string>>{{"uid-1", "gone"}, {uid2, "vm-gpu"}}) {
@@ -256,6 +320,40 @@ TEST_F(KubeletPluginTest, A12_AClaimThatCannotBePreparedIsAnErrorForItAloneAndWr
   EXPECT_FALSE(std::filesystem::exists(plugin_->CdiSpecPath("uid-1")));
   EXPECT_FALSE(std::filesystem::exists(plugin_->CdiSpecPath(uid2)));
   EXPECT_EQ(plugin_->counters().prepareFailures, 2);
+}
+
+TEST_F(KubeletPluginTest, A13_AClaimNotTheBindersOrOfADeviceBoundElsewhereIsRefusedAtPrepare) {
+  // The binder's claim is read with its GPUDevice from the API server, at each prepare: the
+  // device moved to node-b since (a claim the reconciler has yet to delete) is refused here, and
+  // an admin's own claim of a catalog GPU is never prepared.
+  const std::string deviceUid = SeedDevice("Bound", "node-b");
+  const std::string uid = server_->Seed(
+      OwnedBy(Claim("", {{"node-a", "pci-0000-af-00-0"}}), deviceUid))["metadata"]["uid"];
+  auto answer = Prepare(uid).claims().at(uid);
+  EXPECT_EQ(answer.error(),
+            "ResourceClaim tenant/vm-gpu is the claim of GPUDevice tenant/vm-gpu, which is Bound "
+            "on node node-b, not Bound to node node-a");
+  EXPECT_EQ(answer.devices_size(), 0);
+  EXPECT_FALSE(std::filesystem::exists(plugin_->CdiSpecPath(uid)));
+  // Bound here now: the same claim is prepared.
+  client_->MergePatch(
+      kube::ResourcePath("gpu.cozystack.io", "v1alpha1", "gpudevices", "tenant", "vm-gpu") +
+          "/status",
+      {{"status", {{"nodeName", "node-a"}}}});
+  answer = Prepare(uid).claims().at(uid);
+  EXPECT_EQ(answer.error(), "");
+  EXPECT_TRUE(std::filesystem::exists(plugin_->CdiSpecPath(uid)));
+  EXPECT_EQ(plugin_->counters().prepareFailures, 1);
+  EXPECT_EQ(plugin_->counters().prepared, 1);
+}
+
+TEST_F(KubeletPluginTest, A13_AnAdminsOwnClaimOfACatalogGpuIsNeverPrepared) {
+  const std::string uid =
+      server_->Seed(Claim("", {{"node-a", "pci-0000-af-00-0"}}))["metadata"]["uid"];
+  const auto answer = Prepare(uid).claims().at(uid);
+  EXPECT_NE(answer.error().find("is no claim of the GPU catalog's binder"), std::string::npos)
+      << answer.error();
+  EXPECT_FALSE(std::filesystem::exists(plugin_->CdiSpecPath(uid)));
 }
 
 }  // namespace

@@ -492,6 +492,8 @@ TEST(Chart, RbacIsExactlyTheLeastTheAgentNeeds) {
   withSlices.insert(
       {"resource.k8s.io", "resourceslices", {"get", "list", "watch", "create", "update"}});
   withSlices.insert({"resource.k8s.io", "resourceclaims", {"get"}});
+  // and the GPUDevice owning a claim it prepares (A13)
+  withSlices.insert({"gpu.cozystack.io", "gpudevices", {"get"}});
   for (const auto& [overrides, expected] : std::vector<std::pair<YAML::Node, std::set<Rule>>>{
            {YAML::Node(), base}, {Custom(), base}, {slices, withSlices}}) {
     const auto documents = Render(overrides);
