@@ -169,16 +169,7 @@ start_vm() {
   pick list
   read -r t device <<<"$r"
   vm="vm$((++vms))"
-  cat >"$work/$vm.yaml" <<EOF
-apiVersion: kubevirt.io/v1
-kind: VirtualMachineInstance
-metadata:
-  name: $vm
-  namespace: $t
-  labels: {gpu.cozystack.io/device-references: "true"}
-  annotations: {gpu.cozystack.io/device-references: '{"devices":["$device"]}'}
-spec: {domain: {devices: {}}}
-EOF
+  vmi "$t" "$vm" "$device" >"$work/$vm.yaml"
   if [ -n "${BACKGROUND:-}" ]; then
     starting="$t $vm $device"
     kc create -f "$work/$vm.yaml" >"$work/$vm.out" 2>&1 &

@@ -32,6 +32,11 @@
 //                      label kubevirt.io=virt-launcher) carry the required node affinity
 //                      matchFields metadata.name In [X] in every term, and spec.nodeName, when
 //                      set, is X (E13).
+//   vm-gpus-elsewhere  a VMI that has not ended, on node X (its status.nodeName, or the node a
+//                      launcher pod of it that has not ended is bound to, before KubeVirt writes
+//                      the VMI's), has every device attached to it that is Bound, Bound on X: the
+//                      GPUs of a VM that starts or runs never leave its node; only Node X gone
+//                      releases them (C7, D5, E13).
 //   usage-record       (--settled, workloads.json present) exactly one Workload per device
 //                      holding units, in its namespace, owned by it, status {kind: gpu, type:
 //                      <class>, resources: {gpu.cozystack.io/<class>: "<count>"}, operational:
@@ -459,11 +464,37 @@ function launchersPinned(prev, cur, report) {
   }
   for (const [vmi, node] of pairs.values()) {
     for (const pod of cur.pods) {
-      if (nsOf(pod) !== nsOf(vmi) || labelsOf(pod)[KEYS.launcherLabel] !== KEYS.launcherLabelValue) continue;
-      if (!(metaOf(pod).ownerReferences || []).some((o) => o.uid === uidOf(vmi))) continue;
+      if (!isLauncherOf(pod, vmi)) continue;
       if (['Succeeded', 'Failed'].includes(phaseOf(pod))) continue;
       const why = whyNotPinned(pod, node);
       if (why) report('launcher-unpinned', pod, `launcher of VMI ${keyOf(vmi)}, whose GPUs are on ${node}: ${why}`);
+    }
+  }
+}
+
+// A launcher pod of `vmi` (its owner reference to the VMI's uid, KubeVirt's launcher label).
+const isLauncherOf = (pod, vmi) => nsOf(pod) === nsOf(vmi) &&
+  labelsOf(pod)[KEYS.launcherLabel] === KEYS.launcherLabelValue &&
+  (metaOf(pod).ownerReferences || []).some((o) => o.uid === uidOf(vmi));
+
+function vmGpusElsewhere(cur, report) {
+  for (const vmi of cur.vmis.values()) {
+    if (vmiEnded(vmi)) continue;
+    const where = new Map();  // node -> what puts the VM there
+    if (statusOf(vmi).nodeName) where.set(statusOf(vmi).nodeName, 'its status.nodeName');
+    for (const pod of cur.pods) {
+      const at = (pod.spec || {}).nodeName;
+      if (!at || !isLauncherOf(pod, vmi) || ['Succeeded', 'Failed'].includes(phaseOf(pod))) continue;
+      if (!where.has(at)) where.set(at, `its launcher ${nameOf(pod)} is bound there`);
+    }
+    for (const [node, why] of where) {
+      if (!cur.nodes.has(node)) continue;  // only a Node that is gone releases them
+      for (const d of cur.devices) {
+        const at = boundNode(d);
+        if (!at || at === node || !View.attachedTo(d, vmi)) continue;
+        report('vm-gpus-elsewhere', d, `attached to VMI ${keyOf(vmi)}, which is on ${node} (${why}), ` +
+          `but ${describe(d)}`);
+      }
     }
   }
 }
@@ -628,6 +659,7 @@ export function check(snapshot, options = {}) {
     runningVmMoved(prev, cur, report);
   }
   launchersPinned(prev, cur, report);
+  vmGpusElsewhere(cur, report);
   if (settled && cur.workloads != null) usageRecords(cur, report);
   if (settled) leftOvers(cur, grace, report);
   pendingWithoutReason(cur, settled, report);

@@ -382,7 +382,9 @@ test('running-vm-moved: a running VM set never moves, not even off a cordoned, N
     const cur = copy(prev);
     dev(cur, 'tenant-a/train').status.nodeName = 'gpu-2';
     cur.workloads = cur.workloads.map((w) => w);
-    const v = only(check(cur, { previous: prev }), 'running-vm-moved');
+    // Checked against the snapshot before, and on this one alone: its GPU is not on its node.
+    const v = check(cur, { previous: prev });
+    assert.deepEqual(ids(v), ['running-vm-moved', 'vm-gpus-elsewhere'], JSON.stringify(v));
     assert.match(v[0].message, /VMI tenant-a\/train runs on gpu-1 .* now Bound on gpu-2/);
   }
 });
@@ -426,7 +428,8 @@ test('launcher-unpinned E13: a running VM launcher not pinned by matchFields to 
   v = only(check(s), 'launcher-unpinned');
   assert.match(v[0].message, /no matchFields metadata.name In \[gpu-1\]/);
   s.pods[0] = launcher('tenant-a', 'virt-launcher-train-abcde', s.vmis[0], { pinnedTo: 'gpu-1', nodeName: 'gpu-2' });
-  v = only(check(s), 'launcher-unpinned');
+  v = check(s);  // and a launcher bound to gpu-2 puts the VM away from its GPUs
+  assert.deepEqual(ids(v), ['launcher-unpinned', 'vm-gpus-elsewhere'], JSON.stringify(v));
   assert.match(v[0].message, /spec.nodeName is gpu-2/);
   // A label-expression pin on the hostname is no pin (E13); a finished pod is not judged.
   s.pods[0] = launcher('tenant-a', 'virt-launcher-train-abcde', s.vmis[0]);
@@ -435,6 +438,36 @@ test('launcher-unpinned E13: a running VM launcher not pinned by matchFields to 
   only(check(s), 'launcher-unpinned');
   s.pods[0].status.phase = 'Failed';
   none(check(s));
+});
+
+// ---- vm-gpus-elsewhere ----
+
+test('vm-gpus-elsewhere C7 E13: a starting or running VM whose attached GPU is Bound on another node', () => {
+  // The VM runs on gpu-1 (its status), its order moved to gpu-2.
+  const s = clean();
+  dev(s, 'tenant-a/train').status.nodeName = 'gpu-2';
+  s.gpudevices = s.gpudevices.filter((d) => d.metadata.name !== 'held');
+  s.workloads = s.workloads.filter((w) => w.metadata.name !== 'gpudevice-held');
+  const v = only(check(s), 'vm-gpus-elsewhere');
+  assert.match(v[0].message, /attached to VMI tenant-a\/train, which is on gpu-1 \(its status.nodeName\), but .*gpu-2/);
+  // Starting: KubeVirt has not written the VMI's node yet, its launcher is bound to gpu-1.
+  const t = copy(s);
+  delete t.vmis[0].status.nodeName;
+  t.vmis[0].status.phase = 'Scheduled';
+  t.pods[0].spec.affinity = undefined;  // not judged by launcher-unpinned without the VMI's node
+  const w = only(check(t), 'vm-gpus-elsewhere');
+  assert.match(w[0].message, /its launcher virt-launcher-train-abcde is bound there/);
+  // Only a Node that is gone releases them; an ended VM or launcher holds nothing there.
+  const u = copy(s);
+  u.nodes = u.nodes.filter((n) => n.metadata.name !== 'gpu-1');
+  u.gpunodes = u.gpunodes.filter((n) => n.metadata.name !== 'gpu-1');
+  assert.ok(!ids(check(u)).includes('vm-gpus-elsewhere'));
+  const x = copy(t);
+  x.pods[0].status.phase = 'Failed';
+  none(check(x));
+  const y = copy(s);
+  y.vmis[0].status.phase = 'Succeeded';
+  assert.ok(!ids(check(y)).includes('vm-gpus-elsewhere'));
 });
 
 // ---- usage-record ----

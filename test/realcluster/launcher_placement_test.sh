@@ -18,12 +18,7 @@ node_fit="$build_dir/test/node_fit"
 ns=cozy-system
 gpu=nvidia.com/GA100_A100_PCIE_40GB
 
-webhook_certs || abort "openssl could not make the webhook certificate"
-free_port webhook_port || abort "no free port for the webhooks"
-free_port health_port || abort "no free port for the controller's health"
-gpus_on_values "$work/gpu-on.yaml" "$webhook_port"
-install_gpus_on "$source_dir/charts/gpu" "$ns"
-start_controller "$ns" "$webhook_port" "$health_port" || abort "gpu-controller is not ready"
+controller_up "$ns"
 
 kubevirt_controller
 
@@ -52,16 +47,7 @@ pass "the binder placed train on gpu-1 and pooled on the pool it tolerates, pool
 # KubeVirt labels launchers, one GPU limit per gpus entry the webhook gave the VMI.
 start_vm() {
   local vm=$1 device=$2
-  cat <<EOF | kc create -f - >/dev/null || abort "the VMI $vm was refused"
-apiVersion: kubevirt.io/v1
-kind: VirtualMachineInstance
-metadata:
-  name: $vm
-  namespace: tenant
-  labels: {gpu.cozystack.io/device-references: "true"}
-  annotations: {gpu.cozystack.io/device-references: '{"devices":["$device"]}'}
-spec: {domain: {devices: {}}}
-EOF
+  vmi tenant "$vm" "$device" | kc create -f - >/dev/null || abort "the VMI $vm was refused"
   local gpus uid
   gpus=$(kc get vmi "$vm" -n tenant -o json | jq --arg r "$gpu" '[.spec.domain.devices.gpus[]? | select(.deviceName == $r)] | length')
   [ "$gpus" = 1 ] || abort "the VMI webhook gave $vm $gpus gpus entries for $gpu"

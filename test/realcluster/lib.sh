@@ -32,7 +32,8 @@ finish() {
   for ((i = ${#cleanups[@]} - 1; i >= 0; i--)); do eval "${cleanups[$i]}" >/dev/null 2>&1 || true; done
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  rm -rf "$work"
+  # COZY_REALCLUSTER_KEEP=1 keeps the scratch directory (its logs) for a failure's reader.
+  if [ -n "${COZY_REALCLUSTER_KEEP:-}" ]; then echo "kept: $work"; else rm -rf "$work"; fi
   exit "$status"
 }
 trap finish EXIT
@@ -46,8 +47,19 @@ fail() {
   echo "FAIL: $*"
   failed=$((failed + 1))
 }
-# summary: the closing line; exit 1 when anything failed.
+# log_tails: the last lines of each log of the test's ($work/*.log), for a failure's reader (the
+# scratch directory goes at the end; CI keeps only what the test printed).
+log_tails() {
+  local log
+  for log in "$work"/*.log; do
+    [ -s "$log" ] || continue
+    echo "--- ${log##*/} (last lines)"
+    tail -n 15 "$log"
+  done
+}
+# summary: the closing line, after the logs' ends when anything failed; exit 1 then.
 summary() {
+  [ "$failed" -eq 0 ] || log_tails
   echo "$passed passed, $failed failed"
   [ "$failed" -eq 0 ]
   exit $?
@@ -55,12 +67,6 @@ summary() {
 # abort WHAT: a step the rest of the test needs did not happen; the logs' ends, and exit 1.
 abort() {
   fail "$*"
-  local log
-  for log in "$work"/*.log; do
-    [ -s "$log" ] || continue
-    echo "--- ${log##*/} (last lines)"
-    tail -n 15 "$log"
-  done
   summary
 }
 
@@ -269,9 +275,12 @@ kubevirt_controller() {
     "$(kc create token kubevirt-controller -n cozy-kubevirt --duration 3h)" || abort "KubeVirt's token"
 }
 
-# A fixture host's sysfs tree: fixture_root NAME HOST → $work/NAME-root
+# A fixture host's sysfs tree: fixture_root NAME HOST → $work/NAME-root. HOST is a spec of
+# fixtures/sysfs/specs/ by name, or the path of a spec file the test wrote.
 fixture_root() {
-  "$build_dir/fixtures/sysfs/gpu-fixture" "$source_dir/fixtures/sysfs/specs/$2.json" "$work/$1-root" >/dev/null
+  local spec=$2
+  [[ "$spec" == */* ]] || spec="$source_dir/fixtures/sysfs/specs/$spec.json"
+  "$build_dir/fixtures/sysfs/gpu-fixture" "$spec" "$work/$1-root" >/dev/null
 }
 
 # agent_pod NAMESPACE NODE: the YAML of node's agent pod, of the chart's service account, bound
@@ -304,6 +313,32 @@ gpu_class() {
     [nodeSelector]="{matchLabels: {gpu.cozystack.io/gpu-node: \"true\"}}")
   for line in "$@"; do spec[${line%%:*}]=${line#*: }; done
   for line in $(printf '%s\n' "${!spec[@]}" | sort); do echo "  $line: ${spec[$line]}"; done
+}
+# vmi NAMESPACE NAME DEVICE: the YAML of a VMI naming GPUDevice DEVICE as charts/vm-instance
+# renders it (the label and annotation the VMI webhook selects on), no GPU of its own.
+vmi() {
+  cat <<EOF
+apiVersion: kubevirt.io/v1
+kind: VirtualMachineInstance
+metadata:
+  name: $2
+  namespace: $1
+  labels: {gpu.cozystack.io/device-references: "true"}
+  annotations: {gpu.cozystack.io/device-references: '{"devices":["$3"]}'}
+spec: {domain: {devices: {}}}
+EOF
+}
+# controller_up NAMESPACE [VALUES-YAML]: the chart with GPUs on (VALUES-YAML added to its values)
+# and one gpu-controller serving its webhooks at 127.0.0.1:$webhook_port as the chart's service
+# account (start_controller, its health at $health_port); aborts when it is not ready.
+controller_up() {
+  webhook_certs || abort "openssl could not make the webhook certificate"
+  free_port webhook_port || abort "no free port for the webhooks"
+  free_port health_port || abort "no free port for the controller's health"
+  gpus_on_values "$work/gpu-on.yaml" "$webhook_port"
+  [ -z "${2:-}" ] || printf '%s\n' "$2" >>"$work/gpu-on.yaml"
+  install_gpus_on "$source_dir/charts/gpu" "$1"
+  start_controller "$1" "$webhook_port" "$health_port" || abort "gpu-controller is not ready"
 }
 # order NAMESPACE NAME CLASS: the YAML of a GPUDevice ordering one unit of CLASS.
 order() {
