@@ -4,8 +4,9 @@
 # the slice's devices are the node's vfio-bound GPUs with Kubernetes' standard PCI attributes;
 # the real kube-scheduler allocates a device only to a claim that tolerates the catalog's taint,
 # and exactly the one its selector names; another node's agent may not write the slice (the
-# chart's policy, decided by kube-apiserver's CEL); kubelet prepares the claim through the
-# agent's plugin (a CDI spec of the function's VFIO nodes) and unprepares it when the pod goes;
+# chart's policy, decided by kube-apiserver's CEL); kubelet prepares the claim of a GPUDevice
+# Bound to its node through the agent's plugin (a CDI spec of the function's VFIO nodes) and
+# unprepares it when the pod goes, while an admin's own claim of a catalog GPU is never prepared;
 # kubelet deletes its node's slices when it starts and the agent puts its own back; a device
 # leaving vfio-pci is one write.
 #   test/realcluster/dra_slices_test.sh SOURCE_DIR BUILD_DIR CLUSTER_DIR
@@ -73,29 +74,49 @@ device_class="dra-test-$$.gpu.cozystack.io"
   abort "the reconciler's DeviceClass: $(kc apply -f "$work/device-class.json" 2>&1)"
 on_exit "kc delete deviceclass $device_class --wait=false"
 : >"$work/claims.yaml"
-# claim_yaml NAME [tolerating]: a claim in the test's namespace for exactly node-b's
-# 0000:af:00.0, by its id, tolerating the catalog's taint or not.
+# The agent prepares only the binder's claim of a GPUDevice Bound to its node (A13): no controller
+# runs here, so the admin stands in for the binder, with a GPUDevice Bound to node-b that owns
+# the claim as the reconciler's claims are owned (test/realcluster/dra_vm_test.sh has the binder's
+# own).
+order "$tenant" tolerating binder-stand-in | kc apply -f - >/dev/null &&
+  kc patch gpudevice tolerating -n "$tenant" --subresource=status --type=merge \
+    -p '{"status":{"phase":"Bound","nodeName":"node-b"}}' >/dev/null ||
+  abort "the GPUDevice standing for the binder's: $(kc get gpudevice tolerating -n "$tenant" -o json 2>&1)"
+owner_uid=$(kc get gpudevice tolerating -n "$tenant" -o jsonpath='{.metadata.uid}')
+# claim_yaml NAME [tolerating [ID [OWNER-UID]]]: a claim in the test's namespace for exactly the
+# device of that id (node-b's 0000:af:00.0 by default), tolerating the catalog's taint or not,
+# owned by GPUDevice NAME of that uid as the reconciler's claims are.
 claim_yaml() {
-  local toleration=""
+  local toleration="" owner=""
   [ "${2:-}" = tolerating ] &&
     toleration="tolerations: [{key: gpu.cozystack.io/catalog, operator: Exists, effect: NoSchedule}]"
+  [ -z "${4:-}" ] ||
+    owner="ownerReferences: [{apiVersion: gpu.cozystack.io/v1alpha1, kind: GPUDevice, name: $1, uid: $4, controller: true}]"
   cat <<YAML
 ---
 apiVersion: resource.k8s.io/v1
 kind: ResourceClaim
-metadata: {name: $1, namespace: $tenant}
+metadata:
+  name: $1
+  namespace: $tenant
+  $owner
 spec:
   devices:
     requests:
     - name: gpu
       exactly:
         deviceClassName: $device_class
-        selectors: [{cel: {expression: 'device.attributes["gpu.cozystack.io"].id == "node-b/0000:af:00.0"'}}]
+        selectors: [{cel: {expression: 'device.attributes["gpu.cozystack.io"].id == "${3:-node-b/0000:af:00.0}"'}}]
         $toleration
 YAML
 }
-for claim in tolerating untolerated; do
-  claim_yaml "$claim" "$claim" >>"$work/claims.yaml"
+for claim in tolerating untolerated admins; do
+  case $claim in
+    tolerating) claim_yaml "$claim" tolerating node-b/0000:af:00.0 "$owner_uid" ;;
+    untolerated) claim_yaml "$claim" ;;
+    # An admin's own claim of node-a's other GPU: allocated, and never prepared (A13).
+    admins) claim_yaml "$claim" tolerating node-a/0000:3b:00.0 ;;
+  esac >>"$work/claims.yaml"
   cat >>"$work/claims.yaml" <<YAML
 ---
 apiVersion: v1
@@ -126,8 +147,8 @@ fi
 # --- B5, C19: a dra class on kube-apiserver, counted as kubectl gpu reads the cluster ----------
 # Both nodes' A100s (10de:20f1) are in their slices and advertised by the test device plugin as
 # well (as KubeVirt's plugin would for a model in permittedHostDevices): each function is the
-# device-plugin class's unit alone, and the claim kube-scheduler allocated node-b's 0000:af:00.0
-# holds one of them.
+# device-plugin class's unit alone, and the two claims kube-scheduler allocated (node-b's
+# 0000:af:00.0, node-a's 0000:3b:00.0) hold one each.
 resource=$(kc get gpunode node-b -o jsonpath='{.status.resourceNames[0]}')
 {
   gpu_class a100-plugin "$resource"
@@ -146,8 +167,8 @@ expect_refused "nor a source of two members (B5)" "spec.source: Too many: 2: mus
   kc apply -f "$work/dra-two.yaml"
 catalog() { "$build_dir/controller/kubectl-gpu" --kubeconfig "$admin_kubeconfig" catalog -o json; }
 counted() { catalog | jq -r '[.classes[] | "\(.name)=\(.units)/\(.used)"] | join(" ")'; }
-if until_is 20 "a100-dra=0/0 a100-plugin=4/1" counted; then
-  pass "C19: the nodes' four A100s are the device-plugin class's units, not the dra class's too, and the allocated claim holds one"
+if until_is 20 "a100-dra=0/0 a100-plugin=4/2" counted; then
+  pass "C19: the nodes' four A100s are the device-plugin class's units, not the dra class's too, and each allocated claim holds one"
 else
   fail "kubectl gpu catalog (units/used): '$(counted)'"
 fi
@@ -195,7 +216,18 @@ else
 fi
 grep -q "kubelet registered the DRA plugin" "$work/agent-node-b.log" &&
   pass "A12: kubelet registered the plugin (its NotifyRegistrationStatus)" || fail "no registration in node-b's agent log"
-kc delete pod -n "$tenant" tolerating untolerated --grace-period=0 >/dev/null 2>&1
+# --- A13: the admin's own claim of a catalog GPU is allocated, and never prepared --------------
+until_is 30 node-a/pci-0000-3b-00-0 allocated admins && until_is 10 node-a pod_node admins ||
+  fail "the admin's claim: $(allocated admins), its pod on '$(pod_node admins)'"
+refusal="ResourceClaim $tenant/admins is no claim of the GPU catalog's binder (its controller owner is no GPUDevice)"
+events() { kc get events -n "$tenant" --field-selector "involvedObject.name=$1" -o jsonpath='{.items[*].message}'; }
+if wait_until 30 eval '[[ "$(events admins)" == *"$refusal"* ]]' && [ "$(phase admins)" != Running ] &&
+  ! ls "$work/node-a-cdi"/*.json >/dev/null 2>&1; then
+  pass "A13: node-a's agent refused to prepare the admin's own claim, kubelet says why on its pod, which does not run"
+else
+  fail "the admin's claim's pod is '$(phase admins)': $(events admins); CDI specs: $(ls "$work/node-a-cdi" 2>&1)"
+fi
+kc delete pod -n "$tenant" tolerating untolerated admins --grace-period=0 >/dev/null 2>&1
 if wait_until 30 grep -q "unprepared a claim" "$work/agent-node-b.log" && [ ! -e "$cdi" ] &&
   [ ! -e "$metadata" ]; then
   pass "A12: the pod deleted, kubelet unprepared the claim: its CDI specs and metadata are gone"
