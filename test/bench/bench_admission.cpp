@@ -582,18 +582,7 @@ int RunReal(const bench::Mode& mode, int nodes, int requests, int threads) {
   const std::filesystem::path source = COZY_SOURCE_DIR;
   bench::ControlPlane cluster(mode, source);
   const std::filesystem::path work = cluster.work();
-  const std::string crds = source / "test/fakes/crds";
-  // The GPU kinds and KubeVirt's (no usage-record kinds: the controller would write a Workload
-  // per Bound device while the bench measures).
-  cluster.KubectlOrThrow("apply -f " +
-                         bench::ControlPlane::Quote(source / "charts/gpu/templates/crds") + " -f " +
-                         testing::ShellQuote(crds + "/kubevirt.io_virtualmachineinstances.yaml") +
-                         " -f " + testing::ShellQuote(crds + "/kubevirt.io_virtualmachines.yaml") +
-                         " -f " + testing::ShellQuote(crds + "/kubevirt.io_kubevirts.yaml"));
-  cluster.KubectlOrThrow(
-      "wait --for=condition=Established --timeout=60s crd/gpuclasses.gpu.cozystack.io "
-      "crd/gpudevices.gpu.cozystack.io crd/gpunodes.gpu.cozystack.io "
-      "crd/virtualmachineinstances.kubevirt.io");
+  cluster.ApplyCrds(/*kubeVirt=*/true);
   const kube::ClientConfig& config = cluster.config();
 
   // The cluster of the in-process run, through the API server, without attachments (no VMI

@@ -564,13 +564,7 @@ int RunReal(const cozy::bench::Mode& mode, int nodes, int requests, int quietSec
   const std::filesystem::path source = COZY_SOURCE_DIR;
   cozy::bench::ControlPlane cluster(mode, source);
   const std::filesystem::path work = cluster.work();
-  // The GPU kinds only, as the fake serves them here: no KubeVirt, no usage records (whose
-  // CRDs would have the controller write a Workload per Bound device).
-  cluster.KubectlOrThrow("apply -f " +
-                         cozy::bench::ControlPlane::Quote(source / "charts/gpu/templates/crds"));
-  cluster.KubectlOrThrow(
-      "wait --for=condition=Established --timeout=60s crd/gpuclasses.gpu.cozystack.io "
-      "crd/gpudevices.gpu.cozystack.io crd/gpunodes.gpu.cozystack.io");
+  cluster.ApplyCrds(/*kubeVirt=*/false);  // the GPU kinds only, as the fake serves them here
   const auto& config = cluster.config();
 
   json all = json::array();  // the same cluster for the model alone

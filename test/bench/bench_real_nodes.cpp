@@ -1138,18 +1138,7 @@ int Run(int starts, int pods) {
     nodeDirs[node] = StartNode(cluster, source, node, hosts[node]);
   }
 
-  // The chart's CRDs and KubeVirt's (no usage-record kinds: a Workload per device would be
-  // written while the bench measures).
-  const std::string crds = source / "test/fakes/crds";
-  cluster.KubectlOrThrow("apply -f " +
-                         bench::ControlPlane::Quote(source / "charts/gpu/templates/crds") + " -f " +
-                         testing::ShellQuote(crds + "/kubevirt.io_virtualmachineinstances.yaml") +
-                         " -f " + testing::ShellQuote(crds + "/kubevirt.io_virtualmachines.yaml") +
-                         " -f " + testing::ShellQuote(crds + "/kubevirt.io_kubevirts.yaml"));
-  cluster.KubectlOrThrow(
-      "wait --for=condition=Established --timeout=60s crd/gpuclasses.gpu.cozystack.io "
-      "crd/gpudevices.gpu.cozystack.io crd/gpunodes.gpu.cozystack.io "
-      "crd/virtualmachineinstances.kubevirt.io crd/kubevirts.kubevirt.io");
+  cluster.ApplyCrds(/*kubeVirt=*/true);
   const auto whoami = cluster.Kubectl("auth whoami -o jsonpath={.status.userInfo.username}");
   if (whoami.exitCode != 0 || whoami.out.empty()) {
     throw std::runtime_error("kubectl auth whoami: " + whoami.err);

@@ -202,6 +202,25 @@ class ControlPlane {
       throw std::runtime_error("kubectl " + arguments + ": " + result.err + result.out);
     }
   }
+  // The chart's CRDs (GPUClass, GPUDevice, GPUNode) and, with `kubeVirt`, KubeVirt's as the
+  // controller reads them (test/fakes/crds), applied and Established. Never the usage-record
+  // kinds: with them served the controller writes a Workload per Bound device while a bench
+  // measures.
+  void ApplyCrds(bool kubeVirt) const {
+    std::string files = "-f " + Quote(source_ / "charts/gpu/templates/crds");
+    std::string established =
+        "crd/gpuclasses.gpu.cozystack.io crd/gpudevices.gpu.cozystack.io "
+        "crd/gpunodes.gpu.cozystack.io";
+    if (kubeVirt) {
+      for (const char* kind : {"virtualmachineinstances", "virtualmachines", "kubevirts"}) {
+        files += " -f " + Quote(source_ / "test/fakes/crds" /
+                                ("kubevirt.io_" + std::string(kind) + ".yaml"));
+        established += " crd/" + std::string(kind) + ".kubevirt.io";
+      }
+    }
+    KubectlOrThrow("apply " + files);
+    KubectlOrThrow("wait --for=condition=Established --timeout=60s " + established);
+  }
   // The API server's Prometheus text (kubectl get --raw /metrics).
   std::string Metrics() const {
     const auto result = Kubectl("get --raw /metrics");
