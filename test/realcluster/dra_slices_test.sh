@@ -182,8 +182,12 @@ expect_refused "a tenant's claim that tolerates the catalog's taint is refused (
   'ValidatingAdmissionPolicy .gpu-catalog-claims.* only gpu-controller .* may write a claim that tolerates the taint gpu.cozystack.io/catalog' \
   as "$work/alice.kubeconfig" kc create -f "$work/alice-tolerating.yaml"
 claim_yaml alices-plain >"$work/alice-plain.yaml"
-expect_ok "the same claim without the toleration is hers to make" \
+expect_refused "nor one of the catalog's DeviceClass without it: refused at once, saying how the GPU is ordered (F20)" \
+  'ValidatingAdmissionPolicy .gpu-catalog-claims.* order the GPU as a GPUDevice of its GPUClass' \
   as "$work/alice.kubeconfig" kc create -f "$work/alice-plain.yaml"
+sed "s/deviceClassName: $device_class/deviceClassName: gpu.example.com/" "$work/alice-plain.yaml" >"$work/alice-other.yaml"
+expect_ok "a claim of another driver's DeviceClass is hers to make" \
+  as "$work/alice.kubeconfig" kc create -f "$work/alice-other.yaml"
 
 # --- A12: kubelet prepares the claim through the agent's plugin ---------------------------------
 phase() { kc get pod "$1" -n "$tenant" -o jsonpath='{.status.phase}'; }

@@ -532,6 +532,29 @@ test("F20: a request may tolerate the catalog's taint only in the controller's c
   assert.equal(byName(OFF, "ValidatingAdmissionPolicy", "gpu-catalog-claims"), undefined);
 });
 
+test("F20: a claim may name a catalog's DeviceClass only when the controller writes it", () => {
+  const refused = /only gpu-controller .* may write a claim of a DeviceClass of the GPU catalog .*: order the GPU as a GPUDevice of its GPUClass/;
+  const catalogClass = { exactly: { deviceClassName: "a100-dra.gpu.cozystack.io" } };
+  for (const [who, user] of [["tenant", TENANT], ["tenant's service account", TENANT_SA]]) {
+    assertRefused(ON, create("ResourceClaim", user, claim("c", catalogClass)),
+      "gpu-catalog-claims", refused, `${who}: an exact request, no toleration`);
+    assertRefused(ON, create("ResourceClaim", user, claim("c", { firstAvailable: [
+      { name: "other", deviceClassName: "gpu.example.com" },
+      { name: "catalog", deviceClassName: "a100-dra.gpu.cozystack.io" }] })),
+    "gpu-catalog-claims", refused, `${who}: an alternative of a prioritized list`);
+    assertRefused(ON, create("ResourceClaimTemplate", user,
+      claim("t", catalogClass, { template: true })), "gpu-catalog-claim-templates", refused,
+    `${who}: a template`);
+    // Another driver's class, even one whose name ends like the group without its dot.
+    assertAllowed(ON, create("ResourceClaim", user, claim("c", { exactly: {
+      deviceClassName: "gpu.nvidia.com" } })), `${who}: another driver's class`);
+    assertAllowed(ON, create("ResourceClaim", user, claim("c", { exactly: {
+      deviceClassName: "notgpu.cozystack.io" } })), `${who}: a class named like the group`);
+  }
+  assertAllowed(ON, create("ResourceClaim", CONTROLLER, claim("c", catalogClass)), "the controller");
+  assertAllowed(ON, create("ResourceClaim", ADMIN, claim("c", catalogClass)), "a cluster admin");
+});
+
 // --- F3-F5, F17: the class policies ----------------------------------------------------------
 
 test("F17: the class policies render only with GPUs on; the others either way", () => {
