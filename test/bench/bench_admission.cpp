@@ -717,25 +717,7 @@ int RunReal(const bench::Mode& mode, int nodes, int requests, int threads) {
 
   // The chart's admission objects with GPUs on and the webhooks at that address (its policies,
   // RBAC and inert workloads too: nothing here runs pods), as the real-cluster chart test does.
-  const auto ca =
-      testing::RunCommand("base64 -w0 " + testing::ShellQuote((work / "certs/ca.crt").string()));
-  const auto rendered = testing::RunCommand(
-      "helm template gpu " + bench::ControlPlane::Quote(source / "charts/gpu") +
-      " -n cozy-system --set gpu.enabled=true --set gpu.webhook.certManager=false"
-      " --set gpu.webhook.caBundle=" +
-      ca.out +
-      " --set gpu.webhook.existingSecret=gpu-controller-webhook-tls"
-      " --set 'gpu.webhook.networkPolicy.podCIDRs={10.244.0.0/16}'" +
-      (clientCa.empty()
-           ? std::string(" --set gpu.webhook.allowUnauthenticatedCallers=true")
-           : " --set-file gpu.webhook.clientCA=" + testing::ShellQuote(clientCa.string())) +
-      " --set gpu.webhook.url=https://127.0.0.1:" + std::to_string(webhookPort) + " > " +
-      testing::ShellQuote((work / "chart.yaml").string()));
-  if (ca.exitCode != 0 || rendered.exitCode != 0) {
-    throw std::runtime_error("helm template charts/gpu: " + rendered.err);
-  }
-  cluster.KubectlOrThrow("apply -n cozy-system -f " +
-                         testing::ShellQuote((work / "chart.yaml").string()));
+  bench::ApplyGpusOnChart(cluster, work / "certs", webhookPort, clientCa);
   // The peer's orders pass the GPUDevice webhook by: an objectSelector on the bench's label.
   cluster.KubectlOrThrow(
       "patch validatingwebhookconfiguration cozy-gpu --type=json -p '[{\"op\":\"add\","

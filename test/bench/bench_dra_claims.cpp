@@ -20,8 +20,8 @@
 //   bench_dra_claims --kubeconfig FILE [...]   an existing, empty cluster, left filled
 //
 // The nodes have no kubelet: pods stay Pending once bound, which is all the allocation needs
-// (kube-scheduler writes it before it binds). The node lifecycle controller is given an hour
-// (COZY_CLUSTER_NODE_GRACE) so the kubelet-less nodes stay Ready.
+// (kube-scheduler writes it before it binds); the control plane gives the node lifecycle
+// controller an hour, so they stay Ready (real_cluster.h).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -231,7 +231,6 @@ double Quantile(std::vector<double> values, double q) {
 
 int Run(const cozy::bench::Mode& mode, int nodes, int orders, int threads) {
   const std::filesystem::path source = COZY_SOURCE_DIR;
-  ::setenv("COZY_CLUSTER_NODE_GRACE", "3600s", 0);  // kubelet-less nodes stay Ready
   cozy::bench::ControlPlane cluster(mode, source);
   const std::filesystem::path work = cluster.work();
   cluster.ApplyCrds(/*kubeVirt=*/false);

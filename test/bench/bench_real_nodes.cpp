@@ -1189,26 +1189,9 @@ data: {seq: init}
   const int webhookPort = testing::FreePort();
   const int healthPort = testing::FreePort();
   const std::filesystem::path clientCa = cluster.dir() / "pki/webhook-client-ca.crt";
-  const auto ca =
-      testing::RunCommand("base64 -w0 " + testing::ShellQuote((work / "certs/ca.crt").string()));
-  const auto rendered = testing::RunCommand(
-      "helm template gpu " + bench::ControlPlane::Quote(source / "charts/gpu") +
-      " -n cozy-system --set gpu.enabled=true --set gpu.webhook.certManager=false"
-      " --set gpu.webhook.caBundle=" +
-      ca.out +
-      " --set gpu.webhook.existingSecret=gpu-controller-webhook-tls"
-      " --set 'gpu.webhook.networkPolicy.podCIDRs={10.244.0.0/16}'"
-      " --set-file gpu.webhook.clientCA=" +
-      testing::ShellQuote(clientCa.string()) +
-      " --set gpu.webhook.url=https://127.0.0.1:" + std::to_string(webhookPort) +
-      " --set controller.replicas=0 --set policies.kubevirtControllerUser=" +
-      testing::ShellQuote(kubevirtUser) + " > " +
-      testing::ShellQuote((work / "chart.yaml").string()));
-  if (ca.exitCode != 0 || rendered.exitCode != 0) {
-    throw std::runtime_error("helm template charts/gpu: " + rendered.err);
-  }
-  cluster.KubectlOrThrow("apply -n cozy-system -f " +
-                         testing::ShellQuote((work / "chart.yaml").string()));
+  bench::ApplyGpusOnChart(cluster, work / "certs", webhookPort, clientCa,
+                          "--set controller.replicas=0 --set policies.kubevirtControllerUser=" +
+                              testing::ShellQuote(kubevirtUser));
   {
     kube::Client client(cluster.config(), bench::BenchClientOptions());
     json gpuClass = testing::GpuClassObject(kClass, kResource);

@@ -142,6 +142,10 @@ class ControlPlane {
         SignalCleanup::Arm((source_ / "scripts/cluster.sh").string(), dir_.string(),
                            work_.string());
         owned_ = true;
+        // The benches' nodes are API objects without a kubelet (bench_real_nodes' have one): the
+        // node lifecycle controller is given an hour before it finds them NotReady, which would
+        // take them out of the catalog mid-run (cluster.sh's default is 10 s).
+        ::setenv("COZY_CLUSTER_NODE_GRACE", "3600s", 0);
         const auto started = std::chrono::steady_clock::now();
         const auto up = testing::RunCommand(Quote(source_ / "scripts/cluster.sh") + " up " +
                                             Quote(dir_) + " 2>&1");
@@ -185,6 +189,7 @@ class ControlPlane {
   ControlPlane& operator=(const ControlPlane&) = delete;
 
   const std::filesystem::path& kubeconfig() const { return kubeconfig_; }
+  const std::filesystem::path& source() const { return source_; }
   const kube::ClientConfig& config() const { return config_; }
   const std::filesystem::path& work() const { return work_; }
   // The cluster's directory (DIR/pki holds its CA) when this brought it up; empty otherwise.
@@ -510,6 +515,35 @@ inline void WebhookCertificates(const std::filesystem::path& dir) {
   if (made.exitCode != 0) {
     throw std::runtime_error("openssl could not make the webhook certificates: " + made.err);
   }
+}
+
+// The chart with GPUs on, rendered by `helm template` and applied in cozy-system: its webhooks at
+// https://127.0.0.1:`webhookPort` with the serving pair of WebhookCertificates(certs) (its CA
+// as the caBundle), callers authenticated by `clientCa` (the CA of the API server's webhook
+// client certificate), or unauthenticated where that is empty; `extraSets` more `--set` flags,
+// quoted. Its policies, RBAC and workloads come too (nothing here runs a workload's pods).
+inline void ApplyGpusOnChart(const ControlPlane& cluster, const std::filesystem::path& certs,
+                             int webhookPort, const std::filesystem::path& clientCa,
+                             const std::string& extraSets = "") {
+  const std::filesystem::path rendered = cluster.work() / "chart.yaml";
+  const auto ca =
+      testing::RunCommand("base64 -w0 " + testing::ShellQuote((certs / "ca.crt").string()));
+  const auto helm = testing::RunCommand(
+      "helm template gpu " + ControlPlane::Quote(cluster.source() / "charts/gpu") +
+      " -n cozy-system --set gpu.enabled=true --set gpu.webhook.certManager=false"
+      " --set gpu.webhook.caBundle=" +
+      ca.out +
+      " --set gpu.webhook.existingSecret=gpu-controller-webhook-tls"
+      " --set 'gpu.webhook.networkPolicy.podCIDRs={10.244.0.0/16}'" +
+      (clientCa.empty()
+           ? std::string(" --set gpu.webhook.allowUnauthenticatedCallers=true")
+           : " --set-file gpu.webhook.clientCA=" + testing::ShellQuote(clientCa.string())) +
+      " --set gpu.webhook.url=https://127.0.0.1:" + std::to_string(webhookPort) + " " + extraSets +
+      " > " + testing::ShellQuote(rendered.string()));
+  if (ca.exitCode != 0 || helm.exitCode != 0) {
+    throw std::runtime_error("helm template charts/gpu: " + ca.err + helm.err);
+  }
+  cluster.KubectlOrThrow("apply -n cozy-system -f " + testing::ShellQuote(rendered.string()));
 }
 
 // The controller's health endpoint answers /readyz with 200.
