@@ -385,7 +385,10 @@ TEST_F(AdmissionEndToEnd, E15_D21_AVmOfADraClassGetsItsClaimInKubeVirtsDraForm) 
   StartWebhookReplica("replica-a");
   WaitReady("replica-a");
   WaitLeader("replica-a");
-  ASSERT_EQ(Create(Order("held", "a100-dra", 1)).first, 0);
+  // The replica's ResourceSlice cache follows discovery and readiness does not wait for it (as
+  // for KubeVirt's kinds, G3): the order is admitted once the slice is read.
+  ASSERT_TRUE(WaitFor([&] { return Create(Order("held", "a100-dra", 1)).first == 0; }, 10s))
+      << Logs();
   auto [code, out] = Create(VmWithGpus("vm1", {"held"}, json::array()));
   ASSERT_EQ(code, 0) << out << Logs();
   const json vmi = Get("vmi vm1", Tenant());
