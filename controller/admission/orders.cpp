@@ -32,6 +32,14 @@ std::optional<std::string> CheckClassOrder(const model::Model& model, std::strin
   if (!checkRoom) {
     return std::nullopt;
   }
+  if (count > room->free && room->unreadEverywhere) {
+    // Fails closed, with why: an empty catalog is not what the replica read (docs/dra.md, "When
+    // the slices cannot be read").
+    return head +
+           ", but its GPUs are counted from gpu-agent's ResourceSlices and the "
+           "cluster's ResourceClaims, which this replica cannot read now (" +
+           room->unread + "); try again in a moment";
+  }
   if (count > room->free) {
     std::string blocked;
     if (room->freeElsewhere > 0) {
@@ -46,6 +54,8 @@ std::optional<std::string> CheckClassOrder(const model::Model& model, std::strin
                      : "") +
                 ")";
     }
+    if (!room->unread.empty())
+      blocked += " (" + room->unread + ": its units there are not counted)";
     return head + ", but only " + std::to_string(room->free) +
            " are free on the nodes that take orders now" + blocked;
   }

@@ -95,7 +95,25 @@ bool ClusterCaches::FillSnapshot(model::Snapshot& snapshot) const {
   snapshot.settings.notReadyGraceSeconds =
       std::chrono::duration_cast<std::chrono::seconds>(options_.notReadyGrace).count();
   snapshot.now = api::FormatTime(std::chrono::system_clock::now());
+  snapshot.draUnknown = DraUnknown();
   return Readable(kVmiCache) != nullptr;
+}
+
+std::string ClusterCaches::DraUnknown() const {
+  if (!options_.enableGpu) return "this replica runs without --enable-gpu, which reads them";
+  for (const Kind* kind : {&kResourceSlices, &kResourceClaims}) {
+    const kube::Served served = discovery_.IsServed(kind->Resource());
+    if (served != kube::Served::kServed) {
+      return std::string(kind->plural) + " of " + kind->ApiVersion() + " " +
+             (served == kube::Served::kNotServed ? "are not served by the API server"
+              : served == kube::Served::kFailing ? "cannot be told served: discovery fails"
+                                                 : "are not known served yet");
+    }
+  }
+  if (Readable(kResourceSliceCache) == nullptr || Readable(kResourceClaimCache) == nullptr) {
+    return "this replica has not read the ResourceSlices and ResourceClaims yet";
+  }
+  return "";
 }
 
 model::PermittedHostDevices ClusterCaches::PermittedHostDevices() const {

@@ -114,6 +114,9 @@ class ClusterCaches {
   // member), as the caches show it; returns whether the VMIs are known (their kind served and
   // its cache synced, G7). Any thread.
   bool FillSnapshot(model::Snapshot& snapshot) const;
+  // Why the DRA units cannot be counted now (model::Snapshot::draUnknown), "" when they can:
+  // both resource.k8s.io kinds served and both caches synced. Any thread.
+  std::string DraUnknown() const;
   // KubeVirt's permittedHostDevices, while its cache runs and has its object; else empty.
   model::PermittedHostDevices PermittedHostDevices() const;
   // The reconciler's input for a pass now. The reconciler's worker.

@@ -88,9 +88,11 @@ void Model::Index::Build(const Index* previous) {
     now = api::ParseTime(snapshot.now);
   }
   if (sameNodes && snapshot.gpuNodes.SameElements(previous->snapshot.gpuNodes) &&
-      snapshot.resourceSlices.SameElements(previous->snapshot.resourceSlices)) {
+      snapshot.resourceSlices.SameElements(previous->snapshot.resourceSlices) &&
+      snapshot.draUnknown == previous->snapshot.draUnknown && !previous->unitsPresumed) {
     units = previous->units;
     sliceUnits = previous->sliceUnits;
+    draPresumed = previous->draPresumed;
     hasGpuNode = previous->hasGpuNode;
     unitProblems = previous->unitProblems;
     bound.assign(units.size(), 0);
@@ -107,6 +109,7 @@ void Model::Index::Build(const Index* previous) {
   GroupVmiDevices();
   CountPods(ownUsage);
   CountClaims();
+  PresumeDraUnits();
   SumUsage(ownUsage, ownPending);
   ReadBudgets();
   problems = unitProblems;
@@ -255,9 +258,21 @@ void Model::Index::CountUnits() {
 void Model::Index::CountSliceUnits() {
   auto counted = std::make_shared<SliceUnits>();
   sliceUnits = counted;
+  draPresumed.clear();
   bool anyDra = false;
   for (const ClassInfo& info : classes) anyDra = anyDra || info.gpuClass->IsDra();
-  if (!anyDra || snapshot.resourceSlices.empty()) return;
+  if (!anyDra) return;
+  // A node with a GPUNode whose slice is not there, or every such node while no slice can be
+  // read: its dra units are not known now (PresumeDraUnits), which is not "none".
+  draPresumed = hasGpuNode;
+  if (!snapshot.draUnknown.empty()) return;
+  for (const ResourceSlice& slice : snapshot.resourceSlices) {
+    const auto node = nodeIds.find(slice.nodeName);
+    if (slice.driver == api::kDraDriver && slice.pool == slice.nodeName && node != nodeIds.end()) {
+      draPresumed[node->second] = 0;
+    }
+  }
+  if (snapshot.resourceSlices.empty()) return;
   // Each node's GPU functions a device plugin advertises, with their resources the classes sell.
   std::unordered_map<std::string_view, const api::GpuNodeInventory*> gpuNodeOf;
   for (const api::GpuNodeInventory& gpuNode : snapshot.gpuNodes) {
@@ -327,6 +342,25 @@ void Model::Index::CountClaims() {
       for (const size_t r : unit->second.resources) {
         int64_t& held = raw[At(unit->second.node, r)];
         held = api::AddUnits(held, 1);
+      }
+    }
+  }
+}
+
+void Model::Index::PresumeDraUnits() {
+  unitsPresumed = false;
+  if (std::find(draPresumed.begin(), draPresumed.end(), 1) == draPresumed.end()) return;
+  std::vector<size_t> draResources;
+  for (const ClassInfo& info : classes) {
+    if (info.gpuClass->IsDra()) draResources.push_back(info.resource);
+  }
+  for (size_t n = 0; n < draPresumed.size(); ++n) {
+    if (!draPresumed[n]) continue;
+    for (const size_t r : draResources) {
+      const size_t at = At(n, r);
+      if (bound[at] > units[at]) {
+        units[at] = bound[at];
+        unitsPresumed = true;
       }
     }
   }

@@ -56,6 +56,11 @@ struct ClassRoom {
   // node does not ("node n1: taint gpu=a:NoSchedule not tolerated"), for a refusal's reason.
   int64_t freeElsewhere = 0;
   std::string firstBlocked;
+  // A dra class whose units cannot be counted now, and why: the replica cannot read the slices
+  // and claims (Snapshot::draUnknown), or a node it selects has no slice now ("node n1 and 2
+  // more publish no ResourceSlice now"); empty otherwise. Such a node offers no free unit.
+  std::string unread;
+  bool unreadEverywhere = false;  // the former: no node's units are known
 };
 
 // What a later order of a class in a tenant is checked against.

@@ -143,6 +143,13 @@ struct Model::Index {
   // Shared with the next model while the slices, GPUNodes, nodes and classes stay the same.
   using SliceUnits = std::unordered_map<std::string, SliceUnit>;
   std::shared_ptr<const SliceUnits> sliceUnits = std::make_shared<const SliceUnits>();
+  // By node: its dra units are not known (the slices cannot be read, or a node with a GPUNode
+  // has no slice of gpu-agent's pool: kubelet deletes its node's slices when it starts, and the
+  // agent puts them back). Such a node serves each dra class's resource what its Bound devices
+  // hold there (PresumeDraUnits), no more and no less. Empty when none.
+  std::vector<char> draPresumed;
+  // `units` has presumed units in it: the next model counts its own rather than take these.
+  bool unitsPresumed = false;
   std::vector<int64_t> bound;  // held by Bound devices
   std::vector<int64_t> raw;    // held by pods no device holding units covers
   TenantTree tenants;
@@ -269,6 +276,8 @@ struct Model::Index {
   void CountPods(UsageTable& ownUsage);
   // Units held by allocated claims of gpu-agent's devices (sliceUnits), on their nodes.
   void CountClaims();
+  // The dra units of the nodes in draPresumed: what their Bound devices hold (CountDevices).
+  void PresumeDraUnits();
   void SumUsage(const UsageTable& ownUsage, const UsageTable& ownPending);
   void ReadBudgets();
   RemainingBudget Remaining(std::string_view tenant, size_t classId, const UsageBy& usageBy) const;

@@ -259,7 +259,16 @@ size_t PassPlanner::FindTarget(const DeviceSet& set, size_t exclude) {
 }
 
 std::string PassPlanner::NoRoom(const DeviceSet& set) const {
-  return "no eligible node has room for " + DescribeNeeds(set.needs, ix_.resources);
+  std::string why = "no eligible node has room for " + DescribeNeeds(set.needs, ix_.resources);
+  // A dra class's units no node can show now are not "no room" (docs/dra.md, "When the slices
+  // cannot be read").
+  if (!ix_.snapshot.draUnknown.empty() &&
+      std::any_of(set.needs.byClass.begin(), set.needs.byClass.end(), [this](const auto& entry) {
+        return ix_.classes[entry.first].gpuClass->IsDra();
+      })) {
+    why += " while the DRA units cannot be read (" + ix_.snapshot.draUnknown + ")";
+  }
+  return why;
 }
 
 std::string PassPlanner::ClassMissing(const DeviceSet& set) const {

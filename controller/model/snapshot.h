@@ -172,6 +172,11 @@ struct Snapshot {
   // allocated devices of its driver, which hold them.
   SharedVector<ResourceSlice> resourceSlices;
   SharedVector<ResourceClaim> resourceClaims;
+  // Why the replica cannot read the slices and claims now (resource.k8s.io not served, or their
+  // caches not synced yet); empty while it can. While it is set, no node's dra units are known:
+  // each node serves its dra classes exactly what their Bound devices hold there, so nothing
+  // held moves and nothing new is placed (C19; docs/dra.md, "When the slices cannot be read").
+  std::string draUnknown;
   PermittedHostDevices permittedHostDevices;
   Settings settings;
   // The caller's clock (RFC 3339) when it read the snapshot, against which the grace is

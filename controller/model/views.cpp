@@ -27,8 +27,12 @@ std::optional<ClassRoom> Model::Room(std::string_view className) const {
     return std::nullopt;
   }
   const ClassInfo& info = ix.classes[c->second];
-  ClassRoom room{info.gpuClass, info.maxCount, 0, 0, "", 0, ""};
+  ClassRoom room{info.gpuClass, info.maxCount, 0, 0, "", 0, "", "", false};
+  size_t presumed = 0;
   for (const size_t n : info.nodes) {  // by name
+    if (info.gpuClass->IsDra() && !ix.draPresumed.empty() && ix.draPresumed[n] && presumed++ == 0) {
+      room.unread = "node " + ix.nodes[n]->name;
+    }
     if (!info.takes[n]) {
       const int64_t free = std::max<int64_t>(0, ix.Free(n, info.resource));
       room.freeElsewhere = api::AddUnits(room.freeElsewhere, free);
@@ -48,6 +52,14 @@ std::optional<ClassRoom> Model::Room(std::string_view className) const {
       room.largestNodeFree = free;
       room.largestNode = ix.nodes[n]->name;
     }
+  }
+  if (info.gpuClass->IsDra() && !ix.snapshot.draUnknown.empty()) {
+    room.unread = ix.snapshot.draUnknown;
+    room.unreadEverywhere = true;
+  } else if (presumed > 0) {
+    room.unread +=
+        (presumed > 1 ? " and " + std::to_string(presumed - 1) + " more publish" : " publishes") +
+        std::string(" no ResourceSlice of gpu-agent now");
   }
   return room;
 }

@@ -183,6 +183,8 @@ TEST_F(ClusterCachesTest, EveryWatchedKindFillsItsSnapshotMemberAndTheOptionalOn
   EXPECT_TRUE(before.devices.empty()) << "each reader puts the devices in its own way";
   EXPECT_TRUE(before.vmis.empty());
   EXPECT_TRUE(before.permittedHostDevices.pciHostDevices.empty());
+  // D22: no DRA unit is known before discovery says the kinds are served and both caches list.
+  EXPECT_EQ(before.draUnknown, "resourceslices of resource.k8s.io/v1 are not known served yet");
 
   discovery_->Refresh();
   EXPECT_TRUE(caches_->FollowDiscovery()) << "the served kinds start";
@@ -213,6 +215,7 @@ TEST_F(ClusterCachesTest, EveryWatchedKindFillsItsSnapshotMemberAndTheOptionalOn
   EXPECT_EQ(after.resourceClaims[0].name, "held");
   EXPECT_EQ(after.resourceClaims[0].devices,
             (std::vector<model::ClaimDevice>{{"n1", "pci-0000-3b-00-0"}}));
+  EXPECT_EQ(after.draUnknown, "") << "D22: the slices and claims read, the DRA units are known";
   EXPECT_FALSE(caches_->FollowDiscovery()) << "nothing moved";
 
   caches_->StopOptional();
@@ -220,6 +223,9 @@ TEST_F(ClusterCachesTest, EveryWatchedKindFillsItsSnapshotMemberAndTheOptionalOn
   model::Snapshot stopped;
   EXPECT_FALSE(caches_->FillSnapshot(stopped));
   EXPECT_TRUE(stopped.vmis.empty());
+  EXPECT_EQ(stopped.draUnknown,
+            "this replica has not read the ResourceSlices and ResourceClaims yet")
+      << "D22: served, but no cache runs";
 }
 
 }  // namespace

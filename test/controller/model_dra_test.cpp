@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "api/dra.h"
+#include "controller/admission/orders.h"
 #include "controller/model/model.h"
 #include "test/controller/model_fixtures.h"
 
@@ -215,6 +216,114 @@ TEST(DraUnitsC19, AModelAfterASliceChangeCountsTheNewSlice) {
   EXPECT_EQ(UnitsOf(Model(after), "n1", "a100-dra"), 0);
   const Model third(before, &second);
   EXPECT_EQ(UnitsOf(third, "n1", "a100-dra"), 1);
+}
+
+// What the pass decides for the device named `name`.
+Decision DecisionFor(const Model& model, const std::string& name) {
+  for (const Decision& decision : model.PlanPass()) {
+    if (decision.deviceName == name) return decision;
+  }
+  ADD_FAILURE() << "no decision for " << name;
+  return {};
+}
+
+// D22: a node whose slice is not there (kubelet deletes its node's slices when it starts, and the
+// agent puts them back) keeps the dra orders Bound to it and takes no new one; its dra units
+// are not "none". The device-plugin class and another node with its slice are untouched, and
+// once the slice is back its units are counted from it again.
+TEST(DraUnknownD22, ANodeWithoutItsSliceKeepsWhatItHoldsAndTakesNothingNew) {
+  Snapshot snapshot = SideBySide();
+  snapshot.nodes.push_back(MakeNode("n2"));
+  api::GpuNodeInventory n2;
+  n2.nodeName = "n2";
+  n2.devices = {Function("0000:11:00.0", "")};
+  snapshot.gpuNodes.push_back(n2);
+  snapshot.resourceSlices.push_back(Slice("n2", {Published("0000:11:00.0", "10de", "20b5")}));
+  snapshot.devices.push_back(Bound("tenant-a", "held", "a100-dra", 1, "n1"));
+  const Model whole(snapshot);
+  EXPECT_EQ(FreeOf(whole, "n1", "a100-dra"), 0);
+  EXPECT_EQ(FreeOf(whole, "n2", "a100-dra"), 1);
+
+  Snapshot gap = snapshot;
+  gap.resourceSlices = {};
+  gap.resourceSlices.push_back(snapshot.resourceSlices[1]);  // n1's slice is gone, n2's is there
+  gap.devices.push_back(Pending("tenant-a", "next", "a100-dra", 1));
+  gap.devices.push_back(Pending("tenant-a", "third", "a100-dra", 1));
+  const Model model(gap, &whole);
+  const Decision held = DecisionFor(model, "held");
+  EXPECT_EQ(held.action, Action::kKeep) << DescribeDecision(held);
+  EXPECT_EQ(held.node, "n1");
+  EXPECT_EQ(FreeOf(model, "n1", "a100-dra"), 0) << "what it holds, and nothing free";
+  EXPECT_EQ(UnitsOf(model, "n1", "a100-dra"), 1);
+  EXPECT_EQ(FreeOf(model, "n1", "a100"), 1) << "the device-plugin class is not the slice's";
+  int bound = 0;
+  for (const char* name : {"next", "third"}) {
+    const Decision decision = DecisionFor(model, name);
+    if (decision.action == Action::kBind) {
+      ++bound;
+      EXPECT_EQ(decision.node, "n2") << DescribeDecision(decision);
+    }
+  }
+  EXPECT_EQ(bound, 1) << "n2's one unit is placed, n1 takes none";
+  const std::optional<ClassRoom> room = model.Room("a100-dra");
+  ASSERT_TRUE(room);
+  EXPECT_EQ(room->unread, "node n1 publishes no ResourceSlice of gpu-agent now");
+  EXPECT_FALSE(room->unreadEverywhere);
+  api::GpuDevice order = Pending("tenant-a", "more", "a100-dra", 2);
+  EXPECT_EQ(admission::CheckOrder(model, gap, order).value_or("allowed"),
+            "GPUDevice tenant-a/more orders 2 GPUs of class a100-dra, but only 1 are free on the "
+            "nodes that take orders now (node n1 publishes no ResourceSlice of gpu-agent now: its "
+            "units there are not counted)");
+
+  // Its held order deleted while the slice is away: n1 presumes nothing any more.
+  Snapshot released = gap;
+  released.devices = {};
+  const Model after(released, &model);
+  EXPECT_EQ(UnitsOf(after, "n1", "a100-dra"), 0);
+  // The slice back: counted from it, in a model built on the presuming one.
+  const Model back(snapshot, &model);
+  EXPECT_EQ(UnitsOf(back, "n1", "a100-dra"), 1);
+  EXPECT_EQ(FreeOf(back, "n1", "a100-dra"), 0);
+  EXPECT_EQ(back.Room("a100-dra")->unread, "");
+}
+
+// D22: while the replica cannot read the slices and claims at all (resource.k8s.io not served,
+// its caches not synced yet), no node's dra units are known: every Bound dra order stays where
+// it is, none is placed, a Pending one says why, and an order is refused at apply with the
+// reason, not "only 0 are free". The device-plugin class goes on as before.
+TEST(DraUnknownD22, WhileNoSliceCanBeReadNothingOfADraClassMovesOrIsPlaced) {
+  Snapshot snapshot = SideBySide();
+  snapshot.devices.push_back(Bound("tenant-a", "held", "a100-dra", 1, "n1"));
+  snapshot.devices.push_back(Pending("tenant-a", "next", "a100-dra", 1));
+  snapshot.devices.push_back(Pending("tenant-a", "plugin", "a100", 1));
+  snapshot.resourceSlices = {};
+  snapshot.resourceClaims = {};
+  snapshot.draUnknown = "this replica has not read the ResourceSlices and ResourceClaims yet";
+  const Model model(snapshot);
+  EXPECT_EQ(DecisionFor(model, "held").action, Action::kKeep);
+  const Decision next = DecisionFor(model, "next");
+  EXPECT_NE(next.action, Action::kBind) << DescribeDecision(next);
+  EXPECT_NE(next.reason.find("while the DRA units cannot be read (this replica has not read the "
+                             "ResourceSlices and ResourceClaims yet)"),
+            std::string::npos)
+      << next.reason;
+  const Decision plugin = DecisionFor(model, "plugin");
+  EXPECT_EQ(plugin.action, Action::kBind) << DescribeDecision(plugin);
+  api::GpuDevice order = Pending("tenant-a", "more", "a100-dra", 1);
+  EXPECT_EQ(admission::CheckOrder(model, snapshot, order).value_or("allowed"),
+            "GPUDevice tenant-a/more orders 1 GPU of class a100-dra, but its GPUs are counted "
+            "from gpu-agent's ResourceSlices and the cluster's ResourceClaims, which this replica "
+            "cannot read now (this replica has not read the ResourceSlices and ResourceClaims "
+            "yet); try again in a moment");
+  api::GpuDevice pluginOrder = Pending("tenant-a", "more", "a100", 1);
+  EXPECT_FALSE(admission::CheckOrder(model, snapshot, pluginOrder).has_value());
+
+  // Readable again, with the slice: the held order keeps its unit, the next waits for one.
+  Snapshot read = SideBySide();
+  read.devices = snapshot.devices;
+  const Model known(read, &model);
+  EXPECT_EQ(UnitsOf(known, "n1", "a100-dra"), 1);
+  EXPECT_EQ(FreeOf(known, "n1", "a100-dra"), 0);
 }
 
 }  // namespace

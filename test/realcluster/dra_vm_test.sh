@@ -13,7 +13,8 @@
 # kube-scheduler allocating the binder's claim exactly the bound GPU, kubelet preparing it through
 # the agent (the binder's claim of a device Bound here, A13) and the container given that
 # function's CDI devices (A12, the test runtime's record); the pod deleted, the claim unprepared
-# and deallocated; the order deleted, its claim gone.
+# and deallocated; gpu-1's slice gone a while, held still Bound there (D22); the order deleted,
+# its claim gone.
 #   test/realcluster/dra_vm_test.sh SOURCE_DIR BUILD_DIR
 source "$(dirname "$0")/own_cluster.sh" "$1" "$2"
 command -v jq >/dev/null || abort "jq is not installed (scripts/install-deps.sh installs it)"
@@ -136,6 +137,25 @@ else
 fi
 until_is 30 "" allocated && pass "kube-controller-manager deallocated the claim no pod uses" ||
   fail "the claim is still allocated: $(allocated)"
+
+# --- D22: gpu-1's slice gone a while (kubelet deletes its node's slices when it starts) ----------
+# The agent is stopped first, so the slice stays away while the binder passes: held must stay
+# Bound on gpu-1 (its unit is not known, which is not "none"), and an order is told why it waits.
+kill -TERM "${agent_pids[gpu-1]}" && wait "${agent_pids[gpu-1]}" 2>/dev/null
+"$source_dir/scripts/cluster.sh" kubelet "$cluster_dir" gpu-1 stop >/dev/null &&
+  "$source_dir/scripts/cluster.sh" kubelet "$cluster_dir" gpu-1 start >/dev/null || fail "cluster.sh kubelet restart"
+no_slice() { ! kc get resourceslice gpu-1-gpu.cozystack.io >/dev/null 2>&1; }
+wait_until 30 no_slice || fail "kubelet did not delete gpu-1's slice when it started"
+sleep 3 # the slice's delete wakes the binder: its passes see gpu-1 without a slice
+[ "$(node_of held)" = Bound/gpu-1 ] && pass "D22: with gpu-1's slice gone, held stays Bound on gpu-1" ||
+  fail "D22: held is '$(node_of held)' while gpu-1's slice is gone: $(kc get gpudevice held -n tenant -o jsonpath='{.status}')"
+expect_refused "D22: an order meanwhile is told gpu-1's units are not counted, not only that none is free" \
+  "node gpu-1 publishes no ResourceSlice of gpu-agent now: its units there are not counted" kc apply -f "$work/second.yaml"
+start_agent gpu-1
+until_is 30 "pci-0000-3b-00-0 pci-0000-af-00-0" slice_devices && [ "$(node_of held)" = Bound/gpu-1 ] &&
+  pass "the agent put the slice back, and held is Bound on gpu-1 still" ||
+  fail "after the agent's restart: slice '$(slice_devices)', held '$(node_of held)'"
+
 kc delete vmi vm -n tenant --wait=false >/dev/null
 kc delete gpudevice held -n tenant --wait=false >/dev/null
 gone() { ! kc get resourceclaim held -n tenant >/dev/null 2>&1 && ! kc get gpudevice held -n tenant >/dev/null 2>&1; }
