@@ -15,18 +15,55 @@ case "${ci_value,,}" in # as cmake/TestTools.cmake reads it
   *) ci=0 ;;
 esac
 
-# run_ctest BUILD_DIR [ctest arguments]: ctest, then its skips against the allowlist.
+# run_ctest LOG BUILD_DIR [ctest arguments]: ctest into LOG (and onto stdout, unless quiet=1),
+# then its skips against the allowlist.
 run_ctest() {
-  local dir=$1
-  shift
-  local log="$dir/ctest.log"
+  local log=$1 dir=$2
+  shift 2
   local status=0
-  ctest --test-dir "$dir" --output-on-failure -j"$jobs" "$@" 2>&1 | tee "$log" || status=$?
-  check_skips "$dir" "$log" "$@" || status=1
+  if [ "${quiet:-0}" = 1 ]; then
+    ctest --test-dir "$dir" --output-on-failure -j"$jobs" "$@" >"$log" 2>&1 || status=$?
+    check_skips "$dir" "$log" >>"$log" 2>&1 || status=1
+  else
+    ctest --test-dir "$dir" --output-on-failure -j"$jobs" "$@" 2>&1 | tee "$log" || status=$?
+    check_skips "$dir" "$log" || status=1
+  fi
   return "$status"
 }
 
-# check_skips BUILD_DIR CTEST_LOG [ctest arguments]
+# run_suite BUILD_DIR [LABELS]: the whole suite but the tests labelled LABELS (a ctest regex), in
+# two ctest runs at once, each -j$jobs: the real-cluster tier (control planes, kubelets: at most
+# $jobs of them at a time, as before) and the rest, whose tests wait on timers and processes
+# more than they compute and so fill what the tier leaves of the CPUs (docs/testing.md, "CI's
+# time"). Each run's log is printed when both have ended.
+run_suite() {
+  local dir=$1 exclude=${2:-} serial=0 tier=0 rest=0
+  seed_costs "$dir"
+  # First the tests that must run with nothing beside them (RUN_SERIAL: timing assertions on
+  # real sockets), which a second ctest run would not know to wait for.
+  echo "== the tests run alone (label serial)"
+  run_ctest "$dir/ctest-serial.log" "$dir" -L serial ${exclude:+-LE "$exclude"} || serial=$?
+  quiet=1 run_ctest "$dir/ctest-real-cluster.log" "$dir" -L real-cluster ${exclude:+-LE "$exclude"} &
+  local tier_pid=$!
+  echo "== the tests outside the real-cluster tier (the tier runs beside them: its log follows)"
+  run_ctest "$dir/ctest-rest.log" "$dir" -LE "real-cluster|serial${exclude:+|$exclude}" || rest=$?
+  wait "$tier_pid" || tier=$?
+  echo "== the real-cluster tier"
+  cat "$dir/ctest-real-cluster.log"
+  [ "$serial" -eq 0 ] && [ "$rest" -eq 0 ] && [ "$tier" -eq 0 ]
+}
+
+# seed_costs BUILD_DIR: ctest's cost data from test/ctest-costs.txt where the directory has none
+# (a fresh clone), so the longest tests start first.
+seed_costs() {
+  local data="$1/Testing/Temporary/CTestCostData.txt"
+  [ -e "$data" ] && return 0
+  mkdir -p "$(dirname "$data")"
+  { grep -v '^#' test/ctest-costs.txt | awk 'NF == 2 {print $1, 1, $2}'; echo ---; } >"$data"
+}
+
+# check_skips BUILD_DIR CTEST_LOG: the log's skips against the allowlist, whose entries must name
+# tests of the build (of any label: each run of run_suite selects a part).
 check_skips() {
   local dir=$1 log=$2
   shift 2
@@ -50,7 +87,7 @@ check_skips() {
   done
   # An entry naming no test hides nothing today but would excuse a test added under that name.
   local -a known=() stale=()
-  mapfile -t known < <(ctest --test-dir "$dir" -N "$@" |
+  mapfile -t known < <(ctest --test-dir "$dir" -N |
     sed -nE 's/^[[:space:]]*Test[[:space:]]+#[0-9]+: (.+)$/\1/p')
   local -A exists=()
   for name in "${known[@]}"; do exists[$name]=1; done
@@ -105,29 +142,41 @@ case "$mode" in
     configure_build normal build
     cmake --build build -j"$jobs"
     previous_release_programs
-    run_ctest build
+    run_suite build
     ;;
   sanitize)
     configure_build sanitize build-asan
     cmake --build build-asan -j"$jobs"
     previous_release_programs
     # Without the umockdev test: its LD_PRELOAD and ASan each need to come first, and the
-    # testbed's load would cost CI minutes twice; and without the tests labelled tooling, which
+    # testbed's load would cost CI minutes twice; without the tests labelled tooling, which
     # run no program of ours (scripts/cluster.sh itself, the policy cases replayed by node on
-    # kube-apiserver): a sanitizer has nothing to see there (docs/testing.md).
+    # kube-apiserver): a sanitizer has nothing to see there; and without the packaging test:
+    # the .debs of sanitized programs are nobody's, and lintian on them is a minute for nothing
+    # (docs/testing.md).
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-      run_ctest build-asan -LE "umockdev-slow|tooling"
+      run_suite build-asan "umockdev-slow|tooling|packaging"
     ;;
   fuzz)
     configure_build fuzz build-fuzz
     cmake --build build-fuzz -j"$jobs" --target fuzz_targets
-    for target in build-fuzz/fuzz/bin/*; do
+    # One target a CPU at a time (libFuzzer runs one process each), each its own output, printed
+    # when it ends; any target's crash fails the run, after every target has run.
+    fuzz_one() {
+      local target=$1 name corpus scratch status=0
       name=$(basename "$target")
       corpus="test/fuzz/corpus/${name#fuzz_}"
       scratch=$(mktemp -d)
-      echo "fuzzing $name for ${fuzz_seconds}s (seeds: $corpus)"
-      "$target" "$scratch" "$corpus" -max_total_time="$fuzz_seconds" -print_final_stats=1 2>&1 | tail -n 5
-      rm -rf "$scratch"
-    done
+      "$target" "$scratch" "$corpus" -max_total_time="$fuzz_seconds" -print_final_stats=1 \
+        >"$scratch.log" 2>&1 || status=$?
+      echo "fuzzed $name for ${fuzz_seconds}s (seeds: $corpus): exit $status"
+      tail -n 5 "$scratch.log"
+      [ "$status" -eq 0 ] || cat "$scratch.log" # the crash, its input and stack
+      rm -rf "$scratch" "$scratch.log"
+      return "$status"
+    }
+    export -f fuzz_one
+    export fuzz_seconds
+    printf '%s\0' build-fuzz/fuzz/bin/* | xargs -0 -n 1 -P "$jobs" bash -c 'fuzz_one "$1"' _
     ;;
 esac
