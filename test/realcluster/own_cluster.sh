@@ -12,6 +12,9 @@ if ! "$1/scripts/cluster.sh" up "$own_scratch/c" >"$own_scratch/up.log" 2>&1; th
   echo "0 passed, 1 failed"
   exit 1
 fi
+# Down even when lib.sh stops before it takes over (a tool missing from PATH): its own EXIT
+# trap replaces this one, and the two cleanups below go with it.
+trap "$(printf '%q down %q >/dev/null 2>&1; rm -rf %q' "$1/scripts/cluster.sh" "$own_scratch/c" "$own_scratch")" EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$1" "$2" "$own_scratch/c"
 on_exit "rm -rf '$own_scratch'"
 on_exit "'$source_dir/scripts/cluster.sh' down '$own_scratch/c'"
