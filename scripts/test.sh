@@ -31,11 +31,11 @@ run_ctest() {
   return "$status"
 }
 
-# run_suite BUILD_DIR [LABELS]: the whole suite but the tests labelled LABELS (a ctest regex), in
-# two ctest runs at once, each -j$jobs: the real-cluster tier (control planes, kubelets: at most
-# $jobs of them at a time, as before) and the rest, whose tests wait on timers and processes
-# more than they compute and so fill what the tier leaves of the CPUs (docs/testing.md, "CI's
-# time"). Each run's log is printed when both have ended.
+# run_suite BUILD_DIR [LABELS]: the whole suite but the tests labelled LABELS (a ctest regex): the
+# serial tests alone, then two ctest runs at once: the real-cluster tier (control planes,
+# kubelets) and the rest, whose tests wait on timers and processes more than they compute and
+# so fill what the tier leaves of the CPUs (docs/testing.md, "CI's time"). The rest's log goes
+# to stdout as it runs, the tier's when both have ended.
 run_suite() {
   local dir=$1 exclude=${2:-} serial=0 tier=0 rest=0
   seed_costs "$dir"
@@ -43,7 +43,11 @@ run_suite() {
   # real sockets), which a second ctest run would not know to wait for.
   echo "== the tests run alone (label serial)"
   run_ctest "$dir/ctest-serial.log" "$dir" -L serial ${exclude:+-LE "$exclude"} || serial=$?
-  quiet=1 run_ctest "$dir/ctest-real-cluster.log" "$dir" -L real-cluster ${exclude:+-LE "$exclude"} &
+  # One more slot than CPUs for the tier: its two shared clusters' chains of tests (one test at a
+  # time on each) and the tests with clusters of their own, all three waiting far more than
+  # computing.
+  jobs=$((jobs + 1)) quiet=1 run_ctest "$dir/ctest-real-cluster.log" "$dir" -L real-cluster \
+    ${exclude:+-LE "$exclude"} &
   local tier_pid=$!
   echo "== the tests outside the real-cluster tier (the tier runs beside them: its log follows)"
   run_ctest "$dir/ctest-rest.log" "$dir" -LE "real-cluster|serial${exclude:+|$exclude}" || rest=$?

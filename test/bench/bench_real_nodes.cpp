@@ -13,7 +13,9 @@
 //    webhook, bound by kube-scheduler. Two kinds of start, interleaved: a GPUDevice held for the
 //    VM (ordered and Bound before the clock starts) and a VMI with a deviceTemplate (the webhook
 //    creates the device). Each VM's pod, VMI and devices are deleted before the next start. The
-//    peer, interleaved in the same run: a pod that asks for no GPU, create to bound.
+//    peer, interleaved in the same run: a pod that asks for no GPU, create to bound; and a VM
+//    with no GPU (its VMI, which no webhook of ours sees, then its launcher), to show what the
+//    GPUs add to KubeVirt's own path.
 // 2. Catalog freshness: from a GPU pod seen Running by a watch (kubelet admitted it and its device
 //    plugin allocated the GPU) to its node's GPUNode, seen by a watch, showing the unit allocated.
 //    The peer: a write of the bench's own (a ConfigMap merge patch) until its watch sees it, the
@@ -491,7 +493,11 @@ class Steps {
 
 // --- 1. VM start to placed launcher --------------------------------------------------------
 
-enum class Kind { kHeld, kTemplate, kPeer };
+// The kinds of start, measured in turn: a VM with a held GPUDevice, one with a deviceTemplate,
+// the peer (a pod asking for no GPU), and a VM with no GPU at all (its VMI, which no webhook of
+// ours sees, and its launcher): what KubeVirt's own path costs before any GPU.
+enum class Kind { kHeld, kTemplate, kPeer, kPlainVm };
+constexpr size_t kKinds = 4;
 
 // One measured start (or peer pod): its names and the bench's own times.
 struct Start {
@@ -517,6 +523,7 @@ class VmStarts {
   // after. Throws on anything that is not as it should be.
   Start Run(int round, Kind kind) {
     if (kind == Kind::kPeer) return Peer(round);
+    if (kind == Kind::kPlainVm) return PlainVm(round);
     const bool held = kind == Kind::kHeld;
     Start start{kind, std::string(held ? "vm-h-" : "vm-t-") + Suffix(round), "", "", {}, {}};
     json references;
@@ -657,6 +664,52 @@ class VmStarts {
     return start;
   }
 
+  // A VM with no GPU: its VMI (without the device-reference label, so no webhook of ours sees
+  // it), its launcher as virt-controller creates it, bound by kube-scheduler; then deleted.
+  Start PlainVm(int round) {
+    Start start{Kind::kPlainVm, "vm-p-" + Suffix(round), "", "", {}, {}};
+    const json vmi = {{"apiVersion", "kubevirt.io/v1"},
+                      {"kind", "VirtualMachineInstance"},
+                      {"metadata", {{"name", start.vmi}, {"namespace", kTenant}}},
+                      {"spec", {{"domain", {{"devices", json::object()}}}}}};
+    start.sent = Wall::now();
+    const auto t0 = Clock::now();
+    const json admitted = client_.Create(VmisPath(kTenant), vmi);
+    const auto t1 = Clock::now();
+    start.pod = "virt-launcher-" + start.vmi + "-bench";
+    const json launcher = {
+        {"apiVersion", "v1"},
+        {"kind", "Pod"},
+        {"metadata",
+         {{"name", start.pod},
+          {"namespace", kTenant},
+          {"labels", {{"kubevirt.io", "virt-launcher"}, {"vm.kubevirt.io/name", start.vmi}}},
+          {"ownerReferences",
+           {{{"apiVersion", "kubevirt.io/v1"},
+             {"kind", "VirtualMachineInstance"},
+             {"name", start.vmi},
+             {"uid", admitted["metadata"].value("uid", "")},
+             {"controller", true},
+             {"blockOwnerDeletion", true}}}}}},
+        {"spec",
+         {{"terminationGracePeriodSeconds", 1},
+          {"containers", {{{"name", "compute"}, {"image", "example.invalid/virt-launcher:1"}}}}}}};
+    client_.Create(PodsPath(kTenant), launcher);
+    const auto t2 = Clock::now();
+    const auto bound = board_.WaitPod(std::string(kTenant) + "/" + start.pod, &PodSeen::bound,
+                                      std::chrono::seconds(30));
+    if (!bound) throw std::runtime_error("launcher " + start.pod + " not bound in 30 s");
+    start.bound = *bound;
+    start.totalMs = Ms(bound->steady - t0);
+    start.vmiCallMs = Ms(t1 - t0);
+    start.launcherCallMs = Ms(t2 - t1);
+    if (!DeleteAndWait(client_, PodsPath(kTenant, start.pod), std::chrono::seconds(60)) ||
+        !DeleteAndWait(client_, VmisPath(kTenant, start.vmi), std::chrono::seconds(30))) {
+      throw std::runtime_error("VM " + start.vmi + " not gone 60 s after its delete");
+    }
+    return start;
+  }
+
   static std::string PinnedNode(const json& pod) {
     const json terms = pod["spec"]["affinity"]["nodeAffinity"]
                           ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
@@ -709,6 +762,12 @@ void StartSteps(const std::vector<Write>& writes, const Start& start, const std:
     return w.verb == "create" && w.resource == "virtualmachineinstances" && w.name == start.vmi;
   });
   if (vmi == nullptr) return;
+  if (start.kind == Kind::kPlainVm) {
+    steps.Add("VMI create arrives (from its send)", Ms(vmi->received - start.sent));
+    steps.Add("VMI create in the API server (no webhook of ours)", Ms(vmi->done - vmi->received));
+    tail(vmi->done);
+    return;
+  }
   const Write* attach = FirstWrite(writes, vmi->received, [&](const Write& w) {
     return w.verb == "patch" && w.resource == "gpudevices" && w.subresource == "status" &&
            w.name == start.device && w.user == controller &&
@@ -906,15 +965,16 @@ void VmStartPart(const Context& context, int starts) {
   std::vector<Start> measured;
   try {
     // Warm-up: one of each, not counted.
-    for (Kind kind : {Kind::kHeld, Kind::kTemplate, Kind::kPeer}) vms.Run(-1, kind);
+    for (size_t k = 0; k < kKinds; ++k) vms.Run(-1, static_cast<Kind>(k));
     const auto began = Clock::now();
     for (int round = 0; round < starts; ++round) {
-      // The three in turn, each first in a third of the rounds.
-      for (int k = 0; k < 3; ++k) {
-        measured.push_back(vms.Run(round, static_cast<Kind>((round + k) % 3)));
+      // The kinds in turn, each first in as many rounds as the others.
+      for (size_t k = 0; k < kKinds; ++k) {
+        measured.push_back(
+            vms.Run(round, static_cast<Kind>((static_cast<size_t>(round) + k) % kKinds)));
       }
       if ((round + 1) % 25 == 0) {
-        std::printf("  %d rounds of 3 (%.0f s)\n", round + 1,
+        std::printf("  %d rounds of %zu (%.0f s)\n", round + 1, kKinds,
                     std::chrono::duration<double>(Clock::now() - began).count());
       }
     }
@@ -927,17 +987,18 @@ void VmStartPart(const Context& context, int starts) {
       "   deleted (launcher, VMI, devices) before the next; VMI create sent -> the launcher's\n"
       "   spec.nodeName seen by a watch\n",
       starts, kGpusPerNode);
-  const char* names[] = {"held GPUDevice", "deviceTemplate", "peer: a pod with no GPU"};
-  std::vector<double> totals[3], vmiCalls[3], launcherCalls[3];
+  const char* names[] = {"held GPUDevice", "deviceTemplate", "peer: a pod with no GPU",
+                         "a VM with no GPU"};
+  std::vector<double> totals[kKinds], vmiCalls[kKinds], launcherCalls[kKinds];
   for (const Start& start : measured) {
     const auto k = static_cast<size_t>(start.kind);
     totals[k].push_back(start.totalMs);
     vmiCalls[k].push_back(start.vmiCallMs);
     launcherCalls[k].push_back(start.launcherCallMs);
   }
-  for (size_t k = 0; k < 3; ++k) {
+  for (size_t k = 0; k < kKinds; ++k) {
     std::printf("   %-37s %s\n", names[k], Figures(totals[k]).c_str());
-    if (k < 2) {
+    if (static_cast<Kind>(k) != Kind::kPeer) {
       std::printf("     %-35s %s\n", "VMI create call", Figures(vmiCalls[k]).c_str());
       std::printf("     %-35s %s\n", "launcher create call", Figures(launcherCalls[k]).c_str());
     } else {
@@ -955,9 +1016,16 @@ void VmStartPart(const Context& context, int starts) {
                 names[k], Quantile(totals[k], 0.5) / peer50, ratio,
                 ratio <= 2.0 ? "met" : "not met");
   }
+  // The GPUs' own share: a start against a VM start without GPUs, in the same run.
+  const double vm50 = Quantile(totals[3], 0.5);
+  const double vm99 = Quantile(totals[3], 0.99);
+  for (size_t k = 0; k < 2; ++k) {
+    std::printf("   %s / a VM with no GPU: p50 %.2fx, p99 %.2fx\n", names[k],
+                Quantile(totals[k], 0.5) / vm50, Quantile(totals[k], 0.99) / vm99);
+  }
   // Where the time goes, step by step (the API server's own times from its audit log).
   const std::vector<Write> writes = ReadWrites(context.cluster.dir() / "logs/audit.log");
-  for (size_t k = 0; k < 3; ++k) {
+  for (size_t k = 0; k < kKinds; ++k) {
     Steps steps;
     for (const Start& start : measured) {
       if (static_cast<size_t>(start.kind) == k) {
