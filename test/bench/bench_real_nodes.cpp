@@ -571,33 +571,9 @@ class VmStarts {
       throw std::runtime_error("VMI " + start.vmi + " admitted with " + std::to_string(gpus) +
                                " gpus entries of " + kResource + ", not 1");
     }
-    // The launcher as virt-controller creates it for the VMI: owned by it, labelled as KubeVirt
-    // labels launchers and with the VMI's device-reference label, and a limit of the resource
-    // per gpus entry (how virt-controller renders them).
+    // The launcher as virt-controller creates it for the VMI (Launcher).
     start.pod = "virt-launcher-" + start.vmi + "-bench";
-    const json launcher = {
-        {"apiVersion", "v1"},
-        {"kind", "Pod"},
-        {"metadata",
-         {{"name", start.pod},
-          {"namespace", kTenant},
-          {"labels",
-           {{"kubevirt.io", "virt-launcher"},
-            {"vm.kubevirt.io/name", start.vmi},
-            {"gpu.cozystack.io/device-references", "true"}}},
-          {"ownerReferences",
-           {{{"apiVersion", "kubevirt.io/v1"},
-             {"kind", "VirtualMachineInstance"},
-             {"name", start.vmi},
-             {"uid", admitted["metadata"].value("uid", "")},
-             {"controller", true},
-             {"blockOwnerDeletion", true}}}}}},
-        {"spec",
-         {{"terminationGracePeriodSeconds", 1},
-          {"containers",
-           {{{"name", "compute"},
-             {"image", "example.invalid/virt-launcher:1"},
-             {"resources", {{"limits", {{kResource, std::to_string(gpus)}}}}}}}}}}};
+    const json launcher = Launcher(start.pod, start.vmi, admitted, gpus);
     const json created = client_.Create(PodsPath(kTenant), launcher);
     const auto t2 = Clock::now();
     const std::string key = std::string(kTenant) + "/" + start.pod;
@@ -677,23 +653,7 @@ class VmStarts {
     const json admitted = client_.Create(VmisPath(kTenant), vmi);
     const auto t1 = Clock::now();
     start.pod = "virt-launcher-" + start.vmi + "-bench";
-    const json launcher = {
-        {"apiVersion", "v1"},
-        {"kind", "Pod"},
-        {"metadata",
-         {{"name", start.pod},
-          {"namespace", kTenant},
-          {"labels", {{"kubevirt.io", "virt-launcher"}, {"vm.kubevirt.io/name", start.vmi}}},
-          {"ownerReferences",
-           {{{"apiVersion", "kubevirt.io/v1"},
-             {"kind", "VirtualMachineInstance"},
-             {"name", start.vmi},
-             {"uid", admitted["metadata"].value("uid", "")},
-             {"controller", true},
-             {"blockOwnerDeletion", true}}}}}},
-        {"spec",
-         {{"terminationGracePeriodSeconds", 1},
-          {"containers", {{{"name", "compute"}, {"image", "example.invalid/virt-launcher:1"}}}}}}};
+    const json launcher = Launcher(start.pod, start.vmi, admitted, 0);
     client_.Create(PodsPath(kTenant), launcher);
     const auto t2 = Clock::now();
     const auto bound = board_.WaitPod(std::string(kTenant) + "/" + start.pod, &PodSeen::bound,
@@ -708,6 +668,33 @@ class VmStarts {
       throw std::runtime_error("VM " + start.vmi + " not gone 60 s after its delete");
     }
     return start;
+  }
+
+  // The launcher pod as virt-controller creates it for the VMI `admitted`: owned by it, labelled as
+  // KubeVirt labels launchers, and with `gpus` > 0 the VMI's device-reference label and a limit of
+  // the resource per gpus entry (how virt-controller renders them).
+  static json Launcher(const std::string& name, const std::string& vmi, const json& admitted,
+                       int gpus) {
+    json labels = {{"kubevirt.io", "virt-launcher"}, {"vm.kubevirt.io/name", vmi}};
+    json container = {{"name", "compute"}, {"image", "example.invalid/virt-launcher:1"}};
+    if (gpus > 0) {
+      labels["gpu.cozystack.io/device-references"] = "true";
+      container["resources"] = {{"limits", {{kResource, std::to_string(gpus)}}}};
+    }
+    return {{"apiVersion", "v1"},
+            {"kind", "Pod"},
+            {"metadata",
+             {{"name", name},
+              {"namespace", kTenant},
+              {"labels", labels},
+              {"ownerReferences",
+               {{{"apiVersion", "kubevirt.io/v1"},
+                 {"kind", "VirtualMachineInstance"},
+                 {"name", vmi},
+                 {"uid", admitted["metadata"].value("uid", "")},
+                 {"controller", true},
+                 {"blockOwnerDeletion", true}}}}}},
+            {"spec", {{"terminationGracePeriodSeconds", 1}, {"containers", {container}}}}};
   }
 
   static std::string PinnedNode(const json& pod) {
