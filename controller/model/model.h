@@ -58,7 +58,8 @@ struct ClassRoom {
   std::string firstBlocked;
   // A dra class whose units cannot be counted now, and why: the replica cannot read the slices
   // and claims (Snapshot::draUnknown), or a node it selects has no slice now ("node n1 and 2
-  // more publish no ResourceSlice now"); empty otherwise. Such a node offers no free unit.
+  // more publish no ResourceSlice of gpu-agent now"); empty otherwise. Such a node offers no
+  // free unit (D22).
   std::string unread;
   bool unreadEverywhere = false;  // the former: no node's units are known
 };

@@ -175,7 +175,7 @@ struct Snapshot {
   // Why the replica cannot read the slices and claims now (resource.k8s.io not served, or their
   // caches not synced yet); empty while it can. While it is set, no node's dra units are known:
   // each node serves its dra classes exactly what their Bound devices hold there, so nothing
-  // held moves and nothing new is placed (C19; docs/dra.md, "When the slices cannot be read").
+  // held moves and nothing new is placed (D22; docs/dra.md, "When the slices cannot be read").
   std::string draUnknown;
   PermittedHostDevices permittedHostDevices;
   Settings settings;
