@@ -70,7 +70,6 @@ seed_costs() {
 # tests of the build (of any label: each run of run_suite selects a part).
 check_skips() {
   local dir=$1 log=$2
-  shift 2
   local allowlist=test/skip-allowlist.txt
   local -A allowed=()
   local name reason
