@@ -248,7 +248,14 @@ start_controller() {
     --webhook-client-ca "$cluster_dir/pki/webhook-client-ca.crt" \
     --health-addr "127.0.0.1:$health_port" "$@" >"$work/controller.log" 2>&1 &
   pids+=($!)
-  wait_until 60 curl -fsS "http://127.0.0.1:$health_port/readyz"
+  wait_until 60 curl -fsS "http://127.0.0.1:$health_port/readyz" && wait_until 45 vmis_read "$health_port"
+}
+# vmis_read HEALTH-PORT: the controller there has listed VirtualMachineInstances. It follows that
+# kind through discovery (every 30 s), so it may be ready before it reads them; until then a VM
+# start is refused, as it must be (G7), which a test starting a VM at once would take for a bug.
+vmis_read() {
+  curl -fsS "http://127.0.0.1:$1/metrics" 2>/dev/null |
+    grep -q '^gpu_controller_cache_synced{cache="virtualmachineinstances"} 1$'
 }
 
 source "$source_dir/scripts/lib/free-port.sh" # free_port VAR
@@ -263,6 +270,9 @@ install_gpus_on() {
     -f "$work/gpu-on.yaml" >"$work/helm-install.log" 2>&1 || abort "helm install: $(cat "$work/helm-install.log")"
   wait_crds >/dev/null || abort "the CRDs are not Established"
   kc apply --server-side -f "$source_dir/test/fakes/crds" >/dev/null || abort "KubeVirt's and Cozystack's CRDs"
+  # Established before a controller starts: its first discovery then finds them served.
+  kc wait --for=condition=Established --timeout=60s -f "$source_dir/test/fakes/crds" >/dev/null ||
+    abort "KubeVirt's and Cozystack's CRDs are not Established"
 }
 # kubevirt_controller: KubeVirt's controller, the one user the pod webhook pins launchers for
 # (E14): its service account in cozy-kubevirt and $work/kubevirt.kubeconfig.
