@@ -43,6 +43,8 @@ ns=cozy-system
 gpu=nvidia.com/GA100_A100_PCIE_40GB
 attachment_grace=10
 check_grace=$attachment_grace
+not_ready_grace=20
+check_not_ready_grace=$not_ready_grace
 tenants=(tenant-a tenant-a-child tenant-b)
 nodes=(gpu-1 gpu-2 gpu-3)
 read -ra faults <<<"${COZY_CHAOS_FAULTS:-kill-leader kill-webhook apiserver etcd compaction kubelet agent replicas-down}"
@@ -53,7 +55,7 @@ replicas_ports
 gpus_on_values "$work/gpu-on.yaml" "$balancer_port"
 install_gpus_on "$source_dir/charts/gpu" "$ns"
 replicas_up "$ns" --lease-duration 6s --renew-deadline 4s --retry-period 1s \
-  --attachment-grace "${attachment_grace}s" --not-ready-grace 20s --resync 5s
+  --attachment-grace "${attachment_grace}s" --not-ready-grace "${not_ready_grace}s" --resync 5s
 
 kubevirt_controller
 
@@ -83,7 +85,10 @@ tenants_pool="nodeSelector: {matchLabels: {pool: tenants}}"
 } | kc apply -f - >/dev/null || abort "the classes"
 pass "the cluster: 3 real nodes of 2 GPUs for the tenants, 1 for the probes and 1 for kill-leader's passes, 2 replicas (webhooks on $webhook0 and $webhook1) behind the balancer on $balancer_port, 3 tenants, 4 classes"
 
-# --- the draws: one sequence from the seed, drawn in this shell only ---------------------------
+# --- the draws: from the seed, drawn in this shell only ----------------------------------------
+# Each round draws from a sequence of its own (the seed and the round's number): an action's draws
+# depend on what the cluster holds then, so a replay whose earlier round went otherwise still
+# draws the same fault, moment and number of actions in every round.
 RANDOM=$seed
 draw() { r=$((RANDOM % $1)); } # draw N: r in [0, N)
 pick() { # pick ARRAY-NAME: r = one of its elements
@@ -494,6 +499,7 @@ keep_logs() { # keep_logs ROUND: prints the directory
 check "the cluster before the first round" || true
 order_of_faults=()
 for ((round = 1; round <= rounds; round++)); do
+  RANDOM=$((seed * 1000 + round))
   if [ ${#order_of_faults[@]} -eq 0 ]; then # each kind once per cycle, in an order drawn
     order_of_faults=("${faults[@]}")
     for ((i = ${#order_of_faults[@]} - 1; i > 0; i--)); do
@@ -575,6 +581,7 @@ report() {
     printf 'fault to every order answered: n=%d p50=%.1fs p99=%.1fs max=%.1fs\n' "$n" "$p50" "$p99" "$max"
   fi
   for ((round = 1; round <= rounds; round++)); do
+  RANDOM=$((seed * 1000 + round))
     [ -s "$work/recovery-$round" ] && read -r seconds kind how <"$work/recovery-$round" &&
       echo "  round $round: $kind, answered again after ${seconds}s (the probe order $how)"
   done

@@ -20,7 +20,9 @@
 //                      the quantity (C3, E3).
 //   budget-unreadable  such a key whose value is no quantity (C2).
 //   bound-stays-bound  (--previous) a device Bound on X before is Bound on X now, unless a move
-//                      was allowed: Node X gone, cordoned with onCordon Move, not Ready, a
+//                      was allowed: Node X gone, cordoned with onCordon Move, not Ready (then,
+//                      now, or between for as long as the NotReady grace: its Ready condition
+//                      turned True again at least the grace after the previous snapshot), a
 //                      NoSchedule/NoExecute taint its class does not tolerate, its class no
 //                      longer selecting X, X serving fewer units than are held there, a VM start
 //                      (a new attachment or bind request) or a set being gathered (D5, D7, D8,
@@ -53,7 +55,9 @@
 //                      with a message, or a condition with status False and a message; with
 //                      --settled a bind request left unanswered is reported too (D4, D9).
 //
-// CLI: node invariants.mjs [--previous PREV_DIR] [--settled] [--attachment-grace SECONDS] DIR
+// CLI: node invariants.mjs [--previous PREV_DIR] [--settled] [--attachment-grace SECONDS]
+//        [--not-ready-grace SECONDS] DIR
+// (the graces are the replicas' --attachment-grace and --not-ready-grace)
 // DIR holds gpunodes.json gpuclasses.json gpudevices.json vmis.json pods.json namespaces.json
 // resourcequotas.json nodes.json, optionally workloads.json workloadmonitors.json (absent:
 // Cozystack's usage kinds are not served, usage-record is skipped) and `taken-at` (epoch
@@ -194,6 +198,16 @@ function untoleratedTaints(node, tolerations) {
 }
 
 const nodeReady = (node) => ((node.status || {}).conditions || []).some((c) => c.type === 'Ready' && c.status === 'True');
+// When the node's Ready condition last changed (epoch seconds), or null.
+function readySince(node) {
+  const ready = ((node.status || {}).conditions || []).find((c) => c.type === 'Ready');
+  const t = ready && Date.parse(ready.lastTransitionTime);
+  return Number.isFinite(t) ? t / 1000 : null;
+}
+// A snapshot's lists take a few seconds before its `taken-at` is written: a Ready condition that
+// changed this long before it may have changed after the Node was listed.
+const SNAPSHOT_SPAN_SECONDS = 5;
+const DEFAULT_NOT_READY_GRACE_SECONDS = 300; // gpu-controller's --not-ready-grace default
 const cordoned = (node) => Boolean((node.spec || {}).unschedulable);
 
 // resource name -> units, summed over the GPUNode's functions (docs/gpunode.md, "Units a node
@@ -364,13 +378,21 @@ function budgets(cur, report) {
 }
 
 // Why a Bound device's move off `node` between `prev` and `cur` was allowed, or null.
-function whyMoveAllowed(prev, cur, pd, d, node) {
+function whyMoveAllowed(prev, cur, pd, d, node, notReadyGrace) {
   if (!cur.nodes.has(node)) return `Node ${node} is gone`;
   // The units held there before the move: a node serving fewer now (a failed GPU) moves sets.
   const resource = resourceNameOf(prev.classes.get(className(pd)) || cur.classes.get(className(d)));
   const held = (prev.boundUnits().get(node)?.get(resource) || []).reduce((s, x) => s + deviceCount(x), 0);
   const why = prev.whyNodeCannotKeep(pd, node, held) || cur.whyNodeCannotKeep(d, node, held);
   if (why) return why;
+  // Ready in both snapshots, yet not Ready between them (a kubelet stopped and back): a move once
+  // it had been not Ready for the grace. It turned not Ready after the previous snapshot listed it
+  // Ready, and Ready again at `since`, so that long is the most it can have been not Ready.
+  const since = readySince(cur.nodes.get(node));
+  const notReadyAtMost = since === null ? 0 : since - (prev.takenAt - SNAPSHOT_SPAN_SECONDS);
+  if (notReadyAtMost >= notReadyGrace) {
+    return `node ${node} was not Ready between the snapshots, up to ${Math.round(notReadyAtMost)} s`;
+  }
   const before = statusOf(pd);
   const now = statusOf(d);
   const sameAttachment = JSON.stringify([before.attachment?.vmiName, before.attachment?.vmiUID]) ===
@@ -401,7 +423,7 @@ function runningVms(prev, cur) {
   return out;
 }
 
-function boundStaysBound(prev, cur, report) {
+function boundStaysBound(prev, cur, notReadyGrace, report) {
   const protectedKeys = new Set();
   for (const [, node, devices] of runningVms(prev, cur)) {
     if (cur.nodes.has(node)) devices.forEach((d) => protectedKeys.add(keyOf(d)));
@@ -411,7 +433,7 @@ function boundStaysBound(prev, cur, report) {
     if (!node || protectedKeys.has(keyOf(pd))) continue;
     const d = cur.devicesByKey.get(keyOf(pd));
     if (!d || uidOf(d) !== uidOf(pd) || deleting(d) || boundNode(d) === node) continue;
-    if (whyMoveAllowed(prev, cur, pd, d, node)) continue;
+    if (whyMoveAllowed(prev, cur, pd, d, node, notReadyGrace)) continue;
     report('bound-stays-bound', d, `was Bound on ${node}, now ${describe(d)}, though node ${node} could keep it ` +
       `(schedulable or onCordon Stay, Ready, no untolerated taint, selected by class ${className(d)}, units enough) ` +
       'and no VM start or gather asked for a move');
@@ -638,7 +660,8 @@ function pendingWithoutReason(cur, settled, report) {
 
 // `snapshot`, `options.previous`: {gpunodes, gpuclasses, gpudevices, vmis, pods, namespaces,
 // resourcequotas, nodes, workloads?, workloadmonitors?, takenAt} (Lists or arrays of items);
-// options.settled, options.attachmentGraceSeconds. Returns [{invariant, object, message}].
+// options.settled, options.attachmentGraceSeconds, options.notReadyGraceSeconds. Returns
+// [{invariant, object, message}].
 export function check(snapshot, options = {}) {
   const violations = [];
   const report = (invariant, object, message) => {
@@ -655,7 +678,7 @@ export function check(snapshot, options = {}) {
   if (settled) classFit(cur, report);
   budgets(cur, report);
   if (prev) {
-    boundStaysBound(prev, cur, report);
+    boundStaysBound(prev, cur, options.notReadyGraceSeconds ?? DEFAULT_NOT_READY_GRACE_SECONDS, report);
     runningVmMoved(prev, cur, report);
   }
   launchersPinned(prev, cur, report);
@@ -713,7 +736,8 @@ export function loadSnapshot(dir) {
   return snapshot;
 }
 
-const USAGE = 'usage: node invariants.mjs [--previous PREV_DIR] [--settled] [--attachment-grace SECONDS] DIR';
+const USAGE = 'usage: node invariants.mjs [--previous PREV_DIR] [--settled] [--attachment-grace SECONDS] ' +
+  '[--not-ready-grace SECONDS] DIR';
 
 export function main(argv, out = console.log, err = console.error) {
   const options = { settled: false };
@@ -723,10 +747,10 @@ export function main(argv, out = console.log, err = console.error) {
     const arg = argv[i];
     if (arg === '--settled') options.settled = true;
     else if (arg === '--previous' && i + 1 < argv.length) previousDir = argv[++i];
-    else if (arg === '--attachment-grace' && i + 1 < argv.length) {
+    else if ((arg === '--attachment-grace' || arg === '--not-ready-grace') && i + 1 < argv.length) {
       const value = argv[++i];
-      if (!/^\d+$/.test(value)) { err(`--attachment-grace: "${value}" is not whole seconds\n${USAGE}`); return 2; }
-      options.attachmentGraceSeconds = Number(value);
+      if (!/^\d+$/.test(value)) { err(`${arg}: "${value}" is not whole seconds\n${USAGE}`); return 2; }
+      options[arg === '--attachment-grace' ? 'attachmentGraceSeconds' : 'notReadyGraceSeconds'] = Number(value);
     } else if (!arg.startsWith('--') && dir === null) dir = arg;
     else { err(`unexpected argument "${arg}"\n${USAGE}`); return 2; }
   }

@@ -313,6 +313,27 @@ test('bound-stays-bound D10: a move off a cordoned node is allowed for onCordon 
   only(check(cur, { previous: prev }), 'bound-stays-bound');
 });
 
+test('bound-stays-bound C7: a node Ready in both snapshots but not Ready between them for the grace may have lost its sets', () => {
+  const prev = clean();
+  const cur = copy(prev);
+  dev(cur, 'tenant-a/held').status.nodeName = 'gpu-1';
+  cur.takenAt = NOW + 90;
+  // Ready again a minute after the previous snapshot: a kubelet stopped and back, not Ready for
+  // up to a minute (plus the snapshot's span), past a grace of 60 s and not past one of 70 s.
+  cur.nodes[1].status.conditions[0].lastTransitionTime = iso(NOW + 60);
+  none(check(cur, { previous: prev, notReadyGraceSeconds: 60 }));
+  const v = only(check(cur, { previous: prev, notReadyGraceSeconds: 70 }), 'bound-stays-bound');
+  assert.match(v[0].message, /was Bound on gpu-2, now Bound on gpu-1/);
+  // The default grace is gpu-controller's, 300 s.
+  only(check(cur, { previous: prev }), 'bound-stays-bound');
+  // Ready since before the previous snapshot: nothing happened to it.
+  cur.nodes[1].status.conditions[0].lastTransitionTime = iso(NOW - 60);
+  only(check(cur, { previous: prev, notReadyGraceSeconds: 0 }), 'bound-stays-bound');
+  // Another node's NotReady between the snapshots allows nothing on this one.
+  cur.nodes[0].status.conditions[0].lastTransitionTime = iso(NOW + 60);
+  only(check(cur, { previous: prev, notReadyGraceSeconds: 0 }), 'bound-stays-bound');
+});
+
 test('bound-stays-bound C7: moves off a NotReady node, an untolerated taint, a class no longer selecting, a Node gone', () => {
   const variants = {
     'not Ready': (s) => { s.nodes[1] = node('gpu-2', { ready: false }); },
@@ -660,6 +681,12 @@ test('the command: exit 0 and the summary on a clean pair, 1 with a VIOLATION li
   assert.equal(lines.length, 2, r.stdout);
   assert.match(lines[0], /^VIOLATION bound-stays-bound GPUDevice tenant-a\/held: was Bound on gpu-2, now Bound on gpu-1, /);
   assert.equal(lines[1], 'invariants: 3 devices, 3 nodes checked, 1 violations');
+  // gpu-2 not Ready between the two for up to a minute: a move past a --not-ready-grace of 60 s.
+  const blip = copy(cur);
+  blip.nodes[1].status.conditions[0].lastTransitionTime = iso(NOW + 60);
+  dirs.push(writeSnapshot(blip, { takenAt: String(NOW + 90) }));
+  assert.equal(run('--not-ready-grace', '60', '--previous', dirs[0], dirs[2]).status, 0);
+  assert.equal(run('--not-ready-grace', '70', '--previous', dirs[0], dirs[2]).status, 1);
   // Cluster-scoped objects print by name alone.
   cur.gpunodes[0].status.devices = [];
   const over = writeSnapshot(cur);
@@ -686,4 +713,5 @@ test('the command: exit 2 naming the file on unreadable input', (t) => {
   }
   assert.equal(run().status, 2);
   assert.equal(run('--attachment-grace', 'soon', missing).status, 2);
+  assert.match(run('--not-ready-grace', '20s', missing).stderr, /--not-ready-grace: "20s" is not whole seconds/);
 });

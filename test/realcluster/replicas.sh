@@ -69,6 +69,7 @@ snapshots=0
 previous=""
 violations=0
 check_grace=${check_grace:-10} # the replicas' --attachment-grace, in seconds
+check_not_ready_grace=${check_not_ready_grace:-300} # their --not-ready-grace, in seconds
 # check WHAT [--settled]: the checker (invariants.mjs) on a new snapshot against the last one; the
 # safety invariants must hold at once, the rest (--settled) within 45 s.
 check() {
@@ -81,7 +82,7 @@ check() {
       continue
     fi
     if node "$source_dir/test/realcluster/invariants.mjs" ${previous:+--previous "$previous"} \
-      --attachment-grace "$check_grace" $settled "$dir" >"$dir/checker.out" 2>&1; then
+      --attachment-grace "$check_grace" --not-ready-grace "$check_not_ready_grace" $settled "$dir" >"$dir/checker.out" 2>&1; then
       previous=$dir
       return 0
     fi
