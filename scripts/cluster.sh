@@ -11,7 +11,7 @@
 #   scripts/cluster.sh up DIR       # starts a cluster whose state lives in DIR (empty or absent)
 #   scripts/cluster.sh node DIR NAME [--host FIXTURE_ROOT] [--ids address|iommu-group]
 #                                   [--label K=V]... [--taint K=V:EFFECT]...
-#                                   [--feature-gates GATE=BOOL,...]
+#                                   [--feature-gates GATE=BOOL,...] [--programs FILE]
 #                                   # starts a real kubelet registering node NAME, its container
 #                                   # runtime and, with --host, the test device plugin advertising
 #                                   # that fixture host's GPUs; returns once the node is Ready
@@ -58,7 +58,13 @@
 # COZY_CLUSTER_SCHEDULER_PORT; a node's kubelet ports are chosen free the same way, when `node`
 # runs (a port a caller chose and has not bound yet may be taken). COZY_CLUSTER_NODE_GRACE
 # (default 10s): how long the node lifecycle controller waits for a silent kubelet before it
-# marks the node NotReady.
+# marks the node NotReady. COZY_CLUSTER_WORKLOADS=1 (at `up`) runs what a Deployment needs too:
+# the ServiceAccount admission plugin (each pod's token volume) and kube-controller-manager's
+# deployment, replicaset, endpoints, endpointslice, disruption and root-CA publisher controllers,
+# with the API server reaching a Service's webhook at its endpoints (--enable-aggregator-routing:
+# there is no kube-proxy). A node started with `--programs FILE` (lines IMAGE PROGRAM) runs those
+# images' containers as processes, each pod in a network namespace with an address of its own
+# (tools/kube/cri-runtime/programs.go).
 # The tools' cache: COZY_TOOLS_CACHE (default ~/.cache/cozy-gpu/tools).
 set -euo pipefail
 source_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -83,7 +89,7 @@ helm_version=$(pinned helm.sh/helm/v3 helm)
 tools_dir() {
   local root=${COZY_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cozy-gpu/tools}
   local hash
-  hash=$({ cd "$source_dir/tools" && cat kube/go.mod kube/go.sum kube/*/main.go etcd/go.mod \
+  hash=$({ cd "$source_dir/tools" && cat kube/go.mod kube/go.sum kube/*/*.go etcd/go.mod \
     etcd/go.sum etcd/main.go helm/go.mod helm/go.sum && declare -f build_tools build_one; } |
     sha256sum | cut -c1-12)
   echo "$root/kube-$kube_version-etcd-$etcd_version-helm-$helm_version-$hash"
@@ -375,6 +381,12 @@ up() {
   dir=$(cd "$dir" && pwd)
   pki="$dir/pki"
   mkdir -p "$pki" "$dir/logs" "$dir/etcd"
+  local workload_controllers="" workload_kcm_flags=() workload_apiserver_flags=(--disable-admission-plugins=ServiceAccount)
+  if [ "${COZY_CLUSTER_WORKLOADS:-}" = 1 ]; then
+    workload_controllers=",deployment-controller,replicaset-controller,endpoints-controller,endpointslice-controller,disruption-controller,root-ca-certificate-publisher-controller"
+    workload_kcm_flags=(--root-ca-file="$pki/ca.crt")
+    workload_apiserver_flags=(--enable-aggregator-routing=true)
+  fi
 
   openssl req -x509 -newkey rsa:2048 -nodes -keyout "$pki/ca.key" -out "$pki/ca.crt" -days 30 \
     -subj "/CN=cozy-gpu-test-ca" 2>/dev/null
@@ -448,7 +460,7 @@ EOF
     --service-account-signing-key-file="$pki/sa.key" \
     --api-audiences="$url" \
     --service-cluster-ip-range=10.0.0.0/24 --allow-privileged=true \
-    --disable-admission-plugins=ServiceAccount \
+    "${workload_apiserver_flags[@]}" \
     --audit-policy-file="$dir/audit-policy.yaml" --audit-log-path="$dir/logs/audit.log" \
     --audit-log-format=json --audit-log-mode=blocking --audit-log-maxsize=500 \
     --admission-control-config-file="$dir/admission.yaml"
@@ -468,7 +480,8 @@ EOF
     --authorization-kubeconfig="$dir/kube-controller-manager.kubeconfig" \
     --bind-address=127.0.0.1 --secure-port="$COZY_CLUSTER_KCM_PORT" \
     --leader-elect=false --use-service-account-credentials=true \
-    --controllers=namespace-controller,garbage-collector-controller,serviceaccount-controller,validatingadmissionpolicy-status-controller,node-lifecycle-controller,resourceclaim-controller \
+    --controllers=namespace-controller,garbage-collector-controller,serviceaccount-controller,validatingadmissionpolicy-status-controller,node-lifecycle-controller,resourceclaim-controller$workload_controllers \
+    "${workload_kcm_flags[@]}" \
     --node-monitor-period=1s --node-monitor-grace-period="$grace"
   wait_for kube-controller-manager "$dir/logs/kube-controller-manager.log" 60 \
     curl -fsSk "https://127.0.0.1:$COZY_CLUSTER_KCM_PORT/healthz"
@@ -584,7 +597,7 @@ start_kubelet() {
 # node DIR NAME [--host ROOT] [--ids address|iommu-group] [--label K=V]... [--taint K=V:EFFECT]...
 node() {
   dir=$1
-  local name=$2 host="" ids=address labels="" taints="" gates="" arg
+  local name=$2 host="" ids=address labels="" taints="" gates="" programs="" arg
   shift 2
   while [ $# -gt 0 ]; do
     arg=$1
@@ -601,7 +614,10 @@ node() {
       --feature-gates) [[ "$2" =~ ^[A-Za-z0-9]+=(true|false)(,[A-Za-z0-9]+=(true|false))*$ ]] ||
           die 2 "--feature-gates $2 is not GATE=true|false,..."
         gates=$2 ;;
-      *) die 2 "unknown option $arg (--host, --ids, --label, --taint, --feature-gates)" ;;
+      --programs) programs=$(readlink -f "$2") && [ -f "$programs" ] || die 2 "--programs $2: no such file"
+        command -v ip >/dev/null && command -v nsenter >/dev/null && command -v setpriv >/dev/null ||
+          die 2 "--programs needs ip (iproute2), nsenter and setpriv (util-linux)" ;;
+      *) die 2 "unknown option $arg (--host, --ids, --label, --taint, --feature-gates, --programs)" ;;
     esac
     shift 2
   done
@@ -665,7 +681,15 @@ nodeLeaseDurationSeconds: 10
 evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%"}
 $taint_yaml
 YAML
-  start_in "$node_dir" cri-runtime "$bin/cri-runtime" --endpoint "unix://$node_dir/cri.sock"
+  local runtime_flags=()
+  if [ -n "$programs" ]; then
+    local subnet
+    subnet=$(take_pod_subnet "$node_dir") || die 1 "no pod subnet free on this machine (/run/cozy-pod-subnets)"
+    runtime_flags=(--programs "$programs" --pod-subnet "$subnet"
+      --apiserver "127.0.0.1:$COZY_CLUSTER_APISERVER_PORT" --kubelet-pids "$node_dir/pids")
+  fi
+  start_in "$node_dir" cri-runtime "$bin/cri-runtime" --endpoint "unix://$node_dir/cri.sock" \
+    "${runtime_flags[@]}"
   local deadline=$((SECONDS + 20))
   until [ -S "$node_dir/cri.sock" ]; do
     [ "$SECONDS" -lt "$deadline" ] || die 1 "the container runtime of $name did not come up; see $node_dir/logs/cri-runtime.log"
@@ -717,12 +741,41 @@ node_down() {
   remove_node_state "$dir" "$name"
 }
 
+# take_pod_subnet NODEDIR: a /24 of 10.88.0.0/16 for the node's pods (--programs), unique on this
+# machine whatever the cluster (each pod's address is routed on the host): the first K whose
+# directory /run/cozy-pod-subnets/K this node makes (mkdir is atomic), or whose owner is gone.
+take_pod_subnet() {
+  local node_dir=$1 root=/run/cozy-pod-subnets k
+  mkdir -p "$root"
+  for k in $(seq 1 250); do
+    if [ -d "$root/$k" ] && [ ! -d "$(cat "$root/$k/owner" 2>/dev/null)" ]; then
+      release_pod_subnet "$k"
+    fi
+    if mkdir "$root/$k" 2>/dev/null; then
+      echo "$node_dir" >"$root/$k/owner"
+      echo "$k" >"$node_dir/pod-subnet"
+      echo "10.88.$k"
+      return 0
+    fi
+  done
+  return 1
+}
+# release_pod_subnet K: its pods' network namespaces (their veths go with them) and the subnet.
+release_pod_subnet() {
+  local k=$1 ns
+  for ns in $(ip netns list 2>/dev/null | awk -v p="cozy-$k-" 'index($1, p) == 1 { print $1 }'); do
+    ip netns del "$ns" 2>/dev/null || true
+  done
+  rm -rf "/run/cozy-pod-subnets/$k"
+}
+
 # remove_node_state DIR NAME: the node's logs to DIR/logs/nodes/NAME/, its state gone (its name
 # free for another node).
 remove_node_state() {
   local dir=$1 name=$2 node_dir
   node_dir=$(readlink -f "$dir/nodes/$name") || return 0
   if [ -d "$node_dir" ]; then
+    [ ! -f "$node_dir/pod-subnet" ] || release_pod_subnet "$(cat "$node_dir/pod-subnet")"
     mkdir -p "$dir/logs/nodes"
     rm -rf "$dir/logs/nodes/$name"
     cp -r "$node_dir/logs" "$dir/logs/nodes/$name" 2>/dev/null || true
@@ -804,7 +857,7 @@ case "${1:-}" in
     echo "$(tools_dir)/bin"
     ;;
   node)
-    [ $# -ge 3 ] || die 2 "usage: scripts/cluster.sh node DIR NAME [--host FIXTURE_ROOT] [--ids address|iommu-group] [--label K=V]... [--taint K=V:EFFECT]... [--feature-gates GATE=BOOL,...]"
+    [ $# -ge 3 ] || die 2 "usage: scripts/cluster.sh node DIR NAME [--host FIXTURE_ROOT] [--ids address|iommu-group] [--label K=V]... [--taint K=V:EFFECT]... [--feature-gates GATE=BOOL,...] [--programs FILE]"
     shift
     node "$@"
     ;;

@@ -203,6 +203,8 @@ port=$(sed -n 's/^APISERVER_PORT=//p' "$dir/env")
 COZY_CLUSTER_APISERVER_PORT=$port expect_exit2 "up on a port in use" "port $port .* is in use" \
   "$cluster" up "$scratch/other"
 [ ! -e "$scratch/other" ] && pass "... and it left no directory behind" || fail "$scratch/other created"
+expect_exit2 "a node whose --programs file does not exist" "--programs .*: no such file" \
+  "$cluster" node "$dir" no-programs --programs "$scratch/no-such-file"
 mkdir "$scratch/empty-cache"
 COZY_TOOLS_CACHE="$scratch/empty-cache" expect_exit2 "up without the binaries built" \
   "binaries are not built in .*scripts/cluster.sh build" "$cluster" up "$scratch/other"

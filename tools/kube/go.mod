@@ -3,6 +3,7 @@ module github.com/cozystack/cozy-gpu/tools/kube
 go 1.26.0
 
 require (
+	golang.org/x/sys v0.40.0
 	google.golang.org/grpc v1.79.3
 	k8s.io/cri-api v0.36.3
 	k8s.io/cri-client v0.0.0
@@ -126,7 +127,6 @@ require (
 	golang.org/x/net v0.49.0 // indirect
 	golang.org/x/oauth2 v0.34.0 // indirect
 	golang.org/x/sync v0.19.0 // indirect
-	golang.org/x/sys v0.40.0 // indirect
 	golang.org/x/term v0.39.0 // indirect
 	golang.org/x/text v0.33.0 // indirect
 	golang.org/x/time v0.14.0 // indirect

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -29,8 +30,63 @@ import (
 	"k8s.io/cri-client/pkg/util"
 )
 
-// recording is the fake runtime service with CreateContainer logging the container's CDI devices.
-type recording struct{ *fake.RemoteRuntime }
+// recording is the fake runtime service with CreateContainer logging the container's CDI devices
+// and, with --programs, the containers of mapped images running as processes (programs.go).
+type recording struct {
+	*fake.RemoteRuntime
+	programs *programs
+}
+
+func (r recording) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
+	response, err := r.RemoteRuntime.RunPodSandbox(ctx, req)
+	if err != nil || r.programs == nil ||
+		req.GetConfig().GetLinux().GetSecurityContext().GetNamespaceOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE {
+		return response, err
+	}
+	ip, err := r.programs.setUpNetwork(response.PodSandboxId)
+	if err != nil {
+		_, _ = r.RemoteRuntime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: response.PodSandboxId})
+		return nil, fmt.Errorf("the network of pod %s/%s: %v", req.GetConfig().GetMetadata().GetNamespace(),
+			req.GetConfig().GetMetadata().GetName(), err)
+	}
+	service := r.RemoteRuntime.RuntimeService
+	service.Lock()
+	if sandbox, ok := service.Sandboxes[response.PodSandboxId]; ok {
+		sandbox.Network = &runtimeapi.PodSandboxNetworkStatus{Ip: ip}
+	}
+	service.Unlock()
+	return response, nil
+}
+
+func (r recording) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
+	if r.programs != nil {
+		for _, id := range r.containersOf(req.PodSandboxId) {
+			r.programs.stop(ctx, id, 0)
+		}
+		r.programs.tearDownNetwork(req.PodSandboxId)
+	}
+	return r.RemoteRuntime.StopPodSandbox(ctx, req)
+}
+
+func (r recording) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
+	if r.programs != nil {
+		r.programs.tearDownNetwork(req.PodSandboxId)
+	}
+	return r.RemoteRuntime.RemovePodSandbox(ctx, req)
+}
+
+func (r recording) containersOf(sandbox string) []string {
+	service := r.RemoteRuntime.RuntimeService
+	service.Lock()
+	defer service.Unlock()
+	ids := []string{}
+	for id, container := range service.Containers {
+		if container.SandboxID == sandbox {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
 
 func (r recording) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
 	response, err := r.RemoteRuntime.CreateContainer(ctx, req)
@@ -44,15 +100,82 @@ func (r recording) CreateContainer(ctx context.Context, req *runtimeapi.CreateCo
 	pod := req.GetSandboxConfig().GetMetadata()
 	fmt.Fprintf(os.Stderr, "cri-runtime: container %s of pod %s/%s: CDI devices [%s]\n",
 		response.ContainerId, pod.GetNamespace(), pod.GetName(), strings.Join(names, " "))
+	if r.programs != nil {
+		if program := r.programs.programOf(req.GetConfig().GetImage().GetImage()); program != "" {
+			logPath := ""
+			if req.GetConfig().GetLogPath() != "" {
+				logPath = filepath.Join(req.GetSandboxConfig().GetLogDirectory(), req.GetConfig().GetLogPath())
+			}
+			r.programs.created(response.ContainerId, &createdInfo{sandbox: req.PodSandboxId, program: program,
+				config: req.GetConfig(), logPath: logPath})
+		}
+	}
 	return response, nil
+}
+
+func (r recording) StartContainer(ctx context.Context, req *runtimeapi.StartContainerRequest) (*runtimeapi.StartContainerResponse, error) {
+	response, err := r.RemoteRuntime.StartContainer(ctx, req)
+	if err != nil || r.programs == nil {
+		return response, err
+	}
+	info := r.programs.info(req.ContainerId)
+	if info == nil {
+		return response, nil
+	}
+	service := r.RemoteRuntime.RuntimeService
+	ended := func(code int32, reason string) {
+		service.Lock()
+		defer service.Unlock()
+		if container, ok := service.Containers[req.ContainerId]; ok {
+			container.State = runtimeapi.ContainerState_CONTAINER_EXITED
+			container.FinishedAt = time.Now().UnixNano()
+			container.ExitCode = code
+			container.Reason = reason
+		}
+	}
+	if err := r.programs.start(req.ContainerId, info, ended); err != nil {
+		ended(128, "StartError")
+		return nil, fmt.Errorf("container %s: %v", req.ContainerId, err)
+	}
+	return response, nil
+}
+
+func (r recording) StopContainer(ctx context.Context, req *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
+	if r.programs != nil {
+		r.programs.stop(ctx, req.ContainerId, req.Timeout)
+	}
+	return r.RemoteRuntime.StopContainer(ctx, req)
+}
+
+func (r recording) RemoveContainer(ctx context.Context, req *runtimeapi.RemoveContainerRequest) (*runtimeapi.RemoveContainerResponse, error) {
+	if r.programs != nil {
+		r.programs.stop(ctx, req.ContainerId, 0)
+		r.programs.forget(req.ContainerId)
+	}
+	return r.RemoteRuntime.RemoveContainer(ctx, req)
 }
 
 func main() {
 	endpoint := flag.String("endpoint", "", "unix:///path/to/cri.sock to serve on")
+	var options programOptions
+	flag.StringVar(&options.file, "programs", "", "a file of IMAGE PROGRAM lines: those images' containers run PROGRAM")
+	flag.StringVar(&options.subnet, "pod-subnet", "", "with --programs: the pods' addresses, SUBNET.2 to SUBNET.254 (e.g. 10.88.3)")
+	flag.StringVar(&options.apiserver, "apiserver", "", "with --programs: kube-apiserver's host:port, forwarded into each pod")
+	flag.StringVar(&options.kubeletPids, "kubelet-pids", "", "with --programs: the node's pids file (its kubelet line)")
 	flag.Parse()
-	if *endpoint == "" || flag.NArg() != 0 {
-		fmt.Fprintln(os.Stderr, "usage: cri-runtime --endpoint unix:///path/to/cri.sock")
+	if *endpoint == "" || flag.NArg() != 0 || (options.file != "" &&
+		(options.subnet == "" || options.apiserver == "" || options.kubeletPids == "")) {
+		fmt.Fprintln(os.Stderr, "usage: cri-runtime --endpoint unix:///path/to/cri.sock "+
+			"[--programs FILE --pod-subnet A.B.C --apiserver HOST:PORT --kubelet-pids FILE]")
 		os.Exit(2)
+	}
+	var programs *programs
+	if options.file != "" {
+		var err error
+		if programs, err = loadPrograms(options); err != nil {
+			fmt.Fprintf(os.Stderr, "cri-runtime: --programs: %v\n", err)
+			os.Exit(2)
+		}
 	}
 	runtime := fake.NewFakeRemoteRuntime()
 	// Without a size kubelet refuses every image ("Id or size of image ... is not set"); without
@@ -75,7 +198,7 @@ func main() {
 		os.Exit(1)
 	}
 	server := grpc.NewServer()
-	runtimeapi.RegisterRuntimeServiceServer(server, recording{runtime})
+	runtimeapi.RegisterRuntimeServiceServer(server, recording{runtime, programs})
 	runtimeapi.RegisterImageServiceServer(server, runtime)
 	go server.Serve(listener)
 	runtime.RuntimeService.FakeStatus = &runtimeapi.RuntimeStatus{
@@ -90,6 +213,9 @@ func main() {
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
 	<-signals
 	server.Stop()
+	if programs != nil {
+		programs.shutdown()
+	}
 }
 
 var exitImage = regexp.MustCompile(`:exit-([0-9]{1,3})$`)
