@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# The chart's own rollout keeps the webhooks up (H4; docs/reliability.md, "The chart's rollout"):
+# on a cluster of its own that runs Deployments (COZY_CLUSTER_WORKLOADS=1: kube-controller-manager's
+# deployment, replicaset, endpoints and disruption controllers, the ServiceAccount admission
+# plugin, the API server calling a Service's endpoints), two real nodes whose container runtime
+# runs the chart's controller image as this build's gpu-controller (scripts/cluster.sh node
+# --programs), each pod in a network namespace with an address of its own. The chart goes in with
+# GPUs on and its webhooks behind the Service gpu-controller-webhook, as on a hoster's cluster;
+# its Deployment's two replicas start, pass kubelet's probes and serve the webhooks. Then `helm
+# upgrade` rolls the Deployment (maxSurge 1, maxUnavailable 0) and `helm rollback` rolls it back
+# while a tenant creates orders without pause: every one is answered by a webhook (admitted, or
+# refused with a reason), none refused for want of one, and the Deployment never has fewer than
+# one available replica; each old replica ends on SIGTERM with status 0 (its drain).
+#   test/realcluster/chart_rollout_test.sh SOURCE_DIR BUILD_DIR
+export COZY_CLUSTER_WORKLOADS=1
+source "$(dirname "$0")/own_cluster.sh" "$1" "$2"
+cluster="$source_dir/scripts/cluster.sh"
+command -v jq >/dev/null || abort "jq is not installed (scripts/install-deps.sh installs it)"
+ns=cozy-system
+image=local/gpu-controller
+echo "$image:this $build_dir/controller/gpu-controller" >"$work/programs"
+
+# The serving certificate names the Service, as the API server calls it.
+(cd "$work" &&
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout webhook-ca.key -out webhook-ca.crt -days 1 \
+    -subj /CN=gpu-controller-ca 2>/dev/null &&
+  printf 'subjectAltName=DNS:gpu-controller-webhook.%s.svc\nextendedKeyUsage=serverAuth\n' "$ns" >san.ext &&
+  openssl req -newkey rsa:2048 -nodes -keyout tls.key -out tls.csr -subj /CN=gpu-controller-webhook 2>/dev/null &&
+  openssl x509 -req -in tls.csr -CA webhook-ca.crt -CAkey webhook-ca.key -CAcreateserial \
+    -out tls.crt -days 1 -extfile san.ext 2>/dev/null) || abort "openssl could not make the webhook certificate"
+
+for node in ctl-1 ctl-2; do
+  "$cluster" node "$cluster_dir" "$node" --programs "$work/programs" >"$work/node-$node.out" 2>&1 ||
+    abort "node $node: $(cat "$work/node-$node.out")"
+  on_exit "'$cluster' node-down '$cluster_dir' $node"
+done
+pass "nodes ctl-1 and ctl-2 Ready, their runtime running $image:this as $build_dir/controller/gpu-controller"
+
+kc create namespace "$ns" >/dev/null
+kc create secret tls gpu-controller-webhook-tls -n "$ns" --cert "$work/tls.crt" --key "$work/tls.key" >/dev/null ||
+  abort "the webhook's Secret"
+cat >"$work/values.yaml" <<EOF
+controller:
+  image: {repository: $image, tag: this, pullPolicy: IfNotPresent}
+gpu:
+  enabled: true
+  webhook:
+    certManager: false
+    caBundle: $(base64 -w0 "$work/webhook-ca.crt")
+    existingSecret: gpu-controller-webhook-tls
+    # The replicas drain for 3 s after SIGTERM (the chart's default is longer, for real endpoints'
+    # propagation): the rollout here takes seconds per replica.
+    shutdownDelay: 3s
+    networkPolicy: {podCIDRs: [10.88.0.0/16]}
+    clientCA: |
+$(sed 's/^/      /' "$cluster_dir/pki/webhook-client-ca.crt")
+EOF
+helm install gpu "$source_dir/charts/gpu" --kubeconfig "$admin_kubeconfig" -n "$ns" \
+  -f "$work/values.yaml" >"$work/helm.log" 2>&1 || abort "helm install: $(cat "$work/helm.log")"
+wait_crds >/dev/null || abort "the CRDs are not Established"
+kc apply --server-side -f "$source_dir/test/fakes/crds" >/dev/null || abort "KubeVirt's and Cozystack's CRDs"
+
+replicas() { kc get pods -n "$ns" -l app.kubernetes.io/name=gpu-controller -o json; }
+# live: the replicas not being deleted, by name.
+live() { replicas | jq -r '[.items[] | select(.metadata.deletionTimestamp == null) | .metadata.name] | sort | join(" ")'; }
+# exits: how many replica containers the runtimes saw end, and with which statuses.
+exits() { cat "$cluster_dir"/nodes/ctl-*/logs/cri-runtime.log | sed -n 's/.* exited \([0-9]*\)$/\1/p'; }
+rolled() { kc rollout status deployment/gpu-controller -n "$ns" --timeout=5s; }
+if wait_until 150 rolled; then
+  placed=$(replicas | jq -r '[.items[] | select(.metadata.deletionTimestamp == null) |
+    "\(.metadata.name) on \(.spec.nodeName) at \(.status.podIP)"] | join(", ")')
+  pass "the Deployment's two replicas are Ready (kubelet's readiness probe on their own addresses): $placed"
+else
+  kc get pods -n "$ns" -o wide >"$work/pods.out" 2>&1
+  abort "the Deployment did not become available: $(cat "$work/pods.out")"
+fi
+
+# A tenant; an order of a class that does not exist is refused by the order webhook itself (its
+# reason), through the Service: the API server reaches the replicas at their endpoints.
+create_namespace tenant
+kc label namespace tenant gpu.cozystack.io/tenant-namespace=true >/dev/null
+gpu_class a100 nvidia.com/GA100 "maxCount: 100" | kc apply -f - >/dev/null || abort "the class"
+expect_refused "an order of a class that does not exist is refused by the webhook behind the Service" \
+  'admission webhook "gpudevices.gpu.cozystack.io" denied the request: .*none' \
+  kc create -f - <<<"$(order tenant no-class none)"
+
+# orders_stream FILE: orders created one after the other until $work/stop exists, each answer a
+# line of FILE: "ok NAME", or "refused NAME: WHY".
+orders_stream() {
+  local n=0 out
+  while [ ! -e "$work/stop" ]; do
+    n=$((n + 1))
+    if out=$(order tenant "o$n" none | kc create -f - 2>&1); then
+      echo "ok o$n" >>"$1"
+    else
+      echo "refused o$n: $(tr '\n' ' ' <<<"$out")" >>"$1"
+    fi
+  done
+}
+# available_floor FILE: the Deployment's available replicas, sampled until $work/stop exists; the
+# least seen into FILE.
+available_floor() {
+  local least=99 now
+  while [ ! -e "$work/stop" ]; do
+    now=$(kc get deployment gpu-controller -n "$ns" -o jsonpath='{.status.availableReplicas}' 2>/dev/null) &&
+      [ -n "$now" ] && [ "$now" -lt "$least" ] && least=$now
+    sleep 0.2
+  done
+  echo "$least" >"$1"
+}
+
+# watch_begin / watch_end WHAT FLOOR: the stream of orders and the sampler of available replicas
+# run between the two; watch_end says what they saw: every order answered by the webhook, never
+# fewer than FLOOR replicas available.
+watch_begin() {
+  rm -f "$work/stop" "$work/answers" "$work/floor"
+  orders_stream "$work/answers" &
+  stream=$!
+  available_floor "$work/floor" &
+  sampler=$!
+  sleep 2
+}
+watch_end() {
+  local what=$1 floor=$2 answered unreachable by_webhook
+  sleep 2
+  touch "$work/stop"
+  wait "$stream" "$sampler"
+  answered=$(grep -c . "$work/answers")
+  unreachable=$(grep -Eic 'failed calling webhook|no endpoints|connection refused|not reachable|context deadline|timeout' "$work/answers")
+  by_webhook=$(grep -c '^refused .*admission webhook "gpudevices.gpu.cozystack.io" denied the request' "$work/answers")
+  if [ "$answered" -gt 0 ] && [ "$unreachable" = 0 ] && [ "$by_webhook" = "$answered" ]; then
+    pass "$what: all $answered orders created meanwhile answered by the order webhook (each refused for its missing class), none for want of one"
+  else
+    fail "$what: $answered orders, $by_webhook answered by the webhook, $unreachable without one: $(grep -v 'denied the request' "$work/answers" | head -n 3)"
+  fi
+  if [ "$(cat "$work/floor")" -ge "$floor" ]; then
+    pass "$what: the Deployment never had fewer than $floor available replica(s)"
+  else
+    fail "$what: the Deployment's available replicas fell to $(cat "$work/floor"), under $floor"
+  fi
+}
+
+# roll WHAT COMMAND...: COMMAND (helm) rolls the Deployment under watch; both replicas replaced.
+roll() {
+  local what=$1 before after
+  shift
+  before=$(live)
+  watch_begin
+  "$@" >"$work/helm.log" 2>&1 || fail "$what: $(cat "$work/helm.log")"
+  wait_until 150 rolled || fail "$what: the rollout did not finish: $(kc get pods -n "$ns" -o wide 2>&1)"
+  watch_end "$what (maxSurge 1, maxUnavailable 0)" 2
+  after=$(live)
+  if [ -n "$after" ] && [ -z "$(comm -12 <(tr ' ' '\n' <<<"$before") <(tr ' ' '\n' <<<"$after"))" ]; then
+    pass "$what: both replicas replaced ($before -> $after)"
+  else
+    fail "$what: the replicas were not replaced ($before -> $after)"
+  fi
+}
+
+roll "helm upgrade" helm upgrade gpu "$source_dir/charts/gpu" --kubeconfig "$admin_kubeconfig" -n "$ns" \
+  -f "$work/values.yaml" --set-string controller.podAnnotations.rollout=2
+# SIGTERM, the drain, status 0: how each old replica's container ended (the runtimes' logs).
+two_ended() { [ "$(exits | wc -l)" -ge 2 ]; }
+if wait_until 30 two_ended && [ -z "$(exits | grep -v '^0$')" ]; then
+  pass "the two old replicas ended on SIGTERM with status 0 (their drain)"
+else
+  fail "the old replicas' exit statuses: $(exits | tr '\n' ' ')"
+fi
+roll "helm rollback" helm rollback gpu 1 --kubeconfig "$admin_kubeconfig" -n "$ns"
+
+# --- drains: the PodDisruptionBudget keeps one replica (minAvailable 1) -------------------------
+# ctl-1 drained: the budget allows its replica's eviction, and the Deployment starts another on
+# ctl-2. Then ctl-2 drained with ctl-1 still cordoned: one of its two replicas may go, whose
+# replacement has nowhere to run; the budget refuses the last one's eviction (kubectl drain retries
+# until its timeout), so the webhooks keep a replica through both.
+budget_allows() { [ "$(kc get pdb gpu-controller -n "$ns" -o jsonpath='{.status.disruptionsAllowed}')" = 1 ]; }
+wait_until 30 budget_allows || fail "the PodDisruptionBudget does not allow one disruption: $(kc get pdb -n "$ns" -o wide 2>&1)"
+watch_begin
+kc drain ctl-1 --ignore-daemonsets --timeout=60s >"$work/drain-1.out" 2>&1 ||
+  fail "kubectl drain ctl-1: $(tail -n 3 "$work/drain-1.out")"
+wait_until 90 rolled || fail "no second replica after ctl-1's drain: $(kc get pods -n "$ns" -o wide 2>&1)"
+if kc drain ctl-2 --ignore-daemonsets --timeout=20s >"$work/drain-2.out" 2>&1; then
+  fail "kubectl drain ctl-2 evicted every replica: the budget did not hold"
+elif grep -q "disruption budget" "$work/drain-2.out"; then
+  pass "kubectl drain of the last node is refused by the budget: $(grep -m1 -o "Cannot evict pod as it would violate the pod's disruption budget" "$work/drain-2.out")"
+else
+  fail "kubectl drain ctl-2 failed, not for the budget: $(tail -n 3 "$work/drain-2.out")"
+fi
+ready=$(kc get deployment gpu-controller -n "$ns" -o jsonpath='{.status.readyReplicas}')
+[ "$ready" = 1 ] && pass "one replica still ready on ctl-2" || fail "$ready replicas ready after the drains"
+watch_end "the drains" 1
+kc uncordon ctl-1 ctl-2 >/dev/null
+wait_until 90 rolled && pass "uncordoned, both replicas ready again" ||
+  fail "not both replicas ready after the uncordon: $(kc get pods -n "$ns" -o wide 2>&1)"
+
+if [ "$failed" -gt 0 ]; then # the replicas' own logs, for a failure's reader
+  for log in "$cluster_dir"/nodes/ctl-*/pod-logs/*/gpu-controller/*.log; do
+    echo "--- ${log#"$cluster_dir"/nodes/} (last lines)"
+    tail -n 10 "$log"
+  done
+fi
+summary
