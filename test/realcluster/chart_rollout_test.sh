@@ -3,14 +3,17 @@
 # on a cluster of its own that runs Deployments (COZY_CLUSTER_WORKLOADS=1: kube-controller-manager's
 # deployment, replicaset, endpoints and disruption controllers, the ServiceAccount admission
 # plugin, the API server calling a Service's endpoints), two real nodes whose container runtime
-# runs the chart's controller image as this build's gpu-controller (scripts/cluster.sh node
-# --programs), each pod in a network namespace with an address of its own. The chart goes in with
-# GPUs on and its webhooks behind the Service gpu-controller-webhook, as on a hoster's cluster;
-# its Deployment's two replicas start, pass kubelet's probes and serve the webhooks. Then `helm
-# upgrade` rolls the Deployment (maxSurge 1, maxUnavailable 0) and `helm rollback` rolls it back
-# while a tenant creates orders without pause: every one is answered by a webhook (admitted, or
-# refused with a reason), none refused for want of one, and the Deployment never has fewer than
-# one available replica; each old replica ends on SIGTERM with status 0 (its drain).
+# runs the chart's controller image as a real gpu-controller (scripts/cluster.sh node --programs:
+# tag `previous`, the previous release's; tag `this`, this build's), each pod in a network
+# namespace with an address of its own. The previous release's chart goes in with GPUs on and its
+# webhooks behind the Service gpu-controller-webhook, as on a hoster's cluster; its Deployment's
+# two replicas start, pass kubelet's probes and serve the webhooks. Then `helm upgrade` to this
+# tree's chart, an upgrade within it, drains against the PodDisruptionBudget and `helm rollback`
+# to the previous release, each while a tenant creates orders without pause: every one answered by
+# the order webhook, none refused for want of one (upgrading from the previous release, at most one
+# review cut by each of its undrained stops), never fewer than two replicas available in a
+# rollout (maxSurge 1, maxUnavailable 0) nor than one in the drains; this release's replicas end on
+# SIGTERM with status 0 (their drain).
 #   test/realcluster/chart_rollout_test.sh SOURCE_DIR BUILD_DIR
 export COZY_CLUSTER_WORKLOADS=1
 source "$(dirname "$0")/own_cluster.sh" "$1" "$2"
@@ -18,7 +21,16 @@ cluster="$source_dir/scripts/cluster.sh"
 command -v jq >/dev/null || abort "jq is not installed (scripts/install-deps.sh installs it)"
 ns=cozy-system
 image=local/gpu-controller
-echo "$image:this $build_dir/controller/gpu-controller" >"$work/programs"
+
+# The previous release: its chart (git archive) and its gpu-controller (scripts/build-ref.sh).
+read -r previous_ref previous_version < <(grep -v '^#' "$source_dir/test/realcluster/previous-release")
+mkdir -p "$work/previous"
+git -C "$source_dir" archive "$previous_ref" charts/gpu 2>"$work/archive.err" | tar -x -C "$work/previous" ||
+  abort "the previous release's chart ($previous_ref) cannot be read from git: $(cat "$work/archive.err")"
+previous_build=$("$source_dir/test/realcluster/previous_programs.sh" "$source_dir") ||
+  abort "the previous release's programs ($previous_ref) could not be built"
+printf '%s\n' "$image:previous $previous_build/controller/gpu-controller" \
+  "$image:this $build_dir/controller/gpu-controller" >"$work/programs"
 
 # The serving certificate names the Service, as the API server calls it.
 (cd "$work" &&
@@ -34,42 +46,58 @@ for node in ctl-1 ctl-2; do
     abort "node $node: $(cat "$work/node-$node.out")"
   on_exit "'$cluster' node-down '$cluster_dir' $node"
 done
-pass "nodes ctl-1 and ctl-2 Ready, their runtime running $image:this as $build_dir/controller/gpu-controller"
+pass "nodes ctl-1 and ctl-2 Ready, their runtime running $image:previous and $image:this as those builds' gpu-controller"
 
 kc create namespace "$ns" >/dev/null
 kc create secret tls gpu-controller-webhook-tls -n "$ns" --cert "$work/tls.crt" --key "$work/tls.key" >/dev/null ||
   abort "the webhook's Secret"
-cat >"$work/values.yaml" <<EOF
+# values TAG [EXTRA-WEBHOOK-LINE]: the chart's values, the controller image TAG.
+values() {
+  cat <<EOF
 controller:
-  image: {repository: $image, tag: this, pullPolicy: IfNotPresent}
+  image: {repository: $image, tag: $1, pullPolicy: IfNotPresent}
 gpu:
   enabled: true
   webhook:
     certManager: false
     caBundle: $(base64 -w0 "$work/webhook-ca.crt")
     existingSecret: gpu-controller-webhook-tls
-    # The replicas drain for 3 s after SIGTERM (the chart's default is longer, for real endpoints'
-    # propagation): the rollout here takes seconds per replica.
-    shutdownDelay: 3s
     networkPolicy: {podCIDRs: [10.88.0.0/16]}
     clientCA: |
 $(sed 's/^/      /' "$cluster_dir/pki/webhook-client-ca.crt")
+${2:-}
 EOF
-helm install gpu "$source_dir/charts/gpu" --kubeconfig "$admin_kubeconfig" -n "$ns" \
-  -f "$work/values.yaml" >"$work/helm.log" 2>&1 || abort "helm install: $(cat "$work/helm.log")"
+}
+values previous >"$work/values-previous.yaml"
+# This release's replicas drain for 3 s after SIGTERM (the chart's default is longer, for real
+# endpoints' propagation): the rollout here takes seconds per replica.
+values this "    shutdownDelay: 3s" >"$work/values.yaml"
+helm install gpu "$work/previous/charts/gpu" --kubeconfig "$admin_kubeconfig" -n "$ns" \
+  -f "$work/values-previous.yaml" >"$work/helm.log" 2>&1 || abort "helm install: $(cat "$work/helm.log")"
 wait_crds >/dev/null || abort "the CRDs are not Established"
 kc apply --server-side -f "$source_dir/test/fakes/crds" >/dev/null || abort "KubeVirt's and Cozystack's CRDs"
 
 replicas() { kc get pods -n "$ns" -l app.kubernetes.io/name=gpu-controller -o json; }
 # live: the replicas not being deleted, by name.
 live() { replicas | jq -r '[.items[] | select(.metadata.deletionTimestamp == null) | .metadata.name] | sort | join(" ")'; }
+# runs BUILD: every live replica's container runs BUILD's gpu-controller (the runtimes' logs).
+runs() {
+  local id
+  for id in $(replicas | jq -r '.items[] | select(.metadata.deletionTimestamp == null) |
+      .status.containerStatuses[0].containerID // "none" | sub("^[^:]+://"; "")'); do
+    grep -qF "cri-runtime: container $id: $1/controller/gpu-controller started" \
+      "$cluster_dir"/nodes/ctl-*/logs/cri-runtime.log || return 1
+  done
+}
 # exits: how many replica containers the runtimes saw end, and with which statuses.
 exits() { cat "$cluster_dir"/nodes/ctl-*/logs/cri-runtime.log | sed -n 's/.* exited \([0-9]*\)$/\1/p'; }
 rolled() { kc rollout status deployment/gpu-controller -n "$ns" --timeout=5s; }
 if wait_until 150 rolled; then
   placed=$(replicas | jq -r '[.items[] | select(.metadata.deletionTimestamp == null) |
     "\(.metadata.name) on \(.spec.nodeName) at \(.status.podIP)"] | join(", ")')
-  pass "the Deployment's two replicas are Ready (kubelet's readiness probe on their own addresses): $placed"
+  pass "the previous release ($previous_version) installed; its two replicas Ready (kubelet's readiness probe on their own addresses): $placed"
+  runs "$previous_build" && pass "... each running the previous release's gpu-controller" ||
+    fail "the replicas do not run the previous release's gpu-controller ($previous_build)"
 else
   kc get pods -n "$ns" -o wide >"$work/pods.out" 2>&1
   abort "the Deployment did not become available: $(cat "$work/pods.out")"
@@ -109,9 +137,11 @@ available_floor() {
   echo "$least" >"$1"
 }
 
-# watch_begin / watch_end WHAT FLOOR: the stream of orders and the sampler of available replicas
-# run between the two; watch_end says what they saw: every order answered by the webhook, never
-# fewer than FLOOR replicas available.
+# watch_begin / watch_end WHAT FLOOR [CUT]: the stream of orders and the sampler of available
+# replicas run between the two; watch_end says what they saw: every order answered by the
+# webhook, never fewer than FLOOR replicas available. CUT: how many reviews may be cut by a
+# replica that stops without a drain (the previous release's, a review in flight on a kept
+# connection: "EOF"), at most one each.
 watch_begin() {
   rm -f "$work/stop" "$work/answers" "$work/floor"
   orders_stream "$work/answers" &
@@ -121,17 +151,19 @@ watch_begin() {
   sleep 2
 }
 watch_end() {
-  local what=$1 floor=$2 answered unreachable by_webhook
+  local what=$1 floor=$2 cut_allowed=${3:-0} answered unreachable by_webhook cut
   sleep 2
   touch "$work/stop"
   wait "$stream" "$sampler"
   answered=$(grep -c . "$work/answers")
+  cut=$(grep -Ec 'failed calling webhook .*(: EOF|connection reset by peer)' "$work/answers")
   unreachable=$(grep -Eic 'failed calling webhook|no endpoints|connection refused|not reachable|context deadline|timeout' "$work/answers")
   by_webhook=$(grep -c '^refused .*admission webhook "gpudevices.gpu.cozystack.io" denied the request' "$work/answers")
-  if [ "$answered" -gt 0 ] && [ "$unreachable" = 0 ] && [ "$by_webhook" = "$answered" ]; then
-    pass "$what: all $answered orders created meanwhile answered by the order webhook (each refused for its missing class), none for want of one"
+  if [ "$answered" -gt 0 ] && [ "$cut" -le "$cut_allowed" ] && [ "$((unreachable - cut))" = 0 ] &&
+    [ "$((by_webhook + cut))" = "$answered" ]; then
+    pass "$what: all $answered orders created meanwhile answered by the order webhook (each refused for its missing class), none for want of one${3:+ ($cut cut by an undrained stop, at most $cut_allowed)}"
   else
-    fail "$what: $answered orders, $by_webhook answered by the webhook, $unreachable without one: $(grep -v 'denied the request' "$work/answers" | head -n 3)"
+    fail "$what: $answered orders, $by_webhook answered by the webhook, $unreachable without one ($cut cut by a stop, at most $cut_allowed): $(grep -v 'denied the request' "$work/answers" | head -n 3)"
   fi
   if [ "$(cat "$work/floor")" -ge "$floor" ]; then
     pass "$what: the Deployment never had fewer than $floor available replica(s)"
@@ -140,15 +172,16 @@ watch_end() {
   fi
 }
 
-# roll WHAT COMMAND...: COMMAND (helm) rolls the Deployment under watch; both replicas replaced.
+# roll WHAT CUT COMMAND...: COMMAND (helm) rolls the Deployment under watch (CUT: watch_end's);
+# both replicas replaced.
 roll() {
-  local what=$1 before after
-  shift
+  local what=$1 cut=$2 before after
+  shift 2
   before=$(live)
   watch_begin
   "$@" >"$work/helm.log" 2>&1 || fail "$what: $(cat "$work/helm.log")"
   wait_until 150 rolled || fail "$what: the rollout did not finish: $(kc get pods -n "$ns" -o wide 2>&1)"
-  watch_end "$what (maxSurge 1, maxUnavailable 0)" 2
+  watch_end "$what (maxSurge 1, maxUnavailable 0)" 2 "$cut"
   after=$(live)
   if [ -n "$after" ] && [ -z "$(comm -12 <(tr ' ' '\n' <<<"$before") <(tr ' ' '\n' <<<"$after"))" ]; then
     pass "$what: both replicas replaced ($before -> $after)"
@@ -157,16 +190,22 @@ roll() {
   fi
 }
 
-roll "helm upgrade" helm upgrade gpu "$source_dir/charts/gpu" --kubeconfig "$admin_kubeconfig" -n "$ns" \
-  -f "$work/values.yaml" --set-string controller.podAnnotations.rollout=2
-# SIGTERM, the drain, status 0: how each old replica's container ended (the runtimes' logs).
-two_ended() { [ "$(exits | wc -l)" -ge 2 ]; }
-if wait_until 30 two_ended && [ -z "$(exits | grep -v '^0$')" ]; then
-  pass "the two old replicas ended on SIGTERM with status 0 (their drain)"
+# The previous release's replicas stop with no drain: a review in flight on one may be cut.
+roll "helm upgrade from $previous_version" 2 helm upgrade gpu "$source_dir/charts/gpu" \
+  --kubeconfig "$admin_kubeconfig" -n "$ns" -f "$work/values.yaml"
+wait_crds >/dev/null || fail "the CRDs are not Established after the upgrade"
+runs "$build_dir" && pass "... both replicas running this build's gpu-controller" ||
+  fail "the replicas do not run this build's gpu-controller"
+# This release's replicas drain: no review cut, each ending on SIGTERM with status 0.
+ended_before=$(exits | wc -l)
+roll "helm upgrade within this release" "" helm upgrade gpu "$source_dir/charts/gpu" \
+  --kubeconfig "$admin_kubeconfig" -n "$ns" -f "$work/values.yaml" --set-string controller.podAnnotations.rollout=2
+two_ended() { [ "$(exits | tail -n +"$((ended_before + 1))" | wc -l)" -ge 2 ]; }
+if wait_until 30 two_ended && [ -z "$(exits | tail -n +"$((ended_before + 1))" | grep -v '^0$')" ]; then
+  pass "this release's two replicas ended on SIGTERM with status 0 (their drain)"
 else
-  fail "the old replicas' exit statuses: $(exits | tr '\n' ' ')"
+  fail "this release's replicas' exit statuses: $(exits | tail -n +"$((ended_before + 1))" | tr '\n' ' ')"
 fi
-roll "helm rollback" helm rollback gpu 1 --kubeconfig "$admin_kubeconfig" -n "$ns"
 
 # --- drains: the PodDisruptionBudget keeps one replica (minAvailable 1) -------------------------
 # ctl-1 drained: the budget allows its replica's eviction, and the Deployment starts another on
@@ -192,6 +231,11 @@ watch_end "the drains" 1
 kc uncordon ctl-1 ctl-2 >/dev/null
 wait_until 90 rolled && pass "uncordoned, both replicas ready again" ||
   fail "not both replicas ready after the uncordon: $(kc get pods -n "$ns" -o wide 2>&1)"
+
+# Back to the previous release: this release's replicas stop, draining.
+roll "helm rollback to $previous_version" "" helm rollback gpu 1 --kubeconfig "$admin_kubeconfig" -n "$ns"
+runs "$previous_build" && pass "... both replicas running the previous release's gpu-controller again" ||
+  fail "the replicas do not run the previous release's gpu-controller after the rollback"
 
 if [ "$failed" -gt 0 ]; then # the replicas' own logs, for a failure's reader
   for log in "$cluster_dir"/nodes/ctl-*/pod-logs/*/gpu-controller/*.log; do

@@ -54,6 +54,7 @@ type process struct {
 type programs struct {
 	options  programOptions
 	images   map[string]string // image -> a copy of its program in dir
+	original map[string]string // the copy -> the program it copies
 	dir      string
 	mu       sync.Mutex
 	next     int
@@ -72,7 +73,7 @@ type createdInfo struct {
 // loadPrograms reads the file and copies each program where any user may run it (a pod asks for
 // a user of its own; the build directory may be one only root enters).
 func loadPrograms(options programOptions) (*programs, error) {
-	p := &programs{options: options, images: map[string]string{}, networks: map[string]*podNetwork{},
+	p := &programs{options: options, images: map[string]string{}, original: map[string]string{}, networks: map[string]*podNetwork{},
 		configs: map[string]*createdInfo{}, running: map[string]*process{}}
 	data, err := os.ReadFile(options.file)
 	if err != nil {
@@ -98,6 +99,7 @@ func loadPrograms(options programOptions) (*programs, error) {
 			return nil, fmt.Errorf("%s:%d: %v", options.file, n+1, err)
 		}
 		p.images[fields[0]] = copyPath
+		p.original[copyPath] = fields[1]
 	}
 	return p, nil
 }
@@ -376,7 +378,7 @@ func (p *programs) start(id string, info *createdInfo, onExit func(code int32, r
 	p.mu.Lock()
 	p.running[id] = proc
 	p.mu.Unlock()
-	fmt.Fprintf(os.Stderr, "cri-runtime: container %s: %s started, pid %d\n", id, info.program, cmd.Process.Pid)
+	fmt.Fprintf(os.Stderr, "cri-runtime: container %s: %s started, pid %d\n", id, p.original[info.program], cmd.Process.Pid)
 	var logMu sync.Mutex
 	var copying sync.WaitGroup
 	copying.Add(2)
