@@ -588,8 +588,20 @@ TEST(InformerLoop, EveryCacheWatchesOnOneThreadAndAHangingListHoldsNoOtherCache)
   // its malloc arena, full of its list's objects, to the next thread made): after two more waves
   // of relists there are still no more workers than lists ever ran at once (three caches), not
   // one per list.
+  const auto quotaWatches = [&] {
+    int watches = 0;
+    for (const auto& request : server->Requests()) {
+      watches += request.path == "/api/v1/resourcequotas" &&
+                 request.query.find("watch=1") != std::string::npos;
+    }
+    return watches;
+  };
   for (int wave = 0; wave < 2; ++wave) {
     const int relisted = quotas.Stats().lists;
+    // The watch after the last relist is open: an expiry before it comes would find no watch of
+    // the quotas to end (seen on a loaded machine), and no relist would follow.
+    ASSERT_TRUE(testing::WaitFor([&] { return quotaWatches() >= relisted; }));
+    std::this_thread::sleep_for(100ms);
     server->ExpireWatches();
     ASSERT_TRUE(testing::WaitFor([&] { return quotas.Stats().lists > relisted; }, 5s));
   }
