@@ -17,30 +17,13 @@
 #   test/realcluster/chart_rollout_test.sh SOURCE_DIR BUILD_DIR
 export COZY_CLUSTER_WORKLOADS=1
 source "$(dirname "$0")/own_cluster.sh" "$1" "$2"
+source "$(dirname "$0")/deployment.sh"
 cluster="$source_dir/scripts/cluster.sh"
 command -v jq >/dev/null || abort "jq is not installed (scripts/install-deps.sh installs it)"
 ns=cozy-system
-image=local/gpu-controller
-
-# The previous release: its chart (git archive) and its gpu-controller (scripts/build-ref.sh).
-read -r previous_ref previous_version < <(grep -v '^#' "$source_dir/test/realcluster/previous-release")
-mkdir -p "$work/previous"
-git -C "$source_dir" archive "$previous_ref" charts/gpu 2>"$work/archive.err" | tar -x -C "$work/previous" ||
-  abort "the previous release's chart ($previous_ref) cannot be read from git: $(cat "$work/archive.err")"
-previous_build=$("$source_dir/test/realcluster/previous_programs.sh" "$source_dir") ||
-  abort "the previous release's programs ($previous_ref) could not be built"
-printf '%s\n' "$image:previous $previous_build/controller/gpu-controller" \
-  "$image:this $build_dir/controller/gpu-controller" >"$work/programs"
-
-# The serving certificate names the Service, as the API server calls it.
-(cd "$work" &&
-  openssl req -x509 -newkey rsa:2048 -nodes -keyout webhook-ca.key -out webhook-ca.crt -days 1 \
-    -subj /CN=gpu-controller-ca 2>/dev/null &&
-  printf 'subjectAltName=DNS:gpu-controller-webhook.%s.svc\nextendedKeyUsage=serverAuth\n' "$ns" >san.ext &&
-  openssl req -newkey rsa:2048 -nodes -keyout tls.key -out tls.csr -subj /CN=gpu-controller-webhook 2>/dev/null &&
-  openssl x509 -req -in tls.csr -CA webhook-ca.crt -CAkey webhook-ca.key -CAcreateserial \
-    -out tls.crt -days 1 -extfile san.ext 2>/dev/null) || abort "openssl could not make the webhook certificate"
-
+image=$controller_image
+previous_release
+controller_images "$work/programs"
 for node in ctl-1 ctl-2; do
   "$cluster" node "$cluster_dir" "$node" --programs "$work/programs" >"$work/node-$node.out" 2>&1 ||
     abort "node $node: $(cat "$work/node-$node.out")"
@@ -48,55 +31,23 @@ for node in ctl-1 ctl-2; do
 done
 pass "nodes ctl-1 and ctl-2 Ready, their runtime running $image:previous and $image:this as those builds' gpu-controller"
 
-kc create namespace "$ns" >/dev/null
-kc create secret tls gpu-controller-webhook-tls -n "$ns" --cert "$work/tls.crt" --key "$work/tls.key" >/dev/null ||
-  abort "the webhook's Secret"
-# values TAG [EXTRA-WEBHOOK-LINE]: the chart's values, the controller image TAG.
-values() {
-  cat <<EOF
-controller:
-  image: {repository: $image, tag: $1, pullPolicy: IfNotPresent}
-gpu:
-  enabled: true
-  webhook:
-    certManager: false
-    caBundle: $(base64 -w0 "$work/webhook-ca.crt")
-    existingSecret: gpu-controller-webhook-tls
-    networkPolicy: {podCIDRs: [10.88.0.0/16]}
-    clientCA: |
-$(sed 's/^/      /' "$cluster_dir/pki/webhook-client-ca.crt")
-${2:-}
-EOF
-}
-values previous >"$work/values-previous.yaml"
+service_webhook_certs "$ns"
+controller_values "$work/values-previous.yaml" previous
 # This release's replicas drain for 3 s after SIGTERM (the chart's default is longer, for real
 # endpoints' propagation): the rollout here takes seconds per replica.
-values this "    shutdownDelay: 3s" >"$work/values.yaml"
+controller_values "$work/values.yaml" this "    shutdownDelay: 3s"
 helm install gpu "$work/previous/charts/gpu" --kubeconfig "$admin_kubeconfig" -n "$ns" \
   -f "$work/values-previous.yaml" >"$work/helm.log" 2>&1 || abort "helm install: $(cat "$work/helm.log")"
 wait_crds >/dev/null || abort "the CRDs are not Established"
 kc apply --server-side -f "$source_dir/test/fakes/crds" >/dev/null || abort "KubeVirt's and Cozystack's CRDs"
 
-replicas() { kc get pods -n "$ns" -l app.kubernetes.io/name=gpu-controller -o json; }
-# live: the replicas not being deleted, by name.
-live() { replicas | jq -r '[.items[] | select(.metadata.deletionTimestamp == null) | .metadata.name] | sort | join(" ")'; }
-# runs BUILD: every live replica's container runs BUILD's gpu-controller (the runtimes' logs).
-runs() {
-  local id
-  for id in $(replicas | jq -r '.items[] | select(.metadata.deletionTimestamp == null) |
-      .status.containerStatuses[0].containerID // "none" | sub("^[^:]+://"; "")'); do
-    grep -qF "cri-runtime: container $id: $1/controller/gpu-controller started" \
-      "$cluster_dir"/nodes/ctl-*/logs/cri-runtime.log || return 1
-  done
-}
 # exits: how many replica containers the runtimes saw end, and with which statuses.
 exits() { cat "$cluster_dir"/nodes/ctl-*/logs/cri-runtime.log | sed -n 's/.* exited \([0-9]*\)$/\1/p'; }
-rolled() { kc rollout status deployment/gpu-controller -n "$ns" --timeout=5s; }
 if wait_until 150 rolled; then
-  placed=$(replicas | jq -r '[.items[] | select(.metadata.deletionTimestamp == null) |
+  placed=$(replicas_json | jq -r '[.items[] | select(.metadata.deletionTimestamp == null) |
     "\(.metadata.name) on \(.spec.nodeName) at \(.status.podIP)"] | join(", ")')
   pass "the previous release ($previous_version) installed; its two replicas Ready (kubelet's readiness probe on their own addresses): $placed"
-  runs "$previous_build" && pass "... each running the previous release's gpu-controller" ||
+  replicas_run "$previous_build" && pass "... each running the previous release's gpu-controller" ||
     fail "the replicas do not run the previous release's gpu-controller ($previous_build)"
 else
   kc get pods -n "$ns" -o wide >"$work/pods.out" 2>&1
@@ -177,12 +128,12 @@ watch_end() {
 roll() {
   local what=$1 cut=$2 before after
   shift 2
-  before=$(live)
+  before=$(live_replicas)
   watch_begin
   "$@" >"$work/helm.log" 2>&1 || fail "$what: $(cat "$work/helm.log")"
   wait_until 150 rolled || fail "$what: the rollout did not finish: $(kc get pods -n "$ns" -o wide 2>&1)"
   watch_end "$what (maxSurge 1, maxUnavailable 0)" 2 "$cut"
-  after=$(live)
+  after=$(live_replicas)
   if [ -n "$after" ] && [ -z "$(comm -12 <(tr ' ' '\n' <<<"$before") <(tr ' ' '\n' <<<"$after"))" ]; then
     pass "$what: both replicas replaced ($before -> $after)"
   else
@@ -194,7 +145,7 @@ roll() {
 roll "helm upgrade from $previous_version" 2 helm upgrade gpu "$source_dir/charts/gpu" \
   --kubeconfig "$admin_kubeconfig" -n "$ns" -f "$work/values.yaml"
 wait_crds >/dev/null || fail "the CRDs are not Established after the upgrade"
-runs "$build_dir" && pass "... both replicas running this build's gpu-controller" ||
+replicas_run "$build_dir" && pass "... both replicas running this build's gpu-controller" ||
   fail "the replicas do not run this build's gpu-controller"
 # This release's replicas drain: no review cut, each ending on SIGTERM with status 0.
 ended_before=$(exits | wc -l)
@@ -234,7 +185,7 @@ wait_until 90 rolled && pass "uncordoned, both replicas ready again" ||
 
 # Back to the previous release: this release's replicas stop, draining.
 roll "helm rollback to $previous_version" "" helm rollback gpu 1 --kubeconfig "$admin_kubeconfig" -n "$ns"
-runs "$previous_build" && pass "... both replicas running the previous release's gpu-controller again" ||
+replicas_run "$previous_build" && pass "... both replicas running the previous release's gpu-controller again" ||
   fail "the replicas do not run the previous release's gpu-controller after the rollback"
 
 if [ "$failed" -gt 0 ]; then # the replicas' own logs, for a failure's reader

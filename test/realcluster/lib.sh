@@ -217,7 +217,8 @@ webhook_certs() {
       -out tls.crt -days 1 -extfile san.ext 2>/dev/null &&
     mkdir -p certs && cp tls.crt tls.key certs/)
 }
-# gpus_on_values FILE WEBHOOK_PORT: the chart's values for GPUs on, webhooks at that port.
+# gpus_on_values FILE [WEBHOOK_PORT]: the chart's values for GPUs on, webhooks at that port of
+# 127.0.0.1 (without one, behind the chart's Service); the last block is gpu.webhook's.
 gpus_on_values() {
   cat >"$1" <<EOF
 gpu:
@@ -226,7 +227,7 @@ gpu:
     certManager: false
     caBundle: $(base64 -w0 "$work/webhook-ca.crt")
     existingSecret: gpu-controller-webhook-tls
-    url: https://127.0.0.1:$2
+${2:+    url: https://127.0.0.1:$2}
     # Dual-stack (H8): kube-apiserver accepts one ipBlock per family.
     networkPolicy: {podCIDRs: [10.244.0.0/16, "fd00:10:244::/56"]}
     # The CA of the API server's webhook client certificate (cluster.sh's admission.yaml).

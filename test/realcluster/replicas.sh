@@ -1,5 +1,6 @@
 # Two gpu-controller replicas as the chart runs them, behind a balancer, and the invariant
-# checker: shared by the tests of docs/reliability.md (chaos_test.sh, upgrade_test.sh); sourced
+# checker: shared by the tests of docs/reliability.md (chaos_test.sh; upgrade_test.sh, whose replicas
+# are the chart's Deployment, uses the checker alone); sourced
 # after lib.sh (or own_cluster.sh), not run.
 #   replicas_up NAMESPACE [FLAG...]   the chart's service account, webhook serving pair, two
 #                                     replicas (FLAGs added to both) and the balancer; the chart
