@@ -17,13 +17,8 @@
 controller_image=local/gpu-controller
 
 service_webhook_certs() {
-  (cd "$work" &&
-    openssl req -x509 -newkey rsa:2048 -nodes -keyout webhook-ca.key -out webhook-ca.crt -days 1 \
-      -subj /CN=gpu-controller-ca 2>/dev/null &&
-    printf 'subjectAltName=DNS:gpu-controller-webhook.%s.svc\nextendedKeyUsage=serverAuth\n' "$1" >san.ext &&
-    openssl req -newkey rsa:2048 -nodes -keyout tls.key -out tls.csr -subj /CN=gpu-controller-webhook 2>/dev/null &&
-    openssl x509 -req -in tls.csr -CA webhook-ca.crt -CAkey webhook-ca.key -CAcreateserial \
-      -out tls.crt -days 1 -extfile san.ext 2>/dev/null) || abort "openssl could not make the webhook certificate"
+  webhook_certs "DNS:gpu-controller-webhook.$1.svc" gpu-controller-webhook ||
+    abort "openssl could not make the webhook certificate"
   kc create namespace "$1" >/dev/null
   kc create secret tls gpu-controller-webhook-tls -n "$1" --cert "$work/tls.crt" --key "$work/tls.key" >/dev/null ||
     abort "the webhook's Secret"

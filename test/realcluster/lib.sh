@@ -204,15 +204,17 @@ wait_crds() {
 }
 
 # GPUs on with the webhooks on a controller at 127.0.0.1 (docs/testing.md, "The real control
-# plane"). webhook_certs: the serving pair in $work/certs/ naming the address the API server
-# dials (an IP SAN), signed by a CA of its own, $work/webhook-ca.crt, which the webhook
-# configurations carry.
+# plane"). webhook_certs [SAN CN]: the serving pair in $work/certs/ (and $work/tls.*) naming the
+# address the API server dials, SAN (default the IP SAN of 127.0.0.1; a Service's DNS SAN where
+# the webhooks are behind the chart's Service) with common name CN, signed by a CA of its own,
+# $work/webhook-ca.crt, which the webhook configurations carry.
 webhook_certs() {
+  local san=${1:-IP:127.0.0.1} cn=${2:-127.0.0.1}
   (cd "$work" &&
     openssl req -x509 -newkey rsa:2048 -nodes -keyout webhook-ca.key -out webhook-ca.crt -days 1 \
       -subj /CN=gpu-controller-ca 2>/dev/null &&
-    printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >san.ext &&
-    openssl req -newkey rsa:2048 -nodes -keyout tls.key -out tls.csr -subj /CN=127.0.0.1 2>/dev/null &&
+    printf 'subjectAltName=%s\nextendedKeyUsage=serverAuth\n' "$san" >san.ext &&
+    openssl req -newkey rsa:2048 -nodes -keyout tls.key -out tls.csr -subj "/CN=$cn" 2>/dev/null &&
     openssl x509 -req -in tls.csr -CA webhook-ca.crt -CAkey webhook-ca.key -CAcreateserial \
       -out tls.crt -days 1 -extfile san.ext 2>/dev/null &&
     mkdir -p certs && cp tls.crt tls.key certs/)
@@ -249,13 +251,15 @@ start_controller() {
     --webhook-client-ca "$cluster_dir/pki/webhook-client-ca.crt" \
     --health-addr "127.0.0.1:$health_port" "$@" >"$work/controller.log" 2>&1 &
   pids+=($!)
-  wait_until 60 curl -fsS "http://127.0.0.1:$health_port/readyz" && wait_until 45 vmis_read "$health_port"
+  wait_until 60 curl -fsS "http://127.0.0.1:$health_port/readyz" &&
+    wait_until 45 vmis_read "127.0.0.1:$health_port"
 }
-# vmis_read HEALTH-PORT: the controller there has listed VirtualMachineInstances. It follows that
-# kind through discovery (every 30 s), so it may be ready before it reads them; until then a VM
-# start is refused, as it must be (G7), which a test starting a VM at once would take for a bug.
+# vmis_read HOST:PORT: the controller whose health server is there has listed
+# VirtualMachineInstances. It follows that kind through discovery (every 30 s), so it may be ready
+# before it reads them; until then a VM start is refused, as it must be (G7), which a test
+# starting a VM at once would take for a bug.
 vmis_read() {
-  curl -fsS "http://127.0.0.1:$1/metrics" 2>/dev/null |
+  curl -fsS "http://$1/metrics" 2>/dev/null |
     grep -q '^gpu_controller_cache_synced{cache="virtualmachineinstances"} 1$'
 }
 

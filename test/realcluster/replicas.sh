@@ -34,7 +34,7 @@ replicas_up() {
   start_replica 0
   start_replica 1
   wait_until 60 replica_ready 0 && wait_until 60 replica_ready 1 || abort "the replicas are not ready"
-  wait_until 45 vmis_read "$health0" && wait_until 45 vmis_read "$health1" ||
+  wait_until 45 vmis_read "127.0.0.1:$health0" && wait_until 45 vmis_read "127.0.0.1:$health1" ||
     abort "the replicas do not read VirtualMachineInstances"
 }
 # start_replica I: replica-I as the chart's service account, its log $work/replica-I.log.

@@ -62,12 +62,8 @@ wait_until 150 rolled || abort "the previous release's Deployment is not availab
 replicas_read() { # both replicas list VirtualMachineInstances (their metrics, at their pod addresses)
   local ip
   for ip in $(replicas_json | jq -r '.items[] | select(.metadata.deletionTimestamp == null) | .status.podIP'); do
-    vmis_read_at "$ip" || return 1
+    vmis_read "$ip:8080" || return 1
   done
-}
-vmis_read_at() {
-  curl -fsS "http://$1:8080/metrics" 2>/dev/null |
-    grep -q '^gpu_controller_cache_synced{cache="virtualmachineinstances"} 1$'
 }
 wait_until 45 replicas_read || abort "the replicas do not read VirtualMachineInstances"
 replicas_run "$previous_build" && runs "$previous_build" "${agent_pids[@]}" &&

@@ -30,14 +30,14 @@ import (
 	"k8s.io/cri-client/pkg/util"
 )
 
-// recording is the fake runtime service with CreateContainer logging the container's CDI devices
-// and, with --programs, the containers of mapped images running as processes (programs.go).
-type recording struct {
+// runtimeService is the fake runtime service with CreateContainer logging the container's CDI
+// devices and, with --programs, the containers of mapped images running as processes (programs.go).
+type runtimeService struct {
 	*fake.RemoteRuntime
 	programs *programs
 }
 
-func (r recording) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
+func (r runtimeService) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
 	response, err := r.RemoteRuntime.RunPodSandbox(ctx, req)
 	if err != nil || r.programs == nil ||
 		req.GetConfig().GetLinux().GetSecurityContext().GetNamespaceOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE {
@@ -58,7 +58,7 @@ func (r recording) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSand
 	return response, nil
 }
 
-func (r recording) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
+func (r runtimeService) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
 	if r.programs != nil {
 		for _, id := range r.containersOf(req.PodSandboxId) {
 			r.programs.stop(ctx, id, 0)
@@ -68,14 +68,14 @@ func (r recording) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSa
 	return r.RemoteRuntime.StopPodSandbox(ctx, req)
 }
 
-func (r recording) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
+func (r runtimeService) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
 	if r.programs != nil {
 		r.programs.tearDownNetwork(req.PodSandboxId)
 	}
 	return r.RemoteRuntime.RemovePodSandbox(ctx, req)
 }
 
-func (r recording) containersOf(sandbox string) []string {
+func (r runtimeService) containersOf(sandbox string) []string {
 	service := r.RemoteRuntime.RuntimeService
 	service.Lock()
 	defer service.Unlock()
@@ -88,7 +88,7 @@ func (r recording) containersOf(sandbox string) []string {
 	return ids
 }
 
-func (r recording) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+func (r runtimeService) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
 	response, err := r.RemoteRuntime.CreateContainer(ctx, req)
 	if err != nil {
 		return response, err
@@ -113,7 +113,7 @@ func (r recording) CreateContainer(ctx context.Context, req *runtimeapi.CreateCo
 	return response, nil
 }
 
-func (r recording) StartContainer(ctx context.Context, req *runtimeapi.StartContainerRequest) (*runtimeapi.StartContainerResponse, error) {
+func (r runtimeService) StartContainer(ctx context.Context, req *runtimeapi.StartContainerRequest) (*runtimeapi.StartContainerResponse, error) {
 	response, err := r.RemoteRuntime.StartContainer(ctx, req)
 	if err != nil || r.programs == nil {
 		return response, err
@@ -140,14 +140,14 @@ func (r recording) StartContainer(ctx context.Context, req *runtimeapi.StartCont
 	return response, nil
 }
 
-func (r recording) StopContainer(ctx context.Context, req *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
+func (r runtimeService) StopContainer(ctx context.Context, req *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
 	if r.programs != nil {
 		r.programs.stop(ctx, req.ContainerId, req.Timeout)
 	}
 	return r.RemoteRuntime.StopContainer(ctx, req)
 }
 
-func (r recording) RemoveContainer(ctx context.Context, req *runtimeapi.RemoveContainerRequest) (*runtimeapi.RemoveContainerResponse, error) {
+func (r runtimeService) RemoveContainer(ctx context.Context, req *runtimeapi.RemoveContainerRequest) (*runtimeapi.RemoveContainerResponse, error) {
 	if r.programs != nil {
 		r.programs.stop(ctx, req.ContainerId, 0)
 		r.programs.forget(req.ContainerId)
@@ -191,14 +191,14 @@ func main() {
 	}
 	runtime.ImageService.SetFakeFilesystemUsage(usage())
 	runtime.ImageService.SetFakeContainerFilesystemUsage(usage())
-	// As fake.RemoteRuntime.Start, with the recording runtime service in its place.
+	// As fake.RemoteRuntime.Start, with runtimeService in its place.
 	listener, err := util.CreateListener(*endpoint)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "cri-runtime: listening on %s: %v\n", *endpoint, err)
 		os.Exit(1)
 	}
 	server := grpc.NewServer()
-	runtimeapi.RegisterRuntimeServiceServer(server, recording{runtime, programs})
+	runtimeapi.RegisterRuntimeServiceServer(server, runtimeService{runtime, programs})
 	runtimeapi.RegisterImageServiceServer(server, runtime)
 	go server.Serve(listener)
 	runtime.RuntimeService.FakeStatus = &runtimeapi.RuntimeStatus{

@@ -182,29 +182,48 @@ func portOf(hostPort string) string {
 	return port
 }
 
-// listenIn listens on addr inside the network namespace at nsPath.
+// listenIn listens on addr inside the network namespace at nsPath. The namespace is entered on a
+// goroutine of its own, locked to its thread: it unlocks the thread only once it is back in the
+// host's namespace, so a thread that could not return ends with that goroutine instead of going
+// back to Go's pool.
 func listenIn(nsPath, addr string) (net.Listener, error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	own, err := os.Open("/proc/thread-self/ns/net")
-	if err != nil {
-		return nil, err
+	type result struct {
+		listener net.Listener
+		err      error
 	}
-	defer own.Close()
-	target, err := os.Open(nsPath)
-	if err != nil {
-		return nil, err
-	}
-	defer target.Close()
-	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		return nil, fmt.Errorf("setns %s: %v", nsPath, err)
-	}
-	listener, listenErr := net.Listen("tcp", addr)
-	if err := unix.Setns(int(own.Fd()), unix.CLONE_NEWNET); err != nil {
-		// This thread is in the pod's namespace for good: let it end with the goroutine.
-		runtime.Goexit()
-	}
-	return listener, listenErr
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		own, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- result{nil, err}
+			return
+		}
+		defer own.Close()
+		target, err := os.Open(nsPath)
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- result{nil, err}
+			return
+		}
+		defer target.Close()
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			done <- result{nil, fmt.Errorf("setns %s: %v", nsPath, err)}
+			return
+		}
+		listener, listenErr := net.Listen("tcp", addr)
+		if err := unix.Setns(int(own.Fd()), unix.CLONE_NEWNET); err != nil {
+			// Still in the pod's namespace: the thread stays locked and ends with this goroutine.
+			done <- result{listener, listenErr}
+			return
+		}
+		runtime.UnlockOSThread()
+		done <- result{listener, listenErr}
+	}()
+	r := <-done
+	return r.listener, r.err
 }
 
 // forward copies each connection accepted to one dialled to `to` (on the host), both ways.
