@@ -526,6 +526,7 @@ void Model::Index::CountPods(UsageTable& ownUsage) {
   const std::set<std::string> resourceNames(resources.begin(), resources.end());
   std::vector<int64_t> budgetCovered, capacityCovered;  // by resource, reused for every pod
   podProblems.clear();
+  launching.assign(snapshot.vmis.size(), 0);
   std::vector<std::string_view> chain;
   for (const Pod& pod : snapshot.pods) {
     if (!PodHoldsDevices(pod)) {
@@ -550,6 +551,7 @@ void Model::Index::CountPods(UsageTable& ownUsage) {
     budgetCovered.assign(resources.size(), 0);
     capacityCovered.assign(resources.size(), 0);
     if (launcherOf) {
+      launching[vmiIndex.at(launcherOf)] = 1;
       BudgetCoverage(*launcherOf, budgetCovered);
       if (node != nodeIds.end()) {
         CapacityCoverage(*launcherOf, node->second, capacityCovered);

@@ -171,6 +171,10 @@ struct Model::Index {
   std::vector<char> requestWaits;   // by device: a bind request waits (RequestPending)
   std::vector<size_t> vmiDevicesAt;
   std::vector<size_t> vmiDevices;
+  // By VMI index: a launcher pod of it (its activePods lists the pod, C11) holds GPUs and is in
+  // no final phase, bound to a node or not yet: the VM starts, or runs, where the pod webhook
+  // pinned that pod (E13), before KubeVirt writes the VMI's status.nodeName.
+  std::vector<char> launching;
   std::vector<std::string_view> goneNodes;
   // Keys view the snapshot's own strings, which outlive the index.
   std::unordered_map<NameKey, size_t, NameKeyHash> vmis;  // to the VMI's index

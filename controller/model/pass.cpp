@@ -188,7 +188,18 @@ bool PassPlanner::Eligible(const DeviceSet& set, size_t node) const {
 }
 
 bool PassPlanner::Running(const DeviceSet& set) const {
-  return set.vmi != nullptr && ix_.IsNode(set.node) && set.vmi->RunsOn(ix_.NodeName(set.node));
+  if (set.vmi == nullptr || !ix_.IsNode(set.node)) {
+    return false;
+  }
+  const VirtualMachineInstance& vmi = *set.vmi;
+  if (vmi.RunsOn(ix_.NodeName(set.node))) {
+    return true;
+  }
+  // Starting: a launcher is alive and KubeVirt has not written where the VM runs. The pod
+  // webhook pinned that launcher to the set's node (E13); moved away, the GPUs would leave a pod
+  // that kubelet admits on that node all the same, with GPUs the catalog holds for others.
+  return vmi.nodeName.empty() && vmi.phase != "Succeeded" && vmi.phase != "Failed" &&
+         ix_.launching[ix_.vmiIndex.at(set.vmi)] != 0;
 }
 
 std::optional<int64_t> PassPlanner::GraceLeft(const std::string& since) const {
@@ -403,12 +414,13 @@ bool PassPlanner::StartPending(const DeviceSet& set) const {
                      [this](size_t d) { return Device(d).RequestPending(); });
 }
 
-// Step 2: held sets stay unless their node cannot keep them. A set whose VM runs on its node
-// never moves (docs/controller.md, "Placement", step 2): its GPUs are in use there, whatever the
-// node's state. A node that is not Ready, or under a condition taint, keeps the sets of VMs that
-// are off for the grace (Settings::notReadyGraceSeconds) before they move, as
-// kube-controller-manager keeps a NotReady node's pods for their not-ready toleration; a VM start
-// in the meantime moves its set to a node that takes it, or is refused while none has room.
+// Step 2: held sets stay unless their node cannot keep them. A set whose VM runs on its node,
+// or starts there (a launcher of it is alive), never moves (docs/controller.md, "Placement",
+// step 2): its GPUs are in use there, whatever the node's state. A node that is not Ready, or under
+// a condition taint, keeps the sets of VMs that are off for the grace
+// (Settings::notReadyGraceSeconds) before they move, as kube-controller-manager keeps a NotReady
+// node's pods for their not-ready toleration; a VM start in the meantime moves its set to a node
+// that takes it, or is refused while none has room.
 void PassPlanner::MoveHeld(const std::vector<DeviceSet*>& held) {
   std::vector<Leaving> mustLeave;
   std::vector<Leaving> cordoned;
@@ -438,7 +450,10 @@ void PassPlanner::MoveHeld(const std::vector<DeviceSet*>& held) {
       const std::string why =
           problem.text.empty() ? "node " + nodeName + " is cordoned" : problem.text;
       Decide(*set, Action::kKeep, nodeName,
-             why + "; the VM of " + set->Description() + " runs there, so its GPUs stay");
+             why + "; the VM of " + set->Description() +
+                 (set->vmi->nodeName.empty() ? " starts there (its launcher is alive)"
+                                             : " runs there") +
+                 ", so its GPUs stay");
       continue;
     }
     if (!problem.text.empty()) {
@@ -608,8 +623,8 @@ void PassPlanner::EvictOverCapacity(std::vector<Staying>& staying, std::vector<L
         if (ordersLeave(node, r) >= 0) {
           break;
         }
-        // A running VM's set stays (docs/controller.md, "Placement", step 2): the others leave
-        // first.
+        // A running or starting VM's set stays (docs/controller.md, "Placement", step 2): the
+        // others leave first.
         if (evicted.contains(set) || CountOf(set->needs.byResource, r) == 0 || Running(*set)) {
           continue;
         }

@@ -272,6 +272,63 @@ TEST(NotReadyC7D5, ASetWhoseVmRunsNeverMoves) {
   }
 }
 
+// A set whose VM starts on its node never moves either: its launcher pod (listed in the VMI's
+// activePods, C11) is alive, bound there or not yet, and KubeVirt has not written the VMI's
+// node. The pod webhook pinned that launcher to the set's node (E13); were the set moved, kubelet
+// would still admit the launcher there once the node is back, with GPUs held for others. Found
+// by the chaos test (docs/reliability.md): a kubelet stopped between a launcher's binding and
+// its start, its node NotReady past the grace.
+TEST(NotReadyC7D5, ASetWhoseVmStartsNeverMoves) {
+  struct Case {
+    const char* what;
+    std::function<void(Snapshot&)> adjust;
+    Action expected;
+  };
+  const auto launcher = [](Snapshot& s, const std::string& node, const std::string& phase,
+                           bool listed) {
+    Pod pod = MakePod("tenant-a", "virt-launcher-vm", node, kA100, 1);
+    pod.phase = phase;
+    s.pods = {pod};
+    s.vmis.MutableAt(0).activePodUids =
+        listed ? std::vector<std::string>{pod.uid} : std::vector<std::string>{};
+  };
+  const std::vector<Case> cases = {
+      {"launcher bound on n1, Pending", [&](Snapshot& s) { launcher(s, "n1", "Pending", true); },
+       Action::kKeep},
+      {"launcher not bound yet", [&](Snapshot& s) { launcher(s, "", "Pending", true); },
+       Action::kKeep},
+      {"launcher bound, the node cordoned (onCordon Move)",
+       [&](Snapshot& s) {
+         launcher(s, "n1", "Pending", true);
+         s.nodes.MutableAt(0).ready = true;
+         s.nodes.MutableAt(0).taints.clear();
+         s.nodes.MutableAt(0).unschedulable = true;
+       },
+       Action::kKeep},
+      {"a pod the VMI does not list (C11: no launcher)",
+       [&](Snapshot& s) { launcher(s, "n1", "Pending", false); }, Action::kMove},
+      {"the launcher ended", [&](Snapshot& s) { launcher(s, "n1", "Failed", true); },
+       Action::kMove},
+      {"the VMI ended, its launcher not yet gone",
+       [&](Snapshot& s) {
+         launcher(s, "n1", "Running", true);
+         s.vmis.MutableAt(0).phase = "Failed";
+       },
+       Action::kMove},
+      {"no launcher", [](Snapshot&) {}, Action::kMove},
+  };
+  for (const Case& c : cases) {
+    Snapshot snapshot = NotReadyFor(3600, true);
+    c.adjust(snapshot);
+    const Decision decision = DecisionFor(Model(snapshot).PlanPass(), "tenant-a/g");
+    EXPECT_EQ(decision.action, c.expected) << c.what << ": " << decision.reason;
+    EXPECT_EQ(decision.node, c.expected == Action::kKeep ? "n1" : "n2") << c.what;
+    if (c.expected == Action::kKeep) {
+      EXPECT_NE(decision.reason.find("so its GPUs stay"), std::string::npos) << decision.reason;
+    }
+  }
+}
+
 // The condition taints (memory, disk, PID pressure, network unavailable) come and go with
 // their condition: measured by its lastTransitionTime, as NotReady is. A hoster's own taint
 // moves the set at once.

@@ -5,7 +5,8 @@
 # `scripts/cluster.sh node`, each with its agent on its own kubelet, and `gpu-controller run`
 # with --not-ready-grace 10s. Node A's kubelet stops: kube-controller-manager marks A Unknown and
 # taints it unreachable; the set of a VM that is off stays on A for the grace, then moves to B;
-# the set of a VM running on A never moves; A comes back Ready.
+# the set of a VM running on A never moves; A comes back Ready. Then a VM starts on A (its
+# launcher runs there, its VMI has no node yet) and A's kubelet stops again: its set never moves.
 #   test/realcluster/node_lifecycle_test.sh SOURCE_DIR BUILD_DIR
 export COZY_CLUSTER_NODE_GRACE=8s
 source "$(dirname "$0")/own_cluster.sh" "$1" "$2"
@@ -93,4 +94,57 @@ until_is 40 True ready node-a && pass "node-a Ready again once its kubelet is ba
 sleep 2
 [ "$(node_of running)/$(phase_of running)" = node-a/Bound ] && pass "the running VM's set is still Bound on node-a" ||
   fail "running: $(node_of running)/$(phase_of running)"
+
+# A VM that starts: its launcher runs on node-a, but KubeVirt has not written the VMI's node yet
+# (virt-controller does once the launcher is ready). node-a's kubelet stops again: the set stays,
+# as a running VM's (docs/controller.md, "Placement", step 2), since the launcher is pinned there.
+kc delete gpudevice idle -n tenant --wait=true --timeout=30s >/dev/null || abort "the idle order's delete"
+order tenant starting a100 | kc apply -f - >/dev/null || abort "the order starting"
+until_is 30 node-a node_of starting || abort "the order starting was not bound to node-a: $(node_of starting)"
+cat <<EOF | kc apply -f - >/dev/null || abort "the starting VM's VMI"
+apiVersion: kubevirt.io/v1
+kind: VirtualMachineInstance
+metadata: {name: vm-start, namespace: tenant}
+spec: {domain: {devices: {}}}
+EOF
+uid=$(kc get vmi vm-start -n tenant -o jsonpath='{.metadata.uid}')
+kc patch gpudevice starting -n tenant --subresource=status --type=merge \
+  -p "{\"status\":{\"attachment\":{\"vmiName\":\"vm-start\",\"vmiUID\":\"$uid\"}}}" >/dev/null ||
+  abort "the attachment"
+pod_uid=$(cat <<EOF | kc create -f - -o jsonpath='{.metadata.uid}'
+apiVersion: v1
+kind: Pod
+metadata:
+  name: virt-launcher-vm-start
+  namespace: tenant
+  labels: {kubevirt.io: virt-launcher, gpu.cozystack.io/device-references: "true"}
+  ownerReferences:
+  - {apiVersion: kubevirt.io/v1, kind: VirtualMachineInstance, name: vm-start, uid: "$uid", controller: true}
+spec:
+  terminationGracePeriodSeconds: 1
+  nodeSelector: {kubernetes.io/hostname: node-a}
+  containers:
+  - {name: compute, image: example.invalid/virt-launcher:1, resources: {limits: {$gpu: "1"}}}
+EOF
+) || abort "the launcher pod"
+# virt-controller lists its pod in activePods before the pod is scheduled (C11).
+kc patch vmi vm-start -n tenant --type=merge -p "{\"status\":{\"activePods\":{\"$pod_uid\":\"\"}}}" \
+  >/dev/null || abort "the VMI's activePods"
+until_is 40 node-a/Running kc get pod virt-launcher-vm-start -n tenant -o jsonpath='{.spec.nodeName}/{.status.phase}' ||
+  abort "the launcher does not run on node-a: $(kc get pod virt-launcher-vm-start -n tenant -o wide 2>&1)"
+pass "a starting VM: its launcher runs on node-a, its VMI has no node yet"
+stopped=$SECONDS
+"$cluster" kubelet "$cluster_dir" node-a stop || abort "cluster.sh kubelet stop"
+until_is 40 Unknown ready node-a || abort "node-a is $(ready node-a) after its kubelet stopped again"
+unknown=$SECONDS
+# The grace (10 s) and more: the idle set above moved within it. The model says why it stays.
+why_starting() { "$build_dir/controller/kubectl-gpu" --kubeconfig "$admin_kubeconfig" why starting -n tenant 2>&1; }
+sleep $((unknown + 16 - SECONDS > 0 ? unknown + 16 - SECONDS : 0))
+if [ "$(node_of starting)" = node-a ] &&
+  why_starting | grep -q 'node node-a is not Ready.*starts there (its launcher is alive), so its GPUs stay'; then
+  pass "the starting VM's set never moves off node-a ($((SECONDS - unknown)) s after Unknown; kubectl gpu why: its launcher is alive)"
+else
+  fail "the starting VM's set: $(node_of starting) $(phase_of starting) $((SECONDS - unknown)) s after Unknown;" \
+    "kubectl gpu why: $(why_starting)"
+fi
 summary
