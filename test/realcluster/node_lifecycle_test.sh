@@ -43,20 +43,21 @@ pids+=($!)
 until_is 30 node-a/node-a eval 'echo "$(node_of idle)/$(node_of running)"' ||
   abort "the orders were not bound to node-a: $(node_of idle)/$(node_of running)"
 pass "both orders bound to node-a, the only node"
+# vm_attached VMI ORDER: the VMI created in tenant, ORDER attached to it; $uid is the VMI's.
+vm_attached() {
+  printf '%s\n' "apiVersion: kubevirt.io/v1" "kind: VirtualMachineInstance" \
+    "metadata: {name: $1, namespace: tenant}" "spec: {domain: {devices: {}}}" |
+    kc apply -f - >/dev/null || abort "the VMI $1"
+  uid=$(kc get vmi "$1" -n tenant -o jsonpath='{.metadata.uid}')
+  kc patch gpudevice "$2" -n tenant --subresource=status --type=merge \
+    -p "{\"status\":{\"attachment\":{\"vmiName\":\"$1\",\"vmiUID\":\"$uid\"}}}" >/dev/null ||
+    abort "the attachment of $2"
+}
 # The VM of `running` runs on node-a (its VMI there, Running; KubeVirt's VMI has no status
 # subresource); `idle`'s VM is off.
-cat <<EOF | kc apply -f - >/dev/null || abort "the VMI"
-apiVersion: kubevirt.io/v1
-kind: VirtualMachineInstance
-metadata: {name: vm-run, namespace: tenant}
-spec: {domain: {devices: {}}}
-EOF
-uid=$(kc get vmi vm-run -n tenant -o jsonpath='{.metadata.uid}')
+vm_attached vm-run running
 kc patch vmi vm-run -n tenant --type=merge \
   -p '{"status":{"phase":"Running","nodeName":"node-a"}}' >/dev/null || abort "the VMI's status"
-kc patch gpudevice running -n tenant --subresource=status --type=merge \
-  -p "{\"status\":{\"attachment\":{\"vmiName\":\"vm-run\",\"vmiUID\":\"$uid\"}}}" >/dev/null ||
-  abort "the attachment"
 real_node node-b a100-vfio # room elsewhere: only the grace, or a running VM, keeps a set on node-a
 sleep 2
 [ "$(node_of idle)/$(node_of running)" = node-a/node-a ] && pass "a Ready node-a keeps both sets" ||
@@ -101,16 +102,7 @@ sleep 2
 kc delete gpudevice idle -n tenant --wait=true --timeout=30s >/dev/null || abort "the idle order's delete"
 order tenant starting a100 | kc apply -f - >/dev/null || abort "the order starting"
 until_is 30 node-a node_of starting || abort "the order starting was not bound to node-a: $(node_of starting)"
-cat <<EOF | kc apply -f - >/dev/null || abort "the starting VM's VMI"
-apiVersion: kubevirt.io/v1
-kind: VirtualMachineInstance
-metadata: {name: vm-start, namespace: tenant}
-spec: {domain: {devices: {}}}
-EOF
-uid=$(kc get vmi vm-start -n tenant -o jsonpath='{.metadata.uid}')
-kc patch gpudevice starting -n tenant --subresource=status --type=merge \
-  -p "{\"status\":{\"attachment\":{\"vmiName\":\"vm-start\",\"vmiUID\":\"$uid\"}}}" >/dev/null ||
-  abort "the attachment"
+vm_attached vm-start starting
 pod_uid=$(cat <<EOF | kc create -f - -o jsonpath='{.metadata.uid}'
 apiVersion: v1
 kind: Pod
