@@ -198,8 +198,7 @@ bool PassPlanner::Running(const DeviceSet& set) const {
   // Starting: a launcher is alive and KubeVirt has not written where the VM runs. The pod
   // webhook pinned that launcher to the set's node (E13); moved away, the GPUs would leave a pod
   // that kubelet admits on that node all the same, with GPUs the catalog holds for others.
-  return vmi.nodeName.empty() && vmi.phase != "Succeeded" && vmi.phase != "Failed" &&
-         ix_.launching[ix_.vmiIndex.at(set.vmi)] != 0;
+  return vmi.nodeName.empty() && !vmi.Ended() && ix_.launching[ix_.vmiIndex.at(set.vmi)] != 0;
 }
 
 std::optional<int64_t> PassPlanner::GraceLeft(const std::string& since) const {

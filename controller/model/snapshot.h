@@ -89,9 +89,10 @@ struct VirtualMachineInstance {
   std::string phase;  // status.phase: Pending, Scheduling, Scheduled, Running, ...
   bool operator==(const VirtualMachineInstance&) const = default;
 
+  bool Ended() const { return phase == "Succeeded" || phase == "Failed"; }
   // On a node and not ended: a VM runs there (or is starting there), whose GPUs never move.
   bool RunsOn(std::string_view node) const {
-    return !nodeName.empty() && nodeName == node && phase != "Succeeded" && phase != "Failed";
+    return !nodeName.empty() && nodeName == node && !Ended();
   }
 };
 

@@ -91,9 +91,7 @@ available_floor() {
 # watch_begin / watch_end WHAT FLOOR [CUT]: the stream of orders and the sampler of available
 # replicas run between the two; watch_end says what they saw: every order answered by the
 # webhook, never fewer than FLOOR replicas available. CUT: how many reviews may be cut by a
-# replica that stops without a drain (the previous release's: a review in flight on a kept
-# connection, "EOF", or a new connection to its address before the Service's endpoints drop it,
-# "connection refused"), at most one each.
+# replica that stops without a drain ($cut_by_undrained_stop), at most one each.
 watch_begin() {
   rm -f "$work/stop" "$work/answers" "$work/floor"
   orders_stream "$work/answers" &
@@ -108,7 +106,7 @@ watch_end() {
   touch "$work/stop"
   wait "$stream" "$sampler"
   answered=$(grep -c . "$work/answers")
-  cut=$(grep -Ec 'failed calling webhook .*(: EOF|connection reset by peer|connect: connection refused)' "$work/answers")
+  cut=$(grep -Ec "$cut_by_undrained_stop" "$work/answers")
   unreachable=$(grep -Eic 'failed calling webhook|no endpoints|connection refused|not reachable|context deadline|timeout' "$work/answers")
   by_webhook=$(grep -c '^refused .*admission webhook "gpudevices.gpu.cozystack.io" denied the request' "$work/answers")
   if [ "$answered" -gt 0 ] && [ "$cut" -le "$cut_allowed" ] && [ "$((unreachable - cut))" = 0 ] &&

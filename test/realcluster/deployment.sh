@@ -11,10 +11,15 @@
 #                                  the chart's values: GPUs on, the webhooks behind the Service, the
 #                                  controller image TAG; GPU-LINES go on under gpu.webhook (indented
 #                                  four spaces) or gpu (two), CONTROLLER-LINES under controller
+#   cut_by_undrained_stop          what a review cut by the previous release's stop reads (an ERE)
 #   rolled, live_replicas, replicas_run BUILD
 #                                  the Deployment rolled out; its replicas not being deleted; each
 #                                  of those runs BUILD's gpu-controller
 controller_image=local/gpu-controller
+# A review cut by a replica that stops without a drain (the previous release's): it closes every
+# connection at its SIGTERM, a review in flight on a kept one included ("EOF", or a reset), and
+# refuses new ones before the Service's endpoints drop it ("connection refused"). An ERE.
+cut_by_undrained_stop='failed calling webhook .*(: EOF|connection reset by peer|connect: connection refused)'
 
 service_webhook_certs() {
   webhook_certs "DNS:gpu-controller-webhook.$1.svc" gpu-controller-webhook ||

@@ -125,7 +125,6 @@ kc patch vmi vm-start -n tenant --type=merge -p "{\"status\":{\"activePods\":{\"
 until_is 40 node-a/Running kc get pod virt-launcher-vm-start -n tenant -o jsonpath='{.spec.nodeName}/{.status.phase}' ||
   abort "the launcher does not run on node-a: $(kc get pod virt-launcher-vm-start -n tenant -o wide 2>&1)"
 pass "a starting VM: its launcher runs on node-a, its VMI has no node yet"
-stopped=$SECONDS
 "$cluster" kubelet "$cluster_dir" node-a stop || abort "cluster.sh kubelet stop"
 until_is 40 Unknown ready node-a || abort "node-a is $(ready node-a) after its kubelet stopped again"
 unknown=$SECONDS

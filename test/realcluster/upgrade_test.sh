@@ -145,16 +145,14 @@ with_stream_paused() {
   rm -f "$work/stream.pause"
 }
 # stream_end WHAT [CUT]: the stream stopped; none may have been refused, but for at most CUT
-# reviews cut by a replica that stops without a drain (the previous release's: it closes every
-# connection at its SIGTERM, a review in flight on a kept one included, "EOF", and refuses new
-# ones before the Service's endpoints drop it, "connection refused").
+# reviews cut by a replica that stops without a drain ($cut_by_undrained_stop).
 stream_end() {
   local sent refusals cut
   touch "$work/stream.stop"
   wait "$stream_pid" 2>/dev/null
   sent=$(wc -l <"$stream_log")
   refusals=$(grep -c '^refused' "$stream_log")
-  cut=$(grep -Ec '^refused: .*failed calling webhook .*(: EOF|connection reset by peer|connect: connection refused)' "$stream_log")
+  cut=$(grep -Ec "^refused: .*$cut_by_undrained_stop" "$stream_log")
   [ "$sent" -gt 20 ] && [ "$((refusals - cut))" = 0 ] && [ "$cut" -le "${2:-0}" ] &&
     pass "$sent orders sent through $1, none refused${2:+ ($cut cut by an undrained stop, at most $2)}" ||
     fail "$refusals of $sent orders refused through $1 ($cut cut by a stop, at most ${2:-0}): $(grep '^refused' "$stream_log" | sort | uniq -c | head -n 3)"

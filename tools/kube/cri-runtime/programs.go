@@ -183,9 +183,9 @@ func portOf(hostPort string) string {
 }
 
 // listenIn listens on addr inside the network namespace at nsPath. The namespace is entered on a
-// goroutine of its own, locked to its thread: it unlocks the thread only once it is back in the
-// host's namespace, so a thread that could not return ends with that goroutine instead of going
-// back to Go's pool.
+// goroutine of its own, locked to its thread, which is unlocked only once back in the host's
+// namespace: a thread that could not return ends with that goroutine instead of going back to
+// Go's pool.
 func listenIn(nsPath, addr string) (net.Listener, error) {
 	type result struct {
 		listener net.Listener
@@ -194,36 +194,34 @@ func listenIn(nsPath, addr string) (net.Listener, error) {
 	done := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread()
-		own, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
+		listener, stranded, err := listenLocked(nsPath, addr)
+		if !stranded {
 			runtime.UnlockOSThread()
-			done <- result{nil, err}
-			return
 		}
-		defer own.Close()
-		target, err := os.Open(nsPath)
-		if err != nil {
-			runtime.UnlockOSThread()
-			done <- result{nil, err}
-			return
-		}
-		defer target.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			done <- result{nil, fmt.Errorf("setns %s: %v", nsPath, err)}
-			return
-		}
-		listener, listenErr := net.Listen("tcp", addr)
-		if err := unix.Setns(int(own.Fd()), unix.CLONE_NEWNET); err != nil {
-			// Still in the pod's namespace: the thread stays locked and ends with this goroutine.
-			done <- result{listener, listenErr}
-			return
-		}
-		runtime.UnlockOSThread()
-		done <- result{listener, listenErr}
+		done <- result{listener, err}
 	}()
 	r := <-done
 	return r.listener, r.err
+}
+
+// listenLocked is listenIn on a thread locked to the calling goroutine; stranded: the thread is
+// still in the pod's namespace.
+func listenLocked(nsPath, addr string) (listener net.Listener, stranded bool, err error) {
+	own, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		return nil, false, err
+	}
+	defer own.Close()
+	target, err := os.Open(nsPath)
+	if err != nil {
+		return nil, false, err
+	}
+	defer target.Close()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		return nil, false, fmt.Errorf("setns %s: %v", nsPath, err)
+	}
+	listener, err = net.Listen("tcp", addr)
+	return listener, unix.Setns(int(own.Fd()), unix.CLONE_NEWNET) != nil, err
 }
 
 // forward copies each connection accepted to one dialled to `to` (on the host), both ways.
